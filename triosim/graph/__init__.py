@@ -1,0 +1,36 @@
+"""Task-DAG builders, one module per parallelism strategy, and what they share."""
+
+from __future__ import annotations
+
+import importlib
+
+from ..errors import ConfigError
+from ..platform import Platform
+from ..strategy import Strategy
+from ..trace import Trace
+from .tasks import TaskGraph
+
+# case -> module under triosim.graph exposing ``build(trace, platform, strategy) -> TaskGraph``
+BUILDER_MODULES = {
+    0: "single",
+    1: "data_parallel",
+    2: "data_parallel",
+    3: "tensor_parallel",
+    4: "pipeline_parallel",
+}
+
+
+def build_graph(trace: Trace, platform: Platform, strategy: Strategy) -> TaskGraph:
+    """The task DAG of one training iteration of ``trace`` under ``strategy`` on ``platform``."""
+    strategy.validate()
+    name = BUILDER_MODULES[strategy.case]
+    try:
+        module = importlib.import_module(f"{__name__}.{name}")
+    except ModuleNotFoundError as exc:
+        if exc.name != f"{__name__}.{name}":
+            raise
+        raise ConfigError(f"-case {strategy.case} ({strategy.name}) is not implemented yet") from None
+    return module.build(trace, platform, strategy)
+
+
+__all__ = ["TaskGraph", "build_graph", "BUILDER_MODULES"]

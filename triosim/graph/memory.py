@@ -1,0 +1,215 @@
+"""GPU memory: residency, prefetch from remote memory, eviction and write-back, peak usage.
+
+A GPU's compute stream runs its steps in program order, so memory can be planned statically
+along that order (DESIGN §7). For each step the buffers it reads must be resident and the
+buffers it writes get allocated. A buffer that sits in remote memory is fetched by a ``memcpy``
+task that starts as early as there is room for it (overlapping compute), and the step waits for
+it to arrive. When a step's working set does not fit, resident buffers not needed by the step
+are evicted, the one needed farthest in the future first (Belady); a dirty one is written back
+first and re-fetched at its next use. A step whose own buffers exceed the capacity is an
+out-of-memory error. Buffers die after their last use unless they are persistent (parameters,
+optimizer state).
+
+Occupancy is tracked per step (numpy array): ``occ[j]`` is the bytes resident while step ``j``
+runs, which is the peak reported for the GPU.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from ..errors import OutOfMemoryError
+from ..platform import REMOTE, Platform, gpu_node
+from .tasks import TaskGraph
+
+
+@dataclass(frozen=True)
+class Step:
+    """One task of a GPU's program and the buffers it touches."""
+
+    task: int
+    reads: tuple[str, ...]
+    writes: tuple[str, ...]
+    label: str = ""
+
+
+@dataclass
+class MemoryReport:
+    """What the planner did on one GPU."""
+
+    device: int
+    peak_bytes: int = 0
+    fetched_bytes: int = 0
+    written_back_bytes: int = 0
+    evictions: int = 0
+    fetch_tasks: list[int] = field(default_factory=list)
+
+
+def plan_memory(
+    graph: TaskGraph,
+    platform: Platform,
+    device: int,
+    steps: Sequence[Step],
+    sizes: dict[str, int],
+    external: Iterable[str],
+    persistent: Iterable[str] = (),
+    placement: str = "gpu",
+    capacity: int | None = None,
+) -> MemoryReport:
+    """Add the memcpy tasks (and their edges) that keep ``steps`` fed on ``device``.
+
+    ``external`` buffers exist before the first step: resident (``placement='gpu'``, as many as
+    fit, in order of first use) or in remote memory (``'remote'``). Every other buffer is
+    allocated by the step that first writes it.
+    """
+    cap = platform.capacity_bytes if capacity is None else capacity
+    n = len(steps)
+    report = MemoryReport(device=device)
+    if n == 0:
+        return report
+    gpu = gpu_node(device)
+    persistent = set(persistent)
+
+    uses: dict[str, list[int]] = {}
+    for j, st in enumerate(steps):
+        for key in (*st.reads, *st.writes):
+            lst = uses.setdefault(key, [])
+            if not lst or lst[-1] != j:
+                lst.append(j)
+
+    def end_of_life(key: str) -> int:
+        return n - 1 if key in persistent else uses[key][-1]
+
+    def next_use(key: str, after: int) -> int:
+        lst = uses[key]
+        lo, hi = 0, len(lst)
+        while lo < hi:
+            mid = (lo + hi) // 2
+            if lst[mid] <= after:
+                lo = mid + 1
+            else:
+                hi = mid
+        return lst[lo] if lo < len(lst) else n
+
+    occ = np.zeros(n, dtype=np.int64)
+    resident: dict[str, tuple[int, int]] = {}  # key -> (first step resident, last step resident)
+    in_remote: dict[str, int | None] = {}  # key -> write-back task that put it there (None: always)
+    dirty: set[str] = set()
+    writebacks_at: dict[int, list[int]] = {}
+
+    external = [k for k in dict.fromkeys(external) if k in uses and sizes.get(k, 0) > 0]
+    # Steady state: an external buffer stays resident if it fits beside the activations the
+    # step will produce; the rest waits in remote memory.
+    probe = np.zeros(n, dtype=np.int64)
+    if placement == "gpu":
+        ext = set(external)
+        for key, lst in uses.items():
+            if key not in ext and sizes.get(key, 0) > 0:
+                probe[lst[0] : end_of_life(key) + 1] += sizes[key]
+    for key in external:
+        size = sizes[key]
+        last = end_of_life(key)
+        if placement == "gpu" and int(probe[: last + 1].max()) + size <= cap:
+            probe[: last + 1] += size
+            occ[: last + 1] += size
+            resident[key] = (0, last)
+            dirty.add(key)  # no copy in remote memory: evicting it costs a write-back
+        else:
+            in_remote[key] = None
+
+    for j, st in enumerate(steps):
+        needed = [k for k in dict.fromkeys((*st.reads, *st.writes)) if sizes.get(k, 0) > 0]
+        need_bytes = sum(sizes[k] for k in needed)
+        if need_bytes > cap:
+            raise OutOfMemoryError(
+                f"out of memory on GPU {device}: {st.label or f'step {j}'} needs "
+                f"{need_bytes:,} bytes for its inputs and outputs, capacity is {cap:,} bytes"
+            )
+        needed_set = set(needed)
+        step_waits: list[int] = []
+        for key in needed:
+            if key in resident:
+                continue
+            size = sizes[key]
+            last = end_of_life(key)
+            fetch = key in in_remote and key in st.reads
+            # Make room at step j if even that is too late.
+            while int(occ[j]) + size > cap:
+                victim = _farthest_victim(resident, needed_set, j, next_use)
+                if victim is None:  # cannot happen when need_bytes <= cap
+                    raise OutOfMemoryError(f"out of memory on GPU {device} at {st.label}")
+                first, vlast = resident.pop(victim)
+                occ[j : vlast + 1] -= sizes[victim]
+                report.evictions += 1
+                if victim in dirty:
+                    last_use = max((u for u in uses[victim] if u < j), default=None)
+                    after = [steps[last_use].task] if last_use is not None else []
+                    wb = graph.add_route_task(
+                        platform, "memcpy", gpu, REMOTE, sizes[victim], f"evict {victim} gpu{device}",
+                        (device,), after=after, buffer=victim, direction="writeback",
+                    )
+                    report.written_back_bytes += sizes[victim]
+                    writebacks_at.setdefault(j, []).append(wb)
+                    in_remote[victim] = wb
+                    dirty.discard(victim)
+                else:
+                    in_remote.setdefault(victim, None)
+            if not fetch:
+                occ[j : last + 1] += size
+                resident[key] = (j, last)
+                dirty.add(key)
+                step_waits.extend(writebacks_at.get(j, ()))
+                continue
+            # Earliest step boundary from which the buffer fits until it is needed.
+            wb_own = in_remote[key]
+            lo = 0 if wb_own is None else j
+            if wb_own is not None:
+                lo = _step_of_writeback(writebacks_at, wb_own, j)
+            window = occ[lo : j + 1] + size > cap
+            b = lo if not window.any() else lo + int(np.flatnonzero(window)[-1]) + 1
+            after = [steps[b - 1].task] if b > 0 else []
+            after.extend(writebacks_at.get(b, ()))
+            if wb_own is not None:
+                after.append(wb_own)
+            ft = graph.add_route_task(
+                platform, "memcpy", REMOTE, gpu, size, f"fetch {key} gpu{device}", (device,),
+                after=after, buffer=key, direction="fetch",
+            )
+            report.fetch_tasks.append(ft)
+            report.fetched_bytes += size
+            occ[b : last + 1] += size
+            resident[key] = (b, last)
+            step_waits.append(ft)
+        for key in st.writes:
+            if key in resident:
+                dirty.add(key)
+        for w in dict.fromkeys(step_waits):
+            graph.add_edge(w, st.task)
+        # Buffers whose life ends here are freed (occupancy already stops at their last step).
+        for key in needed:
+            if key in resident and resident[key][1] == j:
+                del resident[key]
+    report.peak_bytes = int(occ.max())
+    return report
+
+
+def _farthest_victim(resident: dict[str, tuple[int, int]], keep: set[str], j: int, next_use) -> str | None:
+    best, best_next = None, -1
+    for key, (first, last) in resident.items():
+        if key in keep or first > j or last < j:
+            continue
+        nu = next_use(key, j)
+        # Farthest next use first; ties by key for determinism.
+        if nu > best_next or (nu == best_next and best is not None and key < best):
+            best, best_next = key, nu
+    return best
+
+
+def _step_of_writeback(writebacks_at: dict[int, list[int]], task: int, default: int) -> int:
+    for step, tasks in writebacks_at.items():
+        if task in tasks:
+            return step
+    return default

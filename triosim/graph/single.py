@@ -1,0 +1,120 @@
+"""Case 0: one GPU replays the whole training iteration, fed from its own or remote memory.
+
+Also the building blocks the other builders share: a GPU's in-order chain of compute tasks for
+a list of ops, and the memory plan of such a program (what is resident, what is prefetched).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+
+from ..platform import Platform
+from ..strategy import Strategy
+from ..trace import Trace
+from .memory import MemoryReport, Step, plan_memory
+from .tasks import TaskGraph
+
+
+def op_label(trace: Trace, index: int) -> str:
+    op = trace.ops[index]
+    name = op.name.rsplit(": ", 1)[-1].replace("aten::", "")
+    return f"{name}#{op.op_id}"
+
+
+def add_op_chain(
+    graph: TaskGraph,
+    trace: Trace,
+    device: int,
+    op_indices: Sequence[int],
+    after: Iterable[int] = (),
+    time_scale: float = 1.0,
+    label_suffix: str = "",
+    **attrs,
+) -> list[int]:
+    """Compute tasks for ``op_indices`` on ``device``, each after the previous (stream order)."""
+    tasks: list[int] = []
+    prev = list(after)
+    for i in op_indices:
+        op = trace.ops[i]
+        t = graph.add_compute(
+            device,
+            op.duration_s * time_scale,
+            f"{op_label(trace, i)}{label_suffix} gpu{device}",
+            after=prev,
+            op=i,
+            stage=op.stage,
+            **attrs,
+        )
+        tasks.append(t)
+        prev = [t]
+    return tasks
+
+
+def op_steps(trace: Trace, op_indices: Sequence[int], tasks: Sequence[int], key_prefix: str = "") -> list[Step]:
+    """Memory steps of ops: in-place ops without listed outputs (``_foreach_add_``) write their inputs."""
+    steps = []
+    for i, t in zip(op_indices, tasks):
+        op = trace.ops[i]
+        reads = tuple(key_prefix + k for k in trace.reads[i])
+        writes = tuple(key_prefix + k for k in trace.writes[i])
+        if not op.outputs and op.name.endswith("_"):
+            writes = reads
+        steps.append(Step(task=t, reads=reads, writes=writes, label=f"op {op.op_id} ({op.name}, trace.csv:{op.line})"))
+    return steps
+
+
+def persistent_buffers(trace: Trace) -> set[str]:
+    """External buffers that outlive the iteration: parameters and optimizer state."""
+    touched_by_optimizer = {
+        k for i, op in enumerate(trace.ops) if op.stage == "optimizer" for k in (*trace.reads[i], *trace.writes[i])
+    }
+    return {k for k in trace.external if k in trace.parameters or k in touched_by_optimizer}
+
+
+def plan_program_memory(
+    graph: TaskGraph,
+    trace: Trace,
+    platform: Platform,
+    strategy: Strategy,
+    device: int,
+    op_indices: Sequence[int],
+    tasks: Sequence[int],
+    sizes: dict[str, int] | None = None,
+) -> MemoryReport:
+    """Memory plan for ``device`` running ``op_indices`` (already added as ``tasks``)."""
+    if sizes is None:
+        sizes = {k: t.bytes for k, t in trace.tensors.items()}
+    steps = op_steps(trace, op_indices, tasks)
+    return plan_memory(
+        graph,
+        platform,
+        device,
+        steps,
+        sizes,
+        external=trace.external,
+        persistent=persistent_buffers(trace),
+        placement=strategy.initial_placement,
+    )
+
+
+def record_memory(graph: TaskGraph, reports: Iterable[MemoryReport]) -> None:
+    """Store per-GPU peak and traffic in ``graph.meta`` for the report."""
+    mem = graph.meta.setdefault("memory", {})
+    for r in reports:
+        mem[r.device] = {
+            "peak_bytes": r.peak_bytes,
+            "fetched_bytes": r.fetched_bytes,
+            "written_back_bytes": r.written_back_bytes,
+            "evictions": r.evictions,
+        }
+
+
+def build(trace: Trace, platform: Platform, strategy: Strategy) -> TaskGraph:
+    """Case 0: every op on GPU 0, in trace order."""
+    graph = TaskGraph()
+    ops = list(range(len(trace.ops)))
+    tasks = add_op_chain(graph, trace, 0, ops)
+    report = plan_program_memory(graph, trace, platform, strategy, 0, ops, tasks)
+    record_memory(graph, [report])
+    graph.meta["devices"] = [0]
+    return graph

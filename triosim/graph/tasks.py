@@ -1,0 +1,169 @@
+"""The task DAG every parallelism builder produces and the scheduler consumes.
+
+Tasks are kept in flat lists indexed by integer id (cheap for 10^6 tasks); ``to_networkx`` builds
+the ``networkx.DiGraph`` view for export, inspection and property tests. Kinds:
+
+- ``compute``: one op on one GPU; resource ``gpuG.compute`` (the GPU's in-order stream).
+- ``memcpy``: bytes between remote memory and a GPU; holds the route's directed links.
+- ``transfer``: point-to-point bytes between two GPUs (pipeline tensors, one collective step).
+- ``collective``: a whole collective as one macro task holding every link of its ring.
+- ``sync``: zero-duration join.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+import networkx as nx
+
+from ..platform import Platform, gpu_node
+
+KINDS = ("compute", "memcpy", "transfer", "collective", "sync")
+COMM_KINDS = frozenset({"memcpy", "transfer", "collective"})
+
+
+def compute_resource(device: int) -> str:
+    return f"gpu{device}.compute"
+
+
+class TaskGraph:
+    """A DAG of tasks with durations and resources, stored as parallel lists."""
+
+    def __init__(self) -> None:
+        self.kind: list[str] = []
+        self.label: list[str] = []
+        self.duration: list[float] = []
+        self.resources: list[tuple[int, ...]] = []
+        self.devices: list[tuple[int, ...]] = []
+        self.nbytes: list[int] = []
+        self.attrs: list[dict[str, Any] | None] = []
+        self.succ: list[list[int]] = []
+        self.npred: list[int] = []
+        self.resource_names: list[str] = []
+        self._rid: dict[str, int] = {}
+        # Facts builders know and reports need (peak memory per GPU, fetched bytes, ...).
+        self.meta: dict[str, Any] = {}
+
+    def __len__(self) -> int:
+        return len(self.kind)
+
+    @property
+    def num_edges(self) -> int:
+        return sum(self.npred)
+
+    def resource_id(self, name: str) -> int:
+        rid = self._rid.get(name)
+        if rid is None:
+            rid = len(self.resource_names)
+            self._rid[name] = rid
+            self.resource_names.append(name)
+        return rid
+
+    def add_task(
+        self,
+        kind: str,
+        label: str,
+        duration_s: float,
+        resources: Iterable[str] = (),
+        devices: Sequence[int] = (),
+        nbytes: int = 0,
+        after: Iterable[int] = (),
+        **attrs: Any,
+    ) -> int:
+        if kind not in KINDS:
+            raise ValueError(f"unknown task kind {kind!r}")
+        if not duration_s >= 0.0:
+            raise ValueError(f"task {label!r} has negative or NaN duration {duration_s}")
+        tid = len(self.kind)
+        self.kind.append(kind)
+        self.label.append(label)
+        self.duration.append(float(duration_s))
+        self.resources.append(tuple(self.resource_id(r) for r in resources))
+        self.devices.append(tuple(devices))
+        self.nbytes.append(int(nbytes))
+        self.attrs.append(attrs or None)
+        self.succ.append([])
+        self.npred.append(0)
+        for p in after:
+            self.add_edge(p, tid)
+        return tid
+
+    def add_edge(self, u: int, v: int) -> None:
+        """``u`` must finish before ``v`` starts."""
+        if u == v:
+            raise ValueError(f"self-loop on task {u}")
+        self.succ[u].append(v)
+        self.npred[v] += 1
+
+    # -- convenience constructors ------------------------------------------------------------
+
+    def add_compute(self, device: int, duration_s: float, label: str, after: Iterable[int] = (), **attrs: Any) -> int:
+        return self.add_task(
+            "compute", label, duration_s, (compute_resource(device),), (device,), after=after, **attrs
+        )
+
+    def add_sync(self, label: str, after: Iterable[int] = (), devices: Sequence[int] = (), **attrs: Any) -> int:
+        return self.add_task("sync", label, 0.0, (), devices, after=after, **attrs)
+
+    def add_route_task(
+        self,
+        platform: Platform,
+        kind: str,
+        src: str,
+        dst: str,
+        nbytes: int,
+        label: str,
+        devices: Sequence[int],
+        after: Iterable[int] = (),
+        **attrs: Any,
+    ) -> int:
+        """A memcpy or transfer that holds every link of the route from ``src`` to ``dst``."""
+        route = platform.route(src, dst)
+        return self.add_task(
+            kind, label, platform.route_time(route, nbytes), route, devices, nbytes,
+            after=after, src=src, dst=dst, **attrs,
+        )
+
+    def add_transfer(
+        self, platform: Platform, src_gpu: int, dst_gpu: int, nbytes: int, label: str,
+        after: Iterable[int] = (), **attrs: Any,
+    ) -> int:
+        return self.add_route_task(
+            platform, "transfer", gpu_node(src_gpu), gpu_node(dst_gpu), nbytes, label,
+            (src_gpu, dst_gpu), after=after, **attrs,
+        )
+
+    # -- views -------------------------------------------------------------------------------
+
+    def predecessors(self) -> list[list[int]]:
+        pred: list[list[int]] = [[] for _ in self.kind]
+        for u, vs in enumerate(self.succ):
+            for v in vs:
+                pred[v].append(u)
+        return pred
+
+    def task_resources(self, tid: int) -> tuple[str, ...]:
+        return tuple(self.resource_names[r] for r in self.resources[tid])
+
+    def to_networkx(self) -> nx.DiGraph:
+        """Every task as a node with its attributes; every dependency as an edge."""
+        g = nx.DiGraph()
+        for tid in range(len(self.kind)):
+            data: dict[str, Any] = {
+                "kind": self.kind[tid],
+                "label": self.label[tid],
+                "duration_s": self.duration[tid],
+                "resources": self.task_resources(tid),
+                "devices": self.devices[tid],
+                "bytes": self.nbytes[tid],
+            }
+            if self.attrs[tid]:
+                data.update(self.attrs[tid])
+            if self.kind[tid] == "compute":
+                data["device"] = self.devices[tid][0]
+            g.add_node(tid, **data)
+        for u, vs in enumerate(self.succ):
+            for v in vs:
+                g.add_edge(u, v)
+        return g

@@ -1,0 +1,196 @@
+"""The hardware: GPUs with a memory capacity, a remote-memory node, and the interconnect.
+
+The interconnect is a networkx directed graph. Nodes are ``gpu0`` … ``gpuN-1``, ``remote`` and
+optional switch nodes; every physical link is two directed edges, each with a bandwidth (B/s)
+and a latency (s). A transfer holds every directed link of its route (shortest path by hop
+count) for ``Σ latency + bytes / min bandwidth``. ``ring`` is the logical ring collectives use.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import networkx as nx
+
+from .errors import ConfigError
+
+REMOTE = "remote"
+TOPOLOGIES = ("ring", "fully-connected", "switch", "mesh")
+GB = 1e9  # 1 GB/s = 1e9 B/s, as the original
+
+
+def gpu_node(g: int) -> str:
+    return f"gpu{g}"
+
+
+def link_name(a: str, b: str) -> str:
+    return f"{a}->{b}"
+
+
+@dataclass
+class Platform:
+    """GPUs, memory and the link graph; routes are computed once and cached per instance."""
+
+    num_gpus: int
+    capacity_bytes: int
+    graph: nx.DiGraph
+    ring: tuple[int, ...]
+    topology: str
+    remote_bandwidth: float
+    ptp_bandwidth: float
+    _routes: dict[tuple[str, str], tuple[str, ...]] = field(default_factory=dict, repr=False)
+
+    def route(self, src: str, dst: str) -> tuple[str, ...]:
+        """Directed link names from ``src`` to ``dst`` (fewest hops, deterministic)."""
+        key = (src, dst)
+        hit = self._routes.get(key)
+        if hit is None:
+            if src == dst:
+                hit = ()
+            else:
+                # GPU-to-GPU traffic never detours through remote memory.
+                g = self.graph
+                if REMOTE not in (src, dst):
+                    g = nx.restricted_view(self.graph, [REMOTE], [])
+                try:
+                    path = nx.shortest_path(g, src, dst)
+                except (nx.NetworkXNoPath, nx.NodeNotFound):
+                    raise ConfigError(f"no route from {src} to {dst} in the {self.topology} topology") from None
+                hit = tuple(link_name(a, b) for a, b in zip(path, path[1:]))
+            self._routes[key] = hit
+        return hit
+
+    def link(self, name: str) -> dict:
+        a, b = name.split("->")
+        return self.graph.edges[a, b]
+
+    def route_time(self, route: tuple[str, ...], nbytes: float) -> float:
+        """Latency of every hop plus the bytes at the slowest link's bandwidth."""
+        if not route:
+            return 0.0
+        lat = 0.0
+        bw = float("inf")
+        for name in route:
+            attrs = self.link(name)
+            lat += attrs["latency"]
+            bw = min(bw, attrs["bandwidth"])
+        return lat + nbytes / bw
+
+    def ring_links(self, group: tuple[int, ...] | None = None) -> list[tuple[str, ...]]:
+        """Routes of each step of the ring over ``group`` (default: all GPUs in ring order)."""
+        order = tuple(group) if group is not None else self.ring
+        n = len(order)
+        if n < 2:
+            return []
+        return [self.route(gpu_node(order[i]), gpu_node(order[(i + 1) % n])) for i in range(n)]
+
+    def links(self) -> list[str]:
+        return [link_name(a, b) for a, b in self.graph.edges]
+
+
+def _add_link(g: nx.DiGraph, a: str, b: str, bandwidth: float, latency: float) -> None:
+    g.add_edge(a, b, bandwidth=bandwidth, latency=latency)
+    g.add_edge(b, a, bandwidth=bandwidth, latency=latency)
+
+
+def snake_order(rows: int, cols: int) -> tuple[int, ...]:
+    """GPU ids of a rows × cols mesh visited boustrophedon: the optical ring order."""
+    order = []
+    for r in range(rows):
+        cs = range(cols) if r % 2 == 0 else range(cols - 1, -1, -1)
+        order.extend(r * cols + c for c in cs)
+    return tuple(order)
+
+
+def build_platform(
+    num_gpus: int,
+    capacity_log2: float = 40,
+    bandwidth_gbps: float = 696,
+    ptp_bandwidth_gbps: float = 65,
+    interconnects: int = 0,
+    num_rows: int | None = None,
+    num_cols: int | None = None,
+    topology: str = "ring",
+    link_latency_us: float | None = None,
+    reference_compat: bool = False,
+) -> Platform:
+    """Build the platform from the seed flags (DESIGN §2.2, §6)."""
+    if num_gpus < 1:
+        raise ConfigError(f"-GPUnumber must be >= 1, got {num_gpus}")
+    if bandwidth_gbps <= 0:
+        raise ConfigError(f"-bandwidth must be > 0 GB/s, got {bandwidth_gbps}")
+    if ptp_bandwidth_gbps <= 0:
+        raise ConfigError(f"-ptp-bandwidth must be > 0 GB/s, got {ptp_bandwidth_gbps}")
+    if not 10 <= capacity_log2 <= 60:
+        raise ConfigError(f"-capacity must be between 10 and 60 (GPU memory = 2^capacity bytes), got {capacity_log2}")
+    if link_latency_us is not None and link_latency_us < 0:
+        raise ConfigError(f"--link-latency-us must be >= 0, got {link_latency_us}")
+    if interconnects not in (0, 1):
+        raise ConfigError(f"-interconnects must be 0 (electrical) or 1 (optical), got {interconnects}")
+    if topology not in TOPOLOGIES:
+        raise ConfigError(f"--topology must be one of {', '.join(TOPOLOGIES)}, got {topology!r}")
+
+    remote_bw = bandwidth_gbps * GB
+    ptp_bw = ptp_bandwidth_gbps * GB
+    if reference_compat:
+        latency = 0.0
+        if num_gpus >= 2 and interconnects == 0 and topology == "ring":
+            # The original pre-multiplies ring links so that an all-reduce of S takes S/ptp.
+            ptp_bw = ptp_bw * 2 * (num_gpus - 1) / num_gpus
+    else:
+        latency = (link_latency_us or 0.0) * 1e-6
+
+    g = nx.DiGraph()
+    for i in range(num_gpus):
+        g.add_node(gpu_node(i), kind="gpu")
+    g.add_node(REMOTE, kind="remote")
+    for i in range(num_gpus):
+        _add_link(g, gpu_node(i), REMOTE, remote_bw, 0.0 if reference_compat else latency)
+
+    if interconnects == 1 or topology == "mesh":
+        rows = num_rows if num_rows else 1
+        cols = num_cols if num_cols else num_gpus
+        if rows < 1 or cols < 1 or rows * cols != num_gpus:
+            raise ConfigError(
+                f"optical mesh: -numRows × -numCols = {rows} × {cols} = {rows * cols}, "
+                f"which is not -GPUnumber = {num_gpus}"
+            )
+        hop = 20e-9 if link_latency_us is None else latency
+        if reference_compat:
+            hop = 0.0
+        for r in range(rows):
+            for c in range(cols):
+                me = gpu_node(r * cols + c)
+                if c + 1 < cols:
+                    _add_link(g, me, gpu_node(r * cols + c + 1), ptp_bw, hop)
+                if r + 1 < rows:
+                    _add_link(g, me, gpu_node((r + 1) * cols + c), ptp_bw, hop)
+        ring = snake_order(rows, cols)
+        name = "optical-mesh"
+    elif topology == "fully-connected":
+        for i in range(num_gpus):
+            for j in range(i + 1, num_gpus):
+                _add_link(g, gpu_node(i), gpu_node(j), ptp_bw, latency)
+        ring = tuple(range(num_gpus))
+        name = topology
+    elif topology == "switch":
+        g.add_node("switch", kind="switch")
+        for i in range(num_gpus):
+            _add_link(g, gpu_node(i), "switch", ptp_bw, latency)
+        ring = tuple(range(num_gpus))
+        name = topology
+    else:
+        for i in range(num_gpus if num_gpus > 2 else num_gpus - 1):
+            _add_link(g, gpu_node(i), gpu_node((i + 1) % num_gpus), ptp_bw, latency)
+        ring = tuple(range(num_gpus))
+        name = "ring"
+
+    return Platform(
+        num_gpus=num_gpus,
+        capacity_bytes=int(2**capacity_log2),
+        graph=g,
+        ring=ring,
+        topology=name,
+        remote_bandwidth=remote_bw,
+        ptp_bandwidth=ptp_bw,
+    )

@@ -1,0 +1,532 @@
+"""The single-GPU operator trace: loading, validation, derived data-flow facts and batch scaling.
+
+A trace directory holds TrioSim's ``trace.csv`` (one row per operator, in execution order) and
+``tensor.csv`` (one row per operator/tensor-argument occurrence). This module reads both, checks
+them, and derives what the graph builders need: which op writes and reads which buffer, which
+tensors come from outside the step (parameters, optimizer state, the input batch), the parameter
+set, and the forward op each backward op belongs to.
+"""
+
+from __future__ import annotations
+
+import csv
+import os
+from collections.abc import Iterable
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+
+from .errors import ConfigError, TraceError
+
+TRACE_COLUMNS = (
+    "OperatorID",
+    "OperatorName",
+    "Operator_input",
+    "Operator_output",
+    "Operator_cudatime",
+    "Operator_cudatimenooverlap",
+    "InputSize",
+    "OutputSize",
+    "gpuid",
+    "stage",
+    "tpflag",
+)
+TENSOR_COLUMNS = (
+    "Index",
+    "TensorID",
+    "TensorShape",
+    "TensorNumElement",
+    "TensorEachByte",
+    "TensorType",
+    "TensorStorgeid",
+    "gpuid",
+)
+STAGES = ("forward", "backward", "optimizer")
+PARAMETER_CATEGORIES = frozenset({"weight", "bias"})
+
+# Higher wins when one tensor ID appears with several categories: a tensor that is ever a
+# weight or bias is a parameter, whatever else it is called elsewhere.
+_CATEGORY_RANK = {
+    "weight": 5,
+    "bias": 5,
+    "running_mean": 4,
+    "running_var": 4,
+    "mean": 4,
+    "grad": 3,
+    "grad_output": 3,
+    "input": 1,
+    "self": 1,
+    "output": 1,
+    "other": 1,
+    "": 0,
+}
+
+
+@dataclass(frozen=True)
+class Tensor:
+    """One tensor of the trace (all tensor.csv rows of one ID merged)."""
+
+    id: str
+    bytes: int
+    numel: int
+    each_byte: int
+    category: str
+    storage: str
+    shape: tuple[int, ...] | None
+
+
+@dataclass(frozen=True)
+class Op:
+    """One operator row of trace.csv."""
+
+    index: int
+    op_id: int
+    name: str
+    inputs: tuple[str, ...]
+    outputs: tuple[str, ...]
+    duration_s: float
+    span_s: float
+    stage: str
+    tpflag: bool
+    line: int
+
+
+@dataclass
+class Trace:
+    """A validated trace plus the data-flow facts derived from it.
+
+    Buffers: a tensor that is read but never written, and shares its storage with a tensor an
+    earlier op wrote (a view such as flatten's output or AccumulateGrad's alias of a gradient), is
+    mapped to that tensor; every other tensor is its own buffer. ``reads``/``writes`` are per op,
+    in buffer IDs, without repeats.
+    """
+
+    path: str
+    batch_size: int
+    ops: list[Op]
+    tensors: dict[str, Tensor]
+    alias: dict[str, str] = field(default_factory=dict)
+    reads: list[tuple[str, ...]] = field(default_factory=list)
+    writes: list[tuple[str, ...]] = field(default_factory=list)
+    producer: dict[str, int] = field(default_factory=dict)
+    consumers: dict[str, tuple[int, ...]] = field(default_factory=dict)
+    external: tuple[str, ...] = ()
+    parameters: tuple[str, ...] = ()
+    batch_invariant: frozenset[str] = frozenset()
+    forward_partner: tuple[int | None, ...] = ()
+    grad_ready_op: dict[str, int] = field(default_factory=dict)
+
+    def base(self, tensor_id: str) -> str:
+        return self.alias.get(tensor_id, tensor_id)
+
+    def bytes_of(self, buffer_id: str) -> int:
+        return self.tensors[buffer_id].bytes
+
+    @property
+    def parameter_bytes(self) -> int:
+        return sum(self.tensors[p].bytes for p in self.parameters)
+
+    @property
+    def total_time_s(self) -> float:
+        return sum(op.duration_s for op in self.ops)
+
+    def stage_ops(self, stage: str) -> list[Op]:
+        return [op for op in self.ops if op.stage == stage]
+
+    def last_backward_index(self) -> int:
+        """Index of the last backward op (or of the last forward op when there is none)."""
+        idx = [op.index for op in self.ops if op.stage == "backward"]
+        if not idx:
+            idx = [op.index for op in self.ops if op.stage == "forward"] or [len(self.ops) - 1]
+        return idx[-1]
+
+
+# ----------------------------------------------------------------------------- parsing helpers
+
+
+def parse_id_list(text: str) -> tuple[str, ...]:
+    """Parse the original's list syntax, ``[4; 6; 8]`` or ``[]`` (quotes and spaces ignored)."""
+    body = text.strip()
+    if not (body.startswith("[") and body.endswith("]")):
+        raise ValueError(f"expected a list like [4; 6], got {text!r}")
+    body = body[1:-1].replace(" ", "")
+    if not body:
+        return ()
+    items = tuple(tok.strip("'\"") for tok in body.split(";"))
+    if any(not tok for tok in items):
+        raise ValueError(f"empty element in list {text!r}")
+    return items
+
+
+def parse_int_list(text: str) -> tuple[int, ...]:
+    items = parse_id_list(text)
+    try:
+        values = tuple(int(float(tok)) for tok in items)
+    except ValueError:
+        raise ValueError(f"non-numeric size in {text!r}") from None
+    if any(v < 0 for v in values):
+        raise ValueError(f"negative size in {text!r}")
+    return values
+
+
+def _parse_shape(text: str) -> tuple[int, ...] | None:
+    body = text.strip().strip("[]").replace(" ", "")
+    if not body:
+        return ()
+    try:
+        return tuple(int(tok) for tok in body.replace(";", ",").split(",") if tok)
+    except ValueError:
+        return None
+
+
+def normalize_category(raw: str) -> str:
+    """Schema argument name without default: ``bias=None`` -> ``bias``."""
+    return raw.split("=", 1)[0].strip().lower()
+
+
+def _read_rows(path: Path, columns: tuple[str, ...]) -> list[tuple[int, dict[str, str]]]:
+    name = path.name
+    try:
+        with open(path, newline="", encoding="utf-8") as fh:
+            reader = csv.reader(fh, skipinitialspace=True)
+            try:
+                header = next(reader)
+            except StopIteration:
+                raise TraceError(name, "file is empty (no header row)") from None
+            header = [h.strip().lstrip("\ufeff") for h in header]
+            missing = [c for c in columns if c not in header]
+            if missing:
+                raise TraceError(name, f"missing column {missing[0]!r}", row=1)
+            pos = {c: header.index(c) for c in columns}
+            rows = []
+            for line_no, rec in enumerate(reader, start=2):
+                if not rec or all(not x.strip() for x in rec):
+                    continue
+                if len(rec) < len(header):
+                    short = header[len(rec)] if len(rec) < len(header) else ""
+                    raise TraceError(name, "row has too few fields", row=line_no, field=short)
+                rows.append((line_no, {c: rec[i].strip() for c, i in pos.items()}))
+            return rows
+    except UnicodeDecodeError:
+        raise TraceError(name, "not a UTF-8 text file") from None
+    except csv.Error as exc:
+        raise TraceError(name, f"malformed CSV ({exc})") from None
+    except OSError as exc:
+        raise TraceError(str(path), f"cannot read file ({exc.strerror})") from None
+
+
+def _int_field(name: str, line: int, col: str, text: str, minimum: int = 0) -> int:
+    try:
+        value = int(float(text))
+    except ValueError:
+        raise TraceError(name, f"not a number: {text!r}", row=line, field=col) from None
+    if value < minimum:
+        raise TraceError(name, f"must be >= {minimum}, got {text}", row=line, field=col)
+    return value
+
+
+def _time_field(line: int, col: str, text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise TraceError("trace.csv", f"unparsable time {text!r}", row=line, field=col) from None
+    if not value >= 0.0 or value == float("inf"):
+        raise TraceError("trace.csv", f"time must be a finite number >= 0, got {text}", row=line, field=col)
+    return value
+
+
+def _load_tensors(path: Path) -> dict[str, Tensor]:
+    tensors: dict[str, Tensor] = {}
+    for line, row in _read_rows(path, TENSOR_COLUMNS):
+        tid = row["TensorID"].strip("'\"")
+        if not tid:
+            raise TraceError("tensor.csv", "empty tensor ID", row=line, field="TensorID")
+        numel = _int_field("tensor.csv", line, "TensorNumElement", row["TensorNumElement"])
+        each = _int_field("tensor.csv", line, "TensorEachByte", row["TensorEachByte"])
+        category = normalize_category(row["TensorType"])
+        storage = row["TensorStorgeid"].strip()
+        prev = tensors.get(tid)
+        if prev is not None:
+            # Rows of one ID agree on size; keep the most specific category seen.
+            if _CATEGORY_RANK.get(category, 2) <= _CATEGORY_RANK.get(prev.category, 2):
+                category = prev.category
+            tensors[tid] = replace(prev, category=category)
+            continue
+        tensors[tid] = Tensor(
+            id=tid,
+            bytes=numel * each,
+            numel=numel,
+            each_byte=each,
+            category=category,
+            storage=storage if storage not in ("", "0") else "",
+            shape=_parse_shape(row["TensorShape"]),
+        )
+    return tensors
+
+
+def _load_ops(path: Path, tensors: dict[str, Tensor], time_column: str) -> list[Op]:
+    ops: list[Op] = []
+    for line, row in _read_rows(path, TRACE_COLUMNS):
+        ids = {}
+        for col in ("Operator_input", "Operator_output"):
+            try:
+                ids[col] = parse_id_list(row[col])
+            except ValueError as exc:
+                raise TraceError("trace.csv", str(exc), row=line, field=col) from None
+            for tid in ids[col]:
+                if tid not in tensors:
+                    raise TraceError(
+                        "trace.csv",
+                        f"references tensor {tid}, which tensor.csv does not define",
+                        row=line,
+                        field=col,
+                    )
+        for col in ("InputSize", "OutputSize"):
+            try:
+                parse_int_list(row[col])
+            except ValueError as exc:
+                raise TraceError("trace.csv", str(exc), row=line, field=col) from None
+        stage = row["stage"].strip().lower()
+        if stage not in STAGES:
+            raise TraceError(
+                "trace.csv", f"unknown stage {row['stage']!r} (expected forward, backward or optimizer)",
+                row=line, field="stage",
+            )
+        tp = row["tpflag"].strip()
+        if tp not in ("0", "1", ""):
+            raise TraceError("trace.csv", f"tpflag must be 0 or 1, got {tp!r}", row=line, field="tpflag")
+        span = _time_field(line, "Operator_cudatime", row["Operator_cudatime"])
+        busy = _time_field(line, "Operator_cudatimenooverlap", row["Operator_cudatimenooverlap"])
+        ops.append(
+            Op(
+                index=len(ops),
+                op_id=_int_field("trace.csv", line, "OperatorID", row["OperatorID"]),
+                name=row["OperatorName"],
+                inputs=ids["Operator_input"],
+                outputs=ids["Operator_output"],
+                duration_s=(busy if time_column == "nooverlap" else span) / 1e6,
+                span_s=span / 1e6,
+                stage=stage,
+                tpflag=tp == "1",
+                line=line,
+            )
+        )
+    if not ops:
+        raise TraceError("trace.csv", "the trace has no operators")
+    return ops
+
+
+def load_trace(path: str | os.PathLike, batch_size: int = 128, time_column: str = "nooverlap") -> Trace:
+    """Read and validate a trace directory; ``batch_size`` is the batch it was recorded at.
+
+    ``time_column`` picks the op duration: ``nooverlap`` (sum of kernel times, the original's
+    choice) or ``span`` (first kernel start to last kernel end).
+    """
+    if batch_size <= 0:
+        raise ConfigError(f"-batch-size must be a positive integer, got {batch_size}")
+    if time_column not in ("nooverlap", "span"):
+        raise ConfigError(f"unknown time column {time_column!r} (nooverlap or span)")
+    root = Path(path)
+    if not root.is_dir():
+        raise TraceError(str(root), "trace directory does not exist")
+    for name in ("trace.csv", "tensor.csv"):
+        if not (root / name).is_file():
+            raise TraceError(str(root / name), "file not found")
+    tensors = _load_tensors(root / "tensor.csv")
+    ops = _load_ops(root / "trace.csv", tensors, time_column)
+    trace = Trace(path=str(root), batch_size=batch_size, ops=ops, tensors=tensors)
+    return derive(trace)
+
+
+# ----------------------------------------------------------------------------- derived facts
+
+
+def _dedup(items: Iterable[str]) -> tuple[str, ...]:
+    return tuple(dict.fromkeys(items))
+
+
+def _resolve_aliases(ops: list[Op], tensors: dict[str, Tensor]) -> dict[str, str]:
+    """Map a read-but-never-written tensor to an earlier tensor of the same storage.
+
+    Ops the tracer dropped (views, AccumulateGrad) leave such tensors behind; without this they
+    would look like data fetched from outside the step. Storage IDs can be reused by the
+    allocator, so only the latest earlier writer (or a parameter) counts, and it must be at
+    least as large.
+    """
+    written = {tid for op in ops for tid in op.outputs}
+    last_writer_by_storage: dict[str, str] = {}
+    alias: dict[str, str] = {}
+    seen: set[str] = set()
+    for op in ops:
+        for tid in op.inputs:
+            # Decide at the first read only: a parameter read again after some op wrote a
+            # view of its storage (a transposed weight) is still the parameter.
+            if tid in seen or tid in written:
+                continue
+            seen.add(tid)
+            t = tensors[tid]
+            base = last_writer_by_storage.get(t.storage) if t.storage else None
+            if base is not None and tensors[base].bytes >= t.bytes:
+                alias[tid] = base
+            elif t.storage and tensors[tid].category in PARAMETER_CATEGORIES:
+                # Parameters live for the whole run, so their storage is never reused:
+                # a later unwritten tensor of that storage is a view of the parameter.
+                last_writer_by_storage.setdefault(t.storage, tid)
+        for tid in op.outputs:
+            st = tensors[tid].storage
+            if st:
+                last_writer_by_storage[st] = tid
+    return alias
+
+
+def derive(trace: Trace) -> Trace:
+    """Compute the data-flow facts of a trace (idempotent)."""
+    ops, tensors = trace.ops, trace.tensors
+    alias = _resolve_aliases(ops, tensors)
+
+    def b(tid: str) -> str:
+        return alias.get(tid, tid)
+
+    reads = [_dedup(b(t) for t in op.inputs) for op in ops]
+    writes = [_dedup(b(t) for t in op.outputs) for op in ops]
+    first_read: dict[str, int] = {}
+    first_write: dict[str, int] = {}
+    consumers: dict[str, list[int]] = {}
+    for i in range(len(ops)):
+        for t in reads[i]:
+            first_read.setdefault(t, i)
+            consumers.setdefault(t, []).append(i)
+        for t in writes[i]:
+            first_write.setdefault(t, i)
+    # External: read before (or by the same op as) its first write, or never written.
+    external = sorted(
+        (t for t, r in first_read.items() if first_write.get(t, len(ops)) >= r),
+        key=lambda t: (first_read[t], t),
+    )
+    producer = {t: i for t, i in first_write.items() if first_read.get(t, len(ops)) > i}
+    params = tuple(
+        t for t in external if tensors[t].category in PARAMETER_CATEGORIES and tensors[t].bytes > 0
+    )
+
+    # Batch-invariant buffers: parameters, anything an optimizer op touches (gradients,
+    # optimizer state) and aliases of those.
+    invariant: set[str] = set(params)
+    for i, op in enumerate(ops):
+        if op.stage == "optimizer":
+            invariant.update(reads[i])
+            invariant.update(writes[i])
+    invariant.update(tid for tid, base in alias.items() if base in invariant)
+
+    partner = _forward_partners(ops, reads, writes, set(params))
+    grad_ready = _grad_ready_ops(ops, reads, params, partner, first_read)
+    return replace(
+        trace,
+        alias=alias,
+        reads=reads,
+        writes=writes,
+        producer=producer,
+        consumers={t: tuple(c) for t, c in consumers.items()},
+        external=tuple(external),
+        parameters=params,
+        batch_invariant=frozenset(invariant),
+        forward_partner=partner,
+        grad_ready_op=grad_ready,
+    )
+
+
+def _forward_partners(
+    ops: list[Op], reads: list[tuple[str, ...]], writes: list[tuple[str, ...]], params: set[str]
+) -> tuple[int | None, ...]:
+    """For each backward op, the forward op whose activations or weights it reads (else None).
+
+    A backward op reads what its forward op saved: the forward's inputs/outputs (last written by
+    that forward op or the one before it) or the forward op's weights. The latest such forward
+    op is the partner, which pairs ReluBackward with relu_ and ConvolutionBackward with conv2d.
+    """
+    last_fwd_writer: dict[str, int] = {}
+    first_fwd_reader: dict[str, int] = {}
+    partner: list[int | None] = []
+    for i, op in enumerate(ops):
+        if op.stage == "forward":
+            for t in reads[i]:
+                first_fwd_reader.setdefault(t, i)
+            for t in writes[i]:
+                last_fwd_writer[t] = i
+            partner.append(None)
+            continue
+        if op.stage != "backward":
+            partner.append(None)
+            continue
+        best: int | None = None
+        for t in reads[i]:
+            cand = last_fwd_writer.get(t)
+            if t in params or cand is None:
+                cand = first_fwd_reader.get(t) if t in params else cand
+            if cand is not None and (best is None or cand > best):
+                best = cand
+        partner.append(best)
+    return tuple(partner)
+
+
+def _grad_ready_ops(
+    ops: list[Op],
+    reads: list[tuple[str, ...]],
+    params: tuple[str, ...],
+    partner: tuple[int | None, ...],
+    first_read: dict[str, int],
+) -> dict[str, int]:
+    """The backward op after which each parameter's gradient is complete.
+
+    That is the first backward op that reads the parameter (it computes the weight gradient);
+    when none does, the backward op paired with the parameter's first forward reader; else the
+    last backward op.
+    """
+    backward = [i for i, op in enumerate(ops) if op.stage == "backward"]
+    last = backward[-1] if backward else len(ops) - 1
+    by_partner: dict[int, int] = {}
+    for i in backward:
+        p = partner[i]
+        if p is not None:
+            by_partner[p] = max(by_partner.get(p, -1), i)
+    ready: dict[str, int] = {}
+    for p in params:
+        readers = [i for i in backward if p in reads[i]]
+        if readers:
+            ready[p] = readers[0]
+        else:
+            ready[p] = by_partner.get(first_read.get(p, -1), last)
+    return ready
+
+
+# ----------------------------------------------------------------------------- batch scaling
+
+
+def scale_trace(trace: Trace, batch_size_sim: int, reference_compat: bool = False) -> Trace:
+    """Scale a trace recorded at ``trace.batch_size`` to a per-GPU batch of ``batch_size_sim``.
+
+    Op times scale linearly. Default model: activation and input bytes scale, parameters,
+    gradients and optimizer state do not (a tensor scales when its leading dimension is the
+    batch, or its shape is unknown). ``reference_compat``: every tensor scales, with the
+    original's truncation ``int(size / (batch / batch_sim))``.
+    """
+    if batch_size_sim <= 0:
+        raise ConfigError(f"-batch-size-sim must be a positive integer, got {batch_size_sim}")
+    if batch_size_sim == trace.batch_size:
+        return trace
+    ratio_sim = batch_size_sim / trace.batch_size
+    bs_ratio = trace.batch_size / batch_size_sim
+    tensors = {}
+    for tid, t in trace.tensors.items():
+        if reference_compat:
+            new_bytes = int(float(t.bytes) / bs_ratio)
+        elif tid in trace.batch_invariant or trace.base(tid) in trace.batch_invariant:
+            new_bytes = t.bytes
+        elif t.shape is None or (t.shape and t.shape[0] == trace.batch_size):
+            new_bytes = int(round(t.bytes * ratio_sim))
+        else:
+            new_bytes = t.bytes
+        tensors[tid] = replace(t, bytes=new_bytes)
+    ops = [
+        replace(op, duration_s=op.duration_s / bs_ratio, span_s=op.span_s / bs_ratio)
+        for op in trace.ops
+    ]
+    return replace(trace, ops=ops, tensors=tensors, batch_size=batch_size_sim)
