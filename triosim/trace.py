@@ -530,3 +530,19 @@ def scale_trace(trace: Trace, batch_size_sim: int, reference_compat: bool = Fals
         for op in trace.ops
     ]
     return replace(trace, ops=ops, tensors=tensors, batch_size=batch_size_sim)
+
+
+def read_trace_info(path: str | os.PathLike) -> dict:
+    """Optional ``trace_info.json`` beside the CSVs (written by our tracer): batch size, device…"""
+    import json
+
+    info = Path(path) / "trace_info.json"
+    if not info.is_file():
+        return {}
+    try:
+        data = json.loads(info.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        raise TraceError(str(info), f"unreadable JSON ({exc})") from None
+    if not isinstance(data, dict):
+        raise TraceError(str(info), "expected a JSON object")
+    return data

@@ -1,0 +1,70 @@
+"""The terminal summary of a simulation (rich): iteration time, per-GPU and per-link figures."""
+
+from __future__ import annotations
+
+from rich.console import Console
+from rich.panel import Panel
+from rich.table import Table
+
+from .result import GpuStats, Result
+
+MAX_GPU_ROWS = 16
+
+
+def _bytes(n: float) -> str:
+    for unit, scale in (("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
+        if abs(n) >= scale:
+            return f"{n / scale:.2f} {unit}"
+    return f"{n:.0f} B"
+
+
+def _gpu_table(rows: list[GpuStats]) -> Table:
+    table = Table(title="Per GPU", title_justify="left", show_edge=False)
+    for col in ("GPU", "compute ms", "comm ms", "exposed comm ms", "idle ms", "peak memory"):
+        table.add_column(col, justify="right")
+    shown = rows if len(rows) <= MAX_GPU_ROWS else rows[:4] + rows[-4:]
+    for i, g in enumerate(shown):
+        if len(rows) > MAX_GPU_ROWS and i == 4:
+            table.add_row(f"… {len(rows) - 8} more", "", "", "", "", "")
+        table.add_row(
+            str(g.gpu), f"{g.compute_ms:.4f}", f"{g.comm_ms:.4f}", f"{g.exposed_comm_ms:.4f}",
+            f"{g.idle_ms:.4f}", _bytes(g.peak_memory_bytes),
+        )
+    if len(rows) > 1:
+        n = len(rows)
+        table.add_row(
+            "mean", f"{sum(g.compute_ms for g in rows) / n:.4f}", f"{sum(g.comm_ms for g in rows) / n:.4f}",
+            f"{sum(g.exposed_comm_ms for g in rows) / n:.4f}", f"{sum(g.idle_ms for g in rows) / n:.4f}",
+            _bytes(max(g.peak_memory_bytes for g in rows)) + " max", style="bold",
+        )
+    return table
+
+
+def print_summary(result: Result, console: Console, title: str = "") -> None:
+    s, p = result.strategy, result.platform
+    head = (
+        f"[bold]{title}[/bold]\n" if title else ""
+    ) + (
+        f"case {s.case} · {s.name} · {p.num_gpus} GPU{'s' if p.num_gpus > 1 else ''} ({p.topology})"
+        f"{' · reference-compat' if s.reference_compat else ''}\n"
+        f"[bold green]Iteration time: {result.makespan_ms:.4f} ms[/bold green]"
+        f"   ({len(result.graph):,} tasks, {result.graph.num_edges:,} edges)"
+    )
+    console.print(Panel(head, title="triosim", expand=False))
+    console.print(_gpu_table(result.per_gpu))
+    if result.per_link:
+        busiest = sorted(result.per_link, key=lambda k: (-k.busy_ms, k.link))[:6]
+        table = Table(title="Busiest links", title_justify="left", show_edge=False)
+        for col in ("link", "bytes", "busy ms", "utilization"):
+            table.add_column(col, justify="right")
+        for k in busiest:
+            table.add_row(k.link, _bytes(k.bytes), f"{k.busy_ms:.4f}", f"{k.utilization * 100:.1f}%")
+        console.print(table)
+    mem = result.graph.meta.get("memory", {})
+    fetched = sum(m.get("fetched_bytes", 0) for m in mem.values())
+    wb = sum(m.get("written_back_bytes", 0) for m in mem.values())
+    ev = sum(m.get("evictions", 0) for m in mem.values())
+    if fetched or wb or ev:
+        console.print(
+            f"Remote memory: fetched {_bytes(fetched)}, written back {_bytes(wb)}, {ev} eviction(s)"
+        )

@@ -1,0 +1,196 @@
+"""The outcome of one simulation: makespan plus per-GPU and per-link figures.
+
+Figures are derived only from the TaskGraph and the Schedule, never from the strategy:
+compute = time the GPU's compute stream is busy; comm = time any communication task touching
+the GPU runs (union of intervals); exposed comm = the part of comm time during which the GPU
+computes nothing; idle = makespan − compute.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from .graph import build_graph
+from .graph.tasks import COMM_KINDS, TaskGraph
+from .platform import Platform
+from .scheduler import Schedule, schedule
+from .strategy import Strategy
+from .trace import Trace
+
+
+@dataclass
+class GpuStats:
+    gpu: int
+    compute_ms: float
+    comm_ms: float
+    exposed_comm_ms: float
+    idle_ms: float
+    peak_memory_bytes: int
+
+
+@dataclass
+class LinkStats:
+    link: str
+    bytes: int
+    busy_ms: float
+    utilization: float
+
+
+@dataclass
+class Result:
+    makespan_s: float
+    strategy: Strategy
+    platform: Platform
+    graph: TaskGraph
+    schedule: Schedule
+    per_gpu: list[GpuStats]
+    per_link: list[LinkStats]
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def makespan_ms(self) -> float:
+        return self.makespan_s * 1e3
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready, deterministic (rounded to 1 ns / 1e-9)."""
+
+        def r(x: float) -> float:
+            return round(x, 9)
+
+        mem = self.graph.meta.get("memory", {})
+        return {
+            "makespan_ms": r(self.makespan_ms),
+            "case": self.strategy.case,
+            "case_name": self.strategy.name,
+            "gpus": self.platform.num_gpus,
+            "topology": self.platform.topology,
+            "tasks": len(self.graph),
+            "edges": self.graph.num_edges,
+            "fetched_bytes": sum(m.get("fetched_bytes", 0) for m in mem.values()),
+            "written_back_bytes": sum(m.get("written_back_bytes", 0) for m in mem.values()),
+            "per_gpu": [
+                {
+                    "gpu": g.gpu,
+                    "compute_ms": r(g.compute_ms),
+                    "comm_ms": r(g.comm_ms),
+                    "exposed_comm_ms": r(g.exposed_comm_ms),
+                    "idle_ms": r(g.idle_ms),
+                    "peak_memory_bytes": g.peak_memory_bytes,
+                }
+                for g in self.per_gpu
+            ],
+            "per_link": [
+                {"link": k.link, "bytes": k.bytes, "busy_ms": r(k.busy_ms), "utilization": r(k.utilization)}
+                for k in self.per_link
+            ],
+            **self.extra,
+        }
+
+
+def _union(intervals: list[tuple[float, float]]) -> list[tuple[float, float]]:
+    out: list[tuple[float, float]] = []
+    for s, e in sorted(intervals):
+        if e <= s:
+            continue
+        if out and s <= out[-1][1]:
+            if e > out[-1][1]:
+                out[-1] = (out[-1][0], e)
+        else:
+            out.append((s, e))
+    return out
+
+
+def _length(intervals: list[tuple[float, float]]) -> float:
+    return sum(e - s for s, e in intervals)
+
+
+def _minus(a: list[tuple[float, float]], b: list[tuple[float, float]]) -> float:
+    """Length of union ``a`` not covered by union ``b`` (both sorted, disjoint)."""
+    total = 0.0
+    j = 0
+    for s, e in a:
+        cur = s
+        while j < len(b) and b[j][1] <= cur:
+            j += 1
+        k = j
+        while k < len(b) and b[k][0] < e:
+            if b[k][0] > cur:
+                total += b[k][0] - cur
+            cur = max(cur, b[k][1])
+            if cur >= e:
+                break
+            k += 1
+        if cur < e:
+            total += e - cur
+    return total
+
+
+def summarize(graph: TaskGraph, sched: Schedule, platform: Platform) -> tuple[list[GpuStats], list[LinkStats]]:
+    devices = graph.meta.get("devices") or list(range(platform.num_gpus))
+    compute: dict[int, list[tuple[float, float]]] = {d: [] for d in devices}
+    comm: dict[int, list[tuple[float, float]]] = {d: [] for d in devices}
+    link_bytes: dict[str, int] = {}
+    link_busy: dict[str, float] = {}
+    names = graph.resource_names
+    for t, kind in enumerate(graph.kind):
+        s, e = sched.start[t], sched.end[t]
+        if kind == "compute":
+            compute.setdefault(graph.devices[t][0], []).append((s, e))
+        elif kind in COMM_KINDS:
+            for d in graph.devices[t]:
+                comm.setdefault(d, []).append((s, e))
+            attrs = graph.attrs[t] or {}
+            per_link = attrs.get("link_bytes", graph.nbytes[t])
+            for rid in graph.resources[t]:
+                name = names[rid]
+                link_bytes[name] = link_bytes.get(name, 0) + int(per_link)
+                link_busy[name] = link_busy.get(name, 0.0) + (e - s)
+    makespan = sched.makespan
+    mem = graph.meta.get("memory", {})
+    per_gpu = []
+    for d in sorted(compute):
+        cu = _union(compute[d])
+        co = _union(comm.get(d, []))
+        busy = _length(cu)
+        per_gpu.append(
+            GpuStats(
+                gpu=d,
+                compute_ms=busy * 1e3,
+                comm_ms=_length(co) * 1e3,
+                exposed_comm_ms=_minus(co, cu) * 1e3,
+                idle_ms=max(0.0, makespan - busy) * 1e3,
+                peak_memory_bytes=int(mem.get(d, {}).get("peak_bytes", 0)),
+            )
+        )
+    per_link = [
+        LinkStats(
+            link=name,
+            bytes=link_bytes[name],
+            busy_ms=link_busy[name] * 1e3,
+            utilization=(link_busy[name] / makespan) if makespan > 0 else 0.0,
+        )
+        for name in sorted(link_bytes, key=_natural_key)
+    ]
+    return per_gpu, per_link
+
+
+def _natural_key(name: str) -> tuple:
+    import re
+
+    return tuple(int(p) if p.isdigit() else p for p in re.split(r"(\d+)", name))
+
+
+def run_simulation(trace: Trace, platform: Platform, strategy: Strategy, progress=None) -> Result:
+    graph = build_graph(trace, platform, strategy)
+    sched = schedule(graph, progress=progress)
+    per_gpu, per_link = summarize(graph, sched, platform)
+    return Result(
+        makespan_s=sched.makespan,
+        strategy=strategy,
+        platform=platform,
+        graph=graph,
+        schedule=sched,
+        per_gpu=per_gpu,
+        per_link=per_link,
+    )
