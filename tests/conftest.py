@@ -1,0 +1,34 @@
+"""Shared fixtures: the reference traces in ../shared (skipped when absent) and synthetic traces."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+REFERENCE = REPO.parent / "shared" / "reference" / "sample_trace" / "trace2-h100-bs128"
+
+
+def reference_dir(model: str) -> Path:
+    path = REFERENCE / model
+    if not (path / "trace.csv").is_file():
+        pytest.skip(f"reference trace {model} not available (../shared absent)")
+    return path
+
+
+@pytest.fixture
+def vgg13_dir() -> Path:
+    return reference_dir("vgg13")
+
+
+@pytest.fixture
+def resnet50_dir() -> Path:
+    return reference_dir("resnet50")
+
+
+@pytest.fixture
+def synthetic_dir(tmp_path: Path) -> Path:
+    from triosim.synthetic import SyntheticModel, write_synthetic_trace
+
+    return write_synthetic_trace(tmp_path / "mlp", SyntheticModel(layers=4, batch_size=8, seed=1))

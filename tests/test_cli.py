@@ -1,0 +1,138 @@
+"""The command line: seed flags, outputs, determinism and one-line errors with exit code 2."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+
+import pytest
+
+from triosim.cli import default_trace_dir, main, normalize_argv
+
+
+def run_cli(capsys, *argv):
+    code = main(list(argv))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def test_single_dash_flags_are_normalized():
+    assert normalize_argv(["-trace-dir", "x", "-batch-size-sim", "-1", "-h"]) == [
+        "--trace-dir", "x", "--batch-size-sim", "-1", "-h"]
+
+
+def test_quiet_prints_the_reference_case0_time(capsys, vgg13_dir):
+    code, out, err = run_cli(capsys, "-trace-dir", str(vgg13_dir), "-case", "0", "-batch-size", "128", "--quiet")
+    assert code == 0 and out == "94.0380\n" and err == ""
+    # Seed form without the sub-command, double dashes, same answer.
+    code, out, _ = run_cli(capsys, "run", "--trace-dir", str(vgg13_dir), "--quiet")
+    assert out == "94.0380\n"
+
+
+def test_json_is_complete_and_byte_identical(capsys, tmp_path, synthetic_dir):
+    paths = [tmp_path / "a.json", tmp_path / "b.json"]
+    for p in paths:
+        code, _, _ = run_cli(capsys, "run", "-trace-dir", str(synthetic_dir), "--initial-placement", "remote",
+                             "-bandwidth", "1", "--json", str(p), "--quiet")
+        assert code == 0
+    assert paths[0].read_bytes() == paths[1].read_bytes()
+    data = json.loads(paths[0].read_text())
+    for key in ("makespan_ms", "case", "gpus", "per_gpu", "per_link"):
+        assert key in data
+    assert set(data["per_gpu"][0]) >= {"gpu", "compute_ms", "comm_ms", "exposed_comm_ms", "idle_ms",
+                                       "peak_memory_bytes"}
+    assert data["per_link"][0]["link"] == "remote->gpu0"
+    assert set(data["per_link"][0]) >= {"link", "bytes", "busy_ms", "utilization"}
+
+
+def test_json_to_stdout_and_summary(capsys, synthetic_dir):
+    code, out, _ = run_cli(capsys, "run", "-trace-dir", str(synthetic_dir), "--json", "-")
+    assert code == 0 and json.loads(out)["case"] == 0
+    code, out, _ = run_cli(capsys, "run", "-trace-dir", str(synthetic_dir))
+    assert code == 0 and "Iteration time" in out and "Per GPU" in out
+
+
+def test_timeline_is_chrome_trace(capsys, tmp_path, synthetic_dir):
+    path = tmp_path / "tl.json"
+    code, _, _ = run_cli(capsys, "run", "-trace-dir", str(synthetic_dir), "--initial-placement", "remote",
+                         "--timeline", str(path), "--quiet")
+    assert code == 0
+    events = json.loads(path.read_text())["traceEvents"]
+    spans = [e for e in events if e["ph"] == "X"]
+    assert any(e["cat"] == "compute" for e in spans) and any(e["cat"] == "memcpy" for e in spans)
+    names = {e["args"]["name"] for e in events if e["ph"] == "M" and e["name"] == "thread_name"}
+    assert {"compute", "remote->gpu0"} <= names
+
+
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["-trace-dir", "/nonexistent/trace"], "/nonexistent/trace: trace directory does not exist"),
+        (["-GPUnumber", "0", "-case", "1"], "-GPUnumber must be >= 1"),
+        (["-batch-size-sim", "0"], "-batch-size-sim must be a positive integer"),
+        (["-batch-size", "-3"], "-batch-size must be a positive integer"),
+        (["-micro-batch-size", "100000", "-case", "4"], "is larger than the simulated batch"),
+        (["-micro-batch-size", "0", "-case", "4"], "-micro-batch-size must be a positive integer"),
+        (["-capacity", "5"], "-capacity must be between 10 and 60"),
+        (["-bandwidth", "0"], "-bandwidth must be > 0"),
+        (["-ptp-bandwidth", "-1"], "-ptp-bandwidth must be > 0"),
+        (["-case", "9"], "-case must be one of 0..4"),
+        (["--schedule", "zigzag", "-case", "4"], "--schedule must be gpipe or 1f1b"),
+        (["-interconnects", "1", "-numRows", "3", "-numCols", "2", "-GPUnumber", "4", "-case", "1"],
+         "optical mesh: -numRows × -numCols = 3 × 2 = 6, which is not -GPUnumber = 4"),
+    ],
+)
+def test_bad_flags_exit_2_with_one_line(capsys, synthetic_dir, argv, message):
+    if "-trace-dir" not in argv:
+        argv = ["-trace-dir", str(synthetic_dir), *argv]
+    code, out, err = run_cli(capsys, "run", *argv)
+    assert code == 2
+    assert message in err
+    assert err.count("\n") == 1 and "Traceback" not in err
+
+
+def test_bad_trace_file_exit_2(capsys, tmp_path, synthetic_dir):
+    bad = tmp_path / "bad"
+    shutil.copytree(synthetic_dir, bad)
+    text = (bad / "trace.csv").read_text().replace("[1; 2; 3]", "[1; 2; 977]", 1)
+    (bad / "trace.csv").write_text(text)
+    code, _, err = run_cli(capsys, "run", "-trace-dir", str(bad))
+    assert code == 2
+    assert err == ("triosim: error: trace.csv:2: Operator_input: references tensor 977, "
+                   "which tensor.csv does not define\n")
+
+
+def test_out_of_memory_exit_2(capsys, vgg13_dir):
+    code, _, err = run_cli(capsys, "run", "-trace-dir", str(vgg13_dir), "-capacity", "31")
+    assert code == 2 and "out of memory on GPU 0: op 3 (aten::conv2d, trace.csv:4)" in err
+
+
+def test_outputs_never_replace_the_trace(capsys, tmp_path, synthetic_dir):
+    before = (synthetic_dir / "trace.csv").read_bytes()
+    code, _, err = run_cli(capsys, "run", "-trace-dir", str(synthetic_dir), "--json",
+                           str(synthetic_dir / "trace.csv"))
+    assert code == 2 and "refusing to overwrite an input file" in err
+    assert (synthetic_dir / "trace.csv").read_bytes() == before
+
+
+def test_dag_export_is_valid_dot(capsys, tmp_path, synthetic_dir):
+    out = tmp_path / "dag.dot"
+    code, stdout, _ = run_cli(capsys, "dag", "--case", "0", "-trace-dir", str(synthetic_dir),
+                              "--initial-placement", "remote", "--export", str(out))
+    assert code == 0 and out.read_text().startswith("digraph")
+    assert "cluster_gpu0" in out.read_text()
+    if shutil.which("dot"):
+        proc = subprocess.run(["dot", "-Tsvg", str(out)], capture_output=True, text=True)
+        assert proc.returncode == 0 and "<svg" in proc.stdout
+
+
+def test_default_trace_is_embedded_and_runs_from_anywhere(tmp_path):
+    assert (default_trace_dir() / "trace.csv").is_file()
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    proc = subprocess.run([sys.executable, "-m", "triosim.cli", "run", "--quiet"], cwd=tmp_path,
+                          capture_output=True, text=True, env=env)
+    assert proc.returncode == 0, proc.stderr
+    assert float(proc.stdout) > 0
