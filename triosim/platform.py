@@ -129,6 +129,10 @@ def build_platform(
         raise ConfigError(f"-interconnects must be 0 (electrical) or 1 (optical), got {interconnects}")
     if topology not in TOPOLOGIES:
         raise ConfigError(f"--topology must be one of {', '.join(TOPOLOGIES)}, got {topology!r}")
+    if interconnects == 1 and topology not in ("ring", "mesh"):
+        # The optical interconnect is always a mesh with a snake ring; silently dropping an
+        # explicit electrical topology would mislead.
+        raise ConfigError(f"-interconnects 1 (optical mesh) cannot be combined with --topology {topology}")
 
     remote_bw = bandwidth_gbps * GB
     ptp_bw = ptp_bandwidth_gbps * GB
