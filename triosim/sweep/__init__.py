@@ -1,0 +1,300 @@
+"""``triosim sweep``: many configurations of one training iteration, simulated and ranked.
+
+A sweep answers "which of these configurations is fastest for my model on this interconnect?":
+it expands a grid of ``triosim run`` flags (comma lists on the command line, or a YAML/JSON grid
+file) into their cartesian product, settles the combinations ``run`` would refuse as *invalid*
+(with the reason), simulates the others in-process, on a local process pool or on a Dask
+cluster, and reports every configuration's iteration time, speed-up and summary figures as a
+ranked table, CSV/JSON files kept valid while it runs, and a scaling plot.
+
+Python use::
+
+    from triosim.sweep import FlagTable, build_grid, run_sweep
+    grid = build_grid(FlagTable.from_cli(), cli_entries=[("case", [0, 1]), ("gpus", [2, 4])])
+    result = run_sweep(grid, jobs=2)
+"""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+
+from ..errors import ConfigError
+from .execute import (
+    FAILED,
+    INVALID,
+    OK,
+    Outcome,
+    Prepared,
+    default_jobs,
+    prepare,
+    require_distributed,
+    run_dask,
+    run_inprocess,
+    run_pool,
+)
+from .grid import FlagTable, Grid, Point, build_grid, format_value, read_grid_file, split_list
+from .results import ResultFiles, Row, check_outputs, print_table, with_speedups
+
+__all__ = [
+    "FAILED",
+    "INVALID",
+    "OK",
+    "FlagTable",
+    "Grid",
+    "Point",
+    "Row",
+    "SweepResult",
+    "build_grid",
+    "read_grid_file",
+    "register",
+    "run_sweep",
+]
+
+INPROCESS_MAX = 2  # a pool's start-up costs more than simulating this many configurations
+
+
+@dataclass(frozen=True)
+class SweepResult:
+    """Every configuration's row in grid order; ``complete`` is False after an interrupt, and
+    then ``rows`` holds only what had finished (plus the invalid ones)."""
+
+    grid: Grid
+    rows: tuple[Row, ...]
+    complete: bool
+    backend: str
+    traces: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class Backend:
+    kind: str  # "in-process", "pool" or "dask"
+    jobs: int = 1
+    address: str = ""
+    timeout_s: float = 20.0
+
+    def describe(self) -> str:
+        if self.kind == "pool":
+            return f"a local pool of {self.jobs} processes"
+        if self.kind == "dask":
+            return f"the Dask cluster at {self.address}"
+        return "this process"
+
+
+def choose_backend(n_tasks: int, jobs: int | None, dask: str | None, dask_timeout_s: float = 20.0) -> Backend:
+    if dask:
+        return Backend("dask", address=dask, timeout_s=dask_timeout_s)
+    jobs = default_jobs() if jobs is None else jobs
+    if jobs < 1:
+        raise ConfigError(f"--jobs must be >= 1, got {jobs}")
+    if jobs == 1 or n_tasks <= INPROCESS_MAX:
+        return Backend("in-process")
+    return Backend("pool", jobs=min(jobs, n_tasks))
+
+
+def trace_inputs(prepared: Prepared) -> list[Path]:
+    """The files an output must never overwrite."""
+    return [Path(d) / name for d in prepared.trace_dirs for name in ("trace.csv", "tensor.csv")]
+
+
+def run_sweep(
+    grid: Grid,
+    *,
+    jobs: int | None = None,
+    dask: str | None = None,
+    dask_timeout_s: float = 20.0,
+    on_row: Callable[[Row], None] | None = None,
+    prepared: Prepared | None = None,
+    on_start: Callable[[Prepared, Backend], None] | None = None,
+) -> SweepResult:
+    """Simulate every point of ``grid``; Ctrl-C stops early and returns what had finished.
+
+    ``on_row`` sees each row as it is settled (invalid ones first, then in completion order);
+    ``on_start`` is called once the backend is up and every configuration is submitted.
+    """
+    points = grid.points()
+    prepared = prepared if prepared is not None else prepare(points)
+    backend = choose_backend(len(prepared.tasks), jobs, dask, dask_timeout_s)
+    rows: dict[int, Row] = {}
+
+    def take(outcome: Outcome) -> None:
+        row = Row(points[outcome.index], outcome)
+        rows[outcome.index] = row
+        if on_row is not None:
+            on_row(row)
+
+    for outcome in prepared.settled:
+        take(outcome)
+
+    def ready() -> None:
+        if on_start is not None:
+            on_start(prepared, backend)
+
+    complete = True
+    try:
+        if not prepared.tasks:
+            ready()
+        elif backend.kind == "dask":
+            run_dask(backend.address, prepared.traces, prepared.tasks, take, backend.timeout_s, ready)
+        elif backend.kind == "pool":
+            run_pool(prepared.traces, prepared.tasks, backend.jobs, take, ready)
+        else:
+            run_inprocess(prepared.traces, prepared.tasks, take, ready)
+    except KeyboardInterrupt:
+        complete = False
+    ordered = with_speedups([rows[i] for i in sorted(rows)])
+    return SweepResult(grid, tuple(ordered), complete, backend.describe(), tuple(prepared.trace_dirs))
+
+
+# ----------------------------------------------------------------------------- command line
+
+
+class _AxisAction(argparse.Action):
+    """Collects ``(dest, raw comma list)`` in command-line order: the grid's axis order."""
+
+    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace,
+                 values: Any, option_string: str | None = None) -> None:
+        entries = list(getattr(namespace, "sweep_axes", ()) or ())
+        entries.append((self.dest, values))
+        namespace.sweep_axes = tuple(entries)
+
+
+def register(sub: Any) -> None:
+    """Add ``triosim sweep`` to the CLI's sub-parsers."""
+    p = sub.add_parser(
+        "sweep",
+        help="simulate a grid of configurations and rank them by iteration time",
+        description=(
+            "Simulate the cartesian product of run flags given as comma lists (--case 1,2 "
+            "--gpus 2,4,8) and/or a --grid YAML/JSON file; rank by iteration time."
+        ),
+    )
+    groups: dict[str, argparse._ArgumentGroup] = {}
+    for spec in FlagTable.from_cli().specs:
+        group = groups.get(spec.group)
+        if group is None:
+            group = groups[spec.group] = p.add_argument_group(f"{spec.group} (each flag takes a comma list)")
+        extra: dict[str, Any] = {"nargs": "?", "const": "true"} if spec.is_bool else {}
+        group.add_argument(*spec.options, dest=spec.dest, action=_AxisAction, default=argparse.SUPPRESS,
+                           metavar="V[,V…]", help=spec.help, **extra)
+    s = p.add_argument_group("sweep")
+    s.add_argument("--grid", metavar="FILE", help="YAML/JSON mapping flag → list of values (or one fixed value)")
+    s.add_argument("--jobs", "-j", type=int, default=None,
+                   help="local worker processes (default: CPU count; 1 = in this process)")
+    s.add_argument("--dask", metavar="ADDRESS",
+                   help="run on a Dask cluster: scheduler address tcp://HOST:PORT or a scheduler file")
+    s.add_argument("--dask-timeout", type=float, default=20.0, metavar="SECONDS",
+                   help="how long to wait for the Dask scheduler to answer (20)")
+    s.add_argument("--out", metavar="FILE", action="append", default=[],
+                   help="results file, .csv or .json, kept valid while running (repeatable)")
+    s.add_argument("--plot", metavar="FILE", help="scaling plot (.png/.svg/.pdf): time and speed-up vs GPUs")
+    s.add_argument("--top", type=int, default=20, help="rows of the terminal table (20)")
+    s.add_argument("--quiet", "-q", action="store_true", help="no progress bar or table; one summary line")
+    p.set_defaults(func=cmd_sweep, sweep_axes=())
+
+
+def grid_from_args(args: argparse.Namespace) -> Grid:
+    table = FlagTable.from_cli()
+    file_entries = read_grid_file(args.grid) if args.grid else []
+    cli_entries: list[tuple[str, Sequence[Any]]] = [(dest, split_list(raw)) for dest, raw in args.sweep_axes]
+    return build_grid(table, file_entries, cli_entries)
+
+
+def _title(traces: Sequence[str]) -> str:
+    return ", ".join(Path(t).name for t in traces) or "sweep"
+
+
+def cmd_sweep(args: argparse.Namespace) -> int:
+    grid = grid_from_args(args)
+    if args.top < 1:
+        raise ConfigError(f"--top must be >= 1, got {args.top}")
+    if args.plot:
+        from .plot import require_matplotlib
+
+        require_matplotlib(args.plot)
+    if args.dask:
+        require_distributed()
+        if args.dask_timeout <= 0:
+            raise ConfigError(f"--dask-timeout must be > 0 seconds, got {args.dask_timeout}")
+    if args.jobs is not None and args.jobs < 1:
+        raise ConfigError(f"--jobs must be >= 1, got {args.jobs}")
+    err = Console(stderr=True, highlight=False)
+    out = Console(highlight=False)
+    if not out.is_terminal:  # a pipe or file: room for the whole table rather than 80 columns
+        out = Console(highlight=False, width=max(out.width, 132))
+    args.out = list(dict.fromkeys(args.out))  # the same file named twice is written once
+    points = grid.points()
+    prepared = prepare(points)
+    protect = trace_inputs(prepared)
+    check_outputs(args.out, protect)
+    meta = {"traces": list(prepared.trace_dirs), "grid": grid.to_dict(), "configurations": len(points)}
+
+    from rich.progress import (
+        BarColumn,
+        MofNCompleteColumn,
+        Progress,
+        TextColumn,
+        TimeElapsedColumn,
+        TimeRemainingColumn,
+    )
+
+    progress = Progress(
+        TextColumn("sweep"), BarColumn(), MofNCompleteColumn(), TextColumn("{task.fields[bad]}"),
+        TimeElapsedColumn(), TimeRemainingColumn(), console=err, transient=True,
+        disable=args.quiet or not err.is_terminal,
+    )
+    bar = progress.add_task("sweep", total=len(prepared.tasks), bad="")
+    n_bad = 0
+
+    def started(prep: Prepared, backend: Backend) -> None:
+        if not args.quiet:
+            settled = len(prep.settled)
+            err.print(f"sweep: {len(points)} configurations"
+                      + (f", {settled} not simulated (invalid or not implemented)" if settled else "")
+                      + f"; {len(prep.tasks)} to simulate on {backend.describe()}")
+        progress.start()
+
+    with ResultFiles(args.out, grid.columns, meta, protect) as files:
+
+        def on_row(row: Row) -> None:
+            nonlocal n_bad
+            files.add(row)
+            if row.point.index in task_ids:  # settled rows are not part of the bar
+                n_bad += 0 if row.ok else 1
+                progress.update(bar, advance=1, bad=f"{n_bad} failed" if n_bad else "")
+
+        task_ids = {t.index for t in prepared.tasks}
+        try:
+            result = run_sweep(grid, jobs=args.jobs, dask=args.dask, dask_timeout_s=args.dask_timeout,
+                               on_row=on_row, prepared=prepared, on_start=started)
+        finally:
+            progress.stop()
+        files.finish(result.rows, result.complete)
+    title = _title(result.traces)
+    if args.plot:
+        from .plot import write_plot
+
+        write_plot(args.plot, result.rows, title, protect)
+    ok = [r for r in result.rows if r.ok]
+    if args.quiet:
+        if ok:
+            best = min(ok, key=lambda r: (r.outcome.makespan_ms, r.point.index))
+            swept = {a.spec.name for a in grid.swept}
+            label = " ".join(f"{k}={format_value(v)}" for k, v in best.point.values if k in swept)
+            print(f"{best.outcome.makespan_ms:.4f} {label}".rstrip())
+    else:
+        print_table(out, grid, result.rows, args.top, title=title)
+        for what, path in [*(("results", p) for p in args.out), ("plot", args.plot)]:
+            if path:
+                out.print(f"{what} written to {path}")
+    if not result.complete:
+        err.print(f"sweep interrupted: {len(result.rows)} of {len(points)} configurations kept")
+        raise KeyboardInterrupt
+    if not ok:
+        raise ConfigError("no configuration of the sweep ran successfully (see the reasons above)")
+    return 0

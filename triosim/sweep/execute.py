@@ -1,0 +1,351 @@
+"""Running the configurations of a sweep: validation, the work item, and three backends.
+
+A configuration is *invalid* when ``triosim run`` would refuse its flags (the same checks:
+``platform_from_args``, ``strategy_from_args``, the batch checks of ``load_scaled_trace``, and a
+ConfigError while building its DAG); it is *failed* when its simulation raised anything else, or
+its parallelism case has no graph builder yet. Neither stops the sweep.
+
+Backends: in-process; a local process pool; a Dask distributed cluster. The raw traces are
+loaded once in the parent, shipped once to each worker (pool initializer, ``client.scatter(...,
+broadcast=True)``) and scaled to each configuration's batch on the worker, where the scaled
+copy is cached for the configurations that follow.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import signal
+import uuid
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ..errors import ConfigError, TriosimError
+from ..trace import Trace, load_trace, read_trace_info, scale_trace
+from .grid import Point
+
+# (trace directory, batch the trace was recorded at, op-time column): what load_trace reads.
+TraceKey = tuple[str, int, str]
+
+OK, INVALID, FAILED = "ok", "invalid", "failed"
+
+
+@dataclass
+class TraceSet:
+    """The raw traces of a sweep, keyed by how they were loaded, plus a per-worker cache of
+    batch-scaled copies (never shipped: it is dropped when pickled)."""
+
+    traces: dict[TraceKey, Trace]
+    _scaled: dict[tuple[TraceKey, int, bool], Trace] = field(default_factory=dict, repr=False, compare=False)
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {"traces": self.traces, "_scaled": {}}
+
+    def scaled(self, key: TraceKey, batch_size_sim: int, reference_compat: bool) -> Trace:
+        ck = (key, batch_size_sim, reference_compat)
+        hit = self._scaled.get(ck)
+        if hit is None:
+            hit = scale_trace(self.traces[key], batch_size_sim, reference_compat=reference_compat)
+            self._scaled[ck] = hit
+        return hit
+
+
+@dataclass(frozen=True)
+class Task:
+    """What a worker needs for one configuration: its flags and which loaded trace to use."""
+
+    index: int
+    config: tuple[tuple[str, Any], ...]
+    trace_key: TraceKey
+    batch_size_sim: int
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """The figures of one configuration (rounded to 1e-9 like ``Result.to_dict``)."""
+
+    index: int
+    status: str
+    reason: str = ""
+    makespan_ms: float | None = None
+    mean_compute_ms: float | None = None
+    mean_exposed_comm_ms: float | None = None
+    max_peak_memory_bytes: int | None = None
+    tasks: int | None = None
+
+
+def _r(x: float) -> float:
+    return round(x, 9)
+
+
+def _reason(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+    if isinstance(exc, TriosimError):
+        return text or type(exc).__name__
+    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+
+
+def run_task(traces: TraceSet, task: Task) -> Outcome:
+    """Simulate one configuration; every error becomes an Outcome, never an exception."""
+    from argparse import Namespace
+
+    from ..cli import platform_from_args, strategy_from_args
+    from ..result import run_simulation
+
+    ns = Namespace(**dict(task.config))
+    try:
+        platform = platform_from_args(ns)
+        trace = traces.scaled(task.trace_key, task.batch_size_sim, bool(ns.reference_compat))
+        strategy = strategy_from_args(ns, trace.batch_size)
+        result = run_simulation(trace, platform, strategy)
+    except ConfigError as exc:
+        return Outcome(task.index, INVALID, _reason(exc))
+    except Exception as exc:  # a failed configuration is data, not the end of the sweep
+        return Outcome(task.index, FAILED, _reason(exc))
+    gpus = result.per_gpu
+    n = max(1, len(gpus))
+    return Outcome(
+        index=task.index,
+        status=OK,
+        makespan_ms=_r(result.makespan_ms),
+        mean_compute_ms=_r(sum(g.compute_ms for g in gpus) / n),
+        mean_exposed_comm_ms=_r(sum(g.exposed_comm_ms for g in gpus) / n),
+        max_peak_memory_bytes=max((g.peak_memory_bytes for g in gpus), default=0),
+        tasks=len(result.graph),
+    )
+
+
+# ----------------------------------------------------------------------------- preparation
+
+
+@dataclass
+class Prepared:
+    """The grid split into what runs (``tasks``) and what was settled without running."""
+
+    tasks: list[Task]
+    settled: list[Outcome]
+    traces: TraceSet
+    trace_dirs: list[str]
+
+
+def _builder_missing(case: int) -> bool:
+    from ..graph import BUILDER_MODULES
+
+    name = BUILDER_MODULES.get(case)
+    return name is not None and importlib.util.find_spec(f"triosim.graph.{name}") is None
+
+
+def prepare(points: Sequence[Point]) -> Prepared:
+    """Validate every point as ``triosim run`` would, then load each distinct trace once."""
+    from ..cli import default_trace_dir, platform_from_args, strategy_from_args
+    from ..strategy import CASE_NAMES
+
+    infos: dict[str, dict] = {}
+    pending: list[tuple[Point, TraceKey, int]] = []
+    settled: list[Outcome] = []
+    for point in points:
+        ns = point.namespace()
+        try:
+            if ns.case not in range(5):
+                raise ConfigError(f"-case must be one of 0..4, got {ns.case}")
+            platform_from_args(ns)
+            trace_dir = str(Path(ns.trace_dir) if ns.trace_dir else default_trace_dir())
+            batch = ns.batch_size
+            if batch is None:
+                if trace_dir not in infos:
+                    infos[trace_dir] = read_trace_info(trace_dir)
+                batch = int(infos[trace_dir].get("batch_size", 128))
+            if batch <= 0:
+                raise ConfigError(f"-batch-size must be a positive integer, got {batch}")
+            sim = ns.batch_size_sim if ns.batch_size_sim not in (None, -1) else batch
+            if sim <= 0:
+                raise ConfigError(
+                    f"-batch-size-sim must be a positive integer (or -1 for the trace's batch), got {sim}"
+                )
+            strategy_from_args(ns, sim)
+        except TriosimError as exc:
+            settled.append(Outcome(point.index, INVALID, _reason(exc)))
+            continue
+        if _builder_missing(ns.case):
+            # The message `triosim run` gives; failed, not invalid: the flags are fine.
+            settled.append(Outcome(point.index, FAILED,
+                                   f"-case {ns.case} ({CASE_NAMES[ns.case]}) is not implemented yet"))
+            continue
+        pending.append((point, (trace_dir, batch, ns.time_column), sim))
+
+    loaded: dict[TraceKey, Trace] = {}
+    broken: dict[TraceKey, str] = {}
+    for _, key, _ in pending:
+        if key in loaded or key in broken:
+            continue
+        try:
+            loaded[key] = load_trace(key[0], batch_size=key[1], time_column=key[2])
+        except TriosimError as exc:
+            broken[key] = _reason(exc)
+    tasks = []
+    for point, key, sim in pending:
+        if key in broken:
+            settled.append(Outcome(point.index, INVALID, broken[key]))
+        else:
+            tasks.append(Task(point.index, point.config, key, sim))
+    dirs = sorted({k[0] for k in loaded} | {k[0] for k in broken})
+    return Prepared(tasks, sorted(settled, key=lambda o: o.index), TraceSet(loaded), dirs)
+
+
+# ----------------------------------------------------------------------------- backends
+
+OnOutcome = Callable[[Outcome], None]
+OnReady = Callable[[], None]  # called once the backend is up and every task is submitted
+
+
+def _noop() -> None:
+    return None
+
+
+def run_inprocess(traces: TraceSet, tasks: Sequence[Task], on_outcome: OnOutcome,
+                  on_ready: OnReady = _noop) -> None:
+    on_ready()
+    for task in tasks:
+        on_outcome(run_task(traces, task))
+
+
+@dataclass
+class _WorkerSlot:
+    traces: TraceSet | None = None
+
+
+# The one per-process slot a pool initializer can fill: it is set only inside pool worker
+# processes, once, so that tasks carry an index and flags instead of the whole trace.
+_WORKER = _WorkerSlot()
+
+
+def _pool_init(traces: TraceSet) -> None:
+    # Ctrl-C reaches the whole process group; the parent decides what to keep, so workers
+    # must not die mid-task with a KeyboardInterrupt traceback.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    _WORKER.traces = traces
+
+
+def _pool_run(task: Task) -> Outcome:
+    assert _WORKER.traces is not None, "pool worker used without its initializer"
+    return run_task(_WORKER.traces, task)
+
+
+def default_jobs() -> int:
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except AttributeError:  # not Linux
+        return max(1, os.cpu_count() or 1)
+
+
+def pool_context() -> Any:
+    """fork when this process runs no other thread (no pickling of the traces, no re-import of
+    ``__main__``, fast start); else forkserver, whose workers never inherit another thread's
+    held locks."""
+    import multiprocessing
+    import threading
+
+    methods = multiprocessing.get_all_start_methods()
+    if "fork" in methods and threading.active_count() == 1:
+        return multiprocessing.get_context("fork")
+    return multiprocessing.get_context("forkserver" if "forkserver" in methods else "spawn")
+
+
+def run_pool(traces: TraceSet, tasks: Sequence[Task], jobs: int, on_outcome: OnOutcome,
+             on_ready: OnReady = _noop) -> None:
+    """A local process pool; a worker that dies fails its configuration (and the pool's rest)."""
+    from concurrent.futures import ProcessPoolExecutor, as_completed
+
+    executor = ProcessPoolExecutor(max_workers=max(1, min(jobs, len(tasks))), mp_context=pool_context(),
+                                   initializer=_pool_init, initargs=(traces,))
+    try:
+        # With fork, every worker starts at the first submit, before on_ready starts any
+        # progress-bar thread.
+        futures = {executor.submit(_pool_run, t): t for t in tasks}
+        on_ready()
+        for fut in as_completed(futures):
+            exc = fut.exception()
+            if exc is None:
+                on_outcome(fut.result())
+            else:
+                on_outcome(Outcome(futures[fut].index, FAILED, f"worker process died ({_reason(exc)})"))
+    except BaseException:
+        _terminate_workers(executor)  # before shutdown(), which forgets the process table
+        executor.shutdown(wait=False, cancel_futures=True)
+        raise
+    executor.shutdown(wait=True)
+
+
+def _terminate_workers(executor: Any) -> None:
+    """Stop a pool's running workers now (Python 3.14 has a method; before, the process table)."""
+    stop = getattr(executor, "terminate_workers", None)
+    if stop is not None:
+        stop()
+        return
+    for proc in list((getattr(executor, "_processes", None) or {}).values()):
+        proc.terminate()
+
+
+def run_dask(address: str, traces: TraceSet, tasks: Sequence[Task], on_outcome: OnOutcome,
+             timeout_s: float = 20.0, on_ready: OnReady = _noop) -> None:
+    """A Dask distributed cluster: ``address`` is ``tcp://HOST:PORT`` or a scheduler file."""
+    client = connect_dask(address, timeout_s)
+    futures: list[Any] = []
+    try:
+        from distributed import as_completed
+
+        shipped = client.scatter(traces, broadcast=True, hash=False)
+        # Explicit keys: two configurations never share one even if their flags coincide, and
+        # two sweeps on one cluster never share theirs.
+        token = uuid.uuid4().hex[:12]
+        futures = [client.submit(run_task, shipped, t, pure=False, key=f"triosim-sweep-{token}-{t.index}")
+                   for t in tasks]
+        by_key = {f.key: t for f, t in zip(futures, tasks)}
+        on_ready()
+        for fut in as_completed(futures, loop=client.loop):
+            if fut.status == "finished":
+                on_outcome(fut.result())
+            else:
+                on_outcome(Outcome(by_key[fut.key].index, FAILED, f"dask task {fut.status}{_dask_error(fut)}"))
+            fut.release()
+    except BaseException:
+        if futures:
+            try:
+                client.cancel(futures)
+            except Exception:  # the scheduler may be gone already; closing is all that is left
+                pass
+        raise
+    finally:
+        client.close()
+
+
+def _dask_error(fut: Any) -> str:
+    try:
+        exc = fut.exception(timeout=1)
+    except Exception:  # cancelled futures have no exception to fetch
+        return ""
+    return f" ({_reason(exc)})" if exc is not None else ""
+
+
+def require_distributed() -> None:
+    try:
+        import distributed  # noqa: F401
+    except ImportError:
+        raise ConfigError("--dask needs dask.distributed: pip install 'triosim[cluster]'") from None
+
+
+def connect_dask(address: str, timeout_s: float = 20.0) -> Any:
+    require_distributed()
+    from distributed import Client
+
+    kwargs: dict[str, Any]
+    if "://" not in address and Path(address).is_file():
+        kwargs = {"scheduler_file": address}
+    else:
+        kwargs = {"address": address}
+    try:
+        return Client(**kwargs, timeout=timeout_s, set_as_default=False)
+    except (OSError, TimeoutError, ValueError) as exc:
+        raise ConfigError(f"--dask: cannot reach the Dask scheduler at {address} ({_reason(exc)})") from None

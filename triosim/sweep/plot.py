@@ -1,0 +1,104 @@
+"""The scaling plot of a sweep: iteration time and speed-up versus GPU count, one line per case.
+
+When other flags vary too, each point is the fastest configuration of that case and GPU count.
+Speed-up = the fastest case-0 time (else the case's own fastest time at its fewest GPUs) / the
+point's time. matplotlib is optional (``triosim[plot]``) and imported only here, Agg only.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from collections.abc import Sequence
+from pathlib import Path
+
+from ..errors import ConfigError
+from ..strategy import CASE_NAMES
+from .results import Row
+
+PLOT_SUFFIXES = (".png", ".svg", ".pdf")
+
+
+def require_matplotlib(path: str) -> None:
+    """Fail before the sweep runs if the plot could not be drawn."""
+    if Path(path).suffix.lower() not in PLOT_SUFFIXES:
+        raise ConfigError(f"--plot {path}: the name must end in {', '.join(PLOT_SUFFIXES)}")
+    parent = Path(path).parent if str(Path(path).parent) else Path(".")
+    if not parent.is_dir():
+        raise ConfigError(f"--plot {path}: output directory {parent} does not exist")
+    try:
+        import matplotlib  # noqa: F401
+    except ImportError:
+        raise ConfigError("--plot needs matplotlib: pip install 'triosim[plot]'") from None
+
+
+def scaling_series(rows: Sequence[Row]) -> tuple[dict[int, list[tuple[int, float, float]]], bool]:
+    """case → [(gpus, best ms, speed-up)] sorted by gpus; and whether any point is a best-of."""
+    best: dict[int, dict[int, float]] = {}
+    several = False
+    for r in rows:
+        if not r.ok or r.outcome.makespan_ms is None:
+            continue
+        case, gpus, ms = r.point.get("case"), r.point.get("gpus"), r.outcome.makespan_ms
+        cell = best.setdefault(case, {})
+        if gpus in cell:
+            several = True
+            cell[gpus] = min(cell[gpus], ms)
+        else:
+            cell[gpus] = ms
+    zero = min(best[0].values()) if best.get(0) else None
+    series = {}
+    for case in sorted(best):
+        pts = sorted(best[case].items())
+        base = zero if zero is not None else pts[0][1]
+        series[case] = [(g, ms, base / ms if ms > 0 else 0.0) for g, ms in pts]
+    return series, several
+
+
+def write_plot(path: str, rows: Sequence[Row], title: str, protect: Sequence[Path] = ()) -> None:
+    from matplotlib.figure import Figure  # no pyplot: no global figure state, no GUI backend
+
+    series, several = scaling_series(rows)
+    fig = Figure(figsize=(11, 4.6), layout="constrained")
+    ax_t, ax_s = fig.subplots(1, 2)
+    gpus_seen = sorted({g for pts in series.values() for g, _, _ in pts})
+    for case, pts in series.items():
+        xs = [g for g, _, _ in pts]
+        style = {"linestyle": "--", "marker": "s"} if case == 0 else {"marker": "o"}
+        label = f"case {case}: {CASE_NAMES.get(case, '?')}" + (" (runs on 1 GPU)" if case == 0 else "")
+        ax_t.plot(xs, [ms for _, ms, _ in pts], label=label, **style)
+        ax_s.plot(xs, [s for _, _, s in pts], label=label, **style)
+    for ax, ylabel in ((ax_t, "iteration time (ms)"), (ax_s, "speed-up (× iteration time)")):
+        ax.set_xlabel("GPUs")
+        ax.set_ylabel(ylabel)
+        if len(gpus_seen) > 1 and gpus_seen[0] > 0:
+            ax.set_xscale("log", base=2)
+        if gpus_seen:
+            ax.set_xticks(gpus_seen, [str(g) for g in gpus_seen])
+        ax.grid(True, alpha=0.3)
+    ax_t.set_title("Iteration time")
+    ax_s.set_title("Speed-up vs case 0" if 0 in series else "Speed-up vs fewest GPUs")
+    if series:
+        ax_s.legend(fontsize="small")
+    else:
+        ax_t.text(0.5, 0.5, "no configuration ran successfully", ha="center", va="center",
+                  transform=ax_t.transAxes)
+    fig.suptitle(title + ("  (each point: fastest of the other swept flags)" if several else ""))
+
+    target = Path(path)
+    for p in protect:
+        if target.exists() and target.resolve() == Path(p).resolve():
+            raise ConfigError(f"{target}: refusing to overwrite an input file with an output")
+    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=target.suffix, dir=target.parent)
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            fig.savefig(fh, format=target.suffix.lstrip(".").lower(), dpi=110,
+                        metadata={"Software": None} if target.suffix.lower() == ".png" else None)
+        os.chmod(tmp, 0o644)
+        os.replace(tmp, target)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise

@@ -1,0 +1,312 @@
+"""Sweep results: one row per configuration, speed-ups, result files kept current, the table.
+
+Speed-up of a configuration = iteration time of its baseline / its own iteration time, where the
+baseline is the configuration with the same values of every other flag and ``case 0`` (fewest
+``gpus`` among those), or, when the grid has no such case-0 row, the same case with the fewest
+GPUs. It is a ratio of iteration times: with data parallelism the batch is per GPU, so N GPUs
+also process N times the samples.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import os
+import time
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+
+from ..errors import ConfigError
+from ..output import atomic_write_text
+from .execute import OK, Outcome
+from .grid import Grid, Point, format_value
+
+METRIC_COLUMNS = (
+    "status",
+    "reason",
+    "makespan_ms",
+    "speedup",
+    "speedup_vs",
+    "mean_compute_ms",
+    "mean_exposed_comm_ms",
+    "max_peak_memory_bytes",
+    "tasks",
+)
+_NOT_KEY = ("case", "gpus")  # the dests a speed-up compares across
+OUTPUT_SUFFIXES = (".csv", ".json")
+
+
+@dataclass(frozen=True)
+class Row:
+    point: Point
+    outcome: Outcome
+    speedup: float | None = None
+    speedup_vs: str = ""
+
+    @property
+    def ok(self) -> bool:
+        return self.outcome.status == OK
+
+    def record(self) -> dict[str, Any]:
+        """Column → value (JSON-ready; axis values as parsed, metrics rounded)."""
+        o = self.outcome
+        return {
+            **dict(self.point.values),
+            "status": o.status,
+            "reason": o.reason,
+            "makespan_ms": o.makespan_ms,
+            "speedup": self.speedup,
+            "speedup_vs": self.speedup_vs,
+            "mean_compute_ms": o.mean_compute_ms,
+            "mean_exposed_comm_ms": o.mean_exposed_comm_ms,
+            "max_peak_memory_bytes": o.max_peak_memory_bytes,
+            "tasks": o.tasks,
+        }
+
+
+def _gpus_label(n: int) -> str:
+    return f"{n} GPU" if n == 1 else f"{n} GPUs"
+
+
+def with_speedups(rows: Sequence[Row]) -> list[Row]:
+    """Rows (grid order kept) with ``speedup``/``speedup_vs`` filled in where a baseline ran."""
+    groups: dict[tuple, list[Row]] = {}
+    for row in rows:
+        if row.ok:
+            key = tuple((d, v) for d, v in row.point.config if d not in _NOT_KEY)
+            groups.setdefault(key, []).append(row)
+    out = []
+    for row in rows:
+        if not row.ok or not row.outcome.makespan_ms:
+            out.append(replace(row, speedup=None, speedup_vs=""))
+            continue
+        key = tuple((d, v) for d, v in row.point.config if d not in _NOT_KEY)
+        group = groups[key]
+        by_size = lambda r: (r.point.get("gpus"), r.point.index)  # noqa: E731
+        zeros = [r for r in group if r.point.get("case") == 0]
+        if zeros:
+            base, vs = min(zeros, key=by_size), "case 0"
+        else:
+            same = [r for r in group if r.point.get("case") == row.point.get("case")]
+            base = min(same, key=by_size)
+            vs = _gpus_label(base.point.get("gpus"))
+        speedup = round(base.outcome.makespan_ms / row.outcome.makespan_ms, 6)
+        out.append(replace(row, speedup=speedup, speedup_vs=vs))
+    return out
+
+
+# ----------------------------------------------------------------------------- files
+
+
+def _cell(value: Any) -> str:
+    return format_value(value)
+
+
+def _csv_line(values: Iterable[Any]) -> str:
+    buf = io.StringIO()
+    csv.writer(buf, lineterminator="\n").writerow([_cell(v) for v in values])
+    return buf.getvalue()
+
+
+def check_outputs(paths: Sequence[str], protect: Sequence[Path] = ()) -> None:
+    """Fail before running anything if an output could not be written."""
+    for p in paths:
+        path = Path(p)
+        if path.suffix.lower() not in OUTPUT_SUFFIXES:
+            raise ConfigError(f"--out {p}: the name must end in .csv or .json")
+        parent = path.parent if str(path.parent) else Path(".")
+        if not parent.is_dir():
+            raise ConfigError(f"--out {p}: output directory {parent} does not exist")
+        if path.exists() and any(path.resolve() == Path(q).resolve() for q in protect):
+            raise ConfigError(f"--out {p}: refusing to overwrite an input file with an output")
+
+
+class ResultFiles:
+    """``--out`` files kept valid while the sweep runs.
+
+    CSV: header first, then each row appended and flushed as it arrives (completion order);
+    ``finish`` rewrites it atomically in grid order with the speed-ups. JSON: rewritten
+    atomically (temp file + rename) at most every ``json_every_s`` and at the end.
+    """
+
+    def __init__(self, paths: Sequence[str], columns: Sequence[str], meta: dict[str, Any],
+                 protect: Sequence[Path] = (), json_every_s: float = 1.0) -> None:
+        self.columns = (*columns, *METRIC_COLUMNS)
+        self.meta = meta
+        self.protect = tuple(protect)
+        self.csv_paths = [p for p in paths if Path(p).suffix.lower() == ".csv"]
+        self.json_paths = [p for p in paths if Path(p).suffix.lower() == ".json"]
+        self.json_every_s = json_every_s
+        self._rows: dict[int, Row] = {}
+        self._handles: list[io.TextIOBase] = []
+        self._last_json = 0.0
+
+    def __enter__(self) -> ResultFiles:
+        header = _csv_line(self.columns)
+        for p in self.csv_paths:
+            fh = open(p, "w", encoding="utf-8", newline="")
+            fh.write(header)
+            fh.flush()
+            self._handles.append(fh)
+        self._write_json(complete=False)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        for fh in self._handles:
+            fh.close()
+        self._handles = []
+
+    def add(self, row: Row) -> None:
+        self._rows[row.point.index] = row
+        line = _csv_line(row.record()[c] for c in self.columns)
+        for fh in self._handles:
+            fh.write(line)
+            fh.flush()
+        if self.json_paths and time.monotonic() - self._last_json >= self.json_every_s:
+            self._write_json(complete=False)
+
+    def _json_text(self, rows: Sequence[Row], complete: bool) -> str:
+        doc = {**self.meta, "complete": complete, "columns": list(self.columns),
+               "rows": [r.record() for r in rows]}
+        return json.dumps(doc, indent=1) + "\n"
+
+    def _write_json(self, complete: bool, rows: Sequence[Row] | None = None) -> None:
+        if not self.json_paths:
+            return
+        if rows is None:
+            rows = [self._rows[i] for i in sorted(self._rows)]
+        text = self._json_text(rows, complete)
+        for p in self.json_paths:
+            atomic_write_text(p, text, protect=self.protect)
+        self._last_json = time.monotonic()
+
+    def finish(self, rows: Sequence[Row], complete: bool) -> None:
+        """Final files: every row given, in grid order, written atomically."""
+        self.close()
+        ordered = sorted(rows, key=lambda r: r.point.index)
+        text = _csv_line(self.columns) + "".join(
+            _csv_line(r.record()[c] for c in self.columns) for r in ordered
+        )
+        for p in self.csv_paths:
+            atomic_write_text(p, text, protect=self.protect)
+        self._write_json(complete, ordered)
+
+
+# ----------------------------------------------------------------------------- terminal
+
+
+def _num(x: float | None, fmt: str = "{:.4f}") -> str:
+    return "" if x is None else fmt.format(x)
+
+
+def _bytes(n: int | None) -> str:
+    if n is None:
+        return ""
+    for unit, scale in (("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
+        if abs(n) >= scale:
+            return f"{n / scale:.2f} {unit}"
+    return f"{n} B"
+
+
+def ranked(rows: Sequence[Row]) -> list[Row]:
+    """ok rows fastest first (grid order breaks ties), then failed, then invalid."""
+    rank = {"ok": 0, "failed": 1, "invalid": 2}
+    return sorted(rows, key=lambda r: (rank.get(r.outcome.status, 3),
+                                       r.outcome.makespan_ms if r.ok else 0.0, r.point.index))
+
+
+def print_table(console: Console, grid: Grid, rows: Sequence[Row], top: int, title: str = "") -> None:
+    """The sweep's answer: configurations by iteration time, the fastest highlighted."""
+    shown_axes = grid.swept or grid.axes
+    shown = [a.spec.name for a in shown_axes]
+    order = ranked(rows)
+    ok = [r for r in order if r.ok]
+    bad = [r for r in order if not r.ok]
+    fixed = ", ".join(f"{a.spec.name}={_short(a.values[0])}" for a in grid.fixed
+                      if grid.swept and a.spec.dest != "trace_dir")
+    bases = sorted({r.speedup_vs for r in ok if r.speedup_vs})
+    caption = f"speed-up: iteration time of {' / '.join(bases)} ÷ this one" if bases else None
+    def ok_table(metrics: Sequence[str]) -> Table:
+        table = Table(title=(title + (f" · {fixed}" if fixed else "")) or None, title_justify="left",
+                      caption=caption, caption_justify="left", show_edge=False, pad_edge=False)
+        table.add_column("#", justify="right", no_wrap=True)
+        for name in shown:
+            table.add_column(name, justify="right", min_width=min(len(name), 12))
+        for col in metrics:
+            table.add_column(col, justify="right", no_wrap=True)
+        for rank, r in enumerate(ok[:top], start=1):
+            vals = dict(r.point.values)
+            cells = _metric_cells(r)
+            table.add_row(("★" if rank == 1 else "") + str(rank), *(_short(vals[n]) for n in shown),
+                          *(cells[c] for c in metrics), style="bold green" if rank == 1 else None)
+        if len(ok) > top:
+            table.add_row("…", *([""] * len(shown)), f"+{len(ok) - top}", *([""] * (len(metrics) - 1)))
+        return table
+
+    # Drop the least important figures (they are all in the results file) until the table fits.
+    metrics = list(_METRIC_HEADERS)
+    while len(metrics) > 2 and _table_width(ok[:top], shown, metrics) > console.width:
+        metrics.pop()
+    table = ok_table(metrics)
+    if ok:
+        console.print(table)
+    if bad:
+        t2 = Table(title="Not simulated", title_justify="left", show_edge=False, pad_edge=False)
+        for name in shown:
+            t2.add_column(name, justify="right", min_width=min(len(name), 12))
+        t2.add_column("status")
+        t2.add_column("reason", overflow="fold")
+        for r in bad[:top]:
+            vals = dict(r.point.values)
+            t2.add_row(*(_short(vals[n]) for n in shown), r.outcome.status, r.outcome.reason,
+                       style="red" if r.outcome.status == "failed" else "yellow")
+        if len(bad) > top:
+            t2.add_row(*([""] * len(shown)), "…", f"{len(bad) - top} more in the results file")
+        console.print(t2)
+    counts = {s: sum(1 for r in rows if r.outcome.status == s) for s in ("ok", "invalid", "failed")}
+    line = f"{len(rows)} configurations: {counts['ok']} ok, {counts['invalid']} invalid, {counts['failed']} failed"
+    if ok:
+        best = " ".join(f"{n}={_short(dict(ok[0].point.values)[n])}" for n in shown) if grid.swept else "defaults"
+        line += f"; fastest: {best} → {ok[0].outcome.makespan_ms:.4f} ms"
+    console.print(line)
+
+
+_METRIC_HEADERS = ("iter ms", "speed-up", "exp.comm", "compute", "peak mem", "tasks")
+
+
+def _metric_cells(r: Row) -> dict[str, str]:
+    o = r.outcome
+    return {
+        "iter ms": _num(o.makespan_ms),
+        "speed-up": _num(r.speedup, "{:.3f}"),
+        "exp.comm": _num(o.mean_exposed_comm_ms, "{:.2f}"),
+        "compute": _num(o.mean_compute_ms, "{:.2f}"),
+        "peak mem": _bytes(o.max_peak_memory_bytes),
+        "tasks": f"{o.tasks:,}" if o.tasks is not None else "",
+    }
+
+
+def _table_width(rows: Sequence[Row], axes: Sequence[str], metrics: Sequence[str]) -> int:
+    """Characters the ranked table needs without wrapping a number (3 per column for rules)."""
+    width = 3 + len(str(len(rows)))
+    for name in axes:
+        cells = [len(_short(dict(r.point.values)[name])) for r in rows]
+        width += 3 + max([min(len(name), 12), *cells])
+    for col in metrics:
+        width += 3 + max([len(col), *(len(_metric_cells(r)[col]) for r in rows)])
+    return width
+
+
+def _short(value: Any) -> str:
+    """Terminal spelling of a value: paths by their last component."""
+    text = format_value(value)
+    return Path(text).name if ("/" in text or os.sep in text) and isinstance(value, str) else text
