@@ -1,0 +1,184 @@
+"""Case 3: tensor parallelism — every GPU runs every op; ops marked ``tpflag`` are split over the
+N GPUs of the ring, the rest are replicated (DESIGN §5, §5.1).
+
+What it models:
+
+- **Compute.** A tpflag op takes t/N on each GPU (it works on a 1/N shard of its weights); any
+  other op takes t on every GPU. Each GPU runs the trace in order.
+- **Communication.** After a forward tpflag op its output shards are all-gathered, so every GPU
+  holds the full activation. After a backward tpflag op the partial sums of its input gradient
+  are all-reduced; its weight and bias gradients stay sharded (no all-reduce of them). The
+  input gradient is every output that is not a parameter gradient (a batch-invariant buffer,
+  i.e. one the optimizer reads). Ring collectives over ``platform.ring`` from
+  :mod:`triosim.graph.collectives`; an op that reads a gathered/reduced buffer waits for the
+  collective on its GPU, other ops keep going (in-order stream, data dependencies).
+- **Optimizer.** Replicated like any other non-tpflag op (full time on every GPU): the trace
+  does not say which part of a ``_foreach`` update belongs to sharded weights.
+- **Memory.** Parameters read by tpflag ops, the weight gradients of backward tpflag ops and
+  the optimizer state matched to those parameters (same size; the k-th state tensor of a size
+  goes with the k-th sharded parameter of that size) take 1/N of their bytes on each GPU;
+  everything else is replicated at full size. Collective buffers are not counted.
+- **N = 1** is case 0 exactly: full op times, no collectives, the same memory plan.
+
+``reference_compat`` (the original, ORIGINAL.md Q17/Q18): after every tpflag op, forward or
+backward, its outputs divided by N (Σ ⌊bytes/N⌋ over the op's output list) are all-reduced
+with the ring routine, and the GPU's next op waits for it. With the compat platform's ring
+links (ptp·2(N−1)/N) each such all-reduce takes (Σ ⌊bytes/N⌋)/ptp.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from ..platform import Platform
+from ..strategy import Strategy
+from ..trace import Trace
+from .collectives import add_all_gather, add_all_reduce
+from .memory import Step, plan_memory
+from .single import op_label, op_steps, persistent_buffers, record_memory
+from .tasks import TaskGraph
+
+
+@dataclass(frozen=True)
+class TpCollective:
+    """The collective that follows tpflag op ``op``: which buffers it carries and how many bytes."""
+
+    op: int
+    kind: str  # "all_gather" | "all_reduce"
+    buffers: tuple[str, ...]
+    nbytes: int
+
+
+def op_time(trace: Trace, i: int, n: int) -> float:
+    """Time of op ``i`` on one of ``n`` GPUs: a tpflag op works on a 1/n shard."""
+    op = trace.ops[i]
+    return op.duration_s / n if op.tpflag and op.stage != "optimizer" else op.duration_s
+
+
+def input_gradients(trace: Trace, i: int) -> tuple[str, ...]:
+    """Outputs of backward op ``i`` that are activation gradients, not parameter gradients."""
+    params = set(trace.parameters)
+    return tuple(k for k in trace.writes[i] if k not in trace.batch_invariant and k not in params)
+
+
+def tp_collectives(trace: Trace, n: int, reference_compat: bool = False) -> list[TpCollective]:
+    """The collective after each tpflag op (none for N = 1), in trace order."""
+    if n < 2:
+        return []
+    out = []
+    for op in trace.ops:
+        if not op.tpflag or op.stage == "optimizer":
+            continue
+        i = op.index
+        if reference_compat:
+            # The original divides every output tensor by N (truncating) and all-reduces them.
+            nbytes = sum(trace.tensors[x].bytes // n for x in op.outputs)
+            out.append(TpCollective(i, "all_reduce", trace.writes[i], nbytes))
+        elif op.stage == "forward":
+            bufs = trace.writes[i]
+            out.append(TpCollective(i, "all_gather", bufs, sum(trace.tensors[k].bytes for k in bufs)))
+        else:
+            bufs = input_gradients(trace, i)
+            out.append(TpCollective(i, "all_reduce", bufs, sum(trace.tensors[k].bytes for k in bufs)))
+    return out
+
+
+def sharded_buffers(trace: Trace) -> set[str]:
+    """Buffers each GPU holds 1/N of: tpflag ops' parameters, their weight gradients, and the
+    optimizer state of those parameters (matched by size)."""
+    params = set(trace.parameters)
+    sharded: set[str] = set()
+    for op in trace.ops:
+        if not op.tpflag:
+            continue
+        i = op.index
+        if op.stage == "forward":
+            sharded.update(k for k in trace.reads[i] if k in params)
+        elif op.stage == "backward":
+            sharded.update(k for k in trace.writes[i] if k in trace.batch_invariant and k not in params)
+    by_size: dict[int, list[bool]] = {}
+    for p in trace.parameters:
+        by_size.setdefault(trace.tensors[p].bytes, []).append(p in sharded)
+    written = {k for ks in trace.writes for k in ks}
+    used: dict[int, int] = {}
+    seen: set[str] = set()
+    for i, op in enumerate(trace.ops):
+        if op.stage != "optimizer":
+            continue
+        for k in (*trace.reads[i], *trace.writes[i]):
+            if k in params or k in seen or (k in written and k not in trace.external):
+                continue
+            seen.add(k)
+            flags = by_size.get(trace.tensors[k].bytes)
+            if flags:
+                if flags[used.get(trace.tensors[k].bytes, 0) % len(flags)]:
+                    sharded.add(k)
+                used[trace.tensors[k].bytes] = used.get(trace.tensors[k].bytes, 0) + 1
+    return sharded
+
+
+def _memory_sizes(trace: Trace, n: int) -> dict[str, int]:
+    sizes = {k: t.bytes for k, t in trace.tensors.items()}
+    if n > 1:
+        for k in sharded_buffers(trace):
+            sizes[k] = -(-sizes[k] // n)
+    return sizes
+
+
+def build(trace: Trace, platform: Platform, strategy: Strategy) -> TaskGraph:
+    """Case 3 over every GPU of ``platform``; collectives run on its logical ring."""
+    graph = TaskGraph()
+    n = platform.num_gpus
+    devices = list(range(n))
+    group: Sequence[int] = platform.ring
+    colls = {c.op: c for c in tp_collectives(trace, n, strategy.reference_compat)}
+    prev: dict[int, list[int]] = {g: [] for g in devices}
+    tasks: dict[int, list[int]] = {g: [] for g in devices}
+    ready: dict[str, dict[int, int]] = {}  # buffer -> {gpu: sync after which it is complete}
+    for op in trace.ops:
+        i = op.index
+        duration = op_time(trace, i, n)
+        sharded = op.tpflag and op.stage != "optimizer" and n > 1
+        # An op starts once the collectives of the buffers it reads are done on its GPU.
+        waits = [ready[k] for k in trace.reads[i] if k in ready]
+        for g in devices:
+            after = [*prev[g], *(w[g] for w in waits)]
+            t = graph.add_compute(
+                g, duration, f"{op_label(trace, i)} gpu{g}", after=list(dict.fromkeys(after)),
+                op=i, stage=op.stage, **({"shard": n} if sharded else {}),
+            )
+            tasks[g].append(t)
+            prev[g] = [t]
+        c = colls.get(i)
+        if c is None:
+            continue
+        label = f"{'allgather' if c.kind == 'all_gather' else 'allreduce'} {op_label(trace, i)}"
+        add = add_all_gather if c.kind == "all_gather" else add_all_reduce
+        synced = add(graph, platform, group, c.nbytes, label, after={g: [tasks[g][-1]] for g in devices},
+                     detail=strategy.collective_detail, op=i)
+        if strategy.reference_compat:
+            prev = {g: [synced[g]] for g in devices}  # the original's compute waits for it
+        else:
+            for k in c.buffers:
+                ready[k] = synced
+    ops = list(range(len(trace.ops)))
+    sizes = _memory_sizes(trace, n)
+    persistent = persistent_buffers(trace)
+    reports = []
+    for g in devices:
+        steps: list[Step] = op_steps(trace, ops, tasks[g])
+        reports.append(plan_memory(graph, platform, g, steps, sizes, external=trace.external,
+                                   persistent=persistent, placement=strategy.initial_placement))
+    record_memory(graph, reports)
+    graph.meta["devices"] = devices
+    graph.meta["tensor_parallel"] = {
+        "collectives": len(colls),
+        "all_gather_bytes": sum(c.nbytes for c in colls.values() if c.kind == "all_gather"),
+        "all_reduce_bytes": sum(c.nbytes for c in colls.values() if c.kind == "all_reduce"),
+        "sharded_ops": sum(1 for op in trace.ops if op.tpflag and op.stage != "optimizer"),
+    }
+    return graph
+
+
+__all__ = ["TpCollective", "build", "input_gradients", "op_time", "sharded_buffers", "tp_collectives"]
