@@ -37,7 +37,8 @@ class Platform:
     ring: tuple[int, ...]
     topology: str
     remote_bandwidth: float
-    ptp_bandwidth: float
+    ptp_bandwidth: float  # what GPU↔GPU links carry (pre-multiplied under reference-compat)
+    ptp_bandwidth_nominal: float = 0.0  # the -ptp-bandwidth flag in B/s
     _routes: dict[tuple[str, str], tuple[str, ...]] = field(default_factory=dict, repr=False)
 
     def route(self, src: str, dst: str) -> tuple[str, ...]:
@@ -197,4 +198,5 @@ def build_platform(
         topology=name,
         remote_bandwidth=remote_bw,
         ptp_bandwidth=ptp_bw,
+        ptp_bandwidth_nominal=ptp_bandwidth_gbps * GB,
     )

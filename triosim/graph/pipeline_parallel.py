@@ -667,11 +667,9 @@ def _add_crossings(graph: TaskGraph, trace: Trace, platform: Platform, plan: Pip
 
 
 def _compat_ptp(platform: Platform) -> float:
-    """The plain ptp bandwidth: a compat ring platform carries ptp·2(N−1)/N on its links."""
-    n = platform.num_gpus
-    if platform.topology == "ring" and n >= 2:
-        return platform.ptp_bandwidth * n / (2 * (n - 1))
-    return platform.ptp_bandwidth
+    """The plain -ptp-bandwidth: the original's pipeline platform does not pre-multiply its
+    ring links by 2(N−1)/N as its collective platform does."""
+    return platform.ptp_bandwidth_nominal or platform.ptp_bandwidth
 
 
 def _add_compat_boundaries(graph: TaskGraph, trace: Trace, platform: Platform, plan: PipelinePlan,
