@@ -60,7 +60,25 @@ def print_summary(result: Result, console: Console, title: str = "") -> None:
         for k in busiest:
             table.add_row(k.link, _bytes(k.bytes), f"{k.busy_ms:.4f}", f"{k.utilization * 100:.1f}%")
         console.print(table)
-    mem = result.graph.meta.get("memory", {})
+    meta = result.graph.meta
+    if "buckets" in meta:
+        sizes = [b["bytes"] for b in meta["buckets"]]
+        console.print(f"DDP: {len(sizes)} gradient bucket(s), {_bytes(sum(sizes))} in all, "
+                      f"largest {_bytes(max(sizes, default=0))}")
+    if "tensor_parallel" in meta:
+        tp = meta["tensor_parallel"]
+        console.print(f"Tensor parallel: {tp.get('sharded_ops', 0)} sharded op(s), {tp.get('collectives', 0)} "
+                      f"collective(s): all-gather {_bytes(tp.get('all_gather_bytes', 0))}, "
+                      f"all-reduce {_bytes(tp.get('all_reduce_bytes', 0))}")
+    if "pipeline" in meta:
+        pp = meta["pipeline"]
+        mbs = pp.get("micro_batches", [])
+        console.print(f"Pipeline: {pp.get('schedule')} schedule, {len(mbs)} micro-batch(es) of {mbs[:1] and mbs[0]}, "
+                      f"{pp.get('partition')} partition")
+        for st in pp.get("stages", []):
+            console.print(f"  stage {st['stage']} · GPU {st['gpu']} · ops {st['first_op']}–{st['last_op']} "
+                          f"({st['forward_ops']} fwd + {st['backward_ops']} bwd) · {st['compute_ms']:.3f} ms compute")
+    mem = meta.get("memory", {})
     fetched = sum(m.get("fetched_bytes", 0) for m in mem.values())
     wb = sum(m.get("written_back_bytes", 0) for m in mem.values())
     ev = sum(m.get("evictions", 0) for m in mem.values())

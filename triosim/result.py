@@ -18,6 +18,9 @@ from .scheduler import Schedule, schedule
 from .strategy import Strategy
 from .trace import Trace
 
+# Facts builders record about their strategy that belong in the JSON result.
+STRATEGY_META = ("gradient_bytes", "buckets", "tensor_parallel", "pipeline")
+
 
 @dataclass
 class GpuStats:
@@ -84,6 +87,7 @@ class Result:
                 {"link": k.link, "bytes": k.bytes, "busy_ms": r(k.busy_ms), "utilization": r(k.utilization)}
                 for k in self.per_link
             ],
+            **{k: self.graph.meta[k] for k in STRATEGY_META if k in self.graph.meta},
             **self.extra,
         }
 
