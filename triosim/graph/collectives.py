@@ -35,7 +35,7 @@ from .tasks import TaskGraph
 
 DETAILS = ("auto", "expanded", "macro")
 # "auto" expands a collective while it needs at most this many transfer tasks.
-EXPAND_LIMIT = 4096
+EXPAND_LIMIT = 512
 
 After = Iterable[int] | Mapping[int, Iterable[int]]
 

@@ -15,14 +15,14 @@ gradients are averaged with ring all-reduces.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 from ..platform import Platform
 from ..strategy import Strategy
 from ..trace import Trace
 from .collectives import add_all_reduce
-from .memory import MemoryReport
-from .single import add_op_chain, plan_program_memory, record_memory
+from .memory import plan_replicas
+from .single import add_op_chain, op_steps, persistent_buffers, record_memory
 from .tasks import TaskGraph
 
 MIB = 2**20  # --bucket-mb unit, PyTorch's: bucket_bytes_cap = int(bucket_cap_mb * 1024 * 1024)
@@ -78,10 +78,6 @@ def _split_program(trace: Trace, reduce_after_optimizer: bool) -> tuple[list[int
     return list(range(cut)), list(range(cut, n))
 
 
-def _adds_no_tasks(report: MemoryReport) -> bool:
-    return not report.fetch_tasks and report.written_back_bytes == 0 and report.evictions == 0
-
-
 def build(trace: Trace, platform: Platform, strategy: Strategy) -> TaskGraph:
     """Case 1 or 2 on every GPU of ``platform``; the collective group is its logical ring."""
     graph = TaskGraph()
@@ -109,17 +105,16 @@ def build(trace: Trace, platform: Platform, strategy: Strategy) -> TaskGraph:
         )
         done = {g: [synced[g]] for g in devices}
 
-    reports: list[MemoryReport] = []
-    for g in devices:
-        post_tasks = add_op_chain(graph, trace, g, post_ops, after=[pre_tasks[g][-1], *done[g]]) if post_ops else []
-        if reports and _adds_no_tasks(reports[0]):
-            # Replicas run the same program with the same capacity, so their plans are the
-            # same; one that needs no memcpy tasks can be copied (1,024 GPUs in seconds).
-            reports.append(replace(reports[0], device=g, fetch_tasks=[]))
-            continue
-        reports.append(
-            plan_program_memory(graph, trace, platform, strategy, g, pre_ops + post_ops, pre_tasks[g] + post_tasks)
-        )
+    post_tasks = {
+        g: add_op_chain(graph, trace, g, post_ops, after=[pre_tasks[g][-1], *done[g]]) if post_ops else []
+        for g in devices
+    }
+    program = pre_ops + post_ops
+    sizes = {k: t.bytes for k, t in trace.tensors.items()}
+    reports = plan_replicas(
+        graph, platform, devices, lambda g: op_steps(trace, program, pre_tasks[g] + post_tasks[g]), sizes,
+        external=trace.external, persistent=persistent_buffers(trace), placement=strategy.initial_placement,
+    )
     record_memory(graph, reports)
     graph.meta["devices"] = devices
     graph.meta["buckets"] = [

@@ -16,8 +16,8 @@ runs, which is the peak reported for the GPU.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
@@ -213,3 +213,30 @@ def _step_of_writeback(writebacks_at: dict[int, list[int]], task: int, default: 
         if task in tasks:
             return step
     return default
+
+
+def plan_replicas(
+    graph: TaskGraph,
+    platform: Platform,
+    devices: Sequence[int],
+    make_steps: Callable[[int], Sequence[Step]],
+    sizes: dict[str, int],
+    external: Iterable[str],
+    persistent: Iterable[str] = (),
+    placement: str = "gpu",
+) -> list[MemoryReport]:
+    """Plan GPUs that run the same program (data-parallel replicas, tensor-parallel peers).
+
+    The plan depends only on the program and the capacity, so when the first GPU's plan needs
+    no memcpy tasks every other GPU's is the same and is copied instead of recomputed — the
+    difference between seconds and minutes at 1,024 GPUs. Otherwise each GPU is planned.
+    """
+    external = list(external)
+    persistent = set(persistent)
+    reports: list[MemoryReport] = []
+    for g in devices:
+        if reports and not reports[0].fetch_tasks and reports[0].evictions == 0:
+            reports.append(replace(reports[0], device=g, fetch_tasks=[]))
+            continue
+        reports.append(plan_memory(graph, platform, g, make_steps(g), sizes, external, persistent, placement))
+    return reports

@@ -35,7 +35,7 @@ from ..platform import Platform
 from ..strategy import Strategy
 from ..trace import Trace
 from .collectives import add_all_gather, add_all_reduce
-from .memory import Step, plan_memory
+from .memory import plan_replicas
 from .single import op_label, op_steps, persistent_buffers, record_memory
 from .tasks import TaskGraph
 
@@ -165,11 +165,8 @@ def build(trace: Trace, platform: Platform, strategy: Strategy) -> TaskGraph:
     ops = list(range(len(trace.ops)))
     sizes = _memory_sizes(trace, n)
     persistent = persistent_buffers(trace)
-    reports = []
-    for g in devices:
-        steps: list[Step] = op_steps(trace, ops, tasks[g])
-        reports.append(plan_memory(graph, platform, g, steps, sizes, external=trace.external,
-                                   persistent=persistent, placement=strategy.initial_placement))
+    reports = plan_replicas(graph, platform, devices, lambda g: op_steps(trace, ops, tasks[g]), sizes,
+                            external=trace.external, persistent=persistent, placement=strategy.initial_placement)
     record_memory(graph, reports)
     graph.meta["devices"] = devices
     graph.meta["tensor_parallel"] = {
