@@ -49,7 +49,7 @@ def add_sim_flags(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("trace")
     g.add_argument("--trace-dir", help="trace directory with trace.csv + tensor.csv (default: the embedded sample)")
     g.add_argument("--batch-size", type=int, default=None,
-                   help="batch the trace was recorded at (default: from trace_info.json, else 128)")
+                   help="batch the trace was recorded at (default: from meta.json, else 128)")
     g.add_argument("--batch-size-sim", type=int, default=-1, help="per-GPU simulated batch (default: = batch-size)")
     g.add_argument("--time-column", choices=("nooverlap", "span"), default="nooverlap",
                    help="op time: kernel-time sum (default, as the original) or first-to-last kernel span")
@@ -201,8 +201,17 @@ def cmd_run(args: argparse.Namespace) -> int:
     from .scheduler import schedule
     from .timeline import timeline_json
 
-    trace, platform, strategy = configure(args)
-    graph = build_graph(trace, platform, strategy)
+    status = None if args.quiet else Console(stderr=True).status("loading trace…")
+    if status is not None:
+        status.start()
+    try:
+        trace, platform, strategy = configure(args)
+        if status is not None:
+            status.update(f"building the task graph ({strategy.name}, {platform.num_gpus} GPUs)…")
+        graph = build_graph(trace, platform, strategy)
+    finally:
+        if status is not None:
+            status.stop()
     prog, cb = _progress_callback(len(graph), args.quiet)
     if prog is not None:
         with prog:

@@ -35,7 +35,7 @@ def _fmt(items) -> str:
 
 
 def write_synthetic_trace(directory: str | os.PathLike, model: SyntheticModel = SyntheticModel()) -> Path:
-    """Write trace.csv, tensor.csv and trace_info.json for ``model`` into ``directory``."""
+    """Write trace.csv, tensor.csv and meta.json for ``model`` into ``directory``."""
     rng = random.Random(model.seed)
     out = Path(directory)
     out.mkdir(parents=True, exist_ok=True)
@@ -110,7 +110,7 @@ def write_synthetic_trace(directory: str | os.PathLike, model: SyntheticModel = 
             us_r = round(us, 3)
             wr.writerow([k, name, _fmt(ins), _fmt(outs), us_r, us_r, _fmt(numel(shape_of[t]) for t in ins),
                          _fmt(numel(shape_of[t]) for t in outs), 0, stage, flag])
-    (out / "trace_info.json").write_text(
+    (out / "meta.json").write_text(
         json.dumps({"batch_size": b, "device": "synthetic", "model": f"mlp{model.layers}", "seed": model.seed}) + "\n"
     )
     return out

@@ -533,10 +533,10 @@ def scale_trace(trace: Trace, batch_size_sim: int, reference_compat: bool = Fals
 
 
 def read_trace_info(path: str | os.PathLike) -> dict:
-    """Optional ``trace_info.json`` beside the CSVs (written by our tracer): batch size, device…"""
+    """Optional ``meta.json`` beside the CSVs (written by our tracer): batch size, device…"""
     import json
 
-    info = Path(path) / "trace_info.json"
+    info = Path(path) / "meta.json"
     if not info.is_file():
         return {}
     try:

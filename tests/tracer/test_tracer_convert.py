@@ -1,0 +1,346 @@
+"""Conversion of hand-made execution-trace + profiler JSON (no torch, no reference data needed)."""
+
+from __future__ import annotations
+
+import csv
+import json
+from pathlib import Path
+
+import pytest
+from tracer_fixtures import GB, LS, TW, Y, build_step, write_pair
+from triosim.tracer.cli import main
+from triosim.tracer.convert import ConvertOptions, convert_trace
+from triosim.tracer.csvout import TENSOR_HEADER, TRACE_HEADER, format_list, format_time
+from triosim.tracer.etrace import parse_execution_trace
+from triosim.tracer.kineto import parse_profiler_trace
+from triosim.tracer.opschema import parse_schema
+from triosim.tracer.validate import check_trace_dir, parse_list
+
+EV = "autograd::engine::evaluate_function: "
+KEPT_CUDA = [
+    (1, "aten::conv2d", "forward"), (2, "aten::relu_", "forward"),
+    (4, "aten::linear", "forward"), (5, "aten::cross_entropy_loss", "forward"),
+    (6, "aten::ones_like", "forward"), (7, EV + "NllLossBackward0", "backward"),
+    (8, EV + "LogSoftmaxBackward0", "backward"), (9, EV + "AddmmBackward0", "backward"),
+    (14, EV + "ReluBackward0", "backward"), (15, EV + "ConvolutionBackward0", "backward"),
+    (19, "aten::_foreach_lerp_", "optimizer"), (20, "aten::_foreach_addcdiv_", "optimizer"),
+]
+
+
+def convert(**flavour):
+    built = build_step(**flavour)
+    et = parse_execution_trace(built.graph, "graph.json")
+    prof = parse_profiler_trace(built.profiler, "profiler.json")
+    return convert_trace(et, prof), built
+
+
+def by_name(tables, name):
+    return next(o for o in tables.ops if o.name == name)
+
+
+@pytest.mark.parametrize("layout", ["1.0.1", "1.1.1"])
+@pytest.mark.parametrize("rf_ids", [False, True])
+def test_ops_names_stages_and_ids(layout, rf_ids):
+    tables, _ = convert(layout=layout, record_function_ids=rf_ids)
+    assert [(o.op_id, o.name, o.stage) for o in tables.ops] == KEPT_CUDA
+    assert tables.stats.pairing == ("record-function-id" if rf_ids else "aligned")
+    assert tables.stats.unpaired_ops == 0
+    # Ops without kernels are left out: the view, AccumulateGrad, TBackward0, ViewBackward0,
+    # and the step-count increment on CPU tensors.
+    assert tables.stats.dropped == {
+        EV + "TBackward0": 1, EV + "ViewBackward0": 1,
+        EV + "torch::autograd::AccumulateGrad": 4, "aten::_foreach_add_": 1,
+        "aten::flatten": 1}
+
+
+def test_pairing_is_by_identity_not_list_position():
+    plain, _ = convert(layout="1.1.1", record_function_ids=True)
+    shuffled, _ = convert(layout="1.1.1", record_function_ids=True, shuffle_events=True)
+    assert plain.ops == shuffled.ops
+    assert plain.tensors == shuffled.tensors
+    # PyTorch 2.1 files (no record-function ids) with events in random file order.
+    old, _ = convert(layout="1.0.1", record_function_ids=False, shuffle_events=True)
+    assert [(o.name, o.cudatime_nooverlap) for o in old.ops] == \
+        [(o.name, o.cudatime_nooverlap) for o in plain.ops]
+
+
+def test_aligned_pairing_survives_calls_one_side_lacks():
+    built = build_step(layout="1.0.1")
+    # Drop the profiler event of the relu_ call and add one the ET never saw.
+    events = built.profiler["traceEvents"]
+    relu = next(e for e in events if e.get("name") == "aten::relu_")
+    events.remove(relu)
+    extra = dict(next(e for e in events if e.get("name") == "aten::linear"))
+    extra.update({"name": "aten::unrelated", "ts": extra["ts"] - 0.5, "dur": 0.1,
+                  "args": {"External id": 3}})
+    events.append(extra)
+    tables = convert_trace(parse_execution_trace(built.graph),
+                           parse_profiler_trace(built.profiler))
+    names = [o.name for o in tables.ops]
+    assert "aten::relu_" not in names  # unpaired: no time, no kernels
+    assert names.count("aten::linear") == 1
+    assert by_name(tables, "aten::linear").cudatime_nooverlap == 40
+
+
+def test_kernel_times_sum_and_span():
+    tables, built = convert()
+    conv = by_name(tables, "aten::conv2d")
+    assert conv.cudatime_nooverlap == 120  # two kernels of 100 and 20 µs
+    assert conv.cudatime == 121  # first start to last end, with the 1 µs gap between them
+    for op in tables.ops:
+        assert op.cudatime_nooverlap == built.kernels_by_top[op.name]
+        assert op.cudatime >= op.cudatime_nooverlap
+
+
+def test_cpu_profile_uses_op_durations_and_drops_no_work_ops():
+    tables, _ = convert(layout="1.1.1", record_function_ids=True, cuda=False,
+                        autograd_thread=False)
+    assert tables.stats.time_source == "cpu"
+    names = [o.name for o in tables.ops]
+    # On the CPU the step-count increment is real work; views and AccumulateGrad are not.
+    assert "aten::_foreach_add_" in names
+    assert "aten::flatten" not in names
+    assert not any("AccumulateGrad" in n or "TBackward0" in n or "ViewBackward0" in n
+                   for n in names)
+    for op in tables.ops:
+        assert op.cudatime == op.cudatime_nooverlap > 0
+
+
+def test_views_resolve_to_their_producer():
+    tables, _ = convert()
+    linear = by_name(tables, "aten::linear")
+    assert linear.inputs == (Y.id, 22, 24)  # the flatten view 20 reads as the conv output 14
+    relu_b = by_name(tables, EV + "ReluBackward0")
+    addmm_b = by_name(tables, EV + "AddmmBackward0")
+    # ViewBackward0 (dropped) reshaped the addmm gradient: its consumer reads the producer's id.
+    assert relu_b.inputs[0] == addmm_b.outputs[0]
+
+
+def test_forward_op_outputs_include_tensors_saved_for_backward():
+    tables, _ = convert()
+    loss = by_name(tables, "aten::cross_entropy_loss")
+    assert loss.outputs == (40, LS.id)
+    nll_b = by_name(tables, EV + "NllLossBackward0")
+    # The undefined weight is left out, and so is the 0-dim total_weight that only nested calls
+    # read (0-dim reads of nested calls are taken for wrapped Python numbers).
+    assert nll_b.inputs == (42, LS.id, 32)
+    assert TW.id not in {r.tensor_id for r in tables.tensors}
+    # The saved log-softmax output comes back under a new id over the same storage.
+    assert by_name(tables, EV + "LogSoftmaxBackward0").inputs == (46, LS.id)
+
+
+def test_backward_op_tensors_come_from_the_whole_autograd_node():
+    tables, _ = convert()
+    addmm_b = by_name(tables, EV + "AddmmBackward0")
+    # grad, weight (through two transposes) and the activation, not only the first sub-call.
+    assert addmm_b.inputs == (50, 22, Y.id)
+    assert addmm_b.outputs == (54, 58, 62)  # grad_input, weight grad, bias grad
+    conv_b = by_name(tables, EV + "ConvolutionBackward0")
+    assert conv_b.inputs == (74, 4, 6)
+    assert conv_b.outputs[0] == 76
+    # Tensor id 30 (Z, dead by then) is recycled for the bias gradient: a new identity.
+    assert GB.id not in conv_b.outputs
+    assert conv_b.outputs[1] > 200
+
+
+def test_tpflag_targets_and_their_backward_ops():
+    tables, _ = convert()
+    flagged = {o.name for o in tables.ops if o.tpflag}
+    assert flagged == {"aten::conv2d", "aten::linear", EV + "AddmmBackward0",
+                       EV + "ConvolutionBackward0"}
+    fwd = {o.name: o.fwd_op for o in tables.ops}
+    assert fwd[EV + "AddmmBackward0"] == 4 and fwd[EV + "ConvolutionBackward0"] == 1
+    assert fwd[EV + "ReluBackward0"] == 2 and fwd["aten::conv2d"] == -1
+    only_conv = convert_trace(parse_execution_trace(build_step().graph),
+                              parse_profiler_trace(build_step().profiler),
+                              ConvertOptions(targets=("conv2d",)))
+    assert {o.name for o in only_conv.ops if o.tpflag} == {"aten::conv2d",
+                                                         EV + "ConvolutionBackward0"}
+
+
+def test_parameters_and_gradients_are_recognisable():
+    tables, _ = convert()
+    cats: dict[int, set[str]] = {}
+    for r in tables.tensors:
+        cats.setdefault(r.tensor_id, set()).add(r.category)
+    addcdiv = by_name(tables, "aten::_foreach_addcdiv_")
+    lerp = by_name(tables, "aten::_foreach_lerp_")
+    params = addcdiv.inputs[:4]
+    assert params == (6, 8, 22, 24)
+    for p in params:
+        assert cats[p] & {"weight", "bias"}
+    grads = lerp.inputs[4:]
+    conv_b = by_name(tables, EV + "ConvolutionBackward0")
+    addmm_b = by_name(tables, EV + "AddmmBackward0")
+    assert grads == (conv_b.outputs[0], conv_b.outputs[1], addmm_b.outputs[1],
+                     addmm_b.outputs[2])
+    size = {r.tensor_id: r.numel for r in tables.tensors}
+    assert [size[g] for g in grads] == [size[p] for p in params]
+    rows = [r for r in tables.tensors if r.tensor_id in grads and r.category == "grad"]
+    assert rows
+
+
+def test_written_files_are_valid_and_deterministic(tmp_path, step_pair):
+    graph, prof = step_pair
+    assert main(["convert", "--graph", str(graph), "--profiler", str(prof), "--out",
+                 str(tmp_path / "a"), "-q"]) == 0
+    assert main(["convert", "--graph", str(graph), "--profiler", str(prof), "--out",
+                 str(tmp_path / "b"), "-q"]) == 0
+    for name in ("trace.csv", "tensor.csv"):
+        assert (tmp_path / "a" / name).read_bytes() == (tmp_path / "b" / name).read_bytes()
+    with open(tmp_path / "a" / "trace.csv", newline="") as f:
+        rows = list(csv.reader(f))
+    assert rows[0] == TRACE_HEADER
+    assert rows[0][:11] == ["OperatorID", "OperatorName", "Operator_input", "Operator_output",
+                            "Operator_cudatime", "Operator_cudatimenooverlap", "InputSize",
+                            "OutputSize", "gpuid", "stage", "tpflag"]
+    assert rows[1][:4] == ["1", "aten::conv2d", "[4; 6; 8]", "[14]"]
+    with open(tmp_path / "a" / "tensor.csv", newline="") as f:
+        trows = list(csv.reader(f))
+    assert trows[0] == TENSOR_HEADER
+    assert trows[1] == ["0", "4", "[2, 3, 8, 8]", "384", "4", "input", "4", "0"]
+    assert "bias" in {r[5] for r in trows} and not any("=" in r[5] for r in trows)
+    report = check_trace_dir(tmp_path / "a")
+    assert report.ok, report.problems
+    assert report.parameters == {6, 8, 22, 24}
+    assert not list((tmp_path / "a").glob(".*tmp"))
+
+
+def test_list_and_time_formatting():
+    assert format_list([4, 6, 8]) == "[4; 6; 8]"
+    assert format_list([]) == "[]"
+    assert parse_list("[4; 6; 8]") == [4, 6, 8] and parse_list("[]") == []
+    assert format_time(2671) == "2671"
+    assert format_time(450.502) == "450.502"
+    assert format_time(1.23456) == "1.235"
+    assert format_time(3.0) == "3"
+
+
+def test_schema_parsing():
+    s = parse_schema("aten::conv2d(Tensor input, Tensor weight, Tensor? bias=None, SymInt[2] "
+                     "stride=[1, 1], SymInt groups=1) -> Tensor")
+    assert [a.name for a in s.args] == ["input", "weight", "bias", "stride", "groups"]
+    assert not s.returns_view()
+    v = parse_schema("aten::flatten.using_ints(Tensor(a) self, int start_dim=0, int end_dim=-1)"
+                     " -> Tensor(a)")
+    assert v.args[0].name == "input" and v.returns_view()
+    inplace = parse_schema("aten::add_.Tensor(Tensor(a!) self, Tensor other, *, Scalar alpha=1)"
+                           " -> Tensor(a!)")
+    assert inplace.args[0].mutable and not inplace.returns_view()
+    split = parse_schema("aten::split.Tensor(Tensor(a -> *) self, SymInt split_size, int dim=0)"
+                         " -> Tensor(a)[]")
+    assert split is not None
+    named = parse_schema("aten::native_batch_norm(Tensor input, Tensor? weight, Tensor? bias, "
+                         "Tensor? running_mean, Tensor? running_var, bool training, float "
+                         "momentum, float eps) -> (Tensor, Tensor, Tensor)")
+    assert [a.name for a in named.args][3:5] == ["running_mean", "running_var"]
+    assert len(named.returns) == 3
+    assert parse_schema("") is None
+
+
+def test_cli_convert_errors_are_one_line_exit_2(tmp_path, capsys, step_pair):
+    graph, prof = step_pair
+    out = str(tmp_path / "out")
+    cases = {
+        "missing": (str(tmp_path / "nope.json"), str(prof), "nope.json: execution-trace file "
+                                                            "not found"),
+        "swapped": (str(prof), str(graph), "missing field 'nodes'"),
+    }
+    bad = tmp_path / "bad.json"
+    bad.write_text('{"nodes": [')
+    cases["malformed"] = (str(bad), str(prof), "bad.json: not valid JSON")
+    nofield = tmp_path / "nofield.json"
+    nofield.write_text(json.dumps({"nodes": [{"id": 1}]}))
+    cases["field"] = (str(nofield), str(prof), "nodes[0]: missing field 'parent'")
+    for g, p, expect in cases.values():
+        rc = main(["convert", "--graph", g, "--profiler", p, "--out", out])
+        err = capsys.readouterr().err
+        assert rc == 2
+        assert expect in err
+        assert err.count("\n") == 1 and "Traceback" not in err
+
+
+def test_convert_never_overwrites_its_inputs(tmp_path, capsys):
+    built = build_step()
+    d = tmp_path / "d"
+    d.mkdir()
+    (d / "trace.csv").write_text(json.dumps(built.graph))
+    prof = d / "profiler.json"
+    prof.write_text(json.dumps(built.profiler))
+    before = (d / "trace.csv").read_bytes()
+    rc = main(["convert", "--graph", str(d / "trace.csv"), "--profiler", str(prof), "--out",
+               str(d)])
+    assert rc == 2 and "refusing to overwrite an input file" in capsys.readouterr().err
+    assert (d / "trace.csv").read_bytes() == before
+
+
+def test_dataprocess_script_converts_data_dirs(tmp_path):
+    import subprocess
+    import sys
+
+    built = build_step()
+    (tmp_path / "data" / "graph").mkdir(parents=True)
+    (tmp_path / "data" / "profiler").mkdir()
+    write_pair(tmp_path / "data" / "graph", built, "tiny-iter2")
+    (tmp_path / "data" / "graph" / "profiler_tiny-iter2.json").rename(
+        tmp_path / "data" / "profiler" / "profiler_tiny-iter2.json")
+    script = Path(__file__).resolve().parents[2] / "tracer" / "dataprocess.py"
+    proc = subprocess.run([sys.executable, str(script)], cwd=tmp_path, capture_output=True,
+                          text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    out = tmp_path / "data" / "middledata" / "trace" / "tiny"
+    assert check_trace_dir(out).ok
+    proc = subprocess.run([sys.executable, str(script), "--data-dir", "missing"], cwd=tmp_path,
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 2 and "missing/graph: directory not found" in proc.stderr
+
+
+def test_convert_works_without_torch(tmp_path, step_pair):
+    """`trace convert` and the CLI import no torch; `collect` without torch exits 2."""
+    import subprocess
+    import sys
+
+    graph, prof = step_pair
+    code = f"""
+import sys
+class Block:
+    def find_spec(self, name, path=None, target=None):
+        if name == "torch" or name.startswith("torch.") or name.startswith("torchvision"):
+            raise ImportError("no torch here")
+sys.meta_path.insert(0, Block())
+from triosim.tracer.cli import main
+assert main(["convert", "--graph", {str(graph)!r}, "--profiler", {str(prof)!r},
+             "--out", {str(tmp_path / "o")!r}, "-q"]) == 0
+rc = main(["collect", "--model", "resnet18", "--batch-size", "2", "--out",
+           {str(tmp_path / "c")!r}])
+assert "torch" not in sys.modules
+sys.exit(rc)
+"""
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=60)
+    assert proc.returncode == 2, proc.stderr
+    assert "pip install 'triosim[tracer]'" in proc.stderr
+    assert proc.stderr.strip().count("\n") == 0
+    assert (tmp_path / "o" / "trace.csv").is_file()
+
+
+def test_register_adds_trace_commands_to_a_parent_cli(tmp_path, step_pair):
+    import argparse
+
+    from triosim.tracer.cli import register
+
+    parser = argparse.ArgumentParser(prog="triosim")
+    sub = parser.add_subparsers(dest="command")
+    register(sub)
+    graph, prof = step_pair
+    args = parser.parse_args(["trace", "convert", "--graph", str(graph), "--profiler",
+                              str(prof), "--out", str(tmp_path / "o"), "--targets",
+                              "conv2d,linear", "-q"])
+    assert args.func(args) == 0
+    assert check_trace_dir(tmp_path / "o").ok
+    args = parser.parse_args(["trace", "collect", "--model", "resnet18", "--batch-size", "4",
+                              "--out", str(tmp_path / "c")])
+    assert callable(args.func)
+    with pytest.raises(SystemExit) as exc:
+        parser.parse_args(["trace"])
+    assert exc.value.code == 2
