@@ -40,6 +40,7 @@ class Platform:
     ptp_bandwidth: float  # what GPU↔GPU links carry (pre-multiplied under reference-compat)
     ptp_bandwidth_nominal: float = 0.0  # the -ptp-bandwidth flag in B/s
     _routes: dict[tuple[str, str], tuple[str, ...]] = field(default_factory=dict, repr=False)
+    _route_params: dict[tuple[str, ...], tuple[float, float]] = field(default_factory=dict, repr=False)
 
     def route(self, src: str, dst: str) -> tuple[str, ...]:
         """Directed link names from ``src`` to ``dst`` (fewest hops, deterministic)."""
@@ -69,13 +70,16 @@ class Platform:
         """Latency of every hop plus the bytes at the slowest link's bandwidth."""
         if not route:
             return 0.0
-        lat = 0.0
-        bw = float("inf")
-        for name in route:
-            attrs = self.link(name)
-            lat += attrs["latency"]
-            bw = min(bw, attrs["bandwidth"])
-        return lat + nbytes / bw
+        params = self._route_params.get(route)
+        if params is None:
+            lat = 0.0
+            bw = float("inf")
+            for name in route:
+                attrs = self.link(name)
+                lat += attrs["latency"]
+                bw = min(bw, attrs["bandwidth"])
+            params = self._route_params[route] = (lat, bw)
+        return params[0] + nbytes / params[1]
 
     def ring_links(self, group: tuple[int, ...] | None = None) -> list[tuple[str, ...]]:
         """Routes of each step of the ring over ``group`` (default: all GPUs in ring order)."""
