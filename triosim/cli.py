@@ -25,15 +25,15 @@ from .platform import build_platform
 from .strategy import Strategy
 from .trace import Trace, load_trace, read_trace_info, scale_trace
 
-DEFAULT_TRACE = "resnet18-cpu-bs16"
 SUBCOMMANDS = ("run", "dag", "trace", "sweep")
 _SINGLE_DASH = re.compile(r"^-[A-Za-z][A-Za-z0-9_-]+(=.*)?$")
 
 
 def default_trace_dir() -> Path:
-    from importlib.resources import files
+    """The embedded sample trace (shipped in the wheel as ``triosim.sample_trace``)."""
+    from .sample_trace import trace_dir
 
-    return Path(str(files("triosim.sample_trace"))) / DEFAULT_TRACE
+    return trace_dir()
 
 
 def normalize_argv(argv: Sequence[str]) -> list[str]:

@@ -9,20 +9,10 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # for `import tracer_fixtures`
 
-from tracer_fixtures import REFERENCE, build_step, write_pair  # noqa: E402
+from tracer_fixtures import build_step, write_pair  # noqa: E402
 
 
 @pytest.fixture
 def step_pair(tmp_path: Path) -> tuple[Path, Path]:
     """The CUDA-flavoured PyTorch 2.1-style pair, written to files."""
     return write_pair(tmp_path, build_step())
-
-
-@pytest.fixture
-def reference_pair() -> tuple[Path, Path]:
-    """The original TrioSim vgg13 JSON pair; skips when ../shared is absent."""
-    d = REFERENCE / "tracer_data"
-    graph, prof = d / "graph_vgg13-iter41.json", d / "profiler_vgg13-iter41.json"
-    if not (graph.is_file() and prof.is_file()):
-        pytest.skip("reference data (../shared/reference) not available")
-    return graph, prof

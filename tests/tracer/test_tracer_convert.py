@@ -229,7 +229,7 @@ def test_schema_parsing():
     assert inplace.args[0].mutable and not inplace.returns_view()
     split = parse_schema("aten::split.Tensor(Tensor(a -> *) self, SymInt split_size, int dim=0)"
                          " -> Tensor(a)[]")
-    assert split is not None
+    assert split.args[0].alias == "a" and split.returns_view()
     named = parse_schema("aten::native_batch_norm(Tensor input, Tensor? weight, Tensor? bias, "
                          "Tensor? running_mean, Tensor? running_var, bool training, float "
                          "momentum, float eps) -> (Tensor, Tensor, Tensor)")

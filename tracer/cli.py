@@ -1,0 +1,197 @@
+"""Command line of the tracer: ``triosim trace collect`` and ``triosim trace convert``.
+
+``register(subparsers)`` adds the ``trace`` command (with ``collect`` / ``convert``) to the main
+``triosim`` parser; every handler returns an exit code (0 ok, 2 bad input).  ``main(argv)`` runs the
+same two commands standalone: ``python -m triosim.tracer.cli collect --model resnet18 ...``.
+torch is imported only when ``collect`` runs, so ``convert`` works without it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from .convert import DEFAULT_TARGETS, ConvertOptions, TraceTables
+from .errors import TracerError
+
+
+def _targets(text: str) -> tuple[str, ...]:
+    items = tuple(t.strip() for t in text.split(",") if t.strip())
+    if not items:
+        raise argparse.ArgumentTypeError("give at least one op name, e.g. conv2d,linear")
+    return items
+
+
+def _positive(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got '{text}'") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {value}")
+    return value
+
+
+def _add_common(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--targets", type=_targets, default=DEFAULT_TARGETS, metavar="OP,OP",
+                   help="ops split under tensor parallelism (tpflag=1), with their backward "
+                        "ops (default: conv2d,linear,embedding)")
+    p.add_argument("--quiet", "-q", action="store_true", help="print nothing on success")
+
+
+def _add_collect(sub: Any) -> None:
+    p = sub.add_parser(
+        "collect", help="train a model for a few steps and trace the last one",
+        description="Run warm-up training iterations of a model, record one more with "
+                    "torch.profiler and the execution-trace observer, and convert it to "
+                    "trace.csv + tensor.csv in --out (raw JSON in --out/raw).")
+    p.add_argument("--model", required=True,
+                   help="torchvision classifier (vgg13, resnet50, densenet121, vit_b_16, ...), "
+                        "gpt, gpt-tiny, gpt2-small or tinycnn")
+    p.add_argument("--batch-size", type=_positive, required=True, help="samples per step")
+    p.add_argument("--out", type=Path, required=True, help="output directory")
+    p.add_argument("--device", default="auto",
+                   help="auto (cuda when available, else cpu), cpu, cuda or cuda:N")
+    p.add_argument("--optimizer", choices=("adam", "sgd"), default="adam")
+    p.add_argument("--iterations", type=_positive, default=3,
+                   help="training steps in total; the last one is recorded (default 3)")
+    p.add_argument("--image-size", type=_positive, default=224, help="image side (default 224)")
+    p.add_argument("--num-classes", type=_positive, default=1000)
+    p.add_argument("--seq-len", type=_positive, default=None,
+                   help="tokens per sample for gpt models (default: the preset's)")
+    p.add_argument("--data", type=Path, default=None, metavar="DIR",
+                   help="ImageFolder directory to take the batch from (default: synthetic)")
+    p.add_argument("--lr", type=float, default=None, help="learning rate")
+    p.add_argument("--no-foreach", dest="foreach", action="store_false",
+                   help="per-tensor optimizer ops instead of multi-tensor (_foreach_) ones")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--raw-dir", type=Path, default=None,
+                   help="where to keep the JSON pair (default: OUT/raw)")
+    p.add_argument("--no-raw", dest="keep_raw", action="store_false",
+                   help="do not keep the JSON pair")
+    _add_common(p)
+    p.set_defaults(func=cmd_collect)
+
+
+def _add_convert(sub: Any) -> None:
+    p = sub.add_parser(
+        "convert", help="convert an execution-trace + profiler JSON pair to CSV",
+        description="Pair an execution trace (ExecutionTraceObserver JSON) with the profiler "
+                    "trace of the same step and write trace.csv + tensor.csv.  Needs no torch.")
+    p.add_argument("--graph", type=Path, required=True, help="execution-trace JSON")
+    p.add_argument("--profiler", type=Path, required=True, help="torch.profiler Chrome trace")
+    p.add_argument("--out", type=Path, required=True, help="output directory")
+    p.add_argument("--gpuid", type=int, default=0, help="value of the gpuid columns")
+    _add_common(p)
+    p.set_defaults(func=cmd_convert)
+
+
+def add_commands(subparsers: Any) -> None:
+    """Add ``collect`` and ``convert`` to an argparse subparsers object."""
+    _add_collect(subparsers)
+    _add_convert(subparsers)
+
+
+def register(subparsers: Any) -> None:
+    """Add the ``trace`` command (``trace collect`` / ``trace convert``) to the triosim CLI."""
+    p = subparsers.add_parser(
+        "trace", help="collect or convert a PyTorch operator trace",
+        description="Make TrioSim traces (trace.csv + tensor.csv) from PyTorch training steps.")
+    sub = p.add_subparsers(dest="trace_command", metavar="{collect,convert}")
+    sub.required = True
+    add_commands(sub)
+
+
+def _summary(tables: TraceTables, out: Path) -> str:
+    stages: dict[str, tuple[int, float]] = {}
+    for o in tables.ops:
+        n, t = stages.get(o.stage, (0, 0.0))
+        stages[o.stage] = (n + 1, t + o.cudatime_nooverlap)
+    parts = ", ".join(f"{n} {s} ({t / 1000:.3f} ms)" for s, (n, t) in stages.items())
+    total = sum(t for _, t in stages.values()) / 1000
+    unique = len({r.tensor_id for r in tables.tensors})
+    source = "kernel" if tables.stats.time_source == "kernels" else "CPU op"
+    how = ("record-function id" if tables.stats.pairing == "record-function-id"
+           else "per-thread name/sequence-number alignment (no record-function ids)")
+    text = (f"wrote {out / 'trace.csv'}: {len(tables.ops)} ops: {parts}; total {total:.3f} ms "
+            f"of {source} time\nwrote {out / 'tensor.csv'}: {len(tables.tensors)} rows, "
+            f"{unique} tensors (ops paired with profiler events by {how})")
+    if tables.stats.unpaired_ops:
+        text += (f"\nnote: {tables.stats.unpaired_ops} of {tables.stats.top_level_ops} "
+                 "operators had no profiler event: no time is known for them")
+    return text
+
+
+def _fail(message: str) -> int:
+    print(f"error: {message}", file=sys.stderr)
+    return 2
+
+
+def cmd_convert(args: argparse.Namespace) -> int:
+    """Handler of ``trace convert``."""
+    from .convert import convert_files
+    from .csvout import write_trace_dir
+
+    try:
+        tables = convert_files(args.graph, args.profiler,
+                               ConvertOptions(targets=tuple(args.targets), gpuid=args.gpuid))
+        write_trace_dir(tables, args.out, inputs=[args.graph, args.profiler])
+    except TracerError as exc:
+        return _fail(str(exc))
+    if not args.quiet:
+        print(_summary(tables, args.out))
+    return 0
+
+
+def cmd_collect(args: argparse.Namespace) -> int:
+    """Handler of ``trace collect``."""
+    from .collect import CollectOptions, check_tracer_dependencies, collect, command_line
+
+    missing = check_tracer_dependencies()
+    if missing:
+        return _fail(missing)
+    opts = CollectOptions(
+        model=args.model, batch_size=args.batch_size, out_dir=args.out, device=args.device,
+        optimizer=args.optimizer, iterations=args.iterations, image_size=args.image_size,
+        num_classes=args.num_classes, seq_len=args.seq_len, data_dir=args.data, lr=args.lr,
+        foreach=args.foreach, seed=args.seed, raw_dir=args.raw_dir, keep_raw=args.keep_raw,
+        targets=tuple(args.targets), quiet=args.quiet, command=command_line())
+    try:
+        result = collect(opts)
+    except TracerError as exc:
+        return _fail(str(exc))
+    except OSError as exc:
+        where = f"{exc.filename}: " if exc.filename else ""
+        return _fail(f"{where}{exc.strerror or exc}")
+    except (RuntimeError, AssertionError) as exc:  # e.g. out of memory, image too small
+        first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+        return _fail(f"training step of {args.model} failed: {first}")
+    except KeyboardInterrupt:
+        return _fail("interrupted")
+    for warning in result.warnings:
+        print(f"warning: {warning}", file=sys.stderr)
+    if not args.quiet and result.tables is not None and result.trace_dir is not None:
+        rec = result.recorded
+        print(f"recorded {args.model} (batch {args.batch_size}) on {rec.device} "
+              f"[{rec.device_name}]: warm-up {rec.warmup_iteration_s * 1000:.1f} ms/iteration")
+        print(_summary(result.tables, result.trace_dir))
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Standalone entry point: ``python -m triosim.tracer.cli {collect,convert} ...``."""
+    parser = argparse.ArgumentParser(
+        prog="python -m triosim.tracer.cli",
+        description="Collect PyTorch training-step traces and convert them to TrioSim CSV.")
+    sub = parser.add_subparsers(dest="command", metavar="{collect,convert}")
+    sub.required = True
+    add_commands(sub)
+    args = parser.parse_args(argv)
+    return int(args.func(args))
+
+
+if __name__ == "__main__":
+    sys.exit(main())
