@@ -6,16 +6,10 @@ from rich.console import Console
 from rich.panel import Panel
 from rich.table import Table
 
+from .graph.export import human_bytes
 from .result import GpuStats, Result
 
 MAX_GPU_ROWS = 16
-
-
-def _bytes(n: float) -> str:
-    for unit, scale in (("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
-        if abs(n) >= scale:
-            return f"{n / scale:.2f} {unit}"
-    return f"{n:.0f} B"
 
 
 def _gpu_table(rows: list[GpuStats]) -> Table:
@@ -28,14 +22,14 @@ def _gpu_table(rows: list[GpuStats]) -> Table:
             table.add_row(f"… {len(rows) - 8} more", "", "", "", "", "")
         table.add_row(
             str(g.gpu), f"{g.compute_ms:.4f}", f"{g.comm_ms:.4f}", f"{g.exposed_comm_ms:.4f}",
-            f"{g.idle_ms:.4f}", _bytes(g.peak_memory_bytes),
+            f"{g.idle_ms:.4f}", human_bytes(g.peak_memory_bytes),
         )
     if len(rows) > 1:
         n = len(rows)
         table.add_row(
             "mean", f"{sum(g.compute_ms for g in rows) / n:.4f}", f"{sum(g.comm_ms for g in rows) / n:.4f}",
             f"{sum(g.exposed_comm_ms for g in rows) / n:.4f}", f"{sum(g.idle_ms for g in rows) / n:.4f}",
-            _bytes(max(g.peak_memory_bytes for g in rows)) + " max", style="bold",
+            human_bytes(max(g.peak_memory_bytes for g in rows)) + " max", style="bold",
         )
     return table
 
@@ -58,18 +52,18 @@ def print_summary(result: Result, console: Console, title: str = "") -> None:
         for col in ("link", "bytes", "busy ms", "utilization"):
             table.add_column(col, justify="right")
         for k in busiest:
-            table.add_row(k.link, _bytes(k.bytes), f"{k.busy_ms:.4f}", f"{k.utilization * 100:.1f}%")
+            table.add_row(k.link, human_bytes(k.bytes), f"{k.busy_ms:.4f}", f"{k.utilization * 100:.1f}%")
         console.print(table)
     meta = result.graph.meta
     if "buckets" in meta:
         sizes = [b["bytes"] for b in meta["buckets"]]
-        console.print(f"DDP: {len(sizes)} gradient bucket(s), {_bytes(sum(sizes))} in all, "
-                      f"largest {_bytes(max(sizes, default=0))}")
+        console.print(f"DDP: {len(sizes)} gradient bucket(s), {human_bytes(sum(sizes))} in all, "
+                      f"largest {human_bytes(max(sizes, default=0))}")
     if "tensor_parallel" in meta:
         tp = meta["tensor_parallel"]
         console.print(f"Tensor parallel: {tp.get('sharded_ops', 0)} sharded op(s), {tp.get('collectives', 0)} "
-                      f"collective(s): all-gather {_bytes(tp.get('all_gather_bytes', 0))}, "
-                      f"all-reduce {_bytes(tp.get('all_reduce_bytes', 0))}")
+                      f"collective(s): all-gather {human_bytes(tp.get('all_gather_bytes', 0))}, "
+                      f"all-reduce {human_bytes(tp.get('all_reduce_bytes', 0))}")
     if "pipeline" in meta:
         pp = meta["pipeline"]
         mbs = pp.get("micro_batches", [])
@@ -84,5 +78,5 @@ def print_summary(result: Result, console: Console, title: str = "") -> None:
     ev = sum(m.get("evictions", 0) for m in mem.values())
     if fetched or wb or ev:
         console.print(
-            f"Remote memory: fetched {_bytes(fetched)}, written back {_bytes(wb)}, {ev} eviction(s)"
+            f"Remote memory: fetched {human_bytes(fetched)}, written back {human_bytes(wb)}, {ev} eviction(s)"
         )

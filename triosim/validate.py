@@ -14,11 +14,17 @@ EPS = 1e-12
 
 
 def dag_violations(graph: TaskGraph) -> list[str]:
-    """Acyclic, known kinds, non-negative durations, compute tasks on exactly one GPU."""
+    """Acyclic, no dangling task, known kinds, non-negative durations, compute on exactly one GPU."""
     out = []
     if not nx.is_directed_acyclic_graph(graph.to_networkx()):
         out.append("the task graph has a cycle")
+    has_pred = [False] * len(graph)
+    for vs in graph.succ:
+        for v in vs:
+            has_pred[v] = True
     for t, kind in enumerate(graph.kind):
+        if len(graph) > 1 and not graph.succ[t] and not has_pred[t]:
+            out.append(f"task {t} ({graph.label[t]}) is dangling: no predecessor and no successor")
         if kind not in KINDS:
             out.append(f"task {t} has unknown kind {kind!r}")
         if graph.duration[t] < 0:

@@ -15,11 +15,18 @@ KIND_COLOURS = {
 }
 
 
+def human_bytes(n: float) -> str:
+    for unit, scale in (("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
+        if abs(n) >= scale:
+            return f"{n / scale:.2f} {unit}"
+    return f"{n:.0f} B"
+
+
 def _node_text(graph: TaskGraph, t: int) -> str:
     dur = graph.duration[t] * 1e3
     text = f"{graph.label[t]}\\n{graph.kind[t]} {dur:.3f} ms"
     if graph.nbytes[t]:
-        text += f"\\n{graph.nbytes[t] / 1e6:.2f} MB"
+        text += f"\\n{human_bytes(graph.nbytes[t])}"
     return text
 
 
