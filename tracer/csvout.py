@@ -12,10 +12,10 @@ from __future__ import annotations
 import csv
 import io
 import os
-import secrets
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 
+from ..output import atomic_write_text
 from .convert import OpRow, TensorRow, TraceTables
 from .errors import TracerError
 
@@ -60,19 +60,8 @@ def render_csv(header: list[str], rows: list[list[str]]) -> str:
 
 
 def write_atomic(path: Path, text: str) -> None:
-    """Write ``text`` to ``path`` through a temporary file in the same directory.
-
-    The temporary file is created with ``open(..., "x")`` so it gets the usual permissions
-    (umask), then renamed over ``path`` in one step.
-    """
-    tmp = path.parent / f".{path.name}.{os.getpid()}.{secrets.token_hex(4)}.tmp"
-    try:
-        with open(tmp, "x", encoding="utf-8", newline="") as f:
-            f.write(text)
-        os.replace(tmp, path)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
+    """Write ``text`` to ``path`` through a temporary file in the same directory and a rename."""
+    atomic_write_text(path, text)
 
 
 def write_trace_dir(tables: TraceTables, out_dir: str | os.PathLike[str],

@@ -3,16 +3,24 @@
 from __future__ import annotations
 
 import os
-import tempfile
+import secrets
+from collections.abc import Callable, Iterable
 from pathlib import Path
+from typing import IO, Any
 
 from .errors import ConfigError
 
 
-def atomic_write_text(path: str | os.PathLike, text: str, protect: tuple[str | os.PathLike, ...] = ()) -> None:
-    """Write ``text`` to ``path`` via a temporary file in the same directory and a rename.
+def atomic_write(
+    path: str | os.PathLike,
+    write: Callable[[IO[Any]], None],
+    binary: bool = False,
+    protect: Iterable[str | os.PathLike] = (),
+) -> None:
+    """Call ``write(file)`` on a temporary file beside ``path``, then rename it over ``path``.
 
-    ``protect`` lists input files the output must never replace (the trace itself).
+    ``protect`` lists input files the output must never replace (the trace itself). The
+    temporary file is opened with ``"x"`` so it gets the usual permissions (umask).
     """
     target = Path(path)
     for p in protect:
@@ -24,18 +32,20 @@ def atomic_write_text(path: str | os.PathLike, text: str, protect: tuple[str | o
     parent = target.parent if str(target.parent) else Path(".")
     if not parent.is_dir():
         raise ConfigError(f"{target}: output directory {parent} does not exist")
-    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=parent)
+    tmp = parent / f".{target.name}.{os.getpid()}.{secrets.token_hex(4)}.tmp"
     try:
-        with os.fdopen(fd, "w", encoding="utf-8", newline="\n") as fh:
-            fh.write(text)
-        # mkstemp creates 0600; give the file the permissions a plain open() would.
-        umask = os.umask(0)
-        os.umask(umask)
-        os.chmod(tmp, 0o666 & ~umask)
+        if binary:
+            with open(tmp, "xb") as fh:
+                write(fh)
+        else:
+            with open(tmp, "x", encoding="utf-8", newline="") as fh:
+                write(fh)
         os.replace(tmp, target)
     except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
+        tmp.unlink(missing_ok=True)
         raise
+
+
+def atomic_write_text(path: str | os.PathLike, text: str, protect: Iterable[str | os.PathLike] = ()) -> None:
+    """Write ``text`` to ``path`` atomically (see :func:`atomic_write`)."""
+    atomic_write(path, lambda fh: fh.write(text), protect=protect)

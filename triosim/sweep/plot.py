@@ -7,12 +7,11 @@ point's time. matplotlib is optional (``triosim[plot]``) and imported only here,
 
 from __future__ import annotations
 
-import os
-import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 
 from ..errors import ConfigError
+from ..output import atomic_write
 from ..strategy import CASE_NAMES
 from .results import Row
 
@@ -85,20 +84,7 @@ def write_plot(path: str, rows: Sequence[Row], title: str, protect: Sequence[Pat
                   transform=ax_t.transAxes)
     fig.suptitle(title + ("  (each point: fastest of the other swept flags)" if several else ""))
 
-    target = Path(path)
-    for p in protect:
-        if target.exists() and target.resolve() == Path(p).resolve():
-            raise ConfigError(f"{target}: refusing to overwrite an input file with an output")
-    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=target.suffix, dir=target.parent)
-    try:
-        with os.fdopen(fd, "wb") as fh:
-            fig.savefig(fh, format=target.suffix.lstrip(".").lower(), dpi=110,
-                        metadata={"Software": None} if target.suffix.lower() == ".png" else None)
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, target)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise
+    fmt = Path(path).suffix.lstrip(".").lower()
+    metadata = {"Software": None} if fmt == "png" else None
+    atomic_write(path, lambda fh: fig.savefig(fh, format=fmt, dpi=110, metadata=metadata), binary=True,
+                 protect=protect)
