@@ -209,7 +209,9 @@ def test_sweep_matches_run_and_files_are_deterministic(tiny: Path, tmp_path: Pat
         if r["status"] == "ok" and r["case"] != "0":
             base = next(x for x in rows if x["case"] == "0" and x["bandwidth"] == r["bandwidth"]
                         and x["initial-placement"] == r["initial-placement"])
-            assert float(r["speedup"]) == pytest.approx(float(base["makespan_ms"]) / float(r["makespan_ms"]), rel=1e-6)
+            replicas = int(r["gpus"]) if r["case"] in ("1", "2") else 1  # data parallel: a batch per GPU
+            expected = replicas * float(base["makespan_ms"]) / float(r["makespan_ms"])
+            assert float(r["speedup"]) == pytest.approx(expected, rel=1e-6)
 
 
 def test_speedup_without_case_0_is_against_fewest_gpus(tiny: Path, tmp_path: Path) -> None:

@@ -74,6 +74,7 @@ class Outcome:
     mean_exposed_comm_ms: float | None = None
     max_peak_memory_bytes: int | None = None
     tasks: int | None = None
+    samples_per_s: float | None = None  # training throughput: samples of one iteration / its time
 
 
 def _r(x: float) -> float:
@@ -114,7 +115,14 @@ def run_task(traces: TraceSet, task: Task) -> Outcome:
         mean_exposed_comm_ms=_r(sum(g.exposed_comm_ms for g in gpus) / n),
         max_peak_memory_bytes=max((g.peak_memory_bytes for g in gpus), default=0),
         tasks=len(result.graph),
+        samples_per_s=_r(samples_per_iteration(strategy.case, platform.num_gpus, trace.batch_size)
+                         / result.makespan_s) if result.makespan_s > 0 else None,
     )
+
+
+def samples_per_iteration(case: int, gpus: int, batch_sim: int) -> int:
+    """Data-parallel replicas each train their own batch; the other cases share one batch."""
+    return batch_sim * gpus if case in (1, 2) else batch_sim
 
 
 # ----------------------------------------------------------------------------- preparation

@@ -32,25 +32,30 @@ def require_matplotlib(path: str) -> None:
 
 
 def scaling_series(rows: Sequence[Row]) -> tuple[dict[int, list[tuple[int, float, float]]], bool]:
-    """case → [(gpus, best ms, speed-up)] sorted by gpus; and whether any point is a best-of."""
-    best: dict[int, dict[int, float]] = {}
+    """case → [(gpus, best ms, speed-up)] sorted by gpus; and whether any point is a best-of.
+
+    The speed-up is training throughput (samples/s) over the baseline's: case 0 when swept,
+    else the case's own fewest-GPU point. Data-parallel GPUs each train their own batch.
+    """
+    best: dict[int, dict[int, tuple[float, float]]] = {}  # case -> gpus -> (ms, samples/s)
     several = False
     for r in rows:
-        if not r.ok or r.outcome.makespan_ms is None:
+        o = r.outcome
+        if not r.ok or o.makespan_ms is None or not o.samples_per_s:
             continue
-        case, gpus, ms = r.point.get("case"), r.point.get("gpus"), r.outcome.makespan_ms
+        case, gpus = r.point.get("case"), r.point.get("gpus")
         cell = best.setdefault(case, {})
         if gpus in cell:
             several = True
-            cell[gpus] = min(cell[gpus], ms)
+            cell[gpus] = min(cell[gpus], (o.makespan_ms, o.samples_per_s))
         else:
-            cell[gpus] = ms
-    zero = min(best[0].values()) if best.get(0) else None
+            cell[gpus] = (o.makespan_ms, o.samples_per_s)
+    zero = min(best[0].values())[1] if best.get(0) else None
     series = {}
     for case in sorted(best):
         pts = sorted(best[case].items())
-        base = zero if zero is not None else pts[0][1]
-        series[case] = [(g, ms, base / ms if ms > 0 else 0.0) for g, ms in pts]
+        base = zero if zero is not None else pts[0][1][1]
+        series[case] = [(g, ms, sps / base) for g, (ms, sps) in pts]
     return series, several
 
 
@@ -67,7 +72,7 @@ def write_plot(path: str, rows: Sequence[Row], title: str, protect: Sequence[Pat
         label = f"case {case}: {CASE_NAMES.get(case, '?')}" + (" (runs on 1 GPU)" if case == 0 else "")
         ax_t.plot(xs, [ms for _, ms, _ in pts], label=label, **style)
         ax_s.plot(xs, [s for _, _, s in pts], label=label, **style)
-    for ax, ylabel in ((ax_t, "iteration time (ms)"), (ax_s, "speed-up (× iteration time)")):
+    for ax, ylabel in ((ax_t, "iteration time (ms)"), (ax_s, "speed-up (× training throughput)")):
         ax.set_xlabel("GPUs")
         ax.set_ylabel(ylabel)
         if len(gpus_seen) > 1 and gpus_seen[0] > 0:

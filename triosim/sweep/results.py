@@ -37,6 +37,7 @@ METRIC_COLUMNS = (
     "mean_exposed_comm_ms",
     "max_peak_memory_bytes",
     "tasks",
+    "samples_per_s",
 )
 _NOT_KEY = ("case", "gpus")  # the dests a speed-up compares across
 OUTPUT_SUFFIXES = (".csv", ".json")
@@ -67,6 +68,7 @@ class Row:
             "mean_exposed_comm_ms": o.mean_exposed_comm_ms,
             "max_peak_memory_bytes": o.max_peak_memory_bytes,
             "tasks": o.tasks,
+            "samples_per_s": o.samples_per_s,
         }
 
 
@@ -83,7 +85,7 @@ def with_speedups(rows: Sequence[Row]) -> list[Row]:
             groups.setdefault(key, []).append(row)
     out = []
     for row in rows:
-        if not row.ok or not row.outcome.makespan_ms:
+        if not row.ok or not row.outcome.samples_per_s:
             out.append(replace(row, speedup=None, speedup_vs=""))
             continue
         key = tuple((d, v) for d, v in row.point.config if d not in _NOT_KEY)
@@ -96,7 +98,8 @@ def with_speedups(rows: Sequence[Row]) -> list[Row]:
             same = [r for r in group if r.point.get("case") == row.point.get("case")]
             base = min(same, key=by_size)
             vs = _gpus_label(base.point.get("gpus"))
-        speedup = round(base.outcome.makespan_ms / row.outcome.makespan_ms, 6)
+        # Throughput, not iteration time: N data-parallel replicas train N batches per iteration.
+        speedup = round(row.outcome.samples_per_s / base.outcome.samples_per_s, 6)
         out.append(replace(row, speedup=speedup, speedup_vs=vs))
     return out
 
@@ -234,7 +237,8 @@ def print_table(console: Console, grid: Grid, rows: Sequence[Row], top: int, tit
     fixed = ", ".join(f"{a.spec.name}={_short(a.values[0])}" for a in grid.fixed
                       if grid.swept and a.spec.dest != "trace_dir")
     bases = sorted({r.speedup_vs for r in ok if r.speedup_vs})
-    caption = f"speed-up: iteration time of {' / '.join(bases)} ÷ this one" if bases else None
+    caption = (f"speed-up: training throughput (samples/s) ÷ that of {' / '.join(bases)}; data-parallel "
+               "GPUs each train their own batch") if bases else None
     def ok_table(metrics: Sequence[str]) -> Table:
         table = Table(title=(title + (f" · {fixed}" if fixed else "")) or None, title_justify="left",
                       caption=caption, caption_justify="left", show_edge=False, pad_edge=False)
