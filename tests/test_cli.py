@@ -136,3 +136,10 @@ def test_default_trace_is_embedded_and_runs_from_anywhere(tmp_path):
                           capture_output=True, text=True, env=env)
     assert proc.returncode == 0, proc.stderr
     assert float(proc.stdout) > 0
+
+
+def test_dag_refuses_huge_graphs(capsys, tmp_path, synthetic_dir):
+    out = tmp_path / "big.dot"
+    code, _, err = run_cli(capsys, "dag", "-case", "1", "-GPUnumber", "64", "-trace-dir", str(synthetic_dir),
+                           "--export", str(out), "--max-tasks", "100")
+    assert code == 2 and "more than --max-tasks 100" in err and not out.exists()

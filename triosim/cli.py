@@ -98,6 +98,8 @@ def build_parser() -> argparse.ArgumentParser:
     add_sim_flags(dag)
     dag.add_argument("--export", metavar="FILE", default="dag.dot", help="DOT file to write (dag.dot)")
     dag.add_argument("--render", choices=("svg", "png", "pdf"), help="also render with Graphviz's dot")
+    dag.add_argument("--max-tasks", type=int, default=50_000,
+                     help="refuse graphs larger than this (a DOT of 10^5+ nodes is unreadable; 0 = no limit)")
     dag.set_defaults(func=cmd_dag)
     try:
         from .tracer import cli as tracer_cli
@@ -250,6 +252,11 @@ def cmd_dag(args: argparse.Namespace) -> int:
 
     trace, platform, strategy = configure(args)
     graph = build_graph(trace, platform, strategy)
+    if args.max_tasks and len(graph) > args.max_tasks:
+        raise ConfigError(
+            f"the task graph has {len(graph):,} tasks, more than --max-tasks {args.max_tasks:,}: use fewer GPUs "
+            "or micro-batches, --collective-detail macro, or --max-tasks 0 to write it anyway"
+        )
     dot = to_dot(graph)
     protect = (Path(trace.path) / "trace.csv", Path(trace.path) / "tensor.csv")
     atomic_write_text(args.export, dot.source, protect=protect)
