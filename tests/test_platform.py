@@ -129,3 +129,26 @@ def test_reference_compat_scales_ring_links():
 def test_bad_flags_are_config_errors(kwargs, message):
     with pytest.raises(ConfigError, match=message):
         build_platform(**kwargs)
+
+
+def test_nvlink_cluster_routes_inside_nodes_over_nvlink_and_between_nodes_over_nics():
+    from triosim.graph.collectives import add_all_reduce
+    from triosim.graph.tasks import TaskGraph
+    from triosim.scheduler import schedule
+
+    p = build_platform(8, ptp_bandwidth_gbps=450, topology="nvlink-cluster", gpus_per_node=4,
+                       node_bandwidth_gbps=50)
+    assert p.route("gpu0", "gpu3") == ("gpu0->nvsw0", "nvsw0->gpu3")
+    assert p.route("gpu3", "gpu4") == ("gpu3->net", "net->gpu4")
+    assert p.route("gpu0", "remote") == ("gpu0->remote",)
+    # A flat ring all-reduce is bound by the slowest hop: the NIC between nodes.
+    g = TaskGraph()
+    add_all_reduce(g, p, list(p.ring), 8 * 10**9, "ar", detail="expanded")
+    assert schedule(g).makespan == pytest.approx(2 * 7 * 10**9 / 50e9)
+
+
+def test_nvlink_cluster_flags_are_checked():
+    with pytest.raises(ConfigError, match="--gpus-per-node must be >= 1"):
+        build_platform(8, topology="nvlink-cluster", gpus_per_node=0)
+    with pytest.raises(ConfigError, match="--node-bandwidth must be > 0"):
+        build_platform(8, topology="nvlink-cluster", node_bandwidth_gbps=0)

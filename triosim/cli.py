@@ -61,7 +61,11 @@ def add_sim_flags(p: argparse.ArgumentParser) -> None:
     g.add_argument("--interconnects", type=int, default=0, help="0 electrical, 1 optical mesh")
     g.add_argument("--numRows", dest="num_rows", type=int, default=1, help="optical mesh rows (1)")
     g.add_argument("--numCols", dest="num_cols", type=int, default=None, help="optical mesh columns (= GPUnumber)")
-    g.add_argument("--topology", default="ring", help="electrical topology: ring, fully-connected, switch")
+    g.add_argument("--topology", default="ring",
+                   help="electrical topology: ring, fully-connected, switch, nvlink-cluster")
+    g.add_argument("--gpus-per-node", type=int, default=8, help="nvlink-cluster: GPUs per NVSwitch node (8)")
+    g.add_argument("--node-bandwidth", type=float, default=50.0,
+                   help="nvlink-cluster: each GPU's NIC to the cluster network, GB/s (50 = 400 Gb/s)")
     g.add_argument("--link-latency-us", type=float, default=None, help="per-link latency in µs (0; optical hop 0.02)")
     g = p.add_argument_group("strategy")
     g.add_argument("--case", type=int, default=0,
@@ -169,6 +173,8 @@ def platform_from_args(args: argparse.Namespace):
         topology="ring" if single else args.topology,
         link_latency_us=args.link_latency_us,
         reference_compat=args.reference_compat,
+        gpus_per_node=args.gpus_per_node,
+        node_bandwidth_gbps=args.node_bandwidth,
     )
 
 

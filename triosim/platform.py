@@ -15,7 +15,7 @@ import networkx as nx
 from .errors import ConfigError
 
 REMOTE = "remote"
-TOPOLOGIES = ("ring", "fully-connected", "switch", "mesh")
+TOPOLOGIES = ("ring", "fully-connected", "switch", "mesh", "nvlink-cluster")
 GB = 1e9  # 1 GB/s = 1e9 B/s, as the original
 
 
@@ -55,7 +55,9 @@ class Platform:
                 if REMOTE not in (src, dst):
                     g = nx.restricted_view(self.graph, [REMOTE], [])
                 try:
-                    path = nx.shortest_path(g, src, dst)
+                    # In a two-level cluster a link's "cost" makes NVLink win inside a node;
+                    # elsewhere every link costs 1, i.e. fewest hops.
+                    path = nx.shortest_path(g, src, dst, weight="cost" if self.topology == "nvlink-cluster" else None)
                 except (nx.NetworkXNoPath, nx.NodeNotFound):
                     raise ConfigError(f"no route from {src} to {dst} in the {self.topology} topology") from None
                 hit = tuple(link_name(a, b) for a, b in zip(path, path[1:]))
@@ -93,9 +95,11 @@ class Platform:
         return [link_name(a, b) for a, b in self.graph.edges]
 
 
-def _add_link(g: nx.DiGraph, a: str, b: str, bandwidth: float, latency: float) -> None:
-    g.add_edge(a, b, bandwidth=bandwidth, latency=latency)
-    g.add_edge(b, a, bandwidth=bandwidth, latency=latency)
+def _add_link(g: nx.DiGraph, a: str, b: str, bandwidth: float, latency: float, cost: int = 1) -> None:
+    # A routing cost other than one hop is stored only where it matters (nvlink-cluster).
+    extra = {"cost": cost} if cost != 1 else {}
+    g.add_edge(a, b, bandwidth=bandwidth, latency=latency, **extra)
+    g.add_edge(b, a, bandwidth=bandwidth, latency=latency, **extra)
 
 
 def snake_order(rows: int, cols: int) -> tuple[int, ...]:
@@ -118,8 +122,15 @@ def build_platform(
     topology: str = "ring",
     link_latency_us: float | None = None,
     reference_compat: bool = False,
+    gpus_per_node: int = 8,
+    node_bandwidth_gbps: float = 50.0,
 ) -> Platform:
-    """Build the platform from the seed flags (DESIGN §2.2, §6)."""
+    """Build the platform from the seed flags (DESIGN §2.2, §6).
+
+    ``nvlink-cluster``: nodes of ``gpus_per_node`` GPUs; inside a node every GPU reaches an
+    NVSwitch (``nvswK``) at ``ptp_bandwidth``; every GPU also has its own NIC to the cluster
+    network switch (``net``) at ``node_bandwidth`` (rail-style, one NIC per GPU).
+    """
     if num_gpus < 1:
         raise ConfigError(f"-GPUnumber must be >= 1, got {num_gpus}")
     if bandwidth_gbps <= 0:
@@ -130,6 +141,10 @@ def build_platform(
         raise ConfigError(f"-capacity must be between 10 and 60 (GPU memory = 2^capacity bytes), got {capacity_log2}")
     if link_latency_us is not None and link_latency_us < 0:
         raise ConfigError(f"--link-latency-us must be >= 0, got {link_latency_us}")
+    if gpus_per_node < 1:
+        raise ConfigError(f"--gpus-per-node must be >= 1, got {gpus_per_node}")
+    if node_bandwidth_gbps <= 0:
+        raise ConfigError(f"--node-bandwidth must be > 0 GB/s, got {node_bandwidth_gbps}")
     if interconnects not in (0, 1):
         raise ConfigError(f"-interconnects must be 0 (electrical) or 1 (optical), got {interconnects}")
     if topology not in TOPOLOGIES:
@@ -186,6 +201,15 @@ def build_platform(
         g.add_node("switch", kind="switch")
         for i in range(num_gpus):
             _add_link(g, gpu_node(i), "switch", ptp_bw, latency)
+        ring = tuple(range(num_gpus))
+        name = topology
+    elif topology == "nvlink-cluster":
+        g.add_node("net", kind="switch")
+        for i in range(num_gpus):
+            node = i // gpus_per_node
+            g.add_node(f"nvsw{node}", kind="switch")
+            _add_link(g, gpu_node(i), f"nvsw{node}", ptp_bw, latency, cost=1)
+            _add_link(g, gpu_node(i), "net", node_bandwidth_gbps * GB, latency, cost=2)
         ring = tuple(range(num_gpus))
         name = topology
     else:
