@@ -99,6 +99,7 @@ def plan_memory(
     in_remote: dict[str, int | None] = {}  # key -> write-back task that put it there (None: always)
     dirty: set[str] = set()
     writebacks_at: dict[int, list[int]] = {}
+    writeback_step: dict[int, int] = {}  # write-back task -> the step whose room it made
 
     external = [k for k in dict.fromkeys(external) if k in uses and sizes.get(k, 0) > 0]
     # Steady state: an external buffer stays resident if it fits beside the activations the
@@ -153,6 +154,7 @@ def plan_memory(
                     )
                     report.written_back_bytes += sizes[victim]
                     writebacks_at.setdefault(j, []).append(wb)
+                    writeback_step[wb] = j
                     in_remote[victim] = wb
                     dirty.discard(victim)
                 else:
@@ -165,9 +167,7 @@ def plan_memory(
                 continue
             # Earliest step boundary from which the buffer fits until it is needed.
             wb_own = in_remote[key]
-            lo = 0 if wb_own is None else j
-            if wb_own is not None:
-                lo = _step_of_writeback(writebacks_at, wb_own, j)
+            lo = 0 if wb_own is None else writeback_step[wb_own]
             window = occ[lo : j + 1] + size > cap
             b = lo if not window.any() else lo + int(np.flatnonzero(window)[-1]) + 1
             after = [steps[b - 1].task] if b > 0 else []
@@ -206,13 +206,6 @@ def _farthest_victim(resident: dict[str, tuple[int, int]], keep: set[str], j: in
         if nu > best_next or (nu == best_next and best is not None and key < best):
             best, best_next = key, nu
     return best
-
-
-def _step_of_writeback(writebacks_at: dict[int, list[int]], task: int, default: int) -> int:
-    for step, tasks in writebacks_at.items():
-        if task in tasks:
-            return step
-    return default
 
 
 def plan_replicas(
