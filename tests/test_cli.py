@@ -143,3 +143,24 @@ def test_dag_refuses_huge_graphs(capsys, tmp_path, synthetic_dir):
     code, _, err = run_cli(capsys, "dag", "-case", "1", "-GPUnumber", "64", "-trace-dir", str(synthetic_dir),
                            "--export", str(out), "--max-tasks", "100")
     assert code == 2 and "more than --max-tasks 100" in err and not out.exists()
+
+
+def test_config_file_sets_flags_and_the_command_line_wins(tmp_path, capsys) -> None:
+    cfg = tmp_path / "run.json"
+    cfg.write_text('{"case": 2, "GPUnumber": 4, "bucket-mb": 5}')
+    assert main(["run", "--config", str(cfg), "-q"]) == 0
+    from_file = capsys.readouterr().out
+    assert main(["run", "--case", "2", "--gpus", "4", "--bucket-mb", "5", "-q"]) == 0
+    assert capsys.readouterr().out == from_file
+    assert main(["run", f"--config={cfg}", "--case", "0", "-q"]) == 0
+    assert main(["run", "--case", "0", "-q"]) == 0
+    single, again = capsys.readouterr().out.split()
+    assert single == again
+
+
+def test_bad_config_file_is_one_line_exit_2(tmp_path, capsys) -> None:
+    cfg = tmp_path / "run.json"
+    cfg.write_text('{"gpus": "many"}')
+    assert main(["run", "-config", str(cfg)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and str(cfg) in err and "not an integer" in err
