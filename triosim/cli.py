@@ -22,11 +22,13 @@ from rich.console import Console
 from . import __version__
 from .config import (  # noqa: F401  (re-exported: the names scripts import from triosim.cli)
     add_sim_flags,
+    config_block,
     configure,
     default_trace_dir,
     load_scaled_trace,
     platform_from_args,
     read_config_file,
+    resolve_batches,
     strategy_from_args,
 )
 from .errors import ConfigError, TriosimError
@@ -148,8 +150,11 @@ def cmd_run(args: argparse.Namespace) -> int:
     else:
         sched = schedule(graph)
     per_gpu, per_link = summarize(graph, sched, platform)
+    batches = resolve_batches(args)
     result = Result(sched.makespan, strategy, platform, graph, sched, per_gpu, per_link,
-                    extra={"trace": Path(trace.path).name, "batch_size_sim": trace.batch_size})
+                    extra={"trace": Path(trace.path).name, "batch_size": batches.batch,
+                           "batch_source": batches.source, "batch_size_sim": trace.batch_size,
+                           "time_source": trace.time_source, "config": config_block(args)})
     protect = (Path(trace.path) / "trace.csv", Path(trace.path) / "tensor.csv")
     if args.json:
         text = json.dumps(result.to_dict(), indent=2, sort_keys=False) + "\n"

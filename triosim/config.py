@@ -366,4 +366,36 @@ def parse_mapping_text(text: str, path: Path, flag: str) -> dict[str, Any]:
 
 
 # Keys of a result's ``config`` block that record facts about the run rather than set a flag.
-INFO_KEYS = frozenset({"triosim_version", "trace_sha256", "tensor_sha256", "time_source", "batch_source"})
+INFO_KEYS = frozenset({"triosim_version", "trace_sha256", "tensor_sha256"})
+
+
+def file_sha256(path: Path) -> str:
+    import hashlib
+
+    digest = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for chunk in iter(lambda: fh.read(1 << 20), b""):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def config_block(args: argparse.Namespace) -> dict[str, Any]:
+    """Everything needed to run this simulation again: every simulation flag by its key (the
+    trace directory made absolute), the triosim version and the sha256 of both trace files.
+
+    ``--config`` accepts the block back (or the whole ``--json`` result holding it).
+    """
+    from . import __version__
+
+    table = FlagTable.from_cli()
+    trace_dir = Path(args.trace_dir) if args.trace_dir else default_trace_dir()
+    block: dict[str, Any] = {}
+    for spec in table.specs:
+        value = getattr(args, spec.dest, spec.default)
+        if spec.dest == "trace_dir":
+            value = str(trace_dir.resolve())
+        block[spec.name] = value
+    block["triosim_version"] = __version__
+    block["trace_sha256"] = file_sha256(trace_dir / "trace.csv")
+    block["tensor_sha256"] = file_sha256(trace_dir / "tensor.csv")
+    return block
