@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from triosim.tracer.validate import check_trace_dir
 
 import triosim.trace_repeat as tr
 from triosim import build_platform, simulate
@@ -129,6 +130,8 @@ def test_gpt_96_data_flow(gpt, gpt96):
     for r in rows.op_rows:
         if r[col] not in ("-1", ""):
             assert r[col] in ids
+    # The tracer's own consistency checks (IDs defined, sizes agree, inputs produced earlier).
+    assert check_trace_dir(path).problems == []
     meta = json.loads((path / "meta.json").read_text())
     assert meta["repeat"] == {"traced_layers": 4, "layers": 96, "ops_per_layer": 24}
     assert "96 layers" in meta["model_description"] and meta["ops"] == 2327
@@ -180,6 +183,8 @@ def check_repeat(model: SyntheticTransformer, layers: int) -> None:
         trace = load_trace(src, batch_size=model.batch_size)
         tr.repeat_trace_dir(src, Path(tmp) / "out", layers)
         big = load_trace(Path(tmp) / "out", batch_size=model.batch_size)
+        problems = check_trace_dir(Path(tmp) / "out").problems
+    assert problems == [], "data flow broken: " + problems[0] if problems else ""
     layout = tr.find_layers(trace)
     assert layout.count == model.layers
     n = model.layers
