@@ -482,3 +482,17 @@ def test_reference_vgg13_sweep_matches_run(vgg13_dir: Path, tmp_path: Path) -> N
             assert main(["run", "--trace-dir", str(vgg13_dir), "--case", "1", "--gpus", r["gpus"],
                          "--ptp-bandwidth", r["ptp-bandwidth"], "--json", str(rj), "-q"]) == 0
             assert float(r["makespan_ms"]) == json.loads(rj.read_text())["makespan_ms"]
+
+
+def test_num_layers_is_a_sweep_axis_matching_run(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from triosim.config import default_trace_dir
+
+    gpt = default_trace_dir().parent / "gpt-cpu-bs8"
+    out = tmp_path / "r.csv"
+    assert main(["sweep", "--trace-dir", str(gpt), "--num-layers", "2,4", "-j", "1", "-q", "--out", str(out)]) == 0
+    rows = _read_csv(out)
+    capsys.readouterr()
+    for row in rows:
+        assert main(["run", "--trace-dir", str(gpt), "--num-layers", row["num-layers"], "-q"]) == 0
+        assert float(capsys.readouterr().out) == pytest.approx(float(row["makespan_ms"]), abs=1e-4)
+    assert rows[0]["makespan_ms"] != rows[1]["makespan_ms"]

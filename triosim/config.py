@@ -241,17 +241,21 @@ def resolve_batches(args: argparse.Namespace, info_cache: dict[str, tuple[int, s
 def load_scaled_trace(args: argparse.Namespace) -> Trace:
     """The trace of ``--trace-dir`` recorded at its batch, scaled to ``--batch-size-sim``."""
     b = resolve_batches(args)
-    layers = getattr(args, "num_layers", None)
-    if layers is not None:
-        if layers < 1:
-            raise ConfigError(f"--num-layers must be a positive integer, got {layers}")
-        from .trace_repeat import load_repeated
-
-        trace = load_repeated(b.trace_dir, layers, batch_size=b.batch, time_column=args.time_column)
-    else:
-        trace = load_trace(b.trace_dir, batch_size=b.batch, time_column=args.time_column)
+    trace = load_recorded_trace(b.trace_dir, b.batch, args.time_column, getattr(args, "num_layers", None))
     trace = trace.with_batch_source(b.source)
     return scale_trace(trace, b.sim, reference_compat=args.reference_compat)
+
+
+def load_recorded_trace(trace_dir: str | Path, batch: int, time_column: str, num_layers: int | None) -> Trace:
+    """The trace at its recorded batch, its transformer layer repeated to ``num_layers`` if given
+    (``run`` and every configuration of a sweep load traces through here)."""
+    if num_layers is not None:
+        if num_layers < 1:
+            raise ConfigError(f"--num-layers must be a positive integer, got {num_layers}")
+        from .trace_repeat import load_repeated
+
+        return load_repeated(trace_dir, num_layers, batch_size=batch, time_column=time_column)
+    return load_trace(trace_dir, batch_size=batch, time_column=time_column)
 
 
 def check_case(args: argparse.Namespace) -> None:

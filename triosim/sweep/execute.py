@@ -22,13 +22,20 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..config import check_case, platform_from_args, resolve_batches, strategy_from_args
+from ..config import (
+    check_case,
+    load_recorded_trace,
+    platform_from_args,
+    resolve_batches,
+    strategy_from_args,
+)
 from ..errors import ConfigError, TriosimError
-from ..trace import Trace, load_trace, scale_trace
+from ..trace import Trace, scale_trace
 from .grid import Point
 
-# (trace directory, batch the trace was recorded at, op-time column): what load_trace reads.
-TraceKey = tuple[str, int, str]
+# (trace directory, batch the trace was recorded at, op-time column, --num-layers): what
+# config.load_recorded_trace reads.
+TraceKey = tuple[str, int, str, "int | None"]
 
 OK, INVALID, FAILED = "ok", "invalid", "failed"
 
@@ -169,7 +176,7 @@ def prepare(points: Sequence[Point]) -> Prepared:
             settled.append(Outcome(point.index, FAILED,
                                    f"-case {ns.case} ({CASE_NAMES[ns.case]}) is not implemented yet"))
             continue
-        pending.append((point, (trace_dir, batch, ns.time_column), sim))
+        pending.append((point, (trace_dir, batch, ns.time_column, getattr(ns, "num_layers", None)), sim))
 
     loaded: dict[TraceKey, Trace] = {}
     broken: dict[TraceKey, str] = {}
@@ -177,7 +184,7 @@ def prepare(points: Sequence[Point]) -> Prepared:
         if key in loaded or key in broken:
             continue
         try:
-            loaded[key] = load_trace(key[0], batch_size=key[1], time_column=key[2])
+            loaded[key] = load_recorded_trace(*key)
         except TriosimError as exc:
             broken[key] = _reason(exc)
     tasks = []
