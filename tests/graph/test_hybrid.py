@@ -311,3 +311,23 @@ def test_invariants_catch_a_planted_bug(monkeypatch):
     config = (SyntheticModel(layers=3, batch_size=8, seed=1), Strategy(dp=2, tp=2, pp=1, micro_batch_size=4,
                                                                       tp_style="per-op"), "switch")
     assert any("ran" in v for v in hybrid_violations(*config))
+
+
+# ----------------------------------------------------------------------------- Megatron volume
+
+
+@pytest.mark.parametrize("sequence_parallel", [False, True])
+def test_megatron_tp_volume_matches_the_closed_form(sequence_parallel):
+    """Per layer and iteration, Megatron TP moves 4 all-reduces of the activation b·s·h (2 forward,
+    2 backward), i.e. 8·(T−1)/T·b·s·h bytes per GPU; sequence parallelism turns each into a
+    reduce-scatter + all-gather of the same total volume. The GPT sample: 4 layers, h = 256,
+    s = 128, b = 8, fp32."""
+    layers, h, s, b, t = 4, 256, 128, 8, 4
+    act = b * s * h * 4
+    trace = load_trace(GPT, batch_size=8)
+    g, _ = _run(trace, t, Strategy(tp=t, sequence_parallel=sequence_parallel))
+    tp = g.meta["hybrid"]["collectives_dp0_tp0"]["tp"]
+    assert g.meta["hybrid"]["tp_style"] == "megatron" and g.meta["hybrid"]["tp_blocks"] == 2 * layers
+    assert tp["collectives"] == 4 * layers * (2 if sequence_parallel else 1)
+    assert tp["payload_bytes"] == 4 * layers * act * (2 if sequence_parallel else 1)
+    assert tp["wire_bytes_per_gpu"] == pytest.approx(8 * layers * (t - 1) / t * act, rel=1e-12)
