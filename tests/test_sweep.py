@@ -496,3 +496,13 @@ def test_num_layers_is_a_sweep_axis_matching_run(tmp_path: Path, capsys: pytest.
         assert main(["run", "--trace-dir", str(gpt), "--num-layers", row["num-layers"], "-q"]) == 0
         assert float(capsys.readouterr().out) == pytest.approx(float(row["makespan_ms"]), abs=1e-4)
     assert rows[0]["makespan_ms"] != rows[1]["makespan_ms"]
+
+
+def test_hybrid_degrees_rank_by_samples_of_the_data_parallel_replicas(tiny: Path, tmp_path: Path) -> None:
+    out = tmp_path / "h.csv"
+    assert _sweep(tiny, "--dp", "1,2", "--tp", "1,2", "-j", "1", "--out", str(out)) == 0
+    rows = {(r["dp"], r["tp"]): r for r in _read_csv(out)}
+    assert set(rows) == {("1", "1"), ("1", "2"), ("2", "1"), ("2", "2")}
+    for (dp, _), r in rows.items():
+        assert float(r["samples_per_s"]) == pytest.approx(8 * int(dp) / (float(r["makespan_ms"]) / 1e3), rel=1e-6)
+    assert {r["speedup_vs"] for r in rows.values()} == {"dp1 × tp1, 1 GPU"}

@@ -30,6 +30,7 @@ from ..config import (
     strategy_from_args,
 )
 from ..errors import ConfigError, TriosimError
+from ..strategy import Strategy
 from ..trace import Trace, scale_trace
 from .grid import Point
 
@@ -122,14 +123,15 @@ def run_task(traces: TraceSet, task: Task) -> Outcome:
         mean_exposed_comm_ms=_r(sum(g.exposed_comm_ms for g in gpus) / n),
         max_peak_memory_bytes=max((g.peak_memory_bytes for g in gpus), default=0),
         tasks=len(result.graph),
-        samples_per_s=_r(samples_per_iteration(strategy.case, platform.num_gpus, trace.batch_size)
+        samples_per_s=_r(samples_per_iteration(strategy, platform.num_gpus, trace.batch_size)
                          / result.makespan_s) if result.makespan_s > 0 else None,
     )
 
 
-def samples_per_iteration(case: int, gpus: int, batch_sim: int) -> int:
-    """Data-parallel replicas each train their own batch; the other cases share one batch."""
-    return batch_sim * gpus if case in (1, 2) else batch_sim
+def samples_per_iteration(strategy: Strategy, gpus: int, batch_sim: int) -> int:
+    """Data-parallel replicas each train their own batch; tensor and pipeline parallel GPUs
+    share one: batch × the data-parallel degree."""
+    return batch_sim * strategy.degrees(gpus)[0]
 
 
 # ----------------------------------------------------------------------------- preparation

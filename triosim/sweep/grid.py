@@ -145,7 +145,7 @@ APPLIES: dict[str, Callable[[Mapping[str, Any]], bool]] = {
     "gpus_per_node": lambda c: _multi_gpu(c) and c.get("topology") == "nvlink-cluster",
     "node_bandwidth": lambda c: _multi_gpu(c) and c.get("topology") == "nvlink-cluster",
     "collective_detail": _has_collectives,
-    "bucket_mb": lambda c: c.get("case") == 2,
+    "bucket_mb": lambda c: c.get("case") == 2 or _degree(c, "dp") > 1,
     "micro_batch_size": _pipelined,
     "schedule": _pipelined,
     "partition": _pipelined,

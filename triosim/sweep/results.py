@@ -76,12 +76,28 @@ WORKLOAD_FLAGS = ("trace_dir", "batch_size", "batch_size_sim", "time_column", "r
 
 
 def _gpus_used(row: Row) -> int:
-    return 1 if row.point.get("case") == 0 else int(row.point.get("gpus"))
+    """GPUs the configuration ran on (case 0: one; a hybrid run: dp × tp × pp)."""
+    from ..parallel_flags import degrees_given, resolve_gpus
+
+    ns = row.point.namespace()
+    if not degrees_given(ns) and row.point.get("case") == 0:
+        return 1
+    return resolve_gpus(ns)
 
 
 def _baseline_label(row: Row) -> str:
+    from ..parallel_flags import degrees_given
+
+    ns = row.point.namespace()
+    if degrees_given(ns):
+        degrees = " × ".join(f"{k}{getattr(ns, k)}" for k in ("dp", "tp", "pp") if getattr(ns, k) is not None)
+        return f"{degrees}, {_gpus_text(_gpus_used(row))}"
     case = row.point.get("case")
-    return "case 0" if case == 0 else f"case {case}, {_gpus_used(row)} GPUs"
+    return "case 0" if case == 0 else f"case {case}, {_gpus_text(_gpus_used(row))}"
+
+
+def _gpus_text(n: int) -> str:
+    return "1 GPU" if n == 1 else f"{n} GPUs"
 
 
 def with_speedups(rows: Sequence[Row]) -> list[Row]:
