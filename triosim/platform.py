@@ -125,7 +125,7 @@ def build_platform(
     gpus_per_node: int = 8,
     node_bandwidth_gbps: float = 50.0,
 ) -> Platform:
-    """Build the platform from the seed flags (DESIGN §2.2, §6).
+    """Build the platform from the seed flags (see the README's flag table).
 
     ``nvlink-cluster``: nodes of ``gpus_per_node`` GPUs; inside a node every GPU reaches an
     NVSwitch (``nvswK``) at ``ptp_bandwidth``; every GPU also has its own NIC to the cluster

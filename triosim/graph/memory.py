@@ -1,7 +1,7 @@
 """GPU memory: residency, prefetch from remote memory, eviction and write-back, peak usage.
 
 A GPU's compute stream runs its steps in program order, so memory can be planned statically
-along that order (DESIGN §7). For each step the buffers it reads must be resident and the
+along that order. For each step the buffers it reads must be resident and the
 buffers it writes get allocated. A buffer that sits in remote memory is fetched by a ``memcpy``
 task that starts as early as there is room for it (overlapping compute), and the step waits for
 it to arrive. When a step's working set does not fit, resident buffers not needed by the step
