@@ -506,3 +506,8 @@ def test_hybrid_degrees_rank_by_samples_of_the_data_parallel_replicas(tiny: Path
     for (dp, _), r in rows.items():
         assert float(r["samples_per_s"]) == pytest.approx(8 * int(dp) / (float(r["makespan_ms"]) / 1e3), rel=1e-6)
     assert {r["speedup_vs"] for r in rows.values()} == {"dp1 × tp1, 1 GPU"}
+
+
+def test_sweep_title_says_when_op_times_are_cpu_times(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["sweep", "--case", "1", "--gpus", "2,4", "-j", "1"]) == 0  # the embedded CPU sample
+    assert "op times measured on CPU" in capsys.readouterr().out

@@ -26,7 +26,7 @@ from typing import Any
 
 from rich.console import Console
 
-from ..errors import ConfigError
+from ..errors import ConfigError, TriosimError
 from .execute import (
     FAILED,
     INVALID,
@@ -229,7 +229,17 @@ def grid_from_args(args: argparse.Namespace) -> Grid:
 
 
 def _title(traces: Sequence[str]) -> str:
-    return ", ".join(Path(t).name for t in traces) or "sweep"
+    """The traces' names, and a warning when their op times were measured on a CPU."""
+    from ..trace import read_trace_info
+
+    def cpu(t: str) -> bool:
+        try:
+            return read_trace_info(t).get("time_source") == "cpu"
+        except TriosimError:
+            return False
+
+    names = ", ".join(Path(t).name for t in traces) or "sweep"
+    return names + (" · op times measured on CPU" if any(cpu(t) for t in traces) else "")
 
 
 def cmd_sweep(args: argparse.Namespace) -> int:
