@@ -22,6 +22,7 @@ from rich.console import Console
 from . import __version__
 from .config import (  # noqa: F401  (re-exported: the names scripts import from triosim.cli)
     add_sim_flags,
+    check_config_facts,
     config_block,
     configure,
     default_trace_dir,
@@ -161,10 +162,13 @@ def cmd_run(args: argparse.Namespace) -> int:
         sched = schedule(graph)
     per_gpu, per_link = summarize(graph, sched, platform)
     batches = resolve_batches(args)
+    block = config_block(args)
+    for warning in check_config_facts(getattr(args, "config_facts", None) or {}, block):
+        print(f"triosim: warning: --config {args.config}: {warning}", file=sys.stderr)
     result = Result(sched.makespan, strategy, platform, graph, sched, per_gpu, per_link,
                     extra={"trace": Path(trace.path).name, "batch_size": batches.batch,
                            "batch_source": batches.source, "batch_size_sim": trace.batch_size,
-                           "time_source": trace.time_source, "config": config_block(args)})
+                           "time_source": trace.time_source, "config": block})
     protect = (Path(trace.path) / "trace.csv", Path(trace.path) / "tensor.csv")
     if args.json:
         text = json.dumps(result.to_dict(), indent=2, sort_keys=False) + "\n"
@@ -244,8 +248,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not argv or (argv[0].startswith("-") and argv[0] not in ("-h", "--help", "--version")):
         argv = ["run", *argv]
     config = config_file_arg(argv)
+    facts: dict = {}
     try:
-        defaults = read_config_file(config) if config else None
+        defaults = {**read_config_file(config, facts), "config_facts": facts} if config else None
     except TriosimError as exc:
         print(f"triosim: error: {exc}", file=sys.stderr)
         return 2
