@@ -67,6 +67,15 @@ def add_sim_flags(p: argparse.ArgumentParser) -> None:
     g.add_argument("--node-bandwidth", type=float, default=50.0,
                    help="nvlink-cluster: each GPU's NIC to the cluster network, GB/s (50 = 400 Gb/s)")
     g.add_argument("--link-latency-us", type=float, default=None, help="per-link latency in µs (0; optical hop 0.02)")
+    g.add_argument("--network", default="flow",
+                   help="link model: flow (concurrent transfers share links max-min fairly) or exclusive "
+                        "(a transfer reserves its whole route, the original model)")
+    g.add_argument("--collective-algo", default="auto",
+                   help="collective algorithm: auto (fastest closed form, as NCCL's tuner), ring, one-way-ring "
+                        "(the original), tree, hierarchical or direct")
+    g.add_argument("--collective-latency-us", type=_latency_arg, default=None, metavar="US|nccl",
+                   help="per-step collective latency in µs (default nccl: NCCL's per-algorithm and per-link "
+                        "constants plus its per-call latency; 0 turns it off)")
     g = p.add_argument_group("strategy")
     g.add_argument("--case", type=int, default=0,
                    help="0 single GPU, 1 data parallel, 2 DDP, 3 tensor parallel, 4 pipeline parallel")
@@ -79,6 +88,15 @@ def add_sim_flags(p: argparse.ArgumentParser) -> None:
     g.add_argument("--collective-detail", default="auto", help="collectives: auto, expanded or macro")
     g.add_argument("--reference-compat", action="store_true",
                    help="reproduce the original TrioSim's conventions (DESIGN §5.1)")
+
+
+def _latency_arg(text: str) -> float | None:
+    if text.strip().lower() == "nccl":
+        return None
+    try:
+        return float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number of µs or 'nccl', got {text!r}") from None
 
 
 def add_output_flags(p: argparse.ArgumentParser) -> None:
@@ -175,6 +193,9 @@ def platform_from_args(args: argparse.Namespace):
         reference_compat=args.reference_compat,
         gpus_per_node=args.gpus_per_node,
         node_bandwidth_gbps=args.node_bandwidth,
+        network=args.network,
+        collective_algo=args.collective_algo,
+        collective_latency_us=args.collective_latency_us,
     )
 
 

@@ -30,7 +30,9 @@ def build_graph(trace: Trace, platform: Platform, strategy: Strategy) -> TaskGra
         if exc.name != f"{__name__}.{name}":
             raise
         raise ConfigError(f"-case {strategy.case} ({strategy.name}) is not implemented yet") from None
-    return module.build(trace, platform, strategy)
+    from ..network import attach_network
+
+    return attach_network(module.build(trace, platform, strategy), platform)
 
 
 __all__ = ["TaskGraph", "build_graph", "BUILDER_MODULES"]
