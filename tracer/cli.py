@@ -85,6 +85,9 @@ def _add_convert(sub: Any) -> None:
     p.add_argument("--profiler", type=Path, required=True, help="torch.profiler Chrome trace")
     p.add_argument("--out", type=Path, required=True, help="output directory")
     p.add_argument("--gpuid", type=int, default=0, help="value of the gpuid columns")
+    p.add_argument("--batch-size", type=_positive, default=None,
+                   help="batch the step was recorded at, written to meta.json (without it, triosim run "
+                        "assumes 128 unless given --batch-size)")
     _add_common(p)
     p.set_defaults(func=cmd_convert)
 
@@ -139,11 +142,41 @@ def cmd_convert(args: argparse.Namespace) -> int:
         tables = convert_files(args.graph, args.profiler,
                                ConvertOptions(targets=tuple(args.targets), gpuid=args.gpuid))
         write_trace_dir(tables, args.out, inputs=[args.graph, args.profiler])
+        write_convert_meta(tables, args.out, args.graph, args.profiler, args.batch_size)
     except TracerError as exc:
         return _fail(str(exc))
     if not args.quiet:
         print(_summary(tables, args.out))
+        if args.batch_size is None:
+            print(f"note: {args.out / 'meta.json'} records no batch size (pass --batch-size): "
+                  "triosim run will assume 128 unless given --batch-size")
     return 0
+
+
+def write_convert_meta(tables: TraceTables, out: Path, graph: Path, profiler: Path,
+                       batch_size: int | None) -> Path:
+    """meta.json beside the converted CSVs: what ``triosim run`` reads the batch and the time
+    source (kernels or CPU ops) from. Only facts the JSON pair and the flags give; no date, so
+    converting the same pair twice writes the same bytes."""
+    import json
+
+    from .csvout import write_atomic
+
+    meta = {
+        "batch_size": batch_size,
+        "converted_from": {"graph": Path(graph).name, "profiler": Path(profiler).name},
+        "ops": len(tables.ops),
+        "pairing": tables.stats.pairing,
+        "time_source": tables.stats.time_source,
+    }
+    path = Path(out) / "meta.json"
+    if path.resolve() in {Path(graph).resolve(), Path(profiler).resolve()}:
+        raise TracerError(f"{path}: refusing to overwrite an input file")
+    try:
+        write_atomic(path, json.dumps(meta, indent=2, sort_keys=True) + "\n")
+    except OSError as exc:
+        raise TracerError(f"{path}: cannot write ({exc.strerror})") from None
+    return path
 
 
 def cmd_collect(args: argparse.Namespace) -> int:
