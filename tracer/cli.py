@@ -1,4 +1,4 @@
-"""Command line of the tracer: ``triosim trace collect`` and ``triosim trace convert``.
+"""Command line of the tracer: ``triosim trace collect``, ``convert`` and ``repeat``.
 
 ``register(subparsers)`` adds the ``trace`` command (with ``collect`` / ``convert``) to the main
 ``triosim`` parser; every handler returns an exit code (0 ok, 2 bad input).  ``main(argv)`` runs the
@@ -92,18 +92,35 @@ def _add_convert(sub: Any) -> None:
     p.set_defaults(func=cmd_convert)
 
 
+def _add_repeat(sub: Any) -> None:
+    p = sub.add_parser(
+        "repeat", help="repeat a trace's transformer layer to L layers",
+        description="Find the repeated transformer layer of a trace (from its op names and data "
+                    "flow) and write a trace with that layer repeated to --layers L: forward, "
+                    "backward and optimizer work, tensors renumbered, data flow intact, each op "
+                    "at its mean time over the traced layers.")
+    p.add_argument("--layers", type=_positive, required=True, help="layers of the written trace")
+    p.add_argument("--in", dest="src", type=Path, required=True, metavar="DIR", help="trace directory to read")
+    p.add_argument("--out", type=Path, required=True, metavar="DIR", help="trace directory to write")
+    p.add_argument("--batch-size", type=_positive, default=None,
+                   help="batch the trace was recorded at (default: from meta.json, else 128)")
+    p.add_argument("--quiet", "-q", action="store_true", help="print nothing on success")
+    p.set_defaults(func=cmd_repeat)
+
+
 def add_commands(subparsers: Any) -> None:
-    """Add ``collect`` and ``convert`` to an argparse subparsers object."""
+    """Add ``collect``, ``convert`` and ``repeat`` to an argparse subparsers object."""
     _add_collect(subparsers)
     _add_convert(subparsers)
+    _add_repeat(subparsers)
 
 
 def register(subparsers: Any) -> None:
-    """Add the ``trace`` command (``trace collect`` / ``trace convert``) to the triosim CLI."""
+    """Add the ``trace`` command (``trace collect`` / ``convert`` / ``repeat``) to the triosim CLI."""
     p = subparsers.add_parser(
-        "trace", help="collect or convert a PyTorch operator trace",
+        "trace", help="collect, convert or repeat a PyTorch operator trace",
         description="Make TrioSim traces (trace.csv + tensor.csv) from PyTorch training steps.")
-    sub = p.add_subparsers(dest="trace_command", metavar="{collect,convert}")
+    sub = p.add_subparsers(dest="trace_command", metavar="{collect,convert,repeat}")
     sub.required = True
     add_commands(sub)
 
@@ -150,6 +167,20 @@ def cmd_convert(args: argparse.Namespace) -> int:
         if args.batch_size is None:
             print(f"note: {args.out / 'meta.json'} records no batch size (pass --batch-size): "
                   "triosim run will assume 128 unless given --batch-size")
+    return 0
+
+
+def cmd_repeat(args: argparse.Namespace) -> int:
+    """Handler of ``trace repeat``."""
+    from triosim.errors import TriosimError
+    from triosim.trace_repeat import repeat_trace_dir
+
+    try:
+        summary = repeat_trace_dir(args.src, args.out, args.layers, batch_size=args.batch_size)
+    except TriosimError as exc:
+        return _fail(str(exc))
+    if not args.quiet:
+        print(summary.line(str(args.out)))
     return 0
 
 
@@ -219,7 +250,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m triosim.tracer.cli",
         description="Collect PyTorch training-step traces and convert them to TrioSim CSV.")
-    sub = parser.add_subparsers(dest="command", metavar="{collect,convert}")
+    sub = parser.add_subparsers(dest="command", metavar="{collect,convert,repeat}")
     sub.required = True
     add_commands(sub)
     args = parser.parse_args(argv)

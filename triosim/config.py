@@ -53,6 +53,8 @@ def add_sim_flags(p: argparse.ArgumentParser) -> None:
     g.add_argument("--batch-size-sim", type=int, default=-1, help="per-GPU simulated batch (default: = batch-size)")
     g.add_argument("--time-column", choices=("nooverlap", "span"), default="nooverlap",
                    help="op time: kernel-time sum (default, as the original) or first-to-last kernel span")
+    g.add_argument("--num-layers", type=int, default=None, metavar="L",
+                   help="repeat the trace's transformer layer to L layers before simulating (as `trace repeat`)")
     g = p.add_argument_group("platform")
     g.add_argument("--GPUnumber", "--gpus", dest="gpus", type=int, default=8, help="number of GPUs (8)")
     g.add_argument("--bandwidth", type=float, default=696.0, help="GPU↔remote-memory link, GB/s (696)")
@@ -255,7 +257,15 @@ def resolve_batches(args: argparse.Namespace, info_cache: dict[str, tuple[int, s
 def load_scaled_trace(args: argparse.Namespace) -> Trace:
     """The trace of ``--trace-dir`` recorded at its batch, scaled to ``--batch-size-sim``."""
     b = resolve_batches(args)
-    trace = load_trace(b.trace_dir, batch_size=b.batch, time_column=args.time_column)
+    layers = getattr(args, "num_layers", None)
+    if layers is not None:
+        if layers < 1:
+            raise ConfigError(f"--num-layers must be a positive integer, got {layers}")
+        from .trace_repeat import load_repeated
+
+        trace = load_repeated(b.trace_dir, layers, batch_size=b.batch, time_column=args.time_column)
+    else:
+        trace = load_trace(b.trace_dir, batch_size=b.batch, time_column=args.time_column)
     trace = trace.with_batch_source(b.source)
     return scale_trace(trace, b.sim, reference_compat=args.reference_compat)
 

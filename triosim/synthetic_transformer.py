@@ -188,8 +188,9 @@ def write_synthetic_transformer(directory: str | os.PathLike,
 
     state = {p: (new(tensors[p - 1][1], "input"), new(tensors[p - 1][1], "input")) for p in params}
     if model.foreach_optimizer:
+        # like torch's multi-tensor Adam: one list per kind, each in parameter order
         op("aten::_foreach_addcdiv_", params + [grad_of[p] for p in params]
-           + [m for p in params for m in state[p]], [], "optimizer")
+           + [state[p][0] for p in params] + [state[p][1] for p in params], [], "optimizer")
     else:
         for p in params:
             op("aten::add_", [p, grad_of[p], *state[p]], [], "optimizer")
