@@ -206,8 +206,8 @@ def test_catches_unsummed_input_gradient(monkeypatch):
     (twice the bytes) are all-reduced."""
     real = mg._backward_run
 
-    def buggy(trace, fwd):
-        run = real(trace, fwd)
+    def buggy(trace, fwd, paired_with):
+        run = real(trace, fwd, paired_with)
         return run[:-1] if run and trace.forward_partner[run[-1]] is None else run
 
     monkeypatch.setattr(mg, "_backward_run", buggy)
