@@ -41,12 +41,8 @@ from dataclasses import dataclass
 
 from ..errors import ConfigError
 from ..trace import Trace
-from .tensor_parallel import (
-    TpCollective,
-    optimizer_state_of,
-    sharded_buffers,
-    tp_collectives,
-)
+from . import tensor_parallel as case3
+from .tensor_parallel import TpCollective, optimizer_state_of
 
 STYLES = ("megatron", "per-op")
 _LINEAR_NAMES = frozenset({"linear", "addmm", "mm"})
@@ -277,12 +273,18 @@ def attention_heads(trace: Trace, blocks: list[MegatronBlock] | tuple[MegatronBl
 
 
 def _per_op_plan(trace: Trace, degree: int, reference_compat: bool, reason: str | None) -> TensorParallelPlan:
-    # op_time's rule (a tpflag op outside the optimizer works on a 1/T shard) as exact factors
-    scale = [1.0 / degree if op.tpflag and op.stage != "optimizer" else 1.0 for op in trace.ops]
-    shards = {k: degree for k in sorted(sharded_buffers(trace))} if degree > 1 else {}
+    scale = []
+    for op in trace.ops:
+        rule = 1.0 / degree if op.tpflag and op.stage != "optimizer" else 1.0
+        if op.duration_s > 0:
+            # case 3's op_time, snapped to the exact factor so plan.op_time gives the same float
+            ratio = case3.op_time(trace, op.index, degree) / op.duration_s
+            rule = next((x for x in (1.0, 1.0 / degree) if abs(ratio - x) <= 1e-12), ratio)
+        scale.append(rule)
+    shards = {k: degree for k in sorted(case3.sharded_buffers(trace))} if degree > 1 else {}
     return TensorParallelPlan(
         style="per-op", degree=degree, time_scale=tuple(scale),
-        collectives=tuple(tp_collectives(trace, degree, reference_compat)), shard_divisor=shards,
+        collectives=tuple(case3.tp_collectives(trace, degree, reference_compat)), shard_divisor=shards,
         fallback_reason=reason,
     )
 
