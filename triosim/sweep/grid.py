@@ -145,6 +145,8 @@ APPLIES: dict[str, Callable[[Mapping[str, Any]], bool]] = {
     "gpus_per_node": lambda c: _multi_gpu(c) and c.get("topology") == "nvlink-cluster",
     "node_bandwidth": lambda c: _multi_gpu(c) and c.get("topology") == "nvlink-cluster",
     "collective_detail": _has_collectives,
+    "collective_algo": _has_collectives,
+    "collective_latency_us": _has_collectives,
     "bucket_mb": lambda c: c.get("case") == 2 or _degree(c, "dp") > 1,
     "micro_batch_size": _pipelined,
     "schedule": _pipelined,
