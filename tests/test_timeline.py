@@ -55,6 +55,16 @@ def chrome_trace_errors(doc: object) -> list[str]:
                 errors.append(f"{where}: flow without an integer id")
                 continue
             flows.setdefault(ev["id"], {"s": [], "f": []})[ph].append(ev)
+    spans: dict[tuple[int, int], list[tuple[float, float]]] = {}
+    for ev in doc["traceEvents"]:
+        if isinstance(ev, dict) and ev.get("ph") == "X" and isinstance(ev.get("dur"), (int, float)):
+            spans.setdefault((ev["pid"], ev["tid"]), []).append((ev["ts"], ev["ts"] + ev["dur"]))
+    for (pid, tid), track in sorted(spans.items()):  # slices of one thread must nest, never cross
+        track.sort(key=lambda se: (se[0], -se[1]))
+        for (_s0, e0), (s1, e1) in zip(track, track[1:]):
+            if s1 < e0 - 1e-9 and e1 > e0 + 1e-9:
+                errors.append(f"thread {pid}/{tid}: slices cross at {s1}")
+                break
     for fid, ends in sorted(flows.items()):
         if len(ends["s"]) != 1 or len(ends["f"]) != 1:
             errors.append(f"flow {fid}: {len(ends['s'])} start(s) and {len(ends['f'])} finish(es)")
@@ -70,11 +80,12 @@ def _timeline(synthetic_dir: Path, **flags) -> dict:
 
 
 @pytest.mark.parametrize("flags", [
-    dict(case=0, initial_placement="remote", capacity=22),
+    dict(case=0, initial_placement="remote", capacity=22, network="exclusive"),
+    dict(case=0, initial_placement="remote", capacity=22, network="flow"),
     dict(case=2, gpus=4, collective_detail="expanded"),
     dict(case=3, gpus=2),
     dict(case=4, gpus=2, micro_batch_size=2, schedule="1f1b"),
-], ids=["remote-memory", "ddp", "tensor", "pipeline"])
+], ids=["remote-memory", "remote-memory-flows", "ddp", "tensor", "pipeline"])
 def test_timeline_is_valid_chrome_trace_with_flows_and_memory(synthetic_dir: Path, flags: dict) -> None:
     doc, result = _timeline(synthetic_dir, **flags)
     assert chrome_trace_errors(doc) == []
@@ -110,10 +121,20 @@ def test_zero_length_transfers_are_not_drawn_but_arrows_pass_through(synthetic_d
     assert any((u, v) in pairs for u in preds for v in graph.succ[t0])
 
 
+def _cross(events: list[dict]) -> None:
+    """Make the second slice of a link thread start inside the first and end after it."""
+    spans = [e for e in events if e["ph"] == "X" and e["cat"] != "compute"]
+    first = spans[0]
+    second = next(e for e in spans[1:] if (e["pid"], e["tid"]) == (first["pid"], first["tid"]))
+    second["ts"] = first["ts"] + first["dur"] / 2
+    second["dur"] = first["dur"]
+
+
 @pytest.mark.parametrize("break_it, message", [
     (lambda evs: evs.remove(next(e for e in evs if e["ph"] == "f")), "0 finish"),
     (lambda evs: next(e for e in evs if e["ph"] == "X" and e["cat"] != "compute").update(dur=0), "zero-length"),
     (lambda evs: next(e for e in evs if e["ph"] == "C")["args"].update(bytes="many"), "numeric"),
+    (lambda evs: _cross(evs), "slices cross"),
 ])
 def test_validator_catches_planted_bugs(synthetic_dir: Path, break_it, message: str) -> None:
     doc, _ = _timeline(synthetic_dir, case=2, gpus=2, collective_detail="expanded")

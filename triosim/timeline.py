@@ -2,7 +2,8 @@
 
 Process "GPU g" holds the compute stream (thread 0) and a ``memory`` counter track: the bytes
 resident on the GPU while each of its steps runs, from the memory planner. Process "links" holds
-one thread per directed link with every memcpy, transfer and collective that occupies it.
+one thread per directed link with every memcpy, transfer and collective that occupies it (more
+lanes where transfers share the link at the same time).
 Dependencies between tasks on different tracks are flow arrows (``ph`` ``s`` → ``f``): a
 gradient all-reduce waiting for the backward pass, a pipeline stage waiting for its
 activations. Zero-length joins (sync tasks) and zero-length transfers are not drawn; arrows pass
@@ -30,11 +31,38 @@ def _drawn(graph: TaskGraph, sched: Schedule, t: int) -> bool:
     return kind != "sync" and sched.end[t] > sched.start[t] and bool(graph.resources[t])
 
 
-def _track(graph: TaskGraph, t: int, link_tid: dict[str, int]) -> tuple[int, int]:
+def _track(graph: TaskGraph, t: int, lanes: dict[tuple[int, int], int]) -> tuple[int, int]:
     """(pid, tid) of the first track a drawn task sits on."""
     if graph.kind[t] == "compute":
         return graph.devices[t][0], 0
-    return LINKS_PID, link_tid[graph.resource_names[graph.resources[t][0]]]
+    return LINKS_PID, lanes[(t, graph.resources[t][0])]
+
+
+def link_lanes(graph: TaskGraph, sched: Schedule, drawn: list[bool]) -> tuple[dict[tuple[int, int], int], list[str]]:
+    """A thread per directed link, and more where transfers share a link at the same time (the
+    flow network model lets them): Chrome traces need the slices of one thread to nest, so
+    overlapping transfers go to the link's next lane. Returns (task, link resource) -> tid and
+    the thread names (tid i + 1 is names[i])."""
+    names = graph.resource_names
+    uses: dict[int, list[tuple[float, float, int]]] = {}
+    for t, kind in enumerate(graph.kind):
+        if drawn[t] and kind != "compute":
+            for rid in graph.resources[t]:
+                uses.setdefault(rid, []).append((sched.start[t], sched.end[t], t))
+    lanes: dict[tuple[int, int], int] = {}
+    thread_names: list[str] = []
+    for rid in sorted(uses, key=lambda r: _natural_key(names[r])):
+        lane_end: list[float] = []  # per lane of this link: when its last slice ends
+        lane_tid: list[int] = []
+        for s, e, t in sorted(uses[rid]):
+            i = next((k for k, end in enumerate(lane_end) if end <= s), len(lane_end))
+            if i == len(lane_end):
+                lane_end.append(0.0)
+                thread_names.append(names[rid] if i == 0 else f"{names[rid]} ({i + 1})")
+                lane_tid.append(len(thread_names))
+            lane_end[i] = e
+            lanes[(t, rid)] = lane_tid[i]
+    return lanes, thread_names
 
 
 def flow_pairs(graph: TaskGraph, drawn: list[bool]) -> list[tuple[int, int]]:
@@ -76,13 +104,9 @@ def _topological(graph: TaskGraph) -> list[int]:
 
 def timeline_events(graph: TaskGraph, sched: Schedule, flows: bool = True, memory: bool = True) -> list[dict[str, Any]]:
     events: list[dict[str, Any]] = []
-    link_tid: dict[str, int] = {}
     gpus: set[int] = set()
-    names = graph.resource_names
-    for rid in sorted(range(len(names)), key=lambda r: _natural_key(names[r])):
-        if "->" in names[rid]:
-            link_tid[names[rid]] = len(link_tid) + 1
     drawn = [_drawn(graph, sched, t) for t in range(len(graph))]
+    lanes, thread_names = link_lanes(graph, sched, drawn)
     for t, kind in enumerate(graph.kind):
         if not drawn[t]:
             continue
@@ -101,23 +125,25 @@ def timeline_events(graph: TaskGraph, sched: Schedule, flows: bool = True, memor
             events.append({**base, "pid": g, "tid": 0})
         else:
             for rid in graph.resources[t]:
-                events.append({**base, "pid": LINKS_PID, "tid": link_tid[names[rid]]})
+                events.append({**base, "pid": LINKS_PID, "tid": lanes[(t, rid)]})
     if memory:
         events.extend(_memory_counters(graph, sched, gpus))
     if flows:
-        events.extend(_flow_events(graph, sched, drawn, link_tid))
+        events.extend(_flow_events(graph, sched, drawn, lanes))
     meta: list[dict[str, Any]] = []
     for g in sorted(gpus):
         meta.append({"name": "process_name", "ph": "M", "pid": g, "tid": 0, "args": {"name": f"GPU {g}"}})
         meta.append({"name": "process_sort_index", "ph": "M", "pid": g, "tid": 0, "args": {"sort_index": g}})
         meta.append({"name": "thread_name", "ph": "M", "pid": g, "tid": 0, "args": {"name": "compute"}})
-    if link_tid:
+    if thread_names:
         meta.append({"name": "process_name", "ph": "M", "pid": LINKS_PID, "tid": 0, "args": {"name": "links"}})
         meta.append(
             {"name": "process_sort_index", "ph": "M", "pid": LINKS_PID, "tid": 0, "args": {"sort_index": LINKS_PID}}
         )
-        for name, tid in link_tid.items():
+        for tid, name in enumerate(thread_names, start=1):
             meta.append({"name": "thread_name", "ph": "M", "pid": LINKS_PID, "tid": tid, "args": {"name": name}})
+            meta.append({"name": "thread_sort_index", "ph": "M", "pid": LINKS_PID, "tid": tid,
+                         "args": {"sort_index": tid}})
     order = {"X": 0, "C": 1, "s": 2, "f": 3}
     events.sort(key=lambda ev: (ev["pid"], ev["tid"], ev["ts"], order[ev["ph"]], ev.get("id", 0),
                                 ev["args"].get("task", 0) if "args" in ev else 0))
@@ -144,15 +170,15 @@ def _memory_counters(graph: TaskGraph, sched: Schedule, gpus: set[int]) -> list[
 
 
 def _flow_events(graph: TaskGraph, sched: Schedule, drawn: list[bool],
-                 link_tid: dict[str, int]) -> list[dict[str, Any]]:
+                 lanes: dict[tuple[int, int], int]) -> list[dict[str, Any]]:
     """An arrow per dependency that crosses tracks: ``s`` inside the source slice, ``f`` at the
     start of the destination slice (bound to it: ``bp: e``)."""
     out: list[dict[str, Any]] = []
     for fid, (u, v) in enumerate(
-        (u, v) for u, v in flow_pairs(graph, drawn) if _track(graph, u, link_tid) != _track(graph, v, link_tid)
+        (u, v) for u, v in flow_pairs(graph, drawn) if _track(graph, u, lanes) != _track(graph, v, lanes)
     ):
-        pu, tu = _track(graph, u, link_tid)
-        pv, tv = _track(graph, v, link_tid)
+        pu, tu = _track(graph, u, lanes)
+        pv, tv = _track(graph, v, lanes)
         # The start event sits at the source's end, nudged inside it when it has length, so
         # viewers bind it to the source slice rather than the next one on that track.
         end_u, start_u = sched.end[u] * 1e6, sched.start[u] * 1e6
