@@ -175,7 +175,8 @@ def write_plot(path: str, rows: Sequence[Row], title: str, protect: Sequence[Pat
             bases = sorted({r.speedup_vs for r in rows if r.ok and r.speedup_vs})
             ax.set_title(f"Speed-up vs {' / '.join(bases)}" if bases else "Speed-up")
         else:
-            ax.set_title(PLOT_COLUMNS[y].split(" (")[0].capitalize())
+            name = PLOT_COLUMNS[y].split(" (")[0]
+            ax.set_title(name[:1].upper() + name[1:])
     if handles:
         if legend_outside:
             fig.legend(handles=handles, loc="outside right upper", fontsize="small")
