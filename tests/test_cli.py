@@ -211,3 +211,12 @@ def test_config_from_a_result_warns_when_the_trace_changed(tmp_path, synthetic_d
     assert main(["run", "--config", str(first), "-q"]) == 0
     err = capsys.readouterr().err
     assert "warning" in err and "trace.csv differs from the one the configuration was recorded with" in err
+
+
+def test_summary_says_when_the_trace_batch_was_assumed(synthetic_dir, capsys) -> None:
+    (synthetic_dir / "meta.json").unlink()
+    assert main(["run", "--trace-dir", str(synthetic_dir)]) == 0
+    out = " ".join(capsys.readouterr().out.split())
+    assert "trace batch 128 assumed: no meta.json and no --batch-size" in out
+    assert main(["run", "--trace-dir", str(synthetic_dir), "--batch-size", "8", "--json", "-"]) == 0
+    assert json.loads(capsys.readouterr().out)["batch_source"] == "flag"
