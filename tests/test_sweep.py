@@ -511,3 +511,12 @@ def test_hybrid_degrees_rank_by_samples_of_the_data_parallel_replicas(tiny: Path
 def test_sweep_title_says_when_op_times_are_cpu_times(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["sweep", "--case", "1", "--gpus", "2,4", "-j", "1"]) == 0  # the embedded CPU sample
     assert "op times measured on CPU" in capsys.readouterr().out
+
+
+def test_plot_lines_of_one_case_share_a_colour() -> None:
+    from triosim.sweep.plot import Line, line_styles
+
+    lines = [Line("a", (), key=(("case", 1), ("ptp-bandwidth", 65.0))),
+             Line("b", (), key=(("case", 1), ("ptp-bandwidth", 300.0))),
+             Line("c", (), key=(("case", 2), ("ptp-bandwidth", 65.0)))]
+    assert [(c, style) for c, style, _ in line_styles(lines)] == [(0, "-"), (0, "--"), (1, "-")]

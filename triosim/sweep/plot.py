@@ -69,6 +69,7 @@ class Line:
     label: str
     points: tuple[tuple[Any, float], ...]  # (x value as shown, y), in x order
     reference: bool = False  # x does not apply (e.g. case 0 against GPUs): a horizontal line
+    key: tuple[tuple[str, Any], ...] = ()  # the other swept columns' values
 
 
 def _y(row: Row, column: str) -> float | None:
@@ -106,7 +107,26 @@ def plot_lines(rows: Sequence[Row], x: str, y: str, swept: Sequence[str]) -> lis
         pts_sorted = tuple(sorted(pts, key=lambda p: order.get(_hashable(p[0]), len(order))))
         if reference[key]:
             label += " (does not use " + x + ")"
-        out.append(Line(label, pts_sorted, reference[key]))
+        out.append(Line(label, pts_sorted, reference[key], key))
+    return out
+
+
+LINE_STYLES = ("-", "--", ":", "-.")
+MARKERS = ("o", "s", "^", "D", "v", "P")
+
+
+def line_styles(lines: Sequence[Line]) -> list[tuple[int, str, str]]:
+    """(colour index, line style, marker) per line: one colour per value of the first other swept
+    flag (usually the case), line style and marker for the rest, so related lines look related."""
+    colour_of: dict[Any, int] = {}
+    seen_in: dict[int, int] = {}
+    out = []
+    for line in lines:
+        first = _hashable(line.key[0][1]) if line.key else None
+        c = colour_of.setdefault(first, len(colour_of))
+        k = seen_in.get(c, 0)
+        seen_in[c] = k + 1
+        out.append((c, LINE_STYLES[k % len(LINE_STYLES)], MARKERS[k % len(MARKERS)]))
     return out
 
 
@@ -146,17 +166,19 @@ def write_plot(path: str, rows: Sequence[Row], title: str, protect: Sequence[Pat
     legend_outside = n_lines > 6
     fig = Figure(figsize=(5.6 * len(ys) + (3.4 if legend_outside else 0), 4.8), layout="constrained")
     axes = fig.subplots(1, len(ys), squeeze=False)[0]
-    colors = _colors(n_lines)
+    n_colours = max((c for _, lines in panels for c, _, _ in line_styles(lines)), default=0) + 1
+    colors = _colors(n_colours)
     handles: list[Any] = []
     for ax, (y, lines) in zip(axes, panels):
         handles = []
-        for i, line in enumerate(lines):
-            color = colors[i % len(colors)]
+        for line, (c, style, marker) in zip(lines, line_styles(lines)):
+            color = colors[c % len(colors)]
             if line.reference:
                 h = ax.axhline(line.points[0][1], color=color, linestyle="--", label=line.label)
             else:
                 xs = [v if numeric else order[_hashable(v)] for v, _ in line.points]
-                h, = ax.plot(xs, [v for _, v in line.points], marker="o", color=color, label=line.label)
+                h, = ax.plot(xs, [v for _, v in line.points], marker=marker, linestyle=style, color=color,
+                             label=line.label)
             handles.append(h)
         ax.set_xlabel(x)
         ax.set_ylabel(PLOT_COLUMNS[y])
