@@ -365,4 +365,4 @@ def test_run_summary_says_which_scheme(capsys):
     assert "Tensor parallel: per-op scheme (no transformer blocks found" in capsys.readouterr().out
     assert main(["run", "--trace-dir", gpt_dir, "--tp", "3", "-GPUnumber", "3"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
-    assert err == ["triosim: error: --tp 3 does not divide the 4 attention heads of this trace"]
+    assert len(err) == 1 and err[0].startswith("triosim: error: --tp 3 does not divide the 4 attention heads")
