@@ -139,6 +139,7 @@ APPLIES: dict[str, Callable[[Mapping[str, Any]], bool]] = {
     "ptp_bandwidth": _multi_gpu,
     "interconnects": _multi_gpu,
     "topology": _multi_gpu,
+    "topology_file": _multi_gpu,
     "link_latency_us": _multi_gpu,
     "num_rows": lambda c: _multi_gpu(c) and (c.get("interconnects") == 1 or c.get("topology") == "mesh"),
     "num_cols": lambda c: _multi_gpu(c) and (c.get("interconnects") == 1 or c.get("topology") == "mesh"),
