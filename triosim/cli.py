@@ -19,11 +19,14 @@ from pathlib import Path
 from rich.console import Console
 
 from . import __version__
+from .argparsing import OneLineParser, typed_spelling
 from .errors import ConfigError, TriosimError
-from .output import atomic_write_text
+from .limits import check_gpu_count
+from .notes import check_unused_platform_flags, unused_flag_note
+from .output import atomic_write_text, check_output_path
 from .platform import build_platform
 from .strategy import Strategy
-from .trace import Trace, load_trace, read_trace_info, scale_trace
+from .trace import Trace, load_trace, scale_trace, trace_batch_size
 
 SUBCOMMANDS = ("run", "dag", "trace", "sweep")
 _SINGLE_DASH = re.compile(r"^-[A-Za-z][A-Za-z0-9_-]+(=.*)?$")
@@ -88,7 +91,7 @@ def add_output_flags(p: argparse.ArgumentParser) -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = OneLineParser(
         prog="triosim",
         description="Predict one DNN training iteration on many GPUs from a single-GPU trace.",
     )
@@ -123,11 +126,20 @@ def build_parser() -> argparse.ArgumentParser:
 # ----------------------------------------------------------------------------- configuration
 
 
+def trace_dir_from_flag(value: str | None) -> Path:
+    """``-trace-dir``'s directory; not given means the embedded sample, but "" is a mistake."""
+    if value is None:
+        return default_trace_dir()
+    if not str(value).strip():
+        raise ConfigError("-trace-dir is empty; leave it out to use the embedded sample trace")
+    return Path(value)
+
+
 def load_scaled_trace(args: argparse.Namespace) -> Trace:
-    trace_dir = Path(args.trace_dir) if args.trace_dir else default_trace_dir()
+    trace_dir = trace_dir_from_flag(args.trace_dir)
     batch = args.batch_size
     if batch is None:
-        batch = int(read_trace_info(trace_dir).get("batch_size", 128))
+        batch = trace_batch_size(trace_dir)
     if batch <= 0:
         raise ConfigError(f"-batch-size must be a positive integer, got {batch}")
     sim = args.batch_size_sim if args.batch_size_sim not in (None, -1) else batch
@@ -159,9 +171,10 @@ def strategy_from_args(args: argparse.Namespace, sim_batch: int) -> Strategy:
 
 def platform_from_args(args: argparse.Namespace):
     gpus = args.gpus
-    if gpus < 1:
-        raise ConfigError(f"-GPUnumber must be >= 1, got {gpus}")
+    check_gpu_count(gpus)
     single = args.case == 0  # case 0 runs on one GPU whatever -GPUnumber says
+    if single:
+        check_unused_platform_flags(args)  # ignored, but a wrong value is still an error
     return build_platform(
         num_gpus=1 if single else gpus,
         capacity_log2=args.capacity,
@@ -191,6 +204,23 @@ def configure(args: argparse.Namespace):
 # ----------------------------------------------------------------------------- commands
 
 
+def check_run_outputs(args: argparse.Namespace) -> None:
+    """Refuse unusable output paths before simulating (a directory, a missing directory, the
+    same file for two outputs)."""
+    outputs = [(flag, path) for flag, path in (("--json", args.json), ("--timeline", args.timeline))
+               if path is not None and path != "-"]
+    for flag, path in outputs:
+        check_output_path(path, flag)
+    if len(outputs) == 2 and Path(outputs[0][1]).resolve() == Path(outputs[1][1]).resolve():
+        raise ConfigError(f"--json and --timeline both name {args.json}; give them different files")
+
+
+def note_unused_flags(args: argparse.Namespace) -> None:
+    note = unused_flag_note(args)
+    if note:
+        print(note, file=sys.stderr)
+
+
 def _progress_callback(total: int, quiet: bool):
     """A rich progress bar on stderr for big graphs (never with --quiet)."""
     if quiet or total < 200_000:
@@ -209,11 +239,13 @@ def cmd_run(args: argparse.Namespace) -> int:
     from .scheduler import schedule
     from .timeline import timeline_json
 
+    check_run_outputs(args)
     status = None if args.quiet else Console(stderr=True).status("loading trace…")
     if status is not None:
         status.start()
     try:
         trace, platform, strategy = configure(args)
+        note_unused_flags(args)
         if status is not None:
             status.update(f"building the task graph ({strategy.name}, {platform.num_gpus} GPUs)…")
         graph = build_graph(trace, platform, strategy)
@@ -256,7 +288,9 @@ def cmd_dag(args: argparse.Namespace) -> int:
     from .graph import build_graph
     from .graph.export import to_dot
 
+    check_output_path(args.export, "--export")
     trace, platform, strategy = configure(args)
+    note_unused_flags(args)
     graph = build_graph(trace, platform, strategy)
     if args.max_tasks and len(graph) > args.max_tasks:
         raise ConfigError(
@@ -280,11 +314,13 @@ def cmd_dag(args: argparse.Namespace) -> int:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    argv = list(sys.argv[1:] if argv is None else argv)
-    argv = normalize_argv(argv)
+    typed = list(sys.argv[1:] if argv is None else argv)
+    argv = normalize_argv(typed)
     if not argv or (argv[0].startswith("-") and argv[0] not in ("-h", "--help", "--version")):
         argv = ["run", *argv]
     parser = build_parser()
+    parser.typed = typed_spelling(typed, normalize_argv(typed))
+    parser.command = argv[0] if argv[0] in SUBCOMMANDS else ""
     args = parser.parse_args(argv)
     if not getattr(args, "func", None):
         parser.print_help()

@@ -5,6 +5,7 @@ from __future__ import annotations
 import importlib
 
 from ..errors import ConfigError
+from ..limits import check_graph_size
 from ..platform import Platform
 from ..strategy import Strategy
 from ..trace import Trace
@@ -23,6 +24,8 @@ BUILDER_MODULES = {
 def build_graph(trace: Trace, platform: Platform, strategy: Strategy) -> TaskGraph:
     """The task DAG of one training iteration of ``trace`` under ``strategy`` on ``platform``."""
     strategy.validate()
+    # Refuse at once what would exhaust memory after minutes of building.
+    check_graph_size(len(trace.ops), strategy.case, platform.num_gpus)
     name = BUILDER_MODULES[strategy.case]
     try:
         module = importlib.import_module(f"{__name__}.{name}")

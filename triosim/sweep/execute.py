@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import ConfigError, TriosimError
-from ..trace import Trace, load_trace, read_trace_info, scale_trace
+from ..trace import Trace, load_trace, scale_trace, trace_batch_size
 from .grid import Point
 
 # (trace directory, batch the trace was recorded at, op-time column): what load_trace reads.
@@ -147,7 +147,7 @@ def _builder_missing(case: int) -> bool:
 
 def prepare(points: Sequence[Point]) -> Prepared:
     """Validate every point as ``triosim run`` would, then load each distinct trace once."""
-    from ..cli import default_trace_dir, platform_from_args, strategy_from_args
+    from ..cli import platform_from_args, strategy_from_args, trace_dir_from_flag
     from ..strategy import CASE_NAMES
 
     infos: dict[str, dict] = {}
@@ -159,12 +159,12 @@ def prepare(points: Sequence[Point]) -> Prepared:
             if ns.case not in range(5):
                 raise ConfigError(f"-case must be one of 0..4, got {ns.case}")
             platform_from_args(ns)
-            trace_dir = str(Path(ns.trace_dir) if ns.trace_dir else default_trace_dir())
+            trace_dir = str(trace_dir_from_flag(ns.trace_dir))
             batch = ns.batch_size
             if batch is None:
                 if trace_dir not in infos:
-                    infos[trace_dir] = read_trace_info(trace_dir)
-                batch = int(infos[trace_dir].get("batch_size", 128))
+                    infos[trace_dir] = {"batch_size": trace_batch_size(trace_dir)}
+                batch = infos[trace_dir]["batch_size"]
             if batch <= 0:
                 raise ConfigError(f"-batch-size must be a positive integer, got {batch}")
             sim = ns.batch_size_sim if ns.batch_size_sim not in (None, -1) else batch
