@@ -5,7 +5,7 @@ from __future__ import annotations
 import importlib
 
 from ..errors import ConfigError
-from ..limits import check_graph_size
+from ..limits import check_graph_size, op_copies
 from ..platform import Platform
 from ..strategy import Strategy
 from ..trace import Trace
@@ -23,17 +23,20 @@ BUILDER_MODULES = {
 
 def build_graph(trace: Trace, platform: Platform, strategy: Strategy) -> TaskGraph:
     """The task DAG of one training iteration of ``trace`` under ``strategy`` on ``platform``."""
-    strategy.validate()
+    strategy.validate(platform.num_gpus if strategy.hybrid else None)
     # Refuse at once what would exhaust memory after minutes of building.
-    check_graph_size(len(trace.ops), strategy.case, platform.num_gpus)
-    name = BUILDER_MODULES[strategy.case]
+    what = strategy.name if strategy.hybrid else f"-case {strategy.case}"
+    check_graph_size(len(trace.ops), op_copies(strategy, platform.num_gpus), platform.num_gpus, what)
+    name = "hybrid" if strategy.hybrid else BUILDER_MODULES[strategy.case]
     try:
         module = importlib.import_module(f"{__name__}.{name}")
     except ModuleNotFoundError as exc:
         if exc.name != f"{__name__}.{name}":
             raise
         raise ConfigError(f"-case {strategy.case} ({strategy.name}) is not implemented yet") from None
-    return module.build(trace, platform, strategy)
+    graph = module.build(trace, platform, strategy)
+    graph.meta.setdefault("parallel", strategy.parallel_dict(platform.num_gpus))
+    return graph
 
 
 __all__ = ["TaskGraph", "build_graph", "BUILDER_MODULES"]

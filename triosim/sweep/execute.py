@@ -1,7 +1,7 @@
 """Running the configurations of a sweep: validation, the work item, and three backends.
 
-A configuration is *invalid* when ``triosim run`` would refuse its flags (the same checks:
-``platform_from_args``, ``strategy_from_args``, the batch checks of ``load_scaled_trace``, and a
+A configuration is *invalid* when ``triosim run`` would refuse its flags (the same checks, from
+:mod:`triosim.config`: ``check_flags`` and the batch checks of ``resolve_batches``, and a
 ConfigError while building its DAG); it is *failed* when its simulation raised anything else, or
 its parallelism case has no graph builder yet. Neither stops the sweep.
 
@@ -22,8 +22,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ..config import check_case, platform_from_args, resolve_batches, strategy_from_args
 from ..errors import ConfigError, TriosimError
-from ..trace import Trace, load_trace, scale_trace, trace_batch_size
+from ..trace import Trace, load_trace, scale_trace
 from .grid import Point
 
 # (trace directory, batch the trace was recorded at, op-time column): what load_trace reads.
@@ -92,7 +93,6 @@ def run_task(traces: TraceSet, task: Task) -> Outcome:
     """Simulate one configuration; every error becomes an Outcome, never an exception."""
     from argparse import Namespace
 
-    from ..cli import platform_from_args, strategy_from_args
     from ..result import run_simulation
 
     ns = Namespace(**dict(task.config))
@@ -147,35 +147,23 @@ def _builder_missing(case: int) -> bool:
 
 def prepare(points: Sequence[Point]) -> Prepared:
     """Validate every point as ``triosim run`` would, then load each distinct trace once."""
-    from ..cli import platform_from_args, strategy_from_args, trace_dir_from_flag
     from ..strategy import CASE_NAMES
 
-    infos: dict[str, dict] = {}
+    infos: dict[str, tuple[int, str]] = {}
     pending: list[tuple[Point, TraceKey, int]] = []
     settled: list[Outcome] = []
     for point in points:
         ns = point.namespace()
         try:
-            if ns.case not in range(5):
-                raise ConfigError(f"-case must be one of 0..4, got {ns.case}")
+            # The order of `configure`'s checks, so a point gets the error `run` would print.
+            check_case(ns)
             platform_from_args(ns)
-            trace_dir = str(trace_dir_from_flag(ns.trace_dir))
-            batch = ns.batch_size
-            if batch is None:
-                if trace_dir not in infos:
-                    infos[trace_dir] = {"batch_size": trace_batch_size(trace_dir)}
-                batch = infos[trace_dir]["batch_size"]
-            if batch <= 0:
-                raise ConfigError(f"-batch-size must be a positive integer, got {batch}")
-            sim = ns.batch_size_sim if ns.batch_size_sim not in (None, -1) else batch
-            if sim <= 0:
-                raise ConfigError(
-                    f"-batch-size-sim must be a positive integer (or -1 for the trace's batch), got {sim}"
-                )
-            strategy_from_args(ns, sim)
+            batches = resolve_batches(ns, infos)
+            strategy_from_args(ns, batches.sim)
         except TriosimError as exc:
             settled.append(Outcome(point.index, INVALID, _reason(exc)))
             continue
+        trace_dir, batch, sim = str(batches.trace_dir), batches.batch, batches.sim
         if _builder_missing(ns.case):
             # The message `triosim run` gives; failed, not invalid: the flags are fine.
             settled.append(Outcome(point.index, FAILED,
