@@ -641,7 +641,7 @@ def read_trace_info(path: str | os.PathLike) -> dict:
         raise TraceError(str(info), f"unreadable JSON ({exc})") from None
     if not isinstance(data, dict):
         raise TraceError(str(info), "expected a JSON object")
-    if "batch_size" in data:
+    if data.get("batch_size") is not None:  # null: the converter did not know the batch
         data["batch_size"] = json_int(data["batch_size"], str(info), "batch_size")
     return data
 
