@@ -20,6 +20,7 @@ from pathlib import Path
 from rich.console import Console
 
 from . import __version__
+from .argparsing import OneLineParser, typed_spelling
 from .config import (  # noqa: F401  (re-exported: the names scripts import from triosim.cli)
     add_sim_flags,
     config_block,
@@ -31,7 +32,6 @@ from .config import (  # noqa: F401  (re-exported: the names scripts import from
     resolve_batches,
     strategy_from_args,
 )
-from .argparsing import OneLineParser, typed_spelling
 from .errors import ConfigError, TriosimError
 from .notes import unused_flag_note
 from .output import atomic_write_text, check_output_path

@@ -15,12 +15,15 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from .errors import ConfigError
+from .limits import check_gpu_count
+from .notes import check_unused_platform_flags
 from .parallel_flags import add_parallel_flags, degrees_given, parallel_options, resolve_gpus
 from .platform import Platform, build_platform
 from .strategy import Strategy
@@ -36,6 +39,15 @@ def default_trace_dir() -> Path:
     from .sample_trace import trace_dir
 
     return trace_dir()
+
+
+def trace_dir_from_flag(value: str | os.PathLike | None) -> Path:
+    """``-trace-dir``'s directory; not given means the embedded sample, but "" is a mistake."""
+    if value is None:
+        return default_trace_dir()
+    if not str(value).strip():
+        raise ConfigError("-trace-dir is empty; leave it out to use the embedded sample trace")
+    return Path(value)
 
 
 # ----------------------------------------------------------------------------- the flags
@@ -223,7 +235,7 @@ def resolve_batches(args: argparse.Namespace, info_cache: dict[str, tuple[int, s
 
     ``info_cache`` (trace directory → (batch, source)) lets a sweep read each meta.json once.
     """
-    trace_dir = Path(args.trace_dir) if args.trace_dir else default_trace_dir()
+    trace_dir = trace_dir_from_flag(args.trace_dir)
     batch, source = args.batch_size, "flag"
     if batch is None:
         key = str(trace_dir)
@@ -285,10 +297,11 @@ def strategy_from_args(args: argparse.Namespace, sim_batch: int) -> Strategy:
 
 def platform_from_args(args: argparse.Namespace) -> Platform:
     gpus = resolve_gpus(args)
-    if gpus < 1:
-        raise ConfigError(f"-GPUnumber must be >= 1, got {gpus}")
+    check_gpu_count(gpus)
     # case 0 runs on one GPU whatever -GPUnumber says; a hybrid run on dp × tp × pp
     single = gpus == 1 if degrees_given(args) else args.case == 0
+    if single:
+        check_unused_platform_flags(args)  # not used, but a wrong value is still an error
     return build_platform(
         num_gpus=1 if single else gpus,
         capacity_log2=args.capacity,
@@ -403,7 +416,7 @@ def config_block(args: argparse.Namespace) -> dict[str, Any]:
     from . import __version__
 
     table = FlagTable.from_cli()
-    trace_dir = Path(args.trace_dir) if args.trace_dir else default_trace_dir()
+    trace_dir = trace_dir_from_flag(args.trace_dir)
     block: dict[str, Any] = {}
     for spec in table.specs:
         value = getattr(args, spec.dest, spec.default)

@@ -26,23 +26,27 @@ def check_gpu_count(gpus: int, flag: str = "-GPUnumber") -> None:
         raise ConfigError(f"{flag} {gpus:,} is above the limit of {MAX_GPUS:,} GPUs that triosim simulates")
 
 
-def min_tasks(num_ops: int, case: int, num_gpus: int) -> int:
-    """A lower bound on the tasks of the graph ``case`` builds on ``num_gpus`` GPUs.
+def op_copies(strategy: object, num_gpus: int) -> int:
+    """How many times the graph holds (a shard of) every trace operator, at least.
 
     Data and tensor parallelism (cases 1-3) give every GPU a task per operator (a replica or a
-    shard); a pipeline (case 4) splits the operators over the stages; one GPU runs each once.
+    shard); a pipeline (case 4) splits one copy over its stages; a hybrid run builds every
+    data- and tensor-parallel rank of each stage with ``exact``, else one representative
+    pipeline (its tensor-parallel ranks).
     """
-    if case in (1, 2, 3):
-        return num_ops * num_gpus
-    return num_ops + (num_gpus if case == 4 else 0)
+    if getattr(strategy, "hybrid", False):
+        dp, tp, _ = strategy.degrees(num_gpus)
+        return dp * tp if getattr(strategy, "exact", False) else tp
+    return num_gpus if getattr(strategy, "case", 0) in (1, 2, 3) else 1
 
 
-def check_graph_size(num_ops: int, case: int, num_gpus: int, limit: int = MAX_TASKS) -> int:
+def check_graph_size(num_ops: int, copies: int, num_gpus: int, what: str, limit: int = MAX_TASKS) -> int:
     """Raise ConfigError when the graph would exceed ``limit`` tasks; return the estimate."""
-    tasks = min_tasks(num_ops, case, num_gpus)
+    tasks = num_ops * copies
     if tasks > limit:
         raise ConfigError(
-            f"-case {case} on {num_gpus:,} GPUs would build a task graph of at least {tasks:,} tasks "
-            f"({num_ops:,} trace operators), above the limit of {limit:,}: use fewer GPUs or a shorter trace"
+            f"{what} on {num_gpus:,} GPUs would build a task graph of at least {tasks:,} tasks "
+            f"({num_ops:,} trace operators x {copies:,}), above the limit of {limit:,}: use fewer GPUs "
+            "or a shorter trace"
         )
     return tasks

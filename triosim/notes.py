@@ -48,16 +48,18 @@ def unused_flags(args: argparse.Namespace) -> list[tuple[str, list[str]]]:
     """(why unused, ["-flag value", ...]) for each group of given flags the run does not use."""
     case = getattr(args, "case", 0)
     groups: list[tuple[str, list[str]]] = []
+    if any(getattr(args, k, None) is not None for k in ("dp", "tp", "pp")):
+        case = None  # a hybrid --dp/--tp/--pp run: the case presets' rules do not apply
     if case == 0:
         groups.append(("-case 0 simulates one GPU", _given(args, _PLATFORM)))
-    else:
+    elif getattr(args, "gpus", None) != 1 or case is not None:
         if getattr(args, "interconnects", 0) == 0 and getattr(args, "topology", "ring") != "mesh":
             groups.append(("only the optical mesh (-interconnects 1) has rows and columns", _given(args, _MESH)))
         if getattr(args, "topology", "ring") != "nvlink-cluster":
             groups.append(("only --topology nvlink-cluster has nodes", _given(args, _CLUSTER)))
-    if case != 2:
+    if case not in (2, None):
         groups.append(("buckets are DDP's (-case 2)", _given(args, _DDP)))
-    if case != 4:
+    if case not in (4, None):
         groups.append(("micro-batches are the pipeline's (-case 4)", _given(args, _PIPELINE)))
     return [(why, flags) for why, flags in groups if flags]
 
@@ -79,7 +81,7 @@ def check_unused_platform_flags(args: argparse.Namespace) -> None:
     if interconnects not in (0, 1):
         raise ConfigError(f"-interconnects must be 0 (electrical) or 1 (optical), got {interconnects}")
     if interconnects == 1 or topology == "mesh":
-        gpus = getattr(args, "gpus", 8)
+        gpus = getattr(args, "gpus", None) or 8  # -GPUnumber's default
         rows = getattr(args, "num_rows", None) or 1
         cols = getattr(args, "num_cols", None) or gpus
         if rows * cols != gpus:
