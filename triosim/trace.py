@@ -572,17 +572,14 @@ def _grad_ready_ops(
         p = partner[i]
         if p is not None:
             by_partner[p] = max(by_partner.get(p, -1), i)
-    # First backward reader of each buffer, found in one pass (a scan per parameter is
-    # quadratic: minutes for a 200k-op trace).
-    first_backward_reader: dict[str, int] = {}
+    first_backward_reader: dict[str, int] = {}  # one pass, not one scan per parameter
     for i in backward:
-        for t in reads[i]:
-            first_backward_reader.setdefault(t, i)
+        for k in reads[i]:
+            first_backward_reader.setdefault(k, i)
     ready: dict[str, int] = {}
     for p in params:
-        reader = first_backward_reader.get(p)
-        if reader is not None:
-            ready[p] = reader
+        if p in first_backward_reader:
+            ready[p] = first_backward_reader[p]
         else:
             ready[p] = by_partner.get(first_read.get(p, -1), last)
     return ready
