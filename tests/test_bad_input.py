@@ -135,8 +135,8 @@ CASES = [
     Case("-GPUnumber 1000000", ("run", "-trace-dir", T, "-case", "1", "-GPUnumber", "1000000", "-q"),
          "-GPUnumber 1,000,000 is above the limit of 65,536 GPUs"),
     Case("graph over the task limit", ("run", "-trace-dir", T, "-case", "1", "-GPUnumber", "65536", "-q"),
-         "on 65,536 GPUs would build a task graph of at least 8,192,000 tasks",  # 125 ops x 65,536 GPUs
-         lambda d: write_synthetic_trace(d, SyntheticModel(layers=41, batch_size=4))),
+         "on 65,536 GPUs would build a task graph of at least 11,927,552 tasks",  # 182 ops x 65,536 GPUs
+         lambda d: write_synthetic_trace(d, SyntheticModel(layers=60, batch_size=4))),
     Case("--topology torus, case 0", ("run", "-trace-dir", T, "-case", "0", "--topology", "torus", "-q"),
          "--topology must be one of ring, fully-connected, switch, mesh, nvlink-cluster, got 'torus'"),
     Case("3x3 mesh on 8 GPUs, case 0", ("run", "-trace-dir", T, "-case", "0", "-interconnects", "1", "-numRows", "3",

@@ -15,7 +15,7 @@ from __future__ import annotations
 from .errors import ConfigError
 
 MAX_GPUS = 65_536
-MAX_TASKS = 5_000_000  # about 5-10 GB of graph and schedule, minutes of building
+MAX_TASKS = 10_000_000  # about 9 GB of graph and schedule (0.9 kB a task), minutes of building
 
 
 def check_gpu_count(gpus: int, flag: str = "-GPUnumber") -> None:
