@@ -19,6 +19,7 @@ from pathlib import Path
 from rich.console import Console
 
 from . import __version__
+from .compute_model import attach_op_time_model
 from .errors import ConfigError, TriosimError
 from .output import atomic_write_text
 from .platform import build_platform
@@ -53,6 +54,11 @@ def add_sim_flags(p: argparse.ArgumentParser) -> None:
     g.add_argument("--batch-size-sim", type=int, default=-1, help="per-GPU simulated batch (default: = batch-size)")
     g.add_argument("--time-column", choices=("nooverlap", "span"), default="nooverlap",
                    help="op time: kernel-time sum (default, as the original) or first-to-last kernel span")
+    g.add_argument("--op-time-model", default="auto",
+                   help="op time at another batch: auto (fit if the trace dir has batch-<N>/ traces, else "
+                        "linear-floor), fit, linear-floor or linear (the original's; always under --reference-compat)")
+    g.add_argument("--kernel-floor-us", type=float, default=2.0,
+                   help="shortest op time in µs when scaling to a smaller batch (2)")
     g = p.add_argument_group("platform")
     g.add_argument("--GPUnumber", "--gpus", dest="gpus", type=int, default=8, help="number of GPUs (8)")
     g.add_argument("--bandwidth", type=float, default=696.0, help="GPU↔remote-memory link, GB/s (696)")
@@ -72,8 +78,11 @@ def add_sim_flags(p: argparse.ArgumentParser) -> None:
                    help="0 single GPU, 1 data parallel, 2 DDP, 3 tensor parallel, 4 pipeline parallel")
     g.add_argument("--micro-batch-size", type=int, default=-1, help="pipeline micro-batch (default: the batch)")
     g.add_argument("--bucket-mb", type=float, default=25.0, help="DDP gradient bucket size in MB (25)")
-    g.add_argument("--schedule", default="gpipe", help="pipeline schedule: gpipe or 1f1b")
-    g.add_argument("--partition", default="time", help="pipeline stages balanced by op time or op count")
+    g.add_argument("--schedule", default="gpipe", help="pipeline schedule: gpipe, 1f1b or interleaved")
+    g.add_argument("--virtual-stages", type=int, default=1,
+                   help="interleaved schedule: pipeline stages per GPU (V >= 2; needs --schedule interleaved)")
+    g.add_argument("--partition", default="optimal",
+                   help="pipeline stage cuts: optimal (searched, then re-timed), time (balanced) or count (equal ops)")
     g.add_argument("--initial-placement", default="gpu",
                    help="where parameters/optimizer state/inputs start: gpu (if they fit) or remote")
     g.add_argument("--collective-detail", default="auto", help="collectives: auto, expanded or macro")
@@ -134,6 +143,8 @@ def load_scaled_trace(args: argparse.Namespace) -> Trace:
     if sim <= 0:
         raise ConfigError(f"-batch-size-sim must be a positive integer (or -1 for the trace's batch), got {sim}")
     trace = load_trace(trace_dir, batch_size=batch, time_column=args.time_column)
+    model = "linear" if args.reference_compat else getattr(args, "op_time_model", "auto")
+    trace = attach_op_time_model(trace, model, getattr(args, "kernel_floor_us", 2.0), args.time_column)
     return scale_trace(trace, sim, reference_compat=args.reference_compat)
 
 
@@ -152,6 +163,7 @@ def strategy_from_args(args: argparse.Namespace, sim_batch: int) -> Strategy:
         initial_placement=args.initial_placement,
         reference_compat=args.reference_compat,
         collective_detail=args.collective_detail,
+        virtual_stages=getattr(args, "virtual_stages", 1),
     )
     strategy.validate()
     return strategy
@@ -228,7 +240,8 @@ def cmd_run(args: argparse.Namespace) -> int:
         sched = schedule(graph)
     per_gpu, per_link = summarize(graph, sched, platform)
     result = Result(sched.makespan, strategy, platform, graph, sched, per_gpu, per_link,
-                    extra={"trace": Path(trace.path).name, "batch_size_sim": trace.batch_size})
+                    extra={"trace": Path(trace.path).name, "batch_size_sim": trace.batch_size,
+                           **({"op_time_model": trace.op_time.describe()} if trace.op_time else {})})
     protect = (Path(trace.path) / "trace.csv", Path(trace.path) / "tensor.csv")
     if args.json:
         text = json.dumps(result.to_dict(), indent=2, sort_keys=False) + "\n"
@@ -246,6 +259,8 @@ def cmd_run(args: argparse.Namespace) -> int:
         from .report import print_summary
 
         print_summary(result, print_to, title=f"{Path(trace.path).name} · batch {trace.batch_size}")
+        if trace.op_time is not None and (trace.op_time.batch != trace.batch_size or strategy.case == 4):
+            print_to.print(trace.op_time.summary())
         for flag, path in (("JSON", args.json), ("timeline", args.timeline)):
             if path:
                 print_to.print(f"{flag} written to {path}")
