@@ -126,7 +126,7 @@ def test_cli_flags_and_summary(tmp_path, capsys):
     assert main([*common, "--op-time-model", "fit"]) == 2
     assert "batch-<N>" in capsys.readouterr().err
     assert main(["run", "-trace-dir", str(d), "-case", "4", "-GPUnumber", "2", "-micro-batch-size", "4"]) == 0
-    assert "kernel floor 2 µs" in capsys.readouterr().out
+    assert "at least 2 µs" in capsys.readouterr().out
 
 
 # ----------------------------------------------------------------------------- reference data

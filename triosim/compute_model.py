@@ -67,9 +67,9 @@ class OpTimeModel:
             return "op time: linear in the batch (the original's scaling)"
         if self.name == "fit":
             sizes = ", ".join(str(b) for b in self.batches)
-            return f"op time: a + c·batch fitted per op on batches {sizes}, kernel floor {self.floor_us:g} µs"
-        return (f"op time: linear in the batch, batch-independent ops fixed, kernel floor {self.floor_us:g} µs "
-                "(one traced batch; trace more with `triosim trace collect --batch-sizes` to fit)")
+            return f"op time: fit, a + c·batch per op from batches {sizes}, at least {self.floor_us:g} µs"
+        return (f"op time: linear-floor, optimizer and scalar ops fixed, others linear in the batch, "
+                f"at least {self.floor_us:g} µs")
 
 
 def op_seconds(trace: Trace, index: int, batch: int) -> float:

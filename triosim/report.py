@@ -72,6 +72,8 @@ def print_summary(result: Result, console: Console, title: str = "") -> None:
         for st in pp.get("stages", []):
             console.print(f"  stage {st['stage']} · GPU {st['gpu']} · ops {st['first_op']}–{st['last_op']} "
                           f"({st['forward_ops']} fwd + {st['backward_ops']} bwd) · {st['compute_ms']:.3f} ms compute")
+        for note in pp.get("warnings", []):
+            console.print(f"  [yellow]warning:[/yellow] {note}")
     mem = meta.get("memory", {})
     fetched = sum(m.get("fetched_bytes", 0) for m in mem.values())
     wb = sum(m.get("written_back_bytes", 0) for m in mem.values())

@@ -264,12 +264,14 @@ def with_warnings(trace: Trace, plan: PipelinePlan) -> PipelinePlan:
     compute = stage_compute(trace, plan)
     total = sum(compute)
     notes = []
+    reason = {
+        "optimal": "no cut gave it more without a slower iteration (larger boundary transfers or a busier stage "
+                   "elsewhere)",
+        "time": "the time split cuts where few bytes cross; --partition optimal weighs the whole iteration",
+    }.get(plan.partition, "equal op counts ignore op times; --partition optimal weighs the whole iteration")
     for s, t in enumerate(compute):
         if total > 0 and t < SMALL_STAGE_SHARE * total:
-            notes.append(
-                f"stage {s} holds {t / total:.1%} of the compute (under {SMALL_STAGE_SHARE:.0%}): no cut gave it more "
-                "without a slower iteration (larger boundary transfers or a busier stage elsewhere)"
-            )
+            notes.append(f"stage {s} holds {t / total:.1%} of the compute (under {SMALL_STAGE_SHARE:.0%}): {reason}")
     for s in lacks_backward(plan):
         notes.append(f"stage {s} has no backward op")
     return replace(plan, warnings=tuple(notes))
