@@ -143,3 +143,58 @@ def test_dag_refuses_huge_graphs(capsys, tmp_path, synthetic_dir):
     code, _, err = run_cli(capsys, "dag", "-case", "1", "-GPUnumber", "64", "-trace-dir", str(synthetic_dir),
                            "--export", str(out), "--max-tasks", "100")
     assert code == 2 and "more than --max-tasks 100" in err and not out.exists()
+
+
+def test_config_file_sets_flags_and_the_command_line_wins(tmp_path, capsys) -> None:
+    cfg = tmp_path / "run.json"
+    cfg.write_text('{"case": 2, "GPUnumber": 4, "bucket-mb": 5}')
+    assert main(["run", "--config", str(cfg), "-q"]) == 0
+    from_file = capsys.readouterr().out
+    assert main(["run", "--case", "2", "--gpus", "4", "--bucket-mb", "5", "-q"]) == 0
+    assert capsys.readouterr().out == from_file
+    assert main(["run", f"--config={cfg}", "--case", "0", "-q"]) == 0
+    assert main(["run", "--case", "0", "-q"]) == 0
+    single, again = capsys.readouterr().out.split()
+    assert single == again
+
+
+def test_bad_config_file_is_one_line_exit_2(tmp_path, capsys) -> None:
+    cfg = tmp_path / "run.json"
+    cfg.write_text('{"gpus": "many"}')
+    assert main(["run", "-config", str(cfg)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and str(cfg) in err and "not an integer" in err
+
+
+def test_json_config_block_round_trips_through_config(tmp_path, synthetic_dir) -> None:
+    """run → JSON → --config (its config block, JSON or YAML) → the identical JSON."""
+    first = tmp_path / "first.json"
+    assert main(["run", "--trace-dir", str(synthetic_dir), "--case", "4", "--gpus", "2",
+                 "--micro-batch-size", "4", "--ptp-bandwidth", "100", "--json", str(first), "-q"]) == 0
+    doc = json.loads(first.read_text())
+    block = doc["config"]
+    assert block["case"] == 4 and block["micro-batch-size"] == 4 and block["ptp-bandwidth"] == 100.0
+    assert block["trace-dir"] == str(synthetic_dir.resolve()) and len(block["trace_sha256"]) == 64
+    assert block["triosim_version"] and doc["batch_source"] == "meta.json"
+    cfg = tmp_path / "config.json"
+    cfg.write_text(json.dumps(block))
+    again = tmp_path / "again.json"
+    assert main(["run", "--config", str(cfg), "--json", str(again), "-q"]) == 0
+    assert again.read_bytes() == first.read_bytes()
+    whole = tmp_path / "whole.json"  # the whole result is accepted too
+    assert main(["run", "--config", str(first), "--json", str(whole), "-q"]) == 0
+    assert whole.read_bytes() == first.read_bytes()
+    yaml = pytest.importorskip("yaml")
+    ycfg = tmp_path / "config.yaml"
+    ycfg.write_text(yaml.safe_dump(block))
+    via_yaml = tmp_path / "yaml.json"
+    assert main(["run", "--config", str(ycfg), "--json", str(via_yaml), "-q"]) == 0
+    assert via_yaml.read_bytes() == first.read_bytes()
+
+
+def test_summary_says_when_op_times_are_cpu_times(capsys) -> None:
+    assert main(["run", "--case", "0"]) == 0
+    out = " ".join(capsys.readouterr().out.split())
+    assert "op times measured on CPU" in out
+    assert main(["run", "--case", "0", "--json", "-"]) == 0
+    assert json.loads(capsys.readouterr().out)["time_source"] == "cpu"

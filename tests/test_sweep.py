@@ -103,7 +103,7 @@ def test_comma_lists_and_spellings_expand_in_given_order() -> None:
 def test_every_run_flag_is_sweepable() -> None:
     from argparse import ArgumentParser
 
-    from triosim.cli import add_sim_flags
+    from triosim.config import add_sim_flags
 
     p = ArgumentParser()
     add_sim_flags(p)

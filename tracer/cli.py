@@ -1,4 +1,4 @@
-"""Command line of the tracer: ``triosim trace collect`` and ``triosim trace convert``.
+"""Command line of the tracer: ``triosim trace collect``, ``convert`` and ``repeat``.
 
 ``register(subparsers)`` adds the ``trace`` command (with ``collect`` / ``convert``) to the main
 ``triosim`` parser; every handler returns an exit code (0 ok, 2 bad input).  ``main(argv)`` runs the
@@ -95,22 +95,42 @@ def _add_convert(sub: Any) -> None:
     p.add_argument("--profiler", type=Path, required=True, help="torch.profiler Chrome trace")
     p.add_argument("--out", type=Path, required=True, help="output directory")
     p.add_argument("--gpuid", type=int, default=0, help="value of the gpuid columns")
+    p.add_argument("--batch-size", type=_positive, default=None,
+                   help="batch the step was recorded at, written to meta.json (without it, triosim run "
+                        "assumes 128 unless given --batch-size)")
     _add_common(p)
     p.set_defaults(func=cmd_convert)
 
 
+def _add_repeat(sub: Any) -> None:
+    p = sub.add_parser(
+        "repeat", help="repeat a trace's transformer layer to L layers",
+        description="Find the repeated transformer layer of a trace (from its op names and data "
+                    "flow) and write a trace with that layer repeated to --layers L: forward, "
+                    "backward and optimizer work, tensors renumbered, data flow intact, each op "
+                    "at its mean time over the traced layers.")
+    p.add_argument("--layers", type=_positive, required=True, help="layers of the written trace")
+    p.add_argument("--in", dest="src", type=Path, required=True, metavar="DIR", help="trace directory to read")
+    p.add_argument("--out", type=Path, required=True, metavar="DIR", help="trace directory to write")
+    p.add_argument("--batch-size", type=_positive, default=None,
+                   help="batch the trace was recorded at (default: from meta.json, else 128)")
+    p.add_argument("--quiet", "-q", action="store_true", help="print nothing on success")
+    p.set_defaults(func=cmd_repeat)
+
+
 def add_commands(subparsers: Any) -> None:
-    """Add ``collect`` and ``convert`` to an argparse subparsers object."""
+    """Add ``collect``, ``convert`` and ``repeat`` to an argparse subparsers object."""
     _add_collect(subparsers)
     _add_convert(subparsers)
+    _add_repeat(subparsers)
 
 
 def register(subparsers: Any) -> None:
-    """Add the ``trace`` command (``trace collect`` / ``trace convert``) to the triosim CLI."""
+    """Add the ``trace`` command (``trace collect`` / ``convert`` / ``repeat``) to the triosim CLI."""
     p = subparsers.add_parser(
-        "trace", help="collect or convert a PyTorch operator trace",
+        "trace", help="collect, convert or repeat a PyTorch operator trace",
         description="Make TrioSim traces (trace.csv + tensor.csv) from PyTorch training steps.")
-    sub = p.add_subparsers(dest="trace_command", metavar="{collect,convert}")
+    sub = p.add_subparsers(dest="trace_command", metavar="{collect,convert,repeat}")
     sub.required = True
     add_commands(sub)
 
@@ -149,11 +169,55 @@ def cmd_convert(args: argparse.Namespace) -> int:
         tables = convert_files(args.graph, args.profiler,
                                ConvertOptions(targets=tuple(args.targets), gpuid=args.gpuid))
         write_trace_dir(tables, args.out, inputs=[args.graph, args.profiler])
+        write_convert_meta(tables, args.out, args.graph, args.profiler, args.batch_size)
     except TracerError as exc:
         return _fail(str(exc))
     if not args.quiet:
         print(_summary(tables, args.out))
+        if args.batch_size is None:
+            print(f"note: {args.out / 'meta.json'} records no batch size (pass --batch-size): "
+                  "triosim run will assume 128 unless given --batch-size")
     return 0
+
+
+def cmd_repeat(args: argparse.Namespace) -> int:
+    """Handler of ``trace repeat``."""
+    from triosim.errors import TriosimError
+    from triosim.trace_repeat import repeat_trace_dir
+
+    try:
+        summary = repeat_trace_dir(args.src, args.out, args.layers, batch_size=args.batch_size)
+    except TriosimError as exc:
+        return _fail(str(exc))
+    if not args.quiet:
+        print(summary.line(str(args.out)))
+    return 0
+
+
+def write_convert_meta(tables: TraceTables, out: Path, graph: Path, profiler: Path,
+                       batch_size: int | None) -> Path:
+    """meta.json beside the converted CSVs: what ``triosim run`` reads the batch and the time
+    source (kernels or CPU ops) from. Only facts the JSON pair and the flags give; no date, so
+    converting the same pair twice writes the same bytes."""
+    import json
+
+    from .csvout import write_atomic
+
+    meta = {
+        "batch_size": batch_size,
+        "converted_from": {"graph": Path(graph).name, "profiler": Path(profiler).name},
+        "ops": len(tables.ops),
+        "pairing": tables.stats.pairing,
+        "time_source": tables.stats.time_source,
+    }
+    path = Path(out) / "meta.json"
+    if path.resolve() in {Path(graph).resolve(), Path(profiler).resolve()}:
+        raise TracerError(f"{path}: refusing to overwrite an input file")
+    try:
+        write_atomic(path, json.dumps(meta, indent=2, sort_keys=True) + "\n")
+    except OSError as exc:
+        raise TracerError(f"{path}: cannot write ({exc.strerror})") from None
+    return path
 
 
 def cmd_collect(args: argparse.Namespace) -> int:
@@ -215,7 +279,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m triosim.tracer.cli",
         description="Collect PyTorch training-step traces and convert them to TrioSim CSV.")
-    sub = parser.add_subparsers(dest="command", metavar="{collect,convert}")
+    sub = parser.add_subparsers(dest="command", metavar="{collect,convert,repeat}")
     sub.required = True
     add_commands(sub)
     args = parser.parse_args(argv)

@@ -34,6 +34,16 @@ def _gpu_table(rows: list[GpuStats]) -> Table:
     return table
 
 
+def honesty_notes(result: Result) -> list[str]:
+    """What a reader must know before trusting the number: CPU-measured op times, an assumed batch."""
+    notes = []
+    if result.extra.get("time_source") == "cpu":
+        notes.append("op times measured on CPU, not on a GPU (meta.json: time_source cpu)")
+    if result.extra.get("batch_source") == "assumed":
+        notes.append(f"trace batch {result.extra.get('batch_size')} assumed: no meta.json and no --batch-size")
+    return notes
+
+
 def print_summary(result: Result, console: Console, title: str = "") -> None:
     s, p = result.strategy, result.platform
     head = (
@@ -44,6 +54,9 @@ def print_summary(result: Result, console: Console, title: str = "") -> None:
         f"[bold green]Iteration time: {result.makespan_ms:.4f} ms[/bold green]"
         f"   ({len(result.graph):,} tasks, {result.graph.num_edges:,} edges)"
     )
+    notes = honesty_notes(result)
+    if notes:
+        head += "\n" + "\n".join(f"[bold yellow]{n}[/bold yellow]" for n in notes)
     console.print(Panel(head, title="triosim", expand=False))
     console.print(_gpu_table(result.per_gpu))
     if result.per_link:

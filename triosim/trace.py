@@ -120,6 +120,22 @@ class Trace:
     grad_ready_op: dict[str, int] = field(default_factory=dict)
     # How op times change with the batch (triosim.compute_model); None: linear.
     op_time: OpTimeModel | None = None
+    # Where ``batch_size`` came from: "argument" (given), "meta.json", or "assumed" (neither: 128).
+    batch_source: str = "argument"
+    # The optional meta.json beside the CSVs ({} when there is none): device, time source, …
+    info: dict = field(default_factory=dict)
+
+    @property
+    def time_source(self) -> str | None:
+        """``"cpu"`` when the op times were measured on the CPU (meta.json says so), else the
+        recorded source (``"kernels"``, ``"cuda"``) or None when unknown."""
+        src = self.info.get("time_source")
+        if src is None and str(self.info.get("device", "")).startswith("cpu"):
+            src = "cpu"
+        return str(src) if src is not None else None
+
+    def with_batch_source(self, source: str) -> Trace:
+        return replace(self, batch_source=source)
 
     def base(self, tensor_id: str) -> str:
         return self.alias.get(tensor_id, tensor_id)
@@ -321,12 +337,40 @@ def _load_ops(path: Path, tensors: dict[str, Tensor], time_column: str) -> list[
     return ops
 
 
-def load_trace(path: str | os.PathLike, batch_size: int = 128, time_column: str = "nooverlap") -> Trace:
+DEFAULT_TRACE_BATCH = 128  # the batch assumed for a trace with neither meta.json nor a given batch
+
+
+def trace_batch_size(path: str | os.PathLike) -> tuple[int, str]:
+    """The batch a trace directory was recorded at, and where that number comes from:
+    ``(n, "meta.json")`` from its meta.json, else ``(128, "assumed")``."""
+    info = read_trace_info(path)
+    raw = info.get("batch_size")
+    if raw is None:
+        return DEFAULT_TRACE_BATCH, "assumed"
+    if isinstance(raw, bool) or not isinstance(raw, int):
+        raise TraceError(str(Path(path) / "meta.json"), f"batch_size must be an integer, got {raw!r}")
+    return raw, "meta.json"
+
+
+def load_trace(path: str | os.PathLike, batch_size: int | None = None, time_column: str = "nooverlap") -> Trace:
     """Read and validate a trace directory; ``batch_size`` is the batch it was recorded at.
 
-    ``time_column`` picks the op duration: ``nooverlap`` (sum of kernel times, the original's
-    choice) or ``span`` (first kernel start to last kernel end).
+    ``batch_size`` None reads it from the directory's meta.json (written by ``triosim trace``);
+    without one, 128 is assumed, with a ``UserWarning`` saying so (``trace.batch_source`` is then
+    ``"assumed"``): pass the batch your trace was recorded at. ``time_column`` picks the op
+    duration: ``nooverlap`` (sum of kernel times, the original's choice) or ``span`` (first
+    kernel start to last kernel end).
     """
+    source = "argument"
+    if batch_size is None:
+        batch_size, source = trace_batch_size(path)
+        if source == "assumed":
+            import warnings
+
+            warnings.warn(
+                f"{path}: no meta.json gives the batch the trace was recorded at; assuming "
+                f"{DEFAULT_TRACE_BATCH} (pass batch_size=...)", UserWarning, stacklevel=2,
+            )
     if batch_size <= 0:
         raise ConfigError(f"-batch-size must be a positive integer, got {batch_size}")
     if time_column not in ("nooverlap", "span"):
@@ -339,7 +383,8 @@ def load_trace(path: str | os.PathLike, batch_size: int = 128, time_column: str 
             raise TraceError(str(root / name), "file not found")
     tensors = _load_tensors(root / "tensor.csv")
     ops = _load_ops(root / "trace.csv", tensors, time_column)
-    trace = Trace(path=str(root), batch_size=batch_size, ops=ops, tensors=tensors)
+    trace = Trace(path=str(root), batch_size=batch_size, ops=ops, tensors=tensors, batch_source=source,
+                  info=read_trace_info(root))
     return derive(trace)
 
 

@@ -344,3 +344,22 @@ def test_register_adds_trace_commands_to_a_parent_cli(tmp_path, step_pair):
     with pytest.raises(SystemExit) as exc:
         parser.parse_args(["trace"])
     assert exc.value.code == 2
+
+
+def test_convert_writes_meta_json_that_run_reads(tmp_path, step_pair):
+    from triosim.trace import load_trace
+
+    graph, prof = step_pair
+    out = tmp_path / "with-batch"
+    assert main(["convert", "--graph", str(graph), "--profiler", str(prof), "--out", str(out),
+                 "--batch-size", "6", "-q"]) == 0
+    meta = json.loads((out / "meta.json").read_text())
+    assert meta["batch_size"] == 6 and meta["time_source"] == "kernels"
+    trace = load_trace(out)
+    assert trace.batch_size == 6 and trace.batch_source == "meta.json"
+    # Without --batch-size the meta.json says nothing about the batch, and loading says so.
+    bare = tmp_path / "no-batch"
+    assert main(["convert", "--graph", str(graph), "--profiler", str(prof), "--out", str(bare), "-q"]) == 0
+    assert json.loads((bare / "meta.json").read_text())["batch_size"] is None
+    with pytest.warns(UserWarning, match="assuming 128"):
+        assert load_trace(bare).batch_source == "assumed"

@@ -97,9 +97,17 @@ def sharded_buffers(trace: Trace) -> set[str]:
             sharded.update(k for k in trace.reads[i] if k in params)
         elif op.stage == "backward":
             sharded.update(k for k in trace.writes[i] if k in trace.batch_invariant and k not in params)
+    return sharded | optimizer_state_of(trace, sharded & params)
+
+
+def optimizer_state_of(trace: Trace, sharded_params: set[str]) -> set[str]:
+    """The optimizer state of ``sharded_params``, matched by size: the k-th state tensor of a
+    size the optimizer touches goes with the k-th parameter of that size."""
+    params = set(trace.parameters)
+    sharded: set[str] = set()
     by_size: dict[int, list[bool]] = {}
     for p in trace.parameters:
-        by_size.setdefault(trace.tensors[p].bytes, []).append(p in sharded)
+        by_size.setdefault(trace.tensors[p].bytes, []).append(p in sharded_params)
     written = {k for ks in trace.writes for k in ks}
     used: dict[int, int] = {}
     seen: set[str] = set()
@@ -178,4 +186,5 @@ def build(trace: Trace, platform: Platform, strategy: Strategy) -> TaskGraph:
     return graph
 
 
-__all__ = ["TpCollective", "build", "input_gradients", "op_time", "sharded_buffers", "tp_collectives"]
+__all__ = ["TpCollective", "build", "input_gradients", "op_time", "optimizer_state_of", "sharded_buffers",
+           "tp_collectives"]

@@ -1,7 +1,7 @@
 """Running the configurations of a sweep: validation, the work item, and three backends.
 
-A configuration is *invalid* when ``triosim run`` would refuse its flags (the same checks:
-``platform_from_args``, ``strategy_from_args``, the batch checks of ``load_scaled_trace``, and a
+A configuration is *invalid* when ``triosim run`` would refuse its flags (the same checks, from
+:mod:`triosim.config`: ``check_flags`` and the batch checks of ``resolve_batches``, and a
 ConfigError while building its DAG); it is *failed* when its simulation raised anything else, or
 its parallelism case has no graph builder yet. Neither stops the sweep.
 
@@ -22,12 +22,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ..compute_model import attach_op_time_model
+from ..config import check_case, platform_from_args, resolve_batches, strategy_from_args
 from ..errors import ConfigError, TriosimError
-from ..trace import Trace, load_trace, read_trace_info, scale_trace
+from ..trace import Trace, load_trace, scale_trace
 from .grid import Point
 
-# (trace directory, batch the trace was recorded at, op-time column): what load_trace reads.
-TraceKey = tuple[str, int, str]
+# (trace directory, batch the trace was recorded at, op-time column, op-time model, kernel floor
+# in µs): what load_trace and attach_op_time_model read.
+TraceKey = tuple[str, int, str, str, float]
 
 OK, INVALID, FAILED = "ok", "invalid", "failed"
 
@@ -92,7 +95,6 @@ def run_task(traces: TraceSet, task: Task) -> Outcome:
     """Simulate one configuration; every error becomes an Outcome, never an exception."""
     from argparse import Namespace
 
-    from ..cli import platform_from_args, strategy_from_args
     from ..result import run_simulation
 
     ns = Namespace(**dict(task.config))
@@ -147,41 +149,31 @@ def _builder_missing(case: int) -> bool:
 
 def prepare(points: Sequence[Point]) -> Prepared:
     """Validate every point as ``triosim run`` would, then load each distinct trace once."""
-    from ..cli import default_trace_dir, platform_from_args, strategy_from_args
     from ..strategy import CASE_NAMES
 
-    infos: dict[str, dict] = {}
+    infos: dict[str, tuple[int, str]] = {}
     pending: list[tuple[Point, TraceKey, int]] = []
     settled: list[Outcome] = []
     for point in points:
         ns = point.namespace()
         try:
-            if ns.case not in range(5):
-                raise ConfigError(f"-case must be one of 0..4, got {ns.case}")
+            # The order of `configure`'s checks, so a point gets the error `run` would print.
+            check_case(ns)
             platform_from_args(ns)
-            trace_dir = str(Path(ns.trace_dir) if ns.trace_dir else default_trace_dir())
-            batch = ns.batch_size
-            if batch is None:
-                if trace_dir not in infos:
-                    infos[trace_dir] = read_trace_info(trace_dir)
-                batch = int(infos[trace_dir].get("batch_size", 128))
-            if batch <= 0:
-                raise ConfigError(f"-batch-size must be a positive integer, got {batch}")
-            sim = ns.batch_size_sim if ns.batch_size_sim not in (None, -1) else batch
-            if sim <= 0:
-                raise ConfigError(
-                    f"-batch-size-sim must be a positive integer (or -1 for the trace's batch), got {sim}"
-                )
-            strategy_from_args(ns, sim)
+            batches = resolve_batches(ns, infos)
+            strategy_from_args(ns, batches.sim)
         except TriosimError as exc:
             settled.append(Outcome(point.index, INVALID, _reason(exc)))
             continue
+        trace_dir, batch, sim = str(batches.trace_dir), batches.batch, batches.sim
         if _builder_missing(ns.case):
             # The message `triosim run` gives; failed, not invalid: the flags are fine.
             settled.append(Outcome(point.index, FAILED,
                                    f"-case {ns.case} ({CASE_NAMES[ns.case]}) is not implemented yet"))
             continue
-        pending.append((point, (trace_dir, batch, ns.time_column), sim))
+        model = "linear" if ns.reference_compat else getattr(ns, "op_time_model", "auto")
+        floor = float(getattr(ns, "kernel_floor_us", 2.0))
+        pending.append((point, (trace_dir, batch, ns.time_column, model, floor), sim))
 
     loaded: dict[TraceKey, Trace] = {}
     broken: dict[TraceKey, str] = {}
@@ -189,7 +181,8 @@ def prepare(points: Sequence[Point]) -> Prepared:
         if key in loaded or key in broken:
             continue
         try:
-            loaded[key] = load_trace(key[0], batch_size=key[1], time_column=key[2])
+            loaded[key] = attach_op_time_model(load_trace(key[0], batch_size=key[1], time_column=key[2]),
+                                               key[3], key[4], key[2])
         except TriosimError as exc:
             broken[key] = _reason(exc)
     tasks = []

@@ -1,7 +1,7 @@
 """The sweep grid: which run flags vary, the values each takes, and their cartesian product.
 
-Every flag of :func:`triosim.cli.add_sim_flags` is an axis of the grid. The flag table is read
-from that function itself, so a flag added there later is sweepable without touching this
+Every flag of :func:`triosim.config.add_sim_flags` is an axis of the grid. The flag table is
+read from that function itself, so a flag added there later is sweepable without touching this
 module. A flag given once (``--gpus 8``) is an axis with one value; flags not given keep the
 ``run`` default. Points are numbered in grid order: the product of the axes in the order the
 user gave them, first axis slowest.
@@ -11,124 +11,16 @@ from __future__ import annotations
 
 import argparse
 import itertools
-import json
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from ..config import DEFAULT_WORD, FlagSpec, FlagTable, parse_mapping_text
 from ..errors import ConfigError
 
-DEFAULT_WORD = "default"  # a value spelling that means "the run default of this flag"
-_TRUE = frozenset({"1", "true", "yes", "on"})
-_FALSE = frozenset({"0", "false", "no", "off"})
-
-
-@dataclass(frozen=True)
-class FlagSpec:
-    """One flag of ``triosim run`` as the sweep sees it."""
-
-    dest: str
-    name: str  # column name: the last (most readable) long option, e.g. ``gpus``
-    options: tuple[str, ...]
-    type: Callable[[str], Any] | None
-    choices: tuple[Any, ...] | None
-    is_bool: bool
-    default: Any
-    help: str
-    group: str
-
-    def parse(self, raw: Any) -> Any:
-        """One value, from a command-line token or a YAML/JSON scalar, checked like ``run`` does."""
-        if raw is None or (isinstance(raw, str) and raw.strip().lower() == DEFAULT_WORD):
-            return self.default
-        if self.is_bool:
-            if isinstance(raw, bool):
-                return raw
-            word = str(raw).strip().lower()
-            if word in _TRUE:
-                return True
-            if word in _FALSE:
-                return False
-            raise ConfigError(f"--{self.name}: {raw!r} is not a boolean (true/false)")
-        if isinstance(raw, bool) or isinstance(raw, (list, dict)):
-            raise ConfigError(f"--{self.name}: {raw!r} is not a valid value")
-        value: Any = raw.strip() if isinstance(raw, str) else raw
-        if self.type is int and isinstance(value, float) and not value.is_integer():
-            raise ConfigError(f"--{self.name}: {raw!r} is not an integer")
-        if self.type is not None:
-            try:
-                value = self.type(int(value) if self.type is int and isinstance(value, float) else value)
-            except (TypeError, ValueError):
-                kind = {int: "an integer", float: "a number"}.get(self.type, "a valid value")
-                raise ConfigError(f"--{self.name}: {raw!r} is not {kind}") from None
-        elif not isinstance(value, str):
-            value = str(value)
-        if self.choices is not None and value not in self.choices:
-            raise ConfigError(
-                f"--{self.name}: {raw!r} is not one of {', '.join(map(str, self.choices))}"
-            )
-        return value
-
-
-def _key(name: str) -> str:
-    """Spelling-insensitive flag key: ``-GPUnumber``, ``gpunumber``, ``ptp_bandwidth``, …"""
-    return name.strip().lstrip("-").replace("_", "-").lower()
-
-
-@dataclass(frozen=True)
-class FlagTable:
-    """All sweepable flags, in ``add_sim_flags`` order, with a lookup by any spelling."""
-
-    specs: tuple[FlagSpec, ...]
-
-    @classmethod
-    def from_cli(cls) -> FlagTable:
-        from ..cli import add_sim_flags
-
-        parser = argparse.ArgumentParser(add_help=False)
-        add_sim_flags(parser)
-        specs = []
-        # argparse keeps groups and actions in private lists; they have been stable since 2.7
-        # and reading them is what keeps this table in step with `triosim run`.
-        for group in parser._action_groups:
-            for action in group._group_actions:
-                if not action.option_strings:
-                    continue
-                longs = [o for o in action.option_strings if o.startswith("--")]
-                is_bool = action.nargs == 0 and action.const is True
-                specs.append(
-                    FlagSpec(
-                        dest=action.dest,
-                        name=(longs or action.option_strings)[-1].lstrip("-"),
-                        options=tuple(action.option_strings),
-                        type=action.type if callable(action.type) else None,
-                        choices=tuple(action.choices) if action.choices else None,
-                        is_bool=is_bool,
-                        default=action.default,
-                        help=action.help or "",
-                        group=group.title or "",
-                    )
-                )
-        return cls(tuple(specs))
-
-    def lookup(self, name: str) -> FlagSpec:
-        key = _key(name)
-        for spec in self.specs:
-            if key == _key(spec.dest) or any(key == _key(o) for o in spec.options):
-                return spec
-        known = ", ".join(s.name for s in self.specs)
-        raise ConfigError(f"unknown flag {name!r} in the sweep grid (known: {known})")
-
-    def by_dest(self, dest: str) -> FlagSpec:
-        for spec in self.specs:
-            if spec.dest == dest:
-                return spec
-        raise KeyError(dest)
-
-    def defaults(self) -> dict[str, Any]:
-        return {s.dest: s.default for s in self.specs}
-
+__all__ = ["DEFAULT_WORD", "Axis", "FlagSpec", "FlagTable", "Grid", "Point", "build_grid", "format_value",
+           "read_grid_file", "split_list"]
 
 @dataclass(frozen=True)
 class Axis:
@@ -241,24 +133,7 @@ def read_grid_file(path: str | Path) -> list[tuple[str, list[Any]]]:
         text = p.read_text(encoding="utf-8")
     except OSError as exc:
         raise ConfigError(f"--grid {p}: cannot read ({exc.strerror})") from None
-    if p.suffix.lower() == ".json":
-        try:
-            data = json.loads(text)
-        except ValueError as exc:
-            raise ConfigError(f"--grid {p}: invalid JSON ({exc})") from None
-    else:
-        try:
-            import yaml
-        except ImportError:
-            raise ConfigError(
-                f"--grid {p}: reading YAML needs PyYAML (pip install 'triosim[yaml]'), or use a .json file"
-            ) from None
-        try:
-            data = yaml.safe_load(text)
-        except yaml.YAMLError as exc:
-            raise ConfigError(f"--grid {p}: invalid YAML ({str(exc).splitlines()[0]})") from None
-    if data is None:
-        data = {}
+    data = parse_mapping_text(text, p, "--grid")
     if not isinstance(data, dict):
         raise ConfigError(f"--grid {p}: expected a mapping of flag names to lists of values")
     entries: list[tuple[str, list[Any]]] = []
