@@ -23,13 +23,8 @@ What it models:
   1F1B keeps at most N−s micro-batches in flight on stage s, GPipe all R. A received buffer is
   allocated when first used; buffers passing through a stage on their way are not counted.
 
-``reference_compat`` (§5.1, the original's model): forward ops split by count over GPU 0..N−1,
-backward+optimizer ops (trace order) by count over GPU N−1..0 with ``i·n/N`` boundaries and
-whole optimizer ops; only the outputs of the last op of each chunk go to the next chunk's GPU,
-over the ring link at the plain ptp bandwidth (the original's pipeline platform does not
-pre-multiply it by 2(N−1)/N); any other tensor a GPU reads from another stage is treated as
-external on that GPU (the original fetches it from remote memory). With one micro-batch the
-iteration is Σ op times + Σ boundary bytes / ptp.
+``reference_compat``: a replay of the original's pipeline player, recorded as a task graph
+(:mod:`triosim.graph.pipeline_compat`).
 """
 
 from __future__ import annotations
@@ -38,7 +33,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from ..errors import ConfigError, OutOfMemoryError
-from ..platform import Platform, gpu_node
+from ..platform import Platform
 from ..strategy import Strategy
 from ..trace import Trace
 from .memory import MemoryReport, Step, plan_memory
@@ -54,7 +49,7 @@ from .pipeline_stages import (
     optimizer_buffers,
     plan_stages,
 )
-from .single import add_op_chain, op_label, persistent_buffers, record_memory
+from .single import add_op_chain, persistent_buffers, record_memory
 from .tasks import TaskGraph
 
 # ----------------------------------------------------------------------------- micro-batches
@@ -128,21 +123,10 @@ def _add_programs(graph: TaskGraph, trace: Trace, plan: PipelinePlan, strategy: 
     return progs
 
 
-def _task_of(plan: PipelinePlan, progs: _Programs, op: int, r: int) -> int:
-    if plan.phase[op] == OPTIMIZER:
-        (s,) = plan.optimizer_stages(op)
-        return progs.opt_task[(op, plan.rank_of(s))]
-    return progs.task[(op, r)]
-
-
 def _send(graph: TaskGraph, platform: Platform, src: int, dst: int, nbytes: int, label: str, after: list[int],
-          bandwidth: float | None, **attrs) -> int:
-    """A stage-to-stage transfer; ``bandwidth`` overrides the route's (reference_compat)."""
-    if bandwidth is None:
-        return graph.add_transfer(platform, src, dst, nbytes, label, after=after, **attrs)
-    route = platform.route(gpu_node(src), gpu_node(dst))
-    return graph.add_task("transfer", label, nbytes / bandwidth, route, (src, dst), nbytes, after=after,
-                          src=gpu_node(src), dst=gpu_node(dst), **attrs)
+          **attrs) -> int:
+    """A stage-to-stage transfer over the platform's route."""
+    return graph.add_transfer(platform, src, dst, nbytes, label, after=after, **attrs)
 
 
 def _add_crossings(graph: TaskGraph, trace: Trace, platform: Platform, plan: PipelinePlan, progs: _Programs,
@@ -169,44 +153,11 @@ def _add_crossings(graph: TaskGraph, trace: Trace, platform: Platform, plan: Pip
                     b = a + step
                     ga, gb = plan.gpu_of(a), plan.gpu_of(b)
                     prev = _send(graph, platform, ga, gb, nbytes, f"send {v.buffer} mb{r} gpu{ga}->gpu{gb}", [prev],
-                                 None, microbatch=r, stage_index=a, buffer=v.buffer, direction=direction, dst_stage=b)
+                                 microbatch=r, stage_index=a, buffer=v.buffer, direction=direction, dst_stage=b)
                     arrive[b] = prev
             for c, st in readers:
                 graph.add_edge(arrive[st], progs.task[(c, r)])
                 delivered.add((plan.rank_of(st), key))
-    return delivered
-
-
-def _compat_ptp(platform: Platform) -> float:
-    """The plain -ptp-bandwidth: the original's pipeline platform does not pre-multiply its
-    ring links by 2(N−1)/N as its collective platform does."""
-    return platform.ptp_bandwidth_nominal or platform.ptp_bandwidth
-
-
-def _add_compat_boundaries(graph: TaskGraph, trace: Trace, platform: Platform, plan: PipelinePlan,
-                           progs: _Programs, fractions: Sequence[float]) -> set[tuple[int, str]]:
-    """reference_compat: the outputs of each chunk's last op go to the next chunk's GPU."""
-    delivered: set[tuple[int, str]] = set()
-    bandwidth = _compat_ptp(platform)
-    chain = compat_chunks(trace, plan.num_stages)
-    for (ga, ops_a), (gb, ops_b) in zip(chain, chain[1:]):
-        if ga == gb:
-            continue  # the last forward chunk and the first backward chunk share a GPU
-        last, first = ops_a[-1], ops_b[0]
-        outs = trace.ops[last].outputs
-        once = plan.phase[last] == OPTIMIZER
-        for r, frac in enumerate(fractions[:1] if once else fractions):
-            nbytes = sum(_scaled(trace, trace.base(x), frac) for x in outs)
-            src_t = _task_of(plan, progs, last, r)
-            dst_t = _task_of(plan, progs, first, r)
-            direction = "forward" if trace.ops[last].stage == "forward" else "backward"
-            da, db = plan.gpu_of(ga), plan.gpu_of(gb)
-            t = _send(graph, platform, da, db, nbytes, f"boundary {op_label(trace, last)} mb{r} gpu{da}->gpu{db}",
-                      [src_t], bandwidth, microbatch=r, stage_index=ga, direction=direction, dst_stage=gb,
-                      buffer=",".join(outs))
-            graph.add_edge(t, dst_t)
-            for x in outs:
-                delivered.add((gb, _key(trace, trace.base(x), r)))
     return delivered
 
 
@@ -251,10 +202,7 @@ def build_plan(trace: Trace, platform: Platform, strategy: Strategy, plan: Pipel
     fractions = [m / trace.batch_size for m in sizes]
     graph = TaskGraph()
     progs = _add_programs(graph, trace, plan, strategy, sizes)
-    if strategy.reference_compat:
-        delivered = _add_compat_boundaries(graph, trace, platform, plan, progs, fractions)
-    else:
-        delivered = _add_crossings(graph, trace, platform, plan, progs, fractions)
+    delivered = _add_crossings(graph, trace, platform, plan, progs, fractions)
     persistent = persistent_buffers(trace)
     reports = [
         _plan_stage_memory(graph, trace, platform, strategy, plan, p, progs.steps[p], fractions, delivered, persistent)
@@ -267,7 +215,7 @@ def build_plan(trace: Trace, platform: Platform, strategy: Strategy, plan: Pipel
            f"(GPU {g})"
         for p, g in enumerate(plan.gpus)
     }
-    graph.meta["pipeline"] = _summary(trace, graph, plan, strategy, sizes)
+    graph.meta["pipeline"] = summary(trace, graph, plan, strategy, sizes)
     return graph
 
 
@@ -276,6 +224,10 @@ def build(trace: Trace, platform: Platform, strategy: Strategy) -> TaskGraph:
     are each built and scheduled, and the fastest graph is returned (ties: the best estimate)."""
     from ..scheduler import schedule
 
+    if strategy.reference_compat:
+        from .pipeline_compat import build as build_compat
+
+        return build_compat(trace, platform, strategy)
     sizes = micro_batch_sizes(trace.batch_size, strategy.micro_batch_size)
     fractions = [m / trace.batch_size for m in sizes]
     plans = candidate_plans(trace, platform, strategy, fractions)
@@ -302,7 +254,7 @@ def build(trace: Trace, platform: Platform, strategy: Strategy) -> TaskGraph:
     return best[1]
 
 
-def _summary(trace: Trace, graph: TaskGraph, plan: PipelinePlan, strategy: Strategy, sizes: Sequence[int]) -> dict:
+def summary(trace: Trace, graph: TaskGraph, plan: PipelinePlan, strategy: Strategy, sizes: Sequence[int]) -> dict:
     """JSON-ready facts for the report: stages, micro-batches, bytes over each stage boundary."""
     n = plan.num_stages
     fwd = [0] * max(n - 1, 0)
