@@ -16,6 +16,7 @@ from triosim.config import (
     sim_namespace,
 )
 from triosim.errors import ConfigError
+from triosim.parallel_flags import resolve_gpus
 from triosim.trace import load_trace, scale_trace
 
 PACKAGE = Path(__file__).resolve().parents[1] / "triosim"
@@ -37,7 +38,8 @@ def test_unknown_or_bad_python_arguments_are_config_errors() -> None:
 def test_namespace_holds_every_flag_at_its_default() -> None:
     ns = sim_namespace({"case": 1})
     assert set(vars(ns)) == {s.dest for s in FlagTable.from_cli().specs}
-    assert ns.case == 1 and ns.gpus == 8 and ns.batch_size is None
+    # -GPUnumber's default is "not given": 8, or dp × tp × pp for a hybrid run.
+    assert ns.case == 1 and ns.gpus is None and resolve_gpus(ns) == 8 and ns.batch_size is None
 
 
 def test_load_trace_reads_the_batch_from_meta_json() -> None:

@@ -22,6 +22,7 @@ from typing import Any
 
 from .compute_model import attach_op_time_model
 from .errors import ConfigError
+from .parallel_flags import add_parallel_flags, degrees_given, parallel_options, resolve_gpus
 from .platform import Platform, build_platform
 from .strategy import Strategy
 from .trace import Trace, load_trace, scale_trace, trace_batch_size
@@ -62,7 +63,8 @@ def add_sim_flags(p: argparse.ArgumentParser) -> None:
     g.add_argument("--kernel-floor-us", type=float, default=2.0,
                    help="shortest op time in µs when scaling to a smaller batch or micro-batch (2)")
     g = p.add_argument_group("platform")
-    g.add_argument("--GPUnumber", "--gpus", dest="gpus", type=int, default=8, help="number of GPUs (8)")
+    g.add_argument("--GPUnumber", "--gpus", dest="gpus", type=int, default=None,
+                   help="number of GPUs (8; a hybrid run: dp × tp × pp)")
     g.add_argument("--bandwidth", type=float, default=696.0, help="GPU↔remote-memory link, GB/s (696)")
     g.add_argument("--ptp-bandwidth", type=float, default=65.0, help="GPU↔GPU link, GB/s (65)")
     g.add_argument("--capacity", type=float, default=40.0, help="GPU memory = 2^capacity bytes (40)")
@@ -90,6 +92,7 @@ def add_sim_flags(p: argparse.ArgumentParser) -> None:
     g.add_argument("--collective-detail", default="auto", help="collectives: auto, expanded or macro")
     g.add_argument("--reference-compat", action="store_true",
                    help="reproduce the original TrioSim's conventions (see docs/reference-compat.md)")
+    add_parallel_flags(g)
 
 
 @dataclass(frozen=True)
@@ -288,16 +291,18 @@ def strategy_from_args(args: argparse.Namespace, sim_batch: int) -> Strategy:
         reference_compat=args.reference_compat,
         collective_detail=args.collective_detail,
         virtual_stages=getattr(args, "virtual_stages", 1),
+        **parallel_options(args),
     )
-    strategy.validate()
+    strategy.validate(resolve_gpus(args))
     return strategy
 
 
 def platform_from_args(args: argparse.Namespace) -> Platform:
-    gpus = args.gpus
+    gpus = resolve_gpus(args)
     if gpus < 1:
         raise ConfigError(f"-GPUnumber must be >= 1, got {gpus}")
-    single = args.case == 0  # case 0 runs on one GPU whatever -GPUnumber says
+    # case 0 runs on one GPU whatever -GPUnumber says; a hybrid run on dp × tp × pp
+    single = gpus == 1 if degrees_given(args) else args.case == 0
     return build_platform(
         num_gpus=1 if single else gpus,
         capacity_log2=args.capacity,

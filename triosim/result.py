@@ -19,7 +19,7 @@ from .strategy import Strategy
 from .trace import Trace
 
 # Facts builders record about their strategy that belong in the JSON result.
-STRATEGY_META = ("gradient_bytes", "buckets", "tensor_parallel", "pipeline")
+STRATEGY_META = ("gradient_bytes", "buckets", "tensor_parallel", "pipeline", "parallel", "hybrid")
 
 
 @dataclass

@@ -22,15 +22,17 @@ BUILDER_MODULES = {
 
 def build_graph(trace: Trace, platform: Platform, strategy: Strategy) -> TaskGraph:
     """The task DAG of one training iteration of ``trace`` under ``strategy`` on ``platform``."""
-    strategy.validate()
-    name = BUILDER_MODULES[strategy.case]
+    strategy.validate(platform.num_gpus if strategy.hybrid else None)
+    name = "hybrid" if strategy.hybrid else BUILDER_MODULES[strategy.case]
     try:
         module = importlib.import_module(f"{__name__}.{name}")
     except ModuleNotFoundError as exc:
         if exc.name != f"{__name__}.{name}":
             raise
         raise ConfigError(f"-case {strategy.case} ({strategy.name}) is not implemented yet") from None
-    return module.build(trace, platform, strategy)
+    graph = module.build(trace, platform, strategy)
+    graph.meta.setdefault("parallel", strategy.parallel_dict(platform.num_gpus))
+    return graph
 
 
 __all__ = ["TaskGraph", "build_graph", "BUILDER_MODULES"]

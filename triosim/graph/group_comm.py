@@ -1,0 +1,141 @@
+"""Collectives of a hybrid run on their own GPU group, built exactly or charged for one
+representative.
+
+- **exact** (``--exact``): the collective is built over every GPU of the group with
+  :mod:`triosim.graph.collectives` (expanded ring steps or one macro task, as
+  ``--collective-detail`` says), so contention with everything else on the links is simulated.
+- **representative** (default): only one member of the group is built. The collective becomes
+  one ``collective`` task on that member with the closed-form time of the algorithm on the
+  group's own links, holding those links (so the representative's other traffic on them waits
+  as it would). Groups of the same kind that run side by side (the other TP groups of a stage,
+  the DP groups of the other TP ranks) are symmetric; when their rings share a link the closed
+  form is stretched by the number of groups on the most shared link. On ``switch`` and
+  ``nvlink-cluster`` every GPU has links of its own, so disjoint groups never share one.
+
+A group that spans every GPU runs in the platform's ring order (the case builders' convention);
+any other group in rank order.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import Any
+
+from ..platform import Platform
+from .collectives import (
+    add_all_gather,
+    add_all_reduce,
+    add_reduce_scatter,
+    make_ring,
+    ring_step_time,
+    slowest_hop,
+)
+from .star_routes import prime_routes
+from .tasks import TaskGraph
+
+# Ring phases of each collective: an all-reduce is a reduce-scatter then an all-gather.
+PHASES = {"all_reduce": 2, "reduce_scatter": 1, "all_gather": 1}
+_ADD = {"all_reduce": add_all_reduce, "reduce_scatter": add_reduce_scatter, "all_gather": add_all_gather}
+# Above this many ring hops over all parallel groups the sharing count is not computed (it is 1
+# on the topologies large runs use); the summary says so.
+SHARING_HOP_LIMIT = 20_000
+PRIVATE_LINK_TOPOLOGIES = ("switch", "nvlink-cluster")
+
+
+def wire_bytes_per_gpu(op: str, n: int, nbytes: int) -> float:
+    """Bytes one GPU sends in a ring ``op`` of ``nbytes`` over ``n`` GPUs: PHASES·(n−1)/n·S."""
+    return PHASES[op] * (n - 1) / n * nbytes if n > 1 else 0.0
+
+
+def closed_form_seconds(platform: Platform, group: Sequence[int], op: str, nbytes: int) -> float:
+    """Time of ``op`` on ``group`` alone: NET's ``collective_cost`` when present, else the ring's
+    ``phases·(n−1)·(α + S/(n·W))`` on the group's slowest hop (the macro task's time)."""
+    n = len(group)
+    if n < 2:
+        return 0.0
+    try:
+        from .collectives import collective_cost  # type: ignore[attr-defined]
+    except ImportError:
+        collective_cost = None
+    if collective_cost is not None:
+        return float(collective_cost(platform, tuple(group), op, nbytes).seconds)
+    ring = make_ring(platform, group)
+    bw, lat = slowest_hop(platform, ring, nbytes)
+    return PHASES[op] * (n - 1) * ring_step_time(nbytes, n, bw, lat)
+
+
+class GroupComm:
+    """Adds collectives on groups; remembers what it charged for the summary."""
+
+    def __init__(self, graph: TaskGraph, platform: Platform, detail: str, exact: bool) -> None:
+        self.graph = graph
+        self.platform = platform
+        self.detail = detail
+        self.exact = exact
+        self._links: dict[tuple[int, ...], tuple[str, ...]] = {}
+        self._cost: dict[tuple[str, tuple[int, ...], int], float] = {}
+        self._sharing: dict[tuple[int, ...], int] = {}
+        self.sharing_unknown = False
+
+    def ordered(self, group: Sequence[int]) -> tuple[int, ...]:
+        group = tuple(group)
+        if len(group) == self.platform.num_gpus and len(group) > 1:
+            return tuple(self.platform.ring)
+        return group
+
+    def links(self, group: tuple[int, ...]) -> tuple[str, ...]:
+        hit = self._links.get(group)
+        if hit is None:
+            hit = make_ring(self.platform, group).links() if len(group) > 1 else ()
+            self._links[group] = hit
+        return hit
+
+    def sharing(self, group: tuple[int, ...], parallel: Callable[[], Iterable[Sequence[int]]] | None) -> int:
+        """How many of the parallel groups use the busiest link of ``group``'s ring (≥ 1)."""
+        if parallel is None or len(group) < 2 or self.platform.topology in PRIVATE_LINK_TOPOLOGIES:
+            return 1
+        hit = self._sharing.get(group)
+        if hit is None:
+            groups = [self.ordered(g) for g in parallel()]
+            if sum(len(g) for g in groups) > SHARING_HOP_LIMIT:
+                self.sharing_unknown = True
+                hit = 1
+            else:
+                count: dict[str, int] = {}
+                for g in groups:
+                    for link in set(self.links(g)):
+                        count[link] = count.get(link, 0) + 1
+                hit = max((count.get(link, 1) for link in self.links(group)), default=1)
+            self._sharing[group] = hit
+        return hit
+
+    def run(self, op: str, group: Sequence[int], nbytes: int, label: str, after: Mapping[int, Iterable[int]],
+            parallel: Callable[[], Iterable[Sequence[int]]] | None = None, **attrs: Any) -> dict[int, int]:
+        """``op`` of ``nbytes`` on ``group``; ``after`` maps each built member to its predecessors.
+
+        Returns ``{built member: task after which it holds the result}``.
+        """
+        group = self.ordered(group)
+        if group not in self._links:
+            prime_routes(self.platform, zip(group, group[1:] + group[:1]))
+            self.links(group)
+        if self.exact:
+            return _ADD[op](self.graph, self.platform, group, nbytes, label, after=after, detail=self.detail,
+                            **attrs)
+        built = [g for g in group if g in after]
+        deps = list(dict.fromkeys(p for g in built for p in after[g]))
+        n = len(group)
+        if n < 2:
+            return {g: self.graph.add_sync(f"{label} done gpu{g}", list(after[g]), devices=(g,), collective=label,
+                                           **attrs) for g in built}
+        key = (op, group, int(nbytes))
+        seconds = self._cost.get(key)
+        if seconds is None:
+            seconds = closed_form_seconds(self.platform, group, op, nbytes) * self.sharing(group, parallel)
+            self._cost[key] = seconds
+        task = self.graph.add_task(
+            "collective", label, seconds, self.links(group), tuple(built), nbytes, after=deps,
+            op=op, collective=label, link_bytes=PHASES[op] * (n - 1) * int(nbytes) // n, group_size=n,
+            representative=True, **attrs,
+        )
+        return {g: task for g in built}

@@ -1,0 +1,530 @@
+"""Hybrid parallelism: data × tensor × pipeline parallel degrees in one task DAG, with ZeRO.
+
+What it models:
+
+- **Mesh.** ``dp × tp × pp`` GPUs numbered by :class:`~triosim.graph.rank_map.RankMap` (TP
+  innermost by default). Replica (d, t) is one pipeline: stage s on GPU ``rank(d, t, s)``.
+- **Pipeline.** The stages, micro-batches and schedules of case 4
+  (:mod:`triosim.graph.pipeline_stages`): every stage of every (d, t) runs its blocks in the
+  schedule's order; every buffer crossing stages is sent hop by hop between consecutive stages of
+  the same (d, t), per micro-batch.
+- **Tensor parallel.** Every op takes its traced time × the TP plan's time scale × the
+  micro-batch's share of the batch; after an op the plan names, its collective runs on the TP
+  group of (d, s) (payload scaled with the micro-batch), and the readers of the buffers it
+  completes wait for it (a buffer sent to the next stage leaves after it).
+- **Data parallel.** Each stage's parameter gradients (its own shard under TP) are packed into
+  DDP buckets of ``--bucket-mb`` in the order backward completes them; a bucket's collective runs
+  on the DP group of (t, s) once the last micro-batch's backward op completing it has run there;
+  the stage's optimizer share waits for the last bucket. Gradient accumulation: micro-batches
+  before the last do not synchronise (as DDP's ``no_sync``).
+- **ZeRO.** 0: buckets are all-reduced. 1 and 2: buckets are reduce-scattered, every DP rank
+  updates its 1/N_dp of the optimizer state (optimizer time / N_dp) and the updated parameters
+  are all-gathered (2Ψ of payload per step). 3 (FSDP): as 2, without the final all-gather; the
+  parameters are grouped into units of ``--bucket-mb`` in forward order and each unit is
+  all-gathered before its first forward op and again before its first backward op in every
+  micro-batch, the next unit's gather starting as soon as the current unit starts computing
+  (prefetch; 3Ψ per step with one micro-batch). Memory: parameters (ZeRO-3), gradients
+  (ZeRO ≥ 2) and optimizer state (ZeRO ≥ 1) take 1/N_dp on each GPU; a gathered unit's transient
+  copy is not counted.
+- **Representatives.** Replicas (d, t) do the same work; by default only (0, 0) is built and
+  its collectives are charged with their closed form on the group's links
+  (:mod:`triosim.graph.group_comm`); ``--exact`` builds every GPU.
+
+With one axis only it is the case builder it generalises: ``--dp N`` = case 2, ``--pp N`` =
+case 4, ``--tp N --tp-style per-op`` = case 3 (tests compare them).
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from ..errors import ConfigError
+from ..platform import Platform, gpu_node
+from ..strategy import Strategy
+from ..trace import Trace
+from .data_parallel import MIB, gradient_order
+from .group_comm import GroupComm, wire_bytes_per_gpu
+from .memory import MemoryReport, Step, plan_replicas
+from .pipeline_parallel import micro_batch_sizes
+from .pipeline_stages import (
+    BACKWARD,
+    FORWARD,
+    OPTIMIZER,
+    PipelinePlan,
+    block_order,
+    buffer_versions,
+    op_phases,
+    optimizer_buffers,
+    plan_stages,
+)
+from .rank_map import RankMap
+from .single import op_label, persistent_buffers, record_memory
+from .star_routes import prime_routes
+from .tasks import TaskGraph
+from .tp_plans import tensor_plan
+from .zero import BufferRoles, buffer_roles, fsdp_units, zero_divisor
+
+# ----------------------------------------------------------------------------- the stage plan
+
+
+class _StageView:
+    """``platform`` seen by the stage planner as a pipeline on ``stage_gpus`` (GPU k = stage k)."""
+
+    def __init__(self, platform: Platform, stage_gpus: Sequence[int]) -> None:
+        self._platform = platform
+        self._gpus = tuple(stage_gpus)
+        self.num_gpus = len(self._gpus)
+
+    def _map(self, node: str) -> str:
+        if node.startswith("gpu") and node[3:].isdigit():
+            return gpu_node(self._gpus[int(node[3:])])
+        return node
+
+    def route(self, src: str, dst: str) -> tuple[str, ...]:
+        return self._platform.route(self._map(src), self._map(dst))
+
+    def __getattr__(self, name: str):
+        return getattr(self._platform, name)
+
+
+def stage_plan(trace: Trace, platform: Platform, strategy: Strategy, fractions: Sequence[float],
+               stage_gpus: Sequence[int]) -> PipelinePlan:
+    """The pipeline plan of ``len(stage_gpus)`` stages, stage s on ``stage_gpus[s]``."""
+    if "num_stages" in inspect.signature(plan_stages).parameters:
+        return plan_stages(trace, platform, strategy, fractions, num_stages=len(stage_gpus),
+                           stage_gpus=tuple(stage_gpus))
+    return plan_stages(trace, _StageView(platform, stage_gpus), strategy, fractions)  # type: ignore[arg-type]
+
+
+# ----------------------------------------------------------------------------- TP data flow
+
+
+def tp_waits(trace: Trace, collectives) -> tuple[list[tuple[int, ...]], dict[tuple[int, str], int]]:
+    """Per op, the TP collectives whose buffers it reads; and (writer op, buffer) -> the collective
+    after which that version of the buffer is complete (as case 3: a buffer stays covered by the
+    latest collective that carried it)."""
+    at: dict[int, list] = {}
+    for c in collectives:
+        at.setdefault(c.op, []).append(c)
+    covered: dict[str, int] = {}
+    last_writer: dict[str, int] = {}
+    waits: list[tuple[int, ...]] = []
+    cover: dict[tuple[int, str], int] = {}
+    for i in range(len(trace.ops)):
+        waits.append(tuple(dict.fromkeys(covered[k] for k in trace.reads[i] if k in covered)))
+        for k in trace.writes[i]:
+            last_writer[k] = i
+        for c in at.get(i, ()):
+            for k in c.buffers:
+                covered[k] = i
+                if k in last_writer:
+                    cover[(last_writer[k], k)] = i
+    return waits, cover
+
+
+# ----------------------------------------------------------------------------- builder state
+
+
+@dataclass
+class _Build:
+    trace: Trace
+    platform: Platform
+    strategy: Strategy
+    ranks: RankMap
+    plan: PipelinePlan
+    tpp: object
+    fractions: list[float]
+    replicas: list[tuple[int, int]]
+    roles: BufferRoles
+    graph: TaskGraph = field(default_factory=TaskGraph)
+    task: dict[tuple[int, int, int, int], int] = field(default_factory=dict)  # (d, t, op, mb) -> task
+    tp_done: dict[tuple[int, int, int], dict[int, int]] = field(default_factory=dict)  # (op, mb, d) -> {gpu: t}
+    seq: dict[int, list[tuple[int, int, int | None]]] = field(default_factory=dict)  # gpu -> (task, op, mb)
+    stats: dict[str, dict[str, float]] = field(default_factory=dict)
+
+    def gpus(self, s: int) -> list[int]:
+        return [self.ranks.rank(d, t, s) for d, t in self.replicas]
+
+    def count(self, kind: str, op: str, group: Sequence[int], nbytes: int) -> None:
+        """Tally a collective of replica (0, 0)'s groups for the summary."""
+        st = self.stats.setdefault(kind, {"collectives": 0, "payload_bytes": 0, "wire_bytes_per_gpu": 0.0})
+        st["collectives"] += 1
+        st["payload_bytes"] += int(nbytes)
+        st["wire_bytes_per_gpu"] += wire_bytes_per_gpu(op, len(group), nbytes)
+
+    def size(self, buffer: str, fraction: float) -> int:
+        """Bytes of ``buffer`` on one GPU for a micro-batch of ``fraction`` of the batch."""
+        t = self.trace.tensors[buffer].bytes
+        if buffer not in self.trace.batch_invariant:
+            t = int(round(t * fraction))
+        div = self.tpp.shard_divisor.get(buffer, 1) * zero_divisor(self.roles, buffer, self.strategy.zero,
+                                                                    self.ranks.dp)
+        return -(-t // div) if div > 1 else t
+
+
+def _key(trace: Trace, buffer: str, r: int) -> str:
+    return buffer if buffer in trace.batch_invariant else f"mb{r}:{buffer}"
+
+
+def build(trace: Trace, platform: Platform, strategy: Strategy) -> TaskGraph:
+    """The hybrid DAG of ``strategy``'s degrees on ``platform`` (one representative per role
+    unless ``strategy.exact``)."""
+    dp, tp, pp = strategy.degrees(platform.num_gpus)
+    ranks = RankMap(dp, tp, pp, tuple(strategy.rank_order))
+    if ranks.size != platform.num_gpus:
+        raise ConfigError(f"--dp {dp} × --tp {tp} × --pp {pp} = {ranks.size} GPUs, but the platform has "
+                          f"{platform.num_gpus}")
+    forward_ops = sum(1 for p in op_phases(trace) if p == FORWARD)
+    if pp > forward_ops:
+        raise ConfigError(f"--pp {pp} is more than the trace's {forward_ops} forward ops: every pipeline stage "
+                          "needs at least one")
+    sizes = micro_batch_sizes(trace.batch_size, strategy.micro_batch_size)
+    fractions = [m / trace.batch_size for m in sizes]
+    replicas = [(d, t) for d in range(dp) for t in range(tp)] if strategy.exact else [(0, 0)]
+    prime_routes(platform, ((ranks.rank(d, t, s), ranks.rank(d, t, s + e)) for d, t in replicas
+                            for s in range(pp) for e in (-1, 1) if 0 <= s + e < pp))
+    plan = stage_plan(trace, platform, strategy, fractions, ranks.stage_gpus(0, 0))
+    tpp = tensor_plan(trace, tp, strategy.effective_tp_style, strategy.sequence_parallel)
+    b = _Build(trace, platform, strategy, ranks, plan, tpp, fractions, replicas, buffer_roles(trace))
+    comm = GroupComm(b.graph, platform, strategy.collective_detail, strategy.exact)
+    waits, cover = tp_waits(trace, tpp.collectives if tp > 1 else ())
+    colls = {c.op: c for c in tpp.collectives} if tp > 1 else {}
+    params_of = _stage_params(b)
+    for s in range(pp):
+        _add_stage(b, comm, s, waits, colls, params_of[s])
+    _add_crossings(b, cover)
+    reports = _plan_memory(b)
+    record_memory(b.graph, reports)
+    g = b.graph
+    g.meta["devices"] = sorted(gg for s in range(pp) for gg in b.gpus(s))
+    g.meta["cluster_names"] = {
+        gg: f"GPU {gg} (dp {d}, tp {t}, stage {s})" for gg in g.meta["devices"] for d, t, s in [ranks.coords(gg)]
+    }
+    g.meta["hybrid"] = _summary(b, comm, params_of, reports)
+    return g
+
+
+# ----------------------------------------------------------------------------- per stage
+
+
+def _stage_params(b: _Build) -> list[list[str]]:
+    """Parameters each stage owns (the stage of their first reader), in gradient order."""
+    out: list[list[str]] = [[] for _ in range(b.ranks.pp)]
+    for p in gradient_order(b.trace):
+        out[b.plan.buffer_stage.get(p, 0)].append(p)
+    return out
+
+
+@dataclass(frozen=True)
+class _Bucket:
+    index: int
+    params: tuple[str, ...]
+    nbytes: int
+    ready_op: int
+
+
+def _buckets(b: _Build, params: Sequence[str], s: int) -> list[_Bucket]:
+    """DDP buckets of one stage's gradients (their per-GPU shard bytes under TP), as
+    data_parallel.make_buckets; a bucket is ready after the last gradient's producer."""
+    trace = b.trace
+    last = trace.last_backward_index()
+    cap = b.strategy.bucket_mb * MIB
+    out: list[_Bucket] = []
+    cur: list[str] = []
+    size = 0
+    for p in params:
+        cur.append(p)
+        size += -(-trace.tensors[p].bytes // b.tpp.shard_divisor.get(p, 1))
+        if size >= cap:
+            out.append(_Bucket(len(out), tuple(cur), size, max(trace.grad_ready_op.get(q, last) for q in cur)))
+            cur, size = [], 0
+    if cur:
+        out.append(_Bucket(len(out), tuple(cur), size, max(trace.grad_ready_op.get(q, last) for q in cur)))
+    return out
+
+
+def _add_stage(b: _Build, comm: GroupComm, s: int, waits, colls, params: list[str]) -> None:
+    trace, plan, strategy, ranks = b.trace, b.plan, b.strategy, b.ranks
+    g = b.graph
+    ops = {FORWARD: plan.ops_on(s, FORWARD), BACKWARD: plan.ops_on(s, BACKWARD)}
+    scale = b.tpp.time_scale
+    last: dict[tuple[int, int], list[int]] = {rep: [] for rep in b.replicas}
+    gpus = b.gpus(s)
+    for gpu in gpus:
+        b.seq[gpu] = []
+    ds = sorted({d for d, _ in b.replicas})
+    ts = sorted({t for _, t in b.replicas})
+    full = lambda p: -(-trace.tensors[p].bytes // b.tpp.shard_divisor.get(p, 1))  # noqa: E731
+    units = fsdp_units(trace, plan, params, s, strategy.bucket_mb * MIB, full) if strategy.zero == 3 else None
+    gathered: dict[tuple[int, int], int] = {}  # (d, t) -> latest unit gather task on that GPU
+    r_count = len(b.fractions)
+    for ph, r in block_order(strategy.schedule, ranks.pp, r_count, s):
+        block = ops[ph]
+        if not block:
+            continue
+        frac = b.fractions[r]
+        unit_at: dict[int, int] = {}
+        if units is not None and units[ph]:
+            unit_at = {u.first_op: k for k, u in enumerate(units[ph])}
+            _gather_unit(b, comm, s, units[ph], 0, ph, r, last, gathered, ts)
+        for i in block:
+            k = unit_at.get(i)
+            if k is not None and k + 1 < len(units[ph]):
+                _gather_unit(b, comm, s, units[ph], k + 1, ph, r, last, gathered, ts)
+            op = trace.ops[i]
+            dur = op.duration_s * scale[i] * frac
+            label = f"{op_label(trace, i)} mb{r}"
+            for (d, t), gpu in zip(b.replicas, gpus):
+                after = list(last[(d, t)])
+                for c in waits[i]:
+                    done = b.tp_done.get((c, r, d))
+                    if done is not None and plan.stage[c] == s:
+                        after.append(done[gpu])
+                if k is not None:
+                    after.append(gathered[(d, t, "unit", k)])
+                task = g.add_compute(gpu, dur, f"{label} gpu{gpu}", after=list(dict.fromkeys(after)), op=i,
+                                     stage=op.stage, microbatch=r, stage_index=s)
+                b.task[(d, t, i, r)] = task
+                b.seq[gpu].append((task, i, r))
+                last[(d, t)] = [task]
+            c = colls.get(i)
+            if c is not None:
+                nbytes = c.nbytes if frac == 1.0 else int(round(c.nbytes * frac))
+                name = c.kind.replace("_", "")
+                for d in ds:
+                    group = ranks.tp_group(d, s)
+                    after = {ranks.rank(d, t, s): [b.task[(d, t, i, r)]] for t in ts}
+                    b.tp_done[(i, r, d)] = comm.run(
+                        c.kind, group, nbytes, f"tp {name} {op_label(trace, i)} mb{r} stage{s} dp{d}", after,
+                        parallel=lambda s=s: (ranks.tp_group(dd, s) for dd in range(ranks.dp)), op_index=i,
+                        microbatch=r, group_kind="tp")
+                    if d == 0:
+                        b.count("tp", c.kind, group, nbytes)
+    _add_gradient_sync(b, comm, s, params, last, ts)
+
+
+def _gather_unit(b: _Build, comm: GroupComm, s: int, units, k: int, ph: str, r: int, last, gathered, ts) -> None:
+    """ZeRO-3: all-gather unit ``k``'s parameters on each DP group, after the previous gather and
+    once the op before the current unit has run (one unit of prefetch)."""
+    ranks = b.ranks
+    u = units[k]
+    for t in ts:
+        group = ranks.dp_group(t, s)
+        after = {}
+        for d, tt in b.replicas:
+            if tt != t:
+                continue
+            prev = gathered.get((d, t))
+            after[ranks.rank(d, t, s)] = [*last[(d, t)], *([prev] if prev is not None else [])]
+        done = comm.run("all_gather", group, u.nbytes, f"zero3 gather unit{k} {'fwd' if ph == FORWARD else 'bwd'} "
+                        f"mb{r} stage{s} tp{t}", after, parallel=lambda s=s: _dp_groups(ranks, s),
+                        microbatch=r, group_kind="dp", unit=k)
+        for d, tt in b.replicas:
+            if tt == t:
+                gathered[(d, t)] = done[ranks.rank(d, t, s)]
+                gathered[(d, t, "unit", k)] = done[ranks.rank(d, t, s)]
+        if t == 0:
+            b.count("dp", "all_gather", group, u.nbytes)
+
+
+def _dp_groups(ranks: RankMap, s: int):
+    return (ranks.dp_group(t, s) for t in range(ranks.tp))
+
+
+def _add_gradient_sync(b: _Build, comm: GroupComm, s: int, params: list[str], last, ts) -> None:
+    """DDP buckets (ZeRO-0 all-reduce, else reduce-scatter), the optimizer share, and ZeRO-1/2's
+    all-gather of the updated parameters."""
+    trace, plan, ranks, strategy = b.trace, b.plan, b.ranks, b.strategy
+    zero = strategy.zero
+    r_last = len(b.fractions) - 1
+    done: dict[tuple[int, int], list[int]] = {rep: [] for rep in b.replicas}
+    op = "all_reduce" if zero == 0 else "reduce_scatter"
+    for bk in (_buckets(b, params, s) if ranks.dp > 1 or zero else []):
+        for t in ts:
+            group = ranks.dp_group(t, s)
+            after = {}
+            for d, tt in b.replicas:
+                if tt != t:
+                    continue
+                ready = b.task.get((d, t, bk.ready_op, r_last))
+                after[ranks.rank(d, t, s)] = [*(last[(d, t)] if ready is None else [ready]), *done[(d, t)]]
+            label = f"{'allreduce' if zero == 0 else 'reducescatter'} bucket{bk.index} stage{s} tp{t}"
+            out = comm.run(op, group, bk.nbytes, label, after, parallel=lambda s=s: _dp_groups(ranks, s),
+                           bucket=bk.index, group_kind="dp")
+            for d, tt in b.replicas:
+                if tt == t:
+                    done[(d, t)] = [out[ranks.rank(d, t, s)]]
+            if t == 0:
+                b.count("dp", op, group, bk.nbytes)
+    scale = b.tpp.time_scale
+    opt_ops = plan.ops_on(s, OPTIMIZER)
+    for i in opt_ops:
+        share = plan.optimizer_stages(i)[s]
+        dur = trace.ops[i].duration_s * share * scale[i] / (ranks.dp if zero else 1)
+        suffix = "" if share >= 1.0 else f" {share:.0%} share"
+        for d, t in b.replicas:
+            gpu = ranks.rank(d, t, s)
+            task = b.graph.add_compute(gpu, dur, f"{op_label(trace, i)}{suffix} gpu{gpu}",
+                                       after=[*last[(d, t)], *done[(d, t)]], op=i, stage=trace.ops[i].stage,
+                                       stage_index=s, share=share)
+            b.seq[gpu].append((task, i, None))
+            last[(d, t)] = [task]
+            done[(d, t)] = []
+    if zero in (1, 2) and ranks.dp > 1:
+        nbytes = sum(-(-trace.tensors[p].bytes // b.tpp.shard_divisor.get(p, 1)) for p in params)
+        for t in ts:
+            group = ranks.dp_group(t, s)
+            after = {ranks.rank(d, t, s): [*last[(d, t)], *done[(d, t)]] for d, tt in b.replicas if tt == t}
+            comm.run("all_gather", group, nbytes, f"zero{zero} gather parameters stage{s} tp{t}", after,
+                     parallel=lambda s=s: _dp_groups(ranks, s), group_kind="dp")
+            if t == 0:
+                b.count("dp", "all_gather", group, nbytes)
+
+
+# ----------------------------------------------------------------------------- between stages
+
+
+def _add_crossings(b: _Build, cover: dict[tuple[int, str], int]) -> None:
+    """Every cross-stage buffer version, per micro-batch and replica, hop by hop (as case 4)."""
+    trace, plan, ranks = b.trace, b.plan, b.ranks
+    if ranks.pp < 2:
+        return
+    for v in buffer_versions(trace, plan.phase):
+        src = plan.stage[v.writer]
+        readers = [(c, plan.stage[c]) for c in v.readers if plan.stage[c] != src]
+        if not readers:
+            continue
+        c_op = cover.get((v.writer, v.buffer))
+        for r, frac in enumerate(b.fractions):
+            nbytes = b.size(v.buffer, frac)
+            for d, t in b.replicas:
+                arrive: dict[int, int] = {}
+                for step, direction in ((1, "forward"), (-1, "backward")):
+                    dests = [st for _, st in readers if (st - src) * step > 0]
+                    if not dests:
+                        continue
+                    far = max(dests) if step > 0 else min(dests)
+                    prev = b.task[(d, t, v.writer, r)]
+                    done = b.tp_done.get((c_op, r, d)) if c_op is not None else None
+                    if done is not None:
+                        prev = done[ranks.rank(d, t, src)]
+                    for a in range(src, far, step):
+                        ga, gb = ranks.rank(d, t, a), ranks.rank(d, t, a + step)
+                        prev = b.graph.add_transfer(
+                            b.platform, ga, gb, nbytes, f"send {v.buffer} mb{r} gpu{ga}->gpu{gb}", after=[prev],
+                            microbatch=r, stage_index=a, buffer=v.buffer, direction=direction, dst_stage=a + step)
+                        arrive[a + step] = prev
+                for c, st in readers:
+                    b.graph.add_edge(arrive[st], b.task[(d, t, c, r)])
+
+
+# ----------------------------------------------------------------------------- memory
+
+
+def _plan_memory(b: _Build) -> list[MemoryReport]:
+    """Each built GPU's program in run order, buffers keyed per micro-batch (as case 4); GPUs of
+    one stage run the same program, so one plan serves them all when it needs no memcpy."""
+    trace = b.trace
+    persistent = persistent_buffers(trace)
+    reports: list[MemoryReport] = []
+    for s in range(b.ranks.pp):
+        gpus = b.gpus(s)
+        sizes: dict[str, int] = {}
+        touched: dict[str, bool] = {}
+        program: list[tuple[tuple[str, ...], tuple[str, ...], str]] = []  # the same on every GPU of s
+        for _, i, r in b.seq[gpus[0]]:
+            reads, writes, keyed = _step_keys(b, s, i, r)
+            for k, buf, frac in keyed:
+                if k not in sizes:
+                    sizes[k] = b.size(buf, frac)
+            for k in reads:
+                touched.setdefault(k, True)
+            for k in writes:
+                touched.setdefault(k, False)
+            op = trace.ops[i]
+            program.append((reads, writes, f"op {op.op_id} ({op.name}, trace.csv:{op.line}) on stage {s}"))
+        delivered = _delivered(b, s)
+        external = [k for k, is_read in touched.items() if is_read and k not in delivered]
+
+        def steps(gpu: int, program=program) -> list[Step]:
+            return [Step(task=task, reads=rd, writes=wr, label=lb)
+                    for (task, _, _), (rd, wr, lb) in zip(b.seq[gpu], program)]
+
+        reports += plan_replicas(b.graph, b.platform, gpus, steps, sizes, external=external,
+                                 persistent=[k for k in touched if k in persistent],
+                                 placement=b.strategy.initial_placement)
+    return reports
+
+
+def _step_keys(b: _Build, s: int, i: int, r: int | None):
+    trace = b.trace
+    if r is None:
+        mine = tuple(k for k in optimizer_buffers(trace, i) if b.plan.buffer_stage.get(k, 0) == s)
+        op = trace.ops[i]
+        in_place = not op.outputs and op.name.endswith("_")
+        writes = mine if in_place else tuple(k for k in mine if k in trace.writes[i])
+        reads = tuple(k for k in mine if k in trace.reads[i])
+        return reads, writes, [(k, k, 1.0) for k in mine]
+    reads = tuple(_key(trace, k, r) for k in trace.reads[i])
+    writes = tuple(_key(trace, k, r) for k in trace.writes[i])
+    frac = b.fractions[r]
+    return reads, writes, [(_key(trace, k, r), k, frac) for k in (*trace.reads[i], *trace.writes[i])]
+
+
+def _delivered(b: _Build, s: int) -> set[str]:
+    """Keys stage ``s`` receives from another stage."""
+    out: set[str] = set()
+    if b.ranks.pp < 2:
+        return out
+    for v in buffer_versions(b.trace, b.plan.phase):
+        src = b.plan.stage[v.writer]
+        if src != s and any(b.plan.stage[c] == s for c in v.readers):
+            out.update(_key(b.trace, v.buffer, r) for r in range(len(b.fractions)))
+    return out
+
+
+# ----------------------------------------------------------------------------- summary
+
+
+def _summary(b: _Build, comm: GroupComm, params_of: list[list[str]], reports: list[MemoryReport]) -> dict:
+    """JSON-ready facts: the mesh, the TP plan, collectives per group kind, memory per stage."""
+    ranks, tpp = b.ranks, b.tpp
+    peak = {r.device: r.peak_bytes for r in reports}
+    memory = []
+    for s in range(ranks.pp):
+        w = gr = opt = 0
+        for k, owner in b.plan.buffer_stage.items():
+            if owner != s:
+                continue
+            role = b.roles.role(k)
+            nbytes = b.size(k, 1.0)
+            if role == "weights":
+                w += nbytes
+            elif role == "gradients":
+                gr += nbytes
+            elif role == "optimizer":
+                opt += nbytes
+        gpu = ranks.rank(0, 0, s)
+        p = peak.get(gpu, 0)
+        memory.append({"stage": s, "gpu": gpu, "weights_bytes": w, "gradients_bytes": gr, "optimizer_bytes": opt,
+                       "activations_peak_bytes": max(0, p - w - gr - opt), "peak_bytes": p})
+    return {
+        "gpus": ranks.size,
+        "rank_order": ",".join(ranks.order),
+        "representatives": not b.strategy.exact,
+        "built_gpus": len(b.graph.meta.get("devices", [])) or len(b.replicas) * ranks.pp,
+        "micro_batches": len(b.fractions),
+        "tp_style": getattr(tpp, "style", "per-op") if ranks.tp > 1 else None,
+        "tp_blocks": len(getattr(tpp, "blocks", ()) or ()),
+        "tp_fallback_reason": getattr(tpp, "fallback_reason", None) if ranks.tp > 1 else None,
+        "collectives_dp0_tp0": {k: {kk: (round(vv, 3) if isinstance(vv, float) else vv) for kk, vv in v.items()}
+                                 for k, v in sorted(b.stats.items())},
+        "link_sharing_unknown": comm.sharing_unknown,
+        "stage_parameters": [len(p) for p in params_of],
+        "memory": memory,
+    }
+
+
+__all__ = ["build", "stage_plan", "tp_waits"]

@@ -1,0 +1,70 @@
+"""The flags of a hybrid run (``--dp --tp --pp --zero --sequence-parallel --tp-style
+--rank-order --exact``): their argparse definitions and what they become in a Strategy."""
+
+from __future__ import annotations
+
+import argparse
+import math
+
+from .errors import ConfigError
+from .strategy import parse_rank_order, parse_zero
+
+DEFAULT_GPUS = 8
+
+
+def add_parallel_flags(g: argparse._ArgumentGroup) -> None:
+    """Add the hybrid flags to the ``strategy`` flag group."""
+    g.add_argument("--dp", type=int, default=None, help="data-parallel degree (hybrid run; missing degrees are 1)")
+    g.add_argument("--tp", type=int, default=None, help="tensor-parallel degree")
+    g.add_argument("--pp", type=int, default=None, help="pipeline-parallel degree (stages)")
+    g.add_argument("--zero", default="0", help="ZeRO stage over the DP group: 0, 1, 2, 3 or fsdp (= 3)")
+    g.add_argument("--sequence-parallel", action="store_true",
+                   help="megatron TP: split the replicated ops too (reduce-scatter + all-gather per block)")
+    g.add_argument("--tp-style", default=None,
+                   help="tensor parallel: megatron (default for --tp) or per-op (case 3's scheme)")
+    g.add_argument("--rank-order", default="tp,pp,dp",
+                   help="how ranks map to GPUs, innermost first (tp,pp,dp: a TP group inside a node)")
+    g.add_argument("--exact", action="store_true",
+                   help="build every GPU instead of one representative per role (slower; for checking)")
+
+
+def degrees_given(args: argparse.Namespace) -> bool:
+    return any(getattr(args, k, None) is not None for k in ("dp", "tp", "pp"))
+
+
+def resolve_gpus(args: argparse.Namespace) -> int:
+    """-GPUnumber as given, else dp × tp × pp for a hybrid run, else 8."""
+    gpus = getattr(args, "gpus", None)
+    if degrees_given(args):
+        for flag in ("dp", "tp", "pp"):
+            value = getattr(args, flag)
+            if value is not None and value < 1:
+                raise ConfigError(f"--{flag} must be a positive integer, got {value}")
+        product = math.prod(getattr(args, k) or 1 for k in ("dp", "tp", "pp"))
+        if gpus is None:
+            return product
+        if gpus != product:
+            raise ConfigError(
+                f"--dp {args.dp or 1} × --tp {args.tp or 1} × --pp {args.pp or 1} = {product} GPUs, but "
+                f"-GPUnumber is {gpus}: make them agree or leave -GPUnumber out"
+            )
+    return DEFAULT_GPUS if gpus is None else gpus
+
+
+def parallel_options(args: argparse.Namespace) -> dict:
+    """Strategy keyword arguments of the hybrid flags."""
+    if not degrees_given(args):
+        for flag, bad in (("--zero", str(getattr(args, "zero", "0")).strip() not in ("0", "")),
+                          ("--sequence-parallel", getattr(args, "sequence_parallel", False))):
+            if bad:
+                raise ConfigError(f"{flag} needs the degrees of a hybrid run: give --dp/--tp/--pp (not -case)")
+    return {
+        "dp": getattr(args, "dp", None),
+        "tp": getattr(args, "tp", None),
+        "pp": getattr(args, "pp", None),
+        "zero": parse_zero(getattr(args, "zero", "0")),
+        "sequence_parallel": bool(getattr(args, "sequence_parallel", False)),
+        "tp_style": getattr(args, "tp_style", None),
+        "rank_order": parse_rank_order(getattr(args, "rank_order", "tp,pp,dp")),
+        "exact": bool(getattr(args, "exact", False)),
+    }
