@@ -578,6 +578,11 @@ def scale_trace(trace: Trace, batch_size_sim: int, reference_compat: bool = Fals
         else:
             new_bytes = t.bytes
         tensors[tid] = replace(t, bytes=new_bytes)
+    if trace.op_time is None and not reference_compat:
+        # The command line's default op-time model, so that the Python API agrees with it.
+        from .compute_model import attach_op_time_model
+
+        trace = attach_op_time_model(trace)
     model = None if reference_compat else trace.op_time
     ops = [
         replace(op, duration_s=op.duration_s / bs_ratio, span_s=op.span_s / bs_ratio)

@@ -219,21 +219,15 @@ def build_plan(trace: Trace, platform: Platform, strategy: Strategy, plan: Pipel
     return graph
 
 
-def build(trace: Trace, platform: Platform, strategy: Strategy) -> TaskGraph:
-    """Case 4 on GPUs 0..N−1 of ``platform``. With ``partition="optimal"`` the candidate plans
-    are each built and scheduled, and the fastest graph is returned (ties: the best estimate)."""
+def retime(trace: Trace, platform: Platform, strategy: Strategy, plans: Sequence[PipelinePlan],
+           sizes: Sequence[int]) -> tuple[PipelinePlan, TaskGraph]:
+    """Build and schedule each candidate plan; the fastest one and its graph (ties: the first,
+    i.e. the better estimate). With one candidate, just its graph."""
     from ..scheduler import schedule
 
-    if strategy.reference_compat:
-        from .pipeline_compat import build as build_compat
-
-        return build_compat(trace, platform, strategy)
-    sizes = micro_batch_sizes(trace.batch_size, strategy.micro_batch_size)
-    fractions = [m / trace.batch_size for m in sizes]
-    plans = candidate_plans(trace, platform, strategy, fractions)
     if len(plans) == 1:
-        return build_plan(trace, platform, strategy, plans[0], sizes)
-    best: tuple[float, TaskGraph] | None = None
+        return plans[0], build_plan(trace, platform, strategy, plans[0], sizes)
+    best: tuple[float, PipelinePlan, TaskGraph] | None = None
     tried: list[dict] = []
     failure: OutOfMemoryError | None = None
     for plan in plans:
@@ -246,12 +240,24 @@ def build(trace: Trace, platform: Platform, strategy: Strategy) -> TaskGraph:
         tried.append({"starts": list(plan.starts), "estimate_ms": round((plan.estimate_s or 0.0) * 1e3, 6),
                       "scheduled_ms": round(seconds * 1e3, 6)})
         if best is None or seconds < best[0] * (1 - 1e-12):
-            best = (seconds, graph)
+            best = (seconds, plan, graph)
     if best is None:
         assert failure is not None
         raise failure
-    best[1].meta["pipeline"]["candidates"] = tried
-    return best[1]
+    best[2].meta["pipeline"]["candidates"] = tried
+    return best[1], best[2]
+
+
+def build(trace: Trace, platform: Platform, strategy: Strategy) -> TaskGraph:
+    """Case 4 on GPUs 0..N−1 of ``platform``. With ``partition="optimal"`` the candidate plans
+    are each built and scheduled, and the fastest graph is returned (ties: the best estimate)."""
+    if strategy.reference_compat:
+        from .pipeline_compat import build as build_compat
+
+        return build_compat(trace, platform, strategy)
+    sizes = micro_batch_sizes(trace.batch_size, strategy.micro_batch_size)
+    fractions = [m / trace.batch_size for m in sizes]
+    return retime(trace, platform, strategy, candidate_plans(trace, platform, strategy, fractions), sizes)[1]
 
 
 def summary(trace: Trace, graph: TaskGraph, plan: PipelinePlan, strategy: Strategy, sizes: Sequence[int]) -> dict:

@@ -326,13 +326,20 @@ def candidate_plans(trace: Trace, platform: Platform, strategy: Strategy, fracti
 def plan_stages(trace: Trace, platform: Platform, strategy: Strategy, fractions: Sequence[float],
                 num_stages: int | None = None, stage_gpus: Sequence[int] | None = None) -> PipelinePlan:
     """Assign every op to a stage (see the module docstring); for ``partition="optimal"`` the
-    candidate with the best block-level estimate (``build`` re-times the best few on the DAG).
+    best few candidates are built as this pipeline's task graph and scheduled, and the fastest
+    one is returned.
 
     ``fractions``: each micro-batch's share of the batch. Defaults: ``platform.num_gpus``
     stages, stage s on GPU s; otherwise ``num_stages`` stages, stage s on ``stage_gpus[s]``.
     With ``--schedule interleaved`` each GPU runs ``strategy.virtual_stages`` stages.
     """
-    return candidate_plans(trace, platform, strategy, fractions, num_stages, stage_gpus)[0]
+    plans = candidate_plans(trace, platform, strategy, fractions, num_stages, stage_gpus)
+    if len(plans) == 1:
+        return plans[0]
+    from .pipeline_parallel import retime  # the builder imports this module
+
+    sizes = [max(1, round(f * trace.batch_size)) for f in fractions]
+    return retime(trace, platform, strategy, plans, sizes)[0]
 
 
 def _compat_plan(trace: Trace, phase: Sequence[str], n: int) -> PipelinePlan:
