@@ -350,3 +350,19 @@ def test_dag_catches_reduce_scatter_built_as_all_reduce(monkeypatch):
     monkeypatch.setattr(tp, "add_reduce_scatter", tp.add_all_reduce)
     with pytest.raises(AssertionError, match="bytes differ"):
         check_megatron_dag(*DAG_PLANTED)
+
+
+# ----------------------------------------------------------------------------- the command line
+
+
+def test_run_summary_says_which_scheme(capsys):
+    from triosim.cli import main
+
+    gpt_dir, resnet_dir = str(SAMPLES / "gpt-cpu-bs8"), str(SAMPLES / "resnet18-cpu-bs16")
+    assert main(["run", "--trace-dir", gpt_dir, "--tp", "4", "-GPUnumber", "4"]) == 0
+    assert "Tensor parallel: megatron, 8 transformer block(s)" in capsys.readouterr().out
+    assert main(["run", "--trace-dir", resnet_dir, "--tp", "4", "-GPUnumber", "4"]) == 0
+    assert "Tensor parallel: per-op scheme (no transformer blocks found" in capsys.readouterr().out
+    assert main(["run", "--trace-dir", gpt_dir, "--tp", "3", "-GPUnumber", "3"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("triosim: error: --tp 3 does not divide the 4 attention heads")

@@ -421,7 +421,8 @@ def plan_tensor_parallel(trace: Trace, degree: int, style: str = "megatron", seq
         return _per_op_plan(trace, degree, reference_compat, reason)
     heads = attention_heads(trace, blocks)
     if heads is not None and heads % degree != 0:
-        raise ConfigError(f"--tp {degree} does not divide the {heads} attention heads of this trace")
+        raise ConfigError(f"--tp {degree} does not divide the {heads} attention heads of this trace "
+                          "(megatron splits whole heads: use a divisor of the head count, or --tp-style per-op)")
     return _megatron_plan(trace, degree, blocks, heads, sequence_parallel)
 
 
