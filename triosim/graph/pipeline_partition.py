@@ -39,6 +39,9 @@ BOUND_CANDIDATES = 12
 OPTIMAL_BOUNDS = 48
 LOCAL_SEARCH_STARTS = 3
 LOCAL_SEARCH_ROUNDS = 200
+# Local search stops once its estimates have walked this many blocks (stages × micro-batches
+# per estimate): a few seconds at most, also for long pipelines with many micro-batches.
+LOCAL_SEARCH_BLOCKS = 1_000_000
 
 
 @dataclass(frozen=True)
@@ -396,16 +399,19 @@ def _valid(starts: Sequence[int], nf: int, need: Sequence[bool] | None) -> bool:
 
 
 def _local_search(starts: tuple[int, ...], evaluate: Callable[[tuple[int, ...]], float], nf: int,
-                  need: Sequence[bool] | None) -> tuple[int, ...]:
-    """Hill climbing on the estimate: move one cut by ±1, 2, 4 or 8 positions while that helps."""
+                  need: Sequence[bool] | None, max_evaluations: int) -> tuple[int, ...]:
+    """Hill climbing on the estimate: move one cut by ±1, 2, 4 or 8 positions while that helps
+    (at most ``max_evaluations`` estimates)."""
     best, best_s = starts, evaluate(starts)
+    spent = 0
     for _ in range(LOCAL_SEARCH_ROUNDS):
         step_best, step_s = best, best_s
         for j in range(1, len(best)):
             for d in (-8, -4, -2, -1, 1, 2, 4, 8):
                 cand = (*best[:j], best[j] + d, *best[j + 1 :])
-                if not _valid(cand, nf, need):
+                if not _valid(cand, nf, need) or spent >= max_evaluations:
                     continue
+                spent += 1
                 sec = evaluate(cand)
                 if sec < step_s * (1 - 1e-12):
                     step_best, step_s = cand, sec
@@ -457,6 +463,7 @@ def optimal_candidates(costs: StageCosts, platform: Platform, schedule: str,
         evaluate(s)
     ranked = sorted(found.values(), key=lambda e: (e.seconds, e.starts))
     starts_from = [e.starts for e in ranked if _valid(e.starts, nf, need)][:LOCAL_SEARCH_STARTS]
+    per_start = max(1, LOCAL_SEARCH_BLOCKS // (n * len(costs.sizes) * max(1, len(starts_from))))
     for s in starts_from:
-        _local_search(s, evaluate, nf, need)
+        _local_search(s, evaluate, nf, need, per_start)
     return sorted(found.values(), key=lambda e: (e.seconds, e.starts))
