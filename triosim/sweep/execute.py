@@ -28,9 +28,10 @@ from ..errors import ConfigError, TriosimError
 from ..trace import Trace, load_trace, scale_trace
 from .grid import Point
 
-# (trace directory, batch the trace was recorded at, op-time column, op-time model, kernel floor
-# in µs): what load_trace and attach_op_time_model read.
-TraceKey = tuple[str, int, str, str, float]
+# (trace directory, batch the trace was recorded at, op-time column, --num-layers or None,
+# op-time model, kernel floor in µs): what load_trace reads, the depth its transformer layer is
+# repeated to, and what attach_op_time_model reads.
+TraceKey = tuple[str, int, str, "int | None", str, float]
 
 OK, INVALID, FAILED = "ok", "invalid", "failed"
 
@@ -171,9 +172,12 @@ def prepare(points: Sequence[Point]) -> Prepared:
             settled.append(Outcome(point.index, FAILED,
                                    f"-case {ns.case} ({CASE_NAMES[ns.case]}) is not implemented yet"))
             continue
+        layers = getattr(ns, "num_layers", None)
         model = "linear" if ns.reference_compat else getattr(ns, "op_time_model", "auto")
+        if layers is not None and model == "auto":
+            model = "linear-floor"  # as config.load_scaled_trace: batch-<N>/ traces have the original depth
         floor = float(getattr(ns, "kernel_floor_us", 2.0))
-        pending.append((point, (trace_dir, batch, ns.time_column, model, floor), sim))
+        pending.append((point, (trace_dir, batch, ns.time_column, layers, model, floor), sim))
 
     loaded: dict[TraceKey, Trace] = {}
     broken: dict[TraceKey, str] = {}
@@ -181,8 +185,13 @@ def prepare(points: Sequence[Point]) -> Prepared:
         if key in loaded or key in broken:
             continue
         try:
-            loaded[key] = attach_op_time_model(load_trace(key[0], batch_size=key[1], time_column=key[2]),
-                                               key[3], key[4], key[2])
+            if key[3] is None:
+                raw = load_trace(key[0], batch_size=key[1], time_column=key[2])
+            else:
+                from ..trace_repeat import load_repeated
+
+                raw = load_repeated(key[0], key[3], batch_size=key[1], time_column=key[2])
+            loaded[key] = attach_op_time_model(raw, key[4], key[5], key[2])
         except TriosimError as exc:
             broken[key] = _reason(exc)
     tasks = []
