@@ -1,5 +1,5 @@
 """Case 4: pipeline parallelism — the model cut into N stages, one per GPU, and the batch cut
-into micro-batches that flow through them (DESIGN §5, §5.1).
+into micro-batches that flow through them.
 
 What it models:
 

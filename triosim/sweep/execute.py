@@ -22,15 +22,21 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..compute_model import attach_op_time_model
-from ..config import check_case, platform_from_args, resolve_batches, strategy_from_args
+from ..config import (
+    check_case,
+    load_recorded_trace,
+    op_time_options,
+    platform_from_args,
+    resolve_batches,
+    strategy_from_args,
+)
 from ..errors import ConfigError, TriosimError
-from ..trace import Trace, load_trace, scale_trace
+from ..strategy import Strategy
+from ..trace import Trace, scale_trace
 from .grid import Point
 
-# (trace directory, batch the trace was recorded at, op-time column, --num-layers or None,
-# op-time model, kernel floor in µs): what load_trace reads, the depth its transformer layer is
-# repeated to, and what attach_op_time_model reads.
+# (trace directory, batch the trace was recorded at, op-time column, --num-layers, op-time
+# model, kernel floor in µs): what config.load_recorded_trace reads.
 TraceKey = tuple[str, int, str, "int | None", str, float]
 
 OK, INVALID, FAILED = "ok", "invalid", "failed"
@@ -118,14 +124,15 @@ def run_task(traces: TraceSet, task: Task) -> Outcome:
         mean_exposed_comm_ms=_r(sum(g.exposed_comm_ms for g in gpus) / n),
         max_peak_memory_bytes=max((g.peak_memory_bytes for g in gpus), default=0),
         tasks=len(result.graph),
-        samples_per_s=_r(samples_per_iteration(strategy.case, platform.num_gpus, trace.batch_size)
+        samples_per_s=_r(samples_per_iteration(strategy, platform.num_gpus, trace.batch_size)
                          / result.makespan_s) if result.makespan_s > 0 else None,
     )
 
 
-def samples_per_iteration(case: int, gpus: int, batch_sim: int) -> int:
-    """Data-parallel replicas each train their own batch; the other cases share one batch."""
-    return batch_sim * gpus if case in (1, 2) else batch_sim
+def samples_per_iteration(strategy: Strategy, gpus: int, batch_sim: int) -> int:
+    """Data-parallel replicas each train their own batch; tensor and pipeline parallel GPUs
+    share one: batch × the data-parallel degree."""
+    return batch_sim * strategy.degrees(gpus)[0]
 
 
 # ----------------------------------------------------------------------------- preparation
@@ -172,12 +179,8 @@ def prepare(points: Sequence[Point]) -> Prepared:
             settled.append(Outcome(point.index, FAILED,
                                    f"-case {ns.case} ({CASE_NAMES[ns.case]}) is not implemented yet"))
             continue
-        layers = getattr(ns, "num_layers", None)
-        model = "linear" if ns.reference_compat else getattr(ns, "op_time_model", "auto")
-        if layers is not None and model == "auto":
-            model = "linear-floor"  # as config.load_scaled_trace: batch-<N>/ traces have the original depth
-        floor = float(getattr(ns, "kernel_floor_us", 2.0))
-        pending.append((point, (trace_dir, batch, ns.time_column, layers, model, floor), sim))
+        pending.append((point, (trace_dir, batch, ns.time_column, getattr(ns, "num_layers", None),
+                                *op_time_options(ns)), sim))
 
     loaded: dict[TraceKey, Trace] = {}
     broken: dict[TraceKey, str] = {}
@@ -185,13 +188,7 @@ def prepare(points: Sequence[Point]) -> Prepared:
         if key in loaded or key in broken:
             continue
         try:
-            if key[3] is None:
-                raw = load_trace(key[0], batch_size=key[1], time_column=key[2])
-            else:
-                from ..trace_repeat import load_repeated
-
-                raw = load_repeated(key[0], key[3], batch_size=key[1], time_column=key[2])
-            loaded[key] = attach_op_time_model(raw, key[4], key[5], key[2])
+            loaded[key] = load_recorded_trace(*key)
         except TriosimError as exc:
             broken[key] = _reason(exc)
     tasks = []
