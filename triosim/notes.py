@@ -14,53 +14,57 @@ from collections.abc import Iterable
 
 from .errors import ConfigError
 
-# dest -> (flag as documented, default). A value other than the default counts as "given".
+# dest -> flag as documented. A value other than the flag's default counts as "given".
 _PLATFORM = (
-    ("gpus", "-GPUnumber", 8),
-    ("interconnects", "-interconnects", 0),
-    ("num_rows", "-numRows", 1),
-    ("num_cols", "-numCols", None),
-    ("topology", "--topology", "ring"),
-    ("ptp_bandwidth", "-ptp-bandwidth", 65.0),
-    ("gpus_per_node", "--gpus-per-node", 8),
-    ("node_bandwidth", "--node-bandwidth", 50.0),
+    ("gpus", "-GPUnumber"),
+    ("interconnects", "-interconnects"),
+    ("num_rows", "-numRows"),
+    ("num_cols", "-numCols"),
+    ("topology", "--topology"),
+    ("ptp_bandwidth", "-ptp-bandwidth"),
+    ("gpus_per_node", "--gpus-per-node"),
+    ("node_bandwidth", "--node-bandwidth"),
 )
-_MESH = (("num_rows", "-numRows", 1), ("num_cols", "-numCols", None))
-_CLUSTER = (("gpus_per_node", "--gpus-per-node", 8), ("node_bandwidth", "--node-bandwidth", 50.0))
-_DDP = (("bucket_mb", "--bucket-mb", 25.0),)
-_PIPELINE = (
-    ("micro_batch_size", "-micro-batch-size", -1),
-    ("schedule", "--schedule", "gpipe"),
-    ("partition", "--partition", "time"),
-)
+_MESH = (("num_rows", "-numRows"), ("num_cols", "-numCols"))
+_CLUSTER = (("gpus_per_node", "--gpus-per-node"), ("node_bandwidth", "--node-bandwidth"))
+_DDP = (("bucket_mb", "--bucket-mb"),)
+_PIPELINE = (("micro_batch_size", "-micro-batch-size"), ("schedule", "--schedule"), ("partition", "--partition"))
 
 
-def _given(args: argparse.Namespace, table: Iterable[tuple[str, str, object]]) -> list[str]:
+def _given(args: argparse.Namespace, table: Iterable[tuple[str, str]], defaults: dict) -> list[str]:
     out = []
-    for dest, flag, default in table:
+    for dest, flag in table:
+        default = defaults.get(dest)
         value = getattr(args, dest, default)
         if value is not None and value != default:
             out.append(f"{flag} {value}")
     return out
 
 
+def _flag_defaults() -> dict:
+    from .config import FlagTable  # the run flags' own defaults, so the two never disagree
+
+    return FlagTable.from_cli().defaults()
+
+
 def unused_flags(args: argparse.Namespace) -> list[tuple[str, list[str]]]:
     """(why unused, ["-flag value", ...]) for each group of given flags the run does not use."""
     case = getattr(args, "case", 0)
+    d = _flag_defaults()
     groups: list[tuple[str, list[str]]] = []
     if any(getattr(args, k, None) is not None for k in ("dp", "tp", "pp")):
         case = None  # a hybrid --dp/--tp/--pp run: the case presets' rules do not apply
     if case == 0:
-        groups.append(("-case 0 simulates one GPU", _given(args, _PLATFORM)))
+        groups.append(("-case 0 simulates one GPU", _given(args, _PLATFORM, d)))
     elif getattr(args, "gpus", None) != 1 or case is not None:
         if getattr(args, "interconnects", 0) == 0 and getattr(args, "topology", "ring") != "mesh":
-            groups.append(("only the optical mesh (-interconnects 1) has rows and columns", _given(args, _MESH)))
+            groups.append(("only the optical mesh (-interconnects 1) has rows and columns", _given(args, _MESH, d)))
         if getattr(args, "topology", "ring") != "nvlink-cluster":
-            groups.append(("only --topology nvlink-cluster has nodes", _given(args, _CLUSTER)))
+            groups.append(("only --topology nvlink-cluster has nodes", _given(args, _CLUSTER, d)))
     if case not in (2, None):
-        groups.append(("buckets are DDP's (-case 2)", _given(args, _DDP)))
+        groups.append(("buckets are DDP's (-case 2)", _given(args, _DDP, d)))
     if case not in (4, None):
-        groups.append(("micro-batches are the pipeline's (-case 4)", _given(args, _PIPELINE)))
+        groups.append(("micro-batches are the pipeline's (-case 4)", _given(args, _PIPELINE, d)))
     return [(why, flags) for why, flags in groups if flags]
 
 
