@@ -152,6 +152,7 @@ APPLIES: dict[str, Callable[[Mapping[str, Any]], bool]] = {
     "micro_batch_size": _pipelined,
     "schedule": _pipelined,
     "partition": _pipelined,
+    "virtual_stages": _pipelined,
 }
 
 
