@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
 
 REPO = Path(__file__).resolve().parents[1]
-REFERENCE = REPO.parent / "shared" / "reference" / "sample_trace" / "trace2-h100-bs128"
+# TRIOSIM_REFERENCE_DIR points at the reference folder from a checkout elsewhere (a worktree).
+REFERENCE = (Path(os.environ.get("TRIOSIM_REFERENCE_DIR", REPO.parent / "shared" / "reference"))
+             / "sample_trace" / "trace2-h100-bs128")
 
 
 def reference_dir(model: str) -> Path:

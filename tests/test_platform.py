@@ -21,7 +21,7 @@ def test_ring_links_and_routes():
     assert p.topology == "ring" and p.ring == (0, 1, 2, 3)
     assert gpu_links(p) == {f"gpu{a}->gpu{b}" for a, b in
                             [(0, 1), (1, 0), (1, 2), (2, 1), (2, 3), (3, 2), (3, 0), (0, 3)]}
-    assert p.link("gpu0->gpu1") == {"bandwidth": 65e9, "latency": 2e-6}
+    assert p.link("gpu0->gpu1") == {"bandwidth": 65e9, "latency": 2e-6, "kind": "nvlink"}
     assert p.link("gpu2->remote")["bandwidth"] == 696e9
     assert p.route("gpu0", "gpu2") in (("gpu0->gpu1", "gpu1->gpu2"), ("gpu0->gpu3", "gpu3->gpu2"))
     assert p.route("gpu1", REMOTE) == ("gpu1->remote",)
@@ -67,7 +67,7 @@ def test_optical_mesh_2x2():
     # Horizontal and vertical neighbours only, bandwidth from the flag, 20 ns per hop.
     assert gpu_links(p) == {"gpu0->gpu1", "gpu1->gpu0", "gpu2->gpu3", "gpu3->gpu2",
                             "gpu0->gpu2", "gpu2->gpu0", "gpu1->gpu3", "gpu3->gpu1"}
-    assert all(p.link(k) == {"bandwidth": 100e9, "latency": 20e-9} for k in gpu_links(p))
+    assert all(p.link(k) == {"bandwidth": 100e9, "latency": 20e-9, "kind": "nvlink"} for k in gpu_links(p))
     assert all(len(hop) == 1 for hop in p.ring_links())
     assert len(p.route("gpu0", "gpu3")) == 2
 
@@ -107,7 +107,7 @@ def test_snake_ring_visits_every_gpu_through_neighbours(rows, cols):
 def test_reference_compat_scales_ring_links():
     for n in (2, 4, 8):
         p = build_platform(n, ptp_bandwidth_gbps=65, link_latency_us=3, reference_compat=True)
-        assert p.link("gpu0->gpu1") == {"bandwidth": pytest.approx(65e9 * 2 * (n - 1) / n), "latency": 0.0}
+        assert p.link("gpu0->gpu1") == {"bandwidth": pytest.approx(65e9 * 2 * (n - 1) / n), "latency": 0.0, "kind": "nvlink"}
     assert build_platform(1, reference_compat=True).ptp_bandwidth == 65e9
     fc = build_platform(4, topology="fully-connected", reference_compat=True)
     assert fc.link("gpu0->gpu1")["bandwidth"] == 65e9

@@ -22,7 +22,7 @@ from typing import Any
 
 from .errors import ConfigError
 from .parallel_flags import add_parallel_flags, degrees_given, parallel_options, resolve_gpus
-from .platform import Platform, build_platform
+from .platform import COLLECTIVE_ALGOS, NETWORKS, Platform, build_platform
 from .strategy import Strategy
 from .trace import Trace, load_trace, scale_trace, trace_batch_size
 
@@ -71,6 +71,15 @@ def add_sim_flags(p: argparse.ArgumentParser) -> None:
     g.add_argument("--node-bandwidth", type=float, default=50.0,
                    help="nvlink-cluster: each GPU's NIC to the cluster network, GB/s (50 = 400 Gb/s)")
     g.add_argument("--link-latency-us", type=float, default=None, help="per-link latency in µs (0; optical hop 0.02)")
+    g.add_argument("--network", choices=NETWORKS, default="flow",
+                   help="link model: flow (concurrent transfers share links max-min fairly, default) or exclusive "
+                        "(a transfer reserves its whole route, the original model)")
+    g.add_argument("--collective-algo", choices=COLLECTIVE_ALGOS, default="auto",
+                   help="collective algorithm: auto (fastest closed form, as NCCL's tuner; default), ring, "
+                        "one-way-ring (the original), tree, hierarchical or direct")
+    g.add_argument("--collective-latency-us", type=collective_latency, default=None, metavar="US|nccl",
+                   help="per-step collective latency in µs (default nccl: NCCL's per-algorithm and per-link "
+                        "constants plus its per-call latency; 0 turns collective latency off)")
     g = p.add_argument_group("strategy")
     g.add_argument("--case", type=int, default=0,
                    help="0 single GPU, 1 data parallel, 2 DDP, 3 tensor parallel, 4 pipeline parallel")
@@ -84,6 +93,13 @@ def add_sim_flags(p: argparse.ArgumentParser) -> None:
     g.add_argument("--reference-compat", action="store_true",
                    help="reproduce the original TrioSim's conventions (see docs/reference-compat.md)")
     add_parallel_flags(g)
+
+
+def collective_latency(text: str) -> float | None:
+    """``--collective-latency-us``: a number of µs, or ``nccl`` (None: NCCL's constants)."""
+    if str(text).strip().lower() == "nccl":
+        return None
+    return float(text)
 
 
 @dataclass(frozen=True)
@@ -302,6 +318,9 @@ def platform_from_args(args: argparse.Namespace) -> Platform:
         reference_compat=args.reference_compat,
         gpus_per_node=args.gpus_per_node,
         node_bandwidth_gbps=args.node_bandwidth,
+        network=args.network,
+        collective_algo=args.collective_algo,
+        collective_latency_us=args.collective_latency_us,
     )
 
 

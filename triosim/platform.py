@@ -4,10 +4,21 @@ The interconnect is a networkx directed graph. Nodes are ``gpu0`` … ``gpuN-1``
 optional switch nodes; every physical link is two directed edges, each with a bandwidth (B/s)
 and a latency (s). A transfer holds every directed link of its route (shortest path by hop
 count) for ``Σ latency + bytes / min bandwidth``. ``ring`` is the logical ring collectives use.
+
+Every link also has a ``kind``: ``nvlink`` (GPU↔GPU or GPU↔NVSwitch), ``net`` (a NIC or a
+cluster-network switch port) or ``pcie`` (GPU↔remote memory); the collective latency model
+charges NCCL's per-step constant of the slowest kind a step crosses.
+
+The network settings live here too: ``network`` (``flow``: links shared max-min fairly;
+``exclusive``: a transfer reserves its route), ``collective_algo`` and
+``collective_latency_us`` (``None``: NCCL's published constants). ``build_platform``'s Python
+defaults keep the original model (exclusive links, one-way ring, no collective latency); the
+command line defaults to ``flow``, ``auto`` and NCCL's latencies.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import networkx as nx
@@ -16,6 +27,15 @@ from .errors import ConfigError
 
 REMOTE = "remote"
 TOPOLOGIES = ("ring", "fully-connected", "switch", "mesh", "nvlink-cluster")
+NETWORKS = ("flow", "exclusive")
+# "one-way-ring" is the original single ring in the group's order; "ring" uses every channel
+# the topology offers (both directions, one ring per rail); see triosim/graph/collective_cost.py.
+COLLECTIVE_ALGOS = ("auto", "ring", "one-way-ring", "tree", "hierarchical", "direct")
+LINK_KINDS = ("nvlink", "net", "pcie")
+# single: one ring; bidirectional: the ring and its reverse (full-duplex ring or mesh links);
+# strides: rings i -> i+k for each stride k coprime to N (fully connected); rails: one ring per
+# local rank through every node (node-structured clusters with a NIC per GPU).
+CHANNEL_STYLES = ("single", "bidirectional", "strides", "rails")
 GB = 1e9  # 1 GB/s = 1e9 B/s, as the original
 
 
@@ -39,8 +59,19 @@ class Platform:
     remote_bandwidth: float
     ptp_bandwidth: float  # what GPU↔GPU links carry (pre-multiplied under reference-compat)
     ptp_bandwidth_nominal: float = 0.0  # the -ptp-bandwidth flag in B/s
+    network: str = "exclusive"
+    collective_algo: str = "one-way-ring"
+    collective_latency_us: float | None = 0.0  # None: NCCL's constants; a number: per step
+    # Node index of every GPU (hierarchical collectives); None: one flat level.
+    node_of: tuple[int, ...] | None = None
+    # How the "ring" algorithm spreads a group over the topology's links (CHANNEL_STYLES).
+    channel_style: str = "single"
     _routes: dict[tuple[str, str], tuple[str, ...]] = field(default_factory=dict, repr=False)
     _route_params: dict[tuple[str, ...], tuple[float, float]] = field(default_factory=dict, repr=False)
+    # Collective plans per (group, op, algorithm, root, latency setting), for a 1-byte payload.
+    _plans: dict = field(default_factory=dict, repr=False)
+    # Closed-form routing for large generated clusters (src, dst) -> node path, or None.
+    router: Callable[[str, str], list[str]] | None = field(default=None, repr=False)
 
     def route(self, src: str, dst: str) -> tuple[str, ...]:
         """Directed link names from ``src`` to ``dst`` (fewest hops, deterministic)."""
@@ -49,6 +80,9 @@ class Platform:
         if hit is None:
             if src == dst:
                 hit = ()
+            elif self.router is not None:
+                path = self.router(src, dst)
+                hit = tuple(link_name(a, b) for a, b in zip(path, path[1:]))
             else:
                 # GPU-to-GPU traffic never detours through remote memory.
                 g = self.graph
@@ -94,12 +128,44 @@ class Platform:
     def links(self) -> list[str]:
         return [link_name(a, b) for a, b in self.graph.edges]
 
+    def link_bandwidth(self, name: str) -> float:
+        return self.link(name)["bandwidth"]
 
-def _add_link(g: nx.DiGraph, a: str, b: str, bandwidth: float, latency: float, cost: int = 1) -> None:
+    def route_kind(self, route: tuple[str, ...]) -> str:
+        """``net`` if the route crosses the cluster network, else ``nvlink`` (``pcie`` to remote)."""
+        kinds = {self.link(name).get("kind", "nvlink") for name in route}
+        for k in ("net", "pcie"):
+            if k in kinds:
+                return k
+        return "nvlink"
+
+    def with_network(self, **changes) -> Platform:
+        """A copy with other network settings (``network``, ``collective_algo``, …), checked."""
+        from dataclasses import replace
+
+        out = replace(self, _routes={}, _route_params={}, _plans={}, **changes)
+        check_network_settings(out.network, out.collective_algo, out.collective_latency_us)
+        return out
+
+
+def check_network_settings(network: str, collective_algo: str, collective_latency_us: float | None) -> None:
+    if network not in NETWORKS:
+        raise ConfigError(f"--network must be flow or exclusive, got {network!r}")
+    if collective_algo not in COLLECTIVE_ALGOS:
+        raise ConfigError(f"--collective-algo must be one of {', '.join(COLLECTIVE_ALGOS)}, got {collective_algo!r}")
+    if collective_latency_us is not None and not (collective_latency_us >= 0 and collective_latency_us < float("inf")):
+        raise ConfigError(f"--collective-latency-us must be a number >= 0, got {collective_latency_us}")
+
+
+def _add_link(g: nx.DiGraph, a: str, b: str, bandwidth: float, latency: float, cost: int = 1,
+              kind: str = "nvlink") -> None:
     # A routing cost other than one hop is stored only where it matters (nvlink-cluster).
     extra = {"cost": cost} if cost != 1 else {}
-    g.add_edge(a, b, bandwidth=bandwidth, latency=latency, **extra)
-    g.add_edge(b, a, bandwidth=bandwidth, latency=latency, **extra)
+    g.add_edge(a, b, bandwidth=bandwidth, latency=latency, kind=kind, **extra)
+    g.add_edge(b, a, bandwidth=bandwidth, latency=latency, kind=kind, **extra)
+
+
+
 
 
 def snake_order(rows: int, cols: int) -> tuple[int, ...]:
@@ -124,13 +190,22 @@ def build_platform(
     reference_compat: bool = False,
     gpus_per_node: int = 8,
     node_bandwidth_gbps: float = 50.0,
+    network: str = "exclusive",
+    collective_algo: str = "one-way-ring",
+    collective_latency_us: float | None = 0.0,
 ) -> Platform:
     """Build the platform from the seed flags (DESIGN §2.2, §6).
 
     ``nvlink-cluster``: nodes of ``gpus_per_node`` GPUs; inside a node every GPU reaches an
     NVSwitch (``nvswK``) at ``ptp_bandwidth``; every GPU also has its own NIC to the cluster
     network switch (``net``) at ``node_bandwidth`` (rail-style, one NIC per GPU).
+
+    ``reference_compat`` implies the original's network: exclusive links, the one-way ring and
+    no collective latency, whatever the other network arguments say.
     """
+    check_network_settings(network, collective_algo, collective_latency_us)
+    if reference_compat:
+        network, collective_algo, collective_latency_us = "exclusive", "one-way-ring", 0.0
     if num_gpus < 1:
         raise ConfigError(f"-GPUnumber must be >= 1, got {num_gpus}")
     if bandwidth_gbps <= 0:
@@ -169,7 +244,9 @@ def build_platform(
         g.add_node(gpu_node(i), kind="gpu")
     g.add_node(REMOTE, kind="remote")
     for i in range(num_gpus):
-        _add_link(g, gpu_node(i), REMOTE, remote_bw, 0.0 if reference_compat else latency)
+        _add_link(g, gpu_node(i), REMOTE, remote_bw, 0.0 if reference_compat else latency, kind="pcie")
+    node_of = None
+    style = "bidirectional"
 
     if interconnects == 1 or topology == "mesh":
         rows = num_rows if num_rows else 1
@@ -191,32 +268,39 @@ def build_platform(
                     _add_link(g, me, gpu_node((r + 1) * cols + c), ptp_bw, hop)
         ring = snake_order(rows, cols)
         name = "optical-mesh"
+        style = "bidirectional"
     elif topology == "fully-connected":
         for i in range(num_gpus):
             for j in range(i + 1, num_gpus):
                 _add_link(g, gpu_node(i), gpu_node(j), ptp_bw, latency)
         ring = tuple(range(num_gpus))
         name = topology
+        style = "strides"
     elif topology == "switch":
         g.add_node("switch", kind="switch")
         for i in range(num_gpus):
             _add_link(g, gpu_node(i), "switch", ptp_bw, latency)
         ring = tuple(range(num_gpus))
         name = topology
+        style = "single"
     elif topology == "nvlink-cluster":
         g.add_node("net", kind="switch")
         for i in range(num_gpus):
             node = i // gpus_per_node
             g.add_node(f"nvsw{node}", kind="switch")
             _add_link(g, gpu_node(i), f"nvsw{node}", ptp_bw, latency, cost=1)
-            _add_link(g, gpu_node(i), "net", node_bandwidth_gbps * GB, latency, cost=2)
+            _add_link(g, gpu_node(i), "net", node_bandwidth_gbps * GB, latency, cost=2, kind="net")
         ring = tuple(range(num_gpus))
         name = topology
+        node_of = tuple(i // gpus_per_node for i in range(num_gpus))
+        style = "rails"
     else:
         for i in range(num_gpus if num_gpus > 2 else num_gpus - 1):
             _add_link(g, gpu_node(i), gpu_node((i + 1) % num_gpus), ptp_bw, latency)
         ring = tuple(range(num_gpus))
         name = "ring"
+        # Links are full duplex: a second ring runs the other way round.
+        style = "bidirectional"
 
     return Platform(
         num_gpus=num_gpus,
@@ -227,4 +311,9 @@ def build_platform(
         remote_bandwidth=remote_bw,
         ptp_bandwidth=ptp_bw,
         ptp_bandwidth_nominal=ptp_bandwidth_gbps * GB,
+        network=network,
+        collective_algo=collective_algo,
+        collective_latency_us=collective_latency_us,
+        node_of=node_of,
+        channel_style=style,
     )

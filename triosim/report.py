@@ -77,6 +77,15 @@ def print_summary(result: Result, console: Console, title: str = "") -> None:
         console.print(f"Tensor parallel: {tp.get('sharded_ops', 0)} sharded op(s), {tp.get('collectives', 0)} "
                       f"collective(s): all-gather {human_bytes(tp.get('all_gather_bytes', 0))}, "
                       f"all-reduce {human_bytes(tp.get('all_reduce_bytes', 0))}")
+    hybrid_tp = meta.get("hybrid", {})
+    if hybrid_tp.get("tp_style"):  # --tp > 1: which tensor-parallel scheme ran, and why
+        if hybrid_tp.get("tp_fallback_reason"):
+            console.print(f"Tensor parallel: per-op scheme ({hybrid_tp['tp_fallback_reason']})")
+        elif hybrid_tp["tp_style"] == "megatron":
+            console.print(f"Tensor parallel: megatron, {hybrid_tp.get('tp_blocks', 0)} transformer block(s) "
+                          "split column-then-row")
+        else:
+            console.print("Tensor parallel: per-op scheme")
     if "pipeline" in meta:
         pp = meta["pipeline"]
         mbs = pp.get("micro_batches", [])
@@ -85,6 +94,9 @@ def print_summary(result: Result, console: Console, title: str = "") -> None:
         for st in pp.get("stages", []):
             console.print(f"  stage {st['stage']} · GPU {st['gpu']} · ops {st['first_op']}–{st['last_op']} "
                           f"({st['forward_ops']} fwd + {st['backward_ops']} bwd) · {st['compute_ms']:.3f} ms compute")
+    if meta.get("collectives"):
+        parts = [f"{row['op'].replace('_', '-')} {row['algo']} ×{row['calls']}" for row in meta["collectives"].values()]
+        console.print("Collectives: " + ", ".join(parts))
     mem = meta.get("memory", {})
     fetched = sum(m.get("fetched_bytes", 0) for m in mem.values())
     wb = sum(m.get("written_back_bytes", 0) for m in mem.values())

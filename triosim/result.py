@@ -19,7 +19,7 @@ from .strategy import Strategy
 from .trace import Trace
 
 # Facts builders record about their strategy that belong in the JSON result.
-STRATEGY_META = ("gradient_bytes", "buckets", "tensor_parallel", "pipeline", "parallel", "hybrid")
+STRATEGY_META = ("gradient_bytes", "buckets", "tensor_parallel", "pipeline", "parallel", "hybrid", "collectives")
 
 
 @dataclass
@@ -135,7 +135,7 @@ def summarize(graph: TaskGraph, sched: Schedule, platform: Platform) -> tuple[li
     compute: dict[int, list[tuple[float, float]]] = {d: [] for d in devices}
     comm: dict[int, list[tuple[float, float]]] = {d: [] for d in devices}
     link_bytes: dict[str, int] = {}
-    link_busy: dict[str, float] = {}
+    link_spans: dict[str, list[tuple[float, float]]] = {}
     names = graph.resource_names
     for t, kind in enumerate(graph.kind):
         s, e = sched.start[t], sched.end[t]
@@ -146,10 +146,13 @@ def summarize(graph: TaskGraph, sched: Schedule, platform: Platform) -> tuple[li
                 comm.setdefault(d, []).append((s, e))
             attrs = graph.attrs[t] or {}
             per_link = attrs.get("link_bytes", graph.nbytes[t])
+            load = attrs.get("link_load")  # macro collectives whose links carry different bytes
             for rid in graph.resources[t]:
                 name = names[rid]
-                link_bytes[name] = link_bytes.get(name, 0) + int(per_link)
-                link_busy[name] = link_busy.get(name, 0.0) + (e - s)
+                link_bytes[name] = link_bytes.get(name, 0) + int(round(load[name]) if load else per_link)
+                link_spans.setdefault(name, []).append((s, e))
+    # A link is busy while any task uses it (flows share links, so their spans may overlap).
+    link_busy = {name: _length(_union(spans)) for name, spans in link_spans.items()}
     makespan = sched.makespan
     mem = graph.meta.get("memory", {})
     per_gpu = []

@@ -6,6 +6,13 @@ order); it starts at ``max(ready time, free time of each of its resources)`` and
 them until it ends. Resources are not back-filled: a task never starts before the last task
 placed on the same resource ends. The hot loop runs on plain lists — O((V + E) log V), no
 networkx.
+
+Under the flow network model (``graph.meta["network"] == "flow"``, set by ``build_graph`` from
+the platform) tasks that hold links are flows instead (:mod:`triosim.network`): a flow starts
+when it is ready, never waits for a link, and shares every link max-min fairly with the other
+active flows; its end is known only when its last byte is through. The loop is then
+event-driven: the next event is the earlier of the next ready task and the next flow to finish.
+Compute streams stay exclusive resources, placed as above.
 """
 
 from __future__ import annotations
@@ -16,22 +23,31 @@ from dataclasses import dataclass
 
 from .errors import TriosimError
 from .graph.tasks import TaskGraph
+from .network import BANDWIDTH_META, NETWORK_META, Flow, flow_of, maxmin_rates
 
 
 @dataclass
 class Schedule:
-    """Start and end time (seconds) of every task, and the makespan."""
+    """Start and end time (seconds) of every task, and the makespan.
+
+    ``rates`` (flow model, when asked for): every interval between flow events with the rate
+    (B/s) of each active flow's task, to check link capacities.
+    """
 
     start: list[float]
     end: list[float]
     makespan: float
+    rates: list[tuple[float, float, dict[int, float]]] | None = None
 
     def __len__(self) -> int:
         return len(self.start)
 
 
-def schedule(graph: TaskGraph, progress: Callable[[int], None] | None = None) -> Schedule:
+def schedule(graph: TaskGraph, progress: Callable[[int], None] | None = None,
+             record_rates: bool = False) -> Schedule:
     """Place every task of ``graph``; raises if the graph has a cycle."""
+    if graph.meta.get(NETWORK_META) == "flow":
+        return _schedule_flows(graph, progress, record_rates)
     n = len(graph)
     succ = graph.succ
     dur = graph.duration
@@ -68,3 +84,91 @@ def schedule(graph: TaskGraph, progress: Callable[[int], None] | None = None) ->
     if placed != n:
         raise TriosimError(f"the task graph has a cycle: {n - placed} of {n} tasks could never start")
     return Schedule(start=start, end=end, makespan=max(end, default=0.0))
+
+
+def _schedule_flows(graph: TaskGraph, progress: Callable[[int], None] | None, record: bool) -> Schedule:
+    """The event-driven loop of the flow network model (see the module docstring)."""
+    n = len(graph)
+    succ = graph.succ
+    dur = graph.duration
+    res = graph.resources
+    names = graph.resource_names
+    bw_by_name = graph.meta.get(BANDWIDTH_META, {})
+    bandwidth = {r: bw_by_name[name] for r, name in enumerate(names) if name in bw_by_name}
+    indeg = list(graph.npred)
+    ready_at = [0.0] * n
+    start = [0.0] * n
+    end = [0.0] * n
+    free = [0.0] * len(names)
+    # Events: (time, kind, task); kind 0 = ready, 1 = a flow's latency is over. Ready events
+    # first at equal times, then by task id, as the list scheduler orders them.
+    events = [(0.0, 0, i) for i in range(n) if indeg[i] == 0]
+    heapq.heapify(events)
+    pop, push = heapq.heappop, heapq.heappush
+    active: dict[int, Flow] = {}
+    now = 0.0
+    placed = 0
+    tick = max(1, n // 100)
+    log: list[tuple[float, float, dict[int, float]]] | None = [] if record else None
+
+    def finish(i: int, t: float) -> None:
+        nonlocal placed
+        end[i] = t
+        for j in succ[i]:
+            if t > ready_at[j]:
+                ready_at[j] = t
+            indeg[j] -= 1
+            if indeg[j] == 0:
+                push(events, (ready_at[j], 0, j))
+        placed += 1
+        if progress is not None and placed % tick == 0:
+            progress(placed)
+
+    def advance(t: float) -> None:
+        nonlocal now
+        dt = t - now
+        if dt > 0 and active:
+            if log is not None:
+                log.append((now, t, {f.task: f.rate for f in active.values()}))
+            for f in active.values():
+                f.remaining -= f.rate * dt
+        now = max(now, t)
+
+    while events or active:
+        t_flow = min((now + f.remaining / f.rate for f in active.values()), default=float("inf"))
+        if active and (not events or t_flow < events[0][0]):
+            # Every flow due at t_flow (to rounding) ends now; the others move on.
+            done = [f for f in active.values() if now + f.remaining / f.rate <= t_flow * (1 + 1e-13)]
+            advance(t_flow)
+            for f in done:
+                del active[f.task]
+            maxmin_rates(list(active.values()))
+            for f in sorted(done, key=lambda f: f.task):
+                finish(f.task, now)
+            continue
+        t, kind, i = pop(events)
+        if kind == 1:  # a flow's latency is over: it joins the link sharing
+            advance(t)
+            f = flow_of(graph, i, bandwidth)
+            if f.remaining <= 0 or not f.coefs:
+                finish(i, t)
+            else:
+                active[i] = f
+                maxmin_rates(list(active.values()))
+            continue
+        links = [r for r in res[i] if r in bandwidth]
+        if links:
+            start[i] = t
+            push(events, (t + graph.latency[i], 1, i))
+            continue
+        for r in res[i]:
+            if free[r] > t:
+                t = free[r]
+        e = t + dur[i]
+        for r in res[i]:
+            free[r] = e
+        start[i] = t
+        finish(i, e)
+    if placed != n:
+        raise TriosimError(f"the task graph has a cycle: {n - placed} of {n} tasks could never start")
+    return Schedule(start=start, end=end, makespan=max(end, default=0.0), rates=log)

@@ -532,11 +532,14 @@ def _grad_ready_ops(
         p = partner[i]
         if p is not None:
             by_partner[p] = max(by_partner.get(p, -1), i)
+    first_backward_reader: dict[str, int] = {}  # one pass, not one scan per parameter
+    for i in backward:
+        for k in reads[i]:
+            first_backward_reader.setdefault(k, i)
     ready: dict[str, int] = {}
     for p in params:
-        readers = [i for i in backward if p in reads[i]]
-        if readers:
-            ready[p] = readers[0]
+        if p in first_backward_reader:
+            ready[p] = first_backward_reader[p]
         else:
             ready[p] = by_partner.get(first_read.get(p, -1), last)
     return ready

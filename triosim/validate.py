@@ -62,13 +62,20 @@ def schedule_violations(graph: TaskGraph, sched: Schedule) -> list[str]:
             if sched.start[v] < sched.end[u] - tol:
                 out.append(f"task {v} starts at {sched.start[v]} before predecessor {u} ends at {sched.end[u]}")
     busy: dict[int, list[tuple[float, float, int]]] = {}
+    # Under the flow network model link tasks share links and stretch; they may not run faster
+    # than alone. Everything else keeps exclusive resources and exact durations.
+    shared = set(graph.meta.get("link_bandwidth", {})) if graph.meta.get("network") == "flow" else set()
+    shared_ids = {r for r, name in enumerate(graph.resource_names) if name in shared}
     for t in range(len(graph)):
-        if abs(sched.end[t] - sched.start[t] - graph.duration[t]) > tol:
-            out.append(f"task {t} runs {sched.end[t] - sched.start[t]} s, not its duration {graph.duration[t]}")
+        is_flow = bool(shared_ids) and any(r in shared_ids for r in graph.resources[t])
+        took = sched.end[t] - sched.start[t]
+        if (took < graph.duration[t] - tol) if is_flow else abs(took - graph.duration[t]) > tol:
+            out.append(f"task {t} runs {took} s, not its duration {graph.duration[t]}")
         if sched.start[t] < -tol:
             out.append(f"task {t} starts before time 0")
         for r in graph.resources[t]:
-            busy.setdefault(r, []).append((sched.start[t], sched.end[t], t))
+            if r not in shared_ids:
+                busy.setdefault(r, []).append((sched.start[t], sched.end[t], t))
     for r, spans in busy.items():
         spans.sort()
         for (s1, e1, t1), (s2, e2, t2) in zip(spans, spans[1:]):

@@ -177,8 +177,8 @@ def test_bytes_property_catches_lost_remainders(monkeypatch):
 def test_time_property_catches_a_missing_phase(monkeypatch):
     real = coll._ring_steps
 
-    def one_phase(graph, platform, ring, nbytes, label, pre, attrs, phases):
-        return real(graph, platform, ring, nbytes, label, pre, attrs, phases[:1])
+    def one_phase(graph, platform, ring, nbytes, label, pre, attrs, phases, **kw):
+        return real(graph, platform, ring, nbytes, label, pre, attrs, phases[:1], **kw)
 
     monkeypatch.setattr(coll, "_ring_steps", one_phase)
     with pytest.raises(AssertionError):
@@ -194,10 +194,10 @@ def test_time_property_catches_a_wrong_macro_step(monkeypatch):
 def test_dependency_property_catches_a_lost_receive_edge(monkeypatch):
     real = coll._hop_transfer
 
-    def own_deps_only(graph, platform, ring, pos, nbytes, duration, label, after, attrs):
+    def own_deps_only(graph, platform, ring, pos, nbytes, duration, label, after, attrs, **kw):
         src = ring.group[pos]
         mine = [t for t in after if src in graph.devices[t][:1] or graph.kind[t] == "compute"]
-        return real(graph, platform, ring, pos, nbytes, duration, label, mine, attrs)
+        return real(graph, platform, ring, pos, nbytes, duration, label, mine, attrs, **kw)
 
     monkeypatch.setattr(coll, "_hop_transfer", own_deps_only)
     with pytest.raises(AssertionError):

@@ -1,6 +1,6 @@
 """Megatron tensor-parallel plans: block detection, Megatron's closed forms on the GPT sample and
-on synthetic transformers (hypothesis, each property with a planted bug), per-op fallback and
-the per-op style being today's case 3."""
+on synthetic transformers (hypothesis, each property with a planted bug), per-op fallback, the
+per-op style being today's case 3, and the task DAG built from a plan."""
 
 from __future__ import annotations
 
@@ -8,16 +8,22 @@ import tempfile
 from collections import Counter
 from pathlib import Path
 
+import networkx as nx
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import triosim.graph.megatron as mg
 import triosim.graph.tensor_parallel as tp
+from triosim import build_platform
 from triosim.errors import ConfigError
+from triosim.result import summarize
+from triosim.scheduler import schedule
+from triosim.strategy import Strategy
 from triosim.synthetic import SyntheticModel, write_synthetic_trace
 from triosim.synthetic_transformer import SyntheticTransformer, write_synthetic_transformer
 from triosim.trace import Trace, load_trace
+from triosim.validate import schedule_violations
 
 SAMPLES = Path(__file__).resolve().parents[2] / "sample_trace"
 MiB = 1 << 20
@@ -206,8 +212,8 @@ def test_catches_unsummed_input_gradient(monkeypatch):
     (twice the bytes) are all-reduced."""
     real = mg._backward_run
 
-    def buggy(trace, fwd):
-        run = real(trace, fwd)
+    def buggy(trace, fwd, paired_with):
+        run = real(trace, fwd, paired_with)
         return run[:-1] if run and trace.forward_partner[run[-1]] is None else run
 
     monkeypatch.setattr(mg, "_backward_run", buggy)
@@ -243,3 +249,120 @@ def test_catches_mlp_pairs_taken_for_attention(monkeypatch):
     monkeypatch.setattr(mg, "_fallback_reason", lambda blocks: None if blocks else "no blocks")
     with pytest.raises(AssertionError, match="fall back"):
         check_cnn_fallback(SyntheticModel(layers=4, seed=3), 2)
+
+
+# ----------------------------------------------------------------------------- the task DAG
+
+
+def wire_mib_per_gpu(trace: Trace, style: str, sp: bool = False, gpus: int = 4) -> float:
+    platform = build_platform(gpus)
+    plan = mg.plan_tensor_parallel(trace, gpus, style=style, sequence_parallel=sp)
+    graph = tp.build_from_plan(trace, platform, Strategy(case=3, collective_detail="macro"), plan)
+    _, per_link = summarize(graph, schedule(graph), platform)
+    return sum(k.bytes for k in per_link) / gpus / MiB
+
+
+def test_gpt_sample_bytes_on_the_wire(gpt):
+    """Per GPU on the ring: 24 MiB with Megatron's pairs (with or without sequence parallelism)
+    against 107.3 MiB for the per-op scheme of case 3."""
+    assert wire_mib_per_gpu(gpt, "megatron") == 24.0
+    assert wire_mib_per_gpu(gpt, "megatron", sp=True) == 24.0
+    assert wire_mib_per_gpu(gpt, "per-op") == pytest.approx(107.34375)
+
+
+def test_gpt_sample_summary_in_the_result(gpt):
+    plan = mg.plan_tensor_parallel(gpt, 4)
+    graph = tp.build_from_plan(gpt, build_platform(4), Strategy(case=3), plan)
+    meta = graph.meta["tensor_parallel"]
+    assert meta["summary"] == plan.summary() and meta["blocks"] == 8
+    assert meta["collectives"] == 16 and meta["all_reduce_bytes"] == 16 * MiB
+    # case 3 itself keeps its JSON as it was
+    case3 = tp.build(gpt, build_platform(4), Strategy(case=3)).meta["tensor_parallel"]
+    assert set(case3) == {"collectives", "all_gather_bytes", "all_reduce_bytes", "sharded_ops"}
+
+
+def check_megatron_dag(model: SyntheticTransformer, degree: int, sp: bool, detail: str) -> None:
+    trace = load_transformer(model)
+    plan = mg.plan_tensor_parallel(trace, degree, sequence_parallel=sp)
+    graph = tp.build_from_plan(trace, build_platform(degree), Strategy(case=3, collective_detail=detail), plan)
+    assert nx.is_directed_acyclic_graph(graph.to_networkx()), "the task graph has a cycle"
+    sch = schedule(graph)
+    assert schedule_violations(graph, sch) == []
+    runs: dict[tuple[int, int], list[int]] = {}
+    for t, kind in enumerate(graph.kind):
+        if kind == "compute":
+            runs.setdefault((graph.attrs[t]["op"], graph.devices[t][0]), []).append(t)
+    assert set(runs) == {(op.index, g) for op in trace.ops for g in range(degree)}
+    for (i, _), ts in runs.items():
+        assert len(ts) == 1, "an op runs twice on one GPU"
+        assert graph.duration[ts[0]] == plan.op_time(i, trace.ops[i].duration_s), "wrong op time"
+    # Bytes each collective moves: its payload (macro), or every ring step's (expanded).
+    steps = {"all_reduce": 2 * (degree - 1), "all_gather": degree - 1, "reduce_scatter": degree - 1}
+    moved: Counter = Counter()
+    for t, kind in enumerate(graph.kind):
+        if kind in ("transfer", "collective"):
+            moved[graph.attrs[t]["op"]] += graph.nbytes[t]
+    want: Counter = Counter()
+    for c in plan.collectives:
+        want[c.op] += c.nbytes * (steps[c.kind] if detail == "expanded" else 1)
+    assert moved == want, "collective bytes differ from the plan"
+    # An op reading a buffer a collective completes starts after that collective on its GPU
+    # (until some op writes the buffer again).
+    done: dict[tuple[int, int], float] = {}
+    for t, kind in enumerate(graph.kind):
+        a = graph.attrs[t] or {}
+        if kind == "sync" and "collective" in a and len(graph.devices[t]) == 1:
+            key = (a["op"], graph.devices[t][0])
+            done[key] = max(done.get(key, 0.0), sch.end[t])
+    for c in plan.collectives:
+        # what the op before the collective writes for later ops: the block's output, its
+        # input gradient, or (sequence parallel) the LayerNorm output and residual gradient
+        filled = {k for k in trace.writes[c.op] if k not in trace.batch_invariant}
+        for op in trace.ops[c.op + 1:]:
+            if filled & set(trace.reads[op.index]):
+                for g in range(degree):
+                    (t,) = runs[(op.index, g)]
+                    assert sch.start[t] >= done[(c.op, g)] - 1e-15, "an op ran before its input's collective"
+            filled -= set(trace.writes[op.index])
+
+
+@settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(transformer_cases(), st.sampled_from(["expanded", "macro"]))
+def test_megatron_dag_properties(case, detail):
+    check_megatron_dag(*case, detail)
+
+
+DAG_PLANTED = (SyntheticTransformer(layers=2, hidden=16, heads=4, seq_len=4), 4, True, "expanded")
+
+
+def test_dag_planted_model_passes():
+    check_megatron_dag(*DAG_PLANTED)
+
+
+def test_dag_catches_collective_forgetting_its_buffers(monkeypatch):
+    real = mg.TpCollective
+    monkeypatch.setattr(mg, "TpCollective", lambda op, kind, buffers, nbytes: real(op, kind, (), nbytes))
+    with pytest.raises(AssertionError, match="before its input's collective"):
+        check_megatron_dag(*DAG_PLANTED)
+
+
+def test_dag_catches_reduce_scatter_built_as_all_reduce(monkeypatch):
+    monkeypatch.setattr(tp, "add_reduce_scatter", tp.add_all_reduce)
+    with pytest.raises(AssertionError, match="bytes differ"):
+        check_megatron_dag(*DAG_PLANTED)
+
+
+# ----------------------------------------------------------------------------- the command line
+
+
+def test_run_summary_says_which_scheme(capsys):
+    from triosim.cli import main
+
+    gpt_dir, resnet_dir = str(SAMPLES / "gpt-cpu-bs8"), str(SAMPLES / "resnet18-cpu-bs16")
+    assert main(["run", "--trace-dir", gpt_dir, "--tp", "4", "-GPUnumber", "4"]) == 0
+    assert "Tensor parallel: megatron, 8 transformer block(s)" in capsys.readouterr().out
+    assert main(["run", "--trace-dir", resnet_dir, "--tp", "4", "-GPUnumber", "4"]) == 0
+    assert "Tensor parallel: per-op scheme (no transformer blocks found" in capsys.readouterr().out
+    assert main(["run", "--trace-dir", gpt_dir, "--tp", "3", "-GPUnumber", "3"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("triosim: error: --tp 3 does not divide the 4 attention heads")

@@ -30,9 +30,11 @@ def build_graph(trace: Trace, platform: Platform, strategy: Strategy) -> TaskGra
         if exc.name != f"{__name__}.{name}":
             raise
         raise ConfigError(f"-case {strategy.case} ({strategy.name}) is not implemented yet") from None
+    from ..network import attach_network
+
     graph = module.build(trace, platform, strategy)
     graph.meta.setdefault("parallel", strategy.parallel_dict(platform.num_gpus))
-    return graph
+    return attach_network(graph, platform)
 
 
 __all__ = ["TaskGraph", "build_graph", "BUILDER_MODULES"]

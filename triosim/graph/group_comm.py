@@ -58,7 +58,7 @@ def closed_form_seconds(platform: Platform, group: Sequence[int], op: str, nbyte
     except ImportError:
         collective_cost = None
     if collective_cost is not None:
-        return float(collective_cost(platform, tuple(group), op, nbytes).seconds)
+        return float(collective_cost(platform, tuple(group), op, nbytes, algo=platform.collective_algo).seconds)
     ring = make_ring(platform, group)
     bw, lat = slowest_hop(platform, ring, nbytes)
     return PHASES[op] * (n - 1) * ring_step_time(nbytes, n, bw, lat)

@@ -41,12 +41,8 @@ from dataclasses import dataclass
 
 from ..errors import ConfigError
 from ..trace import Trace
-from .tensor_parallel import (
-    TpCollective,
-    optimizer_state_of,
-    sharded_buffers,
-    tp_collectives,
-)
+from . import tensor_parallel as case3
+from .tensor_parallel import TpCollective, optimizer_state_of
 
 STYLES = ("megatron", "per-op")
 _LINEAR_NAMES = frozenset({"linear", "addmm", "mm"})
@@ -165,10 +161,10 @@ def _walk_back(trace: Trace, row: int, params: set[str]) -> tuple[set[int], set[
     return column, middle
 
 
-def _backward_run(trace: Trace, fwd: set[int]) -> tuple[int, ...] | None:
-    """The block's backward ops: first..last backward op paired with ``fwd`` (None if mixed)."""
-    paired = [i for i, p in enumerate(trace.forward_partner) if p is not None and p in fwd
-              and trace.ops[i].stage == "backward"]
+def _backward_run(trace: Trace, fwd: set[int], paired_with: dict[int, list[int]]) -> tuple[int, ...] | None:
+    """The block's backward ops: first..last backward op paired with ``fwd`` (None if mixed).
+    ``paired_with``: forward op -> the backward ops whose partner it is."""
+    paired = sorted(i for j in fwd for i in paired_with.get(j, ()))
     if not paired:
         return ()
     hi = paired[-1]
@@ -188,12 +184,13 @@ def _backward_run(trace: Trace, fwd: set[int]) -> tuple[int, ...] | None:
     return run
 
 
-def _gradients_in_out(trace: Trace, run: tuple[int, ...], params: set[str]) -> tuple[tuple[str, ...], tuple[str, ...]]:
-    """(gradients the run reads from before it, gradients it writes that later ops read)."""
+def _gradients_in_out(trace: Trace, run: tuple[int, ...], params: set[str],
+                      fwd_written: set[str]) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """(gradients the run reads from before it, gradients it writes that later ops read);
+    ``fwd_written``: every buffer a forward op writes."""
     if not run:
         return (), ()
     hi = run[-1]
-    fwd_written = {k for i, op in enumerate(trace.ops) if op.stage == "forward" for k in trace.writes[i]}
     written_in: set[str] = set()
     needed: list[str] = []
     for i in run:
@@ -219,6 +216,11 @@ def find_blocks(trace: Trace) -> list[MegatronBlock]:
         if op.stage == "forward":
             for k in trace.reads[i]:
                 fwd_readers.setdefault(k, []).append(i)
+    fwd_written = {k for i, op in enumerate(trace.ops) if op.stage == "forward" for k in trace.writes[i]}
+    paired_with: dict[int, list[int]] = {}
+    for i, p in enumerate(trace.forward_partner):
+        if p is not None and trace.ops[i].stage == "backward":
+            paired_with.setdefault(p, []).append(i)
     blocks: list[MegatronBlock] = []
     used: set[int] = set()
     for r in range(len(trace.ops)):
@@ -235,10 +237,10 @@ def find_blocks(trace: Trace) -> list[MegatronBlock]:
         inner = {k for j in column | middle for k in trace.writes[j]}
         if any(reader not in members for k in inner for reader in fwd_readers.get(k, ())):
             continue  # a column output or in-between result is needed outside the block
-        run = _backward_run(trace, members)
+        run = _backward_run(trace, members, paired_with)
         if run is None:
             continue
-        out_grad, in_grad = _gradients_in_out(trace, run, params)
+        out_grad, in_grad = _gradients_in_out(trace, run, params, fwd_written)
         kind = "attention" if any(m in _short(trace.ops[j].name) for j in middle for m in _ATTENTION_MARKS) \
             else "mlp"
         blocks.append(MegatronBlock(
@@ -271,12 +273,18 @@ def attention_heads(trace: Trace, blocks: list[MegatronBlock] | tuple[MegatronBl
 
 
 def _per_op_plan(trace: Trace, degree: int, reference_compat: bool, reason: str | None) -> TensorParallelPlan:
-    # op_time's rule (a tpflag op outside the optimizer works on a 1/T shard) as exact factors
-    scale = [1.0 / degree if op.tpflag and op.stage != "optimizer" else 1.0 for op in trace.ops]
-    shards = {k: degree for k in sorted(sharded_buffers(trace))} if degree > 1 else {}
+    scale = []
+    for op in trace.ops:
+        rule = 1.0 / degree if op.tpflag and op.stage != "optimizer" else 1.0
+        if op.duration_s > 0:
+            # case 3's op_time, snapped to the exact factor so plan.op_time gives the same float
+            ratio = case3.op_time(trace, op.index, degree) / op.duration_s
+            rule = next((x for x in (1.0, 1.0 / degree) if abs(ratio - x) <= 1e-12), ratio)
+        scale.append(rule)
+    shards = {k: degree for k in sorted(case3.sharded_buffers(trace))} if degree > 1 else {}
     return TensorParallelPlan(
         style="per-op", degree=degree, time_scale=tuple(scale),
-        collectives=tuple(tp_collectives(trace, degree, reference_compat)), shard_divisor=shards,
+        collectives=tuple(case3.tp_collectives(trace, degree, reference_compat)), shard_divisor=shards,
         fallback_reason=reason,
     )
 
@@ -364,8 +372,9 @@ def _megatron_plan(trace: Trace, degree: int, blocks: list[MegatronBlock], heads
             if last_bwd is None:
                 continue
             if b.output_grad:
-                before = [i for i in range(b.backward[0]) if set(trace.writes[i]) & set(b.output_grad)]
-                at = before[-1] if before else b.backward[0] - 1
+                wanted = set(b.output_grad)
+                at = next((i for i in range(b.backward[0] - 1, -1, -1) if wanted.intersection(trace.writes[i])),
+                          b.backward[0] - 1)
                 colls.append((at, 0, TpCollective(at, "all_gather", b.output_grad,
                                                   sum(nb(k) for k in b.output_grad))))
             if b.input_grad:
@@ -412,7 +421,8 @@ def plan_tensor_parallel(trace: Trace, degree: int, style: str = "megatron", seq
         return _per_op_plan(trace, degree, reference_compat, reason)
     heads = attention_heads(trace, blocks)
     if heads is not None and heads % degree != 0:
-        raise ConfigError(f"--tp {degree} does not divide the {heads} attention heads of this trace")
+        raise ConfigError(f"--tp {degree} does not divide the {heads} attention heads of this trace "
+                          "(megatron splits whole heads: use a divisor of the head count, or --tp-style per-op)")
     return _megatron_plan(trace, degree, blocks, heads, sequence_parallel)
 
 

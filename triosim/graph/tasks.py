@@ -37,6 +37,9 @@ class TaskGraph:
         self.resources: list[tuple[int, ...]] = []
         self.devices: list[tuple[int, ...]] = []
         self.nbytes: list[int] = []
+        # The fixed-delay part of a link task's duration (link and collective latency): under the
+        # flow network model only the rest is shared with other flows.
+        self.latency: list[float] = []
         self.attrs: list[dict[str, Any] | None] = []
         self.succ: list[list[int]] = []
         self.npred: list[int] = []
@@ -70,6 +73,7 @@ class TaskGraph:
         devices: Sequence[int] = (),
         nbytes: int = 0,
         after: Iterable[int] = (),
+        latency_s: float = 0.0,
         **attrs: Any,
     ) -> int:
         if kind not in KINDS:
@@ -91,6 +95,7 @@ class TaskGraph:
         self.resources.append(rids)
         self.devices.append(tuple(devices))
         self.nbytes.append(int(nbytes))
+        self.latency.append(min(float(latency_s), float(duration_s)))
         self.attrs.append(attrs or None)
         self.succ.append([])
         self.npred.append(0)
@@ -131,7 +136,7 @@ class TaskGraph:
         route = platform.route(src, dst)
         return self.add_task(
             kind, label, platform.route_time(route, nbytes), route, devices, nbytes,
-            after=after, src=src, dst=dst, **attrs,
+            after=after, latency_s=platform.route_time(route, 0.0), src=src, dst=dst, **attrs,
         )
 
     def add_transfer(

@@ -20,6 +20,10 @@ What it models:
   everything else is replicated at full size. Collective buffers are not counted.
 - **N = 1** is case 0 exactly: full op times, no collectives, the same memory plan.
 
+:func:`build_from_plan` builds the same DAG from any
+:class:`~triosim.graph.megatron.TensorParallelPlan` (case 3 is the per-op plan; a megatron plan
+splits attention/MLP blocks and can use reduce-scatter + all-gather).
+
 ``reference_compat`` (the original, ORIGINAL.md Q17/Q18): after every tpflag op, forward or
 backward, its outputs divided by N (Σ ⌊bytes/N⌋ over the op's output list) are all-reduced
 with the ring routine, and the GPU's next op waits for it. With the compat platform's ring
@@ -30,14 +34,18 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from ..platform import Platform
 from ..strategy import Strategy
 from ..trace import Trace
-from .collectives import add_all_gather, add_all_reduce
+from .collectives import add_all_gather, add_all_reduce, add_reduce_scatter
 from .memory import plan_replicas
 from .single import op_label, op_steps, persistent_buffers, record_memory
 from .tasks import TaskGraph
+
+if TYPE_CHECKING:
+    from .megatron import TensorParallelPlan
 
 
 @dataclass(frozen=True)
@@ -127,28 +135,39 @@ def optimizer_state_of(trace: Trace, sharded_params: set[str]) -> set[str]:
     return sharded
 
 
-def _memory_sizes(trace: Trace, n: int) -> dict[str, int]:
-    sizes = {k: t.bytes for k, t in trace.tensors.items()}
-    if n > 1:
-        for k in sharded_buffers(trace):
-            sizes[k] = -(-sizes[k] // n)
-    return sizes
-
-
 def build(trace: Trace, platform: Platform, strategy: Strategy) -> TaskGraph:
     """Case 3 over every GPU of ``platform``; collectives run on its logical ring."""
+    from .megatron import plan_tensor_parallel
+
+    plan = plan_tensor_parallel(trace, platform.num_gpus, style="per-op", reference_compat=strategy.reference_compat)
+    return build_from_plan(trace, platform, strategy, plan)
+
+
+_LABEL = {"all_gather": "allgather", "all_reduce": "allreduce", "reduce_scatter": "reducescatter"}
+
+
+def build_from_plan(trace: Trace, platform: Platform, strategy: Strategy, plan: TensorParallelPlan) -> TaskGraph:
+    """Tensor parallelism over every GPU of ``platform`` as ``plan`` says (its degree is the GPU
+    count): each GPU runs every op at ``plan.op_time``, the plan's collectives run on the
+    logical ring, an op that reads a buffer a collective completes waits for it on its GPU,
+    and each GPU holds ⌈bytes / divisor⌉ of the plan's sharded buffers."""
     graph = TaskGraph()
     n = platform.num_gpus
+    if plan.degree != n:
+        raise ValueError(f"a plan for {plan.degree} ranks on {n} GPUs")
     devices = list(range(n))
     group: Sequence[int] = platform.ring
-    colls = {c.op: c for c in tp_collectives(trace, n, strategy.reference_compat)}
+    colls: dict[int, list[TpCollective]] = {}
+    for c in plan.collectives:
+        colls.setdefault(c.op, []).append(c)
     prev: dict[int, list[int]] = {g: [] for g in devices}
     tasks: dict[int, list[int]] = {g: [] for g in devices}
     ready: dict[str, dict[int, int]] = {}  # buffer -> {gpu: sync after which it is complete}
+    add = {"all_gather": add_all_gather, "all_reduce": add_all_reduce, "reduce_scatter": add_reduce_scatter}
     for op in trace.ops:
         i = op.index
-        duration = op_time(trace, i, n)
-        sharded = op.tpflag and op.stage != "optimizer" and n > 1
+        duration = plan.op_time(i, op.duration_s)
+        sharded = plan.time_scale[i] != 1.0 and op.stage != "optimizer" and n > 1
         # An op starts once the collectives of the buffers it reads are done on its GPU.
         waits = [ready[k] for k in trace.reads[i] if k in ready]
         for g in devices:
@@ -159,33 +178,38 @@ def build(trace: Trace, platform: Platform, strategy: Strategy) -> TaskGraph:
             )
             tasks[g].append(t)
             prev[g] = [t]
-        c = colls.get(i)
-        if c is None:
-            continue
-        label = f"{'allgather' if c.kind == 'all_gather' else 'allreduce'} {op_label(trace, i)}"
-        add = add_all_gather if c.kind == "all_gather" else add_all_reduce
-        synced = add(graph, platform, group, c.nbytes, label, after={g: [tasks[g][-1]] for g in devices},
-                     detail=strategy.collective_detail, op=i)
-        if strategy.reference_compat:
-            prev = {g: [synced[g]] for g in devices}  # the original's compute waits for it
-        else:
-            for k in c.buffers:
-                ready[k] = synced
+        for c in colls.get(i, ()):
+            label = f"{_LABEL[c.kind]} {op_label(trace, i)}"
+            synced = add[c.kind](graph, platform, group, c.nbytes, label, after={g: [tasks[g][-1]] for g in devices},
+                                  detail=strategy.collective_detail, op=i)
+            if strategy.reference_compat:
+                prev = {g: [synced[g]] for g in devices}  # the original's compute waits for it
+            else:
+                for k in c.buffers:
+                    ready[k] = synced
     ops = list(range(len(trace.ops)))
-    sizes = _memory_sizes(trace, n)
+    sizes = {k: t.bytes for k, t in trace.tensors.items()}
+    for k, div in plan.shard_divisor.items():
+        sizes[k] = -(-sizes[k] // div)
     persistent = persistent_buffers(trace)
     reports = plan_replicas(graph, platform, devices, lambda g: op_steps(trace, ops, tasks[g]), sizes,
                             external=trace.external, persistent=persistent, placement=strategy.initial_placement)
     record_memory(graph, reports)
     graph.meta["devices"] = devices
-    graph.meta["tensor_parallel"] = {
-        "collectives": len(colls),
-        "all_gather_bytes": sum(c.nbytes for c in colls.values() if c.kind == "all_gather"),
-        "all_reduce_bytes": sum(c.nbytes for c in colls.values() if c.kind == "all_reduce"),
-        "sharded_ops": sum(1 for op in trace.ops if op.tpflag and op.stage != "optimizer"),
+    by_kind = {kind: sum(c.nbytes for c in plan.collectives if c.kind == kind) for kind in add}
+    meta = {
+        "collectives": len(plan.collectives),
+        "all_gather_bytes": by_kind["all_gather"],
+        "all_reduce_bytes": by_kind["all_reduce"],
+        "sharded_ops": sum(1 for op in trace.ops if op.stage != "optimizer" and (
+            op.tpflag if plan.style == "per-op" else plan.time_scale[op.index] != 1.0)),
     }
+    if plan.style == "megatron" or plan.fallback_reason:
+        meta.update(style=plan.style, summary=plan.summary(), blocks=len(plan.blocks),
+                    reduce_scatter_bytes=by_kind["reduce_scatter"])
+    graph.meta["tensor_parallel"] = meta
     return graph
 
 
-__all__ = ["TpCollective", "build", "input_gradients", "op_time", "optimizer_state_of", "sharded_buffers",
+__all__ = ["TpCollective", "build", "build_from_plan", "input_gradients", "op_time", "optimizer_state_of", "sharded_buffers",
            "tp_collectives"]

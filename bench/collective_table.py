@@ -1,0 +1,94 @@
+"""Print what ``--collective-algo auto`` picks per message size (like NCCL's tuning table),
+and the closed-form all-reduce time of every algorithm, for a few group sizes and topologies.
+
+    python bench/collective_table.py                # 8 and 64 GPUs, nvlink-cluster and others
+    python bench/collective_table.py --plot docs/allreduce_vs_size.png
+"""
+
+from __future__ import annotations
+
+import argparse
+
+from triosim import build_platform
+from triosim.graph.collective_cost import collective_cost
+
+SIZES = [2**k for k in range(10, 33, 2)]  # 1 KiB … 4 GiB
+ALGOS = ("one-way-ring", "ring", "tree", "hierarchical", "direct")
+
+
+def human(n: int) -> str:
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if n < 1024:
+            return f"{n:g} {unit}"
+        n //= 1024
+    return f"{n} TiB"
+
+
+def platforms():
+    """(label, platform): H100-like clusters (8 GPUs per node, NVLink 450 GB/s per direction,
+    one 400 Gb/s NIC per GPU), NCCL latencies."""
+    for n in (8, 64):
+        yield f"nvlink-cluster {n} GPUs", build_platform(
+            n, topology="nvlink-cluster", ptp_bandwidth_gbps=450, node_bandwidth_gbps=50,
+            network="flow", collective_algo="auto", collective_latency_us=None)
+        yield f"switch {n} GPUs", build_platform(
+            n, topology="switch", ptp_bandwidth_gbps=450, network="flow", collective_algo="auto",
+            collective_latency_us=None)
+    yield "ring 8 GPUs", build_platform(8, ptp_bandwidth_gbps=65, collective_latency_us=None)
+    yield "fully-connected 8 GPUs", build_platform(8, topology="fully-connected", collective_latency_us=None)
+
+
+def table() -> None:
+    for label, p in platforms():
+        group = range(p.num_gpus)
+        print(f"\n{label}: all-reduce, time in µs per algorithm (* = auto's choice)")
+        print(f"{'size':>9} | " + " | ".join(f"{a:>13}" for a in ALGOS) + " | auto")
+        for size in SIZES:
+            choice = collective_cost(p, group, "all_reduce", size).algo
+            cells = []
+            for a in ALGOS:
+                c = collective_cost(p, group, "all_reduce", size, a)
+                mark = "*" if c.algo == choice and a == choice else " "
+                cells.append(f"{c.seconds * 1e6:12.1f}{mark}" if c.algo == a else f"{'(' + c.algo + ')':>13}")
+            print(f"{human(size):>9} | " + " | ".join(cells) + f" | {choice}")
+
+
+def plot(path: str) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, 2, figsize=(11, 4.2))
+    for ax, n in zip(axes, (8, 64)):
+        p = build_platform(n, topology="nvlink-cluster", ptp_bandwidth_gbps=450, node_bandwidth_gbps=50,
+                           collective_latency_us=None)
+        for a in ALGOS:
+            ys = [collective_cost(p, range(n), "all_reduce", s, a) for s in SIZES]
+            if all(c.algo == a for c in ys):
+                ax.plot(SIZES, [c.seconds * 1e6 for c in ys], marker="o", ms=3, label=a)
+        auto = [collective_cost(p, range(n), "all_reduce", s).seconds * 1e6 for s in SIZES]
+        ax.plot(SIZES, auto, "k--", lw=1, label="auto")
+        ax.set_xscale("log", base=2)
+        ax.set_yscale("log")
+        ax.set_xlabel("message size (bytes)")
+        ax.set_ylabel("all-reduce time (µs)")
+        ax.set_title(f"{n} GPUs, nvlink-cluster (8/node, 450 GB/s NVLink, 50 GB/s NIC)", fontsize=9)
+        ax.grid(True, which="both", alpha=0.3)
+        ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110, metadata={"Software": None})
+    print(f"wrote {path}")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--plot", metavar="PNG", help="also write the all-reduce time vs size plot")
+    args = ap.parse_args()
+    table()
+    if args.plot:
+        plot(args.plot)
+
+
+if __name__ == "__main__":
+    main()
