@@ -26,9 +26,10 @@ What it models:
   (prefetch; 3Ψ per step with one micro-batch). Memory: parameters (ZeRO-3), gradients
   (ZeRO ≥ 2) and optimizer state (ZeRO ≥ 1) take 1/N_dp on each GPU; a gathered unit's transient
   copy is not counted.
-- **Representatives.** Replicas (d, t) do the same work; by default only (0, 0) is built and
+- **Representatives.** Replicas (d, t) do the same work; on large meshes only (0, 0) is built and
   its collectives are charged with their closed form on the group's links
-  (:mod:`triosim.graph.group_comm`); ``--exact`` builds every GPU.
+  (:mod:`triosim.graph.group_comm`); ``--exact`` builds every GPU, and so does the default while
+  the graph stays small (``AUTO_EXACT_TASKS``).
 
 With one axis only it is the case builder it generalises: ``--dp N`` = case 2, ``--pp N`` =
 case 4, ``--tp N --tp-style per-op`` = case 3 (tests compare them).
@@ -66,6 +67,10 @@ from .star_routes import prime_routes
 from .tasks import TaskGraph
 from .tp_plans import tensor_plan
 from .zero import BufferRoles, buffer_roles, fsdp_units, zero_divisor
+
+# Without --exact/--representatives, every GPU is built while dp·tp·ops·micro-batches stays below
+# this many compute tasks; above it one representative per role.
+AUTO_EXACT_TASKS = 100_000
 
 # ----------------------------------------------------------------------------- the stage plan
 
@@ -194,7 +199,10 @@ def build(trace: Trace, platform: Platform, strategy: Strategy) -> TaskGraph:
                           "needs at least one")
     sizes = micro_batch_sizes(trace.batch_size, strategy.micro_batch_size)
     fractions = [m / trace.batch_size for m in sizes]
-    replicas = [(d, t) for d in range(dp) for t in range(tp)] if strategy.exact else [(0, 0)]
+    exact = strategy.exact
+    if exact is None:  # every GPU while that stays small: then even contention between groups is simulated
+        exact = dp * tp * len(trace.ops) * len(fractions) <= AUTO_EXACT_TASKS
+    replicas = [(d, t) for d in range(dp) for t in range(tp)] if exact else [(0, 0)]
     prime_routes(platform, ((ranks.rank(d, t, s), ranks.rank(d, t, s + e)) for d, t in replicas
                             for s in range(pp) for e in (-1, 1) if 0 <= s + e < pp))
     plan = stage_plan(trace, platform, strategy, fractions, ranks.stage_gpus(0, 0))
@@ -203,7 +211,7 @@ def build(trace: Trace, platform: Platform, strategy: Strategy) -> TaskGraph:
     b.labels = [op_label(trace, i) for i in range(len(trace.ops))]
     b.prefixes = [f"mb{r}:" for r in range(len(fractions))]
     b.versions = buffer_versions(trace, plan.phase) if pp > 1 else []
-    comm = GroupComm(b.graph, platform, strategy.collective_detail, strategy.exact)
+    comm = GroupComm(b.graph, platform, strategy.collective_detail, exact)
     waits, cover = tp_waits(trace, tpp.collectives if tp > 1 else ())
     colls = {c.op: c for c in tpp.collectives} if tp > 1 else {}
     params_of = _stage_params(b)
@@ -566,7 +574,7 @@ def _summary(b: _Build, comm: GroupComm, params_of: list[list[str]], reports: li
     return {
         "gpus": ranks.size,
         "rank_order": ",".join(ranks.order),
-        "representatives": not b.strategy.exact,
+        "representatives": len(b.replicas) < ranks.dp * ranks.tp,
         "built_gpus": len(b.graph.meta.get("devices", [])) or len(b.replicas) * ranks.pp,
         "micro_batches": len(b.fractions),
         "tp_style": getattr(tpp, "style", "per-op") if ranks.tp > 1 else None,
