@@ -4,6 +4,7 @@ synthetic transformers with planted bugs, and one-line errors."""
 
 from __future__ import annotations
 
+import csv
 import json
 import tempfile
 from pathlib import Path
@@ -150,6 +151,18 @@ def test_num_layers_flag(capsys):
     assert float(capsys.readouterr().out) == four
     assert main(["run", "--trace-dir", str(GPT), "--num-layers", "8", "-q"]) == 0
     assert float(capsys.readouterr().out) > four
+
+
+def test_num_layers_sweep_axis(tmp_path, capsys):
+    out = tmp_path / "sweep.csv"
+    assert main(["sweep", "--trace-dir", str(GPT), "--num-layers", "0,2,4", "--case", "0", "--out", str(out),
+                 "--quiet"]) == 0
+    capsys.readouterr()
+    rows = {r["num-layers"]: r for r in csv.DictReader(out.read_text().splitlines())}
+    assert rows["0"]["status"] == "invalid" and "--num-layers" in rows["0"]["reason"]
+    two, four = float(rows["2"]["makespan_ms"]), float(rows["4"]["makespan_ms"])
+    assert main(["run", "--trace-dir", str(GPT), "-q"]) == 0
+    assert four == pytest.approx(float(capsys.readouterr().out), abs=1e-4) and two < four
 
 
 def test_errors_are_one_line(tmp_path, capsys):

@@ -71,6 +71,9 @@ def add_sim_flags(p: argparse.ArgumentParser) -> None:
     g.add_argument("--node-bandwidth", type=float, default=50.0,
                    help="nvlink-cluster: each GPU's NIC to the cluster network, GB/s (50 = 400 Gb/s)")
     g.add_argument("--link-latency-us", type=float, default=None, help="per-link latency in µs (0; optical hop 0.02)")
+    g.add_argument("--topology-file", default=None, metavar="FILE.yaml",
+                   help="read the cluster from a YAML file (kind: preset or cluster; a shipped name such as "
+                        "dgx-h100-superpod works too); its links replace --topology and the bandwidth flags")
     g.add_argument("--network", choices=NETWORKS, default="flow",
                    help="link model: flow (concurrent transfers share links max-min fairly, default) or exclusive "
                         "(a transfer reserves its whole route, the original model)")
@@ -318,6 +321,7 @@ def platform_from_args(args: argparse.Namespace) -> Platform:
         reference_compat=args.reference_compat,
         gpus_per_node=args.gpus_per_node,
         node_bandwidth_gbps=args.node_bandwidth,
+        topology_file=None if single else args.topology_file,
         network=args.network,
         collective_algo=args.collective_algo,
         collective_latency_us=args.collective_latency_us,

@@ -148,6 +148,23 @@ class Platform:
         return out
 
 
+def _from_file(path: str, num_gpus: int, capacity_log2: float, bandwidth_gbps: float, reference_compat: bool,
+               network: str, collective_algo: str, collective_latency_us: float | None) -> Platform:
+    """A platform described by a topology file (see :mod:`triosim.topology_file`)."""
+    from . import topology_file as tf
+
+    where, data = tf.read(path)
+    if "gpus" in data and tf._number(where, data, "gpus", integer=True) != num_gpus:
+        raise ConfigError(f"{where}: field 'gpus' is {data['gpus']}, but -GPUnumber is {num_gpus}")
+    if data["kind"] == "preset":
+        kwargs = {"bandwidth_gbps": bandwidth_gbps, **tf.preset_arguments(where, data)}
+        return build_platform(num_gpus, capacity_log2=capacity_log2, reference_compat=reference_compat,
+                              network=network, collective_algo=collective_algo,
+                              collective_latency_us=collective_latency_us, **kwargs)
+    return tf.build_cluster(tf.cluster_spec(where, data), where, num_gpus, capacity_log2, bandwidth_gbps,
+                            network, collective_algo, collective_latency_us)
+
+
 def check_network_settings(network: str, collective_algo: str, collective_latency_us: float | None) -> None:
     if network not in NETWORKS:
         raise ConfigError(f"--network must be flow or exclusive, got {network!r}")
@@ -193,6 +210,7 @@ def build_platform(
     network: str = "exclusive",
     collective_algo: str = "one-way-ring",
     collective_latency_us: float | None = 0.0,
+    topology_file: str | None = None,
 ) -> Platform:
     """Build the platform from the seed flags (DESIGN §2.2, §6).
 
@@ -206,6 +224,9 @@ def build_platform(
     check_network_settings(network, collective_algo, collective_latency_us)
     if reference_compat:
         network, collective_algo, collective_latency_us = "exclusive", "one-way-ring", 0.0
+    if topology_file is not None:
+        return _from_file(topology_file, num_gpus, capacity_log2, bandwidth_gbps, reference_compat,
+                          network, collective_algo, collective_latency_us)
     if num_gpus < 1:
         raise ConfigError(f"-GPUnumber must be >= 1, got {num_gpus}")
     if bandwidth_gbps <= 0:

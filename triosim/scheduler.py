@@ -95,6 +95,9 @@ def _schedule_flows(graph: TaskGraph, progress: Callable[[int], None] | None, re
     names = graph.resource_names
     bw_by_name = graph.meta.get(BANDWIDTH_META, {})
     bandwidth = {r: bw_by_name[name] for r, name in enumerate(names) if name in bw_by_name}
+    link_ids = frozenset(bandwidth)
+    is_flow = [bool(link_ids.intersection(rs)) if rs else False for rs in res]
+    latency = graph.latency
     indeg = list(graph.npred)
     ready_at = [0.0] * n
     start = [0.0] * n
@@ -106,13 +109,14 @@ def _schedule_flows(graph: TaskGraph, progress: Callable[[int], None] | None, re
     heapq.heapify(events)
     pop, push = heapq.heappop, heapq.heappush
     active: dict[int, Flow] = {}
+    inf = float("inf")
+    t_next = inf  # when the next active flow ends; valid until the active set changes
     now = 0.0
     placed = 0
     tick = max(1, n // 100)
     log: list[tuple[float, float, dict[int, float]]] | None = [] if record else None
 
-    def finish(i: int, t: float) -> None:
-        nonlocal placed
+    def release(i: int, t: float) -> None:
         end[i] = t
         for j in succ[i]:
             if t > ready_at[j]:
@@ -120,9 +124,6 @@ def _schedule_flows(graph: TaskGraph, progress: Callable[[int], None] | None, re
             indeg[j] -= 1
             if indeg[j] == 0:
                 push(events, (ready_at[j], 0, j))
-        placed += 1
-        if progress is not None and placed % tick == 0:
-            progress(placed)
 
     def advance(t: float) -> None:
         nonlocal now
@@ -132,34 +133,42 @@ def _schedule_flows(graph: TaskGraph, progress: Callable[[int], None] | None, re
                 log.append((now, t, {f.task: f.rate for f in active.values()}))
             for f in active.values():
                 f.remaining -= f.rate * dt
-        now = max(now, t)
+        if t > now:
+            now = t
+
+    def rerate() -> float:
+        maxmin_rates(list(active.values()))
+        return min((now + f.remaining / f.rate for f in active.values()), default=inf)
 
     while events or active:
-        t_flow = min((now + f.remaining / f.rate for f in active.values()), default=float("inf"))
-        if active and (not events or t_flow < events[0][0]):
-            # Every flow due at t_flow (to rounding) ends now; the others move on.
-            done = [f for f in active.values() if now + f.remaining / f.rate <= t_flow * (1 + 1e-13)]
-            advance(t_flow)
-            for f in done:
-                del active[f.task]
-            maxmin_rates(list(active.values()))
-            for f in sorted(done, key=lambda f: f.task):
-                finish(f.task, now)
+        if active and (not events or t_next < events[0][0]):
+            # Every flow due at t_next (to rounding) ends now; the others move on.
+            due = t_next * (1 + 1e-13)
+            done = [f.task for f in active.values() if now + f.remaining / f.rate <= due]
+            advance(t_next)
+            for i in done:
+                del active[i]
+            t_next = rerate()
+            for i in sorted(done):
+                release(i, now)
+            placed += len(done)
+            if progress is not None and placed // tick != (placed - len(done)) // tick:
+                progress(placed)
             continue
         t, kind, i = pop(events)
         if kind == 1:  # a flow's latency is over: it joins the link sharing
             advance(t)
             f = flow_of(graph, i, bandwidth)
             if f.remaining <= 0 or not f.coefs:
-                finish(i, t)
+                release(i, t)
+                placed += 1
             else:
                 active[i] = f
-                maxmin_rates(list(active.values()))
+                t_next = rerate()
             continue
-        links = [r for r in res[i] if r in bandwidth]
-        if links:
+        if is_flow[i]:
             start[i] = t
-            push(events, (t + graph.latency[i], 1, i))
+            push(events, (t + latency[i], 1, i))
             continue
         for r in res[i]:
             if free[r] > t:
@@ -168,7 +177,10 @@ def _schedule_flows(graph: TaskGraph, progress: Callable[[int], None] | None, re
         for r in res[i]:
             free[r] = e
         start[i] = t
-        finish(i, e)
+        release(i, e)
+        placed += 1
+        if progress is not None and placed % tick == 0:
+            progress(placed)
     if placed != n:
         raise TriosimError(f"the task graph has a cycle: {n - placed} of {n} tasks could never start")
     return Schedule(start=start, end=end, makespan=max(end, default=0.0), rates=log)

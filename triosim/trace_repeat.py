@@ -573,6 +573,8 @@ def repeat_trace_dir(src: str | os.PathLike, dst: str | os.PathLike, layers: int
 def load_repeated(path: str | os.PathLike, layers: int, batch_size: int = 128,
                   time_column: str = "nooverlap") -> Trace:
     """Load the trace in ``path`` with its repeated layer repeated ``layers`` times (``--num-layers``)."""
+    if layers < 1:
+        raise ConfigError(f"--num-layers must be a positive integer, got {layers}")
     raw = read_raw(path)
     trace = load_trace(path, batch_size=batch_size, time_column=time_column)
     out, _ = repeat_raw(raw, trace, layers)

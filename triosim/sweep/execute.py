@@ -27,8 +27,9 @@ from ..errors import ConfigError, TriosimError
 from ..trace import Trace, load_trace, scale_trace
 from .grid import Point
 
-# (trace directory, batch the trace was recorded at, op-time column): what load_trace reads.
-TraceKey = tuple[str, int, str]
+# (trace directory, batch the trace was recorded at, op-time column, --num-layers or None):
+# what load_trace reads, and the depth its transformer layer is repeated to.
+TraceKey = tuple[str, int, str, "int | None"]
 
 OK, INVALID, FAILED = "ok", "invalid", "failed"
 
@@ -169,7 +170,7 @@ def prepare(points: Sequence[Point]) -> Prepared:
             settled.append(Outcome(point.index, FAILED,
                                    f"-case {ns.case} ({CASE_NAMES[ns.case]}) is not implemented yet"))
             continue
-        pending.append((point, (trace_dir, batch, ns.time_column), sim))
+        pending.append((point, (trace_dir, batch, ns.time_column, getattr(ns, "num_layers", None)), sim))
 
     loaded: dict[TraceKey, Trace] = {}
     broken: dict[TraceKey, str] = {}
@@ -177,7 +178,12 @@ def prepare(points: Sequence[Point]) -> Prepared:
         if key in loaded or key in broken:
             continue
         try:
-            loaded[key] = load_trace(key[0], batch_size=key[1], time_column=key[2])
+            if key[3] is None:
+                loaded[key] = load_trace(key[0], batch_size=key[1], time_column=key[2])
+            else:
+                from ..trace_repeat import load_repeated
+
+                loaded[key] = load_repeated(key[0], key[3], batch_size=key[1], time_column=key[2])
         except TriosimError as exc:
             broken[key] = _reason(exc)
     tasks = []

@@ -1,0 +1,1 @@
+"""Cluster topology files shipped with triosim (``--topology-file NAME`` finds them by name)."""
