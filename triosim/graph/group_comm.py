@@ -117,7 +117,8 @@ class GroupComm:
         group = self.ordered(group)
         links = self._links.get(group)
         if links is None:
-            prime_routes(self.platform, zip(group, group[1:] + group[:1]))
+            # Ring, tree and direct algorithms route between any two members.
+            prime_routes(self.platform, ((a, b) for a in group for b in group if a != b))
             links = self.links(group)
         if self.exact:
             return _ADD[op](self.graph, self.platform, group, nbytes, label, after=after, detail=self.detail,
