@@ -198,3 +198,25 @@ def test_summary_says_when_op_times_are_cpu_times(capsys) -> None:
     assert "op times measured on CPU" in out
     assert main(["run", "--case", "0", "--json", "-"]) == 0
     assert json.loads(capsys.readouterr().out)["time_source"] == "cpu"
+
+
+def test_config_from_a_result_warns_when_the_trace_changed(tmp_path, synthetic_dir, capsys) -> None:
+    first = tmp_path / "first.json"
+    assert main(["run", "--trace-dir", str(synthetic_dir), "--json", str(first), "-q"]) == 0
+    capsys.readouterr()
+    assert main(["run", "--config", str(first), "-q"]) == 0
+    assert "warning" not in capsys.readouterr().err
+    with open(synthetic_dir / "trace.csv", "a") as fh:
+        fh.write("\n")  # same rows, different bytes
+    assert main(["run", "--config", str(first), "-q"]) == 0
+    err = capsys.readouterr().err
+    assert "warning" in err and "trace.csv differs from the one the configuration was recorded with" in err
+
+
+def test_summary_says_when_the_trace_batch_was_assumed(synthetic_dir, capsys) -> None:
+    (synthetic_dir / "meta.json").unlink()
+    assert main(["run", "--trace-dir", str(synthetic_dir)]) == 0
+    out = " ".join(capsys.readouterr().out.split())
+    assert "trace batch 128 assumed: no meta.json and no --batch-size" in out
+    assert main(["run", "--trace-dir", str(synthetic_dir), "--batch-size", "8", "--json", "-"]) == 0
+    assert json.loads(capsys.readouterr().out)["batch_source"] == "flag"

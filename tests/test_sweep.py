@@ -93,11 +93,29 @@ def test_comma_lists_and_spellings_expand_in_given_order() -> None:
                                           ("ptp_bandwidth", ["65", "300.5"])])
     assert grid.columns == ("gpus", "case", "ptp-bandwidth")
     pts = grid.points()
-    assert len(pts) == len(grid) == 8
-    assert [dict(p.values)["gpus"] for p in pts[:4]] == [2, 2, 2, 2]  # first axis slowest
+    # Case 0 runs on one GPU: its GPU count and GPU-to-GPU bandwidth do not apply, so the
+    # eight combinations hold one case-0 configuration and four case-1 ones.
+    assert len(grid) == 8 and len(pts) == 5
+    assert [dict(p.values)["gpus"] for p in pts[:3]] == ["n/a", 2, 2]  # first axis slowest
+    assert dict(pts[0].values) == {"gpus": "n/a", "case": 0, "ptp-bandwidth": "n/a"}
     assert dict(pts[-1].values) == {"gpus": 4, "case": 1, "ptp-bandwidth": 300.5}
-    ns = pts[0].namespace()
+    ns = pts[1].namespace()
     assert ns.gpus == 2 and ns.bandwidth == 696.0 and ns.micro_batch_size == -1  # run defaults
+    every = build_grid(table, cli_entries=[("GPUnumber", ["2", "4"]), ("-case", ["0", "1"]),
+                                           ("ptp_bandwidth", ["65", "300.5"])], every_combination=True)
+    assert len(every.points()) == 8 and dict(every.points()[0].values)["gpus"] == 2
+
+
+def test_flags_that_do_not_apply_collapse_per_case() -> None:
+    """--micro-batch-size only shapes pipelines, --bucket-mb only DDP: 2 cases × 2 values → 3."""
+    grid = build_grid(FlagTable.from_cli(), cli_entries=[("case", ["1", "2", "4"]), ("gpus", ["4"]),
+                                                         ("micro-batch-size", ["default", "16"]),
+                                                         ("bucket-mb", ["5", "25"])])
+    shown = [(dict(p.values)["case"], dict(p.values)["micro-batch-size"], dict(p.values)["bucket-mb"])
+             for p in grid.points()]
+    assert shown == [(1, "n/a", "n/a"), (2, "n/a", 5.0), (2, "n/a", 25.0), (4, "default", "n/a"), (4, 16, "n/a")]
+    configs = [dict(p.config) for p in grid.points()]
+    assert all(c["micro_batch_size"] == -1 for c in configs if c["case"] != 4)  # run's default, not 16
 
 
 def test_every_run_flag_is_sweepable() -> None:
@@ -156,24 +174,24 @@ def test_grid_file_on_the_command_line(tiny: Path, tmp_path: Path) -> None:
     out = tmp_path / "r.csv"
     assert _sweep(tiny, "--grid", str(g), "--gpus", "8", "-j", "1", "--out", str(out)) == 0
     rows = _read_csv(out)
-    assert [(r["case"], r["gpus"], r["bandwidth"]) for r in rows] == [("0", "8", "50.0"), ("1", "8", "50.0")]
+    assert [(r["case"], r["gpus"], r["bandwidth"]) for r in rows] == [("0", "n/a", "50.0"), ("1", "8", "50.0")]
 
 
 def test_invalid_combination_is_recorded_not_fatal(tiny: Path, tmp_path: Path) -> None:
     out = tmp_path / "r.csv"
-    rc = _sweep(tiny, "--case", "0,1", "--interconnects", "1", "--numRows", "2", "--numCols", "2",
+    rc = _sweep(tiny, "--case", "0,4", "--interconnects", "1", "--numRows", "2", "--numCols", "2",
                 "--gpus", "4,8", "--micro-batch-size=-1,16", "-j", "1", "--out", str(out))
     assert rc == 0
     rows = _read_csv(out)
-    assert len(rows) == 8
+    assert len(rows) == 5  # case 0 once (no mesh, no micro-batches on one GPU), case 4 four times
     assert list(rows[0]) == ["trace-dir", "batch-size", "case", "interconnects", "numRows", "numCols", "gpus", "micro-batch-size",
                              *METRIC_COLUMNS]
     by = {(r["case"], r["gpus"], r["micro-batch-size"]): r for r in rows}
-    mesh = by[("1", "8", "-1")]
+    mesh = by[("4", "8", "default")]
     assert mesh["status"] == "invalid" and "numRows × -numCols = 2 × 2 = 4" in mesh["reason"]
-    assert by[("0", "8", "16")]["status"] == "invalid" and "larger than the simulated batch" in by[("0", "8", "16")]["reason"]
-    assert by[("0", "4", "-1")]["status"] == "ok"  # case 0 ignores the mesh, as `triosim run` does
-    assert by[("1", "4", "-1")]["status"] in ("ok", "failed")  # failed only while case 1 is unwritten
+    assert by[("4", "4", "16")]["status"] == "invalid" and "larger than the simulated batch" in by[("4", "4", "16")]["reason"]
+    assert by[("0", "n/a", "n/a")]["status"] == "ok"  # case 0 ignores the mesh, as `triosim run` does
+    assert by[("4", "4", "default")]["status"] == "ok"
 
 
 def test_not_implemented_case_is_a_failed_row(tiny: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -193,8 +211,8 @@ def test_sweep_matches_run_and_files_are_deterministic(tiny: Path, tmp_path: Pat
     assert _sweep(tiny, *flags, "-j", "2", "--out", str(b)) == 0  # a process pool
     assert a.read_bytes() == b.read_bytes()
     rows = _read_csv(a)
-    assert [(r["case"], r["gpus"]) for r in rows[:3]] == [("0", "2")] * 3  # grid order, not rank order
-    assert len(rows) == 24
+    assert [(r["case"], r["gpus"]) for r in rows[:5]] == [("0", "n/a")] * 4 + [("1", "2")]  # grid order
+    assert len(rows) == 4 + 16
     doc = json.loads(j.read_text())
     assert [r["makespan_ms"] for r in doc["rows"]] == [float(r["makespan_ms"]) if r["makespan_ms"] else None
                                                        for r in rows]
@@ -204,23 +222,50 @@ def test_sweep_matches_run_and_files_are_deterministic(tiny: Path, tmp_path: Pat
                  "--initial-placement", "remote", "--json", str(rj), "-q"]) == 0
     row = next(r for r in rows if r["case"] == "0" and r["bandwidth"] == "0.05" and r["initial-placement"] == "remote")
     assert float(row["makespan_ms"]) == json.loads(rj.read_text())["makespan_ms"]
-    assert row["speedup"] == "1.0" and row["speedup_vs"] == "case 0"
+    # One baseline shared by every row: the fastest case-0 configuration.
+    base = min((x for x in rows if x["case"] == "0"), key=lambda x: float(x["makespan_ms"]))
+    assert base["speedup"] == "1.0" and {r["speedup_vs"] for r in rows} == {"case 0"}
     for r in rows:
-        if r["status"] == "ok" and r["case"] != "0":
-            base = next(x for x in rows if x["case"] == "0" and x["bandwidth"] == r["bandwidth"]
-                        and x["initial-placement"] == r["initial-placement"])
+        if r["status"] == "ok":
             replicas = int(r["gpus"]) if r["case"] in ("1", "2") else 1  # data parallel: a batch per GPU
             expected = replicas * float(base["makespan_ms"]) / float(r["makespan_ms"])
             assert float(r["speedup"]) == pytest.approx(expected, rel=1e-6)
 
 
-def test_speedup_without_case_0_is_against_fewest_gpus(tiny: Path, tmp_path: Path) -> None:
+def test_speedup_without_case_0_is_against_the_fastest_on_fewest_gpus(tiny: Path, tmp_path: Path) -> None:
     out = tmp_path / "r.csv"
-    assert _sweep(tiny, "--case", "1", "--gpus", "2,4", "-j", "1", "--out", str(out)) in (0, 2)
+    assert _sweep(tiny, "--case", "1,2", "--gpus", "2,4", "-j", "1", "--out", str(out)) == 0
     rows = _read_csv(out)
-    if rows[0]["status"] != "ok":
-        pytest.skip("case 1 not implemented yet")
-    assert [r["speedup_vs"] for r in rows] == ["2 GPUs", "2 GPUs"] and rows[0]["speedup"] == "1.0"
+    two = [r for r in rows if r["gpus"] == "2"]
+    best = max(two, key=lambda r: float(r["samples_per_s"]))
+    label = f"case {best['case']}, 2 GPUs"
+    assert {r["speedup_vs"] for r in rows} == {label} and best["speedup"] == "1.0"  # shared by both cases
+    for r in rows:
+        assert float(r["speedup"]) == pytest.approx(float(r["samples_per_s"]) / float(best["samples_per_s"]),
+                                                    rel=1e-5)
+
+
+def test_table_ranks_by_throughput_not_iteration_time(tiny: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """DDP on 4 GPUs trains 4 batches per iteration: it outranks case 0 though its iteration is longer."""
+    assert main(["sweep", "--trace-dir", str(tiny), "--batch-size", "8", "--case", "0,2", "--gpus", "4",
+                 "-j", "1"]) == 0
+    out = capsys.readouterr().out
+    first = next(line for line in out.splitlines() if "★" in line)
+    assert first.split("│")[1].strip() == "2"
+    assert main(["sweep", "--trace-dir", str(tiny), "--batch-size", "8", "--case", "0,2", "--gpus", "4",
+                 "-j", "1", "--rank-by", "makespan_ms"]) == 0
+    first = next(line for line in capsys.readouterr().out.splitlines() if "★" in line)
+    assert first.split("│")[1].strip() == "0"
+
+
+def test_progress_lines_when_stderr_is_not_a_terminal(tiny: Path, monkeypatch: pytest.MonkeyPatch,
+                                                      capsys: pytest.CaptureFixture[str]) -> None:
+    import triosim.sweep as sweep_pkg
+
+    monkeypatch.setattr(sweep_pkg, "PROGRESS_EVERY_S", 0.0)
+    assert main(["sweep", "--trace-dir", str(tiny), "--batch-size", "8", "--bandwidth", "1,2,3", "-j", "1"]) == 0
+    lines = [ln for ln in capsys.readouterr().err.splitlines() if " simulated, " in ln]
+    assert [ln.split()[1] for ln in lines][:3] == ["1/3", "2/3", "3/3"]
 
 
 def test_csv_is_appended_while_running(tmp_path: Path, tiny: Path) -> None:
@@ -259,25 +304,48 @@ def test_interrupt_keeps_finished_rows(tiny: Path, tmp_path: Path, monkeypatch: 
     assert doc["complete"] is False and len(doc["rows"]) == 3
 
 
-def test_plot_has_one_line_per_case(tiny: Path, tmp_path: Path) -> None:
+def test_plot_lines_follow_plot_x_and_share_one_baseline(tiny: Path, tmp_path: Path) -> None:
     pytest.importorskip("matplotlib")
-    from triosim.sweep.plot import scaling_series
+    from triosim.sweep.plot import plot_lines
 
     png = tmp_path / "scaling.png"
     assert _sweep(tiny, "--case", "0,1", "--gpus", "2,4,8", "-j", "1", "--plot", str(png)) == 0
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     grid = build_grid(FlagTable.from_cli(), cli_entries=[("trace-dir", [str(tiny)]), ("batch-size", ["8"]),
                                                          ("case", ["0", "1"]), ("gpus", ["2", "4"]),
-                                                         ("bandwidth", ["1", "100"])])
-    series, several = scaling_series(run_sweep(grid, jobs=1).rows)
-    assert several and [g for g, _, _ in series[0]] == [2, 4]
-    assert series[0][0][2] == 1.0
+                                                         ("ptp-bandwidth", ["1", "100"])])
+    rows = run_sweep(grid, jobs=1).rows
+    swept = [a.spec.name for a in grid.swept]
+    # x = GPUs: one line per (case, bandwidth) of case 1, and case 0 as one reference line.
+    lines = plot_lines(rows, "gpus", "speedup", swept)
+    assert [ln.reference for ln in lines] == [True, False, False]
+    assert lines[0].points == (("n/a", 1.0),)  # case 0 is the shared baseline
+    assert [x for x, _ in lines[1].points] == [2, 4]
+    # x = bandwidth: one line per GPU count, not one dot per case.
+    lines = plot_lines(rows, "ptp-bandwidth", "samples_per_s", swept)
+    by_label = {ln.label: [x for x, _ in ln.points] for ln in lines if not ln.reference}
+    assert by_label == {"case 1: data parallel, gpus=2": [1.0, 100.0], "case 1: data parallel, gpus=4": [1.0, 100.0]}
+    svg = tmp_path / "bw.svg"
+    assert _sweep(tiny, "--case", "1", "--gpus", "2,4", "--ptp-bandwidth", "1,100", "-j", "1", "--plot", str(svg),
+                  "--plot-x", "ptp_bandwidth", "--plot-y", "makespan_ms") == 0
+    assert b"ptp-bandwidth" in svg.read_bytes()
+
+
+@pytest.mark.parametrize("flags, message", [
+    (["--plot-x", "capacity"], "--plot-x capacity: not a swept flag"),
+    (["--plot-y", "speed"], "--plot-y speed: each column must be one of"),
+])
+def test_bad_plot_axes_fail_before_running(tiny: Path, tmp_path: Path, flags: list[str], message: str,
+                                           capsys: pytest.CaptureFixture[str]) -> None:
+    pytest.importorskip("matplotlib")
+    assert _sweep(tiny, "--case", "1", "--gpus", "2,4", "--plot", str(tmp_path / "p.png"), *flags) == 2
+    assert message in capsys.readouterr().err and not (tmp_path / "p.png").exists()
 
 
 def test_plot_without_matplotlib_is_a_clear_error(tiny: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
                                                   capsys: pytest.CaptureFixture[str]) -> None:
     monkeypatch.setitem(sys.modules, "matplotlib", None)  # import matplotlib now raises ImportError
-    assert _sweep(tiny, "--gpus", "2,4", "--plot", str(tmp_path / "p.png")) == 2
+    assert _sweep(tiny, "--case", "1", "--gpus", "2,4", "--plot", str(tmp_path / "p.png")) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert err == ["triosim: error: --plot needs matplotlib: pip install 'triosim[plot]'"]
     assert not (tmp_path / "p.png").exists()
@@ -290,7 +358,7 @@ def test_bad_output_name_fails_before_running(tiny: Path, tmp_path: Path, capsys
 
 def test_single_dash_seed_spellings(tiny: Path, tmp_path: Path) -> None:
     out = tmp_path / "r.csv"
-    assert main(["sweep", "-trace-dir", str(tiny), "-batch-size", "8", "-GPUnumber", "2,4", "-case", "0",
+    assert main(["sweep", "-trace-dir", str(tiny), "-batch-size", "8", "-GPUnumber", "2,4", "-case", "1",
                  "-q", "-j", "1", "--out", str(out)]) == 0
     assert [r["gpus"] for r in _read_csv(out)] == ["2", "4"]
 
@@ -373,7 +441,7 @@ def test_dask_cluster_gives_the_pool_numbers(dask_cluster, tiny: Path, tmp_path:
     assert _sweep(tiny, *flags, "-j", "2", "--out", str(p)) == 0
     assert d.read_bytes() == p.read_bytes()
     rows = _read_csv(d)
-    assert len(rows) == 36 and sum(r["status"] == "ok" for r in rows) >= 12
+    assert len(rows) == 6 + 24 and sum(r["status"] == "ok" for r in rows) >= 12  # case 0 once per bandwidth×placement
     assert json.loads(dj.read_text())["complete"] is True
     # The configurations really ran on the cluster, spread over both workers.
     stream = [t for t in client.get_task_stream(start=t0) if str(t["key"]).startswith("triosim-sweep-")]
@@ -381,7 +449,7 @@ def test_dask_cluster_gives_the_pool_numbers(dask_cluster, tiny: Path, tmp_path:
     assert len({t["worker"] for t in stream}) == 2
     # The scheduler file works as the address too.
     s = tmp_path / "s.csv"
-    assert _sweep(tiny, "--gpus", "2,4,8", "--dask", str(sched_file), "--out", str(s)) == 0
+    assert _sweep(tiny, "--case", "1", "--gpus", "2,4,8", "--dask", str(sched_file), "--out", str(s)) == 0
     assert len(_read_csv(s)) == 3
 
 
@@ -407,10 +475,48 @@ def test_reference_vgg13_sweep_matches_run(vgg13_dir: Path, tmp_path: Path) -> N
     assert main(["sweep", "--trace-dir", str(vgg13_dir), "--case", "0,1", "--gpus", "2,4",
                  "--ptp-bandwidth", "65,300", "-q", "--out", str(out)]) == 0
     rows = _read_csv(out)
-    assert [float(r["makespan_ms"]) for r in rows if r["case"] == "0"] == [94.038] * 4
+    assert [float(r["makespan_ms"]) for r in rows if r["case"] == "0"] == [94.038]  # one GPU: simulated once
     for r in rows:
         if r["case"] == "1" and r["status"] == "ok":
             rj = tmp_path / "run.json"
             assert main(["run", "--trace-dir", str(vgg13_dir), "--case", "1", "--gpus", r["gpus"],
                          "--ptp-bandwidth", r["ptp-bandwidth"], "--json", str(rj), "-q"]) == 0
             assert float(r["makespan_ms"]) == json.loads(rj.read_text())["makespan_ms"]
+
+
+def test_num_layers_is_a_sweep_axis_matching_run(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from triosim.config import default_trace_dir
+
+    gpt = default_trace_dir().parent / "gpt-cpu-bs8"
+    out = tmp_path / "r.csv"
+    assert main(["sweep", "--trace-dir", str(gpt), "--num-layers", "2,4", "-j", "1", "-q", "--out", str(out)]) == 0
+    rows = _read_csv(out)
+    capsys.readouterr()
+    for row in rows:
+        assert main(["run", "--trace-dir", str(gpt), "--num-layers", row["num-layers"], "-q"]) == 0
+        assert float(capsys.readouterr().out) == pytest.approx(float(row["makespan_ms"]), abs=1e-4)
+    assert rows[0]["makespan_ms"] != rows[1]["makespan_ms"]
+
+
+def test_hybrid_degrees_rank_by_samples_of_the_data_parallel_replicas(tiny: Path, tmp_path: Path) -> None:
+    out = tmp_path / "h.csv"
+    assert _sweep(tiny, "--dp", "1,2", "--tp", "1,2", "-j", "1", "--out", str(out)) == 0
+    rows = {(r["dp"], r["tp"]): r for r in _read_csv(out)}
+    assert set(rows) == {("1", "1"), ("1", "2"), ("2", "1"), ("2", "2")}
+    for (dp, _), r in rows.items():
+        assert float(r["samples_per_s"]) == pytest.approx(8 * int(dp) / (float(r["makespan_ms"]) / 1e3), rel=1e-6)
+    assert {r["speedup_vs"] for r in rows.values()} == {"dp1 × tp1, 1 GPU"}
+
+
+def test_sweep_title_says_when_op_times_are_cpu_times(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["sweep", "--case", "1", "--gpus", "2,4", "-j", "1"]) == 0  # the embedded CPU sample
+    assert "op times measured on CPU" in capsys.readouterr().out
+
+
+def test_plot_lines_of_one_case_share_a_colour() -> None:
+    from triosim.sweep.plot import Line, line_styles
+
+    lines = [Line("a", (), key=(("case", 1), ("ptp-bandwidth", 65.0))),
+             Line("b", (), key=(("case", 1), ("ptp-bandwidth", 300.0))),
+             Line("c", (), key=(("case", 2), ("ptp-bandwidth", 65.0)))]
+    assert [(c, style) for c, style, _ in line_styles(lines)] == [(0, "-"), (0, "--"), (1, "-")]

@@ -22,6 +22,7 @@ from rich.console import Console
 from . import __version__
 from .config import (  # noqa: F401  (re-exported: the names scripts import from triosim.cli)
     add_sim_flags,
+    check_config_facts,
     config_block,
     configure,
     default_trace_dir,
@@ -95,6 +96,16 @@ def build_parser(defaults: dict | None = None) -> argparse.ArgumentParser:
     dag.add_argument("--render", choices=("svg", "png", "pdf"), help="also render with Graphviz's dot")
     dag.add_argument("--max-tasks", type=int, default=50_000,
                      help="refuse graphs larger than this (a DOT of 10^5+ nodes is unreadable; 0 = no limit)")
+    dag.add_argument("--collapse", choices=("auto", "none", "layer", "stage"), default="auto",
+                     help="one node per task (none), per layer of each GPU's pass, or per GPU pass and "
+                          "micro-batch (stage); collectives are one node each when collapsed. auto (default): "
+                          "none while it fits in --max-nodes, else layer, else stage")
+    dag.add_argument("--max-nodes", type=int, default=150,
+                     help="--collapse auto collapses beyond this many nodes, and says so (150)")
+    dag.add_argument("--show-gpus", metavar="G,G", default=None,
+                     help="draw only the tasks of these GPUs (e.g. 0,1) and the communication touching them")
+    dag.add_argument("--layout", choices=("tb", "lr"), default="tb",
+                     help="top to bottom (default) or left to right")
     dag.set_defaults(func=cmd_dag, **(defaults or {}))
     try:
         from .tracer import cli as tracer_cli
@@ -151,10 +162,13 @@ def cmd_run(args: argparse.Namespace) -> int:
         sched = schedule(graph)
     per_gpu, per_link = summarize(graph, sched, platform)
     batches = resolve_batches(args)
+    block = config_block(args)
+    for warning in check_config_facts(getattr(args, "config_facts", None) or {}, block):
+        print(f"triosim: warning: --config {args.config}: {warning}", file=sys.stderr)
     result = Result(sched.makespan, strategy, platform, graph, sched, per_gpu, per_link,
                     extra={"trace": Path(trace.path).name, "batch_size": batches.batch,
                            "batch_source": batches.source, "batch_size_sim": trace.batch_size,
-                           "time_source": trace.time_source, "config": config_block(args)})
+                           "time_source": trace.time_source, "config": block})
     protect = (Path(trace.path) / "trace.csv", Path(trace.path) / "tensor.csv")
     if args.json:
         text = json.dumps(result.to_dict(), indent=2, sort_keys=False) + "\n"
@@ -180,7 +194,7 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 def cmd_dag(args: argparse.Namespace) -> int:
     from .graph import build_graph
-    from .graph.export import to_dot
+    from .graph.export import dag_picture
 
     trace, platform, strategy = configure(args)
     graph = build_graph(trace, platform, strategy)
@@ -189,20 +203,43 @@ def cmd_dag(args: argparse.Namespace) -> int:
             f"the task graph has {len(graph):,} tasks, more than --max-tasks {args.max_tasks:,}: use fewer GPUs "
             "or micro-batches, --collective-detail macro, or --max-tasks 0 to write it anyway"
         )
-    dot = to_dot(graph)
+    if args.max_nodes < 1:
+        raise ConfigError(f"--max-nodes must be >= 1, got {args.max_nodes}")
+    picture = dag_picture(graph, trace, args.collapse, gpus=show_gpus(args.show_gpus, platform.num_gpus),
+                          max_nodes=args.max_nodes, rankdir="LR" if args.layout == "lr" else "TB")
     protect = (Path(trace.path) / "trace.csv", Path(trace.path) / "tensor.csv")
-    atomic_write_text(args.export, dot.source, protect=protect)
-    print(f"wrote {args.export}: {len(graph):,} tasks, {graph.num_edges:,} edges")
+    atomic_write_text(args.export, picture.dot.source, protect=protect)
+    if picture.note:
+        print(f"note: {picture.note}")
+    print(f"wrote {args.export}: {len(graph):,} tasks, {graph.num_edges:,} edges"
+          + (f"; drawn as {picture.nodes:,} nodes (--collapse {picture.mode})" if picture.mode != "none" else ""))
     if args.render:
         exe = shutil.which("dot")
         if exe is None:
             raise ConfigError("--render needs Graphviz's `dot` program (e.g. apt-get install graphviz)")
         out = str(Path(args.export).with_suffix("." + args.render))
-        proc = subprocess.run([exe, f"-T{args.render}", args.export, "-o", out], capture_output=True, text=True)
+        # Raster pictures at most 1,600 px wide (16 in at 100 dpi); a larger drawing is scaled down.
+        size = ["-Gsize=16,160", "-Gdpi=100"] if args.render == "png" else []
+        proc = subprocess.run([exe, f"-T{args.render}", *size, args.export, "-o", out], capture_output=True,
+                              text=True)
         if proc.returncode != 0:
             raise ConfigError(f"dot failed on {args.export}: {proc.stderr.strip().splitlines()[-1:]}")
         print(f"rendered {out}")
     return 0
+
+
+def show_gpus(raw: str | None, num_gpus: int) -> frozenset[int] | None:
+    """``--show-gpus 0,1`` as a set of GPU indices, checked against the platform."""
+    if raw is None:
+        return None
+    try:
+        gpus = frozenset(int(tok) for tok in raw.split(","))
+    except ValueError:
+        raise ConfigError(f"--show-gpus must be a comma list of GPU indices, got {raw!r}") from None
+    bad = sorted(g for g in gpus if not 0 <= g < num_gpus)
+    if bad:
+        raise ConfigError(f"--show-gpus: GPU {bad[0]} does not exist (the platform has GPUs 0..{num_gpus - 1})")
+    return gpus
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -211,8 +248,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not argv or (argv[0].startswith("-") and argv[0] not in ("-h", "--help", "--version")):
         argv = ["run", *argv]
     config = config_file_arg(argv)
+    facts: dict = {}
     try:
-        defaults = read_config_file(config) if config else None
+        defaults = {**read_config_file(config, facts), "config_facts": facts} if config else None
     except TriosimError as exc:
         print(f"triosim: error: {exc}", file=sys.stderr)
         return 2

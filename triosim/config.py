@@ -263,17 +263,21 @@ def resolve_batches(args: argparse.Namespace, info_cache: dict[str, tuple[int, s
 def load_scaled_trace(args: argparse.Namespace) -> Trace:
     """The trace of ``--trace-dir`` recorded at its batch, scaled to ``--batch-size-sim``."""
     b = resolve_batches(args)
-    layers = getattr(args, "num_layers", None)
-    if layers is not None:
-        if layers < 1:
-            raise ConfigError(f"--num-layers must be a positive integer, got {layers}")
-        from .trace_repeat import load_repeated
-
-        trace = load_repeated(b.trace_dir, layers, batch_size=b.batch, time_column=args.time_column)
-    else:
-        trace = load_trace(b.trace_dir, batch_size=b.batch, time_column=args.time_column)
+    trace = load_recorded_trace(b.trace_dir, b.batch, args.time_column, getattr(args, "num_layers", None))
     trace = trace.with_batch_source(b.source)
     return scale_trace(trace, b.sim, reference_compat=args.reference_compat)
+
+
+def load_recorded_trace(trace_dir: str | Path, batch: int, time_column: str, num_layers: int | None) -> Trace:
+    """The trace at its recorded batch, its transformer layer repeated to ``num_layers`` if given
+    (``run`` and every configuration of a sweep load traces through here)."""
+    if num_layers is not None:
+        if num_layers < 1:
+            raise ConfigError(f"--num-layers must be a positive integer, got {num_layers}")
+        from .trace_repeat import load_repeated
+
+        return load_repeated(trace_dir, num_layers, batch_size=batch, time_column=time_column)
+    return load_trace(trace_dir, batch_size=batch, time_column=time_column)
 
 
 def check_case(args: argparse.Namespace) -> None:
@@ -349,11 +353,12 @@ def configure(args: argparse.Namespace | Mapping[str, Any] | None = None,
 # ----------------------------------------------------------------------------- configuration files
 
 
-def read_config_file(path: str | Path) -> dict[str, Any]:
+def read_config_file(path: str | Path, facts: dict[str, Any] | None = None) -> dict[str, Any]:
     """A ``--config`` file: a mapping flag name → value, JSON (``.json``) or YAML (otherwise).
 
     A whole ``--json`` result is accepted too: its ``config`` block is used. Keys that describe
-    the run but are no flag (``triosim_version``, ``trace_sha256``, …) are ignored.
+    the run but are no flag (``triosim_version``, ``trace_sha256``, …) go into ``facts`` when
+    given (``check_config_facts`` compares them with this run), else they are ignored.
     """
     p = Path(path)
     try:
@@ -367,6 +372,8 @@ def read_config_file(path: str | Path) -> dict[str, Any]:
     table = FlagTable.from_cli()
     for name, value in data.items():
         if str(name) in INFO_KEYS:
+            if facts is not None:
+                facts[str(name)] = value
             continue
         spec = table.lookup(str(name), f"--config {p}")
         if isinstance(value, (list, dict)):
@@ -437,3 +444,17 @@ def config_block(args: argparse.Namespace) -> dict[str, Any]:
     block["trace_sha256"] = file_sha256(trace_dir / "trace.csv")
     block["tensor_sha256"] = file_sha256(trace_dir / "tensor.csv")
     return block
+
+
+def check_config_facts(facts: dict[str, Any], block: dict[str, Any]) -> list[str]:
+    """Warnings when a run from a result's ``config`` block cannot reproduce that result: the
+    trace files or the triosim version differ from what the block recorded."""
+    warnings = []
+    for key, what in (("trace_sha256", "trace.csv"), ("tensor_sha256", "tensor.csv")):
+        if key in facts and facts[key] != block.get(key):
+            warnings.append(f"{what} differs from the one the configuration was recorded with "
+                            f"(sha256 {str(facts[key])[:12]}… then, {str(block.get(key))[:12]}… now)")
+    if "triosim_version" in facts and facts["triosim_version"] != block.get("triosim_version"):
+        warnings.append(f"the configuration was recorded with triosim {facts['triosim_version']}, "
+                        f"this is {block.get('triosim_version')}")
+    return warnings

@@ -212,7 +212,7 @@ def build_platform(
     collective_latency_us: float | None = 0.0,
     topology_file: str | None = None,
 ) -> Platform:
-    """Build the platform from the seed flags (DESIGN §2.2, §6).
+    """Build the platform from the seed flags (see the README's flag table).
 
     ``nvlink-cluster``: nodes of ``gpus_per_node`` GPUs; inside a node every GPU reaches an
     NVSwitch (``nvswK``) at ``ptp_bandwidth``; every GPU also has its own NIC to the cluster

@@ -1,4 +1,4 @@
-"""Invariant checks of a task DAG and its schedule (DESIGN §4), used by the property tests.
+"""Invariant checks of a task DAG and its schedule, used by the property tests.
 
 Each check returns a list of human-readable violations; an empty list means the invariant holds.
 """

@@ -1,7 +1,7 @@
 """GPU memory: residency, prefetch from remote memory, eviction and write-back, peak usage.
 
 A GPU's compute stream runs its steps in program order, so memory can be planned statically
-along that order (DESIGN §7). For each step the buffers it reads must be resident and the
+along that order. For each step the buffers it reads must be resident and the
 buffers it writes get allocated. A buffer that sits in remote memory is fetched by a ``memcpy``
 task that starts as early as there is room for it (overlapping compute), and the step waits for
 it to arrive. When a step's working set does not fit, resident buffers not needed by the step
@@ -46,6 +46,10 @@ class MemoryReport:
     written_back_bytes: int = 0
     evictions: int = 0
     fetch_tasks: list[int] = field(default_factory=list)
+    # Bytes resident while each step runs (``step_bytes[j]`` during task ``step_tasks[j]``): the
+    # timeline's memory counter.
+    step_tasks: tuple[int, ...] = ()
+    step_bytes: np.ndarray | None = None
 
 
 def plan_memory(
@@ -198,6 +202,8 @@ def plan_memory(
             if key in resident and resident[key][1] == j:
                 del resident[key]
     report.peak_bytes = int(occ.max())
+    report.step_tasks = tuple(st.task for st in steps)
+    report.step_bytes = occ
     return report
 
 
@@ -247,7 +253,8 @@ def plan_replicas(
     reports: list[MemoryReport] = []
     for g in devices:
         if reports and not reports[0].fetch_tasks and reports[0].evictions == 0:
-            reports.append(replace(reports[0], device=g, fetch_tasks=[]))
+            reports.append(replace(reports[0], device=g, fetch_tasks=[],
+                                   step_tasks=tuple(st.task for st in make_steps(g))))
             continue
         reports.append(plan_memory(graph, platform, g, make_steps(g), sizes, external, persistent, placement))
     return reports

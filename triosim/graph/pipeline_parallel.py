@@ -1,5 +1,5 @@
 """Case 4: pipeline parallelism — the model cut into N stages, one per GPU, and the batch cut
-into micro-batches that flow through them (DESIGN §5, §5.1).
+into micro-batches that flow through them.
 
 What it models:
 
@@ -21,7 +21,7 @@ What it models:
   1F1B keeps at most N−s micro-batches in flight on stage s, GPipe all R. A received buffer is
   allocated when first used; buffers passing through a stage on their way are not counted.
 
-``reference_compat`` (§5.1, the original's model): forward ops split by count over GPU 0..N−1,
+``reference_compat`` (the original's model): forward ops split by count over GPU 0..N−1,
 backward+optimizer ops (trace order) by count over GPU N−1..0 with ``i·n/N`` boundaries and
 whole optimizer ops; only the outputs of the last op of each chunk go to the next chunk's GPU,
 over the ring link at the plain ptp bandwidth (the original's pipeline platform does not

@@ -107,6 +107,8 @@ def record_memory(graph: TaskGraph, reports: Iterable[MemoryReport]) -> None:
             "fetched_bytes": r.fetched_bytes,
             "written_back_bytes": r.written_back_bytes,
             "evictions": r.evictions,
+            # (task ids, bytes resident while each runs), for the timeline's memory counter
+            "occupancy": (r.step_tasks, r.step_bytes),
         }
 
 

@@ -1,5 +1,5 @@
 """Case 3: tensor parallelism — every GPU runs every op; ops marked ``tpflag`` are split over the
-N GPUs of the ring, the rest are replicated (DESIGN §5, §5.1).
+N GPUs of the ring, the rest are replicated.
 
 What it models:
 
@@ -24,7 +24,7 @@ What it models:
 :class:`~triosim.graph.megatron.TensorParallelPlan` (case 3 is the per-op plan; a megatron plan
 splits attention/MLP blocks and can use reduce-scatter + all-gather).
 
-``reference_compat`` (the original, ORIGINAL.md Q17/Q18): after every tpflag op, forward or
+``reference_compat`` (the original's model): after every tpflag op, forward or
 backward, its outputs divided by N (Σ ⌊bytes/N⌋ over the op's output list) are all-reduced
 with the ring routine, and the GPU's next op waits for it. With the compat platform's ring
 links (ptp·2(N−1)/N) each such all-reduce takes (Σ ⌊bytes/N⌋)/ptp.

@@ -2,10 +2,11 @@
 
 A sweep answers "which of these configurations is fastest for my model on this interconnect?":
 it expands a grid of ``triosim run`` flags (comma lists on the command line, or a YAML/JSON grid
-file) into their cartesian product, settles the combinations ``run`` would refuse as *invalid*
-(with the reason), simulates the others in-process, on a local process pool or on a Dask
-cluster, and reports every configuration's iteration time, speed-up and summary figures as a
-ranked table, CSV/JSON files kept valid while it runs, and a scaling plot.
+file) into their cartesian product (a flag that does not apply to a configuration is collapsed),
+settles the combinations ``run`` would refuse as *invalid* (with the reason), simulates the
+others in-process, on a local process pool or on a Dask cluster, and reports every
+configuration's throughput, iteration time, speed-up and summary figures as a table ranked by
+throughput (``--rank-by``), CSV/JSON files kept valid while it runs, and a plot.
 
 Python use::
 
@@ -17,6 +18,7 @@ Python use::
 from __future__ import annotations
 
 import argparse
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -24,7 +26,7 @@ from typing import Any
 
 from rich.console import Console
 
-from ..errors import ConfigError
+from ..errors import ConfigError, TriosimError
 from .execute import (
     FAILED,
     INVALID,
@@ -39,7 +41,15 @@ from .execute import (
     run_pool,
 )
 from .grid import FlagTable, Grid, Point, build_grid, format_value, read_grid_file, split_list
-from .results import ResultFiles, Row, check_outputs, print_table, with_speedups
+from .results import (
+    RANK_COLUMNS,
+    ResultFiles,
+    Row,
+    check_outputs,
+    print_table,
+    ranked,
+    with_speedups,
+)
 
 __all__ = [
     "FAILED",
@@ -57,6 +67,7 @@ __all__ = [
 ]
 
 INPROCESS_MAX = 2  # a pool's start-up costs more than simulating this many configurations
+PROGRESS_EVERY_S = 5.0  # progress lines on a stderr that is not a terminal (a log, CI)
 
 
 @dataclass(frozen=True)
@@ -168,10 +179,10 @@ def register(sub: Any) -> None:
     """Add ``triosim sweep`` to the CLI's sub-parsers."""
     p = sub.add_parser(
         "sweep",
-        help="simulate a grid of configurations and rank them by iteration time",
+        help="simulate a grid of configurations and rank them by training throughput",
         description=(
             "Simulate the cartesian product of run flags given as comma lists (--case 1,2 "
-            "--gpus 2,4,8) and/or a --grid YAML/JSON file; rank by iteration time."
+            "--gpus 2,4,8) and/or a --grid YAML/JSON file; rank by samples/s (--rank-by)."
         ),
     )
     groups: dict[str, argparse._ArgumentGroup] = {}
@@ -192,7 +203,19 @@ def register(sub: Any) -> None:
                    help="how long to wait for the Dask scheduler to answer (20)")
     s.add_argument("--out", metavar="FILE", action="append", default=[],
                    help="results file, .csv or .json, kept valid while running (repeatable)")
-    s.add_argument("--plot", metavar="FILE", help="scaling plot (.png/.svg/.pdf): time and speed-up vs GPUs")
+    s.add_argument("--plot", metavar="FILE",
+                   help="plot (.png/.svg/.pdf): --plot-y versus --plot-x, one line per other swept combination")
+    s.add_argument("--plot-x", metavar="FLAG", default=None,
+                   help="swept flag on the plot's x axis (default: gpus when swept, else the first swept flag)")
+    s.add_argument("--plot-y", metavar="COLUMN[,COLUMN]", default="samples_per_s,speedup",
+                   help="one panel per result column: samples_per_s, speedup, makespan_ms, mean_compute_ms, "
+                        "mean_exposed_comm_ms, max_peak_memory_bytes (default: samples_per_s,speedup)")
+    s.add_argument("--rank-by", default="samples_per_s", choices=tuple(RANK_COLUMNS),
+                   help="table order: samples_per_s (training throughput, the default; highest first), "
+                        "makespan_ms, max_peak_memory_bytes or mean_exposed_comm_ms (lowest first)")
+    s.add_argument("--every-combination", action="store_true",
+                   help="simulate the whole product, even flags that do not apply to a configuration "
+                        "(--micro-batch-size for data parallelism, --gpus for case 0, …)")
     s.add_argument("--top", type=int, default=20, help="rows of the terminal table (20)")
     s.add_argument("--quiet", "-q", action="store_true", help="no progress bar or table; one summary line")
     p.set_defaults(func=cmd_sweep, sweep_axes=())
@@ -202,11 +225,21 @@ def grid_from_args(args: argparse.Namespace) -> Grid:
     table = FlagTable.from_cli()
     file_entries = read_grid_file(args.grid) if args.grid else []
     cli_entries: list[tuple[str, Sequence[Any]]] = [(dest, split_list(raw)) for dest, raw in args.sweep_axes]
-    return build_grid(table, file_entries, cli_entries)
+    return build_grid(table, file_entries, cli_entries, every_combination=args.every_combination)
 
 
 def _title(traces: Sequence[str]) -> str:
-    return ", ".join(Path(t).name for t in traces) or "sweep"
+    """The traces' names, and a warning when their op times were measured on a CPU."""
+    from ..trace import read_trace_info
+
+    def cpu(t: str) -> bool:
+        try:
+            return read_trace_info(t).get("time_source") == "cpu"
+        except TriosimError:
+            return False
+
+    names = ", ".join(Path(t).name for t in traces) or "sweep"
+    return names + (" · op times measured on CPU" if any(cpu(t) for t in traces) else "")
 
 
 def cmd_sweep(args: argparse.Namespace) -> int:
@@ -214,9 +247,10 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     if args.top < 1:
         raise ConfigError(f"--top must be >= 1, got {args.top}")
     if args.plot:
-        from .plot import require_matplotlib
+        from .plot import check_plot_axes, require_matplotlib
 
         require_matplotlib(args.plot)
+        plot_x, plot_y = check_plot_axes(grid, args.plot_x, args.plot_y)
     if args.dask:
         require_distributed()
         if args.dask_timeout <= 0:
@@ -250,11 +284,24 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     )
     bar = progress.add_task("sweep", total=len(prepared.tasks), bad="")
     n_bad = 0
+    n_done = 0
+    log_progress = not args.quiet and not err.is_terminal  # a log file gets a line every few seconds
+    clock = {"start": time.monotonic(), "last": time.monotonic()}
+
+    def progress_line(final: bool = False) -> None:
+        now = time.monotonic()
+        if not log_progress or (not final and now - clock["last"] < PROGRESS_EVERY_S):
+            return
+        clock["last"] = now
+        err.print(f"sweep: {n_done}/{len(prepared.tasks)} simulated"
+                  + (f", {n_bad} failed" if n_bad else "") + f", {now - clock['start']:.1f} s")
 
     def started(prep: Prepared, backend: Backend) -> None:
         if not args.quiet:
             settled = len(prep.settled)
-            err.print(f"sweep: {len(points)} configurations"
+            collapsed = (f" ({len(grid)} combinations; flags that do not apply to a configuration collapsed)"
+                         if len(points) < len(grid) else "")
+            err.print(f"sweep: {len(points)} configurations{collapsed}"
                       + (f", {settled} not simulated (invalid or not implemented)" if settled else "")
                       + f"; {len(prep.tasks)} to simulate on {backend.describe()}")
         progress.start()
@@ -262,11 +309,13 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     with ResultFiles(args.out, grid.columns, meta, protect) as files:
 
         def on_row(row: Row) -> None:
-            nonlocal n_bad
+            nonlocal n_bad, n_done
             files.add(row)
             if row.point.index in task_ids:  # settled rows are not part of the bar
                 n_bad += 0 if row.ok else 1
+                n_done += 1
                 progress.update(bar, advance=1, bad=f"{n_bad} failed" if n_bad else "")
+                progress_line()
 
         task_ids = {t.index for t in prepared.tasks}
         try:
@@ -274,21 +323,24 @@ def cmd_sweep(args: argparse.Namespace) -> int:
                                on_row=on_row, prepared=prepared, on_start=started)
         finally:
             progress.stop()
+        if prepared.tasks:
+            progress_line(final=True)
         files.finish(result.rows, result.complete)
     title = _title(result.traces)
     if args.plot:
         from .plot import write_plot
 
-        write_plot(args.plot, result.rows, title, protect)
+        write_plot(args.plot, result.rows, title, protect, x=plot_x, ys=plot_y,
+                   swept=[a.spec.name for a in grid.swept])
     ok = [r for r in result.rows if r.ok]
     if args.quiet:
         if ok:
-            best = min(ok, key=lambda r: (r.outcome.makespan_ms, r.point.index))
+            best = ranked(ok, args.rank_by)[0]
             swept = {a.spec.name for a in grid.swept}
             label = " ".join(f"{k}={format_value(v)}" for k, v in best.point.values if k in swept)
             print(f"{best.outcome.makespan_ms:.4f} {label}".rstrip())
     else:
-        print_table(out, grid, result.rows, args.top, title=title)
+        print_table(out, grid, result.rows, args.top, title=title, rank_by=args.rank_by)
         for what, path in [*(("results", p) for p in args.out), ("plot", args.plot)]:
             if path:
                 out.print(f"{what} written to {path}")

@@ -22,13 +22,20 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..config import check_case, platform_from_args, resolve_batches, strategy_from_args
+from ..config import (
+    check_case,
+    load_recorded_trace,
+    platform_from_args,
+    resolve_batches,
+    strategy_from_args,
+)
 from ..errors import ConfigError, TriosimError
-from ..trace import Trace, load_trace, scale_trace
+from ..strategy import Strategy
+from ..trace import Trace, scale_trace
 from .grid import Point
 
-# (trace directory, batch the trace was recorded at, op-time column, --num-layers or None):
-# what load_trace reads, and the depth its transformer layer is repeated to.
+# (trace directory, batch the trace was recorded at, op-time column, --num-layers): what
+# config.load_recorded_trace reads.
 TraceKey = tuple[str, int, str, "int | None"]
 
 OK, INVALID, FAILED = "ok", "invalid", "failed"
@@ -116,14 +123,15 @@ def run_task(traces: TraceSet, task: Task) -> Outcome:
         mean_exposed_comm_ms=_r(sum(g.exposed_comm_ms for g in gpus) / n),
         max_peak_memory_bytes=max((g.peak_memory_bytes for g in gpus), default=0),
         tasks=len(result.graph),
-        samples_per_s=_r(samples_per_iteration(strategy.case, platform.num_gpus, trace.batch_size)
+        samples_per_s=_r(samples_per_iteration(strategy, platform.num_gpus, trace.batch_size)
                          / result.makespan_s) if result.makespan_s > 0 else None,
     )
 
 
-def samples_per_iteration(case: int, gpus: int, batch_sim: int) -> int:
-    """Data-parallel replicas each train their own batch; the other cases share one batch."""
-    return batch_sim * gpus if case in (1, 2) else batch_sim
+def samples_per_iteration(strategy: Strategy, gpus: int, batch_sim: int) -> int:
+    """Data-parallel replicas each train their own batch; tensor and pipeline parallel GPUs
+    share one: batch × the data-parallel degree."""
+    return batch_sim * strategy.degrees(gpus)[0]
 
 
 # ----------------------------------------------------------------------------- preparation
@@ -178,12 +186,7 @@ def prepare(points: Sequence[Point]) -> Prepared:
         if key in loaded or key in broken:
             continue
         try:
-            if key[3] is None:
-                loaded[key] = load_trace(key[0], batch_size=key[1], time_column=key[2])
-            else:
-                from ..trace_repeat import load_repeated
-
-                loaded[key] = load_repeated(key[0], key[3], batch_size=key[1], time_column=key[2])
+            loaded[key] = load_recorded_trace(*key)
         except TriosimError as exc:
             broken[key] = _reason(exc)
     tasks = []

@@ -4,14 +4,16 @@ Every flag of :func:`triosim.config.add_sim_flags` is an axis of the grid. The f
 read from that function itself, so a flag added there later is sweepable without touching this
 module. A flag given once (``--gpus 8``) is an axis with one value; flags not given keep the
 ``run`` default. Points are numbered in grid order: the product of the axes in the order the
-user gave them, first axis slowest.
+user gave them, first axis slowest. A flag that does not apply to a configuration (the
+micro-batch of a data-parallel run, the GPU count of case 0) is collapsed: shown as ``n/a`` and
+simulated once, not once per value (``APPLIES`` says which flag applies where).
 """
 
 from __future__ import annotations
 
 import argparse
 import itertools
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -19,8 +21,8 @@ from typing import Any
 from ..config import DEFAULT_WORD, FlagSpec, FlagTable, parse_mapping_text
 from ..errors import ConfigError
 
-__all__ = ["DEFAULT_WORD", "Axis", "FlagSpec", "FlagTable", "Grid", "Point", "build_grid", "format_value",
-           "read_grid_file", "split_list"]
+__all__ = ["DEFAULT_WORD", "NOT_APPLICABLE", "Axis", "FlagSpec", "FlagTable", "Grid", "Point", "build_grid",
+           "display_value", "format_value", "inapplicable", "read_grid_file", "split_list"]
 
 @dataclass(frozen=True)
 class Axis:
@@ -32,8 +34,10 @@ class Axis:
 class Point:
     """One configuration of the grid.
 
-    ``values`` holds the grid's columns (axis name → value); ``config`` every run flag (dest →
-    value), defaults filled in, ready to become the argparse namespace ``configure`` expects.
+    ``values`` holds the grid's columns as tables and files show them (axis name → value;
+    ``default`` for a "use the default" sentinel such as ``-1``, ``n/a`` for a flag that does not
+    apply to this configuration); ``config`` every run flag (dest → value), defaults filled in,
+    ready to become the argparse namespace ``configure`` expects.
     """
 
     index: int
@@ -54,6 +58,7 @@ class Point:
 class Grid:
     axes: tuple[Axis, ...]
     table: FlagTable
+    every_combination: bool = False  # keep flags that do not apply (the sweep's --every-combination)
 
     @property
     def columns(self) -> tuple[str, ...]:
@@ -69,30 +74,98 @@ class Grid:
         return tuple(a for a in self.axes if len(a.values) == 1)
 
     def __len__(self) -> int:
+        """Points of the full product (before configurations a flag does not apply to coincide)."""
         n = 1
         for a in self.axes:
             n *= len(a.values)
         return n
 
     def points(self) -> list[Point]:
+        """The product of the axes, in grid order. Unless ``every_combination``, a flag that does
+        not apply to a configuration (``--micro-batch-size`` for data parallelism, ``--gpus`` for
+        case 0, …) is set to its default and shown as ``n/a``, and configurations that then
+        coincide are simulated once."""
         defaults = self.table.defaults()
-        out = []
-        combos = itertools.product(*(a.values for a in self.axes))
-        for i, combo in enumerate(combos):
+        out: list[Point] = []
+        seen: set[tuple] = set()
+        for combo in itertools.product(*(a.values for a in self.axes)):
             config = dict(defaults)
             for axis, value in zip(self.axes, combo):
                 config[axis.spec.dest] = value
-            out.append(
-                Point(
-                    index=i,
-                    values=tuple((a.spec.name, v) for a, v in zip(self.axes, combo)),
-                    config=tuple(config.items()),
-                )
-            )
+            shown = [display_value(a.spec, v) for a, v in zip(self.axes, combo)]
+            if not self.every_combination:
+                idle = inapplicable(config)
+                for i, axis in enumerate(self.axes):
+                    if axis.spec.dest in idle:
+                        config[axis.spec.dest] = axis.spec.default
+                        shown[i] = NOT_APPLICABLE
+                key = tuple(sorted(config.items(), key=lambda kv: kv[0]))
+                if key in seen:
+                    continue
+                seen.add(key)
+            out.append(Point(index=len(out), values=tuple(zip(self.columns, shown)),
+                             config=tuple(config.items())))
         return out
 
     def to_dict(self) -> dict[str, list[Any]]:
         return {a.spec.name: list(a.values) for a in self.axes}
+
+
+NOT_APPLICABLE = "n/a"  # shown for a flag that does not apply to a configuration
+
+
+def _degree(config: Mapping[str, Any], dest: str) -> int:
+    """A parallel degree flag (dp, tp, pp, when the build has them); 1 when absent or unset."""
+    value = config.get(dest)
+    return value if isinstance(value, int) and not isinstance(value, bool) and value > 1 else 1
+
+
+def _multi_gpu(c: Mapping[str, Any]) -> bool:
+    return c.get("case") != 0 or any(_degree(c, d) > 1 for d in ("dp", "tp", "pp"))
+
+
+def _pipelined(c: Mapping[str, Any]) -> bool:
+    return c.get("case") == 4 or _degree(c, "pp") > 1
+
+
+def _has_collectives(c: Mapping[str, Any]) -> bool:
+    return c.get("case") in (1, 2, 3) or _degree(c, "dp") > 1 or _degree(c, "tp") > 1
+
+
+# Which flags matter to which configurations (flag dest -> test on the run's config). A flag not
+# listed applies to every configuration. Case 0 runs on one GPU whatever --gpus says.
+APPLIES: dict[str, Callable[[Mapping[str, Any]], bool]] = {
+    "gpus": _multi_gpu,
+    "ptp_bandwidth": _multi_gpu,
+    "interconnects": _multi_gpu,
+    "topology": _multi_gpu,
+    "topology_file": _multi_gpu,
+    "link_latency_us": _multi_gpu,
+    "num_rows": lambda c: _multi_gpu(c) and (c.get("interconnects") == 1 or c.get("topology") == "mesh"),
+    "num_cols": lambda c: _multi_gpu(c) and (c.get("interconnects") == 1 or c.get("topology") == "mesh"),
+    "gpus_per_node": lambda c: _multi_gpu(c) and c.get("topology") == "nvlink-cluster",
+    "node_bandwidth": lambda c: _multi_gpu(c) and c.get("topology") == "nvlink-cluster",
+    "collective_detail": _has_collectives,
+    "collective_algo": _has_collectives,
+    "collective_latency_us": _has_collectives,
+    "bucket_mb": lambda c: c.get("case") == 2 or _degree(c, "dp") > 1,
+    "micro_batch_size": _pipelined,
+    "schedule": _pipelined,
+    "partition": _pipelined,
+}
+
+
+def inapplicable(config: Mapping[str, Any]) -> set[str]:
+    """The flag dests that do not change the simulation of ``config``."""
+    return {dest for dest, applies in APPLIES.items() if dest in config and not applies(config)}
+
+
+def display_value(spec: FlagSpec, value: Any) -> Any:
+    """A value as tables and result files show it: a flag's "use the default" sentinel (``-1``
+    or none) as ``default``, everything else as parsed."""
+    if value == spec.default and (spec.default is None or spec.default == -1) and not isinstance(value, bool):
+        return DEFAULT_WORD
+    return value
 
 
 def format_value(value: Any) -> str:
@@ -159,6 +232,7 @@ def build_grid(
     table: FlagTable,
     file_entries: Sequence[tuple[str, Sequence[Any]]] = (),
     cli_entries: Sequence[tuple[str, Sequence[Any]]] = (),
+    every_combination: bool = False,
 ) -> Grid:
     """Axes from the grid file, then the command line; a flag given again replaces its values
     but keeps its place in the order."""
@@ -172,4 +246,4 @@ def build_grid(
             order.append(spec.dest)
         values[spec.dest] = parsed
         specs[spec.dest] = spec
-    return Grid(tuple(Axis(specs[d], values[d]) for d in order), table)
+    return Grid(tuple(Axis(specs[d], values[d]) for d in order), table, every_combination)

@@ -1,10 +1,9 @@
 """Sweep results: one row per configuration, speed-ups, result files kept current, the table.
 
-Speed-up of a configuration = iteration time of its baseline / its own iteration time, where the
-baseline is the configuration with the same values of every other flag and ``case 0`` (fewest
-``gpus`` among those), or, when the grid has no such case-0 row, the same case with the fewest
-GPUs. It is a ratio of iteration times: with data parallelism the batch is per GPU, so N GPUs
-also process N times the samples.
+Speed-up of a configuration = its training throughput (samples/s) / its baseline's, where the
+baseline, shared by every case of one workload (trace and batch), is the fastest configuration
+on the fewest GPUs: case 0 whenever it ran. Throughput, not iteration time: with data
+parallelism the batch is per GPU, so N GPUs also process N times the samples.
 """
 
 from __future__ import annotations
@@ -25,7 +24,7 @@ from rich.table import Table
 from ..errors import ConfigError
 from ..output import atomic_write_text
 from .execute import OK, Outcome
-from .grid import Grid, Point, format_value
+from .grid import NOT_APPLICABLE, Grid, Point, display_value, format_value
 
 METRIC_COLUMNS = (
     "status",
@@ -39,7 +38,6 @@ METRIC_COLUMNS = (
     "tasks",
     "samples_per_s",
 )
-_NOT_KEY = ("case", "gpus")  # the dests a speed-up compares across
 OUTPUT_SUFFIXES = (".csv", ".json")
 
 
@@ -72,36 +70,64 @@ class Row:
         }
 
 
-def _gpus_label(n: int) -> str:
-    return f"{n} GPU" if n == 1 else f"{n} GPUs"
+# The flags that define the workload (model, batch, timing model): speed-ups compare
+# configurations of one workload only.
+WORKLOAD_FLAGS = ("trace_dir", "batch_size", "batch_size_sim", "time_column", "reference_compat")
+
+
+def _gpus_used(row: Row) -> int:
+    """GPUs the configuration ran on (case 0: one; a hybrid run: dp × tp × pp)."""
+    from ..parallel_flags import degrees_given, resolve_gpus
+
+    ns = row.point.namespace()
+    if not degrees_given(ns) and row.point.get("case") == 0:
+        return 1
+    return resolve_gpus(ns)
+
+
+def _baseline_label(row: Row) -> str:
+    from ..parallel_flags import degrees_given
+
+    ns = row.point.namespace()
+    if degrees_given(ns):
+        degrees = " × ".join(f"{k}{getattr(ns, k)}" for k in ("dp", "tp", "pp") if getattr(ns, k) is not None)
+        return f"{degrees}, {_gpus_text(_gpus_used(row))}"
+    case = row.point.get("case")
+    return "case 0" if case == 0 else f"case {case}, {_gpus_text(_gpus_used(row))}"
+
+
+def _gpus_text(n: int) -> str:
+    return "1 GPU" if n == 1 else f"{n} GPUs"
 
 
 def with_speedups(rows: Sequence[Row]) -> list[Row]:
-    """Rows (grid order kept) with ``speedup``/``speedup_vs`` filled in where a baseline ran."""
+    """Rows (grid order kept) with ``speedup``/``speedup_vs`` filled in where a baseline ran.
+
+    One baseline per workload, shared by every case: the fastest configuration on the fewest
+    GPUs (case 0 counts as one GPU, so it is the baseline whenever it ran). Speed-up = samples/s
+    over the baseline's samples/s.
+    """
     groups: dict[tuple, list[Row]] = {}
     for row in rows:
-        if row.ok:
-            key = tuple((d, v) for d, v in row.point.config if d not in _NOT_KEY)
-            groups.setdefault(key, []).append(row)
+        if row.ok and row.outcome.samples_per_s:
+            groups.setdefault(_workload(row), []).append(row)
+    bases = {key: min(group, key=lambda r: (_gpus_used(r), -r.outcome.samples_per_s, r.point.index))
+             for key, group in groups.items()}
     out = []
     for row in rows:
-        if not row.ok or not row.outcome.samples_per_s:
+        base = bases.get(_workload(row)) if row.ok and row.outcome.samples_per_s else None
+        if base is None:
             out.append(replace(row, speedup=None, speedup_vs=""))
             continue
-        key = tuple((d, v) for d, v in row.point.config if d not in _NOT_KEY)
-        group = groups[key]
-        by_size = lambda r: (r.point.get("gpus"), r.point.index)  # noqa: E731
-        zeros = [r for r in group if r.point.get("case") == 0]
-        if zeros:
-            base, vs = min(zeros, key=by_size), "case 0"
-        else:
-            same = [r for r in group if r.point.get("case") == row.point.get("case")]
-            base = min(same, key=by_size)
-            vs = _gpus_label(base.point.get("gpus"))
         # Throughput, not iteration time: N data-parallel replicas train N batches per iteration.
         speedup = round(row.outcome.samples_per_s / base.outcome.samples_per_s, 6)
-        out.append(replace(row, speedup=speedup, speedup_vs=vs))
+        out.append(replace(row, speedup=speedup, speedup_vs=_baseline_label(base)))
     return out
+
+
+def _workload(row: Row) -> tuple:
+    config = dict(row.point.config)
+    return tuple(config.get(d) for d in WORKLOAD_FLAGS)
 
 
 # ----------------------------------------------------------------------------- files
@@ -220,25 +246,48 @@ def _bytes(n: int | None) -> str:
     return f"{n} B"
 
 
-def ranked(rows: Sequence[Row]) -> list[Row]:
-    """ok rows fastest first (grid order breaks ties), then failed, then invalid."""
-    rank = {"ok": 0, "failed": 1, "invalid": 2}
-    return sorted(rows, key=lambda r: (rank.get(r.outcome.status, 3),
-                                       r.outcome.makespan_ms if r.ok else 0.0, r.point.index))
+# What the sweep can rank by: column -> True when larger is better.
+RANK_COLUMNS = {
+    "samples_per_s": True,
+    "makespan_ms": False,
+    "max_peak_memory_bytes": False,
+    "mean_exposed_comm_ms": False,
+}
 
 
-def print_table(console: Console, grid: Grid, rows: Sequence[Row], top: int, title: str = "") -> None:
-    """The sweep's answer: configurations by iteration time, the fastest highlighted."""
+def ranked(rows: Sequence[Row], rank_by: str = "samples_per_s") -> list[Row]:
+    """ok rows best first by ``rank_by`` (grid order breaks ties), then failed, then invalid.
+
+    The default is training throughput: data parallelism trains a batch per GPU per iteration,
+    tensor and pipeline parallelism one batch, so iteration times alone do not compare them.
+    """
+    if rank_by not in RANK_COLUMNS:
+        raise ConfigError(f"--rank-by must be one of {', '.join(RANK_COLUMNS)}, got {rank_by!r}")
+    sign = -1.0 if RANK_COLUMNS[rank_by] else 1.0
+    status = {"ok": 0, "failed": 1, "invalid": 2}
+
+    def key(r: Row) -> tuple:
+        value = getattr(r.outcome, rank_by) if r.ok else None
+        return (status.get(r.outcome.status, 3), value is None, sign * value if value is not None else 0.0,
+                r.point.index)
+
+    return sorted(rows, key=key)
+
+
+def print_table(console: Console, grid: Grid, rows: Sequence[Row], top: int, title: str = "",
+                rank_by: str = "samples_per_s") -> None:
+    """The sweep's answer: configurations ranked by ``rank_by`` (throughput by default), the best
+    highlighted."""
     shown_axes = grid.swept or grid.axes
     shown = [a.spec.name for a in shown_axes]
-    order = ranked(rows)
+    order = ranked(rows, rank_by)
     ok = [r for r in order if r.ok]
     bad = [r for r in order if not r.ok]
-    fixed = ", ".join(f"{a.spec.name}={_short(a.values[0])}" for a in grid.fixed
+    fixed = ", ".join(f"{a.spec.name}={_short(display_value(a.spec, a.values[0]))}" for a in grid.fixed
                       if grid.swept and a.spec.dest != "trace_dir")
     bases = sorted({r.speedup_vs for r in ok if r.speedup_vs})
-    caption = (f"speed-up: training throughput (samples/s) ÷ that of {' / '.join(bases)}; data-parallel "
-               "GPUs each train their own batch") if bases else None
+    caption = (f"ranked by {rank_by}; speed-up: training throughput (samples/s) ÷ that of "
+               f"{' / '.join(bases)}; data-parallel GPUs each train their own batch") if bases else None
     def ok_table(metrics: Sequence[str]) -> Table:
         table = Table(title=(title + (f" · {fixed}" if fixed else "")) or None, title_justify="left",
                       caption=caption, caption_justify="left", show_edge=False, pad_edge=False)
@@ -280,16 +329,23 @@ def print_table(console: Console, grid: Grid, rows: Sequence[Row], top: int, tit
     line = f"{len(rows)} configurations: {counts['ok']} ok, {counts['invalid']} invalid, {counts['failed']} failed"
     if ok:
         best = " ".join(f"{n}={_short(dict(ok[0].point.values)[n])}" for n in shown) if grid.swept else "defaults"
-        line += f"; fastest: {best} → {ok[0].outcome.makespan_ms:.4f} ms"
+        line += f"; best by {rank_by}: {best} → {best_figures(ok[0])}"
     console.print(line)
 
 
-_METRIC_HEADERS = ("iter ms", "speed-up", "exp.comm", "compute", "peak mem", "tasks")
+def best_figures(r: Row) -> str:
+    o = r.outcome
+    sps = f"{o.samples_per_s:,.1f} samples/s, " if o.samples_per_s else ""
+    return f"{sps}{o.makespan_ms:.4f} ms"
+
+
+_METRIC_HEADERS = ("samples/s", "iter ms", "speed-up", "exp.comm", "compute", "peak mem", "tasks")
 
 
 def _metric_cells(r: Row) -> dict[str, str]:
     o = r.outcome
     return {
+        "samples/s": _num(o.samples_per_s, "{:,.1f}"),
         "iter ms": _num(o.makespan_ms),
         "speed-up": _num(r.speedup, "{:.3f}"),
         "exp.comm": _num(o.mean_exposed_comm_ms, "{:.2f}"),
@@ -313,4 +369,5 @@ def _table_width(rows: Sequence[Row], axes: Sequence[str], metrics: Sequence[str
 def _short(value: Any) -> str:
     """Terminal spelling of a value: paths by their last component."""
     text = format_value(value)
-    return Path(text).name if ("/" in text or os.sep in text) and isinstance(value, str) else text
+    is_path = isinstance(value, str) and value != NOT_APPLICABLE and ("/" in text or os.sep in text)
+    return Path(text).name if is_path else text
