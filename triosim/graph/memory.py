@@ -109,7 +109,10 @@ def plan_memory(
     if placement == "gpu" and sum(sizes.get(k, 0) for k in uses) <= cap:
         # Everything fits at once: nothing is evicted or fetched, so the plan is each buffer's
         # lifetime (externals from the start) and the peak their sum, found in linear time.
-        report.peak_bytes = _peak_without_eviction(uses, sizes, set(external), end_of_life, n)
+        occ = _occupancy_without_eviction(uses, sizes, set(external), end_of_life, n)
+        report.peak_bytes = int(occ.max())
+        report.step_tasks = tuple(st.task for st in steps)
+        report.step_bytes = occ
         return report
     # Steady state: an external buffer stays resident if it fits beside the activations the
     # step will produce; the rest waits in remote memory.
@@ -207,17 +210,17 @@ def plan_memory(
     return report
 
 
-def _peak_without_eviction(uses: dict[str, list[int]], sizes: dict[str, int], external: set[str],
-                           end_of_life, n: int) -> int:
-    """Peak occupancy when every buffer stays resident from its first use (step 0 for external
-    ones) to its end of life: a difference array instead of one slice update per buffer."""
+def _occupancy_without_eviction(uses: dict[str, list[int]], sizes: dict[str, int], external: set[str],
+                                end_of_life, n: int) -> np.ndarray:
+    """Bytes resident at each step when every buffer stays from its first use (step 0 for
+    external ones) to its end of life: a difference array instead of one slice update per buffer."""
     delta = np.zeros(n + 1, dtype=np.int64)
     for key, lst in uses.items():
         size = sizes.get(key, 0)
         if size > 0:
             delta[0 if key in external else lst[0]] += size
             delta[end_of_life(key) + 1] -= size
-    return int(np.cumsum(delta[:n]).max())
+    return np.cumsum(delta[:n])
 
 
 def _farthest_victim(resident: dict[str, tuple[int, int]], keep: set[str], j: int, next_use) -> str | None:
