@@ -168,7 +168,9 @@ def cmd_run(args: argparse.Namespace) -> int:
     result = Result(sched.makespan, strategy, platform, graph, sched, per_gpu, per_link,
                     extra={"trace": Path(trace.path).name, "batch_size": batches.batch,
                            "batch_source": batches.source, "batch_size_sim": trace.batch_size,
-                           "time_source": trace.time_source, "config": block})
+                           "time_source": trace.time_source,
+                           **({"op_time_model": trace.op_time.describe()} if trace.op_time else {}),
+                           "config": block})
     protect = (Path(trace.path) / "trace.csv", Path(trace.path) / "tensor.csv")
     if args.json:
         text = json.dumps(result.to_dict(), indent=2, sort_keys=False) + "\n"
@@ -186,6 +188,8 @@ def cmd_run(args: argparse.Namespace) -> int:
         from .report import print_summary
 
         print_summary(result, print_to, title=f"{Path(trace.path).name} · batch {trace.batch_size}")
+        if trace.op_time is not None and (trace.op_time.batch != trace.batch_size or strategy.case == 4):
+            print_to.print(trace.op_time.summary())
         for flag, path in (("JSON", args.json), ("timeline", args.timeline)):
             if path:
                 print_to.print(f"{flag} written to {path}")

@@ -14,8 +14,12 @@ import os
 from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from .errors import ConfigError, TraceError
+
+if TYPE_CHECKING:
+    from .compute_model import OpTimeModel
 
 TRACE_COLUMNS = (
     "OperatorID",
@@ -114,6 +118,8 @@ class Trace:
     batch_invariant: frozenset[str] = frozenset()
     forward_partner: tuple[int | None, ...] = ()
     grad_ready_op: dict[str, int] = field(default_factory=dict)
+    # How op times change with the batch (triosim.compute_model); None: linear.
+    op_time: OpTimeModel | None = None
     # Where ``batch_size`` came from: "argument" (given), "meta.json", or "assumed" (neither: 128).
     batch_source: str = "argument"
     # The optional meta.json beside the CSVs ({} when there is none): device, time source, …
@@ -551,7 +557,9 @@ def _grad_ready_ops(
 def scale_trace(trace: Trace, batch_size_sim: int, reference_compat: bool = False) -> Trace:
     """Scale a trace recorded at ``trace.batch_size`` to a per-GPU batch of ``batch_size_sim``.
 
-    Op times scale linearly. Default model: activation and input bytes scale, parameters,
+    Op times follow the trace's op-time model (``trace.op_time``, see
+    :mod:`triosim.compute_model`; linear when it has none, and always linear under
+    ``reference_compat``). Default model: activation and input bytes scale, parameters,
     gradients and optimizer state do not (a tensor scales when its leading dimension is the
     batch, or its shape is unknown). ``reference_compat``: every tensor scales, with the
     original's truncation ``int(size / (batch / batch_sim))``.
@@ -573,8 +581,18 @@ def scale_trace(trace: Trace, batch_size_sim: int, reference_compat: bool = Fals
         else:
             new_bytes = t.bytes
         tensors[tid] = replace(t, bytes=new_bytes)
+    if trace.op_time is None and not reference_compat:
+        # The command line's default op-time model, so that the Python API agrees with it.
+        from .compute_model import attach_op_time_model
+
+        trace = attach_op_time_model(trace)
+    model = None if reference_compat else trace.op_time
     ops = [
         replace(op, duration_s=op.duration_s / bs_ratio, span_s=op.span_s / bs_ratio)
+        if model is None
+        else replace(op, duration_s=model.seconds(op.index, batch_size_sim),
+                     span_s=op.span_s * model.seconds(op.index, batch_size_sim) / op.duration_s
+                     if op.duration_s > 0 else op.span_s / bs_ratio)
         for op in trace.ops
     ]
     return replace(trace, ops=ops, tensors=tensors, batch_size=batch_size_sim)

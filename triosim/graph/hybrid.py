@@ -42,6 +42,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from functools import partial
 
+from ..compute_model import op_seconds
 from ..errors import ConfigError
 from ..platform import Platform, gpu_node
 from ..strategy import Strategy
@@ -305,7 +306,7 @@ def _add_stage(b: _Build, comm: GroupComm, s: int, waits, colls, params: list[st
             if k is not None and k + 1 < len(units[ph]):
                 _gather_unit(b, comm, s, units[ph], k + 1, ph, r, last, gathered, ts)
             op = trace.ops[i]
-            dur = op.duration_s * scale[i] * frac
+            dur = op_seconds(trace, i, max(1, round(frac * trace.batch_size))) * scale[i]
             label = f"{labels[i]} mb{r}"
             w = waits_here[i]
             for rep, gpu in reps:
