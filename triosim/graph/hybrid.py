@@ -194,6 +194,9 @@ def build(trace: Trace, platform: Platform, strategy: Strategy) -> TaskGraph:
     if ranks.size != platform.num_gpus:
         raise ConfigError(f"--dp {dp} × --tp {tp} × --pp {pp} = {ranks.size} GPUs, but the platform has "
                           f"{platform.num_gpus}")
+    if strategy.schedule not in ("gpipe", "1f1b") or getattr(strategy, "virtual_stages", 1) != 1:
+        raise ConfigError("--dp/--tp/--pp runs support --schedule gpipe and 1f1b; the interleaved schedule "
+                          "(--virtual-stages) runs with -case 4")
     forward_ops = sum(1 for p in op_phases(trace) if p == FORWARD)
     if pp > forward_ops:
         raise ConfigError(f"--pp {pp} is more than the trace's {forward_ops} forward ops: every pipeline stage "
