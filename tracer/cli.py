@@ -156,7 +156,7 @@ def _summary(tables: TraceTables, out: Path) -> str:
 
 
 def _fail(message: str) -> int:
-    print(f"error: {message}", file=sys.stderr)
+    print(f"triosim: error: {message}", file=sys.stderr)
     return 2
 
 

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from .checks import positive
 from .errors import ConfigError
 
 CASE_NAMES = {
@@ -104,8 +105,7 @@ class Strategy:
             raise ConfigError(f"-case must be one of 0..4, got {self.case}")
         if self.micro_batch_size is not None and self.micro_batch_size <= 0:
             raise ConfigError(f"-micro-batch-size must be a positive integer, got {self.micro_batch_size}")
-        if self.bucket_mb <= 0:
-            raise ConfigError(f"--bucket-mb must be > 0, got {self.bucket_mb}")
+        positive(self.bucket_mb, "--bucket-mb")  # NaN would otherwise mean one endless bucket
         if self.schedule not in ("gpipe", "1f1b", "interleaved"):
             raise ConfigError(f"--schedule must be gpipe, 1f1b or interleaved, got {self.schedule!r}")
         if self.partition not in ("optimal", "time", "count"):
