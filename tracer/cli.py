@@ -50,7 +50,7 @@ def _add_collect(sub: Any) -> None:
                     "trace.csv + tensor.csv in --out (raw JSON in --out/raw).")
     p.add_argument("--model", required=True,
                    help="torchvision classifier (vgg13, resnet50, densenet121, vit_b_16, ...), "
-                        "gpt, gpt-tiny, gpt2-small or tinycnn")
+                        "gpt, gpt-h16, gpt-tiny, gpt2-small or tinycnn")
     p.add_argument("--batch-size", type=_positive, required=True, help="samples per step")
     p.add_argument("--out", type=Path, required=True, help="output directory")
     p.add_argument("--device", default="auto",
