@@ -161,3 +161,26 @@ def test_fairness_property_catches_wasted_capacity(monkeypatch):
     monkeypatch.setattr(sched_module, "maxmin_rates", _half_rates)
     with pytest.raises(AssertionError):
         PLANTED(given(flow_sets())(fairness_property))()
+
+
+# ----------------------------------------------------------------------------- the old model
+
+
+def test_reference_compat_implies_the_original_network():
+    p = build_platform(8, reference_compat=True, network="flow", collective_algo="auto", collective_latency_us=None)
+    assert (p.network, p.collective_algo, p.collective_latency_us) == ("exclusive", "one-way-ring", 0.0)
+
+
+@pytest.mark.parametrize("argv, before", [
+    (["-case", "1", "-GPUnumber", "8"], "108.3662"),
+    (["-case", "3", "-GPUnumber", "4"], "215.8429"),
+    (["-case", "1", "-GPUnumber", "16", "--topology", "nvlink-cluster", "-ptp-bandwidth", "450",
+      "--node-bandwidth", "50"], "113.9952"),
+])
+def test_exclusive_one_way_ring_reproduces_the_earlier_numbers(capsys, vgg13_dir, argv, before):
+    """The numbers the simulator gave before the network flags existed (vgg13, batch 128)."""
+    from triosim.cli import main
+
+    old = ["--network", "exclusive", "--collective-algo", "one-way-ring", "--collective-latency-us", "0"]
+    assert main(["run", "--trace-dir", str(vgg13_dir), *argv, *old, "-q"]) == 0
+    assert capsys.readouterr()[0].strip() == before

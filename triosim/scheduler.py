@@ -23,7 +23,7 @@ from dataclasses import dataclass
 
 from .errors import TriosimError
 from .graph.tasks import TaskGraph
-from .network import BANDWIDTH_META, NETWORK_META, Flow, flow_of, maxmin_rates
+from .network import BANDWIDTH_META, NETWORK_META, ActiveFlows, flow_of, maxmin_rates
 
 
 @dataclass
@@ -108,13 +108,19 @@ def _schedule_flows(graph: TaskGraph, progress: Callable[[int], None] | None, re
     events = [(0.0, 0, i) for i in range(n) if indeg[i] == 0]
     heapq.heapify(events)
     pop, push = heapq.heappop, heapq.heappush
-    active: dict[int, Flow] = {}
-    inf = float("inf")
-    t_next = inf  # when the next active flow ends; valid until the active set changes
-    now = 0.0
+    active = ActiveFlows()
     placed = 0
     tick = max(1, n // 100)
     log: list[tuple[float, float, dict[int, float]]] | None = [] if record else None
+    logged_to = 0.0
+
+    def note(t: float) -> None:
+        """Record every active flow's rate up to ``t`` (only when asked: O(active flows))."""
+        nonlocal logged_to
+        if log is not None and t > logged_to:
+            if active:
+                log.append((logged_to, t, {k: f.rate for k, f in active.flows.items()}))
+            logged_to = t
 
     def release(i: int, t: float) -> None:
         end[i] = t
@@ -125,46 +131,34 @@ def _schedule_flows(graph: TaskGraph, progress: Callable[[int], None] | None, re
             if indeg[j] == 0:
                 push(events, (ready_at[j], 0, j))
 
-    def advance(t: float) -> None:
-        nonlocal now
-        dt = t - now
-        if dt > 0 and active:
-            if log is not None:
-                log.append((now, t, {f.task: f.rate for f in active.values()}))
-            for f in active.values():
-                f.remaining -= f.rate * dt
-        if t > now:
-            now = t
-
-    def rerate() -> float:
-        maxmin_rates(list(active.values()))
-        return min((now + f.remaining / f.rate for f in active.values()), default=inf)
-
     while events or active:
+        t_next = active.next_finish() if active else float("inf")
         if active and (not events or t_next < events[0][0]):
-            # Every flow due at t_next (to rounding) ends now; the others move on.
-            due = t_next * (1 + 1e-13)
-            done = [f.task for f in active.values() if now + f.remaining / f.rate <= due]
-            advance(t_next)
+            note(t_next)
+            done = active.due(t_next)
+            active.remove(done, t_next, maxmin_rates)
             for i in done:
-                del active[i]
-            t_next = rerate()
-            for i in sorted(done):
-                release(i, now)
+                release(i, t_next)
             placed += len(done)
             if progress is not None and placed // tick != (placed - len(done)) // tick:
                 progress(placed)
             continue
         t, kind, i = pop(events)
-        if kind == 1:  # a flow's latency is over: it joins the link sharing
-            advance(t)
-            f = flow_of(graph, i, bandwidth)
-            if f.remaining <= 0 or not f.coefs:
-                release(i, t)
-                placed += 1
-            else:
-                active[i] = f
-                t_next = rerate()
+        if kind == 1:  # flows whose latency is over join the link sharing, all those due at t at once
+            note(t)
+            starting = [i]
+            while events and events[0][0] == t and events[0][1] == 1:
+                starting.append(pop(events)[2])
+            joining = []
+            for i in starting:
+                f = flow_of(graph, i, bandwidth)
+                if f.remaining <= 0 or not f.coefs:
+                    release(i, t)
+                    placed += 1
+                else:
+                    joining.append(f)
+            if joining:
+                active.add(joining, t, maxmin_rates)
             continue
         if is_flow[i]:
             start[i] = t

@@ -205,13 +205,24 @@ def _ring_phase(platform: Platform, orders: list[tuple[int, ...]], nbytes: float
     return Phase(name, steps, lat, load, fill=steps / k if hops is not None else 1.0)
 
 
+def direct_peers(pairs: list[tuple[int, int]]) -> int:
+    """The most sends one GPU posts in a direct round: each pays the per-step latency λ."""
+    count: dict[int, int] = {}
+    for s, _d in pairs:
+        count[s] = count.get(s, 0) + 1
+    return max(count.values(), default=0)
+
+
 def _pairs_phase(platform: Platform, pairs: list[tuple[int, int]], chunk: float, name: str) -> Phase:
+    """One direct round: all transfers at once; a GPU's sends to its peers are posted one after
+    another, so the round's latency is α + (peers)·λ (NCCL's point-to-point operations)."""
     load: dict[str, float] = {}
     lat = 0.0
+    peers = direct_peers(pairs)
     for s, d in pairs:
         route = platform.route(gpu_node(s), gpu_node(d))
         _add_load(load, route, chunk)
-        lat = max(lat, route_latency(platform, route) + step_latency_s(platform, "ring", route))
+        lat = max(lat, route_latency(platform, route) + peers * step_latency_s(platform, "ring", route))
     return Phase(name, 1 if pairs else 0, lat, load)
 
 

@@ -366,9 +366,10 @@ def _direct(graph: TaskGraph, platform: Platform, group: tuple[int, ...], op: st
     for k, pairs in enumerate(rounds):
         received: dict[int, list[int]] = {g: [] for g in group}
         sent: dict[int, list[int]] = {}
+        peers = cc.direct_peers(pairs)
         for s, d in pairs:
             route = platform.route(gpu_node(s), gpu_node(d))
-            lam = cc.step_latency_s(platform, "ring", route)
+            lam = peers * cc.step_latency_s(platform, "ring", route)
             first = base if k == 0 else 0.0
             c = pos[d] if names[k] in ("rs", "scatter") else pos[s]  # the chunk s sends to d
             t = graph.add_task(
