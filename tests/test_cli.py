@@ -80,7 +80,7 @@ def test_timeline_is_chrome_trace(capsys, tmp_path, synthetic_dir):
         (["-bandwidth", "0"], "-bandwidth must be > 0"),
         (["-ptp-bandwidth", "-1"], "-ptp-bandwidth must be > 0"),
         (["-case", "9"], "-case must be one of 0..4"),
-        (["--schedule", "zigzag", "-case", "4"], "--schedule must be gpipe or 1f1b"),
+        (["--schedule", "zigzag", "-case", "4"], "--schedule must be gpipe, 1f1b or interleaved"),
         (["-interconnects", "1", "-numRows", "3", "-numCols", "2", "-GPUnumber", "4", "-case", "1"],
          "optical mesh: -numRows × -numCols = 3 × 2 = 6, which is not -GPUnumber = 4"),
     ],

@@ -70,8 +70,13 @@ def test_synthetic_round_trip(tmp_path):
 
 def test_scaling_keeps_parameters_and_scales_activations(synthetic_dir):
     t = load_trace(synthetic_dir, batch_size=8)
+    from triosim.compute_model import attach_op_time_model
+
+    # The old, linear op-time model halves every op; the default keeps optimizer ops as they are.
+    assert scale_trace(attach_op_time_model(t, "linear"), 4).total_time_s == pytest.approx(t.total_time_s / 2)
     half = scale_trace(t, 4)
-    assert half.total_time_s == pytest.approx(t.total_time_s / 2)
+    for a, b in zip(t.ops, half.ops):
+        assert b.duration_s == pytest.approx(a.duration_s if a.stage == "optimizer" else a.duration_s / 2)
     assert half.parameter_bytes == t.parameter_bytes
     x = t.external[0]  # the input batch
     assert half.tensors[x].bytes == t.tensors[x].bytes // 2

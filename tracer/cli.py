@@ -25,6 +25,13 @@ def _targets(text: str) -> tuple[str, ...]:
     return items
 
 
+def _batch_sizes(text: str) -> tuple[int, ...]:
+    sizes = tuple(sorted({_positive(t.strip()) for t in text.split(",") if t.strip()}))
+    if len(sizes) < 2:
+        raise argparse.ArgumentTypeError(f"give two or more different batch sizes, e.g. 8,16,32 (got '{text}')")
+    return sizes
+
+
 def _positive(text: str) -> int:
     try:
         value = int(text)
@@ -51,7 +58,10 @@ def _add_collect(sub: Any) -> None:
     p.add_argument("--model", required=True,
                    help="torchvision classifier (vgg13, resnet50, densenet121, vit_b_16, ...), "
                         "gpt, gpt-h16, gpt-tiny, gpt2-small or tinycnn")
-    p.add_argument("--batch-size", type=_positive, required=True, help="samples per step")
+    p.add_argument("--batch-size", type=_positive, default=None, help="samples per step")
+    p.add_argument("--batch-sizes", type=_batch_sizes, default=None, metavar="B,B,...",
+                   help="trace several batch sizes for the op-time fit: the largest goes to --out, "
+                        "the others to --out/batch-<B>/ (instead of --batch-size)")
     p.add_argument("--out", type=Path, required=True, help="output directory")
     p.add_argument("--device", default="auto",
                    help="auto (cuda when available, else cpu), cpu, cuda or cuda:N")
@@ -146,7 +156,7 @@ def _summary(tables: TraceTables, out: Path) -> str:
 
 
 def _fail(message: str) -> int:
-    print(f"error: {message}", file=sys.stderr)
+    print(f"triosim: error: {message}", file=sys.stderr)
     return 2
 
 
@@ -212,16 +222,35 @@ def write_convert_meta(tables: TraceTables, out: Path, graph: Path, profiler: Pa
 
 def cmd_collect(args: argparse.Namespace) -> int:
     """Handler of ``trace collect``."""
-    from .collect import CollectOptions, check_tracer_dependencies, collect, command_line
+    from .collect import check_tracer_dependencies
 
+    if (args.batch_size is None) == (args.batch_sizes is None):
+        return _fail("give either --batch-size B or --batch-sizes B,B,... (one of the two)")
     missing = check_tracer_dependencies()
     if missing:
         return _fail(missing)
+    if args.batch_sizes is None:
+        return _collect_one(args, args.batch_size, args.out, args.raw_dir)
+    # The largest batch is the trace simulations start from; the others sit beside it for the
+    # op-time fit (triosim.compute_model reads --out/batch-<B>/).
+    biggest = max(args.batch_sizes)
+    for batch in sorted(args.batch_sizes, reverse=True):
+        out = args.out if batch == biggest else args.out / f"batch-{batch}"
+        raw = None if args.raw_dir is None else args.raw_dir / f"batch-{batch}"
+        code = _collect_one(args, batch, out, raw)
+        if code:
+            return code
+    return 0
+
+
+def _collect_one(args: argparse.Namespace, batch: int, out: Path, raw_dir: Path | None) -> int:
+    from .collect import CollectOptions, collect, command_line
+
     opts = CollectOptions(
-        model=args.model, batch_size=args.batch_size, out_dir=args.out, device=args.device,
+        model=args.model, batch_size=batch, out_dir=out, device=args.device,
         optimizer=args.optimizer, iterations=args.iterations, image_size=args.image_size,
         num_classes=args.num_classes, seq_len=args.seq_len, data_dir=args.data, lr=args.lr,
-        foreach=args.foreach, seed=args.seed, raw_dir=args.raw_dir, keep_raw=args.keep_raw,
+        foreach=args.foreach, seed=args.seed, raw_dir=raw_dir, keep_raw=args.keep_raw,
         targets=tuple(args.targets), quiet=args.quiet, command=command_line())
     try:
         result = collect(opts)
@@ -239,7 +268,7 @@ def cmd_collect(args: argparse.Namespace) -> int:
         print(f"warning: {warning}", file=sys.stderr)
     if not args.quiet and result.tables is not None and result.trace_dir is not None:
         rec = result.recorded
-        print(f"recorded {args.model} (batch {args.batch_size}) on {rec.device} "
+        print(f"recorded {args.model} (batch {batch}) on {rec.device} "
               f"[{rec.device_name}]: warm-up {rec.warmup_iteration_s * 1000:.1f} ms/iteration")
         print(_summary(result.tables, result.trace_dir))
     return 0

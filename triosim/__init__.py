@@ -4,6 +4,7 @@ from __future__ import annotations
 
 __version__ = "0.1.0"
 
+from .compute_model import attach_op_time_model  # noqa: E402
 from .errors import ConfigError, OutOfMemoryError, TraceError, TriosimError  # noqa: E402
 from .platform import Platform, build_platform  # noqa: E402
 from .strategy import Strategy  # noqa: E402
@@ -25,6 +26,7 @@ __all__ = [
     "Trace",
     "TraceError",
     "TriosimError",
+    "attach_op_time_model",
     "build_platform",
     "load_trace",
     "scale_trace",

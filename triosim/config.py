@@ -15,12 +15,16 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from .compute_model import attach_op_time_model
 from .errors import ConfigError
+from .limits import check_gpu_count
+from .notes import check_unused_platform_flags
 from .parallel_flags import add_parallel_flags, degrees_given, parallel_options, resolve_gpus
 from .platform import COLLECTIVE_ALGOS, NETWORKS, Platform, build_platform
 from .strategy import Strategy
@@ -36,6 +40,15 @@ def default_trace_dir() -> Path:
     from .sample_trace import trace_dir
 
     return trace_dir()
+
+
+def trace_dir_from_flag(value: str | os.PathLike | None) -> Path:
+    """``-trace-dir``'s directory; not given means the embedded sample, but "" is a mistake."""
+    if value is None:
+        return default_trace_dir()
+    if not str(value).strip():
+        raise ConfigError("-trace-dir is empty; leave it out to use the embedded sample trace")
+    return Path(value)
 
 
 # ----------------------------------------------------------------------------- the flags
@@ -56,6 +69,11 @@ def add_sim_flags(p: argparse.ArgumentParser) -> None:
                    help="op time: kernel-time sum (default, as the original) or first-to-last kernel span")
     g.add_argument("--num-layers", type=int, default=None, metavar="L",
                    help="repeat the trace's transformer layer to L layers before simulating (as `trace repeat`)")
+    g.add_argument("--op-time-model", default="auto",
+                   help="op time at another batch: auto (fit if the trace dir has batch-<N>/ traces, else "
+                        "linear-floor), fit, linear-floor or linear (the original's; always under --reference-compat)")
+    g.add_argument("--kernel-floor-us", type=float, default=2.0,
+                   help="shortest op time in µs when scaling to a smaller batch or micro-batch (2)")
     g = p.add_argument_group("platform")
     g.add_argument("--GPUnumber", "--gpus", dest="gpus", type=int, default=None,
                    help="number of GPUs (8; a hybrid run: dp × tp × pp)")
@@ -88,8 +106,11 @@ def add_sim_flags(p: argparse.ArgumentParser) -> None:
                    help="0 single GPU, 1 data parallel, 2 DDP, 3 tensor parallel, 4 pipeline parallel")
     g.add_argument("--micro-batch-size", type=int, default=-1, help="pipeline micro-batch (default: the batch)")
     g.add_argument("--bucket-mb", type=float, default=25.0, help="DDP gradient bucket size in MB (25)")
-    g.add_argument("--schedule", default="gpipe", help="pipeline schedule: gpipe or 1f1b")
-    g.add_argument("--partition", default="time", help="pipeline stages balanced by op time or op count")
+    g.add_argument("--schedule", default="gpipe", help="pipeline schedule: gpipe, 1f1b or interleaved")
+    g.add_argument("--virtual-stages", type=int, default=1,
+                   help="interleaved schedule: pipeline stages per GPU (V >= 2; needs --schedule interleaved)")
+    g.add_argument("--partition", default="optimal",
+                   help="pipeline stage cuts: optimal (searched, then re-timed), time (balanced) or count (equal ops)")
     g.add_argument("--initial-placement", default="gpu",
                    help="where parameters/optimizer state/inputs start: gpu (if they fit) or remote")
     g.add_argument("--collective-detail", default="auto", help="collectives: auto, expanded or macro")
@@ -242,7 +263,7 @@ def resolve_batches(args: argparse.Namespace, info_cache: dict[str, tuple[int, s
 
     ``info_cache`` (trace directory → (batch, source)) lets a sweep read each meta.json once.
     """
-    trace_dir = Path(args.trace_dir) if args.trace_dir else default_trace_dir()
+    trace_dir = trace_dir_from_flag(args.trace_dir)
     batch, source = args.batch_size, "flag"
     if batch is None:
         key = str(trace_dir)
@@ -263,21 +284,34 @@ def resolve_batches(args: argparse.Namespace, info_cache: dict[str, tuple[int, s
 def load_scaled_trace(args: argparse.Namespace) -> Trace:
     """The trace of ``--trace-dir`` recorded at its batch, scaled to ``--batch-size-sim``."""
     b = resolve_batches(args)
-    trace = load_recorded_trace(b.trace_dir, b.batch, args.time_column, getattr(args, "num_layers", None))
+    trace = load_recorded_trace(b.trace_dir, b.batch, args.time_column, getattr(args, "num_layers", None),
+                                *op_time_options(args))
     trace = trace.with_batch_source(b.source)
     return scale_trace(trace, b.sim, reference_compat=args.reference_compat)
 
 
-def load_recorded_trace(trace_dir: str | Path, batch: int, time_column: str, num_layers: int | None) -> Trace:
-    """The trace at its recorded batch, its transformer layer repeated to ``num_layers`` if given
-    (``run`` and every configuration of a sweep load traces through here)."""
+def op_time_options(args: argparse.Namespace) -> tuple[str, float]:
+    """(op-time model, kernel floor in µs) of the flags; the original's linear scaling under
+    --reference-compat."""
+    model = "linear" if args.reference_compat else getattr(args, "op_time_model", "auto")
+    if getattr(args, "num_layers", None) is not None and model == "auto":
+        model = "linear-floor"  # traces at other batches in the directory have the original depth
+    return model, float(getattr(args, "kernel_floor_us", 2.0))
+
+
+def load_recorded_trace(trace_dir: str | Path, batch: int, time_column: str, num_layers: int | None,
+                        op_time_model: str = "auto", kernel_floor_us: float = 2.0) -> Trace:
+    """The trace at its recorded batch, its transformer layer repeated to ``num_layers`` if given,
+    with its op-time model (``run`` and every configuration of a sweep load traces through here)."""
     if num_layers is not None:
         if num_layers < 1:
             raise ConfigError(f"--num-layers must be a positive integer, got {num_layers}")
         from .trace_repeat import load_repeated
 
-        return load_repeated(trace_dir, num_layers, batch_size=batch, time_column=time_column)
-    return load_trace(trace_dir, batch_size=batch, time_column=time_column)
+        trace = load_repeated(trace_dir, num_layers, batch_size=batch, time_column=time_column)
+    else:
+        trace = load_trace(trace_dir, batch_size=batch, time_column=time_column)
+    return attach_op_time_model(trace, op_time_model, kernel_floor_us, time_column)
 
 
 def check_case(args: argparse.Namespace) -> None:
@@ -300,6 +334,7 @@ def strategy_from_args(args: argparse.Namespace, sim_batch: int) -> Strategy:
         initial_placement=args.initial_placement,
         reference_compat=args.reference_compat,
         collective_detail=args.collective_detail,
+        virtual_stages=getattr(args, "virtual_stages", 1),
         **parallel_options(args),
     )
     strategy.validate(resolve_gpus(args))
@@ -308,10 +343,11 @@ def strategy_from_args(args: argparse.Namespace, sim_batch: int) -> Strategy:
 
 def platform_from_args(args: argparse.Namespace) -> Platform:
     gpus = resolve_gpus(args)
-    if gpus < 1:
-        raise ConfigError(f"-GPUnumber must be >= 1, got {gpus}")
+    check_gpu_count(gpus)
     # case 0 runs on one GPU whatever -GPUnumber says; a hybrid run on dp × tp × pp
     single = gpus == 1 if degrees_given(args) else args.case == 0
+    if single:
+        check_unused_platform_flags(args)  # not used, but a wrong value is still an error
     return build_platform(
         num_gpus=1 if single else gpus,
         capacity_log2=args.capacity,
@@ -433,7 +469,7 @@ def config_block(args: argparse.Namespace) -> dict[str, Any]:
     from . import __version__
 
     table = FlagTable.from_cli()
-    trace_dir = Path(args.trace_dir) if args.trace_dir else default_trace_dir()
+    trace_dir = trace_dir_from_flag(args.trace_dir)
     block: dict[str, Any] = {}
     for spec in table.specs:
         value = getattr(args, spec.dest, spec.default)

@@ -94,6 +94,8 @@ def print_summary(result: Result, console: Console, title: str = "") -> None:
         for st in pp.get("stages", []):
             console.print(f"  stage {st['stage']} · GPU {st['gpu']} · ops {st['first_op']}–{st['last_op']} "
                           f"({st['forward_ops']} fwd + {st['backward_ops']} bwd) · {st['compute_ms']:.3f} ms compute")
+        for note in pp.get("warnings", []):
+            console.print(f"  [yellow]warning:[/yellow] {note}")
     if meta.get("collectives"):
         parts = [f"{row['op'].replace('_', '-')} {row['algo']} ×{row['calls']}" for row in meta["collectives"].values()]
         console.print("Collectives: " + ", ".join(parts))

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from .checks import positive
 from .errors import ConfigError
 
 CASE_NAMES = {
@@ -67,10 +68,11 @@ class Strategy:
     micro_batch_size: int | None = None
     bucket_mb: float = 25.0
     schedule: str = "gpipe"
-    partition: str = "time"
+    partition: str = "optimal"
     initial_placement: str = "gpu"
     reference_compat: bool = False
     collective_detail: str = "auto"
+    virtual_stages: int = 1
     dp: int | None = None
     tp: int | None = None
     pp: int | None = None
@@ -103,12 +105,19 @@ class Strategy:
             raise ConfigError(f"-case must be one of 0..4, got {self.case}")
         if self.micro_batch_size is not None and self.micro_batch_size <= 0:
             raise ConfigError(f"-micro-batch-size must be a positive integer, got {self.micro_batch_size}")
-        if self.bucket_mb <= 0:
-            raise ConfigError(f"--bucket-mb must be > 0, got {self.bucket_mb}")
-        if self.schedule not in ("gpipe", "1f1b"):
-            raise ConfigError(f"--schedule must be gpipe or 1f1b, got {self.schedule!r}")
-        if self.partition not in ("time", "count"):
-            raise ConfigError(f"--partition must be time or count, got {self.partition!r}")
+        positive(self.bucket_mb, "--bucket-mb")  # NaN would otherwise mean one endless bucket
+        if self.schedule not in ("gpipe", "1f1b", "interleaved"):
+            raise ConfigError(f"--schedule must be gpipe, 1f1b or interleaved, got {self.schedule!r}")
+        if self.partition not in ("optimal", "time", "count"):
+            raise ConfigError(f"--partition must be optimal, time or count, got {self.partition!r}")
+        if self.schedule == "interleaved":
+            if self.virtual_stages < 2:
+                raise ConfigError(f"--schedule interleaved needs --virtual-stages 2 or more, got {self.virtual_stages}")
+            if self.reference_compat:
+                raise ConfigError("--schedule interleaved has no --reference-compat form (the original runs GPipe)")
+        elif self.virtual_stages != 1:
+            raise ConfigError(f"--virtual-stages {self.virtual_stages} needs --schedule interleaved "
+                              f"(got --schedule {self.schedule})")
         if self.initial_placement not in ("gpu", "remote"):
             raise ConfigError(f"--initial-placement must be gpu or remote, got {self.initial_placement!r}")
         if self.collective_detail not in ("auto", "expanded", "macro"):
@@ -123,9 +132,6 @@ class Strategy:
         if self.tp_style is not None and self.tp_style not in TP_STYLES:
             raise ConfigError(f"--tp-style must be megatron or per-op, got {self.tp_style!r}")
         parse_rank_order(self.rank_order)
-        virtual = getattr(self, "virtual_stages", 1)
-        if virtual != 1 and self.schedule != "interleaved":
-            raise ConfigError(f"--virtual-stages {virtual} needs --schedule interleaved (got {self.schedule})")
         if self.hybrid and self.reference_compat:
             raise ConfigError("--reference-compat reproduces the original's -case runs; it does not combine "
                               "with --dp/--tp/--pp")

@@ -153,3 +153,16 @@ def test_seed_compatible_datacollect_script(tmp_path):
                           cwd=tmp_path, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr
     assert check_trace_dir(tmp_path / "data" / "middledata" / "trace" / "tinycnn").ok
+
+
+def test_collect_several_batch_sizes_for_the_op_time_fit(tmp_path, capsys):
+    from triosim import load_trace
+    from triosim.compute_model import attach_op_time_model
+
+    out = _collect(tmp_path, "--model", "tinycnn", "--batch-sizes", "4,2", "--image-size", "16")
+    assert json.loads((out / "meta.json").read_text())["batch_size"] == 4
+    assert json.loads((out / "batch-2" / "meta.json").read_text())["batch_size"] == 2
+    trace = attach_op_time_model(load_trace(out, batch_size=4))
+    assert trace.op_time.name == "fit" and trace.op_time.batches == (2, 4)
+    assert main(["collect", "--device", "cpu", "--out", str(tmp_path / "x"), "--model", "tinycnn"]) == 2
+    assert "--batch-size" in capsys.readouterr().err

@@ -40,6 +40,7 @@ import inspect
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+from ..compute_model import op_seconds
 from ..errors import ConfigError
 from ..platform import Platform, gpu_node
 from ..strategy import Strategy
@@ -274,7 +275,7 @@ def _add_stage(b: _Build, comm: GroupComm, s: int, waits, colls, params: list[st
             if k is not None and k + 1 < len(units[ph]):
                 _gather_unit(b, comm, s, units[ph], k + 1, ph, r, last, gathered, ts)
             op = trace.ops[i]
-            dur = op.duration_s * scale[i] * frac
+            dur = op_seconds(trace, i, max(1, round(frac * trace.batch_size))) * scale[i]
             label = f"{op_label(trace, i)} mb{r}"
             for (d, t), gpu in zip(b.replicas, gpus):
                 after = list(last[(d, t)])

@@ -3,31 +3,28 @@ into micro-batches that flow through them.
 
 What it models:
 
-- **Stages.** Which GPU runs each op (phases, balanced partitions, backward pairing, the
-  optimizer's split) is decided in :mod:`triosim.graph.pipeline_stages`.
+- **Stages.** Which GPU runs each op (phases, partitions, backward pairing, the optimizer's
+  split) is decided in :mod:`triosim.graph.pipeline_stages` and
+  :mod:`triosim.graph.pipeline_partition`. With ``partition="optimal"`` the best few
+  candidate plans are built and scheduled here, and the fastest one is kept.
 - **Micro-batches.** R = ceil(batch / micro-batch), the last one smaller when it does not divide.
-  Forward and backward op times and the bytes of batch-dependent tensors scale with the
-  micro-batch's share of the batch; parameters, gradients and optimizer state do not.
+  Forward and backward op times follow the trace's op-time model at the micro-batch size
+  (:func:`triosim.compute_model.op_seconds`); the bytes of batch-dependent tensors scale with
+  the micro-batch's share of the batch; parameters, gradients and optimizer state do not.
 - **Communication.** Every version of a buffer (a buffer as last written by one op) that an op on
   another stage reads is sent once per micro-batch, hop by hop through the stages in between
   (``transfer`` tasks s → s±1 over the platform's route). Activations therefore go forward,
   gradients come back, and a skip connection over k stages costs k hops.
-- **Schedules.** ``gpipe``: every stage runs the forwards of all micro-batches, then their
-  backwards (both in micro-batch order). ``1f1b``: stage s runs min(N−1−s, R) warm-up forwards,
-  then alternates one forward and one backward, then drains the backwards. A stage's compute is
-  one in-order stream, so it works on one micro-batch at a time; the optimizer comes last.
+- **Schedules** (:mod:`triosim.graph.pipeline_schedules`): ``gpipe``, ``1f1b`` and
+  ``interleaved`` (V virtual stages per GPU). A GPU's compute is one in-order stream, so it
+  works on one micro-batch at a time; its optimizer share comes last.
 - **Memory.** Each GPU's program is planned in its run order with buffers keyed per micro-batch
   (``mb3:<buffer>``), so the activations a stage holds for in-flight micro-batches add up;
   1F1B keeps at most N−s micro-batches in flight on stage s, GPipe all R. A received buffer is
   allocated when first used; buffers passing through a stage on their way are not counted.
 
-``reference_compat`` (the original's model): forward ops split by count over GPU 0..N−1,
-backward+optimizer ops (trace order) by count over GPU N−1..0 with ``i·n/N`` boundaries and
-whole optimizer ops; only the outputs of the last op of each chunk go to the next chunk's GPU,
-over the ring link at the plain ptp bandwidth (the original's pipeline platform does not
-pre-multiply it by 2(N−1)/N); any other tensor a GPU reads from another stage is treated as
-external on that GPU (the original fetches it from remote memory). With one micro-batch the
-iteration is Σ op times + Σ boundary bytes / ptp.
+``reference_compat``: a replay of the original's pipeline player, recorded as a task graph
+(:mod:`triosim.graph.pipeline_compat`).
 """
 
 from __future__ import annotations
@@ -35,23 +32,24 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from ..errors import ConfigError
-from ..platform import Platform, gpu_node
+from ..errors import ConfigError, OutOfMemoryError
+from ..platform import Platform
 from ..strategy import Strategy
 from ..trace import Trace
 from .memory import MemoryReport, Step, plan_memory
+from .pipeline_schedules import block_order, interleaved_order
 from .pipeline_stages import (
     BACKWARD,
     FORWARD,
     OPTIMIZER,
     PipelinePlan,
-    block_order,
     buffer_versions,
+    candidate_plans,
     compat_chunks,
     optimizer_buffers,
     plan_stages,
 )
-from .single import add_op_chain, op_label, persistent_buffers, record_memory
+from .single import add_op_chain, persistent_buffers, record_memory
 from .tasks import TaskGraph
 
 # ----------------------------------------------------------------------------- micro-batches
@@ -74,8 +72,8 @@ class _Programs:
     """Compute tasks of every stage and the memory steps of each GPU, in run order."""
 
     task: dict[tuple[int, int], int] = field(default_factory=dict)  # (op, micro-batch) -> task
-    opt_task: dict[tuple[int, int], int] = field(default_factory=dict)  # (op, stage) -> task
-    steps: dict[int, list[tuple[int, int, int | None]]] = field(default_factory=dict)  # stage -> (task, op, mb)
+    opt_task: dict[tuple[int, int], int] = field(default_factory=dict)  # (op, rank) -> task
+    steps: dict[int, list[tuple[int, int, int | None]]] = field(default_factory=dict)  # rank -> (task, op, mb)
 
 
 def _key(trace: Trace, buffer: str, r: int) -> str:
@@ -87,55 +85,53 @@ def _scaled(trace: Trace, buffer: str, fraction: float) -> int:
     return size if buffer in trace.batch_invariant else int(round(size * fraction))
 
 
+def _blocks(schedule: str, ranks: int, num_micro: int, rank: int, virtual: int) -> list[tuple[str, int, int]]:
+    """(phase, micro-batch, virtual stage) blocks of one GPU, in run order."""
+    if schedule == "interleaved":
+        return interleaved_order(ranks, num_micro, rank, virtual)
+    return [(ph, r, 0) for ph, r in block_order(schedule, ranks, num_micro, rank)]
+
+
 def _add_programs(graph: TaskGraph, trace: Trace, plan: PipelinePlan, strategy: Strategy,
-                  fractions: Sequence[float]) -> _Programs:
-    n, r_count = plan.num_stages, len(fractions)
+                  sizes: Sequence[int]) -> _Programs:
     progs = _Programs()
-    for s in range(n):
-        ops = {FORWARD: plan.ops_on(s, FORWARD), BACKWARD: plan.ops_on(s, BACKWARD)}
+    ops = {(s, ph): plan.ops_on(s, ph) for s in range(plan.num_stages) for ph in (FORWARD, BACKWARD)}
+    for p, gpu in enumerate(plan.gpus):
         last: list[int] = []
         seq: list[tuple[int, int, int | None]] = []
-        for ph, r in block_order(strategy.schedule, n, r_count, s):
-            if not ops[ph]:
+        for ph, r, v in _blocks(strategy.schedule, plan.ranks, len(sizes), p, plan.virtual):
+            s = v * plan.ranks + p
+            if not ops[(s, ph)]:
                 continue
-            tasks = add_op_chain(graph, trace, s, ops[ph], after=last, time_scale=fractions[r],
+            tasks = add_op_chain(graph, trace, gpu, ops[(s, ph)], after=last, batch=sizes[r],
                                  label_suffix=f" mb{r}", microbatch=r, stage_index=s)
-            for i, t in zip(ops[ph], tasks):
+            for i, t in zip(ops[(s, ph)], tasks):
                 progs.task[(i, r)] = t
                 seq.append((t, i, r))
             last = [tasks[-1]]
-        for i in plan.ops_on(s, OPTIMIZER):
-            frac = plan.optimizer_stages(i)[s]
+        for i, ph in enumerate(plan.phase):
+            if ph != OPTIMIZER or p not in plan.optimizer_ranks(i):
+                continue
+            frac = plan.optimizer_ranks(i)[p]
             suffix = "" if frac >= 1.0 else f" {frac:.0%} share"
-            (t,) = add_op_chain(graph, trace, s, [i], after=last, time_scale=frac, label_suffix=suffix,
-                                stage_index=s, share=frac)
-            progs.opt_task[(i, s)] = t
+            (t,) = add_op_chain(graph, trace, gpu, [i], after=last, time_scale=frac, label_suffix=suffix,
+                                stage_index=p, share=frac)
+            progs.opt_task[(i, p)] = t
             seq.append((t, i, None))
             last = [t]
-        progs.steps[s] = seq
+        progs.steps[p] = seq
     return progs
 
 
-def _task_of(plan: PipelinePlan, progs: _Programs, op: int, r: int) -> int:
-    if plan.phase[op] == OPTIMIZER:
-        (s,) = plan.optimizer_stages(op)
-        return progs.opt_task[(op, s)]
-    return progs.task[(op, r)]
-
-
 def _send(graph: TaskGraph, platform: Platform, src: int, dst: int, nbytes: int, label: str, after: list[int],
-          bandwidth: float | None, **attrs) -> int:
-    """A stage-to-stage transfer; ``bandwidth`` overrides the route's (reference_compat)."""
-    if bandwidth is None:
-        return graph.add_transfer(platform, src, dst, nbytes, label, after=after, **attrs)
-    route = platform.route(gpu_node(src), gpu_node(dst))
-    return graph.add_task("transfer", label, nbytes / bandwidth, route, (src, dst), nbytes, after=after,
-                          src=gpu_node(src), dst=gpu_node(dst), **attrs)
+          **attrs) -> int:
+    """A stage-to-stage transfer over the platform's route."""
+    return graph.add_transfer(platform, src, dst, nbytes, label, after=after, **attrs)
 
 
 def _add_crossings(graph: TaskGraph, trace: Trace, platform: Platform, plan: PipelinePlan, progs: _Programs,
                    fractions: Sequence[float]) -> set[tuple[int, str]]:
-    """Default model: send every cross-stage buffer version hop by hop; returns (stage, key)
+    """Default model: send every cross-stage buffer version hop by hop; returns (rank, key)
     pairs delivered that way."""
     delivered: set[tuple[int, str]] = set()
     for v in buffer_versions(trace, plan.phase):
@@ -155,49 +151,18 @@ def _add_crossings(graph: TaskGraph, trace: Trace, platform: Platform, plan: Pip
                 prev = progs.task[(v.writer, r)]
                 for a in range(src, far, step):
                     b = a + step
-                    prev = _send(graph, platform, a, b, nbytes, f"send {v.buffer} mb{r} gpu{a}->gpu{b}", [prev], None,
+                    ga, gb = plan.gpu_of(a), plan.gpu_of(b)
+                    prev = _send(graph, platform, ga, gb, nbytes, f"send {v.buffer} mb{r} gpu{ga}->gpu{gb}", [prev],
                                  microbatch=r, stage_index=a, buffer=v.buffer, direction=direction, dst_stage=b)
                     arrive[b] = prev
             for c, st in readers:
                 graph.add_edge(arrive[st], progs.task[(c, r)])
-                delivered.add((st, key))
-    return delivered
-
-
-def _compat_ptp(platform: Platform) -> float:
-    """The plain -ptp-bandwidth: the original's pipeline platform does not pre-multiply its
-    ring links by 2(N−1)/N as its collective platform does."""
-    return platform.ptp_bandwidth_nominal or platform.ptp_bandwidth
-
-
-def _add_compat_boundaries(graph: TaskGraph, trace: Trace, platform: Platform, plan: PipelinePlan,
-                           progs: _Programs, fractions: Sequence[float]) -> set[tuple[int, str]]:
-    """reference_compat: the outputs of each chunk's last op go to the next chunk's GPU."""
-    delivered: set[tuple[int, str]] = set()
-    bandwidth = _compat_ptp(platform)
-    chain = compat_chunks(trace, plan.num_stages)
-    for (ga, ops_a), (gb, ops_b) in zip(chain, chain[1:]):
-        if ga == gb:
-            continue  # the last forward chunk and the first backward chunk share a GPU
-        last, first = ops_a[-1], ops_b[0]
-        outs = trace.ops[last].outputs
-        once = plan.phase[last] == OPTIMIZER
-        for r, frac in enumerate(fractions[:1] if once else fractions):
-            nbytes = sum(_scaled(trace, trace.base(x), frac) for x in outs)
-            src_t = _task_of(plan, progs, last, r)
-            dst_t = _task_of(plan, progs, first, r)
-            direction = "forward" if trace.ops[last].stage == "forward" else "backward"
-            t = _send(graph, platform, ga, gb, nbytes, f"boundary {op_label(trace, last)} mb{r} gpu{ga}->gpu{gb}",
-                      [src_t], bandwidth, microbatch=r, stage_index=ga, direction=direction, dst_stage=gb,
-                      buffer=",".join(outs))
-            graph.add_edge(t, dst_t)
-            for x in outs:
-                delivered.add((gb, _key(trace, trace.base(x), r)))
+                delivered.add((plan.rank_of(st), key))
     return delivered
 
 
 def _plan_stage_memory(graph: TaskGraph, trace: Trace, platform: Platform, strategy: Strategy, plan: PipelinePlan,
-                       stage: int, seq: list[tuple[int, int, int | None]], fractions: Sequence[float],
+                       rank: int, seq: list[tuple[int, int, int | None]], fractions: Sequence[float],
                        delivered: set[tuple[int, str]], persistent: set[str]) -> MemoryReport:
     sizes: dict[str, int] = {}
     steps: list[Step] = []
@@ -205,7 +170,8 @@ def _plan_stage_memory(graph: TaskGraph, trace: Trace, platform: Platform, strat
     for task, i, r in seq:
         op = trace.ops[i]
         if r is None:  # optimizer share: only this stage's buffers
-            mine = tuple(k for k in optimizer_buffers(trace, i) if plan.buffer_stage.get(k) == stage)
+            mine = tuple(k for k in optimizer_buffers(trace, i)
+                         if k in plan.buffer_stage and plan.rank_of(plan.buffer_stage[k]) == rank)
             in_place = not op.outputs and op.name.endswith("_")  # as single.op_steps
             writes = mine if in_place else tuple(k for k in mine if k in trace.writes[i])
             reads = tuple(k for k in mine if k in trace.reads[i])
@@ -221,39 +187,80 @@ def _plan_stage_memory(graph: TaskGraph, trace: Trace, platform: Platform, strat
         for k in writes:
             first_touch_read.setdefault(k, False)
         steps.append(Step(task=task, reads=reads, writes=writes,
-                          label=f"op {op.op_id} ({op.name}, trace.csv:{op.line}) on stage {stage}"))
+                          label=f"op {op.op_id} ({op.name}, trace.csv:{op.line}) on GPU {plan.gpus[rank]}"))
     # Read before written here and not received from another stage: it was here all along
     # (parameters, the input batch) or, under reference_compat, comes from remote memory.
-    external = [k for k, is_read in first_touch_read.items() if is_read and (stage, k) not in delivered]
-    return plan_memory(graph, platform, stage, steps, sizes, external=external,
+    external = [k for k, is_read in first_touch_read.items() if is_read and (rank, k) not in delivered]
+    return plan_memory(graph, platform, plan.gpus[rank], steps, sizes, external=external,
                        persistent=[k for k in first_touch_read if k in persistent],
                        placement=strategy.initial_placement)
 
 
-def build(trace: Trace, platform: Platform, strategy: Strategy) -> TaskGraph:
-    """Case 4 on GPUs 0..N−1 of ``platform`` (stage s on GPU s)."""
-    sizes = micro_batch_sizes(trace.batch_size, strategy.micro_batch_size)
+def build_plan(trace: Trace, platform: Platform, strategy: Strategy, plan: PipelinePlan,
+               sizes: Sequence[int]) -> TaskGraph:
+    """The task graph of one pipeline plan (stage s on GPU ``plan.gpu_of(s)``)."""
     fractions = [m / trace.batch_size for m in sizes]
-    plan = plan_stages(trace, platform, strategy, fractions)
     graph = TaskGraph()
-    progs = _add_programs(graph, trace, plan, strategy, fractions)
-    if strategy.reference_compat:
-        delivered = _add_compat_boundaries(graph, trace, platform, plan, progs, fractions)
-    else:
-        delivered = _add_crossings(graph, trace, platform, plan, progs, fractions)
+    progs = _add_programs(graph, trace, plan, strategy, sizes)
+    delivered = _add_crossings(graph, trace, platform, plan, progs, fractions)
     persistent = persistent_buffers(trace)
     reports = [
-        _plan_stage_memory(graph, trace, platform, strategy, plan, s, progs.steps[s], fractions, delivered, persistent)
-        for s in range(plan.num_stages)
+        _plan_stage_memory(graph, trace, platform, strategy, plan, p, progs.steps[p], fractions, delivered, persistent)
+        for p in range(plan.ranks)
     ]
     record_memory(graph, reports)
-    graph.meta["devices"] = list(range(plan.num_stages))
-    graph.meta["cluster_names"] = {s: f"stage {s} (GPU {s})" for s in range(plan.num_stages)}
-    graph.meta["pipeline"] = _summary(trace, graph, plan, strategy, sizes)
+    graph.meta["devices"] = list(plan.gpus)
+    graph.meta["cluster_names"] = {
+        g: f"stage{'s' if plan.virtual > 1 else ''} {', '.join(str(s) for s in range(p, plan.num_stages, plan.ranks))} "
+           f"(GPU {g})"
+        for p, g in enumerate(plan.gpus)
+    }
+    graph.meta["pipeline"] = summary(trace, graph, plan, strategy, sizes)
     return graph
 
 
-def _summary(trace: Trace, graph: TaskGraph, plan: PipelinePlan, strategy: Strategy, sizes: Sequence[int]) -> dict:
+def retime(trace: Trace, platform: Platform, strategy: Strategy, plans: Sequence[PipelinePlan],
+           sizes: Sequence[int]) -> tuple[PipelinePlan, TaskGraph]:
+    """Build and schedule each candidate plan; the fastest one and its graph (ties: the first,
+    i.e. the better estimate). With one candidate, just its graph."""
+    from ..scheduler import schedule
+
+    if len(plans) == 1:
+        return plans[0], build_plan(trace, platform, strategy, plans[0], sizes)
+    best: tuple[float, PipelinePlan, TaskGraph] | None = None
+    tried: list[dict] = []
+    failure: OutOfMemoryError | None = None
+    for plan in plans:
+        try:
+            graph = build_plan(trace, platform, strategy, plan, sizes)
+        except OutOfMemoryError as exc:  # this cut does not fit; another one may
+            failure = failure or exc
+            continue
+        seconds = schedule(graph).makespan
+        tried.append({"starts": list(plan.starts), "estimate_ms": round((plan.estimate_s or 0.0) * 1e3, 6),
+                      "scheduled_ms": round(seconds * 1e3, 6)})
+        if best is None or seconds < best[0] * (1 - 1e-12):
+            best = (seconds, plan, graph)
+    if best is None:
+        assert failure is not None
+        raise failure
+    best[2].meta["pipeline"]["candidates"] = tried
+    return best[1], best[2]
+
+
+def build(trace: Trace, platform: Platform, strategy: Strategy) -> TaskGraph:
+    """Case 4 on GPUs 0..N−1 of ``platform``. With ``partition="optimal"`` the candidate plans
+    are each built and scheduled, and the fastest graph is returned (ties: the best estimate)."""
+    if strategy.reference_compat:
+        from .pipeline_compat import build as build_compat
+
+        return build_compat(trace, platform, strategy)
+    sizes = micro_batch_sizes(trace.batch_size, strategy.micro_batch_size)
+    fractions = [m / trace.batch_size for m in sizes]
+    return retime(trace, platform, strategy, candidate_plans(trace, platform, strategy, fractions), sizes)[1]
+
+
+def summary(trace: Trace, graph: TaskGraph, plan: PipelinePlan, strategy: Strategy, sizes: Sequence[int]) -> dict:
     """JSON-ready facts for the report: stages, micro-batches, bytes over each stage boundary."""
     n = plan.num_stages
     fwd = [0] * max(n - 1, 0)
@@ -272,7 +279,7 @@ def _summary(trace: Trace, graph: TaskGraph, plan: PipelinePlan, strategy: Strat
         b_ops = plan.ops_on(s, BACKWARD)
         stages.append({
             "stage": s,
-            "gpu": s,
+            "gpu": plan.gpu_of(s),
             "forward_ops": len(f_ops),
             "backward_ops": len(b_ops),
             "first_op": trace.ops[f_ops[0]].op_id if f_ops else None,
@@ -282,12 +289,14 @@ def _summary(trace: Trace, graph: TaskGraph, plan: PipelinePlan, strategy: Strat
         })
     return {
         "schedule": strategy.schedule,
+        "virtual_stages": plan.virtual,
         "partition": "count (reference_compat)" if strategy.reference_compat else plan.partition,
         "micro_batches": list(sizes),
         "stages": stages,
         "boundaries": [{"from": j, "to": j + 1, "forward_bytes": fwd[j], "backward_bytes": bwd[j]} for j in range(n - 1)],
+        "warnings": list(plan.warnings),
     }
 
 
-__all__ = ["PipelinePlan", "block_order", "buffer_versions", "build", "compat_chunks", "micro_batch_sizes",
-           "plan_stages"]
+__all__ = ["PipelinePlan", "block_order", "buffer_versions", "build", "build_plan", "compat_chunks",
+           "micro_batch_sizes", "plan_stages"]

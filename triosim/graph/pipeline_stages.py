@@ -2,12 +2,10 @@
 
 - **Phases.** Forward ops before the first non-forward op form the forward phase (F), the
   optimizer ops the optimizer phase (O), every other op the backward phase (B).
-- **Stages.** The forward ops are cut into N contiguous, non-empty stages; stage s runs on GPU s.
-  ``partition="count"`` gives equal op counts (the original's split). ``partition="time"``
-  (default) balances each stage's forward + backward time and, among partitions no less
-  balanced than the count split, places the cuts where the fewest bytes cross; the candidate
-  (count split included) with the shortest block-level pipeline estimate wins (see
-  :func:`time_partition`), so it is never slower than the count split by that estimate.
+- **Stages.** The forward ops are cut into S contiguous, non-empty stages. A pipeline of P GPUs
+  has S = P stages (S = P·V with V virtual stages under the interleaved schedule); stage s runs
+  on the pipeline's GPU ``s % P``. Where to cut is :mod:`triosim.graph.pipeline_partition`'s
+  job (``count``, ``time`` or ``optimal``; see there).
 - **Backward ops** run on the stage of their forward partner (``trace.forward_partner``); one
   without a partner goes with the backward op before it (or after it, for the first). Backward
   stages are kept non-increasing in trace order, so gradients flow only toward earlier stages.
@@ -18,25 +16,36 @@
   cyclically), else to the stage with the largest share.
 - ``reference_compat``: the original's split by op count (:func:`compat_chunks`).
 
-The task graph built from a plan is in :mod:`triosim.graph.pipeline_parallel`.
+The schedules are in :mod:`triosim.graph.pipeline_schedules`, the task graph built from a plan
+in :mod:`triosim.graph.pipeline_parallel`.
 """
 
 from __future__ import annotations
 
-import math
-from collections import deque
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from ..errors import ConfigError
-from ..platform import Platform, gpu_node
+from ..platform import Platform
 from ..strategy import Strategy
 from ..trace import Trace
+from .pipeline_partition import (
+    Layout,
+    PartitionEstimate,
+    buffer_versions,
+    count_starts,
+    optimal_candidates,
+    stage_costs,
+    time_partition,
+)
+from .pipeline_schedules import BACKWARD, FORWARD, OPTIMIZER, block_order, check_interleaved
 
-FORWARD, BACKWARD, OPTIMIZER = "F", "B", "O"
-# Balance bounds tried between the tightest one and the count split's (geometric grid).
-BOUND_CANDIDATES = 12
-
+# A stage with less than this share of the compute gets a warning in the summary.
+SMALL_STAGE_SHARE = 0.05
+# partition="optimal": searched partitions re-timed on the task DAG, and how close (relative
+# estimate) the count and time splits must be to the best one to be re-timed as well.
+RETIME_SEARCHED = 2
+RETIME_MARGIN = 1.15
 
 # ----------------------------------------------------------------------------- the stage plan
 
@@ -59,7 +68,11 @@ def op_phases(trace: Trace) -> tuple[str, ...]:
 
 @dataclass(frozen=True)
 class PipelinePlan:
-    """Which stage runs what. ``stage[i]`` is -1 for optimizer ops (see ``optimizer_stages``)."""
+    """Which stage runs what. ``stage[i]`` is -1 for optimizer ops (see ``optimizer_stages``).
+
+    ``gpus``: the pipeline's GPUs (rank p is GPU ``gpus[p]``); stage s runs on rank
+    ``s % len(gpus)``, so ``num_stages = len(gpus) · virtual``.
+    """
 
     num_stages: int
     partition: str
@@ -70,6 +83,25 @@ class PipelinePlan:
     optimizer_whole: dict[int, int] = field(default_factory=dict)  # compat: op -> its one stage
     buffer_stage: dict[str, int] = field(default_factory=dict)  # optimizer buffers -> owner
     touched: dict[int, tuple[str, ...]] = field(default_factory=dict)  # optimizer op -> its buffers
+    gpus: tuple[int, ...] = ()
+    virtual: int = 1
+    estimate_s: float | None = None  # the partition's block-level estimate (None: not computed)
+    warnings: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        if not self.gpus:
+            object.__setattr__(self, "gpus", tuple(range(self.num_stages // self.virtual)))
+
+    @property
+    def ranks(self) -> int:
+        """GPUs in the pipeline."""
+        return len(self.gpus)
+
+    def rank_of(self, stage: int) -> int:
+        return stage % len(self.gpus)
+
+    def gpu_of(self, stage: int) -> int:
+        return self.gpus[stage % len(self.gpus)]
 
     def ops_on(self, stage: int, phase: str) -> list[int]:
         """Ops of ``phase`` that ``stage`` runs, in trace order."""
@@ -83,6 +115,13 @@ class PipelinePlan:
             return {self.optimizer_whole[op]: 1.0}
         owned = {self.buffer_stage.get(k) for k in self.touched.get(op, ())}
         return {s: f for s, f in enumerate(self.optimizer_share) if f > 0 or s in owned}
+
+    def optimizer_ranks(self, op: int) -> dict[int, float]:
+        """Pipeline ranks running optimizer op ``op`` (once per GPU) and their fraction of it."""
+        out: dict[int, float] = {}
+        for s, f in self.optimizer_stages(op).items():
+            out[self.rank_of(s)] = out.get(self.rank_of(s), 0.0) + f
+        return out
 
 
 def optimizer_buffers(trace: Trace, i: int) -> tuple[str, ...]:
@@ -113,275 +152,6 @@ def _anchor_positions(trace: Trace, phase: Sequence[str], fpos: dict[int, int]) 
     for j in pending:
         anchors[j] = last_pos
     return anchors
-
-
-@dataclass(frozen=True)
-class Version:
-    """A buffer as last written by ``writer`` and the ops (elsewhere) that read that version."""
-
-    buffer: str
-    writer: int
-    readers: tuple[int, ...]
-
-
-def buffer_versions(trace: Trace, phase: Sequence[str]) -> list[Version]:
-    """Every (buffer, last writer) read by a later forward/backward op, in trace order."""
-    last_writer: dict[str, int] = {}
-    readers: dict[tuple[str, int], list[int]] = {}
-    for i, p in enumerate(phase):
-        if p == OPTIMIZER:
-            continue
-        for k in trace.reads[i]:
-            w = last_writer.get(k)
-            if w is not None and w != i:
-                readers.setdefault((k, w), []).append(i)
-        for k in trace.writes[i]:
-            last_writer[k] = i
-    return [Version(k, w, tuple(r)) for (k, w), r in readers.items()]
-
-
-def _cut_costs(trace: Trace, versions: list[Version], pos: dict[int, int], nf: int) -> tuple[list[int], list[int]]:
-    """Bytes crossing the cut after each forward position, forward and backward direction.
-
-    A version written at position p and read at positions c crosses (hop by hop) every cut
-    between p and the farthest reader on each side.
-    """
-    fwd = [0] * (nf + 1)
-    bwd = [0] * (nf + 1)
-    for v in versions:
-        p = pos[v.writer]
-        cs = [pos[c] for c in v.readers]
-        size = trace.tensors[v.buffer].bytes
-        hi, lo = max(cs), min(cs)
-        if hi > p:
-            fwd[p] += size
-            fwd[hi] -= size
-        if lo < p:
-            bwd[lo] += size
-            bwd[p] -= size
-    out_f, out_b, af, ab = [], [], 0, 0
-    for k in range(nf - 1):
-        af += fwd[k]
-        ab += bwd[k]
-        out_f.append(af)
-        out_b.append(ab)
-    return out_f, out_b
-
-
-@dataclass(frozen=True)
-class StageCosts:
-    """Per forward position: forward time, attached backward time, optimizer time (full batch),
-    and the bytes crossing the cut after each position in each direction."""
-
-    forward_s: tuple[float, ...]
-    backward_s: tuple[float, ...]
-    optimizer_s: tuple[float, ...]
-    cut_forward: tuple[int, ...]
-    cut_backward: tuple[int, ...]
-
-    @property
-    def weights(self) -> list[float]:
-        return [f + b for f, b in zip(self.forward_s, self.backward_s)]
-
-
-@dataclass(frozen=True)
-class PartitionEstimate:
-    """Analytic iteration-time estimate of a partition, used only to choose one."""
-
-    starts: tuple[int, ...]
-    seconds: float
-    max_stage_s: float
-    crossing_bytes: int
-
-
-def _stage_costs(trace: Trace, phase: Sequence[str], fops: list[int], pos: dict[int, int]) -> StageCosts:
-    """What the partitioner weighs, per forward position (``pos``: op -> forward position)."""
-    nf = len(fops)
-    fwd = [trace.ops[i].duration_s for i in fops]
-    bwd = [0.0] * nf
-    for i, k in pos.items():
-        if phase[i] == BACKWARD:
-            bwd[k] += trace.ops[i].duration_s
-    # Optimizer time follows the parameters, which belong to the position of their first reader.
-    param_bytes = [0] * nf
-    first: dict[str, int] = {}
-    for i in sorted(pos):
-        for k in trace.reads[i]:
-            first.setdefault(k, pos[i])
-    for prm in trace.parameters:
-        if prm in first:
-            param_bytes[first[prm]] += trace.tensors[prm].bytes
-    total_bytes = sum(param_bytes)
-    opt_s = sum(op.duration_s for op, p in zip(trace.ops, phase) if p == OPTIMIZER)
-    opt = [opt_s * b / total_bytes if total_bytes else opt_s / nf for b in param_bytes]
-    cut_f, cut_b = _cut_costs(trace, buffer_versions(trace, phase), pos, nf)
-    return StageCosts(tuple(fwd), tuple(bwd), tuple(opt), tuple(cut_f), tuple(cut_b))
-
-
-def count_starts(nf: int, n: int) -> list[int]:
-    """The original's split: stage i gets positions ``i·nf//n`` up to ``(i+1)·nf//n``."""
-    return [i * nf // n for i in range(n)]
-
-
-def _greedy_parts(weights: Sequence[float], bound: float) -> int:
-    parts, acc = 1, 0.0
-    for w in weights:
-        if acc + w > bound and acc > 0:
-            parts += 1
-            acc = 0.0
-        acc += w
-    return parts
-
-
-def _min_max_bound(weights: Sequence[float], n: int) -> float:
-    """Smallest bound on a stage's weight that n contiguous stages can meet (bisection)."""
-    lo, hi = max(weights, default=0.0), float(sum(weights))
-    if lo <= 0.0:
-        return 0.0
-    for _ in range(64):
-        mid = (lo + hi) / 2
-        if _greedy_parts(weights, mid) <= n:
-            hi = mid
-        else:
-            lo = mid
-        if hi - lo <= 1e-12 * hi:
-            break
-    return hi
-
-
-def _min_cut_starts(prefix: Sequence[float], cut: Sequence[float], n: int, bound: float) -> list[int] | None:
-    """Stage starts minimising Σ cut costs with every stage's weight ≤ ``bound``.
-
-    Dynamic programme over (stages used, positions covered) with a sliding-window minimum:
-    the feasible starts of a stage ending at position i form a window that only moves right.
-    """
-    nf = len(prefix) - 1
-    limit = bound * (1 + 1e-9) + 1e-15
-    inf = math.inf
-    prev = [inf] * (nf + 1)
-    prev[0] = 0.0
-    choices: list[list[int]] = []
-    for _ in range(n):
-        cur = [inf] * (nf + 1)
-        arg = [-1] * (nf + 1)
-        window: deque[tuple[float, int]] = deque()
-        for i in range(1, nf + 1):
-            a = i - 1
-            if prev[a] < inf:
-                g = prev[a] + (cut[a - 1] if a > 0 else 0.0)
-                while window and window[-1][0] >= g:
-                    window.pop()
-                window.append((g, a))
-            while window and prefix[i] - prefix[window[0][1]] > limit:
-                window.popleft()
-            if window:
-                cur[i], arg[i] = window[0]
-        choices.append(arg)
-        prev = cur
-    if prev[nf] == inf:
-        return None
-    starts, i = [], nf
-    for arg in reversed(choices):
-        i = arg[i]
-        starts.append(i)
-    return starts[::-1]
-
-
-def estimate_partition(starts: Sequence[int], costs: StageCosts, platform: Platform,
-                       fractions: Sequence[float], schedule: str) -> PartitionEstimate:
-    """Iteration time of a partition by the block-level pipeline recurrence.
-
-    Each stage runs its forward and backward blocks (one per micro-batch) in the schedule's
-    order; a block waits for the previous block on its stage and for the bytes crossing from
-    the neighbouring stage, which go over the boundary link one micro-batch after another. The
-    end of the last block plus the stage's optimizer share, maximised over stages, is the
-    estimate: the task DAG at block granularity, without memory traffic.
-    """
-    n, num_micro = len(starts), len(fractions)
-    bounds = [*starts, len(costs.forward_s)]
-    fwd = [sum(costs.forward_s[bounds[s] : bounds[s + 1]]) for s in range(n)]
-    bwd = [sum(costs.backward_s[bounds[s] : bounds[s + 1]]) for s in range(n)]
-    opt = [sum(costs.optimizer_s[bounds[s] : bounds[s + 1]]) for s in range(n)]
-    link_f, link_b, crossing = [], [], 0
-    for j in range(1, n):
-        k = starts[j] - 1
-        link_f.append((platform.route(gpu_node(j - 1), gpu_node(j)), costs.cut_forward[k]))
-        link_b.append((platform.route(gpu_node(j), gpu_node(j - 1)), costs.cut_backward[k]))
-        crossing += costs.cut_forward[k] + costs.cut_backward[k]
-    orders = [block_order(schedule, n, num_micro, s) for s in range(n)]
-    end: dict[tuple[str, int, int], float] = {}  # (phase, stage, micro-batch) -> end time
-    f_free = [0.0] * max(n - 1, 0)  # when each boundary link is next free, per direction
-    b_free = [0.0] * max(n - 1, 0)
-    arrived: dict[tuple[str, int, int], float] = {}  # data for (phase, stage, mb) is there
-    pos = [0] * n
-    clock = [0.0] * n
-    progress = True
-    while progress:
-        progress = False
-        for s in range(n):
-            while pos[s] < len(orders[s]):
-                ph, r = orders[s][pos[s]]
-                if ph == FORWARD:
-                    need = None if s == 0 else (FORWARD, s, r)
-                else:
-                    need = None if s == n - 1 else (BACKWARD, s, r)
-                if need is not None and need not in arrived:
-                    break
-                start = max(clock[s], arrived.get(need, 0.0) if need else 0.0)
-                if ph == BACKWARD and s == n - 1:
-                    if (FORWARD, s, r) not in end:
-                        break
-                    start = max(start, end[(FORWARD, s, r)])
-                clock[s] = start + (fwd[s] if ph == FORWARD else bwd[s]) * fractions[r]
-                end[(ph, s, r)] = clock[s]
-                pos[s] += 1
-                progress = True
-                # Send this block's crossing bytes on to the neighbour.
-                if ph == FORWARD and s < n - 1:
-                    route, nbytes = link_f[s]
-                    f_free[s] = max(f_free[s], clock[s]) + platform.route_time(route, nbytes * fractions[r])
-                    arrived[(FORWARD, s + 1, r)] = f_free[s]
-                elif ph == BACKWARD and s > 0:
-                    route, nbytes = link_b[s - 1]
-                    b_free[s - 1] = max(b_free[s - 1], clock[s]) + platform.route_time(route, nbytes * fractions[r])
-                    arrived[(BACKWARD, s - 1, r)] = b_free[s - 1]
-    if any(pos[s] < len(orders[s]) for s in range(n)):
-        seconds = math.inf  # a block order that cannot run; never chosen
-    else:
-        seconds = max(clock[s] + opt[s] for s in range(n))
-    return PartitionEstimate(tuple(starts), seconds, max(f + b for f, b in zip(fwd, bwd)), crossing)
-
-
-def time_partition(costs: StageCosts, platform: Platform, n: int, fractions: Sequence[float], schedule: str) -> list[int]:
-    """Balanced, communication-aware stage starts.
-
-    For balance bounds on a stage's forward + backward time, from the tightest achievable one up
-    to the count split's busiest stage, take the partition with the fewest crossing bytes that
-    meets the bound; keep the one with the best estimate. The count split is a candidate too,
-    so the result is never worse than it by the estimate, and never less balanced.
-    """
-    weights = costs.weights
-    nf = len(weights)
-    prefix = [0.0]
-    for w in weights:
-        prefix.append(prefix[-1] + w)
-    cut = [float(f + b) for f, b in zip(costs.cut_forward, costs.cut_backward)]
-    best = estimate_partition(count_starts(nf, n), costs, platform, fractions, schedule)
-    tight = _min_max_bound(weights, n)
-    loose = best.max_stage_s
-    bounds = [tight]
-    if loose > tight > 0:
-        ratio = loose / tight
-        bounds += [tight * ratio ** (k / BOUND_CANDIDATES) for k in range(1, BOUND_CANDIDATES + 1)]
-    for bound in bounds:
-        starts = _min_cut_starts(prefix, cut, n, bound)
-        if starts is None:
-            continue
-        est = estimate_partition(starts, costs, platform, fractions, schedule)
-        # Strictly better only: ties keep the count split or the tighter bound.
-        if est.seconds < best.seconds * (1 - 1e-12):
-            best = est
-    return list(best.starts)
 
 
 def _assign_optimizer(trace: Trace, phase: Sequence[str], stage: list[int], n: int) -> tuple[tuple[float, ...], dict[str, int]]:
@@ -439,26 +209,25 @@ def _clamp_backward(phase: Sequence[str], stage: list[int], n: int) -> None:
             stage[i] = cur
 
 
-def plan_stages(trace: Trace, platform: Platform, strategy: Strategy, fractions: Sequence[float]) -> PipelinePlan:
-    """Assign every op to a stage (see the module docstring)."""
-    n = platform.num_gpus
-    phase = op_phases(trace)
-    fops = [i for i, p in enumerate(phase) if p == FORWARD]
-    if n > len(fops):
-        raise ConfigError(
-            f"pipeline parallelism needs at least one forward op per stage: -GPUnumber {n} is more "
-            f"than the trace's {len(fops)} forward ops"
-        )
-    if strategy.reference_compat:
-        return _compat_plan(trace, phase, n)
+def _pipeline(platform: Platform, num_stages: int | None, stage_gpus: Sequence[int] | None) -> tuple[int, ...]:
+    if stage_gpus is not None:
+        gpus = tuple(stage_gpus)
+        if num_stages is not None and len(gpus) != num_stages:
+            raise ConfigError(f"the pipeline has {num_stages} stages but {len(gpus)} GPUs were given for them")
+        return gpus
+    return tuple(range(platform.num_gpus if num_stages is None else num_stages))
+
+
+def _positions(trace: Trace, phase: Sequence[str], fops: list[int]) -> dict[int, int]:
+    """Forward position of every forward and backward op (a backward op: its anchor's)."""
     fpos = {op: k for k, op in enumerate(fops)}
-    anchors = _anchor_positions(trace, phase, fpos)
-    pos = {**fpos, **anchors}
-    if strategy.partition == "count":
-        starts = count_starts(len(fops), n)
-    else:
-        costs = _stage_costs(trace, phase, fops, pos)
-        starts = time_partition(costs, platform, n, fractions, strategy.schedule)
+    return {**fpos, **_anchor_positions(trace, phase, fpos)}
+
+
+def _plan_from_starts(trace: Trace, phase: tuple[str, ...], fops: list[int], pos: dict[int, int],
+                      starts: Sequence[int], partition: str, gpus: tuple[int, ...], virtual: int,
+                      estimate_s: float | None = None) -> PipelinePlan:
+    n = len(starts)
     stage_of_pos = []
     for s in range(n):
         end = starts[s + 1] if s + 1 < n else len(fops)
@@ -469,7 +238,108 @@ def plan_stages(trace: Trace, platform: Platform, strategy: Strategy, fractions:
     _clamp_backward(phase, stage, n)
     share, owner = _assign_optimizer(trace, phase, stage, n)
     buffers = {i: optimizer_buffers(trace, i) for i, p in enumerate(phase) if p == OPTIMIZER}
-    return PipelinePlan(n, strategy.partition, phase, tuple(stage), tuple(starts), share, {}, owner, buffers)
+    plan = PipelinePlan(n, partition, phase, tuple(stage), tuple(starts), share, {}, owner, buffers, gpus, virtual,
+                        estimate_s)
+    return with_warnings(trace, plan)
+
+
+def stage_compute(trace: Trace, plan: PipelinePlan) -> list[float]:
+    """Forward + backward time of each stage (at the trace's batch)."""
+    out = [0.0] * plan.num_stages
+    for i, (p, s) in enumerate(zip(plan.phase, plan.stage)):
+        if p != OPTIMIZER and s >= 0:
+            out[s] += trace.ops[i].duration_s
+    return out
+
+
+def lacks_backward(plan: PipelinePlan) -> list[int]:
+    """Stages without a backward op while other stages have some."""
+    has = {s for p, s in zip(plan.phase, plan.stage) if p == BACKWARD}
+    return [s for s in range(plan.num_stages) if has and s not in has]
+
+
+def with_warnings(trace: Trace, plan: PipelinePlan) -> PipelinePlan:
+    """The plan with its summary warnings: stages under 5% of the compute, stages without a
+    backward op."""
+    compute = stage_compute(trace, plan)
+    total = sum(compute)
+    notes = []
+    reason = {
+        "optimal": "no cut gave it more without a slower iteration (larger boundary transfers or a busier stage "
+                   "elsewhere)",
+        "time": "the time split cuts where few bytes cross; --partition optimal weighs the whole iteration",
+    }.get(plan.partition, "equal op counts ignore op times; --partition optimal weighs the whole iteration")
+    for s, t in enumerate(compute):
+        if total > 0 and t < SMALL_STAGE_SHARE * total:
+            notes.append(f"stage {s} holds {t / total:.1%} of the compute (under {SMALL_STAGE_SHARE:.0%}): {reason}")
+    for s in lacks_backward(plan):
+        notes.append(f"stage {s} has no backward op")
+    return replace(plan, warnings=tuple(notes))
+
+
+def candidate_plans(trace: Trace, platform: Platform, strategy: Strategy, fractions: Sequence[float],
+                    num_stages: int | None = None, stage_gpus: Sequence[int] | None = None) -> list[PipelinePlan]:
+    """The plans worth timing, best estimate first. One plan, except for ``partition="optimal"``:
+    the best searched partitions plus the count and time splits (see
+    :func:`triosim.graph.pipeline_partition.optimal_candidates`), for the builder to re-time on
+    the real task DAG. Arguments as :func:`plan_stages`."""
+    gpus = _pipeline(platform, num_stages, stage_gpus)
+    virtual = getattr(strategy, "virtual_stages", 1) if strategy.schedule == "interleaved" else 1
+    n = len(gpus) * virtual
+    sizes = tuple(max(1, round(f * trace.batch_size)) for f in fractions)
+    if strategy.schedule == "interleaved":
+        check_interleaved(len(gpus), len(sizes), virtual)
+    phase = op_phases(trace)
+    fops = [i for i, p in enumerate(phase) if p == FORWARD]
+    if n > len(fops):
+        what = f"{len(gpus)} GPUs × {virtual} virtual stages" if virtual > 1 else f"-GPUnumber {n}"
+        raise ConfigError(
+            f"pipeline parallelism needs at least one forward op per stage: {what} is more than the "
+            f"trace's {len(fops)} forward ops"
+        )
+    if strategy.reference_compat:
+        return [_compat_plan(trace, phase, n)]
+    pos = _positions(trace, phase, fops)
+    if strategy.partition == "count":
+        return [_plan_from_starts(trace, phase, fops, pos, count_starts(len(fops), n), "count", gpus, virtual)]
+    costs = stage_costs(trace, phase, fops, pos, sizes)
+    layout = Layout(gpus, virtual)
+    if strategy.partition == "time":
+        starts = time_partition(costs, platform, strategy.schedule, layout)
+        return [_plan_from_starts(trace, phase, fops, pos, starts, "time", gpus, virtual)]
+    estimates: list[PartitionEstimate] = optimal_candidates(costs, platform, strategy.schedule, layout)
+    plans = [_plan_from_starts(trace, phase, fops, pos, e.starts, "optimal", gpus, virtual, e.seconds)
+             for e in estimates]
+    # Never a stage without a backward op when others have them (unless no cut avoids it).
+    good = [p for p in plans if not lacks_backward(p)] or plans
+    chosen = good[:RETIME_SEARCHED]
+    # The count and time splits are re-timed too when their estimate is close to the best one,
+    # so that the result is never slower than either where the estimate is a little off.
+    baselines = {tuple(count_starts(len(fops), n)), tuple(time_partition(costs, platform, strategy.schedule, layout))}
+    best = chosen[0].estimate_s or 0.0
+    for p in good[RETIME_SEARCHED:]:
+        if p.starts in baselines and (p.estimate_s or 0.0) <= best * RETIME_MARGIN:
+            chosen.append(p)
+    return chosen
+
+
+def plan_stages(trace: Trace, platform: Platform, strategy: Strategy, fractions: Sequence[float],
+                num_stages: int | None = None, stage_gpus: Sequence[int] | None = None) -> PipelinePlan:
+    """Assign every op to a stage (see the module docstring); for ``partition="optimal"`` the
+    best few candidates are built as this pipeline's task graph and scheduled, and the fastest
+    one is returned.
+
+    ``fractions``: each micro-batch's share of the batch. Defaults: ``platform.num_gpus``
+    stages, stage s on GPU s; otherwise ``num_stages`` stages, stage s on ``stage_gpus[s]``.
+    With ``--schedule interleaved`` each GPU runs ``strategy.virtual_stages`` stages.
+    """
+    plans = candidate_plans(trace, platform, strategy, fractions, num_stages, stage_gpus)
+    if len(plans) == 1:
+        return plans[0]
+    from .pipeline_parallel import retime  # the builder imports this module
+
+    sizes = [max(1, round(f * trace.batch_size)) for f in fractions]
+    return retime(trace, platform, strategy, plans, sizes)[0]
 
 
 def _compat_plan(trace: Trace, phase: Sequence[str], n: int) -> PipelinePlan:
@@ -508,22 +378,7 @@ def compat_chunks(trace: Trace, n: int) -> list[tuple[int, list[int]]]:
     return [(g, ops) for g, ops in chain if ops]
 
 
-# ----------------------------------------------------------------------------- schedules
-
-
-def block_order(schedule: str, num_stages: int, num_micro: int, stage: int) -> list[tuple[str, int]]:
-    """The (phase, micro-batch) blocks stage ``stage`` runs, in order (optimizer not included)."""
-    fwd = [(FORWARD, r) for r in range(num_micro)]
-    bwd = [(BACKWARD, r) for r in range(num_micro)]
-    if schedule == "gpipe":
-        return fwd + bwd
-    if schedule != "1f1b":
-        raise ConfigError(f"--schedule must be gpipe or 1f1b, got {schedule!r}")
-    warm = min(num_stages - 1 - stage, num_micro)
-    order = fwd[:warm]
-    for k in range(num_micro - warm):
-        order += [fwd[warm + k], bwd[k]]
-    return order + bwd[num_micro - warm :]
-
-
-# ----------------------------------------------------------------------------- the builder
+__all__ = [
+    "BACKWARD", "FORWARD", "OPTIMIZER", "PipelinePlan", "block_order", "buffer_versions", "candidate_plans",
+    "compat_chunks", "op_phases", "optimizer_buffers", "plan_stages",
+]

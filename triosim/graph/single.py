@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 
+from ..compute_model import op_seconds
 from ..platform import Platform
 from ..strategy import Strategy
 from ..trace import Trace
@@ -29,16 +30,22 @@ def add_op_chain(
     after: Iterable[int] = (),
     time_scale: float = 1.0,
     label_suffix: str = "",
+    batch: int | None = None,
     **attrs,
 ) -> list[int]:
-    """Compute tasks for ``op_indices`` on ``device``, each after the previous (stream order)."""
+    """Compute tasks for ``op_indices`` on ``device``, each after the previous (stream order).
+
+    Each op takes its traced time × ``time_scale``, or, with ``batch``, its time at that many
+    samples under the trace's op-time model (:func:`triosim.compute_model.op_seconds`).
+    """
     tasks: list[int] = []
     prev = list(after)
     for i in op_indices:
         op = trace.ops[i]
+        seconds = op.duration_s * time_scale if batch is None else op_seconds(trace, i, batch)
         t = graph.add_compute(
             device,
-            op.duration_s * time_scale,
+            seconds,
             f"{op_label(trace, i)}{label_suffix} gpu{device}",
             after=prev,
             op=i,

@@ -25,6 +25,7 @@ from typing import Any
 from ..config import (
     check_case,
     load_recorded_trace,
+    op_time_options,
     platform_from_args,
     resolve_batches,
     strategy_from_args,
@@ -34,9 +35,9 @@ from ..strategy import Strategy
 from ..trace import Trace, scale_trace
 from .grid import Point
 
-# (trace directory, batch the trace was recorded at, op-time column, --num-layers): what
-# config.load_recorded_trace reads.
-TraceKey = tuple[str, int, str, "int | None"]
+# (trace directory, batch the trace was recorded at, op-time column, --num-layers, op-time
+# model, kernel floor in µs): what config.load_recorded_trace reads.
+TraceKey = tuple[str, int, str, "int | None", str, float]
 
 OK, INVALID, FAILED = "ok", "invalid", "failed"
 
@@ -178,7 +179,8 @@ def prepare(points: Sequence[Point]) -> Prepared:
             settled.append(Outcome(point.index, FAILED,
                                    f"-case {ns.case} ({CASE_NAMES[ns.case]}) is not implemented yet"))
             continue
-        pending.append((point, (trace_dir, batch, ns.time_column, getattr(ns, "num_layers", None)), sim))
+        pending.append((point, (trace_dir, batch, ns.time_column, getattr(ns, "num_layers", None),
+                                *op_time_options(ns)), sim))
 
     loaded: dict[TraceKey, Trace] = {}
     broken: dict[TraceKey, str] = {}

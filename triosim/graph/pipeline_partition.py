@@ -1,0 +1,469 @@
+"""Pipeline partitions: where to cut the forward ops into stages, and how fast a cut would run.
+
+- **Costs** (:func:`stage_costs`). Each forward position weighs its forward time and the time of
+  the backward ops that follow it, per micro-batch size (op times come from the trace's op-time
+  model, so a small micro-batch is not simply a fraction of the batch), its share of the
+  optimizer, and the bytes crossing the cut after it in each direction.
+- **Estimate** (:func:`estimate_partition`). The block-level pipeline recurrence: each GPU runs
+  its blocks (one stage's ops for one micro-batch) in the schedule's order; a block waits for
+  the previous block on its GPU and for the bytes from the neighbouring stage, which go over
+  the boundary link one micro-batch after another; plus each GPU's optimizer share at the end.
+  It is the task DAG at block granularity, without memory traffic.
+- **Partitions.** ``count`` (:func:`count_starts`): equal op counts, the original's split.
+  ``time`` (:func:`time_partition`): balanced stages, and among partitions no less balanced than
+  the count split the one with the fewest crossing bytes; the candidate (count split included)
+  with the best estimate wins. ``optimal`` (:func:`optimal_candidates`): for a grid of bounds on
+  a stage's time, a dynamic programme finds the cuts with the least boundary-transfer time that
+  keep every stage and every boundary transfer under the bound and a backward op on every
+  stage; these, the count and the time splits are timed by the recurrence, the best few are
+  improved by local search (moving one cut at a time), and the builder re-times the best
+  candidates on the real task DAG.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import deque
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+from ..compute_model import op_seconds
+from ..platform import Platform, gpu_node
+from ..trace import Trace
+from .pipeline_schedules import BACKWARD, FORWARD, OPTIMIZER, schedule_blocks
+
+# Balance bounds tried between the tightest one and the count split's (geometric grid).
+BOUND_CANDIDATES = 12
+# The optimal search: bounds on a stage's time tried (geometric grid from the tightest one up);
+# local search from the best few, for at most so many rounds.
+OPTIMAL_BOUNDS = 48
+LOCAL_SEARCH_STARTS = 3
+LOCAL_SEARCH_ROUNDS = 200
+# Local search stops once its estimates have walked this many blocks (stages × micro-batches
+# per estimate): a few seconds at most, also for long pipelines with many micro-batches.
+LOCAL_SEARCH_BLOCKS = 1_000_000
+
+
+@dataclass(frozen=True)
+class Version:
+    """A buffer as last written by ``writer`` and the ops (elsewhere) that read that version."""
+
+    buffer: str
+    writer: int
+    readers: tuple[int, ...]
+
+
+def buffer_versions(trace: Trace, phase: Sequence[str]) -> list[Version]:
+    """Every (buffer, last writer) read by a later forward/backward op, in trace order."""
+    last_writer: dict[str, int] = {}
+    readers: dict[tuple[str, int], list[int]] = {}
+    for i, p in enumerate(phase):
+        if p == OPTIMIZER:
+            continue
+        for k in trace.reads[i]:
+            w = last_writer.get(k)
+            if w is not None and w != i:
+                readers.setdefault((k, w), []).append(i)
+        for k in trace.writes[i]:
+            last_writer[k] = i
+    return [Version(k, w, tuple(r)) for (k, w), r in readers.items()]
+
+
+def _cut_costs(trace: Trace, versions: list[Version], pos: dict[int, int], nf: int) -> tuple[list[int], list[int]]:
+    """Bytes crossing the cut after each forward position, forward and backward direction.
+
+    A version written at position p and read at positions c crosses (hop by hop) every cut
+    between p and the farthest reader on each side.
+    """
+    fwd = [0] * (nf + 1)
+    bwd = [0] * (nf + 1)
+    for v in versions:
+        p = pos[v.writer]
+        cs = [pos[c] for c in v.readers]
+        size = trace.tensors[v.buffer].bytes
+        hi, lo = max(cs), min(cs)
+        if hi > p:
+            fwd[p] += size
+            fwd[hi] -= size
+        if lo < p:
+            bwd[lo] += size
+            bwd[p] -= size
+    out_f, out_b, af, ab = [], [], 0, 0
+    for k in range(nf - 1):
+        af += fwd[k]
+        ab += bwd[k]
+        out_f.append(af)
+        out_b.append(ab)
+    return out_f, out_b
+
+
+@dataclass(frozen=True)
+class StageCosts:
+    """What the partitioner weighs, per forward position.
+
+    ``forward_s[m]`` / ``backward_s[m]``: forward and attached backward time at micro-batch size
+    m, for each micro-batch size of ``sizes``; ``optimizer_s``: optimizer time (once per
+    iteration); ``cut_forward`` / ``cut_backward``: bytes at the full ``batch`` crossing the cut
+    after each position (scaled by m / batch per micro-batch).
+    """
+
+    batch: int
+    sizes: tuple[int, ...]
+    forward_s: dict[int, tuple[float, ...]]
+    backward_s: dict[int, tuple[float, ...]]
+    optimizer_s: tuple[float, ...]
+    cut_forward: tuple[int, ...]
+    cut_backward: tuple[int, ...]
+    backward_ops: tuple[int, ...] = ()  # backward ops anchored at each position
+
+    @property
+    def weights(self) -> list[float]:
+        """Forward + backward time per position at the first (largest) micro-batch size."""
+        m = self.sizes[0]
+        return [f + b for f, b in zip(self.forward_s[m], self.backward_s[m])]
+
+
+@dataclass(frozen=True)
+class PartitionEstimate:
+    """Analytic iteration-time estimate of a partition, used only to choose one."""
+
+    starts: tuple[int, ...]
+    seconds: float
+    max_stage_s: float
+    crossing_bytes: int
+
+
+def stage_costs(trace: Trace, phase: Sequence[str], fops: list[int], pos: dict[int, int],
+                sizes: Sequence[int]) -> StageCosts:
+    """Per-position costs (``pos``: op -> forward position; ``sizes``: the micro-batch sizes)."""
+    nf = len(fops)
+    fwd: dict[int, tuple[float, ...]] = {}
+    bwd: dict[int, tuple[float, ...]] = {}
+    count = [0] * nf
+    for i, k in pos.items():
+        if phase[i] == BACKWARD:
+            count[k] += 1
+    for m in dict.fromkeys(sizes):
+        fwd[m] = tuple(op_seconds(trace, i, m) for i in fops)
+        b = [0.0] * nf
+        for i, k in pos.items():
+            if phase[i] == BACKWARD:
+                b[k] += op_seconds(trace, i, m)
+        bwd[m] = tuple(b)
+    # Optimizer time follows the parameters, which belong to the position of their first reader.
+    param_bytes = [0] * nf
+    first: dict[str, int] = {}
+    for i in sorted(pos):
+        for k in trace.reads[i]:
+            first.setdefault(k, pos[i])
+    for prm in trace.parameters:
+        if prm in first:
+            param_bytes[first[prm]] += trace.tensors[prm].bytes
+    total_bytes = sum(param_bytes)
+    opt_s = sum(op.duration_s for op, p in zip(trace.ops, phase) if p == OPTIMIZER)
+    opt = [opt_s * b / total_bytes if total_bytes else opt_s / nf for b in param_bytes]
+    cut_f, cut_b = _cut_costs(trace, buffer_versions(trace, phase), pos, nf)
+    return StageCosts(trace.batch_size, tuple(sizes), fwd, bwd, tuple(opt), tuple(cut_f), tuple(cut_b), tuple(count))
+
+
+def count_starts(nf: int, n: int) -> list[int]:
+    """The original's split: stage i gets positions ``i·nf//n`` up to ``(i+1)·nf//n``."""
+    return [i * nf // n for i in range(n)]
+
+
+def _greedy_parts(weights: Sequence[float], bound: float) -> int:
+    parts, acc = 1, 0.0
+    for w in weights:
+        if acc + w > bound and acc > 0:
+            parts += 1
+            acc = 0.0
+        acc += w
+    return parts
+
+
+def _min_max_bound(weights: Sequence[float], n: int) -> float:
+    """Smallest bound on a stage's weight that n contiguous stages can meet (bisection)."""
+    lo, hi = max(weights, default=0.0), float(sum(weights))
+    if lo <= 0.0:
+        return 0.0
+    for _ in range(64):
+        mid = (lo + hi) / 2
+        if _greedy_parts(weights, mid) <= n:
+            hi = mid
+        else:
+            lo = mid
+        if hi - lo <= 1e-12 * hi:
+            break
+    return hi
+
+
+def _min_cut_starts(prefix: Sequence[float], cut: Callable[[int, int], float], n: int,
+                    bound: float, need: Sequence[bool] | None = None) -> list[int] | None:
+    """Stage starts minimising Σ cut costs with every stage's weight ≤ ``bound``.
+
+    ``cut(j, k)``: the cost of starting stage j (≥ 1) at position k + 1 (infinite: not allowed).
+    ``need``: when given, every stage holds at least one position where it is true.
+    Dynamic programme over (stages used, positions covered) with a sliding-window minimum:
+    the feasible starts of a stage ending at position i form a window that only moves right.
+    """
+    nf = len(prefix) - 1
+    limit = bound * (1 + 1e-9) + 1e-15
+    inf = math.inf
+    # latest[i]: the last start a that keeps a needed position in [a, i) (-1: none).
+    latest = [-1] * (nf + 1)
+    for i in range(1, nf + 1):
+        latest[i] = i - 1 if need is None or need[i - 1] else latest[i - 1]
+    prev = [inf] * (nf + 1)
+    prev[0] = 0.0
+    choices: list[list[int]] = []
+    for j in range(n):
+        cur = [inf] * (nf + 1)
+        arg = [-1] * (nf + 1)
+        window: deque[tuple[float, int]] = deque()
+        pushed = 0
+        for i in range(1, nf + 1):
+            while pushed <= latest[i]:
+                a = pushed
+                pushed += 1
+                if prev[a] == inf:
+                    continue
+                g = prev[a] + (cut(j, a - 1) if a > 0 else 0.0)
+                if g < inf:
+                    while window and window[-1][0] >= g:
+                        window.pop()
+                    window.append((g, a))
+            while window and prefix[i] - prefix[window[0][1]] > limit:
+                window.popleft()
+            if window:
+                cur[i], arg[i] = window[0]
+        choices.append(arg)
+        prev = cur
+    if prev[nf] == inf:
+        return None
+    starts, i = [], nf
+    for arg in reversed(choices):
+        i = arg[i]
+        starts.append(i)
+    return starts[::-1]
+
+
+@dataclass(frozen=True)
+class Layout:
+    """Where stages run: stage c on pipeline rank ``c % ranks``, i.e. GPU ``gpus[c % ranks]``;
+    ``virtual`` stages per GPU (1 except for the interleaved schedule)."""
+
+    gpus: tuple[int, ...]
+    virtual: int = 1
+
+    @property
+    def ranks(self) -> int:
+        return len(self.gpus)
+
+    @property
+    def num_stages(self) -> int:
+        return len(self.gpus) * self.virtual
+
+    def gpu_of(self, stage: int) -> int:
+        return self.gpus[stage % len(self.gpus)]
+
+
+def estimate_partition(starts: Sequence[int], costs: StageCosts, platform: Platform, schedule: str,
+                       layout: Layout) -> PartitionEstimate:
+    """Iteration time of a partition by the block-level pipeline recurrence (module docstring)."""
+    n, sizes = len(starts), costs.sizes
+    num_micro = len(sizes)
+    bounds = [*starts, len(costs.optimizer_s)]
+    fwd = {m: [sum(f[bounds[s] : bounds[s + 1]]) for s in range(n)] for m, f in costs.forward_s.items()}
+    bwd = {m: [sum(b[bounds[s] : bounds[s + 1]]) for s in range(n)] for m, b in costs.backward_s.items()}
+    opt = [0.0] * layout.ranks
+    for s in range(n):
+        opt[s % layout.ranks] += sum(costs.optimizer_s[bounds[s] : bounds[s + 1]])
+    link_f, link_b, crossing = [], [], 0
+    for j in range(1, n):
+        k = starts[j] - 1
+        a, b = gpu_node(layout.gpu_of(j - 1)), gpu_node(layout.gpu_of(j))
+        link_f.append((platform.route(a, b), costs.cut_forward[k]))
+        link_b.append((platform.route(b, a), costs.cut_backward[k]))
+        crossing += costs.cut_forward[k] + costs.cut_backward[k]
+    orders = [schedule_blocks(schedule, layout.ranks, num_micro, p, layout.virtual) for p in range(layout.ranks)]
+    link_free: dict[tuple[str, ...], float] = {}  # when each route is next free
+    arrived: dict[tuple[str, int, int], float] = {}  # data for (phase, stage, mb) is there
+    done_forward: set[tuple[int, int]] = set()
+    pos = [0] * layout.ranks
+    clock = [0.0] * layout.ranks
+
+    def send(route: tuple[str, ...], nbytes: float, ready: float) -> float:
+        if not route:
+            return ready
+        start = max(link_free.get(route, 0.0), ready)
+        link_free[route] = start + platform.route_time(route, nbytes)
+        return link_free[route]
+
+    progress = True
+    while progress:
+        progress = False
+        for p in range(layout.ranks):
+            while pos[p] < len(orders[p]):
+                ph, r, v = orders[p][pos[p]]
+                s = v * layout.ranks + p
+                if ph == FORWARD:
+                    need = None if s == 0 else (FORWARD, s, r)
+                else:
+                    need = None if s == n - 1 else (BACKWARD, s, r)
+                if need is not None and need not in arrived:
+                    break
+                if ph == BACKWARD and s == n - 1 and (s, r) not in done_forward:
+                    break
+                start = max(clock[p], arrived.get(need, 0.0) if need else 0.0)
+                m = sizes[r]
+                clock[p] = start + (fwd[m][s] if ph == FORWARD else bwd[m][s])
+                pos[p] += 1
+                progress = True
+                frac = m / costs.batch
+                # Send this block's crossing bytes on to the neighbour.
+                if ph == FORWARD:
+                    done_forward.add((s, r))
+                    if s < n - 1:
+                        route, nbytes = link_f[s]
+                        arrived[(FORWARD, s + 1, r)] = send(route, nbytes * frac, clock[p])
+                elif s > 0:
+                    route, nbytes = link_b[s - 1]
+                    arrived[(BACKWARD, s - 1, r)] = send(route, nbytes * frac, clock[p])
+    if any(pos[p] < len(orders[p]) for p in range(layout.ranks)):
+        seconds = math.inf  # a block order that cannot run; never chosen
+    else:
+        seconds = max(clock[p] + opt[p] for p in range(layout.ranks))
+    m0 = sizes[0]
+    return PartitionEstimate(tuple(starts), seconds, max(f + b for f, b in zip(fwd[m0], bwd[m0])), crossing)
+
+
+def _prefix(weights: Sequence[float]) -> list[float]:
+    prefix = [0.0]
+    for w in weights:
+        prefix.append(prefix[-1] + w)
+    return prefix
+
+
+def time_partition(costs: StageCosts, platform: Platform, schedule: str, layout: Layout) -> list[int]:
+    """Balanced, communication-aware stage starts.
+
+    For balance bounds on a stage's forward + backward time, from the tightest achievable one up
+    to the count split's busiest stage, take the partition with the fewest crossing bytes that
+    meets the bound; keep the one with the best estimate. The count split is a candidate too,
+    so the result is never worse than it by the estimate, and never less balanced.
+    """
+    n = layout.num_stages
+    weights = costs.weights
+    nf = len(weights)
+    prefix = _prefix(weights)
+    cut = [float(f + b) for f, b in zip(costs.cut_forward, costs.cut_backward)]
+    best = estimate_partition(count_starts(nf, n), costs, platform, schedule, layout)
+    tight = _min_max_bound(weights, n)
+    loose = best.max_stage_s
+    bounds = [tight]
+    if loose > tight > 0:
+        ratio = loose / tight
+        bounds += [tight * ratio ** (k / BOUND_CANDIDATES) for k in range(1, BOUND_CANDIDATES + 1)]
+    for bound in bounds:
+        starts = _min_cut_starts(prefix, lambda j, k: cut[k], n, bound)
+        if starts is None:
+            continue
+        est = estimate_partition(starts, costs, platform, schedule, layout)
+        # Strictly better only: ties keep the count split or the tighter bound.
+        if est.seconds < best.seconds * (1 - 1e-12):
+            best = est
+    return list(best.starts)
+
+
+def _transfer_times(costs: StageCosts, platform: Platform, layout: Layout) -> tuple[list[list[float]], list[list[float]]]:
+    """Per stage j ≥ 1 and cut position k: the forward and backward time of one (first-size)
+    micro-batch's crossing bytes when stage j starts at position k + 1."""
+    frac = costs.sizes[0] / costs.batch
+    fwd_t, bwd_t = [[0.0] * len(costs.cut_forward)], [[0.0] * len(costs.cut_forward)]
+    for j in range(1, layout.num_stages):
+        a, b = gpu_node(layout.gpu_of(j - 1)), gpu_node(layout.gpu_of(j))
+        ra, rb = platform.route(a, b), platform.route(b, a)
+        fwd_t.append([platform.route_time(ra, x * frac) if ra else 0.0 for x in costs.cut_forward])
+        bwd_t.append([platform.route_time(rb, x * frac) if rb else 0.0 for x in costs.cut_backward])
+    return fwd_t, bwd_t
+
+
+def _valid(starts: Sequence[int], nf: int, need: Sequence[bool] | None) -> bool:
+    """Strictly increasing starts from 0, and each stage holds a needed position (if any)."""
+    if not starts or starts[0] != 0 or any(b <= a for a, b in zip(starts, starts[1:])) or starts[-1] >= nf:
+        return False
+    if need is None:
+        return True
+    ends = [*starts[1:], nf]
+    return all(any(need[a:b]) for a, b in zip(starts, ends))
+
+
+def _local_search(starts: tuple[int, ...], evaluate: Callable[[tuple[int, ...]], float], nf: int,
+                  need: Sequence[bool] | None, max_evaluations: int) -> tuple[int, ...]:
+    """Hill climbing on the estimate: move one cut by ±1, 2, 4 or 8 positions while that helps
+    (at most ``max_evaluations`` estimates)."""
+    best, best_s = starts, evaluate(starts)
+    spent = 0
+    for _ in range(LOCAL_SEARCH_ROUNDS):
+        step_best, step_s = best, best_s
+        for j in range(1, len(best)):
+            for d in (-8, -4, -2, -1, 1, 2, 4, 8):
+                cand = (*best[:j], best[j] + d, *best[j + 1 :])
+                if not _valid(cand, nf, need) or spent >= max_evaluations:
+                    continue
+                spent += 1
+                sec = evaluate(cand)
+                if sec < step_s * (1 - 1e-12):
+                    step_best, step_s = cand, sec
+        if step_best == best:
+            break
+        best, best_s = step_best, step_s
+    return best
+
+
+def optimal_candidates(costs: StageCosts, platform: Platform, schedule: str,
+                       layout: Layout) -> list[PartitionEstimate]:
+    """Searched partitions, best estimate first (the count and time splits among them).
+
+    For a grid of bounds on a stage's time, the dynamic programme gives the cuts with the least
+    boundary-transfer time that keep every stage and every transfer under the bound (and a
+    backward op on every stage when the trace has backward ops); each is timed by the
+    recurrence, and the best few are improved by local search on the recurrence.
+    """
+    n = layout.num_stages
+    weights = costs.weights
+    nf = len(weights)
+    prefix = _prefix(weights)
+    fwd_t, bwd_t = _transfer_times(costs, platform, layout)
+    need = [c > 0 for c in costs.backward_ops] if any(costs.backward_ops) else None
+    tight = _min_max_bound(weights, n)
+    loose = float(sum(weights))
+    bounds = [tight]
+    if loose > tight > 0:
+        ratio = loose / tight
+        bounds += [tight * ratio ** (k / OPTIMAL_BOUNDS) for k in range(1, OPTIMAL_BOUNDS + 1)]
+    found: dict[tuple[int, ...], PartitionEstimate] = {}
+
+    def evaluate(starts: tuple[int, ...]) -> float:
+        if starts not in found:
+            found[starts] = estimate_partition(starts, costs, platform, schedule, layout)
+        return found[starts].seconds
+
+    seeds = [tuple(count_starts(nf, n)), tuple(time_partition(costs, platform, schedule, layout))]
+    for bound in bounds:
+        # A boundary transfer slower than the bound would be the bottleneck itself: excluded.
+        def cut(j: int, k: int, bound: float = bound) -> float:
+            f, b = fwd_t[j][k], bwd_t[j][k]
+            return math.inf if max(f, b) > bound * (1 + 1e-9) else f + b
+
+        starts = _min_cut_starts(prefix, cut, n, bound, need)
+        if starts is not None:
+            seeds.append(tuple(starts))
+    for s in seeds:
+        evaluate(s)
+    ranked = sorted(found.values(), key=lambda e: (e.seconds, e.starts))
+    starts_from = [e.starts for e in ranked if _valid(e.starts, nf, need)][:LOCAL_SEARCH_STARTS]
+    per_start = max(1, LOCAL_SEARCH_BLOCKS // (n * len(costs.sizes) * max(1, len(starts_from))))
+    for s in starts_from:
+        _local_search(s, evaluate, nf, need, per_start)
+    return sorted(found.values(), key=lambda e: (e.seconds, e.starts))
