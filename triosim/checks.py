@@ -133,8 +133,10 @@ def json_int(value: object, file: str, key: str, *, minimum: int = 1, maximum: i
     if isinstance(value, float) and not (math.isfinite(value) and value.is_integer()):
         raise TraceError(file, f"must be a whole number, got {_json_repr(value)}", field=key)
     n = int(value)
-    if not minimum <= n < maximum:
-        raise TraceError(file, f"must be between {minimum} and {maximum - 1:,}, got {n}", field=key)
+    if n < minimum:
+        raise TraceError(file, f"must be >= {minimum}, got {n}", field=key)
+    if n >= maximum:
+        raise TraceError(file, f"too large: {n} (limit {maximum:,})", field=key)
     return n
 
 

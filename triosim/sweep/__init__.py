@@ -26,6 +26,7 @@ from typing import Any
 
 from rich.console import Console
 
+from ..checks import positive
 from ..errors import ConfigError, TriosimError
 from ..output import sigterm_as_interrupt
 from .execute import (
@@ -254,8 +255,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
         plot_x, plot_y = check_plot_axes(grid, args.plot_x, args.plot_y)
     if args.dask:
         require_distributed()
-        if args.dask_timeout <= 0:
-            raise ConfigError(f"--dask-timeout must be > 0 seconds, got {args.dask_timeout}")
+        positive(args.dask_timeout, "--dask-timeout", "seconds")  # NaN would wait forever
     if args.jobs is not None and args.jobs < 1:
         raise ConfigError(f"--jobs must be >= 1, got {args.jobs}")
     err = Console(stderr=True, highlight=False)
