@@ -17,7 +17,7 @@ from triosim.cli import main
 from triosim.errors import ConfigError
 from triosim.sweep import FlagTable, build_grid, read_grid_file, run_sweep
 from triosim.sweep import execute as sweep_execute
-from triosim.sweep.results import METRIC_COLUMNS, ResultFiles, Row
+from triosim.sweep.results import METRIC_COLUMNS, ResultFiles, Row, partial_path
 
 # ----------------------------------------------------------------------------- a tiny trace
 
@@ -276,12 +276,13 @@ def test_csv_is_appended_while_running(tmp_path: Path, tiny: Path) -> None:
     with ResultFiles([str(path)], grid.columns, {}) as files:
         def on_row(row: Row) -> None:
             files.add(row)
-            seen.append(len(_read_csv(path)))  # another reader sees the rows so far
+            seen.append(len(_read_csv(partial_path(path))))  # another reader sees the rows so far
 
         result = run_sweep(grid, jobs=1, on_row=on_row)
         files.finish(result.rows, result.complete)
     assert seen == [1, 2, 3]
     assert [r["bandwidth"] for r in _read_csv(path)] == ["1.0", "2.0", "3.0"]
+    assert not partial_path(path).exists()  # a complete sweep leaves only the target
 
 
 def test_interrupt_keeps_finished_rows(tiny: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -296,12 +297,15 @@ def test_interrupt_keeps_finished_rows(tiny: Path, tmp_path: Path, monkeypatch: 
 
     monkeypatch.setattr(sweep_execute, "run_task", flaky)
     c, j = tmp_path / "r.csv", tmp_path / "r.json"
+    c.write_text("an earlier sweep's results\n")
     rc = _sweep(tiny, "--bandwidth", "1,2,3,4,5,6", "-j", "1", "--out", str(c), "--out", str(j))
     assert rc == 130
-    rows = _read_csv(c)
+    # The finished rows are kept beside the targets; the earlier results file is untouched.
+    rows = _read_csv(partial_path(c))
     assert [r["bandwidth"] for r in rows] == ["1.0", "2.0", "3.0"] and {r["status"] for r in rows} == {"ok"}
-    doc = json.loads(j.read_text())
+    doc = json.loads(partial_path(j).read_text())
     assert doc["complete"] is False and len(doc["rows"]) == 3
+    assert c.read_text() == "an earlier sweep's results\n" and not j.exists()
 
 
 def test_plot_lines_follow_plot_x_and_share_one_baseline(tiny: Path, tmp_path: Path) -> None:

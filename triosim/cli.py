@@ -20,6 +20,7 @@ from pathlib import Path
 from rich.console import Console
 
 from . import __version__
+from .argparsing import OneLineParser, typed_spelling
 from .config import (  # noqa: F401  (re-exported: the names scripts import from triosim.cli)
     add_sim_flags,
     check_config_facts,
@@ -33,7 +34,8 @@ from .config import (  # noqa: F401  (re-exported: the names scripts import from
     strategy_from_args,
 )
 from .errors import ConfigError, TriosimError
-from .output import atomic_write_text
+from .notes import unused_flag_note
+from .output import atomic_write_text, check_output_path
 
 SUBCOMMANDS = ("run", "dag", "trace", "sweep")
 _SINGLE_DASH = re.compile(r"^-[A-Za-z][A-Za-z0-9_-]+(=.*)?$")
@@ -78,7 +80,7 @@ def config_file_arg(argv: Sequence[str]) -> str | None:
 def build_parser(defaults: dict | None = None) -> argparse.ArgumentParser:
     """The whole ``triosim`` parser; ``defaults`` (flag dest → value, from ``--config``) replace
     the simulation flags' defaults of ``run`` and ``dag``."""
-    parser = argparse.ArgumentParser(
+    parser = OneLineParser(
         prog="triosim",
         description="Predict one DNN training iteration on many GPUs from a single-GPU trace.",
     )
@@ -125,6 +127,23 @@ def build_parser(defaults: dict | None = None) -> argparse.ArgumentParser:
 # ----------------------------------------------------------------------------- commands
 
 
+def check_run_outputs(args: argparse.Namespace) -> None:
+    """Refuse unusable output paths before simulating (a directory, a missing directory, the
+    same file for two outputs)."""
+    outputs = [(flag, path) for flag, path in (("--json", args.json), ("--timeline", args.timeline))
+               if path is not None and path != "-"]
+    for flag, path in outputs:
+        check_output_path(path, flag)
+    if len(outputs) == 2 and Path(outputs[0][1]).resolve() == Path(outputs[1][1]).resolve():
+        raise ConfigError(f"--json and --timeline both name {args.json}; give them different files")
+
+
+def note_unused_flags(args: argparse.Namespace) -> None:
+    note = unused_flag_note(args)
+    if note:
+        print(note, file=sys.stderr)
+
+
 def _progress_callback(total: int, quiet: bool):
     """A rich progress bar on stderr for big graphs (never with --quiet)."""
     if quiet or total < 200_000:
@@ -143,11 +162,13 @@ def cmd_run(args: argparse.Namespace) -> int:
     from .scheduler import schedule
     from .timeline import timeline_json
 
+    check_run_outputs(args)
     status = None if args.quiet else Console(stderr=True).status("loading trace…")
     if status is not None:
         status.start()
     try:
         trace, platform, strategy = configure(args)
+        note_unused_flags(args)
         if status is not None:
             status.update(f"building the task graph ({strategy.name}, {platform.num_gpus} GPUs)…")
         graph = build_graph(trace, platform, strategy)
@@ -200,7 +221,9 @@ def cmd_dag(args: argparse.Namespace) -> int:
     from .graph import build_graph
     from .graph.export import dag_picture
 
+    check_output_path(args.export, "--export")
     trace, platform, strategy = configure(args)
+    note_unused_flags(args)
     graph = build_graph(trace, platform, strategy)
     if args.max_tasks and len(graph) > args.max_tasks:
         raise ConfigError(
@@ -247,8 +270,8 @@ def show_gpus(raw: str | None, num_gpus: int) -> frozenset[int] | None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    argv = list(sys.argv[1:] if argv is None else argv)
-    argv = normalize_argv(argv)
+    typed = list(sys.argv[1:] if argv is None else argv)
+    argv = normalize_argv(typed)
     if not argv or (argv[0].startswith("-") and argv[0] not in ("-h", "--help", "--version")):
         argv = ["run", *argv]
     config = config_file_arg(argv)
@@ -259,6 +282,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"triosim: error: {exc}", file=sys.stderr)
         return 2
     parser = build_parser(defaults)
+    parser.typed = typed_spelling(typed, normalize_argv(typed))
+    parser.command = argv[0] if argv[0] in SUBCOMMANDS else ""
     args = parser.parse_args(argv)
     if not getattr(args, "func", None):
         parser.print_help()

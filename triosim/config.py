@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -22,6 +23,8 @@ from typing import Any
 
 from .compute_model import attach_op_time_model
 from .errors import ConfigError
+from .limits import check_gpu_count
+from .notes import check_unused_platform_flags
 from .parallel_flags import add_parallel_flags, degrees_given, parallel_options, resolve_gpus
 from .platform import COLLECTIVE_ALGOS, NETWORKS, Platform, build_platform
 from .strategy import Strategy
@@ -37,6 +40,15 @@ def default_trace_dir() -> Path:
     from .sample_trace import trace_dir
 
     return trace_dir()
+
+
+def trace_dir_from_flag(value: str | os.PathLike | None) -> Path:
+    """``-trace-dir``'s directory; not given means the embedded sample, but "" is a mistake."""
+    if value is None:
+        return default_trace_dir()
+    if not str(value).strip():
+        raise ConfigError("-trace-dir is empty; leave it out to use the embedded sample trace")
+    return Path(value)
 
 
 # ----------------------------------------------------------------------------- the flags
@@ -251,7 +263,7 @@ def resolve_batches(args: argparse.Namespace, info_cache: dict[str, tuple[int, s
 
     ``info_cache`` (trace directory → (batch, source)) lets a sweep read each meta.json once.
     """
-    trace_dir = Path(args.trace_dir) if args.trace_dir else default_trace_dir()
+    trace_dir = trace_dir_from_flag(args.trace_dir)
     batch, source = args.batch_size, "flag"
     if batch is None:
         key = str(trace_dir)
@@ -331,10 +343,11 @@ def strategy_from_args(args: argparse.Namespace, sim_batch: int) -> Strategy:
 
 def platform_from_args(args: argparse.Namespace) -> Platform:
     gpus = resolve_gpus(args)
-    if gpus < 1:
-        raise ConfigError(f"-GPUnumber must be >= 1, got {gpus}")
+    check_gpu_count(gpus)
     # case 0 runs on one GPU whatever -GPUnumber says; a hybrid run on dp × tp × pp
     single = gpus == 1 if degrees_given(args) else args.case == 0
+    if single:
+        check_unused_platform_flags(args)  # not used, but a wrong value is still an error
     return build_platform(
         num_gpus=1 if single else gpus,
         capacity_log2=args.capacity,
@@ -456,7 +469,7 @@ def config_block(args: argparse.Namespace) -> dict[str, Any]:
     from . import __version__
 
     table = FlagTable.from_cli()
-    trace_dir = Path(args.trace_dir) if args.trace_dir else default_trace_dir()
+    trace_dir = trace_dir_from_flag(args.trace_dir)
     block: dict[str, Any] = {}
     for spec in table.specs:
         value = getattr(args, spec.dest, spec.default)

@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 
 import networkx as nx
 
+from .checks import flag_number, positive
 from .errors import ConfigError
 
 REMOTE = "remote"
@@ -37,6 +38,7 @@ LINK_KINDS = ("nvlink", "net", "pcie")
 # local rank through every node (node-structured clusters with a NIC per GPU).
 CHANNEL_STYLES = ("single", "bidirectional", "strides", "rails")
 GB = 1e9  # 1 GB/s = 1e9 B/s, as the original
+MAX_LINK_LATENCY_US = 1e9  # 1000 s per hop: anything above is a unit mistake
 
 
 def gpu_node(g: int) -> str:
@@ -229,18 +231,16 @@ def build_platform(
                           network, collective_algo, collective_latency_us)
     if num_gpus < 1:
         raise ConfigError(f"-GPUnumber must be >= 1, got {num_gpus}")
-    if bandwidth_gbps <= 0:
-        raise ConfigError(f"-bandwidth must be > 0 GB/s, got {bandwidth_gbps}")
-    if ptp_bandwidth_gbps <= 0:
-        raise ConfigError(f"-ptp-bandwidth must be > 0 GB/s, got {ptp_bandwidth_gbps}")
+    # NaN and infinity are refused: `x <= 0` would let NaN through as an infinitely fast link.
+    positive(bandwidth_gbps, "-bandwidth", "GB/s")
+    positive(ptp_bandwidth_gbps, "-ptp-bandwidth", "GB/s")
     if not 10 <= capacity_log2 <= 60:
         raise ConfigError(f"-capacity must be between 10 and 60 (GPU memory = 2^capacity bytes), got {capacity_log2}")
-    if link_latency_us is not None and link_latency_us < 0:
-        raise ConfigError(f"--link-latency-us must be >= 0, got {link_latency_us}")
+    if link_latency_us is not None:
+        flag_number(link_latency_us, "--link-latency-us", low=0, high=MAX_LINK_LATENCY_US, unit="µs")
     if gpus_per_node < 1:
         raise ConfigError(f"--gpus-per-node must be >= 1, got {gpus_per_node}")
-    if node_bandwidth_gbps <= 0:
-        raise ConfigError(f"--node-bandwidth must be > 0 GB/s, got {node_bandwidth_gbps}")
+    positive(node_bandwidth_gbps, "--node-bandwidth", "GB/s")
     if interconnects not in (0, 1):
         raise ConfigError(f"-interconnects must be 0 (electrical) or 1 (optical), got {interconnects}")
     if topology not in TOPOLOGIES:

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from .checks import positive
 from .errors import ConfigError
 
 CASE_NAMES = {
@@ -59,8 +60,8 @@ class Strategy:
     ``zero``: 0 plain DDP, 1 optimizer state sharded over the DP group, 2 gradients too,
     3 parameters too (FSDP). ``tp_style`` None: megatron for ``--tp``, per-op for case 3.
     ``rank_order``: which axis varies fastest in the rank numbering (tp innermost by default, so
-    a TP group sits inside one NVSwitch node). ``exact`` builds every GPU instead of one
-    representative per distinct role.
+    a TP group sits inside one NVSwitch node). ``exact`` True builds every GPU, False one
+    representative per distinct role, None (default) every GPU while that graph stays small.
     """
 
     case: int = 0
@@ -79,7 +80,7 @@ class Strategy:
     sequence_parallel: bool = False
     tp_style: str | None = None
     rank_order: tuple[str, ...] = AXES
-    exact: bool = False
+    exact: bool | None = None
 
     @property
     def hybrid(self) -> bool:
@@ -104,8 +105,7 @@ class Strategy:
             raise ConfigError(f"-case must be one of 0..4, got {self.case}")
         if self.micro_batch_size is not None and self.micro_batch_size <= 0:
             raise ConfigError(f"-micro-batch-size must be a positive integer, got {self.micro_batch_size}")
-        if self.bucket_mb <= 0:
-            raise ConfigError(f"--bucket-mb must be > 0, got {self.bucket_mb}")
+        positive(self.bucket_mb, "--bucket-mb")  # NaN would otherwise mean one endless bucket
         if self.schedule not in ("gpipe", "1f1b", "interleaved"):
             raise ConfigError(f"--schedule must be gpipe, 1f1b or interleaved, got {self.schedule!r}")
         if self.partition not in ("optimal", "time", "count"):

@@ -10,13 +10,17 @@ set, and the forward op each backward op belongs to.
 from __future__ import annotations
 
 import csv
+import io
 import os
 from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from .checks import MAX_BYTES, cell_int, cell_time_us, json_int
+from .checks import whole_number as _whole_number
 from .errors import ConfigError, TraceError
+from .trace_fast import fast_load
 
 if TYPE_CHECKING:
     from .compute_model import OpTimeModel
@@ -180,14 +184,19 @@ def parse_id_list(text: str) -> tuple[str, ...]:
 
 
 def parse_int_list(text: str) -> tuple[int, ...]:
+    """Parse a list of sizes, ``[4; 6]``: whole numbers >= 0 (``1.5``, ``inf``, ``nan`` are errors)."""
     items = parse_id_list(text)
-    try:
-        values = tuple(int(float(tok)) for tok in items)
-    except ValueError:
-        raise ValueError(f"non-numeric size in {text!r}") from None
-    if any(v < 0 for v in values):
-        raise ValueError(f"negative size in {text!r}")
-    return values
+    values = []
+    for tok in items:
+        value = _whole_number(tok)
+        if value is None:
+            raise ValueError(f"not a whole number: {tok!r} in {text!r}")
+        if value < 0:
+            raise ValueError(f"negative size in {text!r}")
+        if value >= MAX_BYTES:
+            raise ValueError(f"size {tok} too large in {text!r} (limit {MAX_BYTES:,})")
+        values.append(value)
+    return tuple(values)
 
 
 def _parse_shape(text: str) -> tuple[int, ...] | None:
@@ -205,74 +214,98 @@ def normalize_category(raw: str) -> str:
     return raw.split("=", 1)[0].strip().lower()
 
 
-def _read_rows(path: Path, columns: tuple[str, ...]) -> list[tuple[int, dict[str, str]]]:
-    name = path.name
+# The csv module's default field limit; a longer cell is a broken file, not a tensor list.
+FIELD_LIMIT = 128 * 1024
+
+
+def _decode(path: Path) -> str:
+    """The file's text; undecodable bytes are reported with the line they are on."""
     try:
-        with open(path, newline="", encoding="utf-8") as fh:
-            reader = csv.reader(fh, skipinitialspace=True)
-            try:
-                header = next(reader)
-            except StopIteration:
-                raise TraceError(name, "file is empty (no header row)") from None
-            header = [h.strip().lstrip("\ufeff") for h in header]
-            missing = [c for c in columns if c not in header]
-            if missing:
-                raise TraceError(name, f"missing column {missing[0]!r}", row=1)
-            pos = {c: header.index(c) for c in columns}
-            rows = []
-            for line_no, rec in enumerate(reader, start=2):
-                if not rec or all(not x.strip() for x in rec):
-                    continue
-                if len(rec) < len(header):
-                    short = header[len(rec)] if len(rec) < len(header) else ""
-                    raise TraceError(name, "row has too few fields", row=line_no, field=short)
-                rows.append((line_no, {c: rec[i].strip() for c, i in pos.items()}))
-            return rows
-    except UnicodeDecodeError:
-        raise TraceError(name, "not a UTF-8 text file") from None
-    except csv.Error as exc:
-        raise TraceError(name, f"malformed CSV ({exc})") from None
+        data = path.read_bytes()
     except OSError as exc:
         raise TraceError(str(path), f"cannot read file ({exc.strerror})") from None
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        line = data.count(b"\n", 0, exc.start) + 1
+        raise TraceError(path.name, f"not UTF-8 text (byte 0x{data[exc.start]:02x})", row=line) from None
+
+
+def _read_rows(path: Path, columns: tuple[str, ...]) -> list[tuple[int, dict[str, str]]]:
+    """Rows as (line number, column -> stripped text); every problem names file and line."""
+    name = path.name
+    text = _decode(path)
+    if "\x00" in text:
+        line = text.count("\n", 0, text.index("\x00")) + 1
+        raise TraceError(name, "contains a NUL byte (a binary file?)", row=line)
+    reader = csv.reader(io.StringIO(text, newline=""), skipinitialspace=True)
+    try:
+        try:
+            header = next(reader)
+        except StopIteration:
+            raise TraceError(name, "file is empty (no header row)") from None
+        header = [h.strip().lstrip("\ufeff") for h in header]
+        missing = [c for c in columns if c not in header]
+        if missing:
+            raise TraceError(name, f"missing column {missing[0]!r}", row=1)
+        pos = {c: header.index(c) for c in columns}
+        width = max(pos.values()) + 1
+        rows = []
+        for rec in reader:
+            line_no = reader.line_num
+            if not rec or all(not x.strip() for x in rec):
+                continue
+            if len(rec) < width:
+                short = next(c for c, i in pos.items() if i >= len(rec))
+                raise TraceError(name, "row has too few fields", row=line_no, field=short)
+            rows.append((line_no, {c: rec[i].strip() for c, i in pos.items()}))
+        return rows
+    except csv.Error as exc:
+        raise TraceError(name, f"malformed CSV ({exc})", row=max(1, reader.line_num)) from None
 
 
 def _int_field(name: str, line: int, col: str, text: str, minimum: int = 0) -> int:
-    try:
-        value = int(float(text))
-    except ValueError:
-        raise TraceError(name, f"not a number: {text!r}", row=line, field=col) from None
-    if value < minimum:
-        raise TraceError(name, f"must be >= {minimum}, got {text}", row=line, field=col)
-    return value
+    return cell_int(text, name, line, col, minimum=minimum)
 
 
 def _time_field(line: int, col: str, text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise TraceError("trace.csv", f"unparsable time {text!r}", row=line, field=col) from None
-    if not value >= 0.0 or value == float("inf"):
-        raise TraceError("trace.csv", f"time must be a finite number >= 0, got {text}", row=line, field=col)
-    return value
+    return cell_time_us(text, "trace.csv", line, col)
 
 
 def _load_tensors(path: Path) -> dict[str, Tensor]:
     tensors: dict[str, Tensor] = {}
+    first_line: dict[str, int] = {}
+    total = 0
     for line, row in _read_rows(path, TENSOR_COLUMNS):
         tid = row["TensorID"].strip("'\"")
         if not tid:
             raise TraceError("tensor.csv", "empty tensor ID", row=line, field="TensorID")
         numel = _int_field("tensor.csv", line, "TensorNumElement", row["TensorNumElement"])
         each = _int_field("tensor.csv", line, "TensorEachByte", row["TensorEachByte"])
+        if numel * each >= MAX_BYTES:
+            raise TraceError("tensor.csv", f"tensor of {numel} x {each} bytes is larger than the limit "
+                             f"of {MAX_BYTES:,} bytes", row=line, field="TensorNumElement")
         category = normalize_category(row["TensorType"])
         storage = row["TensorStorgeid"].strip()
         prev = tensors.get(tid)
         if prev is not None:
-            # Rows of one ID agree on size; keep the most specific category seen.
+            # Rows of one ID must agree on size; keep the most specific category seen.
+            if prev.numel != numel or prev.each_byte != each:
+                raise TraceError(
+                    "tensor.csv",
+                    f"tensor {tid} has {numel} x {each} bytes here but {prev.numel} x {prev.each_byte} "
+                    f"on line {first_line[tid]}",
+                    row=line, field="TensorNumElement",
+                )
             if _CATEGORY_RANK.get(category, 2) <= _CATEGORY_RANK.get(prev.category, 2):
                 category = prev.category
             tensors[tid] = replace(prev, category=category)
             continue
+        total += numel * each
+        if total >= MAX_BYTES:
+            raise TraceError("tensor.csv", f"the tensors add up to more than {MAX_BYTES:,} bytes",
+                             row=line, field="TensorNumElement")
+        first_line[tid] = line
         tensors[tid] = Tensor(
             id=tid,
             bytes=numel * each,
@@ -352,14 +385,17 @@ def trace_batch_size(path: str | os.PathLike) -> tuple[int, str]:
     return raw, "meta.json"
 
 
-def load_trace(path: str | os.PathLike, batch_size: int | None = None, time_column: str = "nooverlap") -> Trace:
+def load_trace(path: str | os.PathLike, batch_size: int | None = None, time_column: str = "nooverlap",
+               fast: bool = True) -> Trace:
     """Read and validate a trace directory; ``batch_size`` is the batch it was recorded at.
 
     ``batch_size`` None reads it from the directory's meta.json (written by ``triosim trace``);
     without one, 128 is assumed, with a ``UserWarning`` saying so (``trace.batch_source`` is then
     ``"assumed"``): pass the batch your trace was recorded at. ``time_column`` picks the op
     duration: ``nooverlap`` (sum of kernel times, the original's choice) or ``span`` (first
-    kernel start to last kernel end).
+    kernel start to last kernel end). ``fast`` reads the files with pandas' C parser, falling
+    back to the row-by-row checker on anything unusual (same result; ``fast=False`` always uses
+    the checker).
     """
     source = "argument"
     if batch_size is None:
@@ -371,7 +407,7 @@ def load_trace(path: str | os.PathLike, batch_size: int | None = None, time_colu
                 f"{path}: no meta.json gives the batch the trace was recorded at; assuming "
                 f"{DEFAULT_TRACE_BATCH} (pass batch_size=...)", UserWarning, stacklevel=2,
             )
-    if batch_size <= 0:
+    if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size <= 0:
         raise ConfigError(f"-batch-size must be a positive integer, got {batch_size}")
     if time_column not in ("nooverlap", "span"):
         raise ConfigError(f"unknown time column {time_column!r} (nooverlap or span)")
@@ -381,8 +417,12 @@ def load_trace(path: str | os.PathLike, batch_size: int | None = None, time_colu
     for name in ("trace.csv", "tensor.csv"):
         if not (root / name).is_file():
             raise TraceError(str(root / name), "file not found")
-    tensors = _load_tensors(root / "tensor.csv")
-    ops = _load_ops(root / "trace.csv", tensors, time_column)
+    loaded = None if not fast else fast_load(root, TENSOR_COLUMNS, TRACE_COLUMNS, FIELD_LIMIT, time_column)
+    if loaded is not None:
+        tensors, ops = loaded
+    else:  # the row-by-row checker: slower, and names the line of any problem
+        tensors = _load_tensors(root / "tensor.csv")
+        ops = _load_ops(root / "trace.csv", tensors, time_column)
     trace = Trace(path=str(root), batch_size=batch_size, ops=ops, tensors=tensors, batch_source=source,
                   info=read_trace_info(root))
     return derive(trace)
@@ -598,6 +638,10 @@ def scale_trace(trace: Trace, batch_size_sim: int, reference_compat: bool = Fals
     return replace(trace, ops=ops, tensors=tensors, batch_size=batch_size_sim)
 
 
+def _reject_constant(name: str) -> None:
+    raise ValueError(f"{name} is not a JSON number")
+
+
 def read_trace_info(path: str | os.PathLike) -> dict:
     """Optional ``meta.json`` beside the CSVs (written by our tracer): batch size, device…"""
     import json
@@ -606,9 +650,13 @@ def read_trace_info(path: str | os.PathLike) -> dict:
     if not info.is_file():
         return {}
     try:
-        data = json.loads(info.read_text(encoding="utf-8"))
+        # NaN/Infinity are not JSON; refuse them here rather than as a batch of NaN later.
+        data = json.loads(info.read_text(encoding="utf-8"), parse_constant=_reject_constant)
     except (OSError, ValueError) as exc:
         raise TraceError(str(info), f"unreadable JSON ({exc})") from None
     if not isinstance(data, dict):
         raise TraceError(str(info), "expected a JSON object")
+    if data.get("batch_size") is not None:  # null: the converter did not know the batch
+        data["batch_size"] = json_int(data["batch_size"], str(info), "batch_size")
     return data
+

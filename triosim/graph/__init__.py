@@ -5,6 +5,7 @@ from __future__ import annotations
 import importlib
 
 from ..errors import ConfigError
+from ..limits import check_graph_size, op_copies
 from ..platform import Platform
 from ..strategy import Strategy
 from ..trace import Trace
@@ -23,6 +24,9 @@ BUILDER_MODULES = {
 def build_graph(trace: Trace, platform: Platform, strategy: Strategy) -> TaskGraph:
     """The task DAG of one training iteration of ``trace`` under ``strategy`` on ``platform``."""
     strategy.validate(platform.num_gpus if strategy.hybrid else None)
+    # Refuse at once what would exhaust memory after minutes of building.
+    what = strategy.name if strategy.hybrid else f"-case {strategy.case}"
+    check_graph_size(len(trace.ops), op_copies(strategy, platform.num_gpus), platform.num_gpus, what)
     name = "hybrid" if strategy.hybrid else BUILDER_MODULES[strategy.case]
     try:
         module = importlib.import_module(f"{__name__}.{name}")

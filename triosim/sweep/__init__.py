@@ -26,7 +26,9 @@ from typing import Any
 
 from rich.console import Console
 
+from ..checks import positive
 from ..errors import ConfigError, TriosimError
+from ..output import sigterm_as_interrupt
 from .execute import (
     FAILED,
     INVALID,
@@ -253,8 +255,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
         plot_x, plot_y = check_plot_axes(grid, args.plot_x, args.plot_y)
     if args.dask:
         require_distributed()
-        if args.dask_timeout <= 0:
-            raise ConfigError(f"--dask-timeout must be > 0 seconds, got {args.dask_timeout}")
+        positive(args.dask_timeout, "--dask-timeout", "seconds")  # NaN would wait forever
     if args.jobs is not None and args.jobs < 1:
         raise ConfigError(f"--jobs must be >= 1, got {args.jobs}")
     err = Console(stderr=True, highlight=False)
@@ -319,8 +320,9 @@ def cmd_sweep(args: argparse.Namespace) -> int:
 
         task_ids = {t.index for t in prepared.tasks}
         try:
-            result = run_sweep(grid, jobs=args.jobs, dask=args.dask, dask_timeout_s=args.dask_timeout,
-                               on_row=on_row, prepared=prepared, on_start=started)
+            with sigterm_as_interrupt():  # a killed sweep keeps its rows like Ctrl-C does
+                result = run_sweep(grid, jobs=args.jobs, dask=args.dask, dask_timeout_s=args.dask_timeout,
+                                   on_row=on_row, prepared=prepared, on_start=started)
         finally:
             progress.stop()
         if prepared.tasks:
@@ -341,11 +343,14 @@ def cmd_sweep(args: argparse.Namespace) -> int:
             print(f"{best.outcome.makespan_ms:.4f} {label}".rstrip())
     else:
         print_table(out, grid, result.rows, args.top, title=title, rank_by=args.rank_by)
-        for what, path in [*(("results", p) for p in args.out), ("plot", args.plot)]:
+        written = [str(p) for p in files.written(result.complete)]
+        for what, path in [*(("results", p) for p in written), ("plot", args.plot)]:
             if path:
                 out.print(f"{what} written to {path}")
     if not result.complete:
-        err.print(f"sweep interrupted: {len(result.rows)} of {len(points)} configurations kept")
+        kept = ", ".join(str(p) for p in files.written(False))
+        err.print(f"sweep interrupted: {len(result.rows)} of {len(points)} configurations kept"
+                  + (f" in {kept} (earlier results files left as they were)" if kept else ""))
         raise KeyboardInterrupt
     if not ok:
         raise ConfigError("no configuration of the sweep ran successfully (see the reasons above)")

@@ -152,16 +152,33 @@ def check_outputs(paths: Sequence[str], protect: Sequence[Path] = ()) -> None:
         parent = path.parent if str(path.parent) else Path(".")
         if not parent.is_dir():
             raise ConfigError(f"--out {p}: output directory {parent} does not exist")
-        if path.exists() and any(path.resolve() == Path(q).resolve() for q in protect):
-            raise ConfigError(f"--out {p}: refusing to overwrite an input file with an output")
+        if path.is_dir():
+            raise ConfigError(f"--out {p}: is a directory; give a file name")
+        if not os.access(parent, os.W_OK | os.X_OK):
+            raise ConfigError(f"--out {p}: cannot write into {parent} (permission denied)")
+        for q in (path, partial_path(path)):
+            if q.exists() and any(q.resolve() == Path(r).resolve() for r in protect):
+                raise ConfigError(f"--out {p}: refusing to overwrite an input file with an output")
+
+
+PARTIAL_SUFFIX = ".partial"
+
+
+def partial_path(path: str | os.PathLike) -> Path:
+    """Where the rows of a running (or interrupted) sweep go: ``x.csv`` -> ``x.csv.partial``."""
+    p = Path(path)
+    return p.with_name(p.name + PARTIAL_SUFFIX)
 
 
 class ResultFiles:
-    """``--out`` files kept valid while the sweep runs.
+    """``--out`` files: the target is replaced only by a complete sweep, atomically.
 
-    CSV: header first, then each row appended and flushed as it arrives (completion order);
-    ``finish`` rewrites it atomically in grid order with the speed-ups. JSON: rewritten
-    atomically (temp file + rename) at most every ``json_every_s`` and at the end.
+    While the sweep runs, its rows go to ``NAME.partial`` beside each target: CSV with the
+    header first, then each row appended and flushed as it arrives (completion order); JSON
+    rewritten atomically (temp file + rename) at most every ``json_every_s``. ``finish``
+    writes every row in grid order with the speed-ups: over the target (atomically, then the
+    partial file is removed) when the sweep completed, else into the partial file, leaving the
+    target as it was. A killed sweep thus never damages an earlier results file.
     """
 
     def __init__(self, paths: Sequence[str], columns: Sequence[str], meta: dict[str, Any],
@@ -179,7 +196,11 @@ class ResultFiles:
     def __enter__(self) -> ResultFiles:
         header = _csv_line(self.columns)
         for p in self.csv_paths:
-            fh = open(p, "w", encoding="utf-8", newline="")
+            try:
+                fh = open(partial_path(p), "w", encoding="utf-8", newline="")
+            except OSError as exc:
+                self.close()
+                raise ConfigError(f"--out {p}: cannot write {partial_path(p)} ({exc.strerror})") from None
             fh.write(header)
             fh.flush()
             self._handles.append(fh)
@@ -208,26 +229,35 @@ class ResultFiles:
                "rows": [r.record() for r in rows]}
         return json.dumps(doc, indent=1) + "\n"
 
-    def _write_json(self, complete: bool, rows: Sequence[Row] | None = None) -> None:
+    def _write_json(self, complete: bool, rows: Sequence[Row] | None = None, final: bool = False) -> None:
         if not self.json_paths:
             return
         if rows is None:
             rows = [self._rows[i] for i in sorted(self._rows)]
         text = self._json_text(rows, complete)
         for p in self.json_paths:
-            atomic_write_text(p, text, protect=self.protect)
+            atomic_write_text(p if final else partial_path(p), text, protect=self.protect)
         self._last_json = time.monotonic()
 
     def finish(self, rows: Sequence[Row], complete: bool) -> None:
-        """Final files: every row given, in grid order, written atomically."""
+        """Final files: every row given, in grid order, written atomically; over the targets
+        when ``complete``, else into the partial files."""
         self.close()
         ordered = sorted(rows, key=lambda r: r.point.index)
         text = _csv_line(self.columns) + "".join(
             _csv_line(r.record()[c] for c in self.columns) for r in ordered
         )
         for p in self.csv_paths:
-            atomic_write_text(p, text, protect=self.protect)
-        self._write_json(complete, ordered)
+            atomic_write_text(p if complete else partial_path(p), text, protect=self.protect)
+        self._write_json(complete, ordered, final=complete)
+        if complete:
+            for p in (*self.csv_paths, *self.json_paths):
+                partial_path(p).unlink(missing_ok=True)
+
+    def written(self, complete: bool) -> list[Path]:
+        """The files ``finish`` wrote (targets, or partial files after an interrupt)."""
+        paths = [*self.csv_paths, *self.json_paths]
+        return [Path(p) if complete else partial_path(p) for p in paths]
 
 
 # ----------------------------------------------------------------------------- terminal

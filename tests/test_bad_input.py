@@ -1,0 +1,238 @@
+"""Every bad input a user can give: one line on stderr naming the file/row/field or the flag,
+exit code 2, never a traceback, never a silent wrong answer.
+
+One table row per case found by the robustness audit (bad trace cells, bad meta.json, NaN and
+infinite flags, unusable output paths, mistyped flags, flags that do not apply, too many GPUs).
+Run this file as a script to print the table with each case's exit code and message.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import os
+import sys
+from collections.abc import Callable
+from contextlib import redirect_stderr, redirect_stdout
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from triosim.cli import main
+from triosim.synthetic import SyntheticModel, write_synthetic_trace
+
+
+def set_cell(path: Path, row: int, column: str, value: str) -> None:
+    """Replace one cell of a CSV (``row`` 0 is the first data row, i.e. line 2)."""
+    rows = list(csv.reader(io.StringIO(path.read_text())))
+    rows[row + 1][rows[0].index(column)] = value
+    buf = io.StringIO()
+    csv.writer(buf, lineterminator="\n").writerows(rows)
+    path.write_text(buf.getvalue())
+
+
+def duplicate_row(path: Path, row: int, column: str, value: str) -> None:
+    """Append a copy of data row ``row`` with ``column`` changed."""
+    rows = list(csv.reader(io.StringIO(path.read_text())))
+    copy = list(rows[row + 1])
+    copy[rows[0].index(column)] = value
+    rows.append(copy)
+    buf = io.StringIO()
+    csv.writer(buf, lineterminator="\n").writerows(rows)
+    path.write_text(buf.getvalue())
+
+
+def write_meta(d: Path, text: str) -> None:
+    (d / "meta.json").write_text(text)
+
+
+def insert_bytes(path: Path, line: int, data: bytes) -> None:
+    lines = path.read_bytes().split(b"\n")
+    lines[line - 1] = lines[line - 1] + data
+    path.write_bytes(b"\n".join(lines))
+
+
+@dataclass(frozen=True)
+class Case:
+    name: str
+    argv: tuple[str, ...]  # {trace} and {tmp} are replaced by the trace directory and a scratch dir
+    message: str  # must appear in the one line on stderr
+    mutate: Callable[[Path], None] | None = None
+    code: int = 2
+
+
+T = "{trace}"
+CASES = [
+    # --- trace files: tracebacks before
+    Case("inf tensor size", ("run", "-trace-dir", T, "-q"), "tensor.csv:2: TensorNumElement: not a whole number: 'inf'",
+         lambda d: set_cell(d / "tensor.csv", 0, "TensorNumElement", "inf")),
+    Case("inf inside an InputSize list", ("run", "-trace-dir", T, "-q"), "trace.csv:2: InputSize: not a whole number: 'inf'",
+         lambda d: set_cell(d / "trace.csv", 0, "InputSize", "[8; inf]")),
+    Case("tensor of 2^63 bytes", ("run", "-trace-dir", T, "-q"), "tensor.csv:2: TensorNumElement: too large",
+         lambda d: set_cell(d / "tensor.csv", 0, "TensorNumElement", str(2**63))),
+    Case("tensor of 2^62 x 4 bytes", ("run", "-trace-dir", T, "-q"), "larger than the limit of 9,007,199,254,740,992 bytes",
+         lambda d: set_cell(d / "tensor.csv", 0, "TensorNumElement", str(2**61))),
+    Case("size 2^63 in OutputSize", ("run", "-trace-dir", T, "-q"), "trace.csv:2: OutputSize: size",
+         lambda d: set_cell(d / "trace.csv", 0, "OutputSize", f"[{2**63}]")),
+    Case("meta.json batch_size \"abc\"", ("run", "-trace-dir", T, "-q"), "meta.json: batch_size: must be a whole number, got 'abc'",
+         lambda d: write_meta(d, '{"batch_size": "abc"}')),
+    Case("meta.json batch_size true", ("run", "-trace-dir", T, "-q"), "meta.json: batch_size: must be a whole number, got true",
+         lambda d: write_meta(d, '{"batch_size": true}')),
+    Case("meta.json batch_size NaN", ("run", "-trace-dir", T, "-q"), "meta.json: unreadable JSON (NaN is not a JSON number)",
+         lambda d: write_meta(d, '{"batch_size": NaN}')),
+    Case("meta.json batch_size 2.5", ("run", "-trace-dir", T, "-q"), "meta.json: batch_size: must be a whole number, got 2.5",
+         lambda d: write_meta(d, '{"batch_size": 2.5}')),
+    Case("meta.json batch_size 0", ("run", "-trace-dir", T, "-q"), "meta.json: batch_size: must be >= 1, got 0",
+         lambda d: write_meta(d, '{"batch_size": 0}')),
+    Case("--link-latency-us nan", ("run", "-trace-dir", T, "-case", "1", "--link-latency-us", "nan", "-q"),
+         "--link-latency-us must be a finite number, got nan"),
+    # --- output paths
+    Case("--json DIR", ("run", "-trace-dir", T, "--json", "{tmp}", "-q"), "--json {tmp}: is a directory"),
+    Case("--timeline DIR", ("run", "-trace-dir", T, "--timeline", "{tmp}", "-q"), "--timeline {tmp}: is a directory"),
+    Case("dag --export DIR", ("dag", "-trace-dir", T, "--export", "{tmp}"), "--export {tmp}: is a directory"),
+    Case("sweep --out DIR.csv", ("sweep", "-trace-dir", T, "--out", "{tmp}/d.csv", "-q"), "d.csv: is a directory",
+         lambda d: (d.parent / "scratch" / "d.csv").mkdir(parents=True)),
+    Case("--json /proc/x.json", ("run", "-trace-dir", T, "--json", "/proc/x.json", "-q"), "/proc/x.json: cannot write"),
+    Case("--json in a missing directory", ("run", "-trace-dir", T, "--json", "{tmp}/no/x.json", "-q"),
+         "output directory {tmp}/no does not exist"),
+    # --- silent wrong results before
+    Case("-bandwidth nan", ("run", "-trace-dir", T, "-bandwidth", "nan", "-q"), "-bandwidth must be a finite number, got nan"),
+    Case("-ptp-bandwidth nan", ("run", "-trace-dir", T, "-case", "1", "-ptp-bandwidth", "nan", "-q"),
+         "-ptp-bandwidth must be a finite number, got nan"),
+    Case("--node-bandwidth nan", ("run", "-trace-dir", T, "-case", "1", "--topology", "nvlink-cluster",
+                                  "--node-bandwidth", "nan", "-q"), "--node-bandwidth must be a finite number, got nan"),
+    Case("--bucket-mb nan", ("run", "-trace-dir", T, "-case", "2", "--bucket-mb", "nan", "-q"),
+         "--bucket-mb must be a finite number, got nan"),
+    Case("-bandwidth inf", ("run", "-trace-dir", T, "-bandwidth", "inf", "-q"), "-bandwidth must be a finite number, got inf"),
+    Case("--link-latency-us inf", ("run", "-trace-dir", T, "-case", "1", "--link-latency-us", "inf", "-q"),
+         "--link-latency-us must be a finite number, got inf"),
+    Case("--link-latency-us -1", ("run", "-trace-dir", T, "-case", "1", "--link-latency-us", "-1", "-q"),
+         "--link-latency-us must be >= 0 µs, got -1.0"),
+    Case("-capacity nan", ("run", "-trace-dir", T, "-capacity", "nan", "-q"), "-capacity must be between 10 and 60"),
+    Case("sweep --dask-timeout nan", ("sweep", "-trace-dir", T, "--dask", "tcp://127.0.0.1:9", "--dask-timeout", "nan"),
+         "--dask-timeout must be a finite number, got nan"),
+    Case("-trace-dir \"\"", ("run", "-trace-dir", "", "-q"), "-trace-dir is empty"),
+    Case("--json and --timeline on one path", ("run", "-trace-dir", T, "--json", "{tmp}/r.json", "--timeline",
+                                               "{tmp}/r.json", "-q"), "--json and --timeline both name"),
+    Case("duplicate tensor row, other size", ("run", "-trace-dir", T, "-q"),
+         "TensorNumElement: tensor 1 has 999 x 4 bytes here but",
+         lambda d: duplicate_row(d / "tensor.csv", 0, "TensorNumElement", "999")),
+    Case("fractional tensor size", ("run", "-trace-dir", T, "-q"), "tensor.csv:2: TensorNumElement: not a whole number: '1.5'",
+         lambda d: set_cell(d / "tensor.csv", 0, "TensorNumElement", "1.5")),
+    Case("fractional element size", ("run", "-trace-dir", T, "-q"), "tensor.csv:3: TensorEachByte: not a whole number: '4.5'",
+         lambda d: set_cell(d / "tensor.csv", 1, "TensorEachByte", "4.5")),
+    Case("fractional operator ID", ("run", "-trace-dir", T, "-q"), "trace.csv:2: OperatorID: not a whole number: '1.5'",
+         lambda d: set_cell(d / "trace.csv", 0, "OperatorID", "1.5")),
+    Case("fractional size in a list", ("run", "-trace-dir", T, "-q"), "trace.csv:3: InputSize: not a whole number: '2.5'",
+         lambda d: set_cell(d / "trace.csv", 1, "InputSize", "[2.5]")),
+    Case("NaN op time", ("run", "-trace-dir", T, "-q"), "trace.csv:2: Operator_cudatime: time must be a finite number",
+         lambda d: set_cell(d / "trace.csv", 0, "Operator_cudatime", "nan")),
+    # --- argparse, flags that do not apply, size limits
+    Case("mistyped flag", ("-GPUNumber", "4"), "unrecognized arguments: -GPUNumber 4; did you mean -GPUnumber?"),
+    Case("mistyped flag, sweep", ("sweep", "--bandwith", "1,2"), "did you mean --bandwidth?"),
+    Case("not an integer", ("run", "-GPUnumber", "four"), "argument --GPUnumber/--gpus: invalid int value: 'four'"),
+    Case("bad choice", ("dag", "--render", "gif"), "argument --render: invalid choice: 'gif'"),
+    Case("missing required flag", ("trace", "convert"), "the following arguments are required: --graph"),
+    Case("-GPUnumber 1000000", ("run", "-trace-dir", T, "-case", "1", "-GPUnumber", "1000000", "-q"),
+         "-GPUnumber 1,000,000 is above the limit of 65,536 GPUs"),
+    Case("graph over the task limit", ("run", "-trace-dir", T, "-case", "1", "-GPUnumber", "65536", "-q"),
+         "on 65,536 GPUs would build a task graph of at least 11,927,552 tasks",  # 182 ops x 65,536 GPUs
+         lambda d: write_synthetic_trace(d, SyntheticModel(layers=60, batch_size=4))),
+    Case("--topology torus, case 0", ("run", "-trace-dir", T, "-case", "0", "--topology", "torus", "-q"),
+         "--topology must be one of ring, fully-connected, switch, mesh, nvlink-cluster, got 'torus'"),
+    Case("3x3 mesh on 8 GPUs, case 0", ("run", "-trace-dir", T, "-case", "0", "-interconnects", "1", "-numRows", "3",
+                                        "-numCols", "3", "-q"), "-numRows × -numCols = 3 × 3 = 9, which is not -GPUnumber = 8"),
+    Case("non-UTF-8 byte", ("run", "-trace-dir", T, "-q"), "trace.csv:4: not UTF-8 text (byte 0xff)",
+         lambda d: insert_bytes(d / "trace.csv", 4, b"\xff")),
+    Case("field over 128 KiB", ("run", "-trace-dir", T, "-q"), "trace.csv:3: malformed CSV (field larger than field limit",
+         lambda d: set_cell(d / "trace.csv", 1, "OperatorName", "x" * (129 * 1024))),
+    Case("NUL byte", ("run", "-trace-dir", T, "-q"), "tensor.csv:5: contains a NUL byte",
+         lambda d: insert_bytes(d / "tensor.csv", 5, b"\x00")),
+    Case("trace convert, missing file", ("trace", "convert", "--graph", "{tmp}/g.json", "--profiler", "{tmp}/p.json",
+                                         "--out", "{tmp}/o"), "g.json"),
+]
+
+
+def _subst(text: str, trace: Path, tmp: Path) -> str:
+    return text.replace("{trace}", str(trace)).replace("{tmp}", str(tmp))
+
+
+def run_case(case: Case, base: Path) -> tuple[int, str, str]:
+    """Set up the case under ``base`` and run the CLI in this process: (exit code, stdout, stderr)."""
+    trace = write_synthetic_trace(base / "trace", SyntheticModel(layers=3, batch_size=4, seed=2))
+    tmp = base / "scratch"
+    tmp.mkdir(exist_ok=True)
+    if case.mutate is not None:
+        case.mutate(trace)
+    argv = [_subst(a, trace, tmp) for a in case.argv]
+    out, err = io.StringIO(), io.StringIO()
+    with redirect_stdout(out), redirect_stderr(err):
+        try:
+            code = main(argv)
+        except SystemExit as exc:  # argparse's errors
+            code = int(exc.code or 0)
+    return code, out.getvalue(), err.getvalue()
+
+
+@pytest.mark.parametrize("case", CASES, ids=[c.name for c in CASES])
+def test_bad_input_is_one_line_exit_2(case: Case, tmp_path: Path) -> None:
+    code, _, err = run_case(case, tmp_path)
+    message = _subst(case.message, tmp_path / "trace", tmp_path / "scratch")
+    lines = err.splitlines()
+    assert code == case.code, err
+    assert "Traceback" not in err
+    assert len(lines) == 1 and lines[0].startswith("triosim: error: "), err
+    assert message in lines[0]
+
+
+def test_unwritable_directory_is_one_line(tmp_path: Path) -> None:
+    if os.geteuid() == 0:
+        pytest.skip("root can write into a read-only directory")
+    ro = tmp_path / "ro"
+    ro.mkdir()
+    ro.chmod(0o500)
+    try:
+        case = Case("read-only dir", ("run", "-trace-dir", T, "--json", str(ro / "x.json"), "-q"), "permission denied")
+        code, _, err = run_case(case, tmp_path)
+        assert code == 2 and len(err.splitlines()) == 1 and "cannot write into" in err
+    finally:
+        ro.chmod(0o700)
+
+
+def test_unused_but_valid_flags_are_named_in_one_note(tmp_path: Path) -> None:
+    case = Case("note", ("run", "-trace-dir", T, "-case", "0", "-GPUnumber", "4", "--bucket-mb", "5", "-q"), "", code=0)
+    code, out, err = run_case(case, tmp_path)
+    assert code == 0 and float(out) > 0
+    assert err.splitlines() == [
+        "triosim: note: -case 0 simulates one GPU: -GPUnumber 4 not used; "
+        "buckets are DDP's (-case 2): --bucket-mb 5.0 not used"]
+
+
+def test_stale_temp_files_of_the_target_are_removed(tmp_path: Path) -> None:
+    from triosim.output import atomic_write_text
+
+    target = tmp_path / "r.json"
+    dead = 2**22 + 12345  # above the default pid_max of 4,194,304: no such process
+    stale = tmp_path / f".r.json.{dead}.0badc0de.tmp"
+    alive = tmp_path / f".r.json.{os.getppid()}.0badc0de.tmp"  # a live process
+    other = tmp_path / f".s.json.{dead}.0badc0de.tmp"  # another target's: not ours to remove
+    for p in (stale, alive, other):
+        p.write_text("half")
+    atomic_write_text(target, "{}")
+    assert target.read_text() == "{}"
+    assert not stale.exists() and alive.exists() and other.exists()
+
+
+def print_table() -> None:  # pragma: no cover - evidence for humans
+    import tempfile
+
+    for case in CASES:
+        with tempfile.TemporaryDirectory() as tmp:
+            code, _, err = run_case(case, Path(tmp))
+        line = err.strip().replace(tmp, "$TMP")
+        print(f"| {case.name} | {code} | {line} |")
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(print_table())

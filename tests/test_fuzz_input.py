@@ -1,0 +1,188 @@
+"""Fuzzing the trace files: any bytes or cell values give exit code 0 or 2, never a traceback,
+and exit 2 comes with exactly one line on stderr; the fast reader returns exactly what the
+row-by-row checker returns.
+
+Hypothesis mutates a small synthetic trace: a cell of trace.csv or tensor.csv replaced by a
+hostile value, a row cut short, bytes inserted, deleted or overwritten, or meta.json rewritten. The seed is
+fixed and the number of examples bounded, so the test takes seconds. Each property comes with a
+planted bug it must catch.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import os
+from collections import Counter
+from contextlib import redirect_stderr, redirect_stdout
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, given, seed, settings
+from hypothesis import strategies as st
+
+import triosim.trace as trace_module
+import triosim.trace_fast as fast_module
+from triosim.cli import main
+from triosim.errors import TriosimError
+from triosim.synthetic import SyntheticModel, write_synthetic_trace
+from triosim.trace import load_trace
+
+HOSTILE = ["", " ", "nan", "NaN", "inf", "-inf", "1e400", "-1", "0", "1.5", "2.0", "1e3", str(2**63), str(2**53),
+           "9" * 40, "abc", "[", "]", "[]", "[1;;2]", "[1; 2]", "['3']", "[inf]", "[1.5]", "[-4]", "\"", "forward",
+           "backward", "optimizer", "weight", "bias", "1", "2", "3", "x" * 50]
+FILES = ("trace.csv", "tensor.csv")
+
+
+def _base(tmp: Path) -> Path:
+    return write_synthetic_trace(tmp / "t", SyntheticModel(layers=2, batch_size=4, seed=5))
+
+
+@st.composite
+def mutations(draw):
+    kind = draw(st.sampled_from(["cell", "cell", "bytes", "cut", "meta"]))
+    if kind == "cut":  # a row that lost its last fields (a truncated write)
+        return ("cut", draw(st.sampled_from(FILES)), draw(st.integers(0, 12)), draw(st.integers(1, 3)))
+    if kind == "cell":
+        value = draw(st.one_of(st.sampled_from(HOSTILE), st.text(max_size=12)))
+        return ("cell", draw(st.sampled_from(FILES)), draw(st.integers(0, 12)), draw(st.integers(0, 10)), value)
+    if kind == "bytes":
+        op = draw(st.sampled_from(["insert", "delete", "replace"]))
+        return ("bytes", draw(st.sampled_from(FILES)), op, draw(st.integers(0, 10_000)),
+                draw(st.binary(min_size=1, max_size=6)))
+    value = draw(st.sampled_from(['{"batch_size": "abc"}', '{"batch_size": null}', '{"batch_size": NaN}',
+                                  '{"batch_size": 1e400}', '{"batch_size": -3}', '{"batch_size": 4.5}', "[4]",
+                                  '{"batch_size": 8}', "{", '{"batch_size": true}']))
+    return ("meta", value)
+
+
+def apply(d: Path, m: tuple) -> None:
+    if m[0] == "cell":
+        _, name, row, col, value = m
+        rows = list(csv.reader(io.StringIO((d / name).read_text())))
+        r = rows[1 + row % (len(rows) - 1)]
+        r[col % len(r)] = value
+        buf = io.StringIO()
+        csv.writer(buf, lineterminator="\n").writerows(rows)
+        (d / name).write_text(buf.getvalue())
+    elif m[0] == "cut":
+        _, name, row, n = m
+        lines = (d / name).read_text().split("\n")
+        i = 1 + row % (len(lines) - 2)
+        lines[i] = ",".join(lines[i].split(",")[:-n])
+        (d / name).write_text("\n".join(lines))
+    elif m[0] == "bytes":
+        _, name, op, pos, data = m
+        raw = (d / name).read_bytes()
+        pos %= len(raw)
+        if op == "insert":
+            raw = raw[:pos] + data + raw[pos:]
+        elif op == "delete":
+            raw = raw[:pos] + raw[pos + len(data):]
+        else:
+            raw = raw[:pos] + data + raw[pos + len(data):]
+        (d / name).write_bytes(raw)
+    else:
+        (d / "meta.json").write_text(m[1])
+
+
+def run_cli(argv: list[str]) -> tuple[int, str]:
+    err = io.StringIO()
+    with redirect_stdout(io.StringIO()), redirect_stderr(err):
+        try:
+            code = main(argv)
+        except SystemExit as exc:
+            code = int(exc.code or 0)
+        except Exception as exc:  # what the user would see as a traceback
+            raise AssertionError(f"traceback: {type(exc).__name__}: {exc}") from exc
+    return code, err.getvalue()
+
+
+def _fresh(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return _base(tmp_path_factory.mktemp("fuzz"))
+
+
+def check_cli_on(d: Path, counts: Counter) -> None:
+    code, err = run_cli(["run", "-trace-dir", str(d), "-q"])
+    counts[code] += 1
+    assert code in (0, 2), err
+    assert "Traceback" not in err
+    if code == 2:
+        lines = err.splitlines()
+        assert len(lines) == 1 and lines[0].startswith("triosim: error: "), err
+
+
+def check_fast_equals_checker(d: Path, counts: Counter) -> None:
+    def load(fast: bool):
+        try:
+            return load_trace(d, batch_size=4, fast=fast)
+        except TriosimError as exc:
+            return f"error: {exc}"
+
+    slow, fast = load(False), load(True)
+    counts["rejected" if isinstance(slow, str) else "accepted"] += 1
+    assert fast == slow
+
+
+def _cli_property(tmp_path_factory, counts: Counter, examples: int):
+    @seed(20261203)
+    @settings(max_examples=examples, deadline=None, database=None, report_multiple_bugs=False,
+              suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
+    @given(mutations())
+    def prop(m):
+        d = _fresh(tmp_path_factory)
+        apply(d, m)
+        check_cli_on(d, counts)
+
+    return prop
+
+
+def _fast_property(tmp_path_factory, counts: Counter, examples: int):
+    @seed(20261204)
+    @settings(max_examples=examples, deadline=None, database=None, report_multiple_bugs=False,
+              suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
+    @given(mutations())
+    def prop(m):
+        d = _fresh(tmp_path_factory)
+        apply(d, m)
+        check_fast_equals_checker(d, counts)
+
+    return prop
+
+
+def test_fuzzed_traces_exit_0_or_2_with_one_line(tmp_path_factory) -> None:
+    counts: Counter = Counter()
+    _cli_property(tmp_path_factory, counts, examples=int(os.environ.get("TRIOSIM_FUZZ_EXAMPLES", "40")))()
+    print(f"\nfuzz (CLI): {sum(counts.values())} runs, exit 0: {counts[0]}, exit 2: {counts[2]}")
+    assert counts[2] > 0  # the mutations do reach the checks
+
+
+def test_fast_reader_equals_the_row_by_row_checker(tmp_path_factory) -> None:
+    counts: Counter = Counter()
+    _fast_property(tmp_path_factory, counts, examples=int(os.environ.get("TRIOSIM_FUZZ_EXAMPLES", "40")) * 2)()
+    print(f"\nfuzz (fast reader): {sum(counts.values())} traces, accepted: {counts['accepted']}, "
+          f"rejected: {counts['rejected']}")
+    assert counts["accepted"] > 0 and counts["rejected"] > 0
+
+
+# ----------------------------------------------------------------------------- planted bugs
+
+
+def test_cli_property_catches_an_unchecked_number(tmp_path_factory, monkeypatch) -> None:
+    """Planted bug: sizes parsed with the old int(float(text)), which overflows on 'inf'."""
+
+    def old_whole(text: str):
+        return int(float(text))
+
+    monkeypatch.setattr(trace_module, "_whole_number", old_whole)
+    monkeypatch.setattr("triosim.checks.whole_number", old_whole)
+    with pytest.raises(AssertionError, match="traceback"):
+        _cli_property(tmp_path_factory, Counter(), examples=200)()
+
+
+def test_fast_property_catches_a_reader_that_skips_the_row_shape_check(tmp_path_factory, monkeypatch) -> None:
+    """Planted bug: the fast reader no longer notices short rows (pandas pads them with empty
+    cells where the checker reports "too few fields")."""
+    monkeypatch.setattr(fast_module, "_line_shapes_ok", lambda data, rows, limit: True)
+    with pytest.raises(AssertionError):
+        _fast_property(tmp_path_factory, Counter(), examples=300)()

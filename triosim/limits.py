@@ -1,0 +1,52 @@
+"""Upper bounds on what triosim agrees to build, checked before any memory is spent.
+
+A task graph costs about 0.7-1 kB per task (networkx node, edges, attributes) plus the
+scheduler's timelines, so a run asked for a million GPUs used to exhaust memory after minutes.
+These checks refuse such runs at once with a one-line estimate and a hint:
+
+* :data:`MAX_GPUS` GPUs per platform (the interconnect graph alone has a node per GPU);
+* :data:`MAX_TASKS` tasks per graph, estimated from below before the graph is built: every GPU
+  that runs its own copy (or shard) of the trace's operators adds at least one task per
+  operator.
+"""
+
+from __future__ import annotations
+
+from .errors import ConfigError
+
+MAX_GPUS = 65_536
+MAX_TASKS = 10_000_000  # about 9 GB of graph and schedule (0.9 kB a task), minutes of building
+
+
+def check_gpu_count(gpus: int, flag: str = "-GPUnumber") -> None:
+    """Refuse a platform larger than :data:`MAX_GPUS` (or smaller than one GPU)."""
+    if gpus < 1:
+        raise ConfigError(f"{flag} must be >= 1, got {gpus}")
+    if gpus > MAX_GPUS:
+        raise ConfigError(f"{flag} {gpus:,} is above the limit of {MAX_GPUS:,} GPUs that triosim simulates")
+
+
+def op_copies(strategy: object, num_gpus: int) -> int:
+    """How many times the graph holds (a shard of) every trace operator, at least.
+
+    Data and tensor parallelism (cases 1-3) give every GPU a task per operator (a replica or a
+    shard); a pipeline (case 4) splits one copy over its stages; a hybrid run builds every
+    data- and tensor-parallel rank of each stage with ``exact``, else one representative
+    pipeline (its tensor-parallel ranks).
+    """
+    if getattr(strategy, "hybrid", False):
+        dp, tp, _ = strategy.degrees(num_gpus)
+        return dp * tp if getattr(strategy, "exact", False) else tp
+    return num_gpus if getattr(strategy, "case", 0) in (1, 2, 3) else 1
+
+
+def check_graph_size(num_ops: int, copies: int, num_gpus: int, what: str, limit: int = MAX_TASKS) -> int:
+    """Raise ConfigError when the graph would exceed ``limit`` tasks; return the estimate."""
+    tasks = num_ops * copies
+    if tasks > limit:
+        raise ConfigError(
+            f"{what} on {num_gpus:,} GPUs would build a task graph of at least {tasks:,} tasks "
+            f"({num_ops:,} trace operators x {copies:,}), above the limit of {limit:,}: use fewer GPUs "
+            "or a shorter trace"
+        )
+    return tasks

@@ -1,0 +1,95 @@
+"""Flags given a value that the chosen configuration does not use.
+
+The rule: a value that is wrong on its own (``--topology torus``, ``-interconnects 2``, a mesh
+whose rows x columns is not the GPU count) is an error whatever the case, exit code 2; a valid
+value that the configuration simply does not use (``-GPUnumber 4`` with ``-case 0``,
+``--bucket-mb`` outside DDP) is simulated without it and named in one note on stderr, so
+nothing is ignored silently.
+"""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Iterable
+
+from .errors import ConfigError
+
+# dest -> flag as documented. A value other than the flag's default counts as "given".
+_PLATFORM = (
+    ("gpus", "-GPUnumber"),
+    ("interconnects", "-interconnects"),
+    ("num_rows", "-numRows"),
+    ("num_cols", "-numCols"),
+    ("topology", "--topology"),
+    ("ptp_bandwidth", "-ptp-bandwidth"),
+    ("gpus_per_node", "--gpus-per-node"),
+    ("node_bandwidth", "--node-bandwidth"),
+)
+_MESH = (("num_rows", "-numRows"), ("num_cols", "-numCols"))
+_CLUSTER = (("gpus_per_node", "--gpus-per-node"), ("node_bandwidth", "--node-bandwidth"))
+_DDP = (("bucket_mb", "--bucket-mb"),)
+_PIPELINE = (("micro_batch_size", "-micro-batch-size"), ("schedule", "--schedule"), ("partition", "--partition"))
+
+
+def _given(args: argparse.Namespace, table: Iterable[tuple[str, str]], defaults: dict) -> list[str]:
+    out = []
+    for dest, flag in table:
+        default = defaults.get(dest)
+        value = getattr(args, dest, default)
+        if value is not None and value != default:
+            out.append(f"{flag} {value}")
+    return out
+
+
+def _flag_defaults() -> dict:
+    from .config import FlagTable  # the run flags' own defaults, so the two never disagree
+
+    return FlagTable.from_cli().defaults()
+
+
+def unused_flags(args: argparse.Namespace) -> list[tuple[str, list[str]]]:
+    """(why unused, ["-flag value", ...]) for each group of given flags the run does not use."""
+    case = getattr(args, "case", 0)
+    d = _flag_defaults()
+    groups: list[tuple[str, list[str]]] = []
+    if any(getattr(args, k, None) is not None for k in ("dp", "tp", "pp")):
+        case = None  # a hybrid --dp/--tp/--pp run: the case presets' rules do not apply
+    if case == 0:
+        groups.append(("-case 0 simulates one GPU", _given(args, _PLATFORM, d)))
+    elif getattr(args, "gpus", None) != 1 or case is not None:
+        if getattr(args, "interconnects", 0) == 0 and getattr(args, "topology", "ring") != "mesh":
+            groups.append(("only the optical mesh (-interconnects 1) has rows and columns", _given(args, _MESH, d)))
+        if getattr(args, "topology", "ring") != "nvlink-cluster":
+            groups.append(("only --topology nvlink-cluster has nodes", _given(args, _CLUSTER, d)))
+    if case not in (2, None):
+        groups.append(("buckets are DDP's (-case 2)", _given(args, _DDP, d)))
+    if case not in (4, None):
+        groups.append(("micro-batches are the pipeline's (-case 4)", _given(args, _PIPELINE, d)))
+    return [(why, flags) for why, flags in groups if flags]
+
+
+def unused_flag_note(args: argparse.Namespace) -> str | None:
+    """One line for stderr naming every given flag the run does not use, or None."""
+    parts = [f"{why}: {', '.join(flags)} not used" for why, flags in unused_flags(args)]
+    return "triosim: note: " + "; ".join(parts) if parts else None
+
+
+def check_unused_platform_flags(args: argparse.Namespace) -> None:
+    """Values of the platform flags that are wrong on their own, checked even when unused."""
+    from .platform import TOPOLOGIES
+
+    topology = getattr(args, "topology", "ring")
+    if topology not in TOPOLOGIES:
+        raise ConfigError(f"--topology must be one of {', '.join(TOPOLOGIES)}, got {topology!r}")
+    interconnects = getattr(args, "interconnects", 0)
+    if interconnects not in (0, 1):
+        raise ConfigError(f"-interconnects must be 0 (electrical) or 1 (optical), got {interconnects}")
+    if interconnects == 1 or topology == "mesh":
+        gpus = getattr(args, "gpus", None) or 8  # -GPUnumber's default
+        rows = getattr(args, "num_rows", None) or 1
+        cols = getattr(args, "num_cols", None) or gpus
+        if rows * cols != gpus:
+            raise ConfigError(
+                f"optical mesh: -numRows × -numCols = {rows} × {cols} = {rows * cols}, "
+                f"which is not -GPUnumber = {gpus}"
+            )
