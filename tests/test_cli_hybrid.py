@@ -36,13 +36,16 @@ def test_flags_equal_case_presets(capsys, hybrid, case):
 
 def test_json_parallel_block_and_derived_gpus(capsys):
     code, out, _ = run_cli(capsys, "run", "-trace-dir", GPT, "--dp", "2", "--tp", "2", "--pp", "2", "--zero", "fsdp",
-                           "-micro-batch-size", "4", "--schedule", "1f1b", "--json", "-")
+                           "-micro-batch-size", "4", "--schedule", "1f1b", "--representatives", "--json", "-")
     d = json.loads(out)
     assert code == 0 and d["gpus"] == 8
     assert d["parallel"] == {"dp": 2, "tp": 2, "pp": 2, "zero": 3, "sequence_parallel": False, "schedule": "1f1b",
                              "virtual_stages": 1, "tp_style": d["parallel"]["tp_style"], "rank_order": "tp,pp,dp",
                              "exact": False}
     assert d["hybrid"]["representatives"] is True and len(d["per_gpu"]) == 2
+    code, out, _ = run_cli(capsys, "run", "-trace-dir", GPT, "--dp", "2", "--tp", "2", "--json", "-")
+    d = json.loads(out)
+    assert d["parallel"]["exact"] is None and d["hybrid"]["representatives"] is False and len(d["per_gpu"]) == 4
     code, out, _ = run_cli(capsys, "run", "-trace-dir", GPT, "-case", "2", "-GPUnumber", "4", "--json", "-")
     assert json.loads(out)["parallel"]["dp"] == 4
 
@@ -56,6 +59,9 @@ def test_json_parallel_block_and_derived_gpus(capsys):
     (["--dp", "2", "--tp-style", "rows"], "--tp-style"),
     (["--dp", "0"], "--dp must be"),
     (["--dp", "2", "--reference-compat"], "--reference-compat"),
+    (["--dp", "2", "--exact", "--representatives"], "exclude each other"),
+    (["--pp", "2", "-micro-batch-size", "2", "--schedule", "interleaved", "--virtual-stages", "2"], "interleaved"),
+    (["--dp", "2", "--virtual-stages", "2"], "--virtual-stages 2 needs --schedule interleaved"),
 ])
 def test_bad_combinations_exit_2_with_one_line(capsys, argv, needle):
     code, out, err = run_cli(capsys, "run", "-trace-dir", GPT, *argv, "-q")

@@ -57,7 +57,7 @@ def _add_collect(sub: Any) -> None:
                     "trace.csv + tensor.csv in --out (raw JSON in --out/raw).")
     p.add_argument("--model", required=True,
                    help="torchvision classifier (vgg13, resnet50, densenet121, vit_b_16, ...), "
-                        "gpt, gpt-tiny, gpt2-small or tinycnn")
+                        "gpt, gpt-h16, gpt-tiny, gpt2-small or tinycnn")
     p.add_argument("--batch-size", type=_positive, default=None, help="samples per step")
     p.add_argument("--batch-sizes", type=_batch_sizes, default=None, metavar="B,B,...",
                    help="trace several batch sizes for the op-time fit: the largest goes to --out, "

@@ -42,6 +42,10 @@ class GPTConfig:
 GPT_PRESETS: Mapping[str, GPTConfig] = MappingProxyType({
     # A few seconds per step on a laptop CPU; the default GPT sample trace.
     "gpt": GPTConfig(vocab_size=4096, seq_len=128, n_layer=4, n_head=4, d_model=256),
+    # 16 heads (head dim 32), so Megatron-style tensor parallelism up to --tp 16 divides the
+    # heads (the `gpt` preset's 4 heads refuse --tp 8); 2 layers, to be repeated to many layers
+    # with `triosim trace repeat`.  The `gpt-h16-cpu-bs8` sample trace.
+    "gpt-h16": GPTConfig(vocab_size=4096, seq_len=128, n_layer=2, n_head=16, d_model=512),
     # For tests: milliseconds per step.
     "gpt-tiny": GPTConfig(vocab_size=256, seq_len=16, n_layer=2, n_head=2, d_model=32),
     # GPT-2 small (124M parameters); for a GPU.

@@ -25,7 +25,10 @@ def add_parallel_flags(g: argparse._ArgumentGroup) -> None:
     g.add_argument("--rank-order", default="tp,pp,dp",
                    help="how ranks map to GPUs, innermost first (tp,pp,dp: a TP group inside a node)")
     g.add_argument("--exact", action="store_true",
-                   help="build every GPU instead of one representative per role (slower; for checking)")
+                   help="build every GPU instead of one representative per role (default: only while the "
+                        "graph stays small)")
+    g.add_argument("--representatives", action="store_true",
+                   help="build one representative per role however small the mesh (collectives in closed form)")
 
 
 def degrees_given(args: argparse.Namespace) -> bool:
@@ -66,5 +69,12 @@ def parallel_options(args: argparse.Namespace) -> dict:
         "sequence_parallel": bool(getattr(args, "sequence_parallel", False)),
         "tp_style": getattr(args, "tp_style", None),
         "rank_order": parse_rank_order(getattr(args, "rank_order", "tp,pp,dp")),
-        "exact": bool(getattr(args, "exact", False)),
+        "exact": _exact(args),
     }
+
+
+def _exact(args: argparse.Namespace) -> bool | None:
+    exact, reps = bool(getattr(args, "exact", False)), bool(getattr(args, "representatives", False))
+    if exact and reps:
+        raise ConfigError("--exact and --representatives exclude each other")
+    return True if exact else False if reps else None

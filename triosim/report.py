@@ -86,6 +86,8 @@ def print_summary(result: Result, console: Console, title: str = "") -> None:
                           "split column-then-row")
         else:
             console.print("Tensor parallel: per-op scheme")
+    if hybrid_tp:
+        _print_hybrid(console, meta.get("parallel", {}), hybrid_tp)
     if "pipeline" in meta:
         pp = meta["pipeline"]
         mbs = pp.get("micro_batches", [])
@@ -107,3 +109,22 @@ def print_summary(result: Result, console: Console, title: str = "") -> None:
         console.print(
             f"Remote memory: fetched {human_bytes(fetched)}, written back {human_bytes(wb)}, {ev} eviction(s)"
         )
+
+
+def _print_hybrid(console: Console, parallel: dict, hybrid: dict) -> None:
+    """A hybrid run's mesh, its collectives per group kind and each stage's memory by role."""
+    built = "one representative pipeline" if hybrid.get("representatives") else "every GPU"
+    console.print(f"Hybrid: dp {parallel.get('dp')} × tp {parallel.get('tp')} × pp {parallel.get('pp')} = "
+                  f"{hybrid.get('gpus')} GPUs (ranks {hybrid.get('rank_order')}), ZeRO-{parallel.get('zero', 0)}, "
+                  f"built {built}")
+    for kind, c in hybrid.get("collectives_dp0_tp0", {}).items():
+        console.print(f"  {kind.upper()} groups (one pipeline): {c['collectives']} collective(s), "
+                      f"{human_bytes(c['payload_bytes'])} payload, {human_bytes(c['wire_bytes_per_gpu'])} sent per GPU")
+    table = Table(title="Memory per GPU by role", title_justify="left", show_edge=False)
+    for col in ("stage", "GPU", "weights", "gradients", "optimizer", "rest of peak", "peak"):
+        table.add_column(col, justify="right")
+    for m in hybrid.get("memory", []):
+        table.add_row(str(m["stage"]), str(m["gpu"]), human_bytes(m["weights_bytes"]), human_bytes(m["gradients_bytes"]),
+                      human_bytes(m["optimizer_bytes"]), human_bytes(m["activations_peak_bytes"]),
+                      human_bytes(m["peak_bytes"]))
+    console.print(table)

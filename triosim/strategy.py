@@ -60,8 +60,8 @@ class Strategy:
     ``zero``: 0 plain DDP, 1 optimizer state sharded over the DP group, 2 gradients too,
     3 parameters too (FSDP). ``tp_style`` None: megatron for ``--tp``, per-op for case 3.
     ``rank_order``: which axis varies fastest in the rank numbering (tp innermost by default, so
-    a TP group sits inside one NVSwitch node). ``exact`` builds every GPU instead of one
-    representative per distinct role.
+    a TP group sits inside one NVSwitch node). ``exact`` True builds every GPU, False one
+    representative per distinct role, None (default) every GPU while that graph stays small.
     """
 
     case: int = 0
@@ -80,7 +80,7 @@ class Strategy:
     sequence_parallel: bool = False
     tp_style: str | None = None
     rank_order: tuple[str, ...] = AXES
-    exact: bool = False
+    exact: bool | None = None
 
     @property
     def hybrid(self) -> bool:

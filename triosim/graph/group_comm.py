@@ -78,10 +78,9 @@ class GroupComm:
         self.sharing_unknown = False
 
     def ordered(self, group: Sequence[int]) -> tuple[int, ...]:
-        group = tuple(group)
         if len(group) == self.platform.num_gpus and len(group) > 1:
             return tuple(self.platform.ring)
-        return group
+        return group if isinstance(group, tuple) else tuple(group)
 
     def links(self, group: tuple[int, ...]) -> tuple[str, ...]:
         hit = self._links.get(group)
@@ -116,14 +115,16 @@ class GroupComm:
         Returns ``{built member: task after which it holds the result}``.
         """
         group = self.ordered(group)
-        if group not in self._links:
-            prime_routes(self.platform, zip(group, group[1:] + group[:1]))
-            self.links(group)
+        links = self._links.get(group)
+        if links is None:
+            # Ring, tree and direct algorithms route between any two members.
+            prime_routes(self.platform, ((a, b) for a in group for b in group if a != b))
+            links = self.links(group)
         if self.exact:
             return _ADD[op](self.graph, self.platform, group, nbytes, label, after=after, detail=self.detail,
                             **attrs)
-        built = [g for g in group if g in after]
-        deps = list(dict.fromkeys(p for g in built for p in after[g]))
+        built = list(after)  # the representative members (every member of the group is symmetric)
+        deps = list(after[built[0]]) if len(built) == 1 else list(dict.fromkeys(p for g in built for p in after[g]))
         n = len(group)
         if n < 2:
             return {g: self.graph.add_sync(f"{label} done gpu{g}", list(after[g]), devices=(g,), collective=label,
@@ -134,7 +135,7 @@ class GroupComm:
             seconds = closed_form_seconds(self.platform, group, op, nbytes) * self.sharing(group, parallel)
             self._cost[key] = seconds
         task = self.graph.add_task(
-            "collective", label, seconds, self.links(group), tuple(built), nbytes, after=deps,
+            "collective", label, seconds, links, tuple(built), nbytes, after=deps,
             op=op, collective=label, link_bytes=PHASES[op] * (n - 1) * int(nbytes) // n, group_size=n,
             representative=True, **attrs,
         )

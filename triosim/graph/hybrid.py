@@ -26,9 +26,10 @@ What it models:
   (prefetch; 3Ψ per step with one micro-batch). Memory: parameters (ZeRO-3), gradients
   (ZeRO ≥ 2) and optimizer state (ZeRO ≥ 1) take 1/N_dp on each GPU; a gathered unit's transient
   copy is not counted.
-- **Representatives.** Replicas (d, t) do the same work; by default only (0, 0) is built and
+- **Representatives.** Replicas (d, t) do the same work; on large meshes only (0, 0) is built and
   its collectives are charged with their closed form on the group's links
-  (:mod:`triosim.graph.group_comm`); ``--exact`` builds every GPU.
+  (:mod:`triosim.graph.group_comm`); ``--exact`` builds every GPU, and so does the default while
+  the graph stays small (``AUTO_EXACT_TASKS``).
 
 With one axis only it is the case builder it generalises: ``--dp N`` = case 2, ``--pp N`` =
 case 4, ``--tp N --tp-style per-op`` = case 3 (tests compare them).
@@ -39,6 +40,7 @@ from __future__ import annotations
 import inspect
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from functools import partial
 
 from ..compute_model import op_seconds
 from ..errors import ConfigError
@@ -66,6 +68,10 @@ from .star_routes import prime_routes
 from .tasks import TaskGraph
 from .tp_plans import tensor_plan
 from .zero import BufferRoles, buffer_roles, fsdp_units, zero_divisor
+
+# Without --exact/--representatives, every GPU is built while dp·tp·ops·micro-batches stays below
+# this many compute tasks; above it one representative per role.
+AUTO_EXACT_TASKS = 100_000
 
 # ----------------------------------------------------------------------------- the stage plan
 
@@ -144,6 +150,11 @@ class _Build:
     tp_done: dict[tuple[int, int, int], dict[int, int]] = field(default_factory=dict)  # (op, mb, d) -> {gpu: t}
     seq: dict[int, list[tuple[int, int, int | None]]] = field(default_factory=dict)  # gpu -> (task, op, mb)
     stats: dict[str, dict[str, float]] = field(default_factory=dict)
+    labels: list[str] = field(default_factory=list)
+    key_flags: dict[int, tuple] = field(default_factory=dict)
+    size_cache: dict[tuple[str, float], int] = field(default_factory=dict)
+    prefixes: list[str] = field(default_factory=list)  # micro-batch r -> "mb{r}:" (memory keys)
+    versions: list = field(default_factory=list)  # buffer_versions of the trace  # op -> reads/writes with "batch-invariant"
 
     def gpus(self, s: int) -> list[int]:
         return [self.ranks.rank(d, t, s) for d, t in self.replicas]
@@ -157,6 +168,12 @@ class _Build:
 
     def size(self, buffer: str, fraction: float) -> int:
         """Bytes of ``buffer`` on one GPU for a micro-batch of ``fraction`` of the batch."""
+        hit = self.size_cache.get((buffer, fraction))
+        if hit is None:
+            hit = self.size_cache[(buffer, fraction)] = self._size(buffer, fraction)
+        return hit
+
+    def _size(self, buffer: str, fraction: float) -> int:
         t = self.trace.tensors[buffer].bytes
         if buffer not in self.trace.batch_invariant:
             t = int(round(t * fraction))
@@ -177,19 +194,28 @@ def build(trace: Trace, platform: Platform, strategy: Strategy) -> TaskGraph:
     if ranks.size != platform.num_gpus:
         raise ConfigError(f"--dp {dp} × --tp {tp} × --pp {pp} = {ranks.size} GPUs, but the platform has "
                           f"{platform.num_gpus}")
+    if strategy.schedule not in ("gpipe", "1f1b") or getattr(strategy, "virtual_stages", 1) != 1:
+        raise ConfigError("--dp/--tp/--pp runs support --schedule gpipe and 1f1b; the interleaved schedule "
+                          "(--virtual-stages) runs with -case 4")
     forward_ops = sum(1 for p in op_phases(trace) if p == FORWARD)
     if pp > forward_ops:
         raise ConfigError(f"--pp {pp} is more than the trace's {forward_ops} forward ops: every pipeline stage "
                           "needs at least one")
     sizes = micro_batch_sizes(trace.batch_size, strategy.micro_batch_size)
     fractions = [m / trace.batch_size for m in sizes]
-    replicas = [(d, t) for d in range(dp) for t in range(tp)] if strategy.exact else [(0, 0)]
+    exact = strategy.exact
+    if exact is None:  # every GPU while that stays small: then even contention between groups is simulated
+        exact = dp * tp * len(trace.ops) * len(fractions) <= AUTO_EXACT_TASKS
+    replicas = [(d, t) for d in range(dp) for t in range(tp)] if exact else [(0, 0)]
     prime_routes(platform, ((ranks.rank(d, t, s), ranks.rank(d, t, s + e)) for d, t in replicas
                             for s in range(pp) for e in (-1, 1) if 0 <= s + e < pp))
     plan = stage_plan(trace, platform, strategy, fractions, ranks.stage_gpus(0, 0))
     tpp = tensor_plan(trace, tp, strategy.effective_tp_style, strategy.sequence_parallel)
     b = _Build(trace, platform, strategy, ranks, plan, tpp, fractions, replicas, buffer_roles(trace))
-    comm = GroupComm(b.graph, platform, strategy.collective_detail, strategy.exact)
+    b.labels = [op_label(trace, i) for i in range(len(trace.ops))]
+    b.prefixes = [f"mb{r}:" for r in range(len(fractions))]
+    b.versions = buffer_versions(trace, plan.phase) if pp > 1 else []
+    comm = GroupComm(b.graph, platform, strategy.collective_detail, exact)
     waits, cover = tp_waits(trace, tpp.collectives if tp > 1 else ())
     colls = {c.op: c for c in tpp.collectives} if tp > 1 else {}
     params_of = _stage_params(b)
@@ -259,7 +285,15 @@ def _add_stage(b: _Build, comm: GroupComm, s: int, waits, colls, params: list[st
     ts = sorted({t for _, t in b.replicas})
     full = lambda p: -(-trace.tensors[p].bytes // b.tpp.shard_divisor.get(p, 1))  # noqa: E731
     units = fsdp_units(trace, plan, params, s, strategy.bucket_mb * MIB, full) if strategy.zero == 3 else None
-    gathered: dict[tuple[int, int], int] = {}  # (d, t) -> latest unit gather task on that GPU
+    gathered: dict[tuple, int] = {}  # (d, t) -> latest unit gather on that GPU; (d, t, "unit", k) -> unit k's
+    # Loop invariants of the hot loop below (one iteration per op, micro-batch and replica).
+    labels = b.labels
+    waits_here = {i: tuple(c for c in waits[i] if plan.stage[c] == s) for i in (*ops[FORWARD], *ops[BACKWARD])}
+    reps = list(zip(b.replicas, gpus))
+    tp_groups = {d: comm.ordered(ranks.tp_group(d, s)) for d in ds}
+    members = {d: [(t, ranks.rank(d, t, s)) for t in ts] for d in ds}
+    tp_parallel = partial(_tp_groups, ranks, s)
+    add_compute, task_of, tp_done, seq = g.add_compute, b.task, b.tp_done, b.seq
     r_count = len(b.fractions)
     for ph, r in block_order(strategy.schedule, ranks.pp, r_count, s):
         block = ops[ph]
@@ -276,31 +310,33 @@ def _add_stage(b: _Build, comm: GroupComm, s: int, waits, colls, params: list[st
                 _gather_unit(b, comm, s, units[ph], k + 1, ph, r, last, gathered, ts)
             op = trace.ops[i]
             dur = op_seconds(trace, i, max(1, round(frac * trace.batch_size))) * scale[i]
-            label = f"{op_label(trace, i)} mb{r}"
-            for (d, t), gpu in zip(b.replicas, gpus):
-                after = list(last[(d, t)])
-                for c in waits[i]:
-                    done = b.tp_done.get((c, r, d))
-                    if done is not None and plan.stage[c] == s:
-                        after.append(done[gpu])
-                if k is not None:
-                    after.append(gathered[(d, t, "unit", k)])
-                task = g.add_compute(gpu, dur, f"{label} gpu{gpu}", after=list(dict.fromkeys(after)), op=i,
-                                     stage=op.stage, microbatch=r, stage_index=s)
-                b.task[(d, t, i, r)] = task
-                b.seq[gpu].append((task, i, r))
-                last[(d, t)] = [task]
+            label = f"{labels[i]} mb{r}"
+            w = waits_here[i]
+            for rep, gpu in reps:
+                after = last[rep]
+                if w or k is not None:
+                    after = list(after)
+                    for c in w:
+                        done = tp_done.get((c, r, rep[0]))
+                        if done is not None:
+                            after.append(done[gpu])
+                    if k is not None:
+                        after.append(gathered[(*rep, "unit", k)])
+                    after = list(dict.fromkeys(after))
+                task = add_compute(gpu, dur, f"{label} gpu{gpu}", after=after, op=i, stage=op.stage, microbatch=r,
+                                   stage_index=s)
+                task_of[(*rep, i, r)] = task
+                seq[gpu].append((task, i, r))
+                last[rep] = [task]
             c = colls.get(i)
             if c is not None:
                 nbytes = c.nbytes if frac == 1.0 else int(round(c.nbytes * frac))
-                name = c.kind.replace("_", "")
+                name = f"tp {c.kind.replace('_', '')} {labels[i]} mb{r} stage{s} dp"
                 for d in ds:
-                    group = ranks.tp_group(d, s)
-                    after = {ranks.rank(d, t, s): [b.task[(d, t, i, r)]] for t in ts}
-                    b.tp_done[(i, r, d)] = comm.run(
-                        c.kind, group, nbytes, f"tp {name} {op_label(trace, i)} mb{r} stage{s} dp{d}", after,
-                        parallel=lambda s=s: (ranks.tp_group(dd, s) for dd in range(ranks.dp)), op_index=i,
-                        microbatch=r, group_kind="tp")
+                    group = tp_groups[d]
+                    after = {gpu: [task_of[(d, t, i, r)]] for t, gpu in members[d]}
+                    tp_done[(i, r, d)] = comm.run(c.kind, group, nbytes, f"{name}{d}", after, parallel=tp_parallel,
+                                                  op_index=i, microbatch=r, group_kind="tp")
                     if d == 0:
                         b.count("tp", c.kind, group, nbytes)
     _add_gradient_sync(b, comm, s, params, last, ts)
@@ -328,6 +364,10 @@ def _gather_unit(b: _Build, comm: GroupComm, s: int, units, k: int, ph: str, r: 
                 gathered[(d, t, "unit", k)] = done[ranks.rank(d, t, s)]
         if t == 0:
             b.count("dp", "all_gather", group, u.nbytes)
+
+
+def _tp_groups(ranks: RankMap, s: int):
+    return (ranks.tp_group(d, s) for d in range(ranks.dp))
 
 
 def _dp_groups(ranks: RankMap, s: int):
@@ -389,10 +429,10 @@ def _add_gradient_sync(b: _Build, comm: GroupComm, s: int, params: list[str], la
 
 def _add_crossings(b: _Build, cover: dict[tuple[int, str], int]) -> None:
     """Every cross-stage buffer version, per micro-batch and replica, hop by hop (as case 4)."""
-    trace, plan, ranks = b.trace, b.plan, b.ranks
+    plan, ranks = b.plan, b.ranks
     if ranks.pp < 2:
         return
-    for v in buffer_versions(trace, plan.phase):
+    for v in b.versions:
         src = plan.stage[v.writer]
         readers = [(c, plan.stage[c]) for c in v.readers if plan.stage[c] != src]
         if not readers:
@@ -435,17 +475,33 @@ def _plan_memory(b: _Build) -> list[MemoryReport]:
         sizes: dict[str, int] = {}
         touched: dict[str, bool] = {}
         program: list[tuple[tuple[str, ...], tuple[str, ...], str]] = []  # the same on every GPU of s
+        labels: dict[int, str] = {}
         for _, i, r in b.seq[gpus[0]]:
             reads, writes, keyed = _step_keys(b, s, i, r)
-            for k, buf, frac in keyed:
-                if k not in sizes:
-                    sizes[k] = b.size(buf, frac)
-            for k in reads:
-                touched.setdefault(k, True)
-            for k in writes:
-                touched.setdefault(k, False)
-            op = trace.ops[i]
-            program.append((reads, writes, f"op {op.op_id} ({op.name}, trace.csv:{op.line}) on stage {s}"))
+            if keyed is not None:
+                for k, buf, frac in keyed:
+                    if k not in sizes:
+                        sizes[k] = b.size(buf, frac)
+                for k in reads:
+                    touched.setdefault(k, True)
+                for k in writes:
+                    touched.setdefault(k, False)
+            else:
+                frac = b.fractions[r]
+                flags = b.key_flags[i]
+                for key, (k, _) in zip(reads, flags[0]):
+                    if key not in touched:
+                        touched[key] = True
+                        sizes[key] = b.size(k, frac)
+                for key, (k, _) in zip(writes, flags[1]):
+                    if key not in touched:
+                        touched[key] = False
+                        sizes[key] = b.size(k, frac)
+            label = labels.get(i)
+            if label is None:
+                op = trace.ops[i]
+                label = labels[i] = f"op {op.op_id} ({op.name}, trace.csv:{op.line}) on stage {s}"
+            program.append((reads, writes, label))
         delivered = _delivered(b, s)
         external = [k for k, is_read in touched.items() if is_read and k not in delivered]
 
@@ -460,18 +516,26 @@ def _plan_memory(b: _Build) -> list[MemoryReport]:
 
 
 def _step_keys(b: _Build, s: int, i: int, r: int | None):
+    """(read keys, write keys, [(key, buffer, fraction)]) of op ``i`` in micro-batch ``r`` on stage
+    ``s`` (``r`` None: its optimizer share)."""
     trace = b.trace
     if r is None:
         mine = tuple(k for k in optimizer_buffers(trace, i) if b.plan.buffer_stage.get(k, 0) == s)
         op = trace.ops[i]
         in_place = not op.outputs and op.name.endswith("_")
-        writes = mine if in_place else tuple(k for k in mine if k in trace.writes[i])
-        reads = tuple(k for k in mine if k in trace.reads[i])
+        written, read = set(trace.writes[i]), set(trace.reads[i])
+        writes = mine if in_place else tuple(k for k in mine if k in written)
+        reads = tuple(k for k in mine if k in read)
         return reads, writes, [(k, k, 1.0) for k in mine]
-    reads = tuple(_key(trace, k, r) for k in trace.reads[i])
-    writes = tuple(_key(trace, k, r) for k in trace.writes[i])
-    frac = b.fractions[r]
-    return reads, writes, [(_key(trace, k, r), k, frac) for k in (*trace.reads[i], *trace.writes[i])]
+    flags = b.key_flags.get(i)
+    if flags is None:
+        inv = trace.batch_invariant
+        flags = (tuple((k, k in inv) for k in trace.reads[i]), tuple((k, k in inv) for k in trace.writes[i]))
+        b.key_flags[i] = flags
+    pref = b.prefixes[r]
+    reads = tuple(k if fixed else pref + k for k, fixed in flags[0])
+    writes = tuple(k if fixed else pref + k for k, fixed in flags[1])
+    return reads, writes, None
 
 
 def _delivered(b: _Build, s: int) -> set[str]:
@@ -479,7 +543,7 @@ def _delivered(b: _Build, s: int) -> set[str]:
     out: set[str] = set()
     if b.ranks.pp < 2:
         return out
-    for v in buffer_versions(b.trace, b.plan.phase):
+    for v in b.versions:
         src = b.plan.stage[v.writer]
         if src != s and any(b.plan.stage[c] == s for c in v.readers):
             out.update(_key(b.trace, v.buffer, r) for r in range(len(b.fractions)))
@@ -514,7 +578,7 @@ def _summary(b: _Build, comm: GroupComm, params_of: list[list[str]], reports: li
     return {
         "gpus": ranks.size,
         "rank_order": ",".join(ranks.order),
-        "representatives": not b.strategy.exact,
+        "representatives": len(b.replicas) < ranks.dp * ranks.tp,
         "built_gpus": len(b.graph.meta.get("devices", [])) or len(b.replicas) * ranks.pp,
         "micro_batches": len(b.fractions),
         "tp_style": getattr(tpp, "style", "per-op") if ranks.tp > 1 else None,

@@ -75,7 +75,8 @@ def persistent_buffers(trace: Trace) -> set[str]:
     touched_by_optimizer = {
         k for i, op in enumerate(trace.ops) if op.stage == "optimizer" for k in (*trace.reads[i], *trace.writes[i])
     }
-    return {k for k in trace.external if k in trace.parameters or k in touched_by_optimizer}
+    params = set(trace.parameters)
+    return {k for k in trace.external if k in params or k in touched_by_optimizer}
 
 
 def plan_program_memory(

@@ -45,6 +45,7 @@ class TaskGraph:
         self.npred: list[int] = []
         self.resource_names: list[str] = []
         self._rid: dict[str, int] = {}
+        self._rtuples: dict[tuple[str, ...], tuple[int, ...]] = {}
         # Facts builders know and reports need (peak memory per GPU, fetched bytes, ...).
         self.meta: dict[str, Any] = {}
 
@@ -83,7 +84,15 @@ class TaskGraph:
         self.kind.append(kind)
         self.label.append(label)
         self.duration.append(float(duration_s))
-        self.resources.append(tuple(self.resource_id(r) for r in resources))
+        if isinstance(resources, tuple):
+            # Builders reuse the same tuple of names for many tasks (a GPU's stream, a group's
+            # links): resolve each tuple once.
+            rids = self._rtuples.get(resources)
+            if rids is None:
+                rids = self._rtuples[resources] = tuple(self.resource_id(r) for r in resources)
+        else:
+            rids = tuple(self.resource_id(r) for r in resources)
+        self.resources.append(rids)
         self.devices.append(tuple(devices))
         self.nbytes.append(int(nbytes))
         self.latency.append(min(float(latency_s), float(duration_s)))

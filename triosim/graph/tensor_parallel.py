@@ -117,7 +117,7 @@ def optimizer_state_of(trace: Trace, sharded_params: set[str]) -> set[str]:
     for p in trace.parameters:
         by_size.setdefault(trace.tensors[p].bytes, []).append(p in sharded_params)
     written = {k for ks in trace.writes for k in ks}
-    external = set(trace.external)
+    external = set(trace.external)  # a set: traces repeated to many layers have thousands
     used: dict[int, int] = {}
     seen: set[str] = set()
     for i, op in enumerate(trace.ops):
