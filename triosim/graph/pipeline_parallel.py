@@ -42,6 +42,7 @@ from .pipeline_stages import (
     BACKWARD,
     FORWARD,
     OPTIMIZER,
+    RETIME_MAX_TASKS,
     PipelinePlan,
     buffer_versions,
     candidate_plans,
@@ -257,7 +258,10 @@ def build(trace: Trace, platform: Platform, strategy: Strategy) -> TaskGraph:
         return build_compat(trace, platform, strategy)
     sizes = micro_batch_sizes(trace.batch_size, strategy.micro_batch_size)
     fractions = [m / trace.batch_size for m in sizes]
-    return retime(trace, platform, strategy, candidate_plans(trace, platform, strategy, fractions), sizes)[1]
+    plans = candidate_plans(trace, platform, strategy, fractions)
+    if len(trace.ops) * len(fractions) > RETIME_MAX_TASKS:
+        plans = plans[:1]  # too big to build every candidate: the best estimate (as plan_stages)
+    return retime(trace, platform, strategy, plans, sizes)[1]
 
 
 def summary(trace: Trace, graph: TaskGraph, plan: PipelinePlan, strategy: Strategy, sizes: Sequence[int]) -> dict:

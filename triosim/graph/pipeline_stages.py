@@ -46,6 +46,8 @@ SMALL_STAGE_SHARE = 0.05
 # estimate) the count and time splits must be to the best one to be re-timed as well.
 RETIME_SEARCHED = 2
 RETIME_MARGIN = 1.15
+# ... and only while one candidate pipeline has at most this many (op, micro-batch) tasks.
+RETIME_MAX_TASKS = 50_000
 
 # ----------------------------------------------------------------------------- the stage plan
 
@@ -308,19 +310,26 @@ def candidate_plans(trace: Trace, platform: Platform, strategy: Strategy, fracti
         starts = time_partition(costs, platform, strategy.schedule, layout)
         return [_plan_from_starts(trace, phase, fops, pos, starts, "time", gpus, virtual)]
     estimates: list[PartitionEstimate] = optimal_candidates(costs, platform, strategy.schedule, layout)
-    plans = [_plan_from_starts(trace, phase, fops, pos, e.starts, "optimal", gpus, virtual, e.seconds)
-             for e in estimates]
-    # Never a stage without a backward op when others have them (unless no cut avoids it).
-    good = [p for p in plans if not lacks_backward(p)] or plans
-    chosen = good[:RETIME_SEARCHED]
     # The count and time splits are re-timed too when their estimate is close to the best one,
     # so that the result is never slower than either where the estimate is a little off.
     baselines = {tuple(count_starts(len(fops), n)), tuple(time_partition(costs, platform, strategy.schedule, layout))}
-    best = chosen[0].estimate_s or 0.0
-    for p in good[RETIME_SEARCHED:]:
-        if p.starts in baselines and (p.estimate_s or 0.0) <= best * RETIME_MARGIN:
-            chosen.append(p)
-    return chosen
+    # Plans are made only for the estimates that will be re-timed: the search can visit
+    # hundreds of partitions, and making a plan (optimizer split, buffer owners) costs a pass
+    # over the trace.
+    chosen: list[PipelinePlan] = []
+    lacking: list[PipelinePlan] = []
+    for e in estimates:
+        full = len(chosen) >= RETIME_SEARCHED
+        if full and (e.starts not in baselines or e.seconds > (chosen[0].estimate_s or 0.0) * RETIME_MARGIN):
+            continue
+        p = _plan_from_starts(trace, phase, fops, pos, e.starts, "optimal", gpus, virtual, e.seconds)
+        # Never a stage without a backward op when others have them (unless no cut avoids it).
+        if lacks_backward(p):
+            if len(lacking) < RETIME_SEARCHED:
+                lacking.append(p)
+            continue
+        chosen.append(p)
+    return chosen or lacking
 
 
 def plan_stages(trace: Trace, platform: Platform, strategy: Strategy, fractions: Sequence[float],
@@ -334,7 +343,9 @@ def plan_stages(trace: Trace, platform: Platform, strategy: Strategy, fractions:
     With ``--schedule interleaved`` each GPU runs ``strategy.virtual_stages`` stages.
     """
     plans = candidate_plans(trace, platform, strategy, fractions, num_stages, stage_gpus)
-    if len(plans) == 1:
+    if len(plans) == 1 or len(trace.ops) * len(fractions) > RETIME_MAX_TASKS:
+        # Re-timing builds and schedules each candidate's whole pipeline; past this size that
+        # costs more than the search, so the best estimate is taken as it is.
         return plans[0]
     from .pipeline_parallel import retime  # the builder imports this module
 
