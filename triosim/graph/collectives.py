@@ -107,12 +107,7 @@ class Ring:
 
 
 def make_ring(platform: Platform, group: Sequence[int]) -> Ring:
-    order = tuple(int(g) for g in group)
-    if len(set(order)) != len(order):
-        raise ValueError(f"collective group has repeated GPUs: {order}")
-    for g in order:
-        if not 0 <= g < platform.num_gpus:
-            raise ValueError(f"GPU {g} is not on the platform ({platform.num_gpus} GPUs)")
+    order = cc.check_group(platform, group)
     n = len(order)
     hops = tuple(
         platform.route(gpu_node(order[i]), gpu_node(order[(i + 1) % n])) for i in range(n)
