@@ -70,10 +70,21 @@ class Platform:
     channel_style: str = "single"
     _routes: dict[tuple[str, str], tuple[str, ...]] = field(default_factory=dict, repr=False)
     _route_params: dict[tuple[str, ...], tuple[float, float]] = field(default_factory=dict, repr=False)
+    _routes_graph: dict[str, nx.DiGraph] = field(default_factory=dict, repr=False)
     # Collective plans per (group, op, algorithm, root, latency setting), for a 1-byte payload.
     _plans: dict = field(default_factory=dict, repr=False)
     # Closed-form routing for large generated clusters (src, dst) -> node path, or None.
     router: Callable[[str, str], list[str]] | None = field(default=None, repr=False)
+
+    def _gpu_graph(self) -> nx.DiGraph:
+        """The link graph without remote memory, made once: searching a filtered view costs a
+        filter call per node visited, which dominated large platforms."""
+        g = self._routes_graph.get("gpu")
+        if g is None:
+            g = self._routes_graph["gpu"] = self.graph.copy()
+            if REMOTE in g:
+                g.remove_node(REMOTE)
+        return g
 
     def route(self, src: str, dst: str) -> tuple[str, ...]:
         """Directed link names from ``src`` to ``dst`` (fewest hops, deterministic)."""
@@ -89,7 +100,7 @@ class Platform:
                 # GPU-to-GPU traffic never detours through remote memory.
                 g = self.graph
                 if REMOTE not in (src, dst):
-                    g = nx.restricted_view(self.graph, [REMOTE], [])
+                    g = self._gpu_graph()
                 try:
                     # In a two-level cluster a link's "cost" makes NVLink win inside a node;
                     # elsewhere every link costs 1, i.e. fewest hops.
