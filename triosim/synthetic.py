@@ -14,6 +14,7 @@ import csv
 import json
 import os
 import random
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -34,6 +35,38 @@ def _fmt(items) -> str:
     return "[" + "; ".join(str(x) for x in items) + "]"
 
 
+def _numel(shape: tuple[int, ...]) -> int:
+    n = 1
+    for s in shape:
+        n *= s
+    return n
+
+
+def write_trace_csvs(out: Path, tensors: list[tuple], ops: list[tuple], storage_base: int = 0,
+                     each_byte: Callable[[str], int] = lambda category: 4) -> None:
+    """Write ``tensor.csv`` and ``trace.csv`` into ``out`` in TrioSim's format.
+
+    ``tensors``: (id, shape, category) in creation order; ``ops``: (name, inputs, outputs, µs,
+    stage, tpflag). Every tensor gets its own storage, ``storage_base + id``.
+    """
+    shape_of = {tid: shape for tid, shape, _ in tensors}
+    with open(out / "tensor.csv", "w", newline="") as fh:
+        wr = csv.writer(fh)
+        wr.writerow(["Index", "TensorID", "TensorShape", "TensorNumElement", "TensorEachByte", "TensorType",
+                     "TensorStorgeid", "gpuid"])
+        for idx, (tid, shape, cat) in enumerate(tensors):
+            wr.writerow([idx, tid, "[" + ", ".join(map(str, shape)) + "]", _numel(shape), each_byte(cat), cat,
+                         storage_base + tid, 0])
+    with open(out / "trace.csv", "w", newline="") as fh:
+        wr = csv.writer(fh)
+        wr.writerow(["OperatorID", "OperatorName", "Operator_input", "Operator_output", "Operator_cudatime",
+                     "Operator_cudatimenooverlap", "InputSize", "OutputSize", "gpuid", "stage", "tpflag"])
+        for k, (name, ins, outs, us, stage, flag) in enumerate(ops, start=1):
+            us_r = round(us, 3)
+            wr.writerow([k, name, _fmt(ins), _fmt(outs), us_r, us_r, _fmt(_numel(shape_of[t]) for t in ins),
+                         _fmt(_numel(shape_of[t]) for t in outs), 0, stage, flag])
+
+
 def write_synthetic_trace(directory: str | os.PathLike, model: SyntheticModel = SyntheticModel()) -> Path:
     """Write trace.csv, tensor.csv and meta.json for ``model`` into ``directory``."""
     rng = random.Random(model.seed)
@@ -48,12 +81,6 @@ def write_synthetic_trace(directory: str | os.PathLike, model: SyntheticModel = 
         next_id[0] += 1
         tensors.append((tid, shape, category))
         return tid
-
-    def numel(shape) -> int:
-        n = 1
-        for s in shape:
-            n *= s
-        return n
 
     b = model.batch_size
     widths = [rng.randint(max(1, model.width // 2), model.width * 2) for _ in range(model.layers + 1)]
@@ -95,21 +122,7 @@ def write_synthetic_trace(directory: str | os.PathLike, model: SyntheticModel = 
             group = [weights[i], biases[i], grads_w[i], grads_b[i], state[weights[i]], state[biases[i]]]
             ops.append(("aten::add_", group, [], rng.uniform(model.min_us, model.max_us) / 10, "optimizer", 0))
 
-    shape_of = {tid: shape for tid, shape, _ in tensors}
-    with open(out / "tensor.csv", "w", newline="") as fh:
-        wr = csv.writer(fh)
-        wr.writerow(["Index", "TensorID", "TensorShape", "TensorNumElement", "TensorEachByte", "TensorType",
-                     "TensorStorgeid", "gpuid"])
-        for idx, (tid, shape, cat) in enumerate(tensors):
-            wr.writerow([idx, tid, "[" + ", ".join(map(str, shape)) + "]", numel(shape), 4, cat, 100000 + tid, 0])
-    with open(out / "trace.csv", "w", newline="") as fh:
-        wr = csv.writer(fh)
-        wr.writerow(["OperatorID", "OperatorName", "Operator_input", "Operator_output", "Operator_cudatime",
-                     "Operator_cudatimenooverlap", "InputSize", "OutputSize", "gpuid", "stage", "tpflag"])
-        for k, (name, ins, outs, us, stage, flag) in enumerate(ops, start=1):
-            us_r = round(us, 3)
-            wr.writerow([k, name, _fmt(ins), _fmt(outs), us_r, us_r, _fmt(numel(shape_of[t]) for t in ins),
-                         _fmt(numel(shape_of[t]) for t in outs), 0, stage, flag])
+    write_trace_csvs(out, tensors, ops, storage_base=100000)
     (out / "meta.json").write_text(
         json.dumps({"batch_size": b, "device": "synthetic", "model": f"mlp{model.layers}", "seed": model.seed}) + "\n"
     )

@@ -12,12 +12,13 @@ loader as a real trace.
 
 from __future__ import annotations
 
-import csv
 import json
 import os
 import random
 from dataclasses import dataclass
 from pathlib import Path
+
+from .synthetic import write_trace_csvs
 
 
 @dataclass(frozen=True)
@@ -34,17 +35,6 @@ class SyntheticTransformer:
     seed: int = 0
     min_us: float = 10.0
     max_us: float = 1000.0
-
-
-def _fmt(items) -> str:
-    return "[" + "; ".join(str(x) for x in items) + "]"
-
-
-def _numel(shape: tuple[int, ...]) -> int:
-    n = 1
-    for s in shape:
-        n *= s
-    return n
 
 
 def write_synthetic_transformer(directory: str | os.PathLike,
@@ -195,22 +185,7 @@ def write_synthetic_transformer(directory: str | os.PathLike,
         for p in params:
             op("aten::add_", [p, grad_of[p], *state[p]], [], "optimizer")
 
-    shape_of = {tid: shape for tid, shape, _ in tensors}
-    with open(out / "tensor.csv", "w", newline="") as fh:
-        wr = csv.writer(fh)
-        wr.writerow(["Index", "TensorID", "TensorShape", "TensorNumElement", "TensorEachByte", "TensorType",
-                     "TensorStorgeid", "gpuid"])
-        for idx, (tid, shape, cat) in enumerate(tensors):
-            each = 8 if cat in ("indices", "target") else 4
-            wr.writerow([idx, tid, "[" + ", ".join(map(str, shape)) + "]", _numel(shape), each, cat, tid, 0])
-    with open(out / "trace.csv", "w", newline="") as fh:
-        wr = csv.writer(fh)
-        wr.writerow(["OperatorID", "OperatorName", "Operator_input", "Operator_output", "Operator_cudatime",
-                     "Operator_cudatimenooverlap", "InputSize", "OutputSize", "gpuid", "stage", "tpflag"])
-        for n, (name, ins, outs, us, stage, flag) in enumerate(ops, start=1):
-            us_r = round(us, 3)
-            wr.writerow([n, name, _fmt(ins), _fmt(outs), us_r, us_r, _fmt(_numel(shape_of[t]) for t in ins),
-                         _fmt(_numel(shape_of[t]) for t in outs), 0, stage, flag])
+    write_trace_csvs(out, tensors, ops, each_byte=lambda cat: 8 if cat in ("indices", "target") else 4)
     meta = {"batch_size": b, "device": "synthetic", "model": f"gpt{model.layers}", "seq_len": s,
             "model_description": f"synthetic GPT: {model.layers} layers, d_model {h}, {model.heads} heads, "
                                  f"vocab {model.vocab}, sequence {s}", "seed": model.seed}
