@@ -49,6 +49,7 @@ from ..strategy import Strategy
 from ..trace import Trace
 from .data_parallel import MIB, gradient_order
 from .group_comm import GroupComm, wire_bytes_per_gpu
+from .layer_count import check_pipeline_depth
 from .memory import MemoryReport, Step, plan_replicas
 from .pipeline_parallel import micro_batch_sizes
 from .pipeline_stages import (
@@ -58,7 +59,6 @@ from .pipeline_stages import (
     PipelinePlan,
     block_order,
     buffer_versions,
-    op_phases,
     optimizer_buffers,
     plan_stages,
 )
@@ -197,10 +197,7 @@ def build(trace: Trace, platform: Platform, strategy: Strategy) -> TaskGraph:
     if strategy.schedule not in ("gpipe", "1f1b") or getattr(strategy, "virtual_stages", 1) != 1:
         raise ConfigError("--dp/--tp/--pp runs support --schedule gpipe and 1f1b; the interleaved schedule "
                           "(--virtual-stages) runs with -case 4")
-    forward_ops = sum(1 for p in op_phases(trace) if p == FORWARD)
-    if pp > forward_ops:
-        raise ConfigError(f"--pp {pp} is more than the trace's {forward_ops} forward ops: every pipeline stage "
-                          "needs at least one")
+    check_pipeline_depth(trace, pp)
     sizes = micro_batch_sizes(trace.batch_size, strategy.micro_batch_size)
     fractions = [m / trace.batch_size for m in sizes]
     exact = strategy.exact
