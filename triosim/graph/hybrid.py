@@ -24,8 +24,8 @@ What it models:
   all-gathered before its first forward op and again before its first backward op in every
   micro-batch, the next unit's gather starting as soon as the current unit starts computing
   (prefetch; 3Ψ per step with one micro-batch). Memory: parameters (ZeRO-3), gradients
-  (ZeRO ≥ 2) and optimizer state (ZeRO ≥ 1) take 1/N_dp on each GPU; a gathered unit's transient
-  copy is not counted.
+  (ZeRO ≥ 2) and optimizer state (ZeRO ≥ 1) take 1/N_dp on each GPU; a gathered unit's whole
+  parameters count from its gather until the pass's last op using them (two units with prefetch).
 - **Representatives.** Replicas (d, t) do the same work; on large meshes only (0, 0) is built and
   its collectives are charged with their closed form on the group's links
   (:mod:`triosim.graph.group_comm`); ``--exact`` builds every GPU, and so does the default while
@@ -51,6 +51,7 @@ from ..strategy import Strategy
 from ..trace import Trace
 from .data_parallel import MIB, gradient_order
 from .group_comm import GroupComm, wire_bytes_per_gpu
+from .layer_count import check_pipeline_depth
 from .memory import MemoryReport, Step, plan_replicas
 from .pipeline_parallel import micro_batch_sizes
 from .pipeline_stages import (
@@ -60,7 +61,6 @@ from .pipeline_stages import (
     PipelinePlan,
     block_order,
     buffer_versions,
-    op_phases,
     optimizer_buffers,
     plan_stages,
 )
@@ -70,7 +70,14 @@ from .stage_memory import stage_occupancy
 from .star_routes import prime_routes
 from .tasks import TaskGraph
 from .tp_plans import tensor_plan
-from .zero import BufferRoles, buffer_roles, fsdp_units, zero_divisor
+from .zero import (
+    BufferRoles,
+    buffer_roles,
+    bytes_per_step,
+    fsdp_units,
+    gathered_copies,
+    zero_divisor,
+)
 
 # Without --exact/--representatives, every GPU is built while dp·tp·ops·micro-batches stays below
 # this many compute tasks; above it one representative per role.
@@ -160,6 +167,11 @@ class _Build:
     versions: list = field(default_factory=list)  # buffer_versions of the trace
     fuse: bool = False  # one task per run of ops with nothing entering or leaving mid-run
     buffer_ids: dict[str, int] = field(default_factory=dict)  # trace tensor -> index (memory keys)
+    # ZeRO-3 gathered copies: (stage, op, mb) -> (keys freed, keys allocated); their bytes; per
+    # stage, the gathered bytes alive at each step of its memory program
+    gathered: dict[tuple[int, int, int], tuple[tuple[str, ...], tuple[str, ...]]] = field(default_factory=dict)
+    gathered_sizes: dict[str, int] = field(default_factory=dict)
+    gathered_at: dict[int, list[int]] = field(default_factory=dict)
 
     def gpus(self, s: int) -> list[int]:
         return [self.ranks.rank(d, t, s) for d, t in self.replicas]
@@ -203,10 +215,7 @@ def build(trace: Trace, platform: Platform, strategy: Strategy, fuse_runs: bool 
     if strategy.schedule not in ("gpipe", "1f1b") or getattr(strategy, "virtual_stages", 1) != 1:
         raise ConfigError("--dp/--tp/--pp runs support --schedule gpipe and 1f1b; the interleaved schedule "
                           "(--virtual-stages) runs with -case 4")
-    forward_ops = sum(1 for p in op_phases(trace) if p == FORWARD)
-    if pp > forward_ops:
-        raise ConfigError(f"--pp {pp} is more than the trace's {forward_ops} forward ops: every pipeline stage "
-                          "needs at least one")
+    check_pipeline_depth(trace, pp)
     sizes = micro_batch_sizes(trace.batch_size, strategy.micro_batch_size)
     fractions = [m / trace.batch_size for m in sizes]
     exact = strategy.exact
@@ -229,7 +238,7 @@ def build(trace: Trace, platform: Platform, strategy: Strategy, fuse_runs: bool 
 
 def _build(trace: Trace, platform: Platform, strategy: Strategy, ranks: RankMap, plan: PipelinePlan, tpp,
            fractions: list[float], replicas: list[tuple[int, int]], exact: bool, fuse: bool) -> TaskGraph:
-    dp, tp, pp = ranks.dp, ranks.tp, ranks.pp
+    tp, pp = ranks.tp, ranks.pp
     b = _Build(trace, platform, strategy, ranks, plan, tpp, fractions, replicas, buffer_roles(trace), fuse=fuse)
     b.labels = [op_label(trace, i) for i in range(len(trace.ops))]
     b.prefixes = [f"mb{r}:" for r in range(len(fractions))]
@@ -305,6 +314,10 @@ def _add_stage(b: _Build, comm: GroupComm, s: int, waits, colls, params: list[st
     ts = sorted({t for _, t in b.replicas})
     full = lambda p: -(-trace.tensors[p].bytes // b.tpp.shard_divisor.get(p, 1))  # noqa: E731
     units = fsdp_units(trace, plan, params, s, strategy.bucket_mb * MIB, full) if strategy.zero == 3 else None
+    if units is not None and ranks.dp > 1:
+        copies = gathered_copies(trace, plan, units, s, len(b.fractions))
+        b.gathered.update({(s, *at): keys for at, keys in copies.steps.items()})
+        b.gathered_sizes.update(copies.sizes)
     gathered: dict[tuple, int] = {}  # (d, t) -> latest unit gather on that GPU; (d, t, "unit", k) -> unit k's
     # Loop invariants of the hot loop below (one iteration per segment, micro-batch and replica).
     labels = b.labels
@@ -358,9 +371,8 @@ def _add_stage(b: _Build, comm: GroupComm, s: int, waits, colls, params: list[st
                     after = list(dict.fromkeys(after))
                 task = add_compute(gpu, dur, f"{label} gpu{gpu}", after=after, op=i, stage=phase, microbatch=r,
                                    stage_index=s, **extra)
-                # Only a segment's ends are looked up (a crossing buffer's writer or reader, a
-                # bucket's last gradient, a TP collective's op): cuts put them there.
-                task_of[(*rep, i, r)] = task_of[(*rep, seg[-1], r)] = task
+                for j in seg:
+                    task_of[(*rep, j, r)] = task
                 seq[gpu].extend((task, j, r) for j in seg)
                 last[rep] = [task]
             c = colls.get(seg[-1])
@@ -578,11 +590,19 @@ def _plan_memory(b: _Build) -> list[MemoryReport]:
                     if key not in touched:
                         touched[key] = False
                         sizes[key] = b.size(k, frac)
+            extra = b.gathered.get((s, i, r)) if r is not None else None
+            if extra is not None:  # ZeRO-3: a unit's full parameters, allocated and freed here
+                reads, writes = (*reads, *extra[0]), (*writes, *extra[1])
+                for k in (*extra[0], *extra[1]):
+                    sizes[k] = b.gathered_sizes[k]
+                    touched[k] = False
             label = labels.get(i)
             if label is None:
                 op = trace.ops[i]
                 label = labels[i] = f"op {op.op_id} ({op.name}, trace.csv:{op.line}) on stage {s}"
             program.append((reads, writes, label))
+        if b.gathered_sizes:
+            b.gathered_at[s] = bytes_per_step([(rd, wr) for rd, wr, _ in program], b.gathered_sizes)
         delivered = _delivered(b, s)
         external = [k for k, is_read in touched.items() if is_read and k not in delivered]
 
@@ -600,6 +620,8 @@ def _stage_memory_fits(b: _Build, s: int, persistent: set[str]) -> list[MemoryRe
     """Stage ``s``'s memory reports when every buffer it touches fits at once (the plan is then
     each buffer's lifetime, computed vectorised); ``None`` otherwise."""
     trace = b.trace
+    if any(key[0] == s for key in b.gathered):  # ZeRO-3's gathered copies: planned step by step
+        return None
     ids = b.buffer_ids
     if not ids:
         ids.update((name, k) for k, name in enumerate(trace.tensors))
@@ -690,6 +712,7 @@ def _summary(b: _Build, comm: GroupComm, params_of: list[list[str]], reports: li
     """JSON-ready facts: the mesh, the TP plan, collectives per group kind, memory per stage."""
     ranks, tpp = b.ranks, b.tpp
     peak = {r.device: r.peak_bytes for r in reports}
+    at_peak = {r.device: int(r.step_bytes.argmax()) for r in reports if r.step_bytes is not None and len(r.step_bytes)}
     memory = []
     for s in range(ranks.pp):
         w = gr = opt = 0
@@ -706,8 +729,12 @@ def _summary(b: _Build, comm: GroupComm, params_of: list[list[str]], reports: li
                 opt += nbytes
         gpu = ranks.rank(0, 0, s)
         p = peak.get(gpu, 0)
+        alive = b.gathered_at.get(s)
+        gathered = alive[at_peak[gpu]] if alive and gpu in at_peak else 0  # ZeRO-3 copies whole at the peak
         memory.append({"stage": s, "gpu": gpu, "weights_bytes": w, "gradients_bytes": gr, "optimizer_bytes": opt,
-                       "activations_peak_bytes": max(0, p - w - gr - opt), "peak_bytes": p})
+                       "gathered_params_bytes": gathered, "gathered_params_max_bytes": max(alive or [0]),
+                       "activations_peak_bytes": max(0, p - w - gr - opt - gathered),
+                       "peak_bytes": p})
     return {
         "gpus": ranks.size,
         "rank_order": ",".join(ranks.order),
