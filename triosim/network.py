@@ -58,13 +58,29 @@ class Flow:
         self.since = t
 
 
-def flow_of(graph: TaskGraph, task: int, bandwidth: dict[int, float]) -> Flow:
-    """The flow of link task ``task`` (see the module docstring)."""
+def flow_of(graph: TaskGraph, task: int, bandwidth: dict[int, float],
+            memo: dict[tuple, tuple[float, float, list[tuple[int, float]]]] | None = None) -> Flow:
+    """The flow of link task ``task`` (see the module docstring). ``memo`` remembers the flow of
+    tasks with the same links, bytes per link and transfer time (a collective repeated per
+    micro-batch): their flows differ only in the task."""
     xfer = graph.duration[task] - graph.latency[task]
-    rids = [r for r in graph.resources[task] if r in bandwidth]
     attrs = graph.attrs[task] or {}
     load = attrs.get("link_load")
     uniform = attrs.get("link_bytes")
+    key = None
+    if memo is not None and load is None:
+        key = (graph.resources[task], uniform, xfer)
+        hit = memo.get(key)
+        if hit is not None:
+            return Flow(task, hit[0], hit[1], hit[2])
+    f = _new_flow(graph, task, bandwidth, xfer, load, uniform)
+    if key is not None:
+        memo[key] = (f.remaining, f.solo_rate, f.coefs)
+    return f
+
+
+def _new_flow(graph: TaskGraph, task: int, bandwidth: dict[int, float], xfer: float, load, uniform) -> Flow:
+    rids = [r for r in graph.resources[task] if r in bandwidth]
     if load is not None or uniform is not None:
         names = graph.resource_names
         loads = [(r, load[names[r]] if load is not None else float(uniform)) for r in rids]
