@@ -23,6 +23,7 @@ from typing import Any
 
 from .compute_model import attach_op_time_model
 from .errors import ConfigError
+from .graph.layer_count import check_pipeline_depth
 from .limits import check_gpu_count
 from .notes import check_unused_platform_flags
 from .parallel_flags import add_parallel_flags, degrees_given, parallel_options, resolve_gpus
@@ -383,6 +384,8 @@ def configure(args: argparse.Namespace | Mapping[str, Any] | None = None,
     platform = platform_from_args(args)
     trace = load_scaled_trace(args)
     strategy = strategy_from_args(args, trace.batch_size)
+    if strategy.hybrid:  # before any graph is built: a pipeline stage per layer at most
+        check_pipeline_depth(trace, strategy.degrees(platform.num_gpus)[2])
     return trace, platform, strategy
 
 
