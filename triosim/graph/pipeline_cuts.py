@@ -103,9 +103,13 @@ def min_cut_starts_many(prefix: Sequence[float], layer_costs: Callable[[int], np
         for j in range(n - 1, -1, -1):
             # The rightmost start in the window with the window's minimum (the deque's answer).
             a_lo, a_hi = int(lo[b, i - 1]), int(hi[i - 1])
-            window = gains[j][b, a_lo : a_hi + 1]
-            i = a_lo + int(np.flatnonzero(window == window.min())[-1])
+            i = a_lo + rightmost_minimum(gains[j][b, a_lo : a_hi + 1])
             starts.append(i)
         out.append(starts[::-1])
     return out
 
+
+def rightmost_minimum(window: np.ndarray) -> int:
+    """Index of the last occurrence of the window's minimum: the reference deque keeps the most
+    recent of equal values, so among equally cheap starts the latest one wins."""
+    return int(np.flatnonzero(window == window.min())[-1])

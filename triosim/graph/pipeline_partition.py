@@ -16,8 +16,13 @@
   a stage's time, a dynamic programme finds the cuts with the least boundary-transfer time that
   keep every stage and every boundary transfer under the bound and a backward op on every
   stage; these, the count and the time splits are timed by the recurrence, the best few are
-  improved by local search (moving one cut at a time), and the builder re-times the best
-  candidates on the real task DAG.
+  improved by local search (moving one cut at a time, within a work budget), and the builder
+  re-times the best candidates on the real task DAG.
+
+:func:`estimate_partition` and :func:`_min_cut_starts` are the reference definitions, one
+partition and one bound at a time. The searches call their batched equivalents, which give the
+same figures bit for bit: :mod:`triosim.graph.pipeline_estimate` (many partitions per call) and
+:mod:`triosim.graph.pipeline_cuts` (every bound in one pass).
 """
 
 from __future__ import annotations
@@ -414,19 +419,24 @@ def _valid(starts: Sequence[int], nf: int, need_count: Sequence[int] | None) -> 
 
 
 def _local_search(starts: tuple[int, ...], evaluate: Callable[[list[tuple[int, ...]]], list[float]], nf: int,
-                  need_count: Sequence[int] | None, max_evaluations: int) -> tuple[int, ...]:
+                  need_count: Sequence[int] | None, max_evaluations: int) -> tuple[tuple[int, ...], bool]:
     """Hill climbing on the estimate: move one cut by ±1, 2, 4 or 8 positions while that helps
     (at most ``max_evaluations`` estimates). Each round's moves are estimated in one batch, then
-    taken in order as if one after the other: the best strictly better move wins."""
+    taken in order as if one after the other: the best strictly better move wins. Also says
+    whether the budget left moves untried."""
     best = starts
     (best_s,) = evaluate([starts])
     spent = 0
+    short = False
     for _ in range(LOCAL_SEARCH_ROUNDS):
         moves = []
         for j in range(1, len(best)):
             for d in (-8, -4, -2, -1, 1, 2, 4, 8):
                 cand = (*best[:j], best[j] + d, *best[j + 1 :])
-                if not _valid(cand, nf, need_count) or spent >= max_evaluations:
+                if not _valid(cand, nf, need_count):
+                    continue
+                if spent >= max_evaluations:
+                    short = True
                     continue
                 spent += 1
                 moves.append(cand)
@@ -437,12 +447,39 @@ def _local_search(starts: tuple[int, ...], evaluate: Callable[[list[tuple[int, .
         if step_best == best:
             break
         best, best_s = step_best, step_s
-    return best
+    return best, short
+
+
+@dataclass(frozen=True)
+class OptimalSearch:
+    """What :func:`optimal_search` found: every partition it estimated, best first; how many
+    estimates each local search was allowed; and how many local searches that budget cut short
+    (moves left untried: a better partition may exist)."""
+
+    estimates: list[PartitionEstimate]
+    budget: int
+    starts: int
+    cut_short: int
+
+    def note(self) -> str | None:
+        """A line for the summary when the budget cut a local search short."""
+        if not self.cut_short:
+            return None
+        return (f"the optimal partition's local search stopped at its budget ({self.budget:,} estimates from each "
+                f"of {self.starts} starting partitions, {LOCAL_SEARCH_BLOCKS:,} pipeline blocks in all) in "
+                f"{self.cut_short} of them: a better partition may exist")
 
 
 def optimal_candidates(costs: StageCosts, platform: Platform, schedule: str, layout: Layout,
                        time_starts: Sequence[int] | None = None,
                        estimator: BatchEstimator | None = None) -> list[PartitionEstimate]:
+    """Searched partitions, best estimate first (:func:`optimal_search`'s estimates)."""
+    return optimal_search(costs, platform, schedule, layout, time_starts, estimator).estimates
+
+
+def optimal_search(costs: StageCosts, platform: Platform, schedule: str, layout: Layout,
+                   time_starts: Sequence[int] | None = None,
+                   estimator: BatchEstimator | None = None) -> OptimalSearch:
     """Searched partitions, best estimate first (the count and time splits among them).
 
     For a grid of bounds on a stage's time, the dynamic programme gives the cuts with the least
@@ -493,9 +530,9 @@ def optimal_candidates(costs: StageCosts, platform: Platform, schedule: str, lay
     ranked = sorted(found.values(), key=lambda e: (e.seconds, e.starts))
     starts_from = [e.starts for e in ranked if _valid(e.starts, nf, need_count)][:LOCAL_SEARCH_STARTS]
     per_start = max(1, LOCAL_SEARCH_BLOCKS // (n * len(costs.sizes) * max(1, len(starts_from))))
-    for s in starts_from:
-        _local_search(s, evaluate, nf, need_count, per_start)
-    return sorted(found.values(), key=lambda e: (e.seconds, e.starts))
+    short = sum(_local_search(s, evaluate, nf, need_count, per_start)[1] for s in starts_from)
+    return OptimalSearch(sorted(found.values(), key=lambda e: (e.seconds, e.starts)), per_start, len(starts_from),
+                         short)
 
 
 def _transfer_times(costs: StageCosts, estimator: BatchEstimator) -> tuple[np.ndarray, np.ndarray]:

@@ -35,7 +35,7 @@ from .pipeline_partition import (
     PartitionEstimate,
     buffer_versions,
     count_starts,
-    optimal_candidates,
+    optimal_search,
     stage_costs,
     time_partition,
 )
@@ -315,8 +315,9 @@ def candidate_plans(trace: Trace, platform: Platform, strategy: Strategy, fracti
     # One estimator (the block program, the stage sums seen) for the time split and the search.
     estimator = BatchEstimator(costs, platform, strategy.schedule, layout)
     time_starts = time_partition(costs, platform, strategy.schedule, layout, estimator)
-    estimates: list[PartitionEstimate] = optimal_candidates(costs, platform, strategy.schedule, layout, time_starts,
-                                                            estimator)
+    search = optimal_search(costs, platform, strategy.schedule, layout, time_starts, estimator)
+    estimates: list[PartitionEstimate] = search.estimates
+    note = search.note()
     # The count and time splits are re-timed too when their estimate is close to the best one,
     # so that the result is never slower than either where the estimate is a little off.
     baselines = {tuple(count_starts(len(fops), n)), tuple(time_starts)}
@@ -330,6 +331,8 @@ def candidate_plans(trace: Trace, platform: Platform, strategy: Strategy, fracti
         if full and (e.starts not in baselines or e.seconds > (chosen[0].estimate_s or 0.0) * RETIME_MARGIN):
             continue
         p = _plan_from_starts(trace, phase, fops, pos, e.starts, "optimal", gpus, virtual, e.seconds)
+        if note:
+            p = replace(p, warnings=(*p.warnings, note))
         # Never a stage without a backward op when others have them (unless no cut avoids it).
         if lacks_backward(p):
             if len(lacking) < RETIME_SEARCHED:
