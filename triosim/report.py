@@ -121,10 +121,14 @@ def _print_hybrid(console: Console, parallel: dict, hybrid: dict) -> None:
         console.print(f"  {kind.upper()} groups (one pipeline): {c['collectives']} collective(s), "
                       f"{human_bytes(c['payload_bytes'])} payload, {human_bytes(c['wire_bytes_per_gpu'])} sent per GPU")
     table = Table(title="Memory per GPU by role", title_justify="left", show_edge=False)
-    for col in ("stage", "GPU", "weights", "gradients", "optimizer", "rest of peak", "peak"):
+    # ZeRO-3's gathered (whole) parameters at the peak get a column when there are any
+    gathered = any(m.get("gathered_params_bytes") for m in hybrid.get("memory", []))
+    for col in ("stage", "GPU", "weights", "gradients", "optimizer", *(("gathered params",) if gathered else ()),
+                "rest of peak", "peak"):
         table.add_column(col, justify="right")
     for m in hybrid.get("memory", []):
+        extra = (human_bytes(m.get("gathered_params_bytes", 0)),) if gathered else ()
         table.add_row(str(m["stage"]), str(m["gpu"]), human_bytes(m["weights_bytes"]), human_bytes(m["gradients_bytes"]),
-                      human_bytes(m["optimizer_bytes"]), human_bytes(m["activations_peak_bytes"]),
+                      human_bytes(m["optimizer_bytes"]), *extra, human_bytes(m["activations_peak_bytes"]),
                       human_bytes(m["peak_bytes"]))
     console.print(table)

@@ -24,8 +24,8 @@ What it models:
   all-gathered before its first forward op and again before its first backward op in every
   micro-batch, the next unit's gather starting as soon as the current unit starts computing
   (prefetch; 3Ψ per step with one micro-batch). Memory: parameters (ZeRO-3), gradients
-  (ZeRO ≥ 2) and optimizer state (ZeRO ≥ 1) take 1/N_dp on each GPU; a gathered unit's transient
-  copy is not counted.
+  (ZeRO ≥ 2) and optimizer state (ZeRO ≥ 1) take 1/N_dp on each GPU; a gathered unit's whole
+  parameters count from its gather until the pass's last op using them (two units with prefetch).
 - **Representatives.** Replicas (d, t) do the same work; on large meshes only (0, 0) is built and
   its collectives are charged with their closed form on the group's links
   (:mod:`triosim.graph.group_comm`); ``--exact`` builds every GPU, and so does the default while
@@ -49,6 +49,7 @@ from ..strategy import Strategy
 from ..trace import Trace
 from .data_parallel import MIB, gradient_order
 from .group_comm import GroupComm, wire_bytes_per_gpu
+from .layer_count import check_pipeline_depth
 from .memory import MemoryReport, Step, plan_replicas
 from .pipeline_parallel import micro_batch_sizes
 from .pipeline_stages import (
@@ -58,7 +59,6 @@ from .pipeline_stages import (
     PipelinePlan,
     block_order,
     buffer_versions,
-    op_phases,
     optimizer_buffers,
     plan_stages,
 )
@@ -67,7 +67,14 @@ from .single import op_label, persistent_buffers, record_memory
 from .star_routes import prime_routes
 from .tasks import TaskGraph
 from .tp_plans import tensor_plan
-from .zero import BufferRoles, buffer_roles, fsdp_units, zero_divisor
+from .zero import (
+    BufferRoles,
+    buffer_roles,
+    bytes_per_step,
+    fsdp_units,
+    gathered_copies,
+    zero_divisor,
+)
 
 # Without --exact/--representatives, every GPU is built while dp·tp·ops·micro-batches stays below
 # this many compute tasks; above it one representative per role.
@@ -155,6 +162,11 @@ class _Build:
     size_cache: dict[tuple[str, float], int] = field(default_factory=dict)
     prefixes: list[str] = field(default_factory=list)  # micro-batch r -> "mb{r}:" (memory keys)
     versions: list = field(default_factory=list)  # buffer_versions of the trace  # op -> reads/writes with "batch-invariant"
+    # ZeRO-3 gathered copies: (stage, op, mb) -> (keys freed, keys allocated); their bytes; per
+    # stage, the gathered bytes alive at each step of its memory program
+    gathered: dict[tuple[int, int, int], tuple[tuple[str, ...], tuple[str, ...]]] = field(default_factory=dict)
+    gathered_sizes: dict[str, int] = field(default_factory=dict)
+    gathered_at: dict[int, list[int]] = field(default_factory=dict)
 
     def gpus(self, s: int) -> list[int]:
         return [self.ranks.rank(d, t, s) for d, t in self.replicas]
@@ -197,10 +209,7 @@ def build(trace: Trace, platform: Platform, strategy: Strategy) -> TaskGraph:
     if strategy.schedule not in ("gpipe", "1f1b") or getattr(strategy, "virtual_stages", 1) != 1:
         raise ConfigError("--dp/--tp/--pp runs support --schedule gpipe and 1f1b; the interleaved schedule "
                           "(--virtual-stages) runs with -case 4")
-    forward_ops = sum(1 for p in op_phases(trace) if p == FORWARD)
-    if pp > forward_ops:
-        raise ConfigError(f"--pp {pp} is more than the trace's {forward_ops} forward ops: every pipeline stage "
-                          "needs at least one")
+    check_pipeline_depth(trace, pp)
     sizes = micro_batch_sizes(trace.batch_size, strategy.micro_batch_size)
     fractions = [m / trace.batch_size for m in sizes]
     exact = strategy.exact
@@ -285,6 +294,10 @@ def _add_stage(b: _Build, comm: GroupComm, s: int, waits, colls, params: list[st
     ts = sorted({t for _, t in b.replicas})
     full = lambda p: -(-trace.tensors[p].bytes // b.tpp.shard_divisor.get(p, 1))  # noqa: E731
     units = fsdp_units(trace, plan, params, s, strategy.bucket_mb * MIB, full) if strategy.zero == 3 else None
+    if units is not None and ranks.dp > 1:
+        copies = gathered_copies(trace, plan, units, s, len(b.fractions))
+        b.gathered.update({(s, *at): keys for at, keys in copies.steps.items()})
+        b.gathered_sizes.update(copies.sizes)
     gathered: dict[tuple, int] = {}  # (d, t) -> latest unit gather on that GPU; (d, t, "unit", k) -> unit k's
     # Loop invariants of the hot loop below (one iteration per op, micro-batch and replica).
     labels = b.labels
@@ -497,11 +510,19 @@ def _plan_memory(b: _Build) -> list[MemoryReport]:
                     if key not in touched:
                         touched[key] = False
                         sizes[key] = b.size(k, frac)
+            extra = b.gathered.get((s, i, r)) if r is not None else None
+            if extra is not None:  # ZeRO-3: a unit's full parameters, allocated and freed here
+                reads, writes = (*reads, *extra[0]), (*writes, *extra[1])
+                for k in (*extra[0], *extra[1]):
+                    sizes[k] = b.gathered_sizes[k]
+                    touched[k] = False
             label = labels.get(i)
             if label is None:
                 op = trace.ops[i]
                 label = labels[i] = f"op {op.op_id} ({op.name}, trace.csv:{op.line}) on stage {s}"
             program.append((reads, writes, label))
+        if b.gathered_sizes:
+            b.gathered_at[s] = bytes_per_step([(rd, wr) for rd, wr, _ in program], b.gathered_sizes)
         delivered = _delivered(b, s)
         external = [k for k, is_read in touched.items() if is_read and k not in delivered]
 
@@ -557,6 +578,7 @@ def _summary(b: _Build, comm: GroupComm, params_of: list[list[str]], reports: li
     """JSON-ready facts: the mesh, the TP plan, collectives per group kind, memory per stage."""
     ranks, tpp = b.ranks, b.tpp
     peak = {r.device: r.peak_bytes for r in reports}
+    at_peak = {r.device: int(r.step_bytes.argmax()) for r in reports if r.step_bytes is not None and len(r.step_bytes)}
     memory = []
     for s in range(ranks.pp):
         w = gr = opt = 0
@@ -573,8 +595,12 @@ def _summary(b: _Build, comm: GroupComm, params_of: list[list[str]], reports: li
                 opt += nbytes
         gpu = ranks.rank(0, 0, s)
         p = peak.get(gpu, 0)
+        alive = b.gathered_at.get(s)
+        gathered = alive[at_peak[gpu]] if alive and gpu in at_peak else 0  # ZeRO-3 copies whole at the peak
         memory.append({"stage": s, "gpu": gpu, "weights_bytes": w, "gradients_bytes": gr, "optimizer_bytes": opt,
-                       "activations_peak_bytes": max(0, p - w - gr - opt), "peak_bytes": p})
+                       "gathered_params_bytes": gathered, "gathered_params_max_bytes": max(alive or [0]),
+                       "activations_peak_bytes": max(0, p - w - gr - opt - gathered),
+                       "peak_bytes": p})
     return {
         "gpus": ranks.size,
         "rank_order": ",".join(ranks.order),

@@ -113,3 +113,66 @@ def fsdp_units(trace: Trace, plan: PipelinePlan, params: Sequence[str], stage: i
             units.append(Unit(cur_op, tuple(cur), size))
         out[phase] = units
     return out
+
+
+@dataclass(frozen=True)
+class GatheredCopies:
+    """ZeRO-3's transient full parameters on one stage, as memory keys of its program.
+
+    ``steps[(op, micro_batch)]`` = (keys freed after that step, keys allocated by it): unit k's
+    gathered copy is allocated when its gather starts — at the first op of unit k − 1 (prefetch:
+    two units are whole at once), or at its own first op for unit 0 — and freed after the last
+    op of the pass that uses one of its parameters. ``sizes``: each key's bytes."""
+
+    steps: dict[tuple[int, int], tuple[tuple[str, ...], tuple[str, ...]]]
+    sizes: dict[str, int]
+
+
+def gathered_copies(trace: Trace, plan: PipelinePlan, units: dict[str, list[Unit]], stage: int,
+                    micro_batches: int) -> GatheredCopies:
+    """The gathered copies of ``units`` (from :func:`fsdp_units`) in every micro-batch."""
+    frees: dict[tuple[int, int], list[str]] = {}
+    allocs: dict[tuple[int, int], list[str]] = {}
+    sizes: dict[str, int] = {}
+    for phase, unit_list in units.items():
+        owner = {p: k for k, u in enumerate(unit_list) for p in u.params}
+        last = [u.first_op for u in unit_list]
+        for i, (ph, s) in enumerate(zip(plan.phase, plan.stage)):
+            if ph != phase or s != stage:
+                continue
+            for k in {owner[p] for p in trace.reads[i] if p in owner}:
+                last[k] = max(last[k], i)
+        if phase == BACKWARD:  # a gradient's producer needs its weight whole too
+            for p, k in owner.items():
+                ready = trace.grad_ready_op.get(p)
+                if ready is not None and plan.stage[ready] == stage:
+                    last[k] = max(last[k], ready)
+        for k, u in enumerate(unit_list):
+            start = unit_list[k - 1].first_op if k else u.first_op
+            for r in range(micro_batches):
+                key = f"mb{r}:zero3 gathered {phase} unit{k}"
+                sizes[key] = u.nbytes
+                allocs.setdefault((start, r), []).append(key)
+                if last[k] != start:  # allocated and freed by one step: a write alone spans it
+                    frees.setdefault((last[k], r), []).append(key)
+    steps = {at: (tuple(frees.get(at, ())), tuple(allocs.get(at, ()))) for at in {*frees, *allocs}}
+    return GatheredCopies(steps, sizes)
+
+
+def bytes_per_step(program: Sequence[tuple[Sequence[str], Sequence[str]]], sizes: dict[str, int]) -> list[int]:
+    """Bytes of the keys in ``sizes`` alive at each step of ``program`` ((reads, writes) per
+    step), each from its first to its last appearance."""
+    span: dict[str, list[int]] = {}
+    for j, (reads, writes) in enumerate(program):
+        for k in (*reads, *writes):
+            if k in sizes:
+                span.setdefault(k, [j, j])[1] = j
+    alive = [0] * (len(program) + 1)
+    for k, (a, z) in span.items():
+        alive[a] += sizes[k]
+        alive[z + 1] -= sizes[k]
+    out, run = [], 0
+    for d in alive[:-1]:
+        run += d
+        out.append(run)
+    return out

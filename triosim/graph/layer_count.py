@@ -1,0 +1,64 @@
+"""How many layers a trace's model has, for the check that every pipeline stage gets one.
+
+A pipeline of P stages cuts the model between layers, so ``--pp`` cannot exceed the layer count.
+The count is the first of these the trace has:
+
+1. **transformer layers**: the attention blocks the Megatron detection finds
+   (:func:`triosim.graph.megatron.find_blocks`), one per layer;
+2. **layers with weights**: forward ops that read a parameter of two or more dimensions
+   (a linear, convolution or embedding; biases and norm scales are 1-D and do not count),
+   or any parameter when the trace records no shapes;
+3. **forward ops**: the fallback for a trace without parameters.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ..errors import ConfigError
+from ..trace import Trace
+
+
+@dataclass(frozen=True)
+class LayerCount:
+    """A trace's layer count and what was counted (``"transformer layers"``, …)."""
+
+    count: int
+    unit: str
+
+
+def _weight_layers(trace: Trace) -> int:
+    params = set(trace.parameters)
+
+    def matrix(k: str) -> bool:
+        shape = trace.tensors[k].shape
+        return shape is None or len(shape) >= 2  # no shape recorded: count it
+
+    return sum(1 for i, op in enumerate(trace.ops)
+               if op.stage == "forward" and any(k in params and matrix(k) for k in trace.reads[i]))
+
+
+def count_layers(trace: Trace) -> LayerCount:
+    """The model's layers by the first rule of the module docstring that finds any."""
+    from .megatron import find_blocks  # imported here: the detection is only needed for this check
+
+    attention = sum(1 for b in find_blocks(trace) if b.kind == "attention")
+    if attention:
+        return LayerCount(attention, "transformer layers")
+    weighted = _weight_layers(trace)
+    if weighted:
+        return LayerCount(weighted, "layers with weights")
+    return LayerCount(sum(1 for op in trace.ops if op.stage == "forward"), "forward ops")
+
+
+def check_pipeline_depth(trace: Trace, pp: int) -> None:
+    """One-line ConfigError when ``--pp`` is more than the model's layers (each stage needs one)."""
+    if pp <= 1:
+        return
+    layers = count_layers(trace)
+    if pp > layers.count:
+        raise ConfigError(f"--pp {pp} is more than the model's {layers.count} {layers.unit}: every pipeline "
+                          "stage needs at least one")
+
+
+__all__ = ["LayerCount", "check_pipeline_depth", "count_layers"]
