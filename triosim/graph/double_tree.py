@@ -7,7 +7,8 @@ c is reduced **up** its tree (a GPU sends it to its parent once it has received 
 children) and broadcast **down** (the root starts as soon as it has reduced it; a GPU forwards
 it to its children once it has it). An edge sends its chunks in order, so chunks pipeline.
 
-Links carry one transfer at a time. Transfers that share a directed link (two children sending
+Links carry one transfer at a time (under the flow model, a link m times wider than every
+route crossing it carries m at once). Transfers that share a directed link (two children sending
 into one GPU over its switch port, or the two trees meeting on a link) take it in the order of
 the ideal pipeline's slots: the up transfer from a GPU of height h (leaves 0) in slot c + h,
 the down transfer to a GPU at depth d in slot c + D + d − 1 (D: the tree's height), ties by
@@ -93,8 +94,12 @@ def _split(nbytes: int, parts: int) -> list[int]:
 
 
 def _lanes(platform: Platform, routes: list[tuple[str, ...]]) -> dict[str, int]:
-    """How many of the plan's transfers each link carries at once: 1, or more on a link at least
-    that many times wider than every route crossing it (a leaf's uplink to the spine)."""
+    """How many of the plan's transfers each link carries at once: 1, or under the flow model
+    more on a link at least that many times wider than every route crossing it (a leaf's uplink
+    to the spine, the NVLink legs of routes to another rail's NIC). Under the exclusive model a
+    transfer reserves every link of its route whole, so every link has one lane."""
+    if platform.network == "exclusive":
+        return {x: 1 for route in routes for x in route}
     bandwidth: dict[str, float] = {}
     widest: dict[str, float] = {}
     for route in set(routes):
