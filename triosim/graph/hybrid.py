@@ -331,6 +331,7 @@ def _add_stage(b: _Build, comm: GroupComm, s: int, waits, colls, params: list[st
     cut_before, cut_after = _segment_cuts(b, s, params, waits_here, colls, units)
     segments = {ph: _segments(block, cut_before, cut_after, b.fuse) for ph, block in ops.items()}
     seg_time: dict[tuple[str, int, float], float] = {}  # (phase, segment, fraction) -> seconds
+    seg_names: dict[tuple[str, int], tuple[str, dict]] = {}  # (phase, segment) -> label, attributes
     for ph, r in block_order(strategy.schedule, ranks.pp, r_count, s):
         block = ops[ph]
         if not block:
@@ -352,10 +353,11 @@ def _add_stage(b: _Build, comm: GroupComm, s: int, waits, colls, params: list[st
                 for j in seg:
                     dur += op_seconds(trace, j, mb) * scale[j]
                 seg_time[(ph, n_seg, frac)] = dur
-            if len(seg) == 1:
-                label, extra = f"{labels[i]} mb{r}", {}
-            else:  # a run of ops nothing outside the GPU waits for or feeds: one task, same times
-                label, extra = f"{labels[i]} .. {labels[seg[-1]]} mb{r}", {"ops": tuple(seg)}
+            names = seg_names.get((ph, n_seg))
+            if names is None:  # a run of ops nothing outside the GPU waits for or feeds: one task, same times
+                names = seg_names[(ph, n_seg)] = (labels[i], {}) if len(seg) == 1 else \
+                    (f"{labels[i]} .. {labels[seg[-1]]}", {"ops": tuple(seg)})
+            label, extra = f"{names[0]} mb{r}", names[1]
             w = waits_here[i]
             phase = trace.ops[i].stage
             for rep, gpu in reps:
@@ -371,9 +373,10 @@ def _add_stage(b: _Build, comm: GroupComm, s: int, waits, colls, params: list[st
                     after = list(dict.fromkeys(after))
                 task = add_compute(gpu, dur, f"{label} gpu{gpu}", after=after, op=i, stage=phase, microbatch=r,
                                    stage_index=s, **extra)
-                for j in seg:
-                    task_of[(*rep, j, r)] = task
-                seq[gpu].extend((task, j, r) for j in seg)
+                # Only a run's ends are looked up (a crossing buffer's writer or reader, a bucket's
+                # last gradient, the op a TP collective follows): the cuts put them there.
+                task_of[(*rep, i, r)] = task_of[(*rep, seg[-1], r)] = task
+                seq[gpu].extend([(task, j, r) for j in seg])
                 last[rep] = [task]
             c = colls.get(seg[-1])
             if c is not None:
