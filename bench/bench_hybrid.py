@@ -44,11 +44,37 @@ def run(argv: list[str]) -> tuple[float, float, dict, float]:
     return wall, rss, json.loads(proc.stdout), cpu
 
 
+def phases(argv: list[str]) -> dict[str, float]:
+    """CPU seconds of each phase of one run in this process (imports excluded)."""
+    from triosim.cli import build_parser, normalize_argv
+    from triosim.config import configure
+    from triosim.graph import build_graph
+    from triosim.result import summarize
+    from triosim.scheduler import schedule
+
+    args = build_parser().parse_args(["run", *normalize_argv(argv)])
+    out: dict[str, float] = {}
+    t = time.process_time()
+    trace, platform, strategy = configure(args)
+    out["load + repeat"] = time.process_time() - t
+    t = time.process_time()
+    graph = build_graph(trace, platform, strategy)
+    out["build"] = time.process_time() - t
+    t = time.process_time()
+    sched = schedule(graph)
+    out["schedule"] = time.process_time() - t
+    t = time.process_time()
+    summarize(graph, sched, platform)
+    out["summary"] = time.process_time() - t
+    return out
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--layers", type=int, default=96)
     ap.add_argument("--agreement", action="store_true", help="also compare representatives with --exact")
     ap.add_argument("--tp-style", default="megatron", help="megatron (default) or per-op")
+    ap.add_argument("--phases", action="store_true", help="also CPU seconds per phase, in this process")
     args = ap.parse_args()
     layers = ["--num-layers", str(args.layers)] if args.layers else []
     print(f"GPT sample trace repeated to {args.layers} layers, 1F1B, 64 micro-batches, nvlink-cluster")
@@ -59,6 +85,10 @@ def main() -> None:
                                    str(pp), "--tp-style", args.tp_style, *COMMON])
         print(f"{f'dp {dp} x tp {tp} x pp {pp}':>22} {dp * tp * pp:>6} {out['tasks']:>9,} "
               f"{out['makespan_ms']:>13.3f} {wall:>7.2f} {cpu:>6.2f} {rss:>13.3f} {target}")
+        if args.phases:
+            split = phases(["-trace-dir", str(GPT), *layers, "--dp", str(dp), "--tp", str(tp), "--pp", str(pp),
+                            "--tp-style", args.tp_style, *COMMON])
+            print(" " * 24 + "CPU s: " + ", ".join(f"{k} {v:.2f}" for k, v in split.items()))
     if args.agreement:
         print("\nrepresentatives vs --exact (GPT sample as traced, batch 8, micro-batch 2, 1F1B, nvlink-cluster with "
               "4 GPUs per node, macro collectives)")
