@@ -753,6 +753,7 @@ def _summary(b: _Build, comm: GroupComm, params_of: list[list[str]], reports: li
                                  for k, v in sorted(b.stats.items())},
         "link_sharing_unknown": comm.sharing_unknown,
         "stage_parameters": [len(p) for p in params_of],
+        "pipeline_warnings": list(b.plan.warnings),  # e.g. the partition search ran out of budget
         "memory": memory,
     }
 
