@@ -77,9 +77,10 @@ def config_file_arg(argv: Sequence[str]) -> str | None:
     return found
 
 
-def build_parser(defaults: dict | None = None) -> argparse.ArgumentParser:
+def build_parser(defaults: dict | None = None, run_only: bool = False) -> argparse.ArgumentParser:
     """The whole ``triosim`` parser; ``defaults`` (flag dest → value, from ``--config``) replace
-    the simulation flags' defaults of ``run`` and ``dag``."""
+    the simulation flags' defaults of ``run`` and ``dag``. ``run_only``: just ``run`` (a run
+    then does not import the tracer and sweep modules)."""
     parser = OneLineParser(
         prog="triosim",
         description="Predict one DNN training iteration on many GPUs from a single-GPU trace.",
@@ -91,6 +92,8 @@ def build_parser(defaults: dict | None = None) -> argparse.ArgumentParser:
     add_config_flag(run)
     add_output_flags(run)
     run.set_defaults(func=cmd_run, **(defaults or {}))
+    if run_only:
+        return parser
     dag = sub.add_parser("dag", help="export the task DAG as Graphviz DOT")
     add_sim_flags(dag)
     add_config_flag(dag)
@@ -281,7 +284,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except TriosimError as exc:
         print(f"triosim: error: {exc}", file=sys.stderr)
         return 2
-    parser = build_parser(defaults)
+    parser = build_parser(defaults, run_only=argv[0] == "run")
     parser.typed = typed_spelling(typed, normalize_argv(typed))
     parser.command = argv[0] if argv[0] in SUBCOMMANDS else ""
     args = parser.parse_args(argv)
