@@ -167,6 +167,7 @@ class _Build:
     versions: list = field(default_factory=list)  # buffer_versions of the trace
     fuse: bool = False  # one task per run of ops with nothing entering or leaving mid-run
     buffer_ids: dict[str, int] = field(default_factory=dict)  # trace tensor -> index (memory keys)
+    optimizer_stages: dict[int, dict[int, float]] = field(default_factory=dict)  # optimizer op -> stage shares
     # ZeRO-3 gathered copies: (stage, op, mb) -> (keys freed, keys allocated); their bytes; per
     # stage, the gathered bytes alive at each step of its memory program
     gathered: dict[tuple[int, int, int], tuple[tuple[str, ...], tuple[str, ...]]] = field(default_factory=dict)
@@ -331,6 +332,7 @@ def _add_stage(b: _Build, comm: GroupComm, s: int, waits, colls, params: list[st
     cut_before, cut_after = _segment_cuts(b, s, params, waits_here, colls, units)
     segments = {ph: _segments(block, cut_before, cut_after, b.fuse) for ph, block in ops.items()}
     seg_time: dict[tuple[str, int, float], float] = {}  # (phase, segment, fraction) -> seconds
+    seg_names: dict[tuple[str, int], tuple[str, dict]] = {}  # (phase, segment) -> label, attributes
     for ph, r in block_order(strategy.schedule, ranks.pp, r_count, s):
         block = ops[ph]
         if not block:
@@ -352,10 +354,11 @@ def _add_stage(b: _Build, comm: GroupComm, s: int, waits, colls, params: list[st
                 for j in seg:
                     dur += op_seconds(trace, j, mb) * scale[j]
                 seg_time[(ph, n_seg, frac)] = dur
-            if len(seg) == 1:
-                label, extra = f"{labels[i]} mb{r}", {}
-            else:  # a run of ops nothing outside the GPU waits for or feeds: one task, same times
-                label, extra = f"{labels[i]} .. {labels[seg[-1]]} mb{r}", {"ops": tuple(seg)}
+            names = seg_names.get((ph, n_seg))
+            if names is None:  # a run of ops nothing outside the GPU waits for or feeds: one task, same times
+                names = seg_names[(ph, n_seg)] = (labels[i], {}) if len(seg) == 1 else \
+                    (f"{labels[i]} .. {labels[seg[-1]]}", {"ops": tuple(seg)})
+            label, extra = f"{names[0]} mb{r}", names[1]
             w = waits_here[i]
             phase = trace.ops[i].stage
             for rep, gpu in reps:
@@ -371,9 +374,10 @@ def _add_stage(b: _Build, comm: GroupComm, s: int, waits, colls, params: list[st
                     after = list(dict.fromkeys(after))
                 task = add_compute(gpu, dur, f"{label} gpu{gpu}", after=after, op=i, stage=phase, microbatch=r,
                                    stage_index=s, **extra)
-                for j in seg:
-                    task_of[(*rep, j, r)] = task
-                seq[gpu].extend((task, j, r) for j in seg)
+                # Only a run's ends are looked up (a crossing buffer's writer or reader, a bucket's
+                # last gradient, the op a TP collective follows): the cuts put them there.
+                task_of[(*rep, i, r)] = task_of[(*rep, seg[-1], r)] = task
+                seq[gpu].extend([(task, j, r) for j in seg])
                 last[rep] = [task]
             c = colls.get(seg[-1])
             if c is not None:
@@ -489,9 +493,11 @@ def _add_gradient_sync(b: _Build, comm: GroupComm, s: int, params: list[str], la
             if t == 0:
                 b.count("dp", op, group, bk.nbytes)
     scale = b.tpp.time_scale
-    opt_ops = plan.ops_on(s, OPTIMIZER)
+    if not b.optimizer_stages:  # every optimizer op's stages, once (a foreach op touches every parameter)
+        b.optimizer_stages.update((i, plan.optimizer_stages(i)) for i, ph in enumerate(plan.phase) if ph == OPTIMIZER)
+    opt_ops = [i for i, stages in b.optimizer_stages.items() if s in stages]
     for i in opt_ops:
-        share = plan.optimizer_stages(i)[s]
+        share = b.optimizer_stages[i][s]
         dur = trace.ops[i].duration_s * share * scale[i] / (ranks.dp if zero else 1)
         suffix = "" if share >= 1.0 else f" {share:.0%} share"
         for d, t in b.replicas:
