@@ -105,7 +105,7 @@ def megatron_rows() -> list[str]:
 def _kinds(graph, group_kind: str) -> str:
     """Collective counts by operation, for one replica's groups of ``group_kind``."""
     seen: dict[str, set] = {}
-    for t, kind in enumerate(graph.kind):
+    for t in range(len(graph.kind)):
         a = graph.attrs[t] or {}
         if a.get("group_kind") == group_kind and "collective" in a and 0 in graph.devices[t]:
             label = a["collective"]  # "tp allreduce linear#18 mb0 stage0 dp0"
