@@ -3,6 +3,7 @@ and the closed-form all-reduce time of every algorithm, for a few group sizes an
 
     python bench/collective_table.py                # 8 and 64 GPUs, nvlink-cluster and others
     python bench/collective_table.py --plot docs/allreduce_vs_size.png
+    python bench/collective_table.py --auto-table   # auto's pick per size, markdown (docs)
 """
 
 from __future__ import annotations
@@ -53,6 +54,25 @@ def table() -> None:
             print(f"{human(size):>9} | " + " | ".join(cells) + f" | {choice}")
 
 
+AUTO_SIZES = [2**k for k in (10, 14, 17, 20, 22, 24, 26, 28, 30)]  # 1 KiB … 1 GiB
+
+
+def auto_table() -> None:
+    """Markdown: auto's algorithm and time per all-reduce size on the DGX SuperPOD file (8 GPUs =
+    one node, 64 GPUs = 8 nodes) and on 8 fully connected GPUs at 65 GB/s (NCCL latencies)."""
+    setups = [build_platform(8, topology_file="dgx-h100-superpod", collective_latency_us=None),
+              build_platform(64, topology_file="dgx-h100-superpod", collective_latency_us=None),
+              build_platform(8, topology="fully-connected", collective_latency_us=None)]
+    print("| size | 8 GPUs, 1 node: auto | µs | 64 GPUs, 8 nodes: auto | µs | fully-connected 8 (65 GB/s): auto | µs |")
+    print("|---|---|---|---|---|---|---|")
+    for size in AUTO_SIZES:
+        cells = []
+        for p in setups:
+            c = collective_cost(p, range(p.num_gpus), "all_reduce", size)
+            cells += [c.algo, f"{c.seconds * 1e6:.1f}"]
+        print(f"| {human(size)} | " + " | ".join(cells) + " |")
+
+
 def plot(path: str) -> None:
     import matplotlib
 
@@ -84,7 +104,11 @@ def plot(path: str) -> None:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--plot", metavar="PNG", help="also write the all-reduce time vs size plot")
+    ap.add_argument("--auto-table", action="store_true", help="print only auto's pick per size (markdown)")
     args = ap.parse_args()
+    if args.auto_table:
+        auto_table()
+        return
     table()
     if args.plot:
         plot(args.plot)

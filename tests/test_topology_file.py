@@ -53,6 +53,28 @@ def test_superpod_oversubscription_narrows_the_spine(tmp_path):
     assert p.link_bandwidth("leaf0r0->spine") == 16 * 50e9
 
 
+def test_two_nics_per_gpu_double_every_rail(tmp_path):
+    # Two NICs per GPU, striped: the GPU's link to its rail's leaf and the leaf's uplink carry
+    # twice the bandwidth, so cross-node collectives on the rails take half the bandwidth time.
+    text = (packaged_dir() / "dgx-h100-superpod.yaml").read_text().replace("nics_per_gpu: 1", "nics_per_gpu: 2")
+    f = tmp_path / "two-nics.yaml"
+    f.write_text(text)
+    one = build_platform(512, topology_file=SUPERPOD, collective_latency_us=0.0)
+    two = build_platform(512, topology_file=str(f), collective_latency_us=0.0)
+    assert two.link_bandwidth("gpu0->leaf0r0") == 100e9 and two.link_bandwidth("leaf0r0->gpu0") == 100e9
+    assert two.link_bandwidth("leaf0r0->spine") == 32 * 100e9
+    assert two.link_bandwidth("gpu0->nvsw0") == 450e9
+    s = 10**9
+    rail = (0, 8, 256, 264)  # local rank 0 of four nodes in two scalable units
+    c1, c2 = (collective_cost(p, rail, "all_reduce", s, "ring") for p in (one, two))
+    assert c2.latency_seconds == c1.latency_seconds > 0
+    assert c2.seconds - c2.latency_seconds == pytest.approx((c1.seconds - c1.latency_seconds) / 2, rel=1e-12)
+    bad = tmp_path / "no-nics.yaml"
+    bad.write_text(text.replace("nics_per_gpu: 2", "nics_per_gpu: 0"))
+    with pytest.raises(ConfigError, match="'nics_per_gpu' must be a positive integer"):
+        build_platform(8, topology_file=str(bad))
+
+
 def test_superpod_rings_use_every_rail():
     p = build_platform(16, topology_file=SUPERPOD, collective_latency_us=0.0)
     s = 10**9

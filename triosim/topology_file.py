@@ -6,7 +6,8 @@ Two kinds of file:
   ``switch``, ``mesh``, ``nvlink-cluster``) with its link bandwidths, i.e. the same platform
   the command-line flags build (``topologies/ring.yaml`` is the default platform).
 - ``kind: cluster`` describes a GPU cluster: nodes of ``gpus_per_node`` GPUs joined by an
-  NVSwitch (``nvlink``), ``nics_per_gpu`` NICs per GPU (one rail each), rail-optimized leaf
+  NVSwitch (``nvlink``), ``nics_per_gpu`` NICs per GPU (striped: one link of their summed
+  bandwidth to the GPU's rail), rail-optimized leaf
   switches (``leaf``: every scalable unit of ``nodes_per_leaf`` nodes has one leaf per rail) and
   one spine layer (``spine``) whose leaf uplinks are ``oversubscription``:1 narrower than the
   NIC ports below them. Routes take the cheapest path (NVLink 1, a NIC hop 2, a leaf↔spine hop
@@ -206,8 +207,6 @@ def build_cluster(spec: ClusterSpec, path: Path, num_gpus: int, capacity_log2: f
     per = spec.gpus_per_node
     if num_gpus % per:
         raise ConfigError(f"{path}: -GPUnumber {num_gpus} is not a whole number of nodes of {per} GPUs")
-    if spec.nics_per_gpu != 1:
-        raise ConfigError(f"{path}: field 'nics_per_gpu' must be 1 (one NIC per GPU, one rail each) for now")
     nodes = num_gpus // per
     remote = (spec.remote_bandwidth_gbps or remote_bandwidth_gbps) * GB
     g = nx.DiGraph()
@@ -216,7 +215,10 @@ def build_cluster(spec: ClusterSpec, path: Path, num_gpus: int, capacity_log2: f
     g.add_node(REMOTE, kind="remote")
     for i in range(num_gpus):
         _add_link(g, gpu_node(i), REMOTE, remote, 0.0, kind="pcie")
-    nic_bw, nv_bw = spec.nic.bandwidth_gbps * GB, spec.nvlink.bandwidth_gbps * GB
+    # A GPU's NICs are one link of their summed bandwidth to its rail's leaf: traffic is striped
+    # evenly over them (NCCL spreads its channels over a GPU's NICs), and the leaf has that many
+    # more ports, so its uplink widens with them.
+    nic_bw, nv_bw = spec.nics_per_gpu * spec.nic.bandwidth_gbps * GB, spec.nvlink.bandwidth_gbps * GB
     for i in range(num_gpus):
         node = i // per
         g.add_node(f"nvsw{node}", kind="switch")

@@ -20,7 +20,8 @@ Algorithms (``algo``):
 - ``hierarchical``: node-structured groups: reduce-scatter inside each node, all-reduce of 1/L
   across nodes over each local rank's rail, all-gather inside each node (L GPUs per node).
 - ``tree``: NCCL's double binary tree for all-reduce: two binary trees, each carrying half the
-  payload, reduce up and broadcast down, pipelined. Other operations fall back to ``ring``.
+  payload in chunks, reduce up and broadcast down, pipelined (:mod:`triosim.graph.double_tree`;
+  its time is the longest path of that pipeline). Other operations fall back to ``ring``.
 
 Latency: with ``Platform.collective_latency_us`` None, NCCL's published constants for its
 Simple protocol (``src/graph/tuning.cc``, NCCL 2.18): a per-call base latency (ring 8.4 µs,
@@ -36,6 +37,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from ..platform import Platform, gpu_node
+from . import double_tree
 
 OPS = ("all_reduce", "reduce_scatter", "all_gather", "broadcast", "all_to_all")
 ALGOS = ("ring", "one-way-ring", "tree", "hierarchical", "direct")
@@ -62,8 +64,12 @@ class Phase:
     # A pipelined chain of k chunks over h hops needs k + h − 1 chunk times for k chunks of
     # bytes: its links are busy only k / (k + h − 1) of the phase.
     fill: float = 1.0
+    # A pipelined schedule whose time is its plan's longest path (the tree), not the formula.
+    fixed_seconds: float | None = None
 
     def seconds(self, platform: Platform) -> float:
+        if self.fixed_seconds is not None:
+            return self.base_latency + self.fixed_seconds
         return self.base_latency + self.steps * self.step_latency + self.bandwidth_seconds(platform)
 
     def bandwidth_seconds(self, platform: Platform) -> float:
@@ -280,20 +286,45 @@ def direct_phases(platform: Platform, group: tuple[int, ...], op: str, nbytes: f
             for pairs, nm in zip(direct_pairs(group, op, root), names)]
 
 
-def tree_phases(platform: Platform, group: tuple[int, ...], nbytes: float) -> list[Phase]:
-    """Double binary tree all-reduce: every edge carries S/2 up (reduce) and S/2 down."""
-    n = len(group)
+def tree_link_load(platform: Platform, group: tuple[int, ...], nbytes: float) -> dict[str, float]:
+    """Bytes per directed link of a double binary tree all-reduce: every edge carries S/2 up and S/2 down."""
     load: dict[str, float] = {}
-    lat = 0.0
     for edges in tree_edges(group):
         for child, parent in edges:
-            up = platform.route(gpu_node(child), gpu_node(parent))
-            down = platform.route(gpu_node(parent), gpu_node(child))
-            _add_load(load, up, nbytes / 2)
-            _add_load(load, down, nbytes / 2)
-            lat = max(lat, route_latency(platform, up) + step_latency_s(platform, "tree", up))
-    depth = int(math.floor(math.log2(n)))
-    return [Phase("tree", 2 * depth, lat, load)]
+            _add_load(load, platform.route(gpu_node(child), gpu_node(parent)), nbytes / 2)
+            _add_load(load, platform.route(gpu_node(parent), gpu_node(child)), nbytes / 2)
+    return load
+
+
+def tree_plan(platform: Platform, group: tuple[int, ...], nbytes: float) -> double_tree.TreePlan:
+    """The pipelined transfers of the tree all-reduce (the expanded form's tasks)."""
+    return double_tree.build_plan(platform, group, nbytes, lambda route: step_latency_s(platform, "tree", route),
+                                  base_latency_s(platform, "tree"))
+
+
+def tree_seconds(platform: Platform, group: tuple[int, ...], nbytes: float) -> float:
+    """The tree all-reduce's time alone: the longest path of its pipeline.
+
+    Not linear in the payload (the chunk count and the critical path change with it), so it is
+    kept per payload size rather than scaled from one byte.
+    """
+    key = ("tree", group, float(nbytes), platform.collective_latency_us)
+    hit = platform._plans.get(key)
+    if hit is None:
+        hit = platform._plans[key] = double_tree.longest_path(tree_plan(platform, group, nbytes))
+    return hit
+
+
+def tree_phases(platform: Platform, group: tuple[int, ...], nbytes: float) -> list[Phase]:
+    """Double binary tree all-reduce as one phase: its links' bytes and its pipeline's time.
+
+    The phase's latency is what the time has beyond its busiest link's bytes, so a macro task
+    under the flow model moves those bytes at the busiest link's full bandwidth when alone.
+    """
+    seconds = tree_seconds(platform, group, nbytes)
+    load = tree_link_load(platform, group, nbytes)
+    busiest = max((b / platform.link_bandwidth(name) for name, b in load.items()), default=0.0)
+    return [Phase("tree", 1, max(0.0, seconds - busiest), load, fixed_seconds=seconds)]
 
 
 def hierarchical_split(platform: Platform, group: tuple[int, ...]) -> tuple[list[list[int]], list[list[int]]] | None:
@@ -381,8 +412,6 @@ def _build_phases(platform: Platform, group: tuple[int, ...], op: str, nbytes: f
         return ring_phases(platform, group, op, nbytes, root)
     if algo == "direct":
         return direct_phases(platform, group, op, nbytes, root)
-    if algo == "tree":
-        return tree_phases(platform, group, nbytes)
     return hierarchical_phases(platform, group, op, nbytes, root)
 
 
@@ -405,6 +434,8 @@ def _unit(platform: Platform, group: tuple[int, ...], op: str, algo: str, root: 
 def plan(platform: Platform, group: tuple[int, ...], op: str, nbytes: float, algo: str,
          root: int | None = None) -> list[Phase]:
     """The phases of ``op`` with ``algo`` (already resolved and supported); base latency on the first."""
+    if algo == "tree":  # its pipeline's time is not linear in the payload; no per-call latency
+        return tree_phases(platform, group, nbytes)
     unit, _times = _unit(platform, group, op, algo, root)
     phases = [Phase(p.name, p.steps, p.step_latency, {k: v * nbytes for k, v in p.link_load.items()}, 0.0, p.fill)
               for p in unit]
@@ -418,6 +449,8 @@ def plan(platform: Platform, group: tuple[int, ...], op: str, nbytes: float, alg
 def plan_seconds(platform: Platform, group: tuple[int, ...], op: str, nbytes: float, algo: str,
                  root: int | None = None) -> float:
     """``sum(p.seconds(platform) for p in plan(...))`` without building the scaled phases."""
+    if algo == "tree":
+        return tree_seconds(platform, group, nbytes)
     _unit_phases, times = _unit(platform, group, op, algo, root)
     base = base_latency_s(platform, "tree" if algo == "tree" else "ring") if times else 0.0
     return base + sum(lat + nbytes * per_byte for lat, per_byte in times)

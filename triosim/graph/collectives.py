@@ -4,8 +4,8 @@ broadcast and all-to-all, as task-DAG fragments, with the algorithms of
 double binary tree; ``algo="auto"`` picks the fastest closed form, as NCCL's tuner does).
 
 What follows describes the ``one-way-ring`` algorithm, the original; the other algorithms
-build the same two forms from their phases (the tree only as macro tasks, the hierarchical one
-by composing ring collectives on node and rail sub-groups).
+build the same two forms from their phases (the tree from its pipelined chunk transfers, the
+hierarchical one by composing ring collectives on node and rail sub-groups).
 
 Every collective comes in two forms that give the same time when run in isolation:
 
@@ -38,6 +38,7 @@ from typing import Any
 
 from ..platform import Platform, gpu_node
 from . import collective_cost as cc
+from . import double_tree
 from .collective_cost import CollectiveCost, collective_cost
 from .tasks import TaskGraph
 
@@ -444,8 +445,39 @@ def _collective(graph: TaskGraph, platform: Platform, op: str, group: Sequence[i
         return _direct(graph, platform, order, op, nbytes, label, pre, detail, tags, base, root)
     if chosen == "hierarchical":
         return _hierarchical(graph, platform, order, op, nbytes, label, pre, detail, tags, base, root)
-    phases = cc.plan(platform, order, op, nbytes, chosen, root)  # tree: macro only
-    return _phase_macros(graph, platform, order, op, nbytes, phases, label, pre, tags)
+    return _tree(graph, platform, order, nbytes, label, pre, detail, tags)
+
+
+def _tree(graph: TaskGraph, platform: Platform, group: tuple[int, ...], nbytes: int, label: str,
+          pre: dict[int, list[int]], detail: str, attrs: dict[str, Any]) -> dict[int, int]:
+    """Double binary tree all-reduce: the pipelined chunk transfers of
+    :mod:`triosim.graph.double_tree`, each after the data it needs and after the earlier users of
+    its links, or one macro task for the plan's longest path."""
+    n = len(group)
+    k = double_tree.chunks_per_tree(n, nbytes)
+    if _resolve_detail(detail, 4 * (n - 1) * k) == "macro":
+        phases = cc.plan(platform, group, "all_reduce", nbytes, "tree")
+        return _phase_macros(graph, platform, group, "all_reduce", nbytes, phases, label, pre, attrs)
+    plan = cc.tree_plan(platform, group, nbytes)
+    tasks: list[int] = []
+    finals: dict[int, list[int]] = {g: [] for g in group}
+    for x in range(len(plan)):
+        src, dst, c = plan.src[x], plan.dst[x], plan.chunk[x]
+        deps = [tasks[p] for p in plan.data_preds[x] + plan.link_preds[x]]
+        if c == 0:
+            deps.extend(pre[src])  # a GPU's first send of a tree waits for its own predecessors
+        phase = "up" if plan.up[x] else "down"
+        t = graph.add_task(
+            "transfer", f"{label} tree{plan.tree[x]} {phase}{c} gpu{src}->gpu{dst}", plan.duration[x], plan.route[x],
+            (src, dst), plan.nbytes[x], after=list(dict.fromkeys(deps)), latency_s=plan.latency[x],
+            src=gpu_node(src), dst=gpu_node(dst), collective=label, phase=phase, chunk=c, tree=plan.tree[x], **attrs,
+        )
+        tasks.append(t)
+        if c == plan.k - 1:  # a GPU is done when its last chunks are sent and received
+            finals[src].append(t)
+            finals[dst].append(t)
+    tags = {"collective": label, **attrs}
+    return {g: graph.add_sync(f"{label} done gpu{g}", finals[g], devices=(g,), **tags) for g in group}
 
 
 def _legacy_broadcast(graph: TaskGraph, platform: Platform, ring: Ring, nbytes: int, label: str, root: int | None,
