@@ -4,6 +4,7 @@ and the closed-form all-reduce time of every algorithm, for a few group sizes an
     python bench/collective_table.py                # 8 and 64 GPUs, nvlink-cluster and others
     python bench/collective_table.py --plot docs/allreduce_vs_size.png
     python bench/collective_table.py --auto-table   # auto's pick per size, markdown (docs)
+    python bench/collective_table.py --auto-table --protocol auto   # protocol picked too
 """
 
 from __future__ import annotations
@@ -57,19 +58,21 @@ def table() -> None:
 AUTO_SIZES = [2**k for k in (10, 14, 17, 20, 22, 24, 26, 28, 30)]  # 1 KiB … 1 GiB
 
 
-def auto_table() -> None:
+def auto_table(protocol: str = "simple") -> None:
     """Markdown: auto's algorithm and time per all-reduce size on the DGX SuperPOD file (8 GPUs =
-    one node, 64 GPUs = 8 nodes) and on 8 fully connected GPUs at 65 GB/s (NCCL latencies)."""
+    one node, 64 GPUs = 8 nodes) and on 8 fully connected GPUs at 65 GB/s (NCCL latencies), under
+    ``protocol`` (``auto``: the protocol is picked too and shown after the algorithm)."""
     setups = [build_platform(8, topology_file="dgx-h100-superpod", collective_latency_us=None),
               build_platform(64, topology_file="dgx-h100-superpod", collective_latency_us=None),
               build_platform(8, topology="fully-connected", collective_latency_us=None)]
+    setups = [p.with_network(collective_protocol=protocol) for p in setups]
     print("| size | 8 GPUs, 1 node: auto | µs | 64 GPUs, 8 nodes: auto | µs | fully-connected 8 (65 GB/s): auto | µs |")
     print("|---|---|---|---|---|---|---|")
     for size in AUTO_SIZES:
         cells = []
         for p in setups:
             c = collective_cost(p, range(p.num_gpus), "all_reduce", size)
-            cells += [c.algo, f"{c.seconds * 1e6:.1f}"]
+            cells += [c.algo if protocol == "simple" else f"{c.algo}/{c.protocol}", f"{c.seconds * 1e6:.1f}"]
         print(f"| {human(size)} | " + " | ".join(cells) + " |")
 
 
@@ -105,9 +108,11 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--plot", metavar="PNG", help="also write the all-reduce time vs size plot")
     ap.add_argument("--auto-table", action="store_true", help="print only auto's pick per size (markdown)")
+    ap.add_argument("--protocol", default="simple", choices=("simple", "ll", "ll128", "auto"),
+                    help="the collectives' protocol for --auto-table (default simple)")
     args = ap.parse_args()
     if args.auto_table:
-        auto_table()
+        auto_table(args.protocol)
         return
     table()
     if args.plot:

@@ -27,7 +27,7 @@ from .graph.layer_count import check_pipeline_depth
 from .limits import check_gpu_count
 from .notes import check_unused_platform_flags
 from .parallel_flags import add_parallel_flags, degrees_given, parallel_options, resolve_gpus
-from .platform import COLLECTIVE_ALGOS, NETWORKS, Platform, build_platform
+from .platform import COLLECTIVE_ALGOS, COLLECTIVE_PROTOCOLS, NETWORKS, Platform, build_platform
 from .strategy import Strategy
 from .trace import Trace, load_trace, scale_trace, trace_batch_size
 
@@ -99,6 +99,9 @@ def add_sim_flags(p: argparse.ArgumentParser) -> None:
     g.add_argument("--collective-algo", choices=COLLECTIVE_ALGOS, default="auto",
                    help="collective algorithm: auto (fastest closed form, as NCCL's tuner; default), ring, "
                         "one-way-ring (the original), tree, hierarchical or direct")
+    g.add_argument("--collective-protocol", choices=COLLECTIVE_PROTOCOLS, default="simple",
+                   help="NCCL protocol of every collective: simple (default), ll or ll128 (lower latency, less "
+                        "bandwidth), or auto (the fastest protocol and algorithm per collective, as NCCL's tuner)")
     g.add_argument("--collective-latency-us", type=collective_latency, default=None, metavar="US|nccl",
                    help="per-step collective latency in µs (default nccl: NCCL's per-algorithm and per-link "
                         "constants plus its per-call latency; 0 turns collective latency off)")
@@ -349,7 +352,7 @@ def platform_from_args(args: argparse.Namespace) -> Platform:
     single = gpus == 1 if degrees_given(args) else args.case == 0
     if single:
         check_unused_platform_flags(args)  # not used, but a wrong value is still an error
-    return build_platform(
+    platform = build_platform(
         num_gpus=1 if single else gpus,
         capacity_log2=args.capacity,
         bandwidth_gbps=args.bandwidth,
@@ -367,6 +370,10 @@ def platform_from_args(args: argparse.Namespace) -> Platform:
         collective_algo=args.collective_algo,
         collective_latency_us=args.collective_latency_us,
     )
+    protocol = getattr(args, "collective_protocol", "simple")
+    if protocol != "simple" and not args.reference_compat:  # the original had Simple only
+        platform = platform.with_network(collective_protocol=protocol)
+    return platform
 
 
 def configure(args: argparse.Namespace | Mapping[str, Any] | None = None,

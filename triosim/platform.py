@@ -11,7 +11,8 @@ charges NCCL's per-step constant of the slowest kind a step crosses.
 
 The network settings live here too: ``network`` (``flow``: links shared max-min fairly;
 ``exclusive``: a transfer reserves its route), ``collective_algo`` and
-``collective_latency_us`` (``None``: NCCL's published constants). ``build_platform``'s Python
+``collective_latency_us`` (``None``: NCCL's published constants) and ``collective_protocol``
+(NCCL's ``simple``, ``ll``, ``ll128`` or ``auto``; set with ``with_network``). ``build_platform``'s Python
 defaults keep the original model (exclusive links, one-way ring, no collective latency); the
 command line defaults to ``flow``, ``auto`` and NCCL's latencies.
 """
@@ -32,6 +33,9 @@ NETWORKS = ("flow", "exclusive")
 # "one-way-ring" is the original single ring in the group's order; "ring" uses every channel
 # the topology offers (both directions, one ring per rail); see triosim/graph/collective_cost.py.
 COLLECTIVE_ALGOS = ("auto", "ring", "one-way-ring", "tree", "hierarchical", "direct")
+# NCCL's protocols: Simple (bandwidth), LL and LL128 (low latency, less bandwidth); auto picks
+# per collective with the algorithm.
+COLLECTIVE_PROTOCOLS = ("auto", "simple", "ll", "ll128")
 LINK_KINDS = ("nvlink", "net", "pcie")
 # single: one ring; bidirectional: the ring and its reverse (full-duplex ring or mesh links);
 # strides: rings i -> i+k for each stride k coprime to N (fully connected); rails: one ring per
@@ -68,6 +72,7 @@ class Platform:
     node_of: tuple[int, ...] | None = None
     # How the "ring" algorithm spreads a group over the topology's links (CHANNEL_STYLES).
     channel_style: str = "single"
+    collective_protocol: str = "simple"
     _routes: dict[tuple[str, str], tuple[str, ...]] = field(default_factory=dict, repr=False)
     _route_params: dict[tuple[str, ...], tuple[float, float]] = field(default_factory=dict, repr=False)
     _routes_graph: dict[str, nx.DiGraph] = field(default_factory=dict, repr=False)
@@ -75,6 +80,8 @@ class Platform:
     _plans: dict = field(default_factory=dict, repr=False)
     # Closed-form routing for large generated clusters (src, dst) -> node path, or None.
     router: Callable[[str, str], list[str]] | None = field(default=None, repr=False)
+    # The same platform with another protocol, per protocol (shared by all of them).
+    _variants: dict = field(default_factory=dict, repr=False)
 
     def _gpu_graph(self) -> nx.DiGraph:
         """The link graph without remote memory, made once: searching a filtered view costs a
@@ -156,9 +163,22 @@ class Platform:
         """A copy with other network settings (``network``, ``collective_algo``, …), checked."""
         from dataclasses import replace
 
-        out = replace(self, _routes={}, _route_params={}, _plans={}, **changes)
-        check_network_settings(out.network, out.collective_algo, out.collective_latency_us)
+        out = replace(self, _routes={}, _route_params={}, _plans={}, _variants={}, **changes)
+        check_network_settings(out.network, out.collective_algo, out.collective_latency_us, out.collective_protocol)
         return out
+
+    def protocol_variant(self, protocol: str) -> Platform:
+        """This platform with ``collective_protocol`` = ``protocol``, sharing its links and routes."""
+        if protocol == self.collective_protocol:
+            return self
+        from dataclasses import replace
+
+        variants = self._variants
+        variants.setdefault(self.collective_protocol, self)
+        hit = variants.get(protocol)
+        if hit is None:
+            hit = variants[protocol] = replace(self, collective_protocol=protocol, _plans={})
+        return hit
 
 
 def _from_file(path: str, num_gpus: int, capacity_log2: float, bandwidth_gbps: float, reference_compat: bool,
@@ -178,13 +198,17 @@ def _from_file(path: str, num_gpus: int, capacity_log2: float, bandwidth_gbps: f
                             network, collective_algo, collective_latency_us)
 
 
-def check_network_settings(network: str, collective_algo: str, collective_latency_us: float | None) -> None:
+def check_network_settings(network: str, collective_algo: str, collective_latency_us: float | None,
+                           collective_protocol: str = "simple") -> None:
     if network not in NETWORKS:
         raise ConfigError(f"--network must be flow or exclusive, got {network!r}")
     if collective_algo not in COLLECTIVE_ALGOS:
         raise ConfigError(f"--collective-algo must be one of {', '.join(COLLECTIVE_ALGOS)}, got {collective_algo!r}")
     if collective_latency_us is not None and not (collective_latency_us >= 0 and collective_latency_us < float("inf")):
         raise ConfigError(f"--collective-latency-us must be a number >= 0, got {collective_latency_us}")
+    if collective_protocol not in COLLECTIVE_PROTOCOLS:
+        raise ConfigError(f"--collective-protocol must be one of {', '.join(COLLECTIVE_PROTOCOLS)}, "
+                          f"got {collective_protocol!r}")
 
 
 def _add_link(g: nx.DiGraph, a: str, b: str, bandwidth: float, latency: float, cost: int = 1,

@@ -41,12 +41,25 @@ from . import double_tree
 
 OPS = ("all_reduce", "reduce_scatter", "all_gather", "broadcast", "all_to_all")
 ALGOS = ("ring", "one-way-ring", "tree", "hierarchical", "direct")
-# NCCL 2.18 src/graph/tuning.cc, Simple protocol (µs).
+# NCCL 2.18 src/graph/tuning.cc (µs): baseLat and hwLat, Simple protocol.
 NCCL_BASE_LATENCY_US = {"ring": 8.4, "tree": 0.0}
 NCCL_STEP_LATENCY_US = {
     ("ring", "nvlink"): 3.4, ("ring", "pcie"): 5.7, ("ring", "net"): 14.0,
     ("tree", "nvlink"): 28.0, ("tree", "pcie"): 28.0, ("tree", "net"): 28.0,
 }
+# The same for the LL and LL128 protocols.
+NCCL_PROTOCOL_BASE_LATENCY_US = {
+    "ll": {"ring": 6.6, "tree": 6.8}, "ll128": {"ring": 14.0, "tree": 14.0}, "simple": NCCL_BASE_LATENCY_US,
+}
+NCCL_PROTOCOL_STEP_LATENCY_US = {
+    "ll": {("ring", "nvlink"): 0.6, ("ring", "pcie"): 1.0, ("ring", "net"): 2.7,
+           ("tree", "nvlink"): 0.6, ("tree", "pcie"): 1.0, ("tree", "net"): 5.0},
+    "ll128": {("ring", "nvlink"): 1.9, ("ring", "pcie"): 2.5, ("ring", "net"): 4.0,
+              ("tree", "nvlink"): 1.25, ("tree", "pcie"): 1.9, ("tree", "net"): 8.5},
+    "simple": NCCL_STEP_LATENCY_US,
+}
+# "auto" tries the protocols in this order; a tie keeps the earlier one.
+PROTOCOL_ORDER = ("simple", "ll128", "ll")
 # A pipelined ring broadcast cuts the payload into at least this many chunks, so it takes
 # ≈ S/W (k + N − 2 chunk times of S/k), as NCCL's chunked broadcast does.
 BROADCAST_CHUNKS = 64
@@ -90,8 +103,9 @@ class CollectiveCost:
     nbytes: int
     seconds: float
     latency_seconds: float
-    link_bytes: dict[str, float] = field(default_factory=dict)
+    link_bytes: dict[str, float] = field(default_factory=dict)  # what the links carry (protocol bytes)
     phases: tuple[Phase, ...] = ()
+    protocol: str = "simple"
 
     @property
     def algbw(self) -> float:
@@ -109,18 +123,52 @@ class CollectiveCost:
 # ----------------------------------------------------------------------------- latency
 
 
+def protocol(platform: Platform) -> str:
+    """The platform's protocol, ``simple`` for ``auto`` (resolved per collective by :func:`resolve`)."""
+    p = platform.collective_protocol
+    return "simple" if p == "auto" else p
+
+
 def step_latency_s(platform: Platform, family: str, route: tuple[str, ...]) -> float:
     """λ for one step of ``family`` ("ring" or "tree") over ``route``."""
     lat = platform.collective_latency_us
     if lat is not None:
         return lat * 1e-6
-    return NCCL_STEP_LATENCY_US[(family, platform.route_kind(route))] * 1e-6
+    return NCCL_PROTOCOL_STEP_LATENCY_US[protocol(platform)][(family, platform.route_kind(route))] * 1e-6
 
 
 def base_latency_s(platform: Platform, family: str) -> float:
     if platform.collective_latency_us is not None:
         return 0.0
-    return NCCL_BASE_LATENCY_US[family] * 1e-6
+    return NCCL_PROTOCOL_BASE_LATENCY_US[protocol(platform)][family] * 1e-6
+
+
+def protocol_efficiency(platform: Platform, algo: str, group: tuple[int, ...], op: str) -> float:
+    """The share of a link's bandwidth that carries payload under the platform's protocol.
+
+    NCCL's tuner (``src/graph/tuning.cc``): Simple 1; LL (8-byte lines of 4 data bytes and a
+    flag, and slower polling) 1/4 on rings for all-reduce or across nodes, else 1/3, and 1/3.8
+    on trees; LL128 (120 data bytes per 128-byte line) 0.92 on rings, 0.7 when each node has
+    one GPU of the group, and on trees 120/128 across nodes, 7/9 inside one.
+    """
+    proto = protocol(platform)
+    if proto == "simple":
+        return 1.0
+    nodes = node_groups(platform, group)
+    multi_node = nodes is not None and len(nodes) > 1
+    tree = algo == "tree"
+    if proto == "ll":
+        return 1 / 3.8 if tree else (1 / 4 if multi_node or op == "all_reduce" else 1 / 3)
+    if tree:
+        return 120 / 128 if multi_node else 7 / 9
+    return 0.7 if nodes is not None and all(len(x) == 1 for x in nodes) and multi_node else 0.92
+
+
+def wire_bytes(platform: Platform, algo: str, group: tuple[int, ...], op: str, nbytes: float) -> int:
+    """The bytes a collective of ``nbytes`` payload puts through its links under the protocol:
+    the payload divided by :func:`protocol_efficiency`, rounded up to whole bytes."""
+    eff = protocol_efficiency(platform, algo, group, op)
+    return int(nbytes) if eff == 1.0 else math.ceil(nbytes / eff)
 
 
 def route_latency(platform: Platform, route: tuple[str, ...]) -> float:
@@ -465,23 +513,48 @@ def candidates(platform: Platform, group: tuple[int, ...], op: str) -> list[str]
 
 def resolve_algo(platform: Platform, group: tuple[int, ...], op: str, nbytes: float, algo: str | None = None,
                  root: int | None = None) -> str:
-    """``algo`` (default: the platform's) made concrete: ``auto`` picks the fastest closed form."""
+    """``algo`` (default: the platform's) made concrete: ``auto`` picks the fastest closed form
+    under the platform's protocol (``nbytes``: the payload)."""
+    return _resolve_algo(platform, group, op, nbytes, algo, root)[0]
+
+
+def _resolve_algo(platform: Platform, group: tuple[int, ...], op: str, nbytes: float, algo: str | None,
+                  root: int | None) -> tuple[str, float | None]:
+    """(algorithm, its time when ``auto`` computed it)."""
     algo = platform.collective_algo if algo is None else algo
     if algo == "auto":
         best = None
         for a in candidates(platform, group, op):
-            t = plan_seconds(platform, group, op, nbytes, a, root)
+            t = plan_seconds(platform, group, op, wire_bytes(platform, a, group, op, nbytes), a, root)
             if best is None or t < best[0] * (1 - 1e-12):  # ties keep the earlier (simpler) algorithm
                 best = (t, a)
-        return best[1] if best else "ring"
+        return (best[1], best[0]) if best else ("ring", None)
     if algo not in ALGOS:
         raise ValueError(f"unknown collective algorithm {algo!r}; choose from auto, {', '.join(ALGOS)}")
-    return fallback(platform, group, op, algo)
+    return fallback(platform, group, op, algo), None
+
+
+def resolve(platform: Platform, group: tuple[int, ...], op: str, nbytes: float, algo: str | None = None,
+            root: int | None = None) -> tuple[Platform, str]:
+    """(the platform with the collective's protocol, the algorithm): with the protocol ``auto``,
+    the fastest (protocol, algorithm) pair by the closed forms, as NCCL's tuner picks both."""
+    if platform.collective_protocol != "auto":
+        return platform, resolve_algo(platform, group, op, nbytes, algo, root)
+    best = None
+    for proto in PROTOCOL_ORDER:
+        variant = platform.protocol_variant(proto)
+        a, t = _resolve_algo(variant, group, op, nbytes, algo, root)
+        if t is None:
+            t = plan_seconds(variant, group, op, wire_bytes(variant, a, group, op, nbytes), a, root)
+        if best is None or t < best[0] * (1 - 1e-12):
+            best = (t, variant, a)
+    return best[1], best[2]
 
 
 def collective_cost(platform: Platform, group: Sequence[int], op: str, nbytes: float, algo: str = "auto",
                     root: int | None = None) -> CollectiveCost:
-    """Closed-form time of ``op`` of ``nbytes`` over ``group`` with ``algo`` on the group's own links.
+    """Closed-form time of ``op`` of ``nbytes`` over ``group`` with ``algo`` on the group's own links,
+    under the platform's protocol (``auto``: the fastest protocol too).
 
     ``nbytes``: the full buffer (all-reduce, broadcast; reduce-scatter's input; all-gather's
     output; all-to-all: each GPU's whole send buffer). ``algo="auto"`` picks the fastest.
@@ -491,7 +564,9 @@ def collective_cost(platform: Platform, group: Sequence[int], op: str, nbytes: f
     order = check_group(platform, group)
     if len(order) < 2:
         return CollectiveCost(op, "none", order, int(nbytes), 0.0, 0.0)
-    chosen = resolve_algo(platform, order, op, nbytes, algo, root)
+    platform, chosen = resolve(platform, order, op, nbytes, algo, root)
+    payload = nbytes
+    nbytes = wire_bytes(platform, chosen, order, op, nbytes)
     phases = plan(platform, order, op, nbytes, chosen, root)
     link_bytes: dict[str, float] = {}
     for ph in phases:
@@ -501,8 +576,8 @@ def collective_cost(platform: Platform, group: Sequence[int], op: str, nbytes: f
         seconds = one_way_ring_seconds(platform, order, op, nbytes, root)
     else:
         seconds = plan_seconds(platform, order, op, nbytes, chosen, root)
-    return CollectiveCost(op, chosen, order, int(nbytes), seconds, sum(p.latency_seconds() for p in phases),
-                          link_bytes, tuple(phases))
+    return CollectiveCost(op, chosen, order, int(payload), seconds, sum(p.latency_seconds() for p in phases),
+                          link_bytes, tuple(phases), protocol(platform))
 
 
 def one_way_ring_seconds(platform: Platform, group: tuple[int, ...], op: str, nbytes: float,
@@ -527,6 +602,7 @@ def one_way_ring_seconds(platform: Platform, group: tuple[int, ...], op: str, nb
 
 
 __all__ = [
-    "ALGOS", "BROADCAST_CHUNKS", "NCCL_BASE_LATENCY_US", "NCCL_STEP_LATENCY_US", "OPS", "CollectiveCost", "Phase",
-    "collective_cost", "resolve_algo", "ring_orders", "tree_edges",
+    "ALGOS", "BROADCAST_CHUNKS", "NCCL_BASE_LATENCY_US", "NCCL_STEP_LATENCY_US", "OPS", "PROTOCOL_ORDER",
+    "CollectiveCost", "Phase", "collective_cost", "protocol_efficiency", "resolve", "resolve_algo", "ring_orders",
+    "tree_edges", "wire_bytes",
 ]

@@ -410,10 +410,13 @@ def _hierarchical(graph: TaskGraph, platform: Platform, group: tuple[int, ...], 
     return {g: graph.add_sync(f"{label} done gpu{g}", done[g], devices=(g,), **tags) for g in group}
 
 
-def _record(graph: TaskGraph, op: str, algo: str, nbytes: int) -> None:
-    """Which algorithm ran each collective, for the summary and the JSON result."""
+def _record(graph: TaskGraph, op: str, algo: str, nbytes: int, proto: str = "simple") -> None:
+    """Which algorithm (and protocol, when not Simple) ran each collective, for the summary and
+    the JSON result; ``bytes`` is the payload."""
     stats = graph.meta.setdefault("collectives", {})
-    row = stats.setdefault(f"{op} {algo}", {"op": op, "algo": algo, "calls": 0, "bytes": 0})
+    label = algo if proto == "simple" else f"{algo}/{proto}"
+    extra = {} if proto == "simple" else {"protocol": proto}
+    row = stats.setdefault(f"{op} {label}", {"op": op, "algo": label, **extra, "calls": 0, "bytes": 0})
     row["calls"] += 1
     row["bytes"] += int(nbytes)
 
@@ -430,9 +433,11 @@ def _collective(graph: TaskGraph, platform: Platform, op: str, group: Sequence[i
     pre = _preds(graph, order, after, label)
     if len(order) < 2:
         return _trivial(graph, order, pre, label, attrs)
-    chosen = cc.resolve_algo(platform, order, op, nbytes, algo, root)
-    _record(graph, op, chosen, nbytes)
-    tags = {**attrs, "algo": chosen}
+    platform, chosen = cc.resolve(platform, order, op, nbytes, algo, root)
+    proto = cc.protocol(platform)
+    _record(graph, op, chosen, nbytes, proto)
+    tags = {**attrs, "algo": chosen} if proto == "simple" else {**attrs, "algo": chosen, "protocol": proto}
+    nbytes = cc.wire_bytes(platform, chosen, order, op, nbytes)  # what the links carry under the protocol
     base = cc.base_latency_s(platform, "tree" if chosen == "tree" else "ring")
     if chosen == "one-way-ring":
         ring = make_ring(platform, order)

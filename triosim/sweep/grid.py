@@ -148,6 +148,7 @@ APPLIES: dict[str, Callable[[Mapping[str, Any]], bool]] = {
     "collective_detail": _has_collectives,
     "collective_algo": _has_collectives,
     "collective_latency_us": _has_collectives,
+    "collective_protocol": _has_collectives,
     "bucket_mb": lambda c: c.get("case") == 2 or _degree(c, "dp") > 1,
     "micro_batch_size": _pipelined,
     "schedule": _pipelined,
