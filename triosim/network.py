@@ -58,13 +58,29 @@ class Flow:
         self.since = t
 
 
-def flow_of(graph: TaskGraph, task: int, bandwidth: dict[int, float]) -> Flow:
-    """The flow of link task ``task`` (see the module docstring)."""
+def flow_of(graph: TaskGraph, task: int, bandwidth: dict[int, float],
+            memo: dict[tuple, tuple[float, float, list[tuple[int, float]]]] | None = None) -> Flow:
+    """The flow of link task ``task`` (see the module docstring). ``memo`` remembers the flow of
+    tasks with the same links, bytes per link and transfer time (a collective repeated per
+    micro-batch): their flows differ only in the task."""
     xfer = graph.duration[task] - graph.latency[task]
-    rids = [r for r in graph.resources[task] if r in bandwidth]
     attrs = graph.attrs[task] or {}
     load = attrs.get("link_load")
     uniform = attrs.get("link_bytes")
+    key = None
+    if memo is not None and load is None:
+        key = (graph.resources[task], uniform, xfer)
+        hit = memo.get(key)
+        if hit is not None:
+            return Flow(task, hit[0], hit[1], hit[2])
+    f = _new_flow(graph, task, bandwidth, xfer, load, uniform)
+    if key is not None:
+        memo[key] = (f.remaining, f.solo_rate, f.coefs)
+    return f
+
+
+def _new_flow(graph: TaskGraph, task: int, bandwidth: dict[int, float], xfer: float, load, uniform) -> Flow:
+    rids = [r for r in graph.resources[task] if r in bandwidth]
     if load is not None or uniform is not None:
         names = graph.resource_names
         loads = [(r, load[names[r]] if load is not None else float(uniform)) for r in rids]
@@ -81,6 +97,17 @@ def flow_of(graph: TaskGraph, task: int, bandwidth: dict[int, float]) -> Flow:
 
 def maxmin_rates(flows: list[Flow]) -> None:
     """Set every flow's ``rate`` by progressive filling (max-min fair, capped at its solo rate)."""
+    if len(flows) == 1:  # the common case in large runs: the same numbers as the loop below, at once
+        f = flows[0]
+        demand: dict[int, float] = {}
+        for r, c in f.coefs:
+            demand[r] = demand.get(r, 0.0) + c
+        step = f.solo_rate
+        for d in demand.values():
+            if d > 0:
+                step = min(step, 1.0 / d)
+        f.rate = max(step, 0.0)
+        return
     residual: dict[int, float] = {}
     on_link: dict[int, list[Flow]] = {}
     for f in flows:
@@ -127,12 +154,21 @@ class ActiveFlows:
     def add(self, new: list[Flow], t: float, rates: Callable[[list[Flow]], None]) -> None:
         """Flows starting together at ``t``: one re-rate for all of them."""
         links: list[int] = []
+        shared = False
         for f in new:
             f.since = t
             self.flows[f.task] = f
             for r, _c in f.coefs:
-                self.on_link.setdefault(r, set()).add(f.task)
+                users = self.on_link.setdefault(r, set())
+                users.add(f.task)
+                shared = shared or len(users) > 1
                 links.append(r)
+        if len(new) == 1 and not shared:  # a flow alone on its links: its component is itself
+            f = new[0]
+            rates(new)
+            f.version += 1
+            heapq.heappush(self.finish, (t + f.remaining / f.rate, f.version, f.task))
+            return
         self._rerate(links, t, rates)
 
     def remove(self, tasks: list[int], t: float, rates: Callable[[list[Flow]], None]) -> None:
@@ -146,7 +182,8 @@ class ActiveFlows:
                     del self.on_link[r]
                 else:
                     links.append(r)
-        self._rerate(links, t, rates)
+        if links:  # flows still on those links speed up; none left: nothing to re-rate
+            self._rerate(links, t, rates)
 
     def component(self, links: list[int]) -> list[Flow]:
         """Every active flow connected to ``links`` through shared links (deterministic order)."""

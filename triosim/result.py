@@ -135,8 +135,11 @@ def summarize(graph: TaskGraph, sched: Schedule, platform: Platform) -> tuple[li
     compute: dict[int, list[tuple[float, float]]] = {d: [] for d in devices}
     comm: dict[int, list[tuple[float, float]]] = {d: [] for d in devices}
     link_bytes: dict[str, int] = {}
-    link_spans: dict[str, list[tuple[float, float]]] = {}
     names = graph.resource_names
+    # Tasks are grouped by the tuple of links they hold (a collective's ring, a route): each link
+    # of a tuple gets the same spans, so spans and uniform bytes are gathered once per tuple.
+    spans_of: dict[tuple[int, ...], list[tuple[float, float]]] = {}
+    bytes_of: dict[tuple[int, ...], int] = {}
     for t, kind in enumerate(graph.kind):
         s, e = sched.start[t], sched.end[t]
         if kind == "compute":
@@ -144,15 +147,30 @@ def summarize(graph: TaskGraph, sched: Schedule, platform: Platform) -> tuple[li
         elif kind in COMM_KINDS:
             for d in graph.devices[t]:
                 comm.setdefault(d, []).append((s, e))
+            rids = graph.resources[t]
+            if not rids:
+                continue
             attrs = graph.attrs[t] or {}
-            per_link = attrs.get("link_bytes", graph.nbytes[t])
             load = attrs.get("link_load")  # macro collectives whose links carry different bytes
-            for rid in graph.resources[t]:
+            if load:
+                for rid in rids:
+                    name = names[rid]
+                    link_bytes[name] = link_bytes.get(name, 0) + int(round(load[name]))
+            else:
+                bytes_of[rids] = bytes_of.get(rids, 0) + int(attrs.get("link_bytes", graph.nbytes[t]))
+            spans_of.setdefault(rids, []).append((s, e))
+    tuples_of: dict[str, list[tuple[int, ...]]] = {}
+    for rids in spans_of:
+        for rid in rids:
+            tuples_of.setdefault(names[rid], []).append(rids)
+        if rids in bytes_of:
+            for rid in rids:
                 name = names[rid]
-                link_bytes[name] = link_bytes.get(name, 0) + int(round(load[name]) if load else per_link)
-                link_spans.setdefault(name, []).append((s, e))
+                link_bytes[name] = link_bytes.get(name, 0) + bytes_of[rids]
     # A link is busy while any task uses it (flows share links, so their spans may overlap).
-    link_busy = {name: _length(_union(spans)) for name, spans in link_spans.items()}
+    unions = {rids: _union(spans) for rids, spans in spans_of.items()}
+    link_busy = {name: _length(unions[ts[0]] if len(ts) == 1 else _union([iv for rids in ts for iv in unions[rids]]))
+                 for name, ts in tuples_of.items()}
     makespan = sched.makespan
     mem = graph.meta.get("memory", {})
     per_gpu = []

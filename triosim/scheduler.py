@@ -109,6 +109,7 @@ def _schedule_flows(graph: TaskGraph, progress: Callable[[int], None] | None, re
     heapq.heapify(events)
     pop, push = heapq.heappop, heapq.heappush
     active = ActiveFlows()
+    memo: dict = {}  # flows of identical link tasks (see flow_of)
     placed = 0
     tick = max(1, n // 100)
     log: list[tuple[float, float, dict[int, float]]] | None = [] if record else None
@@ -151,7 +152,7 @@ def _schedule_flows(graph: TaskGraph, progress: Callable[[int], None] | None, re
                 starting.append(pop(events)[2])
             joining = []
             for i in starting:
-                f = flow_of(graph, i, bandwidth)
+                f = flow_of(graph, i, bandwidth, memo)
                 if f.remaining <= 0 or not f.coefs:
                     release(i, t)
                     placed += 1

@@ -271,7 +271,9 @@ def hybrid_violations(model, strategy, topology) -> list[str]:
     r_count = math.ceil(trace.batch_size / (strategy.micro_batch_size or trace.batch_size))
     replicas = dp * tp if strategy.exact else 1
     # Each forward/backward op once per micro-batch per built (dp, tp) rank.
-    runs = Counter((g.attrs[t]["op"], g.attrs[t].get("microbatch")) for t, k in enumerate(g.kind) if k == "compute")
+    # A fused task (a run of ops with nothing entering or leaving mid-run) counts each of its ops.
+    runs = Counter((op, g.attrs[t].get("microbatch")) for t, k in enumerate(g.kind) if k == "compute"
+                   for op in g.attrs[t].get("ops", (g.attrs[t]["op"],)))
     for op in trace.ops:
         if op.stage == "optimizer":
             continue

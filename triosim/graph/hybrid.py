@@ -42,6 +42,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from functools import partial
 
+import numpy as np
+
 from ..compute_model import op_seconds
 from ..errors import ConfigError
 from ..platform import Platform, gpu_node
@@ -64,6 +66,7 @@ from .pipeline_stages import (
 )
 from .rank_map import RankMap
 from .single import op_label, persistent_buffers, record_memory
+from .stage_memory import stage_occupancy
 from .star_routes import prime_routes
 from .tasks import TaskGraph
 from .tp_plans import tensor_plan
@@ -161,7 +164,9 @@ class _Build:
     key_flags: dict[int, tuple] = field(default_factory=dict)
     size_cache: dict[tuple[str, float], int] = field(default_factory=dict)
     prefixes: list[str] = field(default_factory=list)  # micro-batch r -> "mb{r}:" (memory keys)
-    versions: list = field(default_factory=list)  # buffer_versions of the trace  # op -> reads/writes with "batch-invariant"
+    versions: list = field(default_factory=list)  # buffer_versions of the trace
+    fuse: bool = False  # one task per run of ops with nothing entering or leaving mid-run
+    buffer_ids: dict[str, int] = field(default_factory=dict)  # trace tensor -> index (memory keys)
     # ZeRO-3 gathered copies: (stage, op, mb) -> (keys freed, keys allocated); their bytes; per
     # stage, the gathered bytes alive at each step of its memory program
     gathered: dict[tuple[int, int, int], tuple[tuple[str, ...], tuple[str, ...]]] = field(default_factory=dict)
@@ -198,9 +203,10 @@ def _key(trace: Trace, buffer: str, r: int) -> str:
     return buffer if buffer in trace.batch_invariant else f"mb{r}:{buffer}"
 
 
-def build(trace: Trace, platform: Platform, strategy: Strategy) -> TaskGraph:
+def build(trace: Trace, platform: Platform, strategy: Strategy, fuse_runs: bool = True) -> TaskGraph:
     """The hybrid DAG of ``strategy``'s degrees on ``platform`` (one representative per role
-    unless ``strategy.exact``)."""
+    unless ``strategy.exact``). A representative build runs each stretch of ops that nothing
+    outside the GPU enters or leaves as one task (``fuse_runs``; same times, fewer tasks)."""
     dp, tp, pp = strategy.degrees(platform.num_gpus)
     ranks = RankMap(dp, tp, pp, tuple(strategy.rank_order))
     if ranks.size != platform.num_gpus:
@@ -220,7 +226,20 @@ def build(trace: Trace, platform: Platform, strategy: Strategy) -> TaskGraph:
                             for s in range(pp) for e in (-1, 1) if 0 <= s + e < pp))
     plan = stage_plan(trace, platform, strategy, fractions, ranks.stage_gpus(0, 0))
     tpp = tensor_plan(trace, tp, strategy.effective_tp_style, strategy.sequence_parallel)
-    b = _Build(trace, platform, strategy, ranks, plan, tpp, fractions, replicas, buffer_roles(trace))
+    # Fused runs of ops keep every time exact only while no memcpy can cut into a run (a run's
+    # buffers all fit on the GPU); when the memory plan needs one, the graph is built op by op.
+    fuse = fuse_runs and not exact and strategy.initial_placement == "gpu"
+    while True:
+        g = _build(trace, platform, strategy, ranks, plan, tpp, fractions, replicas, exact, fuse)
+        if not g.meta.pop("needs_memcpy") or not fuse:
+            return g
+        fuse = False
+
+
+def _build(trace: Trace, platform: Platform, strategy: Strategy, ranks: RankMap, plan: PipelinePlan, tpp,
+           fractions: list[float], replicas: list[tuple[int, int]], exact: bool, fuse: bool) -> TaskGraph:
+    tp, pp = ranks.tp, ranks.pp
+    b = _Build(trace, platform, strategy, ranks, plan, tpp, fractions, replicas, buffer_roles(trace), fuse=fuse)
     b.labels = [op_label(trace, i) for i in range(len(trace.ops))]
     b.prefixes = [f"mb{r}:" for r in range(len(fractions))]
     b.versions = buffer_versions(trace, plan.phase) if pp > 1 else []
@@ -233,6 +252,7 @@ def build(trace: Trace, platform: Platform, strategy: Strategy) -> TaskGraph:
     _add_crossings(b, cover)
     reports = _plan_memory(b)
     record_memory(b.graph, reports)
+    b.graph.meta["needs_memcpy"] = any(r.fetch_tasks or r.evictions for r in reports)
     g = b.graph
     g.meta["devices"] = sorted(gg for s in range(pp) for gg in b.gpus(s))
     g.meta["cluster_names"] = {
@@ -299,7 +319,7 @@ def _add_stage(b: _Build, comm: GroupComm, s: int, waits, colls, params: list[st
         b.gathered.update({(s, *at): keys for at, keys in copies.steps.items()})
         b.gathered_sizes.update(copies.sizes)
     gathered: dict[tuple, int] = {}  # (d, t) -> latest unit gather on that GPU; (d, t, "unit", k) -> unit k's
-    # Loop invariants of the hot loop below (one iteration per op, micro-batch and replica).
+    # Loop invariants of the hot loop below (one iteration per segment, micro-batch and replica).
     labels = b.labels
     waits_here = {i: tuple(c for c in waits[i] if plan.stage[c] == s) for i in (*ops[FORWARD], *ops[BACKWARD])}
     reps = list(zip(b.replicas, gpus))
@@ -308,23 +328,36 @@ def _add_stage(b: _Build, comm: GroupComm, s: int, waits, colls, params: list[st
     tp_parallel = partial(_tp_groups, ranks, s)
     add_compute, task_of, tp_done, seq = g.add_compute, b.task, b.tp_done, b.seq
     r_count = len(b.fractions)
+    cut_before, cut_after = _segment_cuts(b, s, params, waits_here, colls, units)
+    segments = {ph: _segments(block, cut_before, cut_after, b.fuse) for ph, block in ops.items()}
+    seg_time: dict[tuple[str, int, float], float] = {}  # (phase, segment, fraction) -> seconds
     for ph, r in block_order(strategy.schedule, ranks.pp, r_count, s):
         block = ops[ph]
         if not block:
             continue
         frac = b.fractions[r]
+        mb = max(1, round(frac * trace.batch_size))
         unit_at: dict[int, int] = {}
         if units is not None and units[ph]:
             unit_at = {u.first_op: k for k, u in enumerate(units[ph])}
             _gather_unit(b, comm, s, units[ph], 0, ph, r, last, gathered, ts)
-        for i in block:
+        for n_seg, seg in enumerate(segments[ph]):
+            i = seg[0]
             k = unit_at.get(i)
             if k is not None and k + 1 < len(units[ph]):
                 _gather_unit(b, comm, s, units[ph], k + 1, ph, r, last, gathered, ts)
-            op = trace.ops[i]
-            dur = op_seconds(trace, i, max(1, round(frac * trace.batch_size))) * scale[i]
-            label = f"{labels[i]} mb{r}"
+            dur = seg_time.get((ph, n_seg, frac))
+            if dur is None:
+                dur = 0.0
+                for j in seg:
+                    dur += op_seconds(trace, j, mb) * scale[j]
+                seg_time[(ph, n_seg, frac)] = dur
+            if len(seg) == 1:
+                label, extra = f"{labels[i]} mb{r}", {}
+            else:  # a run of ops nothing outside the GPU waits for or feeds: one task, same times
+                label, extra = f"{labels[i]} .. {labels[seg[-1]]} mb{r}", {"ops": tuple(seg)}
             w = waits_here[i]
+            phase = trace.ops[i].stage
             for rep, gpu in reps:
                 after = last[rep]
                 if w or k is not None:
@@ -336,13 +369,15 @@ def _add_stage(b: _Build, comm: GroupComm, s: int, waits, colls, params: list[st
                     if k is not None:
                         after.append(gathered[(*rep, "unit", k)])
                     after = list(dict.fromkeys(after))
-                task = add_compute(gpu, dur, f"{label} gpu{gpu}", after=after, op=i, stage=op.stage, microbatch=r,
-                                   stage_index=s)
-                task_of[(*rep, i, r)] = task
-                seq[gpu].append((task, i, r))
+                task = add_compute(gpu, dur, f"{label} gpu{gpu}", after=after, op=i, stage=phase, microbatch=r,
+                                   stage_index=s, **extra)
+                for j in seg:
+                    task_of[(*rep, j, r)] = task
+                seq[gpu].extend((task, j, r) for j in seg)
                 last[rep] = [task]
-            c = colls.get(i)
+            c = colls.get(seg[-1])
             if c is not None:
+                i = seg[-1]
                 nbytes = c.nbytes if frac == 1.0 else int(round(c.nbytes * frac))
                 name = f"tp {c.kind.replace('_', '')} {labels[i]} mb{r} stage{s} dp"
                 for d in ds:
@@ -353,6 +388,47 @@ def _add_stage(b: _Build, comm: GroupComm, s: int, waits, colls, params: list[st
                     if d == 0:
                         b.count("tp", c.kind, group, nbytes)
     _add_gradient_sync(b, comm, s, params, last, ts)
+
+
+def _segment_cuts(b: _Build, s: int, params: list[str], waits_here, colls, units) -> tuple[set[int], set[int]]:
+    """Ops of stage ``s`` that something outside its GPU's stream waits for (cut after them) or
+    that wait for something outside it (cut before them): TP collectives and what reads their
+    result, buffers crossing stages, DDP buckets, ZeRO-3 unit gathers. Between two cuts a GPU runs
+    its ops back to back, so one task of their summed time starts and ends when they would."""
+    before = {i for i, w in waits_here.items() if w}
+    after = {i for i in colls if b.plan.stage[i] == s}
+    for v in b.versions:
+        src = b.plan.stage[v.writer]
+        readers = [c for c in v.readers if b.plan.stage[c] != src]
+        if not readers:
+            continue
+        if src == s:
+            after.add(v.writer)
+        before.update(c for c in readers if b.plan.stage[c] == s)
+    after.update(bk.ready_op for bk in _buckets(b, params, s))
+    if units is not None:
+        for phase_units in units.values():
+            before.update(u.first_op for u in phase_units)
+    return before, after
+
+
+def _segments(block: list[int], cut_before: set[int], cut_after: set[int], fuse: bool) -> list[list[int]]:
+    """``block`` cut into runs of ops (one op each unless ``fuse``)."""
+    if not fuse:
+        return [[i] for i in block]
+    out: list[list[int]] = []
+    cur: list[int] = []
+    for i in block:
+        if cur and i in cut_before:
+            out.append(cur)
+            cur = []
+        cur.append(i)
+        if i in cut_after:
+            out.append(cur)
+            cur = []
+    if cur:
+        out.append(cur)
+    return out
 
 
 def _gather_unit(b: _Build, comm: GroupComm, s: int, units, k: int, ph: str, r: int, last, gathered, ts) -> None:
@@ -485,6 +561,10 @@ def _plan_memory(b: _Build) -> list[MemoryReport]:
     reports: list[MemoryReport] = []
     for s in range(b.ranks.pp):
         gpus = b.gpus(s)
+        fast = _stage_memory_fits(b, s, persistent) if b.strategy.initial_placement == "gpu" else None
+        if fast is not None:
+            reports += fast
+            continue
         sizes: dict[str, int] = {}
         touched: dict[str, bool] = {}
         program: list[tuple[tuple[str, ...], tuple[str, ...], str]] = []  # the same on every GPU of s
@@ -533,6 +613,60 @@ def _plan_memory(b: _Build) -> list[MemoryReport]:
         reports += plan_replicas(b.graph, b.platform, gpus, steps, sizes, external=external,
                                  persistent=[k for k in touched if k in persistent],
                                  placement=b.strategy.initial_placement)
+    return reports
+
+
+def _stage_memory_fits(b: _Build, s: int, persistent: set[str]) -> list[MemoryReport] | None:
+    """Stage ``s``'s memory reports when every buffer it touches fits at once (the plan is then
+    each buffer's lifetime, computed vectorised); ``None`` otherwise."""
+    trace = b.trace
+    if any(key[0] == s for key in b.gathered):  # ZeRO-3's gathered copies: planned step by step
+        return None
+    ids = b.buffer_ids
+    if not ids:
+        ids.update((name, k) for k, name in enumerate(trace.tensors))
+    nb = len(ids)
+    names = list(ids)
+    inv = trace.batch_invariant
+
+    def template(i: int, r: int | None) -> tuple[list[int], list[bool], list[bool]]:
+        if r is None:
+            reads, writes, _ = _step_keys(b, s, i, None)
+            return [ids[k] for k in (*reads, *writes)], [True] * len(reads) + [False] * len(writes), \
+                [False] * (len(reads) + len(writes))
+        rd, wr = trace.reads[i], trace.writes[i]
+        return ([ids[k] for k in (*rd, *wr)], [True] * len(rd) + [False] * len(wr),
+                [k not in inv for k in (*rd, *wr)])
+
+    def size_of(key: int) -> int:
+        r, buf = divmod(key, nb)
+        return b.size(names[buf], 1.0 if r == 0 else b.fractions[r - 1])
+
+    delivered: set[int] = set()
+    if b.ranks.pp > 1:
+        for v in b.versions:
+            src = b.plan.stage[v.writer]
+            if src != s and any(b.plan.stage[c] == s for c in v.readers):
+                k = ids[v.buffer]
+                keyed = v.buffer not in inv
+                delivered.update(((r + 1) * nb + k if keyed else k) for r in range(len(b.fractions)))
+    gpus = b.gpus(s)
+    steps = b.seq[gpus[0]]
+    got = stage_occupancy(steps, template, size_of, nb, delivered, {ids[k] for k in persistent if k in ids},
+                          b.platform.capacity_bytes)
+    if got is None:
+        return None
+    occ, _total = got
+    peak = int(occ.max()) if len(occ) else 0
+    reports = []
+    for g in gpus:
+        tasks = [t for t, _, _ in b.seq[g]]
+        step_tasks, step_bytes = tuple(tasks), occ
+        if b.fuse and len(tasks):  # one counter value per fused task: the most its ops hold
+            starts = np.flatnonzero(np.r_[True, np.diff(np.asarray(tasks)) != 0])
+            step_tasks = tuple(tasks[j] for j in starts)
+            step_bytes = np.maximum.reduceat(occ, starts)
+        reports.append(MemoryReport(device=g, peak_bytes=peak, step_tasks=step_tasks, step_bytes=step_bytes))
     return reports
 
 

@@ -45,9 +45,20 @@ def prime_routes(platform: Platform, pairs: Iterable[tuple[int, int]]) -> None:
     if platform.topology not in ("switch", "nvlink-cluster"):
         return
     cache = platform._routes  # the platform's own memo of route(); same keys, same values
+    hubs: dict[int, str | None] = {}  # GPU -> its NVSwitch, looked up once per call
+    switch = platform.topology == "switch"
     for a, b in pairs:
-        key = (gpu_node(a), gpu_node(b))
-        if key not in cache:
-            route = star_route(platform, a, b)
-            if route is not None:
-                cache[key] = route
+        src, dst = gpu_node(a), gpu_node(b)
+        key = (src, dst)
+        if key in cache:
+            continue
+        if a == b:
+            cache[key] = ()
+            continue
+        if switch:
+            hub = "switch"
+        else:
+            ha = hubs[a] if a in hubs else hubs.setdefault(a, _nvswitch_of(platform, src))
+            hb = hubs[b] if b in hubs else hubs.setdefault(b, _nvswitch_of(platform, dst))
+            hub = ha if ha is not None and ha == hb else "net"
+        cache[key] = (link_name(src, hub), link_name(hub, dst))

@@ -1,0 +1,113 @@
+"""Representative hybrid builds fuse runs of ops into one task and plan a stage's memory
+vectorised: both must give exactly the op-by-op numbers (and the tests must catch it when not)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from triosim.graph import hybrid, stage_memory
+from triosim.network import Flow, maxmin_rates
+from triosim.platform import build_platform
+from triosim.scheduler import schedule
+from triosim.strategy import Strategy
+from triosim.synthetic import SyntheticModel, write_synthetic_trace
+from triosim.trace import load_trace
+
+REPO = Path(__file__).resolve().parents[2]
+GPT = REPO / "sample_trace" / "gpt-cpu-bs8"
+GPT16 = REPO / "sample_trace" / "gpt-h16-cpu-bs8"
+
+CONFIGS = [  # (trace, strategy kwargs, GPUs, platform kwargs)
+    ("gpt", dict(dp=2, tp=2, pp=2, micro_batch_size=2, schedule="1f1b"), 8,
+     dict(topology="nvlink-cluster", gpus_per_node=4)),
+    ("gpt", dict(dp=2, tp=2, pp=2, micro_batch_size=2, schedule="gpipe", zero=1), 8, dict(topology="switch")),
+    ("gpt", dict(dp=2, tp=1, pp=4, micro_batch_size=1, schedule="1f1b", zero=3, bucket_mb=0.01), 8,
+     dict(topology="nvlink-cluster", gpus_per_node=2)),
+    ("gpt16", dict(dp=1, tp=4, pp=2, micro_batch_size=1, schedule="1f1b", sequence_parallel=True), 8,
+     dict(topology="nvlink-cluster", gpus_per_node=4)),
+    ("syn", dict(dp=2, tp=2, pp=2, micro_batch_size=2, schedule="1f1b", tp_style="per-op"), 8,
+     dict(topology="ring")),
+]
+
+
+@pytest.fixture(scope="module")
+def traces(tmp_path_factory):
+    syn = write_synthetic_trace(tmp_path_factory.mktemp("syn") / "mlp", SyntheticModel(layers=5, batch_size=8, seed=3))
+    return {"gpt": load_trace(GPT), "gpt16": load_trace(GPT16), "syn": load_trace(syn, batch_size=8)}
+
+
+def _build(trace, n, kw, plat, fuse=True):
+    p = build_platform(num_gpus=n, **plat)
+    g = hybrid.build(trace, p, Strategy(exact=False, **kw), fuse_runs=fuse)
+    return g, schedule(g)
+
+
+def _peaks(g):
+    return {d: m["peak_bytes"] for d, m in g.meta["memory"].items()}
+
+
+@pytest.mark.parametrize("name,kw,n,plat", CONFIGS)
+def test_fused_runs_equal_op_by_op(traces, name, kw, n, plat):
+    trace = traces[name]
+    gf, sf = _build(trace, n, kw, plat)
+    go, so = _build(trace, n, kw, plat, fuse=False)
+    assert abs(sf.makespan - so.makespan) <= 1e-9 * so.makespan, (sf.makespan, so.makespan)
+    assert _peaks(gf) == _peaks(go)
+    fused = [t for t in range(len(gf)) if gf.kind[t] == "compute" and "ops" in (gf.attrs[t] or {})]
+    assert fused and len(gf) < len(go)
+    # Every op is still accounted for once per micro-batch (fused tasks list theirs).
+    count = lambda g: sorted((op, g.attrs[t].get("microbatch")) for t in range(len(g)) if g.kind[t] == "compute"  # noqa: E731
+                             for op in g.attrs[t].get("ops", (g.attrs[t]["op"],)))
+    assert count(gf) == count(go)
+    # A fused task lasts exactly its ops' time.
+    assert abs(sum(gf.duration[t] for t in range(len(gf)) if gf.kind[t] == "compute")
+               - sum(go.duration[t] for t in range(len(go)) if go.kind[t] == "compute")) <= 1e-12
+
+
+def test_fusing_across_a_cut_is_caught(traces, monkeypatch):
+    """Planted bug: no cuts (a run fused over a TP collective, a send or a bucket) changes times."""
+    monkeypatch.setattr(hybrid, "_segment_cuts", lambda *a, **k: (set(), set()))
+    differ = 0
+    for name, kw, n, plat in CONFIGS:
+        _, sf = _build(traces[name], n, kw, plat)
+        _, so = _build(traces[name], n, kw, plat, fuse=False)
+        differ += abs(sf.makespan - so.makespan) > 1e-9 * so.makespan
+    assert differ >= 3
+
+
+@pytest.mark.parametrize("name,kw,n,plat", CONFIGS)
+def test_vectorised_stage_memory_equals_step_by_step(traces, name, kw, n, plat, monkeypatch):
+    trace = traces[name]
+    fast, _ = _build(trace, n, kw, plat, fuse=False)
+    monkeypatch.setattr(hybrid, "_stage_memory_fits", lambda *a, **k: None)
+    slow, _ = _build(trace, n, kw, plat, fuse=False)
+    assert _peaks(fast) == _peaks(slow)
+    for d, m in slow.meta["memory"].items():
+        tasks, occ = m["occupancy"]
+        ftasks, focc = fast.meta["memory"][d]["occupancy"]
+        assert tuple(tasks) == tuple(ftasks) and np.array_equal(np.asarray(occ), np.asarray(focc))
+
+
+def test_vectorised_stage_memory_catches_a_planted_bug(traces, monkeypatch):
+    """Planted bug: buffers another stage sends count as resident from the start (as if external)."""
+    name, kw, n, plat = CONFIGS[0]
+    good = _peaks(_build(traces[name], n, kw, plat, fuse=False)[0])
+    real = stage_memory.stage_occupancy
+    monkeypatch.setattr(hybrid, "stage_occupancy", lambda *a: real(*a[:4], set(), *a[5:]))
+    bad = _peaks(_build(traces[name], n, kw, plat, fuse=False)[0])
+    assert bad != good
+
+
+def test_a_flow_alone_gets_the_rate_of_the_general_solver():
+    # Two flows on disjoint links: the general loop's rates; each alone: the fast path's.
+    a = Flow(1, 1e6, 5e9, [(0, 1 / 4e9), (1, 1 / 8e9)])
+    b = Flow(2, 1e6, 9e9, [(2, 1 / 6e9)])
+    maxmin_rates([a, b])
+    ra, rb = a.rate, b.rate
+    maxmin_rates([a])
+    maxmin_rates([b])
+    assert a.rate == pytest.approx(ra, rel=1e-12) and b.rate == pytest.approx(rb, rel=1e-12)
+    assert a.rate == pytest.approx(4e9, rel=1e-12) and b.rate == pytest.approx(6e9, rel=1e-12)
