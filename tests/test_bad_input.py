@@ -63,6 +63,7 @@ class Case:
 
 
 T = "{trace}"
+GPT = str(Path(__file__).resolve().parents[1] / "sample_trace" / "gpt-cpu-bs8")  # a trace with repeated layers
 CASES = [
     # --- trace files: tracebacks before
     Case("inf tensor size", ("run", "-trace-dir", T, "-q"), "tensor.csv:2: TensorNumElement: not a whole number: 'inf'",
@@ -93,7 +94,14 @@ CASES = [
     Case("dag --export DIR", ("dag", "-trace-dir", T, "--export", "{tmp}"), "--export {tmp}: is a directory"),
     Case("sweep --out DIR.csv", ("sweep", "-trace-dir", T, "--out", "{tmp}/d.csv", "-q"), "d.csv: is a directory",
          lambda d: (d.parent / "scratch" / "d.csv").mkdir(parents=True)),
-    Case("--json /proc/x.json", ("run", "-trace-dir", T, "--json", "/proc/x.json", "-q"), "/proc/x.json: cannot write"),
+    Case("--json /proc/x.json", ("run", "-trace-dir", T, "--json", "/proc/x.json", "-q"),
+         "--json /proc/x.json: cannot write"),
+    Case("--timeline /proc/x.json", ("run", "-trace-dir", T, "--timeline", "/proc/x.json", "-q"),
+         "--timeline /proc/x.json: cannot write"),
+    Case("dag --export /proc/x.dot", ("dag", "-trace-dir", T, "--export", "/proc/x.dot"),
+         "--export /proc/x.dot: cannot write"),
+    Case("trace repeat --out /proc/x", ("trace", "repeat", "--layers", "2", "--in", GPT, "--out", "/proc/x/r"),
+         "--out /proc/x/r: cannot create the output directory"),
     Case("--json in a missing directory", ("run", "-trace-dir", T, "--json", "{tmp}/no/x.json", "-q"),
          "output directory {tmp}/no does not exist"),
     # --- silent wrong results before
@@ -147,6 +155,17 @@ CASES = [
          lambda d: insert_bytes(d / "trace.csv", 4, b"\xff")),
     Case("field over 128 KiB", ("run", "-trace-dir", T, "-q"), "trace.csv:3: malformed CSV (field larger than field limit",
          lambda d: set_cell(d / "trace.csv", 1, "OperatorName", "x" * (129 * 1024))),
+    # --- found by bench/audit_cli.py (every option of every command, bad numbers and paths)
+    Case("trace collect --lr nan", ("trace", "collect", "--model", "resnet18", "--batch-size", "2", "--out", "{tmp}/c",
+                                    "--lr", "nan"), "argument --lr: expected a finite number > 0, got nan"),
+    Case("trace collect --lr inf", ("trace", "collect", "--model", "resnet18", "--batch-size", "2", "--out", "{tmp}/c",
+                                    "--lr", "inf"), "argument --lr: expected a finite number > 0, got inf"),
+    Case("trace collect --lr 0", ("trace", "collect", "--model", "resnet18", "--batch-size", "2", "--out", "{tmp}/c",
+                                  "--lr", "0"), "argument --lr: expected a finite number > 0, got 0"),
+    Case("--kernel-floor-us inf", ("run", "-trace-dir", T, "--kernel-floor-us", "inf", "-q"),
+         "--kernel-floor-us must be a finite number, got inf"),
+    Case("trace repeat, meta.json batch_size 1e400", ("trace", "repeat", "--layers", "2", "--in", T, "--out", "{tmp}/r"),
+         "meta.json: batch_size: must be a whole number, got inf", lambda d: write_meta(d, '{"batch_size": 1e400}')),
     Case("NUL byte", ("run", "-trace-dir", T, "-q"), "tensor.csv:5: contains a NUL byte",
          lambda d: insert_bytes(d / "tensor.csv", 5, b"\x00")),
     Case("trace convert, missing file", ("trace", "convert", "--graph", "{tmp}/g.json", "--profiler", "{tmp}/p.json",

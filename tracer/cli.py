@@ -9,6 +9,7 @@ torch is imported only when ``collect`` runs, so ``convert`` works without it.
 from __future__ import annotations
 
 import argparse
+import math
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -42,6 +43,25 @@ def _positive(text: str) -> int:
     return value
 
 
+def _positive_number(text: str) -> float:
+    """A finite number > 0 (``--lr``): NaN, infinity, zero and negatives are refused."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a positive number, got '{text}'") from None
+    if not (math.isfinite(value) and value > 0):
+        raise argparse.ArgumentTypeError(f"expected a finite number > 0, got {text}")
+    return value
+
+
+def _path(text: str) -> Path:
+    """A file or directory name; an empty one (``--out ""``) is refused rather than read as the
+    current directory."""
+    if not text.strip():
+        raise argparse.ArgumentTypeError("the name is empty; give a file or directory")
+    return Path(text)
+
+
 def _add_common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--targets", type=_targets, default=DEFAULT_TARGETS, metavar="OP,OP",
                    help="ops split under tensor parallelism (tpflag=1), with their backward "
@@ -62,7 +82,7 @@ def _add_collect(sub: Any) -> None:
     p.add_argument("--batch-sizes", type=_batch_sizes, default=None, metavar="B,B,...",
                    help="trace several batch sizes for the op-time fit: the largest goes to --out, "
                         "the others to --out/batch-<B>/ (instead of --batch-size)")
-    p.add_argument("--out", type=Path, required=True, help="output directory")
+    p.add_argument("--out", type=_path, required=True, help="output directory")
     p.add_argument("--device", default="auto",
                    help="auto (cuda when available, else cpu), cpu, cuda or cuda:N")
     p.add_argument("--optimizer", choices=("adam", "sgd"), default="adam")
@@ -72,13 +92,13 @@ def _add_collect(sub: Any) -> None:
     p.add_argument("--num-classes", type=_positive, default=1000)
     p.add_argument("--seq-len", type=_positive, default=None,
                    help="tokens per sample for gpt models (default: the preset's)")
-    p.add_argument("--data", type=Path, default=None, metavar="DIR",
+    p.add_argument("--data", type=_path, default=None, metavar="DIR",
                    help="ImageFolder directory to take the batch from (default: synthetic)")
-    p.add_argument("--lr", type=float, default=None, help="learning rate")
+    p.add_argument("--lr", type=_positive_number, default=None, help="learning rate (a finite number > 0)")
     p.add_argument("--no-foreach", dest="foreach", action="store_false",
                    help="per-tensor optimizer ops instead of multi-tensor (_foreach_) ones")
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--raw-dir", type=Path, default=None,
+    p.add_argument("--raw-dir", type=_path, default=None,
                    help="where to keep the JSON pair (default: OUT/raw)")
     p.add_argument("--no-raw", dest="keep_raw", action="store_false",
                    help="do not keep the JSON pair")
@@ -91,9 +111,9 @@ def _add_convert(sub: Any) -> None:
         "convert", help="convert an execution-trace + profiler JSON pair to CSV",
         description="Pair an execution trace (ExecutionTraceObserver JSON) with the profiler "
                     "trace of the same step and write trace.csv + tensor.csv.  Needs no torch.")
-    p.add_argument("--graph", type=Path, required=True, help="execution-trace JSON")
-    p.add_argument("--profiler", type=Path, required=True, help="torch.profiler Chrome trace")
-    p.add_argument("--out", type=Path, required=True, help="output directory")
+    p.add_argument("--graph", type=_path, required=True, help="execution-trace JSON")
+    p.add_argument("--profiler", type=_path, required=True, help="torch.profiler Chrome trace")
+    p.add_argument("--out", type=_path, required=True, help="output directory")
     p.add_argument("--gpuid", type=int, default=0, help="value of the gpuid columns")
     p.add_argument("--batch-size", type=_positive, default=None,
                    help="batch the step was recorded at, written to meta.json (without it, triosim run "
@@ -110,8 +130,8 @@ def _add_repeat(sub: Any) -> None:
                     "backward and optimizer work, tensors renumbered, data flow intact, each op "
                     "at its mean time over the traced layers.")
     p.add_argument("--layers", type=_positive, required=True, help="layers of the written trace")
-    p.add_argument("--in", dest="src", type=Path, required=True, metavar="DIR", help="trace directory to read")
-    p.add_argument("--out", type=Path, required=True, metavar="DIR", help="trace directory to write")
+    p.add_argument("--in", dest="src", type=_path, required=True, metavar="DIR", help="trace directory to read")
+    p.add_argument("--out", type=_path, required=True, metavar="DIR", help="trace directory to write")
     p.add_argument("--batch-size", type=_positive, default=None,
                    help="batch the trace was recorded at (default: from meta.json, else 128)")
     p.add_argument("--quiet", "-q", action="store_true", help="print nothing on success")

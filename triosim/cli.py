@@ -198,9 +198,9 @@ def cmd_run(args: argparse.Namespace) -> int:
         if args.json == "-":
             sys.stdout.write(text)
         else:
-            atomic_write_text(args.json, text, protect=protect)
+            atomic_write_text(args.json, text, protect=protect, flag="--json")
     if args.timeline:
-        atomic_write_text(args.timeline, timeline_json(graph, sched), protect=protect)
+        atomic_write_text(args.timeline, timeline_json(graph, sched), protect=protect, flag="--timeline")
     if args.quiet:
         if args.json != "-":
             print(f"{result.makespan_ms:.4f}")
@@ -235,7 +235,7 @@ def cmd_dag(args: argparse.Namespace) -> int:
     picture = dag_picture(graph, trace, args.collapse, gpus=show_gpus(args.show_gpus, platform.num_gpus),
                           max_nodes=args.max_nodes, rankdir="LR" if args.layout == "lr" else "TB")
     protect = (Path(trace.path) / "trace.csv", Path(trace.path) / "tensor.csv")
-    atomic_write_text(args.export, picture.dot.source, protect=protect)
+    atomic_write_text(args.export, picture.dot.source, protect=protect, flag="--export")
     if picture.note:
         print(f"note: {picture.note}")
     print(f"wrote {args.export}: {len(graph):,} tasks, {graph.num_edges:,} edges"

@@ -29,6 +29,7 @@ import re
 from dataclasses import dataclass, replace
 from pathlib import Path
 
+from .checks import non_negative
 from .errors import ConfigError, TraceError
 from .trace import Trace
 
@@ -182,8 +183,7 @@ def attach_op_time_model(trace: Trace, model: str = "auto", floor_us: float = DE
     """``trace`` with its op-time model (see the module docstring), read from its directory."""
     if model not in MODELS:
         raise ConfigError(f"--op-time-model must be one of {', '.join(MODELS)}, got {model!r}")
-    if not floor_us >= 0:
-        raise ConfigError(f"--kernel-floor-us must be >= 0, got {floor_us}")
+    non_negative(floor_us, "--kernel-floor-us")  # finite: an infinite floor would make every op infinite
     if model == "linear":
         return replace(trace, op_time=linear_model(trace))
     others_at = [(b, d) for b, d in other_batch_dirs(trace.path) if b != trace.batch_size]

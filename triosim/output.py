@@ -74,20 +74,23 @@ def atomic_write(
     write: Callable[[IO[Any]], None],
     binary: bool = False,
     protect: Iterable[str | os.PathLike] = (),
+    flag: str = "",
 ) -> None:
     """Call ``write(file)`` on a temporary file beside ``path``, then rename it over ``path``.
 
     ``protect`` lists input files the output must never replace (the trace itself). The
-    temporary file is opened with ``"x"`` so it gets the usual permissions (umask).
+    temporary file is opened with ``"x"`` so it gets the usual permissions (umask). ``flag``
+    (e.g. ``--json``) names the option that gave the path in every error message.
     """
     target = Path(path)
+    who = f"{flag} {target}" if flag else str(target)
     for p in protect:
         try:
             if target.exists() and target.resolve() == Path(p).resolve():
-                raise ConfigError(f"{target}: refusing to overwrite an input file with an output")
+                raise ConfigError(f"{who}: refusing to overwrite an input file with an output")
         except OSError:
             pass
-    check_output_path(target)
+    check_output_path(target, flag)
     parent = target.parent if str(target.parent) else Path(".")
     remove_stale_temps(target)
     tmp = parent / f".{target.name}.{os.getpid()}.{secrets.token_hex(4)}.tmp"
@@ -102,15 +105,16 @@ def atomic_write(
     except OSError as exc:
         tmp.unlink(missing_ok=True)
         # /proc, a full disk, a directory created meanwhile: one line, not a traceback.
-        raise ConfigError(f"{target}: cannot write ({exc.strerror or exc})") from None
+        raise ConfigError(f"{who}: cannot write ({exc.strerror or exc})") from None
     except BaseException:
         tmp.unlink(missing_ok=True)
         raise
 
 
-def atomic_write_text(path: str | os.PathLike, text: str, protect: Iterable[str | os.PathLike] = ()) -> None:
+def atomic_write_text(path: str | os.PathLike, text: str, protect: Iterable[str | os.PathLike] = (),
+                      flag: str = "") -> None:
     """Write ``text`` to ``path`` atomically (see :func:`atomic_write`)."""
-    atomic_write(path, lambda fh: fh.write(text), protect=protect)
+    atomic_write(path, lambda fh: fh.write(text), protect=protect, flag=flag)
 
 
 def _raise_interrupt(signum: int, frame: object) -> None:

@@ -10,10 +10,14 @@ set, and the forward op each backward op belongs to.
 from __future__ import annotations
 
 import csv
+import gc
 import io
 import os
-from collections.abc import Iterable
+from collections import Counter
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
+from itertools import chain
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -69,7 +73,15 @@ _CATEGORY_RANK = {
 }
 
 
-@dataclass(frozen=True)
+# Tensor and Op are frozen dataclasses with a hand-written ``__init__``: the generated one of a
+# frozen class sets each field through ``object.__setattr__``, which made building the objects of
+# a 200k-op trace (half a million tensors) a large part of its load time. Writing the instance
+# dictionary directly is about twice as fast; the fields stay read-only afterwards, and
+# ``dataclasses.replace``, equality and hashing work as before. Keep ``__init__`` in step with the
+# fields.
+
+
+@dataclass(frozen=True, init=False)
 class Tensor:
     """One tensor of the trace (all tensor.csv rows of one ID merged)."""
 
@@ -81,8 +93,14 @@ class Tensor:
     storage: str
     shape: tuple[int, ...] | None
 
+    def __init__(self, id: str, bytes: int, numel: int, each_byte: int, category: str, storage: str,
+                 shape: tuple[int, ...] | None) -> None:
+        d = self.__dict__
+        d["id"], d["bytes"], d["numel"], d["each_byte"] = id, bytes, numel, each_byte
+        d["category"], d["storage"], d["shape"] = category, storage, shape
 
-@dataclass(frozen=True)
+
+@dataclass(frozen=True, init=False)
 class Op:
     """One operator row of trace.csv."""
 
@@ -96,6 +114,12 @@ class Op:
     stage: str
     tpflag: bool
     line: int
+
+    def __init__(self, index: int, op_id: int, name: str, inputs: tuple[str, ...], outputs: tuple[str, ...],
+                 duration_s: float, span_s: float, stage: str, tpflag: bool, line: int) -> None:
+        d = self.__dict__  # see Tensor
+        d["index"], d["op_id"], d["name"], d["inputs"], d["outputs"] = index, op_id, name, inputs, outputs
+        d["duration_s"], d["span_s"], d["stage"], d["tpflag"], d["line"] = duration_s, span_s, stage, tpflag, line
 
 
 @dataclass
@@ -417,22 +441,45 @@ def load_trace(path: str | os.PathLike, batch_size: int | None = None, time_colu
     for name in ("trace.csv", "tensor.csv"):
         if not (root / name).is_file():
             raise TraceError(str(root / name), "file not found")
-    loaded = None if not fast else fast_load(root, TENSOR_COLUMNS, TRACE_COLUMNS, FIELD_LIMIT, time_column)
-    if loaded is not None:
-        tensors, ops = loaded
-    else:  # the row-by-row checker: slower, and names the line of any problem
-        tensors = _load_tensors(root / "tensor.csv")
-        ops = _load_ops(root / "trace.csv", tensors, time_column)
-    trace = Trace(path=str(root), batch_size=batch_size, ops=ops, tensors=tensors, batch_source=source,
-                  info=read_trace_info(root))
-    return derive(trace)
+    with collector_paused():
+        loaded = None if not fast else fast_load(root, TENSOR_COLUMNS, TRACE_COLUMNS, FIELD_LIMIT, time_column)
+        if loaded is not None:
+            tensors, ops = loaded
+        else:  # the row-by-row checker: slower, and names the line of any problem
+            tensors = _load_tensors(root / "tensor.csv")
+            ops = _load_ops(root / "trace.csv", tensors, time_column)
+        trace = Trace(path=str(root), batch_size=batch_size, ops=ops, tensors=tensors, batch_source=source,
+                      info=read_trace_info(root))
+        return derive(trace)
+
+
+@contextmanager
+def collector_paused() -> Iterator[None]:
+    """Python's cyclic garbage collector off for the block (as it was before, after it).
+
+    Loading a large trace makes millions of objects (cells, tuples, Tensor and Op objects) that
+    all stay alive; the collector, triggered every few hundred allocations, walked them again
+    and again, which took about a third of the load time. Nothing made here is cyclic garbage.
+    """
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
 
 
 # ----------------------------------------------------------------------------- derived facts
 
 
-def _dedup(items: Iterable[str]) -> tuple[str, ...]:
-    return tuple(dict.fromkeys(items))
+def _buffers(lists: list[tuple[str, ...]], alias: dict[str, str]) -> list[tuple[str, ...]]:
+    """Each op's tensor IDs as buffer IDs (aliases resolved), without repeats, in order."""
+    if alias:
+        get, aliased = alias.get, alias.keys()
+        lists = [x if aliased.isdisjoint(x) else tuple(map(get, x, x)) for x in lists]
+    # Most lists have no repeat: keep those tuples as they are.
+    return [x if len(x) < 2 or len(set(x)) == len(x) else tuple(dict.fromkeys(x)) for x in lists]
 
 
 def _resolve_aliases(ops: list[Op], tensors: dict[str, Tensor]) -> dict[str, str]:
@@ -443,57 +490,71 @@ def _resolve_aliases(ops: list[Op], tensors: dict[str, Tensor]) -> dict[str, str
     allocator, so only the latest earlier writer (or a parameter) counts, and it must be at
     least as large.
     """
-    written = {tid for op in ops for tid in op.outputs}
+    written = set(chain.from_iterable(op.outputs for op in ops))
+    unwritten = set(chain.from_iterable(op.inputs for op in ops)) - written
+    # Only the storages of unwritten tensors are looked up, and only one shared with another
+    # tensor can give an alias: the walk below skips every op that neither reads an unwritten
+    # tensor of such a storage nor writes into one.
+    tensor_count = Counter(t.storage for t in tensors.values())
+    wanted = {st for st in (tensors[t].storage for t in unwritten) if st and tensor_count[st] > 1}
+    if not wanted:
+        return {}
+    unwritten = {t for t in unwritten if tensors[t].storage in wanted}
+    writers = {t for t in written if tensors[t].storage in wanted}
+    watch = unwritten | writers
     last_writer_by_storage: dict[str, str] = {}
     alias: dict[str, str] = {}
     seen: set[str] = set()
     for op in ops:
+        if watch.isdisjoint(op.inputs) and watch.isdisjoint(op.outputs):
+            continue
         for tid in op.inputs:
             # Decide at the first read only: a parameter read again after some op wrote a
             # view of its storage (a transposed weight) is still the parameter.
-            if tid in seen or tid in written:
+            if tid in seen or tid not in unwritten:
                 continue
             seen.add(tid)
             t = tensors[tid]
             base = last_writer_by_storage.get(t.storage) if t.storage else None
             if base is not None and tensors[base].bytes >= t.bytes:
                 alias[tid] = base
-            elif t.storage and tensors[tid].category in PARAMETER_CATEGORIES:
+            elif t.storage and t.category in PARAMETER_CATEGORIES:
                 # Parameters live for the whole run, so their storage is never reused:
                 # a later unwritten tensor of that storage is a view of the parameter.
                 last_writer_by_storage.setdefault(t.storage, tid)
         for tid in op.outputs:
-            st = tensors[tid].storage
-            if st:
-                last_writer_by_storage[st] = tid
+            if tid in writers:
+                last_writer_by_storage[tensors[tid].storage] = tid
     return alias
 
 
 def derive(trace: Trace) -> Trace:
     """Compute the data-flow facts of a trace (idempotent)."""
     ops, tensors = trace.ops, trace.tensors
+    n = len(ops)
     alias = _resolve_aliases(ops, tensors)
-
-    def b(tid: str) -> str:
-        return alias.get(tid, tid)
-
-    reads = [_dedup(b(t) for t in op.inputs) for op in ops]
-    writes = [_dedup(b(t) for t in op.outputs) for op in ops]
-    first_read: dict[str, int] = {}
-    first_write: dict[str, int] = {}
+    reads = _buffers([op.inputs for op in ops], alias)
+    writes = _buffers([op.outputs for op in ops], alias)
+    # Consumers in op order; a buffer's first reader is its first consumer, and the dictionary
+    # is in order of first read.
     consumers: dict[str, list[int]] = {}
-    for i in range(len(ops)):
-        for t in reads[i]:
-            first_read.setdefault(t, i)
-            consumers.setdefault(t, []).append(i)
-        for t in writes[i]:
-            first_write.setdefault(t, i)
-    # External: read before (or by the same op as) its first write, or never written.
-    external = sorted(
-        (t for t, r in first_read.items() if first_write.get(t, len(ops)) >= r),
-        key=lambda t: (first_read[t], t),
-    )
-    producer = {t: i for t, i in first_write.items() if first_read.get(t, len(ops)) > i}
+    for i, r in enumerate(reads):
+        for t in r:
+            c = consumers.get(t)
+            if c is None:
+                consumers[t] = [i]
+            else:
+                c.append(i)
+    first_write: dict[str, int] = {}
+    for i, w in enumerate(writes):
+        for t in w:
+            if t not in first_write:
+                first_write[t] = i
+    # External: read before (or by the same op as) its first write, or never written; ordered
+    # by first read, then ID (the pairs are nearly sorted already).
+    fw = first_write.get
+    external = [t for _, t in sorted((c[0], t) for t, c in consumers.items() if fw(t, n) >= c[0])]
+    producer = {t: i for t, i in first_write.items() if t not in consumers or consumers[t][0] > i}
     params = tuple(
         t for t in external if tensors[t].category in PARAMETER_CATEGORIES and tensors[t].bytes > 0
     )
@@ -508,14 +569,14 @@ def derive(trace: Trace) -> Trace:
     invariant.update(tid for tid, base in alias.items() if base in invariant)
 
     partner = _forward_partners(ops, reads, writes, set(params))
-    grad_ready = _grad_ready_ops(ops, reads, params, partner, first_read)
+    grad_ready = _grad_ready_ops(ops, reads, params, partner, {p: consumers[p][0] for p in params})
     return replace(
         trace,
         alias=alias,
         reads=reads,
         writes=writes,
         producer=producer,
-        consumers={t: tuple(c) for t, c in consumers.items()},
+        consumers=dict(zip(consumers.keys(), map(tuple, consumers.values()))),
         external=tuple(external),
         parameters=params,
         batch_invariant=frozenset(invariant),

@@ -13,6 +13,7 @@ from __future__ import annotations
 import io
 import re
 import warnings
+from itertools import chain
 from pathlib import Path
 
 import numpy as np
@@ -51,11 +52,21 @@ def _line_shapes_ok(data: bytes, rows: int, field_limit: int) -> bool:
     stops = np.concatenate((ends, [len(data)]))
     if int((stops - starts).max()) > field_limit:
         return False
-    # Commas inside quotes separate nothing; count the others line by line.
-    bare = np.frombuffer(re.sub(rb'"[^"\n]*"', b"", data), dtype=np.uint8)
-    bare_ends = np.flatnonzero(bare == 10)
-    commas = np.bincount(np.searchsorted(bare_ends, np.flatnonzero(bare == 44)), minlength=len(bare_ends) + 1)
-    return bool((commas[1:rows + 1] == commas[0]).all())
+    # Separators per line from the count of commas before each line end (searching the few
+    # line ends among the many commas, not the other way round).
+    commas = np.flatnonzero(buf == 44)
+    bounds = np.concatenate(([0], np.searchsorted(commas, ends), [len(commas)]))
+    per_line = np.diff(bounds)
+    quotes = np.flatnonzero(buf == 34)
+    if len(quotes):
+        # Commas inside quotes separate nothing. Quotes pair up within each line (else: the
+        # checker decides); the commas between the two quotes of a pair are quoted.
+        if len(quotes) % 2 or (np.searchsorted(ends, quotes[0::2]) != np.searchsorted(ends, quotes[1::2])).any():
+            return False
+        inside = np.searchsorted(commas, quotes[1::2]) - np.searchsorted(commas, quotes[0::2])
+        per_line = per_line - np.bincount(np.searchsorted(ends, quotes[0::2]), weights=inside,
+                                          minlength=len(per_line)).astype(np.int64)
+    return bool((per_line[1:rows + 1] == per_line[0]).all())
 
 
 def _frame(path: Path, columns: tuple[str, ...], field_limit: int) -> dict[str, list[str]]:
@@ -97,73 +108,101 @@ def _ints(values: list[str], minimum: int = 0) -> list[int]:
 
 def _times(values: list[str]) -> list[float]:
     try:
-        # float() per cell, as the checker does: same text, same double.
-        out = np.array(values, dtype=object).astype(float)
-    except (ValueError, TypeError):
+        out = list(map(float, values))  # float() per cell, as the checker does: same text, same double
+    except ValueError:
         raise _Unusual from None
-    if len(out) and not (np.isfinite(out).all() and out.min() >= 0.0 and out.max() < MAX_TIME_US):
+    arr = np.array(out)
+    if len(arr) and not (np.isfinite(arr).all() and arr.min() >= 0.0 and arr.max() < MAX_TIME_US):
         raise _Unusual
-    return out.tolist()
+    return out
+
+
+def _first_rows(ids: list[str]) -> tuple[list[str], np.ndarray, np.ndarray]:
+    """(the distinct IDs in order of first appearance, the row of each one's first appearance,
+    each row's position in that list)."""
+    n = len(ids)
+    # dict() keeps a key's first insertion order and its last value: over the reversed rows,
+    # the last value is the first row.
+    first = dict(zip(reversed(ids), range(n - 1, -1, -1)))
+    unique = list(dict.fromkeys(ids))
+    first_row = np.fromiter(map(first.__getitem__, unique), dtype=np.int64, count=len(unique))
+    if len(unique) == n:
+        return unique, first_row, np.arange(n)
+    pos = dict(zip(unique, range(len(unique))))
+    return unique, first_row, np.fromiter(map(pos.__getitem__, ids), dtype=np.int64, count=n)
 
 
 def fast_tensors(path: Path, columns: tuple[str, ...], field_limit: int):
+    """tensor.csv as {ID: Tensor}, computed column by column (see the checker,
+    ``triosim.trace._load_tensors``, for the rules)."""
     from .trace import _CATEGORY_RANK, Tensor, _parse_shape, normalize_category
 
     df = _frame(path, columns, field_limit)
-    ids = [t.strip("'\"") for t in df["TensorID"]]
-    numels = _ints(df["TensorNumElement"])
-    eaches = _ints(df["TensorEachByte"])
-    categories: dict[str, str] = {}
-    shapes: dict[str, tuple[int, ...] | None] = {}
-    tensors: dict = {}
-    total = 0
-    for tid, n, e, raw_cat, storage, shape in zip(ids, numels, eaches, df["TensorType"], df["TensorStorgeid"],
-                                                  df["TensorShape"]):
-        if not tid:
+    ids = df["TensorID"]
+    if "'" in "".join(ids) or '"' in "".join(ids):
+        ids = [t.strip("'\"") for t in ids]
+    if "" in set(ids):
+        raise _Unusual
+    numel = np.array(_ints(df["TensorNumElement"]), dtype=np.int64)
+    each = np.array(_ints(df["TensorEachByte"]), dtype=np.int64)
+    # Sizes near the limits (where int64 products could overflow) are left to the checker.
+    if len(numel) and float(numel.astype(float).dot(each.astype(float))) >= MAX_BYTES / 2:
+        raise _Unusual
+    nbytes = numel * each
+    raw_cats = df["TensorType"]
+    norm = {raw: normalize_category(raw) for raw in set(raw_cats)}
+    unique, first, code = _first_rows(ids)
+    if len(unique) < len(ids):
+        # Rows of one ID must agree on size; the category is the first of the highest rank.
+        if (numel != numel[first][code]).any() or (each != each[first][code]).any():
             raise _Unusual
-        nbytes = n * e
-        if nbytes >= MAX_BYTES:
-            raise _Unusual
-        category = categories.get(raw_cat)
-        if category is None:
-            category = categories[raw_cat] = normalize_category(raw_cat)
-        prev = tensors.get(tid)
-        if prev is not None:
-            if prev.numel != n or prev.each_byte != e:
-                raise _Unusual
-            if _CATEGORY_RANK.get(category, 2) > _CATEGORY_RANK.get(prev.category, 2):
-                tensors[tid] = Tensor(prev.id, prev.bytes, prev.numel, prev.each_byte, category, prev.storage,
-                                      prev.shape)
-            continue
-        total += nbytes
-        if total >= MAX_BYTES:
-            raise _Unusual
-        if shape not in shapes:
-            shapes[shape] = _parse_shape(shape)
-        tensors[tid] = Tensor(id=tid, bytes=nbytes, numel=n, each_byte=e, category=category,
-                              storage=storage if storage not in ("", "0") else "", shape=shapes[shape])
-    return tensors
+        rank_of = {raw: _CATEGORY_RANK.get(c, 2) for raw, c in norm.items()}
+        rank = np.fromiter(map(rank_of.__getitem__, raw_cats), dtype=np.int64, count=len(raw_cats))
+        order = np.lexsort((np.arange(len(code)), -rank, code))
+        starts = np.flatnonzero(np.diff(code[order], prepend=-1))
+        cat_rows = order[starts].tolist()
+    else:
+        cat_rows = first.tolist()
+    if int(nbytes[first].sum()) >= MAX_BYTES:
+        raise _Unusual
+    rows = first.tolist()
+    storages = df["TensorStorgeid"]
+    shape_text = df["TensorShape"]
+    shapes = {text: _parse_shape(text) for text in set(map(shape_text.__getitem__, rows))}
+    categories = [norm[raw_cats[r]] for r in cat_rows]
+    storage = [storages[r] for r in rows]
+    storage = [s if s not in ("", "0") else "" for s in storage]
+    first_bytes = nbytes[first].tolist()
+    objs = map(Tensor, unique, first_bytes, numel[first].tolist(), each[first].tolist(), categories, storage,
+               [shapes[shape_text[r]] for r in rows])
+    return dict(zip(unique, objs))
+
+
+_PLAIN_ID_LIST = re.compile(r"\[[^\[\]'\"]*\]")
 
 
 def _id_lists(values: list[str], tensors: dict) -> list[tuple[str, ...]]:
+    """Each cell's tensor IDs; every ID must be one of ``tensors``."""
     from .trace import parse_id_list
 
-    out = []
-    for text in values:
-        if text[:1] != "[" or text[-1:] != "]" or "'" in text or '"' in text:
-            try:
-                items = parse_id_list(text)  # quoted IDs and odd spacing: the general parser
-            except ValueError:
-                raise _Unusual from None
-        else:
-            body = text[1:-1].replace(" ", "")
-            items = tuple(body.split(";")) if body else ()
-            if "" in items:
-                raise _Unusual
-        for t in items:
-            if t not in tensors:
-                raise _Unusual
-        out.append(items)
+    joined = "\n".join(values)
+    if "'" in joined or '"' in joined:
+        try:
+            out = [parse_id_list(text) for text in values]  # quoted IDs: the general parser
+        except ValueError:
+            raise _Unusual from None
+    else:
+        # The common form, [4; 6; 8]: one pass over the whole column instead of one per cell.
+        if not all(map(_PLAIN_ID_LIST.fullmatch, values)):
+            raise _Unusual
+        bare = joined.replace(" ", "")
+        if ";;" in bare or "[;" in bare or ";]" in bare:
+            raise _Unusual  # an empty element
+        bodies = bare.replace("[", "").replace("]", "").split("\n")
+        out = [tuple(body.split(";")) if body else () for body in bodies]
+    used = set(chain.from_iterable(out))
+    if not used.issubset(tensors.keys()):
+        raise _Unusual
     return out
 
 
@@ -173,9 +212,9 @@ def fast_ops(path: Path, columns: tuple[str, ...], field_limit: int, tensors: di
     df = _frame(path, columns, field_limit)
     size_list = re.compile(_SIZE_LIST)
     for col in ("InputSize", "OutputSize"):
-        if not all(size_list.fullmatch(v) for v in df[col]):
+        if not all(map(size_list.fullmatch, df[col])):
             raise _Unusual
-    stages = [v.lower() for v in df["stage"]]
+    stages = list(map(str.lower, df["stage"]))
     if not set(stages) <= set(STAGES) or not set(df["tpflag"]) <= {"0", "1", ""}:
         raise _Unusual
     inputs = _id_lists(df["Operator_input"], tensors)
@@ -184,11 +223,13 @@ def fast_ops(path: Path, columns: tuple[str, ...], field_limit: int, tensors: di
     busy = _times(df["Operator_cudatimenooverlap"])
     op_ids = _ints(df["OperatorID"])
     use = busy if time_column == "nooverlap" else span
-    return [
-        Op(index=i, op_id=op_ids[i], name=name, inputs=inputs[i], outputs=outputs[i], duration_s=use[i] / 1e6,
-           span_s=span[i] / 1e6, stage=stage, tpflag=tp == "1", line=i + 2)
-        for i, (name, stage, tp) in enumerate(zip(df["OperatorName"], stages, df["tpflag"]))
-    ]
+    n = len(op_ids)
+    # numpy's float64 division is IEEE division, as Python's: the same seconds as x / 1e6.
+    duration = (np.array(use) / 1e6).tolist()
+    span_s = (np.array(span) / 1e6).tolist()
+    tp = [flag == "1" for flag in df["tpflag"]]
+    return list(map(Op, range(n), op_ids, df["OperatorName"], inputs, outputs, duration, span_s, stages, tp,
+                    range(2, n + 2)))
 
 
 def fast_load(root: Path, tensor_columns: tuple[str, ...], trace_columns: tuple[str, ...], field_limit: int,

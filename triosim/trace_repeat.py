@@ -38,7 +38,7 @@ from pathlib import Path
 
 from .errors import ConfigError, TraceError
 from .output import atomic_write_text
-from .trace import Trace, load_trace, parse_id_list
+from .trace import Trace, load_trace, parse_id_list, trace_batch_size
 
 _LINEAR_NAMES = frozenset({"linear", "addmm", "mm"})
 Key = tuple  # a tensor's position inside a layer (same in every layer)
@@ -112,12 +112,20 @@ def _csv_text(header: list[str], rows: list[list[str]]) -> str:
     return buf.getvalue()
 
 
-def write_raw(path: str | os.PathLike, raw: RawTrace, protect: Sequence[str | os.PathLike] = ()) -> None:
+def write_raw(path: str | os.PathLike, raw: RawTrace, protect: Sequence[str | os.PathLike] = (),
+              flag: str = "") -> None:
+    """Write the three files into ``path`` (created if needed); ``flag`` (``--out``) names the
+    option that gave the path in error messages."""
     root = Path(path)
-    root.mkdir(parents=True, exist_ok=True)
-    atomic_write_text(root / "tensor.csv", _csv_text(raw.tensor_header, raw.tensor_rows), protect=protect)
-    atomic_write_text(root / "trace.csv", _csv_text(raw.op_header, raw.op_rows), protect=protect)
-    atomic_write_text(root / "meta.json", json.dumps(raw.meta, indent=2, sort_keys=True) + "\n", protect=protect)
+    try:
+        root.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise ConfigError(f"{flag + ' ' if flag else ''}{root}: cannot create the output directory "
+                          f"({exc.strerror or exc})") from None
+    atomic_write_text(root / "tensor.csv", _csv_text(raw.tensor_header, raw.tensor_rows), protect=protect, flag=flag)
+    atomic_write_text(root / "trace.csv", _csv_text(raw.op_header, raw.op_rows), protect=protect, flag=flag)
+    atomic_write_text(root / "meta.json", json.dumps(raw.meta, indent=2, sort_keys=True) + "\n", protect=protect,
+                      flag=flag)
 
 
 # ----------------------------------------------------------------------------- finding layers
@@ -547,10 +555,8 @@ class RepeatSummary:
 def _batch(path: Path, meta: dict, batch_size: int | None) -> int:
     if batch_size is not None:
         return batch_size
-    try:
-        return int(meta.get("batch_size", 128))
-    except (TypeError, ValueError):
-        raise TraceError(str(path / "meta.json"), "batch_size is not a number") from None
+    # The same checks as `triosim run`: a whole number >= 1 (not NaN, infinity, text or null).
+    return trace_batch_size(path)[0]
 
 
 def repeat_trace_dir(src: str | os.PathLike, dst: str | os.PathLike, layers: int,
@@ -564,7 +570,7 @@ def repeat_trace_dir(src: str | os.PathLike, dst: str | os.PathLike, layers: int
     raw = read_raw(src_p)
     trace = load_trace(src_p, batch_size=_batch(src_p, raw.meta, batch_size))
     out, layout = repeat_raw(raw, trace, layers)
-    write_raw(dst_p, out, protect=[src_p / "trace.csv", src_p / "tensor.csv", src_p / "meta.json"])
+    write_raw(dst_p, out, protect=[src_p / "trace.csv", src_p / "tensor.csv", src_p / "meta.json"], flag="--out")
     new = load_trace(dst_p, batch_size=trace.batch_size)
     return RepeatSummary(layout.count, layers, len(trace.ops), len(new.ops), len(layout.ops(0)),
                          trace.parameter_bytes, new.parameter_bytes)

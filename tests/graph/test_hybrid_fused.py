@@ -111,3 +111,33 @@ def test_a_flow_alone_gets_the_rate_of_the_general_solver():
     maxmin_rates([b])
     assert a.rate == pytest.approx(ra, rel=1e-12) and b.rate == pytest.approx(rb, rel=1e-12)
     assert a.rate == pytest.approx(4e9, rel=1e-12) and b.rate == pytest.approx(6e9, rel=1e-12)
+
+
+# ----------------------------------------------------------------------------- canonical groups
+
+SHIFT_GROUPS = [(3, 4), (4, 5, 6, 7), (5, 9, 13, 17), (2, 6, 10, 14, 18, 22, 26, 30), (8, 9, 12, 13), (29, 30, 31, 0)]
+
+
+@pytest.mark.parametrize("topology", ["nvlink-cluster", "switch"])
+@pytest.mark.parametrize("op", ["all_reduce", "all_gather", "reduce_scatter"])
+def test_a_group_costs_the_same_as_its_canonical_shift(topology, op):
+    from triosim.graph.group_comm import GroupComm, closed_form_seconds
+    from triosim.graph.tasks import TaskGraph
+
+    p = build_platform(num_gpus=32, topology=topology, gpus_per_node=4, node_bandwidth_gbps=50)
+    comm = GroupComm(TaskGraph(), p, "macro", exact=False)
+    for group in SHIFT_GROUPS:
+        base = comm.canonical(group)
+        assert min(base) < 4 and len(base) == len(group)
+        for nbytes in (4096, 3 << 20, 1 << 28):
+            assert closed_form_seconds(p, base, op, nbytes) == closed_form_seconds(p, group, op, nbytes)
+
+
+def test_shifting_by_part_of_a_node_is_caught():
+    """Planted bug: shifting by GPUs rather than whole nodes moves a cross-node pair into one node."""
+    from triosim.graph.group_comm import closed_form_seconds
+
+    p = build_platform(num_gpus=32, topology="nvlink-cluster", gpus_per_node=4, node_bandwidth_gbps=50)
+    group = (3, 4)
+    wrong = tuple(g - min(group) for g in group)  # (0, 1): one node
+    assert closed_form_seconds(p, wrong, "all_reduce", 1 << 20) != closed_form_seconds(p, group, "all_reduce", 1 << 20)

@@ -74,6 +74,7 @@ class GroupComm:
         self.exact = exact
         self._links: dict[tuple[int, ...], tuple[str, ...]] = {}
         self._cost: dict[tuple[str, tuple[int, ...], int], float] = {}
+        self._base_cost: dict[tuple[str, tuple[int, ...], int], float] = {}  # per canonical group
         self._sharing: dict[tuple[int, ...], int] = {}
         self.sharing_unknown = False
 
@@ -108,6 +109,34 @@ class GroupComm:
             self._sharing[group] = hit
         return hit
 
+    def canonical(self, group: tuple[int, ...]) -> tuple[int, ...]:
+        """``group`` moved to the platform's first node(s) when that cannot change its cost.
+
+        On the built-in ``switch`` every GPU hangs off the same switch by equal links, and on
+        ``nvlink-cluster`` every node is the same (its NVSwitch, one NIC per GPU into one
+        network), so a group shifted by whole nodes has the same routes up to renaming: the DP
+        groups of every pipeline stage cost the same, found once.
+        """
+        p = self.platform
+        if p.router is not None or p.topology not in PRIVATE_LINK_TOPOLOGIES or len(group) == p.num_gpus:
+            return group
+        low = min(group)
+        if p.topology == "nvlink-cluster":
+            if p.node_of is None:
+                return group
+            per_node = p.node_of.count(0)
+            low -= low % per_node
+        return group if low == 0 else tuple(g - low for g in group)
+
+    def _closed_form(self, group: tuple[int, ...], op: str, nbytes: int) -> float:
+        base = self.canonical(group)
+        key = (op, base, int(nbytes))
+        hit = self._base_cost.get(key)
+        if hit is None:
+            prime_routes(self.platform, ((a, b) for a in base for b in base if a != b))
+            hit = self._base_cost[key] = closed_form_seconds(self.platform, base, op, nbytes)
+        return hit
+
     def run(self, op: str, group: Sequence[int], nbytes: int, label: str, after: Mapping[int, Iterable[int]],
             parallel: Callable[[], Iterable[Sequence[int]]] | None = None, **attrs: Any) -> dict[int, int]:
         """``op`` of ``nbytes`` on ``group``; ``after`` maps each built member to its predecessors.
@@ -117,8 +146,10 @@ class GroupComm:
         group = self.ordered(group)
         links = self._links.get(group)
         if links is None:
-            # Ring, tree and direct algorithms route between any two members.
-            prime_routes(self.platform, ((a, b) for a in group for b in group if a != b))
+            if self.exact:  # ring, tree and direct algorithms route between any two members
+                prime_routes(self.platform, ((a, b) for a in group for b in group if a != b))
+            else:  # the task holds the ring's links; the cost is found on the canonical group
+                prime_routes(self.platform, ((a, group[(j + 1) % len(group)]) for j, a in enumerate(group)))
             links = self.links(group)
         if self.exact:
             return _ADD[op](self.graph, self.platform, group, nbytes, label, after=after, detail=self.detail,
@@ -132,7 +163,7 @@ class GroupComm:
         key = (op, group, int(nbytes))
         seconds = self._cost.get(key)
         if seconds is None:
-            seconds = closed_form_seconds(self.platform, group, op, nbytes) * self.sharing(group, parallel)
+            seconds = self._closed_form(group, op, nbytes) * self.sharing(group, parallel)
             self._cost[key] = seconds
         task = self.graph.add_task(
             "collective", label, seconds, links, tuple(built), nbytes, after=deps,

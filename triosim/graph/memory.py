@@ -18,6 +18,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field, replace
+from itertools import repeat
 
 import numpy as np
 
@@ -80,8 +81,10 @@ def plan_memory(
     uses: dict[str, list[int]] = {}
     for j, st in enumerate(steps):
         for key in (*st.reads, *st.writes):
-            lst = uses.setdefault(key, [])
-            if not lst or lst[-1] != j:
+            lst = uses.get(key)
+            if lst is None:
+                uses[key] = [j]
+            elif lst[-1] != j:
                 lst.append(j)
 
     def end_of_life(key: str) -> int:
@@ -215,11 +218,13 @@ def _occupancy_without_eviction(uses: dict[str, list[int]], sizes: dict[str, int
     """Bytes resident at each step when every buffer stays from its first use (step 0 for
     external ones) to its end of life: a difference array instead of one slice update per buffer."""
     delta = np.zeros(n + 1, dtype=np.int64)
-    for key, lst in uses.items():
-        size = sizes.get(key, 0)
-        if size > 0:
-            delta[0 if key in external else lst[0]] += size
-            delta[end_of_life(key) + 1] -= size
+    size = np.fromiter(map(sizes.get, uses, repeat(0)), dtype=np.int64, count=len(uses))
+    first = np.fromiter((lst[0] for lst in uses.values()), dtype=np.int64, count=len(uses))
+    first[np.fromiter(map(external.__contains__, uses), dtype=bool, count=len(uses))] = 0
+    end = np.fromiter(map(end_of_life, uses), dtype=np.int64, count=len(uses)) + 1
+    live = size > 0
+    np.add.at(delta, first[live], size[live])
+    np.subtract.at(delta, end[live], size[live])
     return np.cumsum(delta[:n])
 
 

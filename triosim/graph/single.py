@@ -62,8 +62,10 @@ def op_steps(trace: Trace, op_indices: Sequence[int], tasks: Sequence[int], key_
     steps = []
     for i, t in zip(op_indices, tasks):
         op = trace.ops[i]
-        reads = tuple(key_prefix + k for k in trace.reads[i])
-        writes = tuple(key_prefix + k for k in trace.writes[i])
+        reads, writes = trace.reads[i], trace.writes[i]
+        if key_prefix:
+            reads = tuple(key_prefix + k for k in reads)
+            writes = tuple(key_prefix + k for k in writes)
         if not op.outputs and op.name.endswith("_"):
             writes = reads
         steps.append(Step(task=t, reads=reads, writes=writes, label=f"op {op.op_id} ({op.name}, trace.csv:{op.line})"))
