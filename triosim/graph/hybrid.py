@@ -638,9 +638,8 @@ def _stage_memory_fits(b: _Build, s: int, persistent: set[str]) -> list[MemoryRe
         return ([ids[k] for k in (*rd, *wr)], [True] * len(rd) + [False] * len(wr),
                 [k not in inv for k in (*rd, *wr)])
 
-    def size_of(key: int) -> int:
-        r, buf = divmod(key, nb)
-        return b.size(names[buf], 1.0 if r == 0 else b.fractions[r - 1])
+    def size_of(buf: int, fraction: float) -> int:
+        return b.size(names[buf], fraction)
 
     delivered: set[int] = set()
     if b.ranks.pp > 1:
@@ -652,7 +651,7 @@ def _stage_memory_fits(b: _Build, s: int, persistent: set[str]) -> list[MemoryRe
                 delivered.update(((r + 1) * nb + k if keyed else k) for r in range(len(b.fractions)))
     gpus = b.gpus(s)
     steps = b.seq[gpus[0]]
-    got = stage_occupancy(steps, template, size_of, nb, delivered, {ids[k] for k in persistent if k in ids},
+    got = stage_occupancy(steps, template, size_of, b.fractions, nb, delivered, {ids[k] for k in persistent if k in ids},
                           b.platform.capacity_bytes)
     if got is None:
         return None

@@ -24,7 +24,8 @@ import numpy as np
 def stage_occupancy(
     steps: Sequence[tuple[int, int, int | None]],
     template_of: Callable[[int, int | None], tuple[list[int], list[bool], list[bool]]],
-    size_of: Callable[[int], int],
+    size_of: Callable[[int, float], int],
+    fractions: Sequence[float],
     num_buffers: int,
     delivered: set[int],
     persistent: set[int],
@@ -35,42 +36,62 @@ def stage_occupancy(
 
     ``steps``: (task, op, micro-batch or ``None`` for an optimizer share) in program order.
     ``template_of(op, r)``: the step's buffer ids, reads first then writes, with per id whether it
-    is a read and whether it is keyed per micro-batch. ``size_of(key)``: bytes of a key.
-    ``delivered``: keys another stage sends (not external even when first read here).
-    ``persistent``: buffer ids alive to the end once touched.
+    is a read and whether it is keyed per micro-batch (the same for every ``r`` but ``None``).
+    ``size_of(buffer id, fraction)``: its bytes in a micro-batch of ``fraction`` of the batch
+    (``fractions[r]`` for micro-batch ``r``; 1.0 for keys without a micro-batch). ``delivered``: keys another stage sends (not external even
+    when first read here). ``persistent``: buffer ids alive to the end once touched.
     """
     n = len(steps)
-    cache: dict[tuple[int, bool], tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
-    ids_parts: list[np.ndarray] = []
-    read_parts: list[np.ndarray] = []
-    keyed_parts: list[np.ndarray] = []
-    lengths = np.zeros(n, dtype=np.int64)
-    mbs = np.zeros(n, dtype=np.int64)
+    # Templates: one per (op, optimizer share or not); steps index them.
+    slot: dict[tuple[int, bool], int] = {}
+    t_ids: list[list[int]] = []
+    t_reads: list[list[bool]] = []
+    t_keyed: list[list[bool]] = []
+    which = np.empty(n, dtype=np.int64)
+    mbs = np.empty(n, dtype=np.int64)
     for j, (_task, i, r) in enumerate(steps):
         ck = (i, r is None)
-        hit = cache.get(ck)
-        if hit is None:
+        k = slot.get(ck)
+        if k is None:
+            k = slot[ck] = len(t_ids)
             ids, reads, keyed = template_of(i, r)
-            hit = cache[ck] = (np.asarray(ids, dtype=np.int64), np.asarray(reads, dtype=bool),
-                               np.asarray(keyed, dtype=bool))
-        ids_parts.append(hit[0])
-        read_parts.append(hit[1])
-        keyed_parts.append(hit[2])
-        lengths[j] = len(hit[0])
+            t_ids.append(list(ids))
+            t_reads.append(list(reads))
+            t_keyed.append(list(keyed))
+        which[j] = k
         mbs[j] = 0 if r is None else r
-    if n == 0 or not lengths.sum():
+    t_len = np.array([len(x) for x in t_ids], dtype=np.int64)
+    lengths = t_len[which] if n else np.zeros(0, dtype=np.int64)
+    total_len = int(lengths.sum())
+    if n == 0 or total_len == 0:
         return np.zeros(n, dtype=np.int64), 0
-    ids = np.concatenate(ids_parts)
-    is_read = np.concatenate(read_parts)
-    keyed = np.concatenate(keyed_parts)
+    flat_ids = np.fromiter((x for ids in t_ids for x in ids), dtype=np.int64, count=int(t_len.sum()))
+    flat_reads = np.fromiter((x for rs in t_reads for x in rs), dtype=bool, count=int(t_len.sum()))
+    flat_keyed = np.fromiter((x for ks in t_keyed for x in ks), dtype=bool, count=int(t_len.sum()))
+    t_ptr = np.concatenate(([0], np.cumsum(t_len)[:-1]))
+    # Position of every (step, entry) in the flat template arrays: the step's template start plus
+    # the entry's offset inside the step.
     step = np.repeat(np.arange(n, dtype=np.int64), lengths)
-    keys = np.where(keyed, (np.repeat(mbs, lengths) + 1) * num_buffers + ids, ids)
+    out_start = np.concatenate(([0], np.cumsum(lengths)[:-1]))
+    pos = t_ptr[which][step] + (np.arange(total_len, dtype=np.int64) - out_start[step])
+    ids = flat_ids[pos]
+    is_read = flat_reads[pos]
+    keyed = flat_keyed[pos]
+    keys = np.where(keyed, (mbs[step] + 1) * num_buffers + ids, ids)
     uniq, first_at = np.unique(keys, return_index=True)
-    rev_uniq, rev_at = np.unique(keys[::-1], return_index=True)
-    last_step = step[len(keys) - 1 - rev_at]  # rev_uniq == uniq (both sorted)
+    _, rev_at = np.unique(keys[::-1], return_index=True)
+    last_step = step[total_len - 1 - rev_at]  # both uniques are the same sorted keys
     first_step = step[first_at]
     first_is_read = is_read[first_at]
-    sizes = np.fromiter((size_of(int(k)) for k in uniq), dtype=np.int64, count=len(uniq))
+    # Sizes per distinct (buffer, fraction): a few thousand calls, not one per key.
+    slot_of: dict[float, int] = {}
+    r_slot = np.array([slot_of.setdefault(f, len(slot_of)) for f in (1.0, *fractions)], dtype=np.int64)
+    slot_frac = sorted(slot_of, key=slot_of.get)
+    pair = r_slot[uniq // num_buffers] * num_buffers + uniq % num_buffers
+    pairs, inverse = np.unique(pair, return_inverse=True)
+    table = np.fromiter((size_of(int(q % num_buffers), slot_frac[int(q // num_buffers)]) for q in pairs),
+                        dtype=np.int64, count=len(pairs))
+    sizes = table[inverse]
     total = int(sizes.sum())
     if total > capacity:
         return None
