@@ -6,9 +6,8 @@
 (a) **Pipeline bubble.** A uniform synthetic MLP (every layer 100 µs forward and 100 µs backward,
     the loss ~0, transfers ~0): the bubble is the iteration time beyond the ideal (each stage's
     share of the work), over the ideal. The closed form
-    is (P−1)/(V·R) for P stages, R micro-batches and V virtual stages per GPU. GPipe and 1F1B run
-    through the hybrid builder (``--pp P``), the interleaved schedule through ``-case 4`` (hybrid
-    runs refuse it).
+    is (P−1)/(V·R) for P stages, R micro-batches and V virtual stages per GPU. Every schedule runs
+    through the hybrid builder (``--pp P --schedule gpipe|1f1b|interleaved``).
 (b) **Megatron tensor-parallel volume.** On the GPT sample traces with ``--tp 4``: per layer two
     all-reduces forward and two backward of the activation b·s·h (or a reduce-scatter and an
     all-gather each with ``--sequence-parallel``), so 8·(T−1)/T·b·s·h bytes sent per GPU per layer.
@@ -65,10 +64,8 @@ def bubble_rows(tmp: Path) -> list[str]:
     configs += [("interleaved", 2, 2, r) for r in (4, 16)]
     for schedule, p, v, r in configs:
         common = dict(micro_batch_size=batch // r, schedule=schedule, partition="time")
-        if schedule == "interleaved":
-            strategy, run = Strategy(case=4, virtual_stages=v, **common), f"-case 4 -GPUnumber {p}"
-        else:
-            strategy, run = Strategy(pp=p, **common), f"--pp {p}"
+        strategy = Strategy(pp=p, virtual_stages=v, **common)
+        run = f"--pp {p}" + (f" --virtual-stages {v}" if v > 1 else "")
         platform = build_platform(p, ptp_bandwidth_gbps=1e6, link_latency_us=0.0)
         res = simulate(trace, platform, strategy)
         ideal = work / p
@@ -150,10 +147,10 @@ def main() -> None:
     if args.only in (None, "bubble"):
         print("### Pipeline bubble (uniform synthetic MLP, 16 layers, batch 32, `--partition time`)\n")
         with tempfile.TemporaryDirectory() as tmp:
-            print("\n".join(bubble_rows(Path(tmp))), "\n")
+            print("\n".join(bubble_rows(Path(tmp))) + "\n")
     if args.only in (None, "megatron"):
         print("### Megatron tensor-parallel volume (`--tp 4`, batch 8, `switch`)\n")
-        print("\n".join(megatron_rows()), "\n")
+        print("\n".join(megatron_rows()) + "\n")
     if args.only in (None, "zero"):
         print("### ZeRO at `--dp 8` (GPT sample gpt-cpu-bs8, batch 8, `switch`)\n")
         print("\n".join(zero_rows()))
