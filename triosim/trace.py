@@ -681,7 +681,7 @@ def scale_trace(trace: Trace, batch_size_sim: int, reference_compat: bool = Fals
             new_bytes = int(round(t.bytes * ratio_sim))
         else:
             new_bytes = t.bytes
-        tensors[tid] = replace(t, bytes=new_bytes)
+        tensors[tid] = t if new_bytes == t.bytes else _with(t, bytes=new_bytes)
     if trace.op_time is None and not reference_compat:
         # The command line's default op-time model, so that the Python API agrees with it.
         from .compute_model import attach_op_time_model
@@ -689,14 +689,23 @@ def scale_trace(trace: Trace, batch_size_sim: int, reference_compat: bool = Fals
         trace = attach_op_time_model(trace)
     model = None if reference_compat else trace.op_time
     ops = [
-        replace(op, duration_s=op.duration_s / bs_ratio, span_s=op.span_s / bs_ratio)
+        _with(op, duration_s=op.duration_s / bs_ratio, span_s=op.span_s / bs_ratio)
         if model is None
-        else replace(op, duration_s=model.seconds(op.index, batch_size_sim),
-                     span_s=op.span_s * model.seconds(op.index, batch_size_sim) / op.duration_s
-                     if op.duration_s > 0 else op.span_s / bs_ratio)
+        else _with(op, duration_s=model.seconds(op.index, batch_size_sim),
+                   span_s=op.span_s * model.seconds(op.index, batch_size_sim) / op.duration_s
+                   if op.duration_s > 0 else op.span_s / bs_ratio)
         for op in trace.ops
     ]
     return replace(trace, ops=ops, tensors=tensors, batch_size=batch_size_sim)
+
+
+def _with(obj, **changes):
+    """A copy of frozen dataclass ``obj`` with ``changes`` (``dataclasses.replace`` without
+    re-running ``__init__``: ops and tensors are copied tens of thousands of times)."""
+    new = object.__new__(type(obj))
+    new.__dict__.update(obj.__dict__)
+    new.__dict__.update(changes)
+    return new
 
 
 def _reject_constant(name: str) -> None:

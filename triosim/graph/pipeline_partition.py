@@ -16,8 +16,13 @@
   a stage's time, a dynamic programme finds the cuts with the least boundary-transfer time that
   keep every stage and every boundary transfer under the bound and a backward op on every
   stage; these, the count and the time splits are timed by the recurrence, the best few are
-  improved by local search (moving one cut at a time), and the builder re-times the best
-  candidates on the real task DAG.
+  improved by local search (moving one cut at a time, within a work budget), and the builder
+  re-times the best candidates on the real task DAG.
+
+:func:`estimate_partition` and :func:`_min_cut_starts` are the reference definitions, one
+partition and one bound at a time. The searches call their batched equivalents, which give the
+same figures bit for bit: :mod:`triosim.graph.pipeline_estimate` (many partitions per call) and
+:mod:`triosim.graph.pipeline_cuts` (every bound in one pass).
 """
 
 from __future__ import annotations
@@ -27,9 +32,13 @@ from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
+import numpy as np
+
 from ..compute_model import op_seconds
 from ..platform import Platform, gpu_node
 from ..trace import Trace
+from .pipeline_cuts import min_cut_starts_many
+from .pipeline_estimate import BatchEstimator
 from .pipeline_schedules import BACKWARD, FORWARD, OPTIMIZER, schedule_blocks
 
 # Balance bounds tried between the tightest one and the count split's (geometric grid).
@@ -344,7 +353,19 @@ def _prefix(weights: Sequence[float]) -> list[float]:
     return prefix
 
 
-def time_partition(costs: StageCosts, platform: Platform, schedule: str, layout: Layout) -> list[int]:
+def _estimator(costs: StageCosts, platform: Platform, schedule: str, layout: Layout,
+               estimator: BatchEstimator | None) -> BatchEstimator:
+    return estimator if estimator is not None else BatchEstimator(costs, platform, schedule, layout)
+
+
+def estimate_many(partitions: Sequence[Sequence[int]], estimator: BatchEstimator) -> list[PartitionEstimate]:
+    """:func:`estimate_partition` of each partition, batched (the same figures, bit for bit)."""
+    return [PartitionEstimate(tuple(p), r.seconds, r.max_stage_s, r.crossing_bytes)
+            for p, r in zip(partitions, estimator.estimate(partitions))]
+
+
+def time_partition(costs: StageCosts, platform: Platform, schedule: str, layout: Layout,
+                   estimator: BatchEstimator | None = None) -> list[int]:
     """Balanced, communication-aware stage starts.
 
     For balance bounds on a stage's forward + backward time, from the tightest achievable one up
@@ -352,91 +373,134 @@ def time_partition(costs: StageCosts, platform: Platform, schedule: str, layout:
     meets the bound; keep the one with the best estimate. The count split is a candidate too,
     so the result is never worse than it by the estimate, and never less balanced.
     """
+    est = _estimator(costs, platform, schedule, layout, estimator)
     n = layout.num_stages
     weights = costs.weights
     nf = len(weights)
     prefix = _prefix(weights)
-    cut = [float(f + b) for f, b in zip(costs.cut_forward, costs.cut_backward)]
-    best = estimate_partition(count_starts(nf, n), costs, platform, schedule, layout)
-    tight = _min_max_bound(weights, n)
+    (best,) = estimate_many([count_starts(nf, n)], est)
+    tight = est.tightest_bound(weights)
     loose = best.max_stage_s
     bounds = [tight]
     if loose > tight > 0:
         ratio = loose / tight
         bounds += [tight * ratio ** (k / BOUND_CANDIDATES) for k in range(1, BOUND_CANDIDATES + 1)]
-    for bound in bounds:
-        starts = _min_cut_starts(prefix, lambda j, k: cut[k], n, bound)
-        if starts is None:
-            continue
-        est = estimate_partition(starts, costs, platform, schedule, layout)
+    cut = np.array([float(f + b) for f, b in zip(costs.cut_forward, costs.cut_backward)] + [math.inf])
+    found = _cut_search(prefix, lambda j: np.broadcast_to(cut[:nf], (len(bounds), nf)), n, bounds, None)
+    for e in estimate_many([s for s in found if s is not None], est):
         # Strictly better only: ties keep the count split or the tighter bound.
-        if est.seconds < best.seconds * (1 - 1e-12):
-            best = est
+        if e.seconds < best.seconds * (1 - 1e-12):
+            best = e
     return list(best.starts)
 
 
-def _transfer_times(costs: StageCosts, platform: Platform, layout: Layout) -> tuple[list[list[float]], list[list[float]]]:
-    """Per stage j ≥ 1 and cut position k: the forward and backward time of one (first-size)
-    micro-batch's crossing bytes when stage j starts at position k + 1."""
-    frac = costs.sizes[0] / costs.batch
-    fwd_t, bwd_t = [[0.0] * len(costs.cut_forward)], [[0.0] * len(costs.cut_forward)]
-    for j in range(1, layout.num_stages):
-        a, b = gpu_node(layout.gpu_of(j - 1)), gpu_node(layout.gpu_of(j))
-        ra, rb = platform.route(a, b), platform.route(b, a)
-        fwd_t.append([platform.route_time(ra, x * frac) if ra else 0.0 for x in costs.cut_forward])
-        bwd_t.append([platform.route_time(rb, x * frac) if rb else 0.0 for x in costs.cut_backward])
-    return fwd_t, bwd_t
+def _cut_search(prefix: Sequence[float], layer_costs: Callable[[int], np.ndarray], n: int, bounds: Sequence[float],
+                need: Sequence[bool] | None) -> list[list[int] | None]:
+    """:func:`_min_cut_starts` for every bound (``layer_costs`` as in
+    :func:`~triosim.graph.pipeline_cuts.min_cut_starts_many`): all bounds at once in numpy, or
+    bound by bound where a negative weight makes the prefix sums unsorted (the vectorised
+    programme needs them sorted)."""
+    if all(b >= a for a, b in zip(prefix, prefix[1:])):
+        return min_cut_starts_many(prefix, layer_costs, n, bounds, need)
+    layers = [np.zeros((len(bounds), len(prefix) - 1))] + [layer_costs(j) for j in range(1, n)]
+    return [_min_cut_starts(prefix, lambda j, k, b=b: float(layers[j][b, k]), n, bound, need)
+            for b, bound in enumerate(bounds)]
 
 
-def _valid(starts: Sequence[int], nf: int, need: Sequence[bool] | None) -> bool:
-    """Strictly increasing starts from 0, and each stage holds a needed position (if any)."""
+def _valid(starts: Sequence[int], nf: int, need_count: Sequence[int] | None) -> bool:
+    """Strictly increasing starts from 0, and each stage holds a needed position (if any).
+    ``need_count[k]``: needed positions before position k."""
     if not starts or starts[0] != 0 or any(b <= a for a, b in zip(starts, starts[1:])) or starts[-1] >= nf:
         return False
-    if need is None:
+    if need_count is None:
         return True
     ends = [*starts[1:], nf]
-    return all(any(need[a:b]) for a, b in zip(starts, ends))
+    return all(need_count[b] > need_count[a] for a, b in zip(starts, ends))
 
 
-def _local_search(starts: tuple[int, ...], evaluate: Callable[[tuple[int, ...]], float], nf: int,
-                  need: Sequence[bool] | None, max_evaluations: int) -> tuple[int, ...]:
+def _local_search(starts: tuple[int, ...], evaluate: Callable[[list[tuple[int, ...]]], list[float]], nf: int,
+                  need_count: Sequence[int] | None, max_evaluations: int) -> tuple[tuple[int, ...], bool]:
     """Hill climbing on the estimate: move one cut by ±1, 2, 4 or 8 positions while that helps
-    (at most ``max_evaluations`` estimates)."""
-    best, best_s = starts, evaluate(starts)
+    (at most ``max_evaluations`` estimates). Each round's moves are estimated in one batch, then
+    taken in order as if one after the other: the best strictly better move wins. Also says
+    whether the budget left moves untried."""
+    best = starts
+    (best_s,) = evaluate([starts])
     spent = 0
+    short = False
     for _ in range(LOCAL_SEARCH_ROUNDS):
-        step_best, step_s = best, best_s
+        moves = []
         for j in range(1, len(best)):
             for d in (-8, -4, -2, -1, 1, 2, 4, 8):
                 cand = (*best[:j], best[j] + d, *best[j + 1 :])
-                if not _valid(cand, nf, need) or spent >= max_evaluations:
+                if not _valid(cand, nf, need_count):
+                    continue
+                if spent >= max_evaluations:
+                    short = True
                     continue
                 spent += 1
-                sec = evaluate(cand)
-                if sec < step_s * (1 - 1e-12):
-                    step_best, step_s = cand, sec
+                moves.append(cand)
+        step_best, step_s = best, best_s
+        for cand, sec in zip(moves, evaluate(moves)):
+            if sec < step_s * (1 - 1e-12):
+                step_best, step_s = cand, sec
         if step_best == best:
             break
         best, best_s = step_best, step_s
-    return best
+    return best, short
 
 
-def optimal_candidates(costs: StageCosts, platform: Platform, schedule: str,
-                       layout: Layout) -> list[PartitionEstimate]:
+@dataclass(frozen=True)
+class OptimalSearch:
+    """What :func:`optimal_search` found: every partition it estimated, best first; how many
+    estimates each local search was allowed; and how many local searches that budget cut short
+    (moves left untried: a better partition may exist)."""
+
+    estimates: list[PartitionEstimate]
+    budget: int
+    starts: int
+    cut_short: int
+
+    def note(self) -> str | None:
+        """A line for the summary when the budget cut a local search short."""
+        if not self.cut_short:
+            return None
+        return (f"the optimal partition's local search stopped at its budget ({self.budget:,} estimates from each "
+                f"of {self.starts} starting partitions, {LOCAL_SEARCH_BLOCKS:,} pipeline blocks in all) in "
+                f"{self.cut_short} of them: a better partition may exist")
+
+
+def optimal_candidates(costs: StageCosts, platform: Platform, schedule: str, layout: Layout,
+                       time_starts: Sequence[int] | None = None,
+                       estimator: BatchEstimator | None = None) -> list[PartitionEstimate]:
+    """Searched partitions, best estimate first (:func:`optimal_search`'s estimates)."""
+    return optimal_search(costs, platform, schedule, layout, time_starts, estimator).estimates
+
+
+def optimal_search(costs: StageCosts, platform: Platform, schedule: str, layout: Layout,
+                   time_starts: Sequence[int] | None = None,
+                   estimator: BatchEstimator | None = None) -> OptimalSearch:
     """Searched partitions, best estimate first (the count and time splits among them).
 
     For a grid of bounds on a stage's time, the dynamic programme gives the cuts with the least
     boundary-transfer time that keep every stage and every transfer under the bound (and a
     backward op on every stage when the trace has backward ops); each is timed by the
     recurrence, and the best few are improved by local search on the recurrence.
+    ``time_starts``: the time split when the caller has it already.
     """
+    est = _estimator(costs, platform, schedule, layout, estimator)
     n = layout.num_stages
     weights = costs.weights
     nf = len(weights)
     prefix = _prefix(weights)
-    fwd_t, bwd_t = _transfer_times(costs, platform, layout)
+    fwd_t, bwd_t = _transfer_times(costs, est)
     need = [c > 0 for c in costs.backward_ops] if any(costs.backward_ops) else None
-    tight = _min_max_bound(weights, n)
+    need_count = None
+    if need is not None:
+        need_count = [0]
+        for x in need:
+            need_count.append(need_count[-1] + x)
+    tight = est.tightest_bound(weights)
     loose = float(sum(weights))
     bounds = [tight]
     if loose > tight > 0:
@@ -444,26 +508,44 @@ def optimal_candidates(costs: StageCosts, platform: Platform, schedule: str,
         bounds += [tight * ratio ** (k / OPTIMAL_BOUNDS) for k in range(1, OPTIMAL_BOUNDS + 1)]
     found: dict[tuple[int, ...], PartitionEstimate] = {}
 
-    def evaluate(starts: tuple[int, ...]) -> float:
-        if starts not in found:
-            found[starts] = estimate_partition(starts, costs, platform, schedule, layout)
-        return found[starts].seconds
+    def evaluate(partitions: list[tuple[int, ...]]) -> list[float]:
+        fresh = list(dict.fromkeys(p for p in partitions if p not in found))
+        for e in estimate_many(fresh, est):
+            found[e.starts] = e
+        return [found[p].seconds for p in partitions]
 
-    seeds = [tuple(count_starts(nf, n)), tuple(time_partition(costs, platform, schedule, layout))]
-    for bound in bounds:
-        # A boundary transfer slower than the bound would be the bottleneck itself: excluded.
-        def cut(j: int, k: int, bound: float = bound) -> float:
-            f, b = fwd_t[j][k], bwd_t[j][k]
-            return math.inf if max(f, b) > bound * (1 + 1e-9) else f + b
+    if time_starts is None:
+        time_starts = time_partition(costs, platform, schedule, layout, est)
+    seeds = [tuple(count_starts(nf, n)), tuple(time_starts)]
+    # A boundary transfer slower than the bound would be the bottleneck itself: excluded.
+    slack = np.array([b * (1 + 1e-9) for b in bounds])[:, None]
 
-        starts = _min_cut_starts(prefix, cut, n, bound, need)
-        if starts is not None:
-            seeds.append(tuple(starts))
-    for s in seeds:
-        evaluate(s)
+    def layer_costs(j: int) -> np.ndarray:
+        f, b = fwd_t[j], bwd_t[j]
+        return np.where(np.maximum(f, b)[None, :] > slack, math.inf, (f + b)[None, :])
+
+    searched = _cut_search(prefix, layer_costs, n, bounds, need)
+    seeds += [tuple(s) for s in searched if s is not None]
+    evaluate(seeds)
     ranked = sorted(found.values(), key=lambda e: (e.seconds, e.starts))
-    starts_from = [e.starts for e in ranked if _valid(e.starts, nf, need)][:LOCAL_SEARCH_STARTS]
+    starts_from = [e.starts for e in ranked if _valid(e.starts, nf, need_count)][:LOCAL_SEARCH_STARTS]
     per_start = max(1, LOCAL_SEARCH_BLOCKS // (n * len(costs.sizes) * max(1, len(starts_from))))
-    for s in starts_from:
-        _local_search(s, evaluate, nf, need, per_start)
-    return sorted(found.values(), key=lambda e: (e.seconds, e.starts))
+    short = sum(_local_search(s, evaluate, nf, need_count, per_start)[1] for s in starts_from)
+    return OptimalSearch(sorted(found.values(), key=lambda e: (e.seconds, e.starts)), per_start, len(starts_from),
+                         short)
+
+
+def _transfer_times(costs: StageCosts, estimator: BatchEstimator) -> tuple[np.ndarray, np.ndarray]:
+    """Per stage j ≥ 1 (row j; row 0 is zeros) and cut position k (column k; the last column,
+    a cut after the last position, is never used): the forward and backward time of one
+    (first-size) micro-batch's crossing bytes when stage j starts at position k + 1."""
+    frac = costs.sizes[0] / costs.batch
+    n = estimator.num_stages
+    out = []
+    for d, nbytes in enumerate(estimator.cut_bytes):
+        t = np.zeros((n, len(nbytes) + 1))
+        for j in range(1, n):
+            if estimator.has_route[d][j]:
+                t[j, :-1] = estimator.latency[d, j] + (nbytes * frac) / estimator.bandwidth[d, j]
+        out.append(t)
+    return out[0], out[1]

@@ -29,12 +29,13 @@ from ..errors import ConfigError
 from ..platform import Platform
 from ..strategy import Strategy
 from ..trace import Trace
+from .pipeline_estimate import BatchEstimator
 from .pipeline_partition import (
     Layout,
     PartitionEstimate,
     buffer_versions,
     count_starts,
-    optimal_candidates,
+    optimal_search,
     stage_costs,
     time_partition,
 )
@@ -280,11 +281,13 @@ def with_warnings(trace: Trace, plan: PipelinePlan) -> PipelinePlan:
 
 
 def candidate_plans(trace: Trace, platform: Platform, strategy: Strategy, fractions: Sequence[float],
-                    num_stages: int | None = None, stage_gpus: Sequence[int] | None = None) -> list[PipelinePlan]:
+                    num_stages: int | None = None, stage_gpus: Sequence[int] | None = None,
+                    first_only: bool = False) -> list[PipelinePlan]:
     """The plans worth timing, best estimate first. One plan, except for ``partition="optimal"``:
     the best searched partitions plus the count and time splits (see
     :func:`triosim.graph.pipeline_partition.optimal_candidates`), for the builder to re-time on
-    the real task DAG. Arguments as :func:`plan_stages`."""
+    the real task DAG. ``first_only``: only the first of these (for a caller that will not
+    re-time them). Other arguments as :func:`plan_stages`."""
     gpus = _pipeline(platform, num_stages, stage_gpus)
     virtual = getattr(strategy, "virtual_stages", 1) if strategy.schedule == "interleaved" else 1
     n = len(gpus) * virtual
@@ -309,10 +312,15 @@ def candidate_plans(trace: Trace, platform: Platform, strategy: Strategy, fracti
     if strategy.partition == "time":
         starts = time_partition(costs, platform, strategy.schedule, layout)
         return [_plan_from_starts(trace, phase, fops, pos, starts, "time", gpus, virtual)]
-    estimates: list[PartitionEstimate] = optimal_candidates(costs, platform, strategy.schedule, layout)
+    # One estimator (the block program, the stage sums seen) for the time split and the search.
+    estimator = BatchEstimator(costs, platform, strategy.schedule, layout)
+    time_starts = time_partition(costs, platform, strategy.schedule, layout, estimator)
+    search = optimal_search(costs, platform, strategy.schedule, layout, time_starts, estimator)
+    estimates: list[PartitionEstimate] = search.estimates
+    note = search.note()
     # The count and time splits are re-timed too when their estimate is close to the best one,
     # so that the result is never slower than either where the estimate is a little off.
-    baselines = {tuple(count_starts(len(fops), n)), tuple(time_partition(costs, platform, strategy.schedule, layout))}
+    baselines = {tuple(count_starts(len(fops), n)), tuple(time_starts)}
     # Plans are made only for the estimates that will be re-timed: the search can visit
     # hundreds of partitions, and making a plan (optimizer split, buffer owners) costs a pass
     # over the trace.
@@ -323,13 +331,17 @@ def candidate_plans(trace: Trace, platform: Platform, strategy: Strategy, fracti
         if full and (e.starts not in baselines or e.seconds > (chosen[0].estimate_s or 0.0) * RETIME_MARGIN):
             continue
         p = _plan_from_starts(trace, phase, fops, pos, e.starts, "optimal", gpus, virtual, e.seconds)
+        if note:
+            p = replace(p, warnings=(*p.warnings, note))
         # Never a stage without a backward op when others have them (unless no cut avoids it).
         if lacks_backward(p):
             if len(lacking) < RETIME_SEARCHED:
                 lacking.append(p)
             continue
         chosen.append(p)
-    return chosen or lacking
+        if first_only:
+            break
+    return chosen or lacking[:1 if first_only else None]
 
 
 def plan_stages(trace: Trace, platform: Platform, strategy: Strategy, fractions: Sequence[float],
@@ -342,10 +354,11 @@ def plan_stages(trace: Trace, platform: Platform, strategy: Strategy, fractions:
     stages, stage s on GPU s; otherwise ``num_stages`` stages, stage s on ``stage_gpus[s]``.
     With ``--schedule interleaved`` each GPU runs ``strategy.virtual_stages`` stages.
     """
-    plans = candidate_plans(trace, platform, strategy, fractions, num_stages, stage_gpus)
-    if len(plans) == 1 or len(trace.ops) * len(fractions) > RETIME_MAX_TASKS:
-        # Re-timing builds and schedules each candidate's whole pipeline; past this size that
-        # costs more than the search, so the best estimate is taken as it is.
+    # Re-timing builds and schedules each candidate's whole pipeline; past this size that costs
+    # more than the search, so the best estimate is taken as it is (and only its plan is made).
+    too_big = len(trace.ops) * len(fractions) > RETIME_MAX_TASKS
+    plans = candidate_plans(trace, platform, strategy, fractions, num_stages, stage_gpus, first_only=too_big)
+    if len(plans) == 1 or too_big:
         return plans[0]
     from .pipeline_parallel import retime  # the builder imports this module
 
