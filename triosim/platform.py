@@ -76,6 +76,7 @@ class Platform:
     _routes: dict[tuple[str, str], tuple[str, ...]] = field(default_factory=dict, repr=False)
     _route_params: dict[tuple[str, ...], tuple[float, float]] = field(default_factory=dict, repr=False)
     _routes_graph: dict[str, nx.DiGraph] = field(default_factory=dict, repr=False)
+    _route_kinds: dict[tuple[str, ...], str] = field(default_factory=dict, repr=False)
     # Collective plans per (group, op, algorithm, root, latency setting), for a 1-byte payload.
     _plans: dict = field(default_factory=dict, repr=False)
     # Closed-form routing for large generated clusters (src, dst) -> node path, or None.
@@ -153,17 +154,18 @@ class Platform:
 
     def route_kind(self, route: tuple[str, ...]) -> str:
         """``net`` if the route crosses the cluster network, else ``nvlink`` (``pcie`` to remote)."""
-        kinds = {self.link(name).get("kind", "nvlink") for name in route}
-        for k in ("net", "pcie"):
-            if k in kinds:
-                return k
-        return "nvlink"
+        hit = self._route_kinds.get(route)
+        if hit is None:
+            kinds = {self.link(name).get("kind", "nvlink") for name in route}
+            hit = next((k for k in ("net", "pcie") if k in kinds), "nvlink")
+            self._route_kinds[route] = hit
+        return hit
 
     def with_network(self, **changes) -> Platform:
         """A copy with other network settings (``network``, ``collective_algo``, …), checked."""
         from dataclasses import replace
 
-        out = replace(self, _routes={}, _route_params={}, _plans={}, _variants={}, **changes)
+        out = replace(self, _routes={}, _route_params={}, _route_kinds={}, _plans={}, _variants={}, **changes)
         check_network_settings(out.network, out.collective_algo, out.collective_latency_us, out.collective_protocol)
         return out
 

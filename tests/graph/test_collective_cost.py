@@ -196,3 +196,16 @@ def test_subgroup_property_catches_a_gpu_left_without_its_result(monkeypatch):
     monkeypatch.setattr(coll, "_join", drop_last)
     with pytest.raises(AssertionError):
         PLANTED(given(*SUBGROUPS)(subgroup_property))()
+
+
+def test_auto_detail_decides_for_a_whole_hierarchical_collective():
+    # "auto" expands a collective while it needs at most EXPAND_LIMIT transfers in all: a large
+    # hierarchical all-reduce (many small node rings) becomes macro tasks only.
+    p = build_platform(64, topology="nvlink-cluster", gpus_per_node=8, network="flow")
+    g, _done, s = run(p, "all_reduce", tuple(range(64)), 10**6, "hierarchical", "auto")
+    assert "transfer" not in g.kind and "collective" in g.kind
+    assert s.makespan == pytest.approx(collective_cost(p, range(64), "all_reduce", 10**6, "hierarchical").seconds,
+                                       rel=REL)
+    small = build_platform(8, topology="nvlink-cluster", gpus_per_node=4, network="flow")
+    g, _done, _s = run(small, "all_reduce", tuple(range(8)), 10**6, "hierarchical", "auto")
+    assert "transfer" in g.kind

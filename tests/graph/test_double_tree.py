@@ -111,10 +111,24 @@ def test_chunk_count_follows_the_payload_and_the_group():
 
 def test_wide_spine_links_carry_several_transfers_at_once():
     # 512 GPUs = two scalable units: tree edges between them share the leaves' uplinks, 32 times
-    # a NIC's bandwidth; under the flow model the expanded tree still takes the closed form.
-    p = build_platform(512, topology_file="dgx-h100-superpod", network="flow", collective_latency_us=None)
-    lanes = dt._lanes(p, [p.route("gpu0", "gpu511")])
-    assert max(lanes.values()) == 32
-    cost = collective_cost(p, range(512), "all_reduce", 4096, "tree")
-    _g, _done, s = run_tree(p, tuple(range(512)), 4096, "expanded")
+    # a NIC's bandwidth. The flow model lets 32 transfers cross one at once, the exclusive model
+    # one; the expanded tree takes the closed form of either.
+    times = {}
+    for network in ("flow", "exclusive"):
+        p = build_platform(512, topology_file="dgx-h100-superpod", network=network, collective_latency_us=None)
+        lanes = dt._lanes(p, [p.route("gpu0", "gpu511")])
+        assert max(lanes.values()) == (32 if network == "flow" else 1)
+        cost = collective_cost(p, range(512), "all_reduce", 4096, "tree")
+        _g, _done, s = run_tree(p, tuple(range(512)), 4096, "expanded")
+        assert s.makespan == pytest.approx(cost.seconds, rel=REL)
+        times[network] = cost.seconds
+    assert times["flow"] < times["exclusive"]
+
+
+@pytest.mark.parametrize("network", ["flow", "exclusive"])
+def test_routes_to_another_rail_on_the_superpod(network):
+    # The case that found the exclusive model's one lane per link: NVLink legs of PXN routes.
+    p = build_platform(16, topology_file="dgx-h100-superpod", network=network, collective_latency_us=None)
+    cost = collective_cost(p, (0, 8, 9, 3), "all_reduce", 1048577, "tree")
+    _g, _done, s = run_tree(p, (0, 8, 9, 3), 1048577, "expanded")
     assert s.makespan == pytest.approx(cost.seconds, rel=REL)

@@ -187,3 +187,15 @@ def test_first_feasible_start_is_the_references_window_start():
         for i in range(len(prefix)):
             expected = min(a for a in range(i + 1) if prefix[i] - prefix[a] <= limit)
             assert lo[b, i] == expected
+
+
+def test_a_local_search_cut_short_by_its_budget_is_said_in_the_warnings(monkeypatch):
+    trace = synthetic(6, 3)
+    platform = build_platform(4, ptp_bandwidth_gbps=0.05)
+    strategy = Strategy(case=4, micro_batch_size=2, schedule="1f1b")
+    plans = ps.candidate_plans(trace, platform, strategy, [0.25] * 4)
+    assert not any("budget" in w for p in plans for w in p.warnings)
+    monkeypatch.setattr(part, "LOCAL_SEARCH_BLOCKS", 16 * 3)  # one estimate from each start
+    plans = ps.candidate_plans(trace, platform, strategy, [0.25] * 4)
+    notes = [w for w in plans[0].warnings if "budget" in w]
+    assert notes and "1 estimate(s) from each of 3 starting partition(s)" in notes[0]

@@ -359,7 +359,9 @@ def tree_seconds(platform: Platform, group: tuple[int, ...], nbytes: float) -> f
     key = ("tree", group, float(nbytes), platform.collective_latency_us)
     hit = platform._plans.get(key)
     if hit is None:
-        hit = platform._plans[key] = double_tree.longest_path(tree_plan(platform, group, nbytes))
+        hit = platform._plans[key] = double_tree.plan_seconds(
+            platform, group, nbytes, lambda route: step_latency_s(platform, "tree", route),
+            base_latency_s(platform, "tree"))
     return hit
 
 

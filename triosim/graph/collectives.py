@@ -310,6 +310,15 @@ def _join(graph: TaskGraph, parts: list[dict[int, int]], group: tuple[int, ...],
     return {g: graph.add_sync(f"{label} done gpu{g}", [p[g] for p in parts], devices=(g,), **tags) for g in group}
 
 
+def _ring_transfers(platform: Platform, group: tuple[int, ...], op: str) -> int:
+    """How many transfer tasks the expanded ``ring`` algorithm needs for ``op`` on ``group``."""
+    n = len(group)
+    nch = len(cc.ring_orders(platform, group))
+    if op == "broadcast":
+        return nch * max(n, cc.BROADCAST_CHUNKS) * (n - 1)
+    return nch * n * (2 * (n - 1) if op == "all_reduce" else n - 1)
+
+
 def _multi_ring(graph: TaskGraph, platform: Platform, group: tuple[int, ...], op: str, nbytes: int, label: str,
                 pre: dict[int, list[int]], detail: str, attrs: dict[str, Any], base: float,
                 root: int | None, nominal: float | None = None) -> dict[int, int]:
@@ -320,10 +329,8 @@ def _multi_ring(graph: TaskGraph, platform: Platform, group: tuple[int, ...], op
     size = float(nbytes) if nominal is None else nominal
     orders = cc.ring_orders(platform, group)
     n, nch = len(group), len(orders)
-    steps = {"all_reduce": 2 * (n - 1), "broadcast": 0}.get(op, n - 1)
     k = max(n, cc.BROADCAST_CHUNKS)
-    transfers = nch * (k * (n - 1) if op == "broadcast" else steps * n)
-    if _resolve_detail(detail, transfers) == "macro":
+    if _resolve_detail(detail, _ring_transfers(platform, group, op)) == "macro":
         phases = cc.plan(platform, group, op, size, "ring", root)
         if not base:  # a sub-collective of a hierarchical one: the call's latency is charged once
             phases = [cc.Phase(p.name, p.steps, p.step_latency, p.link_load, 0.0, p.fill) for p in phases]
@@ -393,10 +400,16 @@ def _hierarchical(graph: TaskGraph, platform: Platform, group: tuple[int, ...], 
     per = len(nodes[0])
     r = group[0] if root is None else root
     done = {g: list(pre[g]) for g in group}
-    for i, (sub, level, divided) in enumerate(cc.hierarchical_steps(op)):
+    levels = []
+    for sub, level, divided in cc.hierarchical_steps(op):
         groups = nodes if level == "node" else rails
         if op == "broadcast" and level == "rail":
             groups = [g for g in rails if r in g]
+        levels.append((sub, level, divided, groups))
+    # "auto" decides for the whole collective (all its sub-rings together), not per sub-ring.
+    detail = _resolve_detail(detail, sum(_ring_transfers(platform, tuple(g), sub)
+                                         for sub, _lv, _dv, groups in levels for g in groups))
+    for i, (sub, level, divided, groups) in enumerate(levels):
         size = nbytes // per if divided else nbytes
         for sg in groups:
             sub_pre = {g: done[g] for g in sg}

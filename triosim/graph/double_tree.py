@@ -7,7 +7,8 @@ c is reduced **up** its tree (a GPU sends it to its parent once it has received 
 children) and broadcast **down** (the root starts as soon as it has reduced it; a GPU forwards
 it to its children once it has it). An edge sends its chunks in order, so chunks pipeline.
 
-Links carry one transfer at a time. Transfers that share a directed link (two children sending
+Links carry one transfer at a time (under the flow model, a link m times wider than every
+route crossing it carries m at once). Transfers that share a directed link (two children sending
 into one GPU over its switch port, or the two trees meeting on a link) take it in the order of
 the ideal pipeline's slots: the up transfer from a GPU of height h (leaves 0) in slot c + h,
 the down transfer to a GPU at depth d in slot c + D + d − 1 (D: the tree's height), ties by
@@ -93,15 +94,23 @@ def _split(nbytes: int, parts: int) -> list[int]:
 
 
 def _lanes(platform: Platform, routes: list[tuple[str, ...]]) -> dict[str, int]:
-    """How many of the plan's transfers each link carries at once: 1, or more on a link at least
-    that many times wider than every route crossing it (a leaf's uplink to the spine)."""
+    """How many of the plan's transfers each link carries at once: 1, or under the flow model
+    more on a link at least that many times wider than every route crossing it (a leaf's uplink
+    to the spine, the NVLink legs of routes to another rail's NIC). Under the exclusive model a
+    transfer reserves every link of its route whole, so every link has one lane."""
+    if platform.network == "exclusive":
+        return {x: 1 for route in routes for x in route}
+    bandwidth: dict[str, float] = {}
     widest: dict[str, float] = {}
-    for route in routes:
+    for route in set(routes):
+        for x in route:
+            if x not in bandwidth:
+                bandwidth[x] = platform.link_bandwidth(x)
         if route:
-            rate = min(platform.link_bandwidth(x) for x in route)
+            rate = min(bandwidth[x] for x in route)
             for x in route:
                 widest[x] = max(widest.get(x, 0.0), rate)
-    return {x: max(1, int(platform.link_bandwidth(x) / rate * (1 + 1e-12))) for x, rate in widest.items()}
+    return {x: max(1, int(bandwidth[x] / rate * (1 + 1e-12))) for x, rate in widest.items()}
 
 
 def build_plan(platform: Platform, group: tuple[int, ...], nbytes: float,
@@ -111,14 +120,28 @@ def build_plan(platform: Platform, group: tuple[int, ...], nbytes: float,
     ``step_latency(route)``: λ of a step over that route; ``base``: the per-call latency, added
     to each GPU's first send of the first chunk.
     """
+    plan = TreePlan(chunks_per_tree(len(group), nbytes))
+    _walk(platform, group, nbytes, step_latency, base, plan)
+    return plan
+
+
+def plan_seconds(platform: Platform, group: tuple[int, ...], nbytes: float,
+                 step_latency: Callable[[tuple[str, ...]], float], base: float = 0.0) -> float:
+    """The time of :func:`build_plan`'s plan run alone (its longest path), without keeping the plan."""
+    return _walk(platform, group, nbytes, step_latency, base, None)
+
+
+def _walk(platform: Platform, group: tuple[int, ...], nbytes: float, step_latency: Callable[[tuple[str, ...]], float],
+          base: float, plan: TreePlan | None) -> float:
+    """Time the transfers in topological order (each starts when its data and its link lanes
+    are free); with ``plan``, record them. Returns the time of the last one."""
     n = len(group)
     k = chunks_per_tree(n, nbytes)
     height, depth = heap_shape(n)
     top = height[0]
     nominal = nbytes / (2 * k)
-    halves = _split(int(nbytes), 2)
     orders = tree_orders(group)
-    routes = {}
+    routes: dict[tuple[int, int, int], tuple[str, ...]] = {}
     for t in range(2):
         seq = orders[t]
         for i in range(1, n):
@@ -129,6 +152,10 @@ def build_plan(platform: Platform, group: tuple[int, ...], nbytes: float,
     times = {r: (platform.route_time(r, nominal), platform.route_time(r, 0.0), step_latency(r))
              for r in set(routes.values())}
     lanes = _lanes(platform, list(routes.values()))
+    # Per link, a heap of its lanes (when free, lane, last transfer): a transfer takes the lane
+    # free first. Each route keeps the heaps of its links.
+    free: dict[str, list[tuple[float, int, int]]] = {x: [(0.0, j, -1) for j in range(m)] for x, m in lanes.items()}
+    heaps = {key: [free[x] for x in route] for key, route in routes.items()}
     # (slot, tree, direction, position, chunk): sorting gives the topological order.
     keys = []
     for t in range(2):
@@ -137,45 +164,51 @@ def build_plan(platform: Platform, group: tuple[int, ...], nbytes: float,
                 keys.append((c + height[i], t, 0, i, c))
                 keys.append((c + top + depth[i] - 1, t, 1, i, c))
     keys.sort()
-    plan = TreePlan(k)
-    index: dict[tuple[int, int, int, int], int] = {}
-    # Per link, a heap of its lanes (when free, lane, last transfer): a transfer takes the lane free first.
-    free: dict[str, list[tuple[float, int, int]]] = {}
-    end = plan.end
-    sizes = [_split(h, k) for h in halves]
+    # Transfer (tree t, direction d, chunk c, position i) is number ((t·2 + d)·k + c)·n + i.
+    end = [0.0] * (4 * k * n)
+    pos = [0] * (4 * k * n) if plan is not None else None
+    sizes = [_split(h, k) for h in _split(int(nbytes), 2)] if plan is not None else None
+    last = 0.0
     for _slot, t, down, i, c in keys:
-        seq = orders[t]
-        parent = (i - 1) // 2
+        me = ((t * 2 + down) * k + c) * n + i
         if down:
-            a, b = seq[parent], seq[i]
-            feed = [index[(t, 0, c, j)] for j in (1, 2) if j < n] if parent == 0 else [index[(t, 1, c, parent)]]
+            parent = (i - 1) // 2
+            if parent == 0:
+                feed = [((t * 2) * k + c) * n + j for j in (1, 2) if j < n]
+            else:
+                feed = [((t * 2 + 1) * k + c) * n + parent]
         else:
-            a, b = seq[i], seq[parent]
-            feed = [index[(t, 0, c, j)] for j in (2 * i + 1, 2 * i + 2) if j < n]
+            feed = [((t * 2) * k + c) * n + j for j in (2 * i + 1, 2 * i + 2) if j < n]
         if c > 0:
-            feed.append(index[(t, down, c - 1, i)])
+            feed.append(me - n)
         route = routes[(t, down, i)]
         chunk_s, link_s, lam = times[route]
-        lam = lam if c == 0 else 0.0
+        pops = heaps[(t, down, i)]
+        if c:
+            lam = 0.0
         first = base if (c == 0 and not feed) else 0.0
-        pos = len(plan.src)
-        index[(t, down, c, i)] = pos
-        start = max((end[p] for p in feed), default=0.0)
-        users = []
+        start = 0.0
+        for f in feed:
+            if end[f] > start:
+                start = end[f]
         picks = []
-        for x in route:
-            heap = free.get(x)
-            if heap is None:
-                heap = free[x] = [(0.0, j, -1) for j in range(lanes[x])]
+        for heap in pops:
             at, lane, user = heapq.heappop(heap)
-            picks.append((heap, lane))
-            start = max(start, at)
-            if user >= 0:
-                users.append(user)
-        duration = chunk_s + lam + first
-        end.append(start + duration)
-        for heap, lane in picks:
-            heapq.heappush(heap, (end[pos], lane, pos))
+            picks.append((heap, lane, user))
+            if at > start:
+                start = at
+        done = end[me] = start + chunk_s + lam + first
+        if done > last:
+            last = done
+        if plan is None:
+            for heap, lane, _user in picks:
+                heapq.heappush(heap, (done, lane, me))
+            continue
+        index = pos[me] = len(plan.src)
+        for heap, lane, _user in picks:
+            heapq.heappush(heap, (done, lane, index))
+        seq = orders[t]
+        a, b = (seq[(i - 1) // 2], seq[i]) if down else (seq[i], seq[(i - 1) // 2])
         plan.tree.append(t)
         plan.up.append(not down)
         plan.chunk.append(c)
@@ -183,11 +216,12 @@ def build_plan(platform: Platform, group: tuple[int, ...], nbytes: float,
         plan.dst.append(b)
         plan.route.append(route)
         plan.nbytes.append(sizes[t][c])
-        plan.duration.append(duration)
+        plan.duration.append(chunk_s + lam + first)
         plan.latency.append(link_s + lam + first)
-        plan.data_preds.append(tuple(feed))
-        plan.link_preds.append(tuple(dict.fromkeys(users)))
-    return plan
+        plan.data_preds.append(tuple(pos[f] for f in feed))
+        plan.link_preds.append(tuple(dict.fromkeys(u for _h, _l, u in picks if u >= 0)))
+        plan.end.append(done)
+    return last
 
 
 def longest_path(plan: TreePlan) -> float:
@@ -196,4 +230,4 @@ def longest_path(plan: TreePlan) -> float:
 
 
 __all__ = ["CHUNK_BYTES", "MAX_CHUNKS", "TRANSFER_BUDGET", "TreePlan", "build_plan", "chunks_per_tree",
-           "heap_shape", "longest_path", "tree_orders"]
+           "heap_shape", "longest_path", "plan_seconds", "tree_orders"]

@@ -234,7 +234,7 @@ class BatchEstimator:
         self.fractions = [m / costs.batch for m in distinct]
         self.cut_bytes = (np.asarray(costs.cut_forward, dtype=np.float64),
                           np.asarray(costs.cut_backward, dtype=np.float64))
-        self._segments: dict[tuple[int, int], tuple[tuple[float, ...], tuple[float, ...], float]] = {}
+        self._segments: dict[tuple[int, int], tuple[float, ...]] = {}
         self._tightest: tuple[tuple[float, ...], float] | None = None
 
     def tightest_bound(self, weights: Sequence[float]) -> float:
@@ -247,15 +247,13 @@ class BatchEstimator:
             self._tightest = (key, _min_max_bound(weights, self.num_stages))
         return self._tightest[1]
 
-    def _segment(self, a: int, b: int) -> tuple[tuple[float, ...], tuple[float, ...], float]:
-        """Forward and backward time per distinct size, and optimizer time, of positions [a, b)."""
-        hit = self._segments.get((a, b))
-        if hit is None:
-            c = self.costs
-            hit = (tuple(sum(c.forward_s[m][a:b]) for m in self.distinct_sizes),
-                   tuple(sum(c.backward_s[m][a:b]) for m in self.distinct_sizes),
-                   sum(c.optimizer_s[a:b]))
-            self._segments[(a, b)] = hit
+    def _segment(self, a: int, b: int) -> tuple[float, ...]:
+        """Positions [a, b) as one stage: forward time per distinct size, backward time per
+        distinct size, optimizer time, and forward + backward at the first size."""
+        c = self.costs
+        fw = [sum(c.forward_s[m][a:b]) for m in self.distinct_sizes]
+        bw = [sum(c.backward_s[m][a:b]) for m in self.distinct_sizes]
+        hit = self._segments[(a, b)] = (*fw, *bw, sum(c.optimizer_s[a:b]), fw[0] + bw[0])
         return hit
 
     def estimate(self, partitions: Sequence[Sequence[int]]) -> list[BatchResult]:
@@ -265,25 +263,26 @@ class BatchEstimator:
         prog, n, ranks = self.program, self.num_stages, self.ranks
         nsz = len(self.distinct_sizes)
         count = len(partitions)
-        columns: list[list[float]] = []  # per partition: the duration table's column
+        columns: list[tuple[float, ...]] = []  # per partition: the duration table's column
         opts: list[list[float]] = []  # per partition: each GPU's optimizer time
         busiest: list[float] = []
         crossing: list[int] = []
         cut_f, cut_b = self.costs.cut_forward, self.costs.cut_backward
+        known = self._segments
         for starts in partitions:
-            bounds = [*starts, self.nf]
-            segs = [self._segment(bounds[s], bounds[s + 1]) for s in range(n)]
-            column: list[float] = []
+            ends = (*starts[1:], self.nf)
+            # Per field (forward/backward per size, optimizer, first-size total), per stage.
+            fields = list(zip(*[known.get(key) or self._segment(*key) for key in zip(starts, ends)]))
+            column: tuple[float, ...] = ()
             for z in range(nsz):
-                column += [fw[z] for fw, _, _ in segs]
-                column += [bw[z] for _, bw, _ in segs]
+                column += fields[z] + fields[nsz + z]
             columns.append(column)
             col_opt = [0.0] * ranks
-            for s, (_, _, op) in enumerate(segs):
+            for s, op in enumerate(fields[2 * nsz]):
                 col_opt[s % ranks] += op
             opts.append(col_opt)
-            busiest.append(max(fw[0] + bw[0] for fw, bw, _ in segs))
-            crossing.append(sum(cut_f[k] + cut_b[k] for k in (starts[j] - 1 for j in range(1, n))))
+            busiest.append(max(fields[2 * nsz + 1]))
+            crossing.append(sum(cut_f[k - 1] + cut_b[k - 1] for k in starts[1:]))
         durations = np.array(columns).T
         opt = np.array(opts).T
         if not prog.runnable:

@@ -258,9 +258,9 @@ def build(trace: Trace, platform: Platform, strategy: Strategy) -> TaskGraph:
         return build_compat(trace, platform, strategy)
     sizes = micro_batch_sizes(trace.batch_size, strategy.micro_batch_size)
     fractions = [m / trace.batch_size for m in sizes]
-    plans = candidate_plans(trace, platform, strategy, fractions)
-    if len(trace.ops) * len(fractions) > RETIME_MAX_TASKS:
-        plans = plans[:1]  # too big to build every candidate: the best estimate (as plan_stages)
+    # Too big to build every candidate: the best estimate only (as plan_stages), and only its plan.
+    too_big = len(trace.ops) * len(fractions) > RETIME_MAX_TASKS
+    plans = candidate_plans(trace, platform, strategy, fractions, first_only=too_big)
     return retime(trace, platform, strategy, plans, sizes)[1]
 
 

@@ -465,8 +465,8 @@ class OptimalSearch:
         """A line for the summary when the budget cut a local search short."""
         if not self.cut_short:
             return None
-        return (f"the optimal partition's local search stopped at its budget ({self.budget:,} estimates from each "
-                f"of {self.starts} starting partitions, {LOCAL_SEARCH_BLOCKS:,} pipeline blocks in all) in "
+        return (f"the optimal partition's local search stopped at its budget ({self.budget:,} estimate(s) from each "
+                f"of {self.starts} starting partition(s), {LOCAL_SEARCH_BLOCKS:,} pipeline blocks in all) in "
                 f"{self.cut_short} of them: a better partition may exist")
 
 
