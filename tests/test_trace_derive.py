@@ -136,14 +136,14 @@ REPO = Path(__file__).resolve().parents[1]
 
 @pytest.mark.parametrize("model", ["vgg13", "resnet50"])
 def test_reference_traces_derive_as_before(model, request):
-    trace = load_trace(request.getfixturevalue(f"{model}_dir"), batch_size=128)
+    trace = load_trace(request.getfixturevalue(f"{model}_dir"), batch_size=128, fast=True)
     _same_facts(trace)
     assert load_trace(trace.path, batch_size=128, fast=False) == trace
 
 
 @pytest.mark.parametrize("name", ["gpt-cpu-bs8", "gpt-h16-cpu-bs8", "resnet18-cpu-bs16"])
 def test_bundled_traces_derive_as_before(name):
-    trace = load_trace(REPO / "sample_trace" / name)
+    trace = load_trace(REPO / "sample_trace" / name, fast=True)
     _same_facts(trace)
     assert load_trace(REPO / "sample_trace" / name, fast=False) == trace
 
@@ -152,7 +152,7 @@ def test_synthetic_traces_load_and_derive_as_before(tmp_path):
     dirs = [write_synthetic_trace(tmp_path / "mlp", SyntheticModel(layers=6, batch_size=4, seed=3)),
             write_synthetic_transformer(tmp_path / "tf", SyntheticTransformer(layers=2, seed=4))]
     for d in dirs:
-        trace = load_trace(d)
+        trace = load_trace(d, fast=True)
         _same_facts(trace)
         assert load_trace(d, fast=False) == trace
 

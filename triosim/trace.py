@@ -409,8 +409,13 @@ def trace_batch_size(path: str | os.PathLike) -> tuple[int, str]:
     return raw, "meta.json"
 
 
+# Below this many bytes of trace.csv + tensor.csv the row-by-row reader finishes before pandas
+# would even be imported (a 96-layer GPT trace of 1.2 MB: 0.41 s against 0.23 s + 0.59 s import).
+FAST_MIN_BYTES = 4_000_000
+
+
 def load_trace(path: str | os.PathLike, batch_size: int | None = None, time_column: str = "nooverlap",
-               fast: bool = True) -> Trace:
+               fast: bool | None = None) -> Trace:
     """Read and validate a trace directory; ``batch_size`` is the batch it was recorded at.
 
     ``batch_size`` None reads it from the directory's meta.json (written by ``triosim trace``);
@@ -419,7 +424,8 @@ def load_trace(path: str | os.PathLike, batch_size: int | None = None, time_colu
     duration: ``nooverlap`` (sum of kernel times, the original's choice) or ``span`` (first
     kernel start to last kernel end). ``fast`` reads the files with pandas' C parser, falling
     back to the row-by-row checker on anything unusual (same result; ``fast=False`` always uses
-    the checker).
+    the checker; ``None``, the default: the C parser for files of ``FAST_MIN_BYTES`` or more,
+    below that importing pandas takes longer than the checker's whole read).
     """
     source = "argument"
     if batch_size is None:
@@ -441,6 +447,8 @@ def load_trace(path: str | os.PathLike, batch_size: int | None = None, time_colu
     for name in ("trace.csv", "tensor.csv"):
         if not (root / name).is_file():
             raise TraceError(str(root / name), "file not found")
+    if fast is None:
+        fast = sum((root / name).stat().st_size for name in ("trace.csv", "tensor.csv")) >= FAST_MIN_BYTES
     with collector_paused():
         loaded = None if not fast else fast_load(root, TENSOR_COLUMNS, TRACE_COLUMNS, FIELD_LIMIT, time_column)
         if loaded is not None:

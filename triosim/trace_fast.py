@@ -17,7 +17,6 @@ from itertools import chain
 from pathlib import Path
 
 import numpy as np
-import pandas as pd
 
 from .checks import MAX_BYTES, MAX_COUNT, MAX_TIME_US
 
@@ -78,6 +77,8 @@ def _frame(path: Path, columns: tuple[str, ...], field_limit: int) -> dict[str, 
         text = data.decode("utf-8")
     except UnicodeDecodeError:
         raise _Unusual from None
+    import pandas as pd  # here, not at import: small traces never need it (see load_trace)
+
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("error", pd.errors.ParserWarning)  # e.g. a row longer than the header

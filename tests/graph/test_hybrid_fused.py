@@ -68,14 +68,20 @@ def test_fused_runs_equal_op_by_op(traces, name, kw, n, plat):
 
 
 def test_fusing_across_a_cut_is_caught(traces, monkeypatch):
-    """Planted bug: no cuts (a run fused over a TP collective, a send or a bucket) changes times."""
-    monkeypatch.setattr(hybrid, "_segment_cuts", lambda *a, **k: (set(), set()))
+    """Planted bug: runs fused across TP collectives (those of mid-run ops are lost, and nothing
+    waits for the others)."""
+    real = hybrid._segment_cuts
+
+    def without_tp_cuts(b, s, params, waits_here, colls, units):
+        return real(b, s, params, {i: () for i in waits_here}, {}, units)
+
+    monkeypatch.setattr(hybrid, "_segment_cuts", without_tp_cuts)
     differ = 0
     for name, kw, n, plat in CONFIGS:
         _, sf = _build(traces[name], n, kw, plat)
         _, so = _build(traces[name], n, kw, plat, fuse=False)
         differ += abs(sf.makespan - so.makespan) > 1e-9 * so.makespan
-    assert differ >= 3
+    assert differ >= 2
 
 
 @pytest.mark.parametrize("name,kw,n,plat", CONFIGS)

@@ -342,6 +342,7 @@ def _add_stage(b: _Build, comm: GroupComm, p: int, waits, colls, params: list[st
         for ph in (FORWARD, BACKWARD):
             segments[(st, ph)] = _segments(ops[(st, ph)], cut_before, cut_after, b.fuse)
     seg_time: dict[tuple[int, str, int, float], float] = {}  # (stage, phase, segment, fraction) -> seconds
+    seg_names: dict[tuple[int, str, int], tuple[str, dict]] = {}  # (stage, phase, segment) -> label, attributes
     if plan.virtual > 1:
         order = interleaved_order(ranks.pp, r_count, p, plan.virtual)
     else:
@@ -369,10 +370,11 @@ def _add_stage(b: _Build, comm: GroupComm, p: int, waits, colls, params: list[st
                 for j in seg:
                     dur += op_seconds(trace, j, mb) * scale[j]
                 seg_time[(s, ph, n_seg, frac)] = dur
-            if len(seg) == 1:
-                label, extra = f"{labels[i]} mb{r}", {}
-            else:  # a run of ops nothing outside the GPU waits for or feeds: one task, same times
-                label, extra = f"{labels[i]} .. {labels[seg[-1]]} mb{r}", {"ops": tuple(seg)}
+            names = seg_names.get((s, ph, n_seg))
+            if names is None:  # a run of ops nothing outside the GPU waits for or feeds: one task, same times
+                names = seg_names[(s, ph, n_seg)] = (labels[i], {}) if len(seg) == 1 else \
+                    (f"{labels[i]} .. {labels[seg[-1]]}", {"ops": tuple(seg)})
+            label, extra = f"{names[0]} mb{r}", names[1]
             w = waits_here[i]
             phase = trace.ops[i].stage
             for rep, gpu in reps:
@@ -388,9 +390,10 @@ def _add_stage(b: _Build, comm: GroupComm, p: int, waits, colls, params: list[st
                     after = list(dict.fromkeys(after))
                 task = add_compute(gpu, dur, f"{label} gpu{gpu}", after=after, op=i, stage=phase, microbatch=r,
                                    stage_index=s, **extra)
-                for j in seg:
-                    task_of[(*rep, j, r)] = task
-                seq[gpu].extend((task, j, r) for j in seg)
+                # Only a run's ends are looked up (a crossing buffer's writer or reader, a bucket's
+                # last gradient, the op a TP collective follows): the cuts put them there.
+                task_of[(*rep, i, r)] = task_of[(*rep, seg[-1], r)] = task
+                seq[gpu].extend([(task, j, r) for j in seg])
                 last[rep] = [task]
             c = colls.get(seg[-1])
             if c is not None:

@@ -79,7 +79,8 @@ def min_cut_starts_many(prefix: Sequence[float], layer_costs: Callable[[int], np
     flat = table.reshape(-1)
     prev = np.full((nb, width), math.inf)
     prev[:, 0] = 0.0
-    gains: list[np.ndarray] = []
+    gains: list[np.ndarray] = []  # per stage: g over the starts, per bound
+    minima: list[np.ndarray] = []  # per stage: each window's minimum, per bound and end position
     for j in range(n):
         g = prev.copy()
         if j > 0:  # the first stage starts at 0, at no cost
@@ -91,25 +92,27 @@ def min_cut_starts_many(prefix: Sequence[float], layer_costs: Callable[[int], np
             np.minimum(table[k - 1, :, : width - w], table[k - 1, :, w:], out=table[k, :, : width - w])
         best = np.minimum(flat.take(left_at), flat.take(right_at)).reshape(nb, nf)
         best[empty] = math.inf
+        minima.append(best)
         cur = np.full((nb, width), math.inf)
         cur[:, 1:] = best
         prev = cur
-    out: list[list[int] | None] = []
-    for b in range(nb):
-        if prev[b, nf] == math.inf:
-            out.append(None)
-            continue
-        starts, i = [], nf
-        for j in range(n - 1, -1, -1):
-            # The rightmost start in the window with the window's minimum (the deque's answer).
-            a_lo, a_hi = int(lo[b, i - 1]), int(hi[i - 1])
-            i = a_lo + rightmost_minimum(gains[j][b, a_lo : a_hi + 1])
-            starts.append(i)
-        out.append(starts[::-1])
-    return out
+    # Back from the last position, all bounds at once: each stage starts at the rightmost start
+    # in its window that has the window's minimum (the deque's answer).
+    rows = np.flatnonzero(prev[:, nf] < math.inf)
+    starts = np.zeros((nb, n), dtype=np.intp)
+    i = np.full(len(rows), nf)
+    column = np.arange(width)[None, :]
+    for j in range(n - 1, -1, -1):
+        a_lo, a_hi = lo[rows, i - 1], hi[i - 1]
+        hit = (gains[j][rows] == minima[j][rows, i - 1][:, None]) & (column >= a_lo[:, None]) & \
+            (column <= a_hi[:, None])
+        i = rightmost(hit)
+        starts[rows, j] = i
+    found = set(rows.tolist())
+    return [[int(a) for a in starts[b]] if b in found else None for b in range(nb)]
 
 
-def rightmost_minimum(window: np.ndarray) -> int:
-    """Index of the last occurrence of the window's minimum: the reference deque keeps the most
-    recent of equal values, so among equally cheap starts the latest one wins."""
-    return int(np.flatnonzero(window == window.min())[-1])
+def rightmost(hit: np.ndarray) -> np.ndarray:
+    """Per row, the last column where ``hit`` is true: the reference deque keeps the most recent
+    of equal values, so among equally cheap starts the latest one wins."""
+    return hit.shape[1] - 1 - np.argmax(hit[:, ::-1], axis=1)

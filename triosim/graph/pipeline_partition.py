@@ -418,36 +418,60 @@ def _valid(starts: Sequence[int], nf: int, need_count: Sequence[int] | None) -> 
     return all(need_count[b] > need_count[a] for a, b in zip(starts, ends))
 
 
-def _local_search(starts: tuple[int, ...], evaluate: Callable[[list[tuple[int, ...]]], list[float]], nf: int,
-                  need_count: Sequence[int] | None, max_evaluations: int) -> tuple[tuple[int, ...], bool]:
-    """Hill climbing on the estimate: move one cut by ±1, 2, 4 or 8 positions while that helps
-    (at most ``max_evaluations`` estimates). Each round's moves are estimated in one batch, then
-    taken in order as if one after the other: the best strictly better move wins. Also says
-    whether the budget left moves untried."""
-    best = starts
-    (best_s,) = evaluate([starts])
-    spent = 0
-    short = False
-    for _ in range(LOCAL_SEARCH_ROUNDS):
-        moves = []
+@dataclass
+class _Climb:
+    """One local search's state: its best partition so far and its estimate, the estimates it
+    has spent, whether the budget left moves untried, and whether it has stopped."""
+
+    best: tuple[int, ...]
+    best_s: float
+    spent: int = 0
+    short: bool = False
+    done: bool = False
+
+    def moves(self, nf: int, need_count: Sequence[int] | None, max_evaluations: int) -> list[tuple[int, ...]]:
+        """This round's moves within the budget: one cut by ±1, 2, 4 or 8 positions."""
+        out = []
+        best = self.best
         for j in range(1, len(best)):
             for d in (-8, -4, -2, -1, 1, 2, 4, 8):
                 cand = (*best[:j], best[j] + d, *best[j + 1 :])
                 if not _valid(cand, nf, need_count):
                     continue
-                if spent >= max_evaluations:
-                    short = True
+                if self.spent >= max_evaluations:
+                    self.short = True
                     continue
-                spent += 1
-                moves.append(cand)
-        step_best, step_s = best, best_s
-        for cand, sec in zip(moves, evaluate(moves)):
-            if sec < step_s * (1 - 1e-12):
-                step_best, step_s = cand, sec
-        if step_best == best:
+                self.spent += 1
+                out.append(cand)
+        return out
+
+
+def _local_searches(starts: Sequence[tuple[int, ...]], evaluate: Callable[[list[tuple[int, ...]]], list[float]],
+                    nf: int, need_count: Sequence[int] | None,
+                    max_evaluations: int) -> list[tuple[tuple[int, ...], bool]]:
+    """Hill climbing on the estimate from each of ``starts``: move one cut by ±1, 2, 4 or 8
+    positions while that helps (at most ``max_evaluations`` estimates each). In a round the
+    best strictly better move wins (the first among equals). The searches are independent; they
+    advance in lockstep only so that each round's moves of all of them are estimated in one
+    batch. Per search: where it ended, and whether the budget left moves untried."""
+    climbs = [_Climb(s, sec) for s, sec in zip(starts, evaluate(list(starts)))]
+    for _ in range(LOCAL_SEARCH_ROUNDS):
+        active = [c for c in climbs if not c.done]
+        if not active:
             break
-        best, best_s = step_best, step_s
-    return best, short
+        moves = [c.moves(nf, need_count, max_evaluations) for c in active]
+        seconds = iter(evaluate([m for ms in moves for m in ms]))
+        for c, ms in zip(active, moves):
+            step_best, step_s = c.best, c.best_s
+            for cand in ms:
+                sec = next(seconds)
+                if sec < step_s * (1 - 1e-12):
+                    step_best, step_s = cand, sec
+            if step_best == c.best:
+                c.done = True
+            else:
+                c.best, c.best_s = step_best, step_s
+    return [(c.best, c.short) for c in climbs]
 
 
 @dataclass(frozen=True)
@@ -530,7 +554,7 @@ def optimal_search(costs: StageCosts, platform: Platform, schedule: str, layout:
     ranked = sorted(found.values(), key=lambda e: (e.seconds, e.starts))
     starts_from = [e.starts for e in ranked if _valid(e.starts, nf, need_count)][:LOCAL_SEARCH_STARTS]
     per_start = max(1, LOCAL_SEARCH_BLOCKS // (n * len(costs.sizes) * max(1, len(starts_from))))
-    short = sum(_local_search(s, evaluate, nf, need_count, per_start)[1] for s in starts_from)
+    short = sum(cut for _, cut in _local_searches(starts_from, evaluate, nf, need_count, per_start))
     return OptimalSearch(sorted(found.values(), key=lambda e: (e.seconds, e.starts)), per_start, len(starts_from),
                          short)
 
