@@ -47,9 +47,9 @@ def main() -> None:
         solver["seconds"] += time.perf_counter() - t
         solver["rate_updates"] += 1
 
-    def timed_flow(graph, task, bandwidth):
+    def timed_flow(*args):
         t = time.perf_counter()
-        f = real_flow(graph, task, bandwidth)
+        f = real_flow(*args)
         solver["seconds"] += time.perf_counter() - t
         solver["flows"] += 1
         return f

@@ -155,13 +155,17 @@ class ActiveFlows:
         """Flows starting together at ``t``: one re-rate for all of them."""
         links: list[int] = []
         shared = False
+        on_link = self.on_link
         for f in new:
             f.since = t
             self.flows[f.task] = f
             for r, _c in f.coefs:
-                users = self.on_link.setdefault(r, set())
-                users.add(f.task)
-                shared = shared or len(users) > 1
+                users = on_link.get(r)
+                if users is None:  # link sets are dropped when they empty: present means in use
+                    on_link[r] = {f.task}
+                else:
+                    users.add(f.task)
+                    shared = True
                 links.append(r)
         if len(new) == 1 and not shared:  # a flow alone on its links: its component is itself
             f = new[0]

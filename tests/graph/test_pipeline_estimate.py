@@ -199,3 +199,14 @@ def test_a_local_search_cut_short_by_its_budget_is_said_in_the_warnings(monkeypa
     plans = ps.candidate_plans(trace, platform, strategy, [0.25] * 4)
     notes = [w for w in plans[0].warnings if "budget" in w]
     assert notes and "1 estimate(s) from each of 3 starting partition(s)" in notes[0]
+
+
+def test_unsorted_prefix_sums_fall_back_to_the_one_bound_programme():
+    # A negative weight (not from a real trace) breaks the sorted prefix sums the vectorised
+    # programme relies on; the search then runs the reference bound by bound.
+    weights = [1.0, -0.5, 2.0, 1.0, 0.5]
+    prefix = part._prefix(weights)
+    costs = np.array([[0.0, 1.0, 0.0, 2.0, 0.0]] * 2)
+    got = part._cut_search(prefix, lambda j: costs, 3, [2.0, 3.0], None)
+    ref = [part._min_cut_starts(prefix, lambda j, k: float(costs[0, k]), 3, b, None) for b in (2.0, 3.0)]
+    assert got == ref and any(r is not None for r in ref)

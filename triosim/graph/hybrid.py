@@ -169,6 +169,7 @@ class _Build:
     versions: list = field(default_factory=list)  # buffer_versions of the trace
     fuse: bool = False  # one task per run of ops with nothing entering or leaving mid-run
     buffer_ids: dict[str, int] = field(default_factory=dict)  # trace tensor -> index (memory keys)
+    optimizer_stages: dict[int, dict[int, float]] = field(default_factory=dict)  # optimizer op -> rank -> share
     # ZeRO-3 gathered copies: (stage, op, mb) -> (keys freed, keys allocated); their bytes; per
     # stage, the gathered bytes alive at each step of its memory program
     gathered: dict[tuple[int, int, int], tuple[tuple[str, ...], tuple[str, ...]]] = field(default_factory=dict)
@@ -510,9 +511,11 @@ def _add_gradient_sync(b: _Build, comm: GroupComm, s: int, params: list[str], la
             if t == 0:
                 b.count("dp", op, group, bk.nbytes)
     scale = b.tpp.time_scale
-    opt_ops = [i for i, ph in enumerate(plan.phase) if ph == OPTIMIZER and s in plan.optimizer_ranks(i)]
+    if not b.optimizer_stages:  # every optimizer op's ranks and shares, once (a foreach op touches every parameter)
+        b.optimizer_stages.update((i, plan.optimizer_ranks(i)) for i, ph in enumerate(plan.phase) if ph == OPTIMIZER)
+    opt_ops = [i for i, shares in b.optimizer_stages.items() if s in shares]
     for i in opt_ops:
-        share = plan.optimizer_ranks(i)[s]  # the sum over rank s's stages
+        share = b.optimizer_stages[i][s]  # the sum over rank s's stages
         dur = trace.ops[i].duration_s * share * scale[i] / (ranks.dp if zero else 1)
         suffix = "" if share >= 1.0 else f" {share:.0%} share"
         for d, t in b.replicas:
