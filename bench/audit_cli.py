@@ -10,7 +10,8 @@ string; each file or directory option gets an existing directory, ``/proc/x``, a
 missing directory and an empty string. Every other flag keeps a small valid value on a small
 synthetic trace. A case is a finding when the command raises (what a user would see as a
 traceback), exits with a code other than 0 or 2, prints more or less than one line on exit 2,
-or accepts NaN or infinity (exit 0). Commands run in this process, each with a time limit.
+or accepts NaN, infinity or an empty value (exit 0; a sweep that records the configuration as
+an "invalid" row with its reason, or the flag as "n/a" where it does not apply, is fine). Commands run in this process, each with a time limit.
 """
 
 from __future__ import annotations
@@ -39,6 +40,7 @@ class Outcome:
     value: str
     code: int | str
     stderr: str
+    recorded: bool = False  # a sweep wrote the configuration as an "invalid" row with its reason
 
     @property
     def finding(self) -> str:
@@ -49,7 +51,7 @@ class Outcome:
             return f"exit {self.code}"
         if self.code == 2 and (len(lines) != 1 or not lines[0].startswith("triosim: error: ")):
             return f"{len(lines)} lines on stderr"
-        if self.code == 0 and self.value.lstrip("-") in ("nan", "inf", "1e400"):
+        if self.code == 0 and self.value.lstrip("-") in ("nan", "inf", "1e400") and not self.recorded:
             return "accepted a non-finite number"
         if self.code == 0 and self.value == "":
             return "accepted an empty value"
@@ -156,7 +158,12 @@ def audit(only: str | None, limit_s: int) -> list[Outcome]:
                     tmp.mkdir(exist_ok=True)
                     argv = with_flag(base_argv(words, trace, tmp), flag, value)
                     code, err = run(argv, limit_s)
-                    outcomes.append(Outcome(command, flag, value, code, err.replace(tmpdir, "$TMP")))
+                    results = tmp / "s.csv"
+                    # "invalid" (with the reason) or "n/a" (a flag that does not apply to the row's case)
+                    recorded = results.is_file() and any(w in results.read_text() for w in (",invalid,", ",n/a,"))
+                    if results.is_file():
+                        results.unlink()
+                    outcomes.append(Outcome(command, flag, value, code, err.replace(tmpdir, "$TMP"), recorded))
         os.chdir(cwd)
     return outcomes
 

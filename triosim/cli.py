@@ -138,6 +138,14 @@ def check_run_outputs(args: argparse.Namespace) -> None:
         raise ConfigError(f"--json and --timeline both name {args.json}; give them different files")
 
 
+def check_file_flags_not_empty(args: argparse.Namespace) -> None:
+    """``--config ""`` or ``--topology-file ""`` would silently mean "not given"."""
+    for flag, dest in (("--config", "config"), ("--topology-file", "topology_file")):
+        value = getattr(args, dest, None)
+        if value is not None and not str(value).strip():
+            raise ConfigError(f"{flag} is empty; give a file or leave the flag out")
+
+
 def note_unused_flags(args: argparse.Namespace) -> None:
     note = unused_flag_note(args)
     if note:
@@ -162,6 +170,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     from .scheduler import schedule
     from .timeline import timeline_json
 
+    check_file_flags_not_empty(args)
     check_run_outputs(args)
     status = None if args.quiet else Console(stderr=True).status("loading trace…")
     if status is not None:
@@ -221,6 +230,7 @@ def cmd_dag(args: argparse.Namespace) -> int:
     from .graph import build_graph
     from .graph.export import dag_picture
 
+    check_file_flags_not_empty(args)
     check_output_path(args.export, "--export")
     trace, platform, strategy = configure(args)
     note_unused_flags(args)

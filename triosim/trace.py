@@ -13,11 +13,12 @@ import csv
 import gc
 import io
 import os
-from collections import Counter
+from collections import Counter, defaultdict
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from itertools import chain
+from operator import attrgetter
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -503,8 +504,9 @@ def _resolve_aliases(ops: list[Op], tensors: dict[str, Tensor]) -> dict[str, str
     # Only the storages of unwritten tensors are looked up, and only one shared with another
     # tensor can give an alias: the walk below skips every op that neither reads an unwritten
     # tensor of such a storage nor writes into one.
-    tensor_count = Counter(t.storage for t in tensors.values())
-    wanted = {st for st in (tensors[t].storage for t in unwritten) if st and tensor_count[st] > 1}
+    storage = attrgetter("storage")
+    tensor_count = Counter(map(storage, tensors.values()))
+    wanted = {st for st in set(map(storage, map(tensors.__getitem__, unwritten))) if st and tensor_count[st] > 1}
     if not wanted:
         return {}
     unwritten = {t for t in unwritten if tensors[t].storage in wanted}
@@ -545,14 +547,10 @@ def derive(trace: Trace) -> Trace:
     writes = _buffers([op.outputs for op in ops], alias)
     # Consumers in op order; a buffer's first reader is its first consumer, and the dictionary
     # is in order of first read.
-    consumers: dict[str, list[int]] = {}
+    consumers: dict[str, list[int]] = defaultdict(list)
     for i, r in enumerate(reads):
         for t in r:
-            c = consumers.get(t)
-            if c is None:
-                consumers[t] = [i]
-            else:
-                c.append(i)
+            consumers[t].append(i)
     first_write: dict[str, int] = {}
     for i, w in enumerate(writes):
         for t in w:

@@ -38,23 +38,11 @@ def add_op_chain(
     Each op takes its traced time × ``time_scale``, or, with ``batch``, its time at that many
     samples under the trace's op-time model (:func:`triosim.compute_model.op_seconds`).
     """
-    tasks: list[int] = []
-    prev = list(after)
-    for i in op_indices:
-        op = trace.ops[i]
-        seconds = op.duration_s * time_scale if batch is None else op_seconds(trace, i, batch)
-        t = graph.add_compute(
-            device,
-            seconds,
-            f"{op_label(trace, i)}{label_suffix} gpu{device}",
-            after=prev,
-            op=i,
-            stage=op.stage,
-            **attrs,
-        )
-        tasks.append(t)
-        prev = [t]
-    return tasks
+    ops = trace.ops
+    seconds = [ops[i].duration_s * time_scale if batch is None else op_seconds(trace, i, batch) for i in op_indices]
+    labels = [f"{op_label(trace, i)}{label_suffix} gpu{device}" for i in op_indices]
+    return graph.add_compute_chain(device, seconds, labels, [{"op": i, "stage": ops[i].stage, **attrs}
+                                                             for i in op_indices], after=after)
 
 
 def op_steps(trace: Trace, op_indices: Sequence[int], tasks: Sequence[int], key_prefix: str = "") -> list[Step]:

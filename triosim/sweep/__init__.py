@@ -245,6 +245,10 @@ def _title(traces: Sequence[str]) -> str:
 
 
 def cmd_sweep(args: argparse.Namespace) -> int:
+    for flag, value in (("--grid", args.grid), ("--dask", args.dask), ("--plot", args.plot), ("--plot-x", args.plot_x),
+                        ("--plot-y", args.plot_y)):
+        if value is not None and not value.strip():  # "" would silently mean "not given"
+            raise ConfigError(f"{flag} is empty; give a value or leave the flag out")
     grid = grid_from_args(args)
     if args.top < 1:
         raise ConfigError(f"--top must be >= 1, got {args.top}")
@@ -253,9 +257,9 @@ def cmd_sweep(args: argparse.Namespace) -> int:
 
         require_matplotlib(args.plot)
         plot_x, plot_y = check_plot_axes(grid, args.plot_x, args.plot_y)
+    positive(args.dask_timeout, "--dask-timeout", "seconds")  # NaN would wait forever
     if args.dask:
         require_distributed()
-        positive(args.dask_timeout, "--dask-timeout", "seconds")  # NaN would wait forever
     if args.jobs is not None and args.jobs < 1:
         raise ConfigError(f"--jobs must be >= 1, got {args.jobs}")
     err = Console(stderr=True, highlight=False)
