@@ -174,15 +174,23 @@ def test_bytes_property_catches_lost_remainders(monkeypatch):
         test_collective_bytes_are_conserved()
 
 
+def _two_phase_case():
+    """An expanded all-reduce on a 4-GPU ring: a case the missing-phase bug must change (random
+    examples only sometimes draw one, so the planted-bug test runs this one too)."""
+    platform = build_platform(4, ptp_bandwidth_gbps=100, topology="ring", link_latency_us=0.0)
+    return "all_reduce", platform, [0, 1, 2, 3], 1 << 20, 100e9, 0.0, "expanded", 0
+
+
 def test_time_property_catches_a_missing_phase(monkeypatch):
     real = coll._ring_steps
 
     def one_phase(graph, platform, ring, nbytes, label, pre, attrs, phases, **kw):
         return real(graph, platform, ring, nbytes, label, pre, attrs, phases[:1], **kw)
 
+    test_isolated_collective_takes_the_closed_form.hypothesis.inner_test(_two_phase_case())  # passes unplanted
     monkeypatch.setattr(coll, "_ring_steps", one_phase)
     with pytest.raises(AssertionError):
-        test_isolated_collective_takes_the_closed_form()
+        test_isolated_collective_takes_the_closed_form.hypothesis.inner_test(_two_phase_case())
 
 
 def test_time_property_catches_a_wrong_macro_step(monkeypatch):
