@@ -60,7 +60,7 @@ def test_json_parallel_block_and_derived_gpus(capsys):
     (["--dp", "0"], "--dp must be"),
     (["--dp", "2", "--reference-compat"], "--reference-compat"),
     (["--dp", "2", "--exact", "--representatives"], "exclude each other"),
-    (["--pp", "2", "-micro-batch-size", "2", "--schedule", "interleaved", "--virtual-stages", "2"], "interleaved"),
+    (["--pp", "2", "-micro-batch-size", "8", "--schedule", "interleaved", "--virtual-stages", "2"], "interleaved"),
     (["--dp", "2", "--virtual-stages", "2"], "--virtual-stages 2 needs --schedule interleaved"),
 ])
 def test_bad_combinations_exit_2_with_one_line(capsys, argv, needle):

@@ -392,7 +392,8 @@ def configure(args: argparse.Namespace | Mapping[str, Any] | None = None,
     trace = load_scaled_trace(args)
     strategy = strategy_from_args(args, trace.batch_size)
     if strategy.hybrid:  # before any graph is built: a pipeline stage per layer at most
-        check_pipeline_depth(trace, strategy.degrees(platform.num_gpus)[2])
+        check_pipeline_depth(trace, strategy.degrees(platform.num_gpus)[2],
+                             strategy.virtual_stages if strategy.schedule == "interleaved" else 1)
     return trace, platform, strategy
 
 

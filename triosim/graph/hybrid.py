@@ -3,11 +3,12 @@
 What it models:
 
 - **Mesh.** ``dp × tp × pp`` GPUs numbered by :class:`~triosim.graph.rank_map.RankMap` (TP
-  innermost by default). Replica (d, t) is one pipeline: stage s on GPU ``rank(d, t, s)``.
+  innermost by default). Replica (d, t) is one pipeline: pipeline rank p on GPU ``rank(d, t, p)``.
 - **Pipeline.** The stages, micro-batches and schedules of case 4
-  (:mod:`triosim.graph.pipeline_stages`): every stage of every (d, t) runs its blocks in the
-  schedule's order; every buffer crossing stages is sent hop by hop between consecutive stages of
-  the same (d, t), per micro-batch.
+  (:mod:`triosim.graph.pipeline_stages`): pipeline rank p runs stage p (stages p, p + P, … under
+  the interleaved schedule) of every (d, t), its blocks in the schedule's order; every buffer
+  crossing stages is sent hop by hop between consecutive stages of the same (d, t), per
+  micro-batch.
 - **Tensor parallel.** Every op takes its traced time × the TP plan's time scale × the
   micro-batch's share of the batch; after an op the plan names, its collective runs on the TP
   group of (d, s) (payload scaled with the micro-batch), and the readers of the buffers it
@@ -54,6 +55,7 @@ from .group_comm import GroupComm, wire_bytes_per_gpu
 from .layer_count import check_pipeline_depth
 from .memory import MemoryReport, Step, plan_replicas
 from .pipeline_parallel import micro_batch_sizes
+from .pipeline_schedules import interleaved_order
 from .pipeline_stages import (
     BACKWARD,
     FORWARD,
@@ -167,7 +169,7 @@ class _Build:
     versions: list = field(default_factory=list)  # buffer_versions of the trace
     fuse: bool = False  # one task per run of ops with nothing entering or leaving mid-run
     buffer_ids: dict[str, int] = field(default_factory=dict)  # trace tensor -> index (memory keys)
-    optimizer_stages: dict[int, dict[int, float]] = field(default_factory=dict)  # optimizer op -> stage shares
+    optimizer_stages: dict[int, dict[int, float]] = field(default_factory=dict)  # optimizer op -> rank -> share
     # ZeRO-3 gathered copies: (stage, op, mb) -> (keys freed, keys allocated); their bytes; per
     # stage, the gathered bytes alive at each step of its memory program
     gathered: dict[tuple[int, int, int], tuple[tuple[str, ...], tuple[str, ...]]] = field(default_factory=dict)
@@ -213,18 +215,17 @@ def build(trace: Trace, platform: Platform, strategy: Strategy, fuse_runs: bool 
     if ranks.size != platform.num_gpus:
         raise ConfigError(f"--dp {dp} × --tp {tp} × --pp {pp} = {ranks.size} GPUs, but the platform has "
                           f"{platform.num_gpus}")
-    if strategy.schedule not in ("gpipe", "1f1b") or getattr(strategy, "virtual_stages", 1) != 1:
-        raise ConfigError("--dp/--tp/--pp runs support --schedule gpipe and 1f1b; the interleaved schedule "
-                          "(--virtual-stages) runs with -case 4")
-    check_pipeline_depth(trace, pp)
+    virtual = strategy.virtual_stages if strategy.schedule == "interleaved" else 1
+    check_pipeline_depth(trace, pp, virtual)
     sizes = micro_batch_sizes(trace.batch_size, strategy.micro_batch_size)
     fractions = [m / trace.batch_size for m in sizes]
     exact = strategy.exact
     if exact is None:  # every GPU while that stays small: then even contention between groups is simulated
         exact = dp * tp * len(trace.ops) * len(fractions) <= AUTO_EXACT_TASKS
     replicas = [(d, t) for d in range(dp) for t in range(tp)] if exact else [(0, 0)]
-    prime_routes(platform, ((ranks.rank(d, t, s), ranks.rank(d, t, s + e)) for d, t in replicas
-                            for s in range(pp) for e in (-1, 1) if 0 <= s + e < pp))
+    # interleaved: stage P−1 (last GPU) hands over to stage P (first GPU again)
+    prime_routes(platform, ((ranks.rank(d, t, s), ranks.rank(d, t, (s + e) % pp)) for d, t in replicas
+                            for s in range(pp) for e in (-1, 1) if 0 <= s + e < pp or (virtual > 1 and pp > 1)))
     plan = stage_plan(trace, platform, strategy, fractions, ranks.stage_gpus(0, 0))
     tpp = tensor_plan(trace, tp, strategy.effective_tp_style, strategy.sequence_parallel)
     # Fused runs of ops keep every time exact only while no memcpy can cut into a run (a run's
@@ -248,8 +249,8 @@ def _build(trace: Trace, platform: Platform, strategy: Strategy, ranks: RankMap,
     waits, cover = tp_waits(trace, tpp.collectives if tp > 1 else ())
     colls = {c.op: c for c in tpp.collectives} if tp > 1 else {}
     params_of = _stage_params(b)
-    for s in range(pp):
-        _add_stage(b, comm, s, waits, colls, params_of[s])
+    for p in range(pp):
+        _add_stage(b, comm, p, waits, colls, params_of[p])
     _add_crossings(b, cover)
     reports = _plan_memory(b)
     record_memory(b.graph, reports)
@@ -267,10 +268,11 @@ def _build(trace: Trace, platform: Platform, strategy: Strategy, ranks: RankMap,
 
 
 def _stage_params(b: _Build) -> list[list[str]]:
-    """Parameters each stage owns (the stage of their first reader), in gradient order."""
+    """Parameters each pipeline rank owns (those of its stages: the stage of their first
+    reader), in gradient order."""
     out: list[list[str]] = [[] for _ in range(b.ranks.pp)]
     for p in gradient_order(b.trace):
-        out[b.plan.buffer_stage.get(p, 0)].append(p)
+        out[b.plan.rank_of(b.plan.buffer_stage.get(p, 0))].append(p)
     return out
 
 
@@ -302,61 +304,76 @@ def _buckets(b: _Build, params: Sequence[str], s: int) -> list[_Bucket]:
     return out
 
 
-def _add_stage(b: _Build, comm: GroupComm, s: int, waits, colls, params: list[str]) -> None:
+def _add_stage(b: _Build, comm: GroupComm, p: int, waits, colls, params: list[str]) -> None:
+    """Pipeline rank ``p``'s program on every built replica: its stages' blocks in the schedule's
+    order (stages p, p + P, … under the interleaved schedule), then its gradient sync and optimizer."""
     trace, plan, strategy, ranks = b.trace, b.plan, b.strategy, b.ranks
     g = b.graph
-    ops = {FORWARD: plan.ops_on(s, FORWARD), BACKWARD: plan.ops_on(s, BACKWARD)}
+    stages = list(range(p, plan.num_stages, ranks.pp))
+    ops = {(st, ph): plan.ops_on(st, ph) for st in stages for ph in (FORWARD, BACKWARD)}
     scale = b.tpp.time_scale
     last: dict[tuple[int, int], list[int]] = {rep: [] for rep in b.replicas}
-    gpus = b.gpus(s)
+    gpus = b.gpus(p)
     for gpu in gpus:
         b.seq[gpu] = []
     ds = sorted({d for d, _ in b.replicas})
     ts = sorted({t for _, t in b.replicas})
-    full = lambda p: -(-trace.tensors[p].bytes // b.tpp.shard_divisor.get(p, 1))  # noqa: E731
-    units = fsdp_units(trace, plan, params, s, strategy.bucket_mb * MIB, full) if strategy.zero == 3 else None
-    if units is not None and ranks.dp > 1:
-        copies = gathered_copies(trace, plan, units, s, len(b.fractions))
-        b.gathered.update({(s, *at): keys for at, keys in copies.steps.items()})
-        b.gathered_sizes.update(copies.sizes)
+    full = lambda q: -(-trace.tensors[q].bytes // b.tpp.shard_divisor.get(q, 1))  # noqa: E731
+    units_of = {st: fsdp_units(trace, plan, params, st, strategy.bucket_mb * MIB, full) for st in stages} \
+        if strategy.zero == 3 else {}
+    if units_of and ranks.dp > 1:
+        for st, units in units_of.items():
+            copies = gathered_copies(trace, plan, units, st, len(b.fractions))
+            b.gathered.update({(p, *at): keys for at, keys in copies.steps.items()})
+            b.gathered_sizes.update(copies.sizes)
     gathered: dict[tuple, int] = {}  # (d, t) -> latest unit gather on that GPU; (d, t, "unit", k) -> unit k's
     # Loop invariants of the hot loop below (one iteration per segment, micro-batch and replica).
     labels = b.labels
-    waits_here = {i: tuple(c for c in waits[i] if plan.stage[c] == s) for i in (*ops[FORWARD], *ops[BACKWARD])}
+    waits_here = {i: tuple(c for c in waits[i] if plan.stage[c] == plan.stage[i])
+                  for block in ops.values() for i in block}
     reps = list(zip(b.replicas, gpus))
-    tp_groups = {d: comm.ordered(ranks.tp_group(d, s)) for d in ds}
-    members = {d: [(t, ranks.rank(d, t, s)) for t in ts] for d in ds}
-    tp_parallel = partial(_tp_groups, ranks, s)
+    tp_groups = {d: comm.ordered(ranks.tp_group(d, p)) for d in ds}
+    members = {d: [(t, ranks.rank(d, t, p)) for t in ts] for d in ds}
+    tp_parallel = partial(_tp_groups, ranks, p)
     add_compute, task_of, tp_done, seq = g.add_compute, b.task, b.tp_done, b.seq
     r_count = len(b.fractions)
-    cut_before, cut_after = _segment_cuts(b, s, params, waits_here, colls, units)
-    segments = {ph: _segments(block, cut_before, cut_after, b.fuse) for ph, block in ops.items()}
-    seg_time: dict[tuple[str, int, float], float] = {}  # (phase, segment, fraction) -> seconds
-    seg_names: dict[tuple[str, int], tuple[str, dict]] = {}  # (phase, segment) -> label, attributes
-    for ph, r in block_order(strategy.schedule, ranks.pp, r_count, s):
-        block = ops[ph]
+    segments: dict[tuple[int, str], list[list[int]]] = {}
+    for st in stages:
+        cut_before, cut_after = _segment_cuts(b, st, params, waits_here, colls, units_of.get(st))
+        for ph in (FORWARD, BACKWARD):
+            segments[(st, ph)] = _segments(ops[(st, ph)], cut_before, cut_after, b.fuse)
+    seg_time: dict[tuple[int, str, int, float], float] = {}  # (stage, phase, segment, fraction) -> seconds
+    seg_names: dict[tuple[int, str, int], tuple[str, dict]] = {}  # (stage, phase, segment) -> label, attributes
+    if plan.virtual > 1:
+        order = interleaved_order(ranks.pp, r_count, p, plan.virtual)
+    else:
+        order = [(ph, r, 0) for ph, r in block_order(strategy.schedule, ranks.pp, r_count, p)]
+    for ph, r, v in order:
+        s = v * ranks.pp + p
+        block = ops[(s, ph)]
         if not block:
             continue
+        units = units_of.get(s)
         frac = b.fractions[r]
         mb = max(1, round(frac * trace.batch_size))
         unit_at: dict[int, int] = {}
         if units is not None and units[ph]:
             unit_at = {u.first_op: k for k, u in enumerate(units[ph])}
             _gather_unit(b, comm, s, units[ph], 0, ph, r, last, gathered, ts)
-        for n_seg, seg in enumerate(segments[ph]):
+        for n_seg, seg in enumerate(segments[(s, ph)]):
             i = seg[0]
             k = unit_at.get(i)
             if k is not None and k + 1 < len(units[ph]):
                 _gather_unit(b, comm, s, units[ph], k + 1, ph, r, last, gathered, ts)
-            dur = seg_time.get((ph, n_seg, frac))
+            dur = seg_time.get((s, ph, n_seg, frac))
             if dur is None:
                 dur = 0.0
                 for j in seg:
                     dur += op_seconds(trace, j, mb) * scale[j]
-                seg_time[(ph, n_seg, frac)] = dur
-            names = seg_names.get((ph, n_seg))
+                seg_time[(s, ph, n_seg, frac)] = dur
+            names = seg_names.get((s, ph, n_seg))
             if names is None:  # a run of ops nothing outside the GPU waits for or feeds: one task, same times
-                names = seg_names[(ph, n_seg)] = (labels[i], {}) if len(seg) == 1 else \
+                names = seg_names[(s, ph, n_seg)] = (labels[i], {}) if len(seg) == 1 else \
                     (f"{labels[i]} .. {labels[seg[-1]]}", {"ops": tuple(seg)})
             label, extra = f"{names[0]} mb{r}", names[1]
             w = waits_here[i]
@@ -391,7 +408,7 @@ def _add_stage(b: _Build, comm: GroupComm, s: int, waits, colls, params: list[st
                                                   op_index=i, microbatch=r, group_kind="tp")
                     if d == 0:
                         b.count("tp", c.kind, group, nbytes)
-    _add_gradient_sync(b, comm, s, params, last, ts)
+    _add_gradient_sync(b, comm, p, params, last, ts)
 
 
 def _segment_cuts(b: _Build, s: int, params: list[str], waits_here, colls, units) -> tuple[set[int], set[int]]:
@@ -440,21 +457,22 @@ def _gather_unit(b: _Build, comm: GroupComm, s: int, units, k: int, ph: str, r: 
     once the op before the current unit has run (one unit of prefetch)."""
     ranks = b.ranks
     u = units[k]
+    p = b.plan.rank_of(s)  # stage s runs on pipeline rank p
     for t in ts:
-        group = ranks.dp_group(t, s)
+        group = ranks.dp_group(t, p)
         after = {}
         for d, tt in b.replicas:
             if tt != t:
                 continue
             prev = gathered.get((d, t))
-            after[ranks.rank(d, t, s)] = [*last[(d, t)], *([prev] if prev is not None else [])]
+            after[ranks.rank(d, t, p)] = [*last[(d, t)], *([prev] if prev is not None else [])]
         done = comm.run("all_gather", group, u.nbytes, f"zero3 gather unit{k} {'fwd' if ph == FORWARD else 'bwd'} "
-                        f"mb{r} stage{s} tp{t}", after, parallel=lambda s=s: _dp_groups(ranks, s),
+                        f"mb{r} stage{s} tp{t}", after, parallel=lambda p=p: _dp_groups(ranks, p),
                         microbatch=r, group_kind="dp", unit=k)
         for d, tt in b.replicas:
             if tt == t:
-                gathered[(d, t)] = done[ranks.rank(d, t, s)]
-                gathered[(d, t, "unit", k)] = done[ranks.rank(d, t, s)]
+                gathered[(d, t)] = done[ranks.rank(d, t, p)]
+                gathered[(d, t, "unit", k)] = done[ranks.rank(d, t, p)]
         if t == 0:
             b.count("dp", "all_gather", group, u.nbytes)
 
@@ -493,11 +511,11 @@ def _add_gradient_sync(b: _Build, comm: GroupComm, s: int, params: list[str], la
             if t == 0:
                 b.count("dp", op, group, bk.nbytes)
     scale = b.tpp.time_scale
-    if not b.optimizer_stages:  # every optimizer op's stages, once (a foreach op touches every parameter)
-        b.optimizer_stages.update((i, plan.optimizer_stages(i)) for i, ph in enumerate(plan.phase) if ph == OPTIMIZER)
-    opt_ops = [i for i, stages in b.optimizer_stages.items() if s in stages]
+    if not b.optimizer_stages:  # every optimizer op's ranks and shares, once (a foreach op touches every parameter)
+        b.optimizer_stages.update((i, plan.optimizer_ranks(i)) for i, ph in enumerate(plan.phase) if ph == OPTIMIZER)
+    opt_ops = [i for i, shares in b.optimizer_stages.items() if s in shares]
     for i in opt_ops:
-        share = b.optimizer_stages[i][s]
+        share = b.optimizer_stages[i][s]  # the sum over rank s's stages
         dur = trace.ops[i].duration_s * share * scale[i] / (ranks.dp if zero else 1)
         suffix = "" if share >= 1.0 else f" {share:.0%} share"
         for d, t in b.replicas:
@@ -545,9 +563,9 @@ def _add_crossings(b: _Build, cover: dict[tuple[int, str], int]) -> None:
                     prev = b.task[(d, t, v.writer, r)]
                     done = b.tp_done.get((c_op, r, d)) if c_op is not None else None
                     if done is not None:
-                        prev = done[ranks.rank(d, t, src)]
+                        prev = done[ranks.rank(d, t, plan.rank_of(src))]
                     for a in range(src, far, step):
-                        ga, gb = ranks.rank(d, t, a), ranks.rank(d, t, a + step)
+                        ga, gb = ranks.rank(d, t, plan.rank_of(a)), ranks.rank(d, t, plan.rank_of(a + step))
                         prev = b.graph.add_transfer(
                             b.platform, ga, gb, nbytes, f"send {v.buffer} mb{r} gpu{ga}->gpu{gb}", after=[prev],
                             microbatch=r, stage_index=a, buffer=v.buffer, direction=direction, dst_stage=a + step)
@@ -651,7 +669,7 @@ def _stage_memory_fits(b: _Build, s: int, persistent: set[str]) -> list[MemoryRe
     if b.ranks.pp > 1:
         for v in b.versions:
             src = b.plan.stage[v.writer]
-            if src != s and any(b.plan.stage[c] == s for c in v.readers):
+            if any(b.plan.stage[c] != src and b.plan.rank_of(b.plan.stage[c]) == s for c in v.readers):
                 k = ids[v.buffer]
                 keyed = v.buffer not in inv
                 delivered.update(((r + 1) * nb + k if keyed else k) for r in range(len(b.fractions)))
@@ -680,7 +698,7 @@ def _step_keys(b: _Build, s: int, i: int, r: int | None):
     ``s`` (``r`` None: its optimizer share)."""
     trace = b.trace
     if r is None:
-        mine = tuple(k for k in optimizer_buffers(trace, i) if b.plan.buffer_stage.get(k, 0) == s)
+        mine = tuple(k for k in optimizer_buffers(trace, i) if b.plan.rank_of(b.plan.buffer_stage.get(k, 0)) == s)
         op = trace.ops[i]
         in_place = not op.outputs and op.name.endswith("_")
         written, read = set(trace.writes[i]), set(trace.reads[i])
@@ -705,7 +723,7 @@ def _delivered(b: _Build, s: int) -> set[str]:
         return out
     for v in b.versions:
         src = b.plan.stage[v.writer]
-        if src != s and any(b.plan.stage[c] == s for c in v.readers):
+        if any(b.plan.stage[c] != src and b.plan.rank_of(b.plan.stage[c]) == s for c in v.readers):
             out.update(_key(b.trace, v.buffer, r) for r in range(len(b.fractions)))
     return out
 
@@ -722,7 +740,7 @@ def _summary(b: _Build, comm: GroupComm, params_of: list[list[str]], reports: li
     for s in range(ranks.pp):
         w = gr = opt = 0
         for k, owner in b.plan.buffer_stage.items():
-            if owner != s:
+            if b.plan.rank_of(owner) != s:
                 continue
             role = b.roles.role(k)
             nbytes = b.size(k, 1.0)

@@ -51,13 +51,16 @@ def count_layers(trace: Trace) -> LayerCount:
     return LayerCount(sum(1 for op in trace.ops if op.stage == "forward"), "forward ops")
 
 
-def check_pipeline_depth(trace: Trace, pp: int) -> None:
-    """One-line ConfigError when ``--pp`` is more than the model's layers (each stage needs one)."""
-    if pp <= 1:
+def check_pipeline_depth(trace: Trace, pp: int, virtual: int = 1) -> None:
+    """One-line ConfigError when the pipeline's stages (``--pp`` × ``--virtual-stages``) are more
+    than the model's layers (each stage needs one)."""
+    stages = pp * virtual
+    if stages <= 1:
         return
     layers = count_layers(trace)
-    if pp > layers.count:
-        raise ConfigError(f"--pp {pp} is more than the model's {layers.count} {layers.unit}: every pipeline "
+    if stages > layers.count:
+        what = f"--pp {pp}" if virtual == 1 else f"--pp {pp} × --virtual-stages {virtual} = {stages} stages"
+        raise ConfigError(f"{what} is more than the model's {layers.count} {layers.unit}: every pipeline "
                           "stage needs at least one")
 
 

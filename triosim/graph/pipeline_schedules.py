@@ -33,8 +33,7 @@ def block_order(schedule: str, num_stages: int, num_micro: int, stage: int) -> l
     if schedule == "gpipe":
         return fwd + bwd
     if schedule == "interleaved":
-        raise ConfigError("--schedule interleaved runs with -case 4 (one pipeline over all GPUs), not yet with "
-                          "--dp/--tp/--pp")
+        raise ConfigError("--schedule interleaved orders blocks per virtual stage: use interleaved_order")
     if schedule != "1f1b":
         raise ConfigError(f"--schedule must be one of {', '.join(SCHEDULES)}, got {schedule!r}")
     warm = min(num_stages - 1 - stage, num_micro)

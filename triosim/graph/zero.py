@@ -150,7 +150,7 @@ def gathered_copies(trace: Trace, plan: PipelinePlan, units: dict[str, list[Unit
         for k, u in enumerate(unit_list):
             start = unit_list[k - 1].first_op if k else u.first_op
             for r in range(micro_batches):
-                key = f"mb{r}:zero3 gathered {phase} unit{k}"
+                key = f"mb{r}:zero3 gathered {phase} stage{stage} unit{k}"
                 sizes[key] = u.nbytes
                 allocs.setdefault((start, r), []).append(key)
                 if last[k] != start:  # allocated and freed by one step: a write alone spans it
