@@ -160,7 +160,7 @@ class _Build:
     graph: TaskGraph = field(default_factory=TaskGraph)
     task: dict[tuple[int, int, int, int], int] = field(default_factory=dict)  # (d, t, op, mb) -> task
     tp_done: dict[tuple[int, int, int], dict[int, int]] = field(default_factory=dict)  # (op, mb, d) -> {gpu: t}
-    seq: dict[int, list[tuple[int, int, int | None]]] = field(default_factory=dict)  # gpu -> (task, op, mb)
+    seq: dict[int, list[tuple[int, tuple[int, ...], int | None]]] = field(default_factory=dict)  # gpu -> (task, ops, mb)
     stats: dict[str, dict[str, float]] = field(default_factory=dict)
     labels: list[str] = field(default_factory=list)
     key_flags: dict[int, tuple] = field(default_factory=dict)
@@ -170,6 +170,7 @@ class _Build:
     fuse: bool = False  # one task per run of ops with nothing entering or leaving mid-run
     buffer_ids: dict[str, int] = field(default_factory=dict)  # trace tensor -> index (memory keys)
     optimizer_stages: dict[int, dict[int, float]] = field(default_factory=dict)  # optimizer op -> rank -> share
+    buffer_rank: dict[str, int] = field(default_factory=dict)  # buffer -> pipeline rank of its stage
     # ZeRO-3 gathered copies: (stage, op, mb) -> (keys freed, keys allocated); their bytes; per
     # stage, the gathered bytes alive at each step of its memory program
     gathered: dict[tuple[int, int, int], tuple[tuple[str, ...], tuple[str, ...]]] = field(default_factory=dict)
@@ -343,7 +344,7 @@ def _add_stage(b: _Build, comm: GroupComm, p: int, waits, colls, params: list[st
         for ph in (FORWARD, BACKWARD):
             segments[(st, ph)] = _segments(ops[(st, ph)], cut_before, cut_after, b.fuse)
     seg_time: dict[tuple[int, str, int, float], float] = {}  # (stage, phase, segment, fraction) -> seconds
-    seg_names: dict[tuple[int, str, int], tuple[str, dict]] = {}  # (stage, phase, segment) -> label, attributes
+    seg_names: dict[tuple[int, str, int], tuple[str, dict, tuple[int, ...]]] = {}  # -> label, attributes, ops
     if plan.virtual > 1:
         order = interleaved_order(ranks.pp, r_count, p, plan.virtual)
     else:
@@ -373,8 +374,8 @@ def _add_stage(b: _Build, comm: GroupComm, p: int, waits, colls, params: list[st
                 seg_time[(s, ph, n_seg, frac)] = dur
             names = seg_names.get((s, ph, n_seg))
             if names is None:  # a run of ops nothing outside the GPU waits for or feeds: one task, same times
-                names = seg_names[(s, ph, n_seg)] = (labels[i], {}) if len(seg) == 1 else \
-                    (f"{labels[i]} .. {labels[seg[-1]]}", {"ops": tuple(seg)})
+                names = seg_names[(s, ph, n_seg)] = (labels[i], {}, (i,)) if len(seg) == 1 else \
+                    (f"{labels[i]} .. {labels[seg[-1]]}", {"ops": tuple(seg)}, tuple(seg))
             label, extra = f"{names[0]} mb{r}", names[1]
             w = waits_here[i]
             phase = trace.ops[i].stage
@@ -394,7 +395,7 @@ def _add_stage(b: _Build, comm: GroupComm, p: int, waits, colls, params: list[st
                 # Only a run's ends are looked up (a crossing buffer's writer or reader, a bucket's
                 # last gradient, the op a TP collective follows): the cuts put them there.
                 task_of[(*rep, i, r)] = task_of[(*rep, seg[-1], r)] = task
-                seq[gpu].extend([(task, j, r) for j in seg])
+                seq[gpu].append((task, names[2], r))
                 last[rep] = [task]
             c = colls.get(seg[-1])
             if c is not None:
@@ -523,7 +524,7 @@ def _add_gradient_sync(b: _Build, comm: GroupComm, s: int, params: list[str], la
             task = b.graph.add_compute(gpu, dur, f"{op_label(trace, i)}{suffix} gpu{gpu}",
                                        after=[*last[(d, t)], *done[(d, t)]], op=i, stage=trace.ops[i].stage,
                                        stage_index=s, share=share)
-            b.seq[gpu].append((task, i, None))
+            b.seq[gpu].append((task, (i,), None))
             last[(d, t)] = [task]
             done[(d, t)] = []
     if zero in (1, 2) and ranks.dp > 1:
@@ -593,7 +594,7 @@ def _plan_memory(b: _Build) -> list[MemoryReport]:
         touched: dict[str, bool] = {}
         program: list[tuple[tuple[str, ...], tuple[str, ...], str]] = []  # the same on every GPU of s
         labels: dict[int, str] = {}
-        for _, i, r in b.seq[gpus[0]]:
+        for _, i, r in _op_steps(b, gpus[0]):
             reads, writes, keyed = _step_keys(b, s, i, r)
             if keyed is not None:
                 for k, buf, frac in keyed:
@@ -632,12 +633,17 @@ def _plan_memory(b: _Build) -> list[MemoryReport]:
 
         def steps(gpu: int, program=program) -> list[Step]:
             return [Step(task=task, reads=rd, writes=wr, label=lb)
-                    for (task, _, _), (rd, wr, lb) in zip(b.seq[gpu], program)]
+                    for (task, _, _), (rd, wr, lb) in zip(_op_steps(b, gpu), program)]
 
         reports += plan_replicas(b.graph, b.platform, gpus, steps, sizes, external=external,
                                  persistent=[k for k in touched if k in persistent],
                                  placement=b.strategy.initial_placement)
     return reports
+
+
+def _op_steps(b: _Build, gpu: int) -> list[tuple[int, int, int | None]]:
+    """``gpu``'s program one op at a time: (task, op, micro-batch or None)."""
+    return [(task, i, r) for task, ops, r in b.seq[gpu] for i in ops]
 
 
 def _stage_memory_fits(b: _Build, s: int, persistent: set[str]) -> list[MemoryReport] | None:
@@ -674,23 +680,18 @@ def _stage_memory_fits(b: _Build, s: int, persistent: set[str]) -> list[MemoryRe
                 keyed = v.buffer not in inv
                 delivered.update(((r + 1) * nb + k if keyed else k) for r in range(len(b.fractions)))
     gpus = b.gpus(s)
-    steps = b.seq[gpus[0]]
-    got = stage_occupancy(steps, template, size_of, b.fractions, nb, delivered, {ids[k] for k in persistent if k in ids},
+    runs = b.seq[gpus[0]]
+    got = stage_occupancy(runs, template, size_of, b.fractions, nb, delivered, {ids[k] for k in persistent if k in ids},
                           b.platform.capacity_bytes)
     if got is None:
         return None
     occ, _total = got
     peak = int(occ.max()) if len(occ) else 0
-    reports = []
-    for g in gpus:
-        tasks = [t for t, _, _ in b.seq[g]]
-        step_tasks, step_bytes = tuple(tasks), occ
-        if b.fuse and len(tasks):  # one counter value per fused task: the most its ops hold
-            starts = np.flatnonzero(np.r_[True, np.diff(np.asarray(tasks)) != 0])
-            step_tasks = tuple(tasks[j] for j in starts)
-            step_bytes = np.maximum.reduceat(occ, starts)
-        reports.append(MemoryReport(device=g, peak_bytes=peak, step_tasks=step_tasks, step_bytes=step_bytes))
-    return reports
+    # One counter value per task: the most its ops hold (a task of one op: that op's).
+    starts = np.concatenate(([0], np.cumsum([len(ops) for _, ops, _ in runs])[:-1])).astype(np.int64)
+    step_bytes = np.maximum.reduceat(occ, starts) if len(occ) else occ
+    return [MemoryReport(device=g, peak_bytes=peak, step_tasks=tuple(t for t, _, _ in b.seq[g]), step_bytes=step_bytes)
+            for g in gpus]
 
 
 def _step_keys(b: _Build, s: int, i: int, r: int | None):
@@ -698,7 +699,10 @@ def _step_keys(b: _Build, s: int, i: int, r: int | None):
     ``s`` (``r`` None: its optimizer share)."""
     trace = b.trace
     if r is None:
-        mine = tuple(k for k in optimizer_buffers(trace, i) if b.plan.rank_of(b.plan.buffer_stage.get(k, 0)) == s)
+        if not b.buffer_rank:  # buffer -> the pipeline rank owning it, once (optimizer ops touch thousands)
+            b.buffer_rank.update((k, b.plan.rank_of(st)) for k, st in b.plan.buffer_stage.items())
+        rank0, owner = b.plan.rank_of(0), b.buffer_rank
+        mine = tuple(k for k in optimizer_buffers(trace, i) if owner.get(k, rank0) == s)
         op = trace.ops[i]
         in_place = not op.outputs and op.name.endswith("_")
         written, read = set(trace.writes[i]), set(trace.reads[i])

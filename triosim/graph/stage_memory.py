@@ -22,7 +22,7 @@ import numpy as np
 
 
 def stage_occupancy(
-    steps: Sequence[tuple[int, int, int | None]],
+    runs: Sequence[tuple[int, tuple[int, ...], int | None]],
     template_of: Callable[[int, int | None], tuple[list[int], list[bool], list[bool]]],
     size_of: Callable[[int, float], int],
     fractions: Sequence[float],
@@ -31,53 +31,72 @@ def stage_occupancy(
     persistent: set[int],
     capacity: int,
 ) -> tuple[np.ndarray, int] | None:
-    """Bytes resident during each step and the total of every buffer, or ``None`` if that total
-    exceeds ``capacity``.
+    """Bytes resident during each op step and the total of every buffer, or ``None`` if that
+    total exceeds ``capacity``.
 
-    ``steps``: (task, op, micro-batch or ``None`` for an optimizer share) in program order.
-    ``template_of(op, r)``: the step's buffer ids, reads first then writes, with per id whether it
-    is a read and whether it is keyed per micro-batch (the same for every ``r`` but ``None``).
-    ``size_of(buffer id, fraction)``: its bytes in a micro-batch of ``fraction`` of the batch
-    (``fractions[r]`` for micro-batch ``r``; 1.0 for keys without a micro-batch). ``delivered``: keys another stage sends (not external even
-    when first read here). ``persistent``: buffer ids alive to the end once touched.
+    ``runs``: (task, its ops, micro-batch or ``None`` for an optimizer share) in program order;
+    every op is one step. ``template_of(op, r)``: the step's buffer ids, reads first then writes,
+    with per id whether it is a read and whether it is keyed per micro-batch (the same for every
+    ``r`` but ``None``). ``size_of(buffer id, fraction)``: its bytes in a micro-batch of
+    ``fraction`` of the batch (``fractions[r]`` for micro-batch ``r``; 1.0 for keys without a
+    micro-batch). ``delivered``: keys another stage sends (not external even when first read
+    here). ``persistent``: buffer ids alive to the end once touched.
     """
-    n = len(steps)
-    # Templates: one per (op, optimizer share or not); steps index them.
-    slot: dict[tuple[int, bool], int] = {}
+    m = len(runs)
+    # Templates: one per (ops of a run, optimizer share or not), with each entry's op position.
+    slot: dict[tuple[tuple[int, ...], bool], int] = {}
     t_ids: list[list[int]] = []
     t_reads: list[list[bool]] = []
     t_keyed: list[list[bool]] = []
-    which = np.empty(n, dtype=np.int64)
-    mbs = np.empty(n, dtype=np.int64)
-    for j, (_task, i, r) in enumerate(steps):
-        ck = (i, r is None)
+    t_local: list[list[int]] = []
+    which = np.empty(m, dtype=np.int64)
+    mbs = np.empty(m, dtype=np.int64)
+    ops_in = np.empty(m, dtype=np.int64)
+    for j, (_task, ops, r) in enumerate(runs):
+        ck = (ops, r is None)
         k = slot.get(ck)
         if k is None:
             k = slot[ck] = len(t_ids)
-            ids, reads, keyed = template_of(i, r)
-            t_ids.append(list(ids))
-            t_reads.append(list(reads))
-            t_keyed.append(list(keyed))
+            ids_k: list[int] = []
+            reads_k: list[bool] = []
+            keyed_k: list[bool] = []
+            local_k: list[int] = []
+            for pos, i in enumerate(ops):
+                ids, reads, keyed = template_of(i, r)
+                ids_k += ids
+                reads_k += reads
+                keyed_k += keyed
+                local_k += [pos] * len(ids)
+            t_ids.append(ids_k)
+            t_reads.append(reads_k)
+            t_keyed.append(keyed_k)
+            t_local.append(local_k)
         which[j] = k
         mbs[j] = 0 if r is None else r
+        ops_in[j] = len(ops)
+    n = int(ops_in.sum()) if m else 0
     t_len = np.array([len(x) for x in t_ids], dtype=np.int64)
-    lengths = t_len[which] if n else np.zeros(0, dtype=np.int64)
+    lengths = t_len[which] if m else np.zeros(0, dtype=np.int64)
     total_len = int(lengths.sum())
     if n == 0 or total_len == 0:
         return np.zeros(n, dtype=np.int64), 0
-    flat_ids = np.fromiter((x for ids in t_ids for x in ids), dtype=np.int64, count=int(t_len.sum()))
-    flat_reads = np.fromiter((x for rs in t_reads for x in rs), dtype=bool, count=int(t_len.sum()))
-    flat_keyed = np.fromiter((x for ks in t_keyed for x in ks), dtype=bool, count=int(t_len.sum()))
+    count = int(t_len.sum())
+    flat_ids = np.fromiter((x for ids in t_ids for x in ids), dtype=np.int64, count=count)
+    flat_reads = np.fromiter((x for rs in t_reads for x in rs), dtype=bool, count=count)
+    flat_keyed = np.fromiter((x for ks in t_keyed for x in ks), dtype=bool, count=count)
+    flat_local = np.fromiter((x for ls in t_local for x in ls), dtype=np.int64, count=count)
     t_ptr = np.concatenate(([0], np.cumsum(t_len)[:-1]))
-    # Position of every (step, entry) in the flat template arrays: the step's template start plus
-    # the entry's offset inside the step.
-    step = np.repeat(np.arange(n, dtype=np.int64), lengths)
+    # Position of every (run, entry) in the flat template arrays: the run's template start plus
+    # the entry's offset inside the run; its step: the run's first step plus the op's position.
+    run = np.repeat(np.arange(m, dtype=np.int64), lengths)
     out_start = np.concatenate(([0], np.cumsum(lengths)[:-1]))
-    pos = t_ptr[which][step] + (np.arange(total_len, dtype=np.int64) - out_start[step])
+    pos = t_ptr[which][run] + (np.arange(total_len, dtype=np.int64) - out_start[run])
+    first_step_of_run = np.concatenate(([0], np.cumsum(ops_in)[:-1]))
+    step = first_step_of_run[run] + flat_local[pos]
     ids = flat_ids[pos]
     is_read = flat_reads[pos]
     keyed = flat_keyed[pos]
-    keys = np.where(keyed, (mbs[step] + 1) * num_buffers + ids, ids)
+    keys = np.where(keyed, (mbs[run] + 1) * num_buffers + ids, ids)
     uniq, first_at = np.unique(keys, return_index=True)
     _, rev_at = np.unique(keys[::-1], return_index=True)
     last_step = step[total_len - 1 - rev_at]  # both uniques are the same sorted keys
