@@ -51,6 +51,7 @@ class Flow:
     rate: float = 0.0
     since: float = 0.0  # when ``remaining`` was last brought up to date
     version: int = 0  # bumped at every rate change: older finish-time entries are stale
+    alone: float = 0.0  # its rate with no other flow on its links, once known (0: not yet)
 
     def settle(self, t: float) -> None:
         """Bring ``remaining`` to time ``t`` at the current rate."""
@@ -72,10 +73,11 @@ def flow_of(graph: TaskGraph, task: int, bandwidth: dict[int, float],
         key = (graph.resources[task], uniform, xfer)
         hit = memo.get(key)
         if hit is not None:
-            return Flow(task, hit[0], hit[1], hit[2])
+            return Flow(task, hit[0], hit[1], hit[2], alone=hit[3])
     f = _new_flow(graph, task, bandwidth, xfer, load, uniform)
     if key is not None:
-        memo[key] = (f.remaining, f.solo_rate, f.coefs)
+        f.alone = alone_rate(f)
+        memo[key] = (f.remaining, f.solo_rate, f.coefs, f.alone)
     return f
 
 
@@ -95,18 +97,24 @@ def _new_flow(graph: TaskGraph, task: int, bandwidth: dict[int, float], xfer: fl
     return Flow(task, xfer * bw, bw, [(r, 1.0 / bandwidth[r]) for r in rids])
 
 
+def alone_rate(f: Flow) -> float:
+    """``f``'s max-min rate with no other flow on its links: what the progressive filling below
+    gives a single flow, in one pass."""
+    demand: dict[int, float] = {}
+    for r, c in f.coefs:
+        demand[r] = demand.get(r, 0.0) + c
+    step = f.solo_rate
+    for d in demand.values():
+        if d > 0:
+            step = min(step, 1.0 / d)
+    return max(step, 0.0)
+
+
 def maxmin_rates(flows: list[Flow]) -> None:
     """Set every flow's ``rate`` by progressive filling (max-min fair, capped at its solo rate)."""
     if len(flows) == 1:  # the common case in large runs: the same numbers as the loop below, at once
         f = flows[0]
-        demand: dict[int, float] = {}
-        for r, c in f.coefs:
-            demand[r] = demand.get(r, 0.0) + c
-        step = f.solo_rate
-        for d in demand.values():
-            if d > 0:
-                step = min(step, 1.0 / d)
-        f.rate = max(step, 0.0)
+        f.rate = f.alone if f.alone > 0 else alone_rate(f)
         return
     residual: dict[int, float] = {}
     on_link: dict[int, list[Flow]] = {}
