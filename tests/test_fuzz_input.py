@@ -124,30 +124,26 @@ def check_fast_equals_checker(d: Path, counts: Counter) -> None:
     assert fast == slow
 
 
-def _cli_property(tmp_path_factory, counts: Counter, examples: int):
-    @seed(20261203)
+def _mutation_property(tmp_path_factory, check, counts: Counter, examples: int, seed_value: int):
+    """``check(trace dir, counts)`` on mutated copies of the small trace (fixed seed)."""
+    @seed(seed_value)
     @settings(max_examples=examples, deadline=None, database=None, report_multiple_bugs=False,
               suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
     @given(mutations())
     def prop(m):
         d = _fresh(tmp_path_factory)
         apply(d, m)
-        check_cli_on(d, counts)
+        check(d, counts)
 
     return prop
+
+
+def _cli_property(tmp_path_factory, counts: Counter, examples: int):
+    return _mutation_property(tmp_path_factory, check_cli_on, counts, examples, 20261203)
 
 
 def _fast_property(tmp_path_factory, counts: Counter, examples: int):
-    @seed(20261204)
-    @settings(max_examples=examples, deadline=None, database=None, report_multiple_bugs=False,
-              suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
-    @given(mutations())
-    def prop(m):
-        d = _fresh(tmp_path_factory)
-        apply(d, m)
-        check_fast_equals_checker(d, counts)
-
-    return prop
+    return _mutation_property(tmp_path_factory, check_fast_equals_checker, counts, examples, 20261204)
 
 
 def test_fuzzed_traces_exit_0_or_2_with_one_line(tmp_path_factory) -> None:
