@@ -75,6 +75,7 @@ class GroupComm:
         self._links: dict[tuple[int, ...], tuple[str, ...]] = {}
         self._cost: dict[tuple[str, tuple[int, ...], int], float] = {}
         self._base_cost: dict[tuple[str, tuple[int, ...], int], float] = {}  # per canonical group
+        self._primed: set[tuple[int, ...]] = set()  # canonical groups whose routes are known
         self._sharing: dict[tuple[int, ...], int] = {}
         self.sharing_unknown = False
 
@@ -133,7 +134,9 @@ class GroupComm:
         key = (op, base, int(nbytes))
         hit = self._base_cost.get(key)
         if hit is None:
-            prime_routes(self.platform, ((a, b) for a in base for b in base if a != b))
+            if base not in self._primed:  # routes between every two members, once per group
+                prime_routes(self.platform, ((a, b) for a in base for b in base if a != b))
+                self._primed.add(base)
             hit = self._base_cost[key] = closed_form_seconds(self.platform, base, op, nbytes)
         return hit
 
