@@ -97,12 +97,10 @@ def batch_independent_ops(trace: Trace) -> tuple[bool, ...]:
     """Per op: True for the optimizer's ops and for ops on scalars only (such as the loss's
     ``ones_like``). An op whose listed tensors merely look batch-free (a linear layer's backward
     row lists only its weight's transpose) still does batch-sized work: it scales."""
-    out = []
-    for i, op in enumerate(trace.ops):
-        buffers = (*trace.reads[i], *trace.writes[i])
-        scalars = all(trace.tensors[k].numel <= 1 for k in buffers)
-        out.append(op.stage == "optimizer" or (scalars and not any(batch_dependent(trace, k) for k in buffers)))
-    return tuple(out)
+    # The buffers of such ops: scalars whose size does not follow the batch (few in any trace).
+    batch_free_scalars = {k for k, t in trace.tensors.items() if t.numel <= 1 and not batch_dependent(trace, k)}
+    return tuple(op.stage == "optimizer" or (batch_free_scalars.issuperset(r) and batch_free_scalars.issuperset(w))
+                 for op, r, w in zip(trace.ops, trace.reads, trace.writes))
 
 
 def _floors(measured: tuple[float, ...], floor_s: float) -> tuple[float, ...]:

@@ -18,9 +18,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from itertools import chain
-from operator import attrgetter
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NamedTuple
 
 from .checks import MAX_BYTES, cell_int, cell_time_us, json_int
 from .checks import whole_number as _whole_number
@@ -74,16 +73,12 @@ _CATEGORY_RANK = {
 }
 
 
-# Tensor and Op are frozen dataclasses with a hand-written ``__init__``: the generated one of a
-# frozen class sets each field through ``object.__setattr__``, which made building the objects of
-# a 200k-op trace (half a million tensors) a large part of its load time. Writing the instance
-# dictionary directly is about twice as fast; the fields stay read-only afterwards, and
-# ``dataclasses.replace``, equality and hashing work as before. Keep ``__init__`` in step with the
-# fields.
+# Tensor and Op are named tuples: a 200k-op trace has half a million tensors, and a tuple is
+# built several times faster than a dataclass instance (in bulk, by ``tuple.__new__`` in C).
+# They are read-only; ``obj._replace(field=value)`` makes a changed copy.
 
 
-@dataclass(frozen=True, init=False)
-class Tensor:
+class Tensor(NamedTuple):
     """One tensor of the trace (all tensor.csv rows of one ID merged)."""
 
     id: str
@@ -94,15 +89,8 @@ class Tensor:
     storage: str
     shape: tuple[int, ...] | None
 
-    def __init__(self, id: str, bytes: int, numel: int, each_byte: int, category: str, storage: str,
-                 shape: tuple[int, ...] | None) -> None:
-        d = self.__dict__
-        d["id"], d["bytes"], d["numel"], d["each_byte"] = id, bytes, numel, each_byte
-        d["category"], d["storage"], d["shape"] = category, storage, shape
 
-
-@dataclass(frozen=True, init=False)
-class Op:
+class Op(NamedTuple):
     """One operator row of trace.csv."""
 
     index: int
@@ -115,12 +103,6 @@ class Op:
     stage: str
     tpflag: bool
     line: int
-
-    def __init__(self, index: int, op_id: int, name: str, inputs: tuple[str, ...], outputs: tuple[str, ...],
-                 duration_s: float, span_s: float, stage: str, tpflag: bool, line: int) -> None:
-        d = self.__dict__  # see Tensor
-        d["index"], d["op_id"], d["name"], d["inputs"], d["outputs"] = index, op_id, name, inputs, outputs
-        d["duration_s"], d["span_s"], d["stage"], d["tpflag"], d["line"] = duration_s, span_s, stage, tpflag, line
 
 
 @dataclass
@@ -141,18 +123,42 @@ class Trace:
     reads: list[tuple[str, ...]] = field(default_factory=list)
     writes: list[tuple[str, ...]] = field(default_factory=list)
     producer: dict[str, int] = field(default_factory=dict)
-    consumers: dict[str, tuple[int, ...]] = field(default_factory=dict)
     external: tuple[str, ...] = ()
     parameters: tuple[str, ...] = ()
     batch_invariant: frozenset[str] = frozenset()
-    forward_partner: tuple[int | None, ...] = ()
-    grad_ready_op: dict[str, int] = field(default_factory=dict)
     # How op times change with the batch (triosim.compute_model); None: linear.
     op_time: OpTimeModel | None = None
     # Where ``batch_size`` came from: "argument" (given), "meta.json", or "assumed" (neither: 128).
     batch_source: str = "argument"
     # The optional meta.json beside the CSVs ({} when there is none): device, time source, …
     info: dict = field(default_factory=dict)
+    # Derived on first use (``consumers``, ``forward_partner``, ``grad_ready_op``): most runs never ask, and on a trace of
+    # hundreds of thousands of ops they took a fifth of the loading time.
+    _partner: tuple[int | None, ...] | None = field(default=None, init=False, repr=False, compare=False)
+    _consumers: dict[str, tuple[int, ...]] | None = field(default=None, init=False, repr=False, compare=False)
+    _grad_ready: dict[str, int] | None = field(default=None, init=False, repr=False, compare=False)
+
+    @property
+    def consumers(self) -> dict[str, tuple[int, ...]]:
+        """Buffer -> the ops that read it, in op order (in order of first read)."""
+        if self._consumers is None:
+            self._consumers = _consumers(self.reads)
+        return self._consumers
+
+    @property
+    def forward_partner(self) -> tuple[int | None, ...]:
+        """Per op: the forward op whose activations or weights a backward op reads (else None)."""
+        if self._partner is None:
+            self._partner = _forward_partners(self.ops, self.reads, self.writes, set(self.parameters))
+        return self._partner
+
+    @property
+    def grad_ready_op(self) -> dict[str, int]:
+        """Per parameter: the backward op after which its gradient is complete."""
+        if self._grad_ready is None:
+            self._grad_ready = _grad_ready_ops(self.ops, self.reads, self.parameters, self.forward_partner,
+                                               {p: self.consumers[p][0] for p in self.parameters})
+        return self._grad_ready
 
     @property
     def time_source(self) -> str | None:
@@ -324,7 +330,7 @@ def _load_tensors(path: Path) -> dict[str, Tensor]:
                 )
             if _CATEGORY_RANK.get(category, 2) <= _CATEGORY_RANK.get(prev.category, 2):
                 category = prev.category
-            tensors[tid] = replace(prev, category=category)
+            tensors[tid] = prev._replace(category=category)
             continue
         total += numel * each
         if total >= MAX_BYTES:
@@ -499,18 +505,25 @@ def _resolve_aliases(ops: list[Op], tensors: dict[str, Tensor]) -> dict[str, str
     allocator, so only the latest earlier writer (or a parameter) counts, and it must be at
     least as large.
     """
+    # Only a storage shared by two tensors can give an alias: most traces of a plain model
+    # have none, and then nothing else needs computing.
+    storages = [t.storage for t in tensors.values()]
+    distinct = set(storages)
+    if len(distinct) + storages.count("") - ("" in distinct) == len(storages):
+        return {}
+    shared = {st for st, c in Counter(storages).items() if c > 1 and st}
+    candidates = {tid for tid, t in tensors.items() if t.storage in shared}
     written = set(chain.from_iterable(op.outputs for op in ops))
     unwritten = set(chain.from_iterable(op.inputs for op in ops)) - written
     # Only the storages of unwritten tensors are looked up, and only one shared with another
     # tensor can give an alias: the walk below skips every op that neither reads an unwritten
     # tensor of such a storage nor writes into one.
-    storage = attrgetter("storage")
-    tensor_count = Counter(map(storage, tensors.values()))
-    wanted = {st for st in set(map(storage, map(tensors.__getitem__, unwritten))) if st and tensor_count[st] > 1}
+    unwritten &= candidates
+    wanted = {tensors[t].storage for t in unwritten}
     if not wanted:
         return {}
     unwritten = {t for t in unwritten if tensors[t].storage in wanted}
-    writers = {t for t in written if tensors[t].storage in wanted}
+    writers = {t for t in written & candidates if tensors[t].storage in wanted}
     watch = unwritten | writers
     last_writer_by_storage: dict[str, str] = {}
     alias: dict[str, str] = {}
@@ -538,6 +551,25 @@ def _resolve_aliases(ops: list[Op], tensors: dict[str, Tensor]) -> dict[str, str
     return alias
 
 
+def _first_op(lists: list[tuple[str, ...]]) -> dict[str, int]:
+    """Buffer -> the first op whose list holds it, in that order."""
+    first: dict[str, int] = {}
+    for i, ids in enumerate(lists):
+        for t in ids:
+            if t not in first:
+                first[t] = i
+    return first
+
+
+def _consumers(reads: list[tuple[str, ...]]) -> dict[str, tuple[int, ...]]:
+    """Buffer -> the ops that read it, in op order; the dictionary is in order of first read."""
+    consumers: dict[str, list[int]] = defaultdict(list)
+    for i, r in enumerate(reads):
+        for t in r:
+            consumers[t].append(i)
+    return dict(zip(consumers.keys(), map(tuple, consumers.values())))
+
+
 def derive(trace: Trace) -> Trace:
     """Compute the data-flow facts of a trace (idempotent)."""
     ops, tensors = trace.ops, trace.tensors
@@ -545,22 +577,16 @@ def derive(trace: Trace) -> Trace:
     alias = _resolve_aliases(ops, tensors)
     reads = _buffers([op.inputs for op in ops], alias)
     writes = _buffers([op.outputs for op in ops], alias)
-    # Consumers in op order; a buffer's first reader is its first consumer, and the dictionary
-    # is in order of first read.
-    consumers: dict[str, list[int]] = defaultdict(list)
-    for i, r in enumerate(reads):
-        for t in r:
-            consumers[t].append(i)
-    first_write: dict[str, int] = {}
-    for i, w in enumerate(writes):
-        for t in w:
-            if t not in first_write:
-                first_write[t] = i
+    # Each buffer's first reader and first writer (the consumers themselves are derived when
+    # asked for: few builders need them).
+    first_read = _first_op(reads)
+    first_write = _first_op(writes)
     # External: read before (or by the same op as) its first write, or never written; ordered
-    # by first read, then ID (the pairs are nearly sorted already).
+    # by first read, then ID.
     fw = first_write.get
-    external = [t for _, t in sorted((c[0], t) for t, c in consumers.items() if fw(t, n) >= c[0])]
-    producer = {t: i for t, i in first_write.items() if t not in consumers or consumers[t][0] > i}
+    external = [t for _, t in sorted((c, t) for t, c in first_read.items() if fw(t, n) >= c)]
+    fr = first_read.get
+    producer = {t: i for t, i in first_write.items() if fr(t, n) > i}
     params = tuple(
         t for t in external if tensors[t].category in PARAMETER_CATEGORIES and tensors[t].bytes > 0
     )
@@ -574,20 +600,15 @@ def derive(trace: Trace) -> Trace:
             invariant.update(writes[i])
     invariant.update(tid for tid, base in alias.items() if base in invariant)
 
-    partner = _forward_partners(ops, reads, writes, set(params))
-    grad_ready = _grad_ready_ops(ops, reads, params, partner, {p: consumers[p][0] for p in params})
     return replace(
         trace,
         alias=alias,
         reads=reads,
         writes=writes,
         producer=producer,
-        consumers=dict(zip(consumers.keys(), map(tuple, consumers.values()))),
         external=tuple(external),
         parameters=params,
         batch_invariant=frozenset(invariant),
-        forward_partner=partner,
-        grad_ready_op=grad_ready,
     )
 
 
@@ -706,12 +727,8 @@ def scale_trace(trace: Trace, batch_size_sim: int, reference_compat: bool = Fals
 
 
 def _with(obj, **changes):
-    """A copy of frozen dataclass ``obj`` with ``changes`` (``dataclasses.replace`` without
-    re-running ``__init__``: ops and tensors are copied tens of thousands of times)."""
-    new = object.__new__(type(obj))
-    new.__dict__.update(obj.__dict__)
-    new.__dict__.update(changes)
-    return new
+    """A copy of ``obj`` (a Tensor or an Op) with ``changes``."""
+    return obj._replace(**changes)
 
 
 def _reject_constant(name: str) -> None:
