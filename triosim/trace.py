@@ -21,6 +21,9 @@ from itertools import chain
 from pathlib import Path
 from typing import TYPE_CHECKING, NamedTuple
 
+import numpy as np
+
+from .buffer_columns import BufferColumns, buffer_columns, first_op, first_position
 from .checks import MAX_BYTES, cell_int, cell_time_us, json_int
 from .checks import whole_number as _whole_number
 from .errors import ConfigError, TraceError
@@ -137,6 +140,19 @@ class Trace:
     _partner: tuple[int | None, ...] | None = field(default=None, init=False, repr=False, compare=False)
     _consumers: dict[str, tuple[int, ...]] | None = field(default=None, init=False, repr=False, compare=False)
     _grad_ready: dict[str, int] | None = field(default=None, init=False, repr=False, compare=False)
+    # (tensors, reads, writes, their columns): an init field, so that ``replace`` hands it on;
+    # used only while those three are still the very objects the columns were made from.
+    _columns: tuple | None = field(default=None, repr=False, compare=False)
+
+    @property
+    def buffer_columns(self) -> BufferColumns:
+        """The buffers and per-op buffer lists as integer-coded arrays (for passes over every
+        buffer of a large trace; see :mod:`triosim.buffer_columns`)."""
+        cached = self._columns
+        if cached is None or cached[0] is not self.tensors or cached[1] is not self.reads or cached[2] is not self.writes:
+            cached = self._columns = (self.tensors, self.reads, self.writes,
+                                      buffer_columns(self.tensors, self.reads, self.writes))
+        return cached[3]
 
     @property
     def consumers(self) -> dict[str, tuple[int, ...]]:
@@ -475,6 +491,9 @@ def collector_paused() -> Iterator[None]:
     Loading a large trace makes millions of objects (cells, tuples, Tensor and Op objects) that
     all stay alive; the collector, triggered every few hundred allocations, walked them again
     and again, which took about a third of the load time. Nothing made here is cyclic garbage.
+    When the collector comes back on, the objects made meanwhile join the oldest generation
+    directly (freeze, then unfreeze) instead of all being walked by the first collection after
+    the block (a third of a second after loading a 200k-op trace).
     """
     enabled = gc.isenabled()
     gc.disable()
@@ -482,7 +501,9 @@ def collector_paused() -> Iterator[None]:
         yield
     finally:
         if enabled:
+            gc.freeze()
             gc.enable()
+            gc.unfreeze()
 
 
 # ----------------------------------------------------------------------------- derived facts
@@ -551,16 +572,6 @@ def _resolve_aliases(ops: list[Op], tensors: dict[str, Tensor]) -> dict[str, str
     return alias
 
 
-def _first_op(lists: list[tuple[str, ...]]) -> dict[str, int]:
-    """Buffer -> the first op whose list holds it, in that order."""
-    first: dict[str, int] = {}
-    for i, ids in enumerate(lists):
-        for t in ids:
-            if t not in first:
-                first[t] = i
-    return first
-
-
 def _consumers(reads: list[tuple[str, ...]]) -> dict[str, tuple[int, ...]]:
     """Buffer -> the ops that read it, in op order; the dictionary is in order of first read."""
     consumers: dict[str, list[int]] = defaultdict(list)
@@ -577,30 +588,34 @@ def derive(trace: Trace) -> Trace:
     alias = _resolve_aliases(ops, tensors)
     reads = _buffers([op.inputs for op in ops], alias)
     writes = _buffers([op.outputs for op in ops], alias)
-    # Each buffer's first reader and first writer (the consumers themselves are derived when
-    # asked for: few builders need them).
-    first_read = _first_op(reads)
-    first_write = _first_op(writes)
+    # The passes over every buffer run on integer codes (see triosim.buffer_columns).
+    cols = buffer_columns(tensors, reads, writes)
+    ids, count = cols.ids, len(cols.ids)
+    first_read = first_op(cols.read_code, cols.read_op, count, n)
+    first_write = first_op(cols.write_code, cols.write_op, count, n)
     # External: read before (or by the same op as) its first write, or never written; ordered
     # by first read, then ID.
-    fw = first_write.get
-    external = [t for _, t in sorted((c, t) for t, c in first_read.items() if fw(t, n) >= c)]
-    fr = first_read.get
-    producer = {t: i for t, i in first_write.items() if fr(t, n) > i}
+    ext = np.flatnonzero((first_read < n) & (first_write >= first_read))
+    external = [t for _, t in sorted(zip(first_read[ext].tolist(), map(ids.__getitem__, ext.tolist())))]
+    # Produced inside the step: written before its first read; in order of first write.
+    made = np.flatnonzero((first_write < n) & (first_read > first_write))
+    made = made[np.argsort(first_position(cols.write_code, count)[made], kind="stable")]
+    producer = dict(zip(map(ids.__getitem__, made.tolist()), first_write[made].tolist()))
     params = tuple(
         t for t in external if tensors[t].category in PARAMETER_CATEGORIES and tensors[t].bytes > 0
     )
 
     # Batch-invariant buffers: parameters, anything an optimizer op touches (gradients,
     # optimizer state) and aliases of those.
+    optimizer = np.fromiter((op.stage == "optimizer" for op in ops), dtype=bool, count=n)
+    touched = np.zeros(count, dtype=bool)
+    touched[cols.read_code[optimizer[cols.read_op]]] = True
+    touched[cols.write_code[optimizer[cols.write_op]]] = True
     invariant: set[str] = set(params)
-    for i, op in enumerate(ops):
-        if op.stage == "optimizer":
-            invariant.update(reads[i])
-            invariant.update(writes[i])
+    invariant.update(map(ids.__getitem__, np.flatnonzero(touched).tolist()))
     invariant.update(tid for tid, base in alias.items() if base in invariant)
 
-    return replace(
+    derived = replace(
         trace,
         alias=alias,
         reads=reads,
@@ -610,6 +625,8 @@ def derive(trace: Trace) -> Trace:
         parameters=params,
         batch_invariant=frozenset(invariant),
     )
+    derived._columns = (tensors, reads, writes, cols)
+    return derived
 
 
 def _forward_partners(
@@ -723,7 +740,13 @@ def scale_trace(trace: Trace, batch_size_sim: int, reference_compat: bool = Fals
                    if op.duration_s > 0 else op.span_s / bs_ratio)
         for op in trace.ops
     ]
-    return replace(trace, ops=ops, tensors=tensors, batch_size=batch_size_sim)
+    scaled = replace(trace, ops=ops, tensors=tensors, batch_size=batch_size_sim)
+    cached = trace._columns
+    if cached is not None and cached[0] is trace.tensors and cached[1] is trace.reads and cached[2] is trace.writes:
+        # Same buffers and lists, new sizes: only the size column changes.
+        nbytes = np.fromiter((t.bytes for t in tensors.values()), dtype=np.int64, count=len(tensors))
+        scaled._columns = (tensors, trace.reads, trace.writes, replace(cached[3], nbytes=nbytes))
+    return scaled
 
 
 def _with(obj, **changes):

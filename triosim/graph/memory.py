@@ -238,9 +238,15 @@ def _lifetime_occupancy(last_use: dict[str, int], first_use: dict[str, int], siz
     end = np.fromiter(last_use.values(), dtype=np.int64, count=len(keys)) + 1
     end[np.fromiter(map(persistent.__contains__, keys), dtype=bool, count=len(keys))] = n
     live = size > 0
+    return lifetime_occupancy(first[live], end[live], size[live], n)
+
+
+def lifetime_occupancy(first: np.ndarray, end: np.ndarray, size: np.ndarray, n: int) -> np.ndarray:
+    """Bytes resident at each of ``n`` steps when buffer ``i`` of ``size[i]`` bytes is resident
+    from step ``first[i]`` up to (not including) step ``end[i]``."""
     delta = np.zeros(n + 1, dtype=np.int64)
-    np.add.at(delta, first[live], size[live])
-    np.subtract.at(delta, end[live], size[live])
+    np.add.at(delta, first, size)
+    np.subtract.at(delta, end, size)
     return np.cumsum(delta[:n])
 
 
