@@ -29,18 +29,22 @@ class _Unusual(Exception):
     """Something the fast path leaves to the row-by-row checker."""
 
 
-def _line_shapes_ok(data: bytes, rows: int, field_limit: int) -> bool:
+def _line_shapes_ok(data: bytes, rows: int, field_limit: int, last_cells_filled: bool = False) -> bool:
     """True when the file is plainly one record a line: ``rows`` data lines after the header,
-    none longer than ``field_limit``, each with as many separators as the header (pandas fills
-    a short row with empty cells where the checker reports "too few fields")."""
+    none longer than ``field_limit``, none with fewer fields than the header (pandas fills a
+    short row with empty cells where the checker reports "too few fields"; a longer one is read
+    alike by both). ``last_cells_filled``: no row has an empty cell in the header's last
+    column, so none is short, and the separators need no counting."""
     buf = np.frombuffer(data, dtype=np.uint8)
     ends = np.flatnonzero(buf == 10)
-    if len(ends) - (0 if data.endswith(b"\n") else -1) != rows + 1 or b"\r" in data.replace(b"\r\n", b""):
+    if len(ends) - (0 if data.endswith(b"\n") else -1) != rows + 1 or data.count(b"\r") != data.count(b"\r\n"):
         return False
-    starts = np.concatenate(([0], ends + 1))
-    stops = np.concatenate((ends, [len(data)]))
-    if int((stops - starts).max()) > field_limit:
+    if len(ends) and max(int(ends[0]), int(np.diff(ends).max(initial=0)) - 1, len(data) - int(ends[-1]) - 1) > field_limit:
         return False
+    if not len(ends) and len(data) > field_limit:
+        return False
+    if last_cells_filled:
+        return True
     # Separators per line from the count of commas before each line end (searching the few
     # line ends among the many commas, not the other way round).
     commas = np.flatnonzero(buf == 44)
@@ -86,16 +90,23 @@ def _frame(path: Path, columns: tuple[str, ...], field_limit: int, numeric: tupl
     import pandas as pd  # here, not at import: small traces never need it (see load_trace)
 
     columns = tuple(c for c in columns if c not in unused)
-    dtypes = {c: np.int64 if c in numeric else str for c in columns}
+    # The header's last column is read too: a row with a cell there has all its fields.
+    parsed = columns if header[-1] in columns else (*columns, header[-1])
+    dtypes = {c: np.int64 if c in numeric else str for c in parsed}
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("error", pd.errors.ParserWarning)  # e.g. a row longer than the header
-            df = pd.read_csv(io.StringIO(text), header=0, names=header, usecols=list(columns), dtype=dtypes,
+            df = pd.read_csv(io.StringIO(text), header=0, names=header, usecols=list(parsed), dtype=dtypes,
                              keep_default_na=False, na_filter=False, skipinitialspace=True, engine="c",
                              skip_blank_lines=False, index_col=False)
     except Exception:  # any parser complaint or warning: the checker words it
         raise _Unusual from None
-    if len(df) == 0 or not _line_shapes_ok(data, len(df), field_limit):
+    if len(df) == 0:
+        raise _Unusual
+    last = df[header[-1]]
+    # (An empty cell of a whole-number column is a parser error: a parsed one is filled.)
+    filled = header[-1] in numeric or "" not in last.tolist()
+    if not _line_shapes_ok(data, len(df), field_limit, last_cells_filled=filled):
         raise _Unusual
     return {c: df[c].to_numpy() if c in numeric else _stripped(df[c].tolist()) for c in columns}
 

@@ -19,10 +19,13 @@ from .memory import MemoryReport, Step, lifetime_occupancy, plan_memory
 from .tasks import TaskGraph
 
 
+def _short_name(name: str) -> str:
+    return name.rsplit(": ", 1)[-1].replace("aten::", "")
+
+
 def op_label(trace: Trace, index: int) -> str:
     op = trace.ops[index]
-    name = op.name.rsplit(": ", 1)[-1].replace("aten::", "")
-    return f"{name}#{op.op_id}"
+    return f"{_short_name(op.name)}#{op.op_id}"
 
 
 def add_op_chain(
@@ -43,7 +46,10 @@ def add_op_chain(
     """
     ops = trace.ops
     seconds = [ops[i].duration_s * time_scale if batch is None else op_seconds(trace, i, batch) for i in op_indices]
-    labels = [f"{op_label(trace, i)}{label_suffix} gpu{device}" for i in op_indices]
+    # As op_label, with each distinct op name shortened once.
+    short = {name: _short_name(name) for name in {ops[i].name for i in op_indices}}
+    tail = f"{label_suffix} gpu{device}"
+    labels = [f"{short[op.name]}#{op.op_id}{tail}" for op in map(ops.__getitem__, op_indices)]
     return graph.add_compute_chain(device, seconds, labels, [{"op": i, "stage": ops[i].stage, **attrs}
                                                              for i in op_indices], after=after)
 
