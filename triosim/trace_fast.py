@@ -65,14 +65,12 @@ def _line_shapes_ok(data: bytes, rows: int, field_limit: int, last_cells_filled:
 def _frame(path: Path, columns: tuple[str, ...], field_limit: int, numeric: tuple[str, ...] = (),
            unused: tuple[str, ...] = ()) -> dict[str, list[str] | np.ndarray]:
     """The used columns: text columns as lists of stripped strings, ``numeric`` ones as int64
-    arrays parsed by pandas; data row i is on line i + 2.
+    arrays; data row i is on line i + 2.
     ``unused`` columns must be there but are not parsed (the checker only requires them).
 
-    Only the used columns are parsed, and whole numbers are parsed in C: turning every cell
-    into a Python string first was much of the reader's time. pandas reads an integer only
-    where Python's ``int()`` reads the same one (anything else, ``12.0`` included, is a parser
-    error, which sends the file to the checker). Times stay text: pandas' float parser is not
-    Python's, and the checker's ``float()`` decides the last bit.
+    Only the used columns are parsed: turning every cell of every column into a Python string
+    was much of the reader's time. Times are converted by Python's ``float()`` later, as the
+    checker does: pandas' float parser is not Python's, and may differ in the last bit.
     """
     data = path.read_bytes()
     if b"\x00" in data:
@@ -92,7 +90,7 @@ def _frame(path: Path, columns: tuple[str, ...], field_limit: int, numeric: tupl
     columns = tuple(c for c in columns if c not in unused)
     # The header's last column is read too: a row with a cell there has all its fields.
     parsed = columns if header[-1] in columns else (*columns, header[-1])
-    dtypes = {c: np.int64 if c in numeric else str for c in parsed}
+    dtypes = dict.fromkeys(parsed, str)
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("error", pd.errors.ParserWarning)  # e.g. a row longer than the header
@@ -104,11 +102,21 @@ def _frame(path: Path, columns: tuple[str, ...], field_limit: int, numeric: tupl
     if len(df) == 0:
         raise _Unusual
     last = df[header[-1]]
-    # (An empty cell of a whole-number column is a parser error: a parsed one is filled.)
-    filled = header[-1] in numeric or "" not in last.tolist()
+    filled = "" not in last.tolist()
     if not _line_shapes_ok(data, len(df), field_limit, last_cells_filled=filled):
         raise _Unusual
-    return {c: df[c].to_numpy() if c in numeric else _stripped(df[c].tolist()) for c in columns}
+    return {c: _whole_numbers(df[c].tolist()) if c in numeric else _stripped(df[c].tolist()) for c in columns}
+
+
+def _whole_numbers(cells: list[str]) -> np.ndarray:
+    """int64 of each cell by Python's ``int()`` (numpy calls it per cell, in C), as the checker
+    reads a whole number first; ``12.0`` or ``1e3`` (which the checker reads through ``float``)
+    and numbers beyond int64 go to the checker. pandas' own integer parser is not used: it
+    takes ``1e3`` and ``12.0`` through its float parser, which is not Python's."""
+    try:
+        return np.array(cells, dtype=np.int64)
+    except (ValueError, OverflowError, TypeError):
+        raise _Unusual from None
 
 
 # The white space str.strip() removes that an ASCII cell can hold ("\n" cannot: one record a line).
@@ -221,6 +229,7 @@ def _one_list_a_cell(joined: str, cells: int) -> bool:
 
 # What may be in a size list besides digits: the checker's form is "[]" or "[12; 3]".
 _SIZE_LIST_BYTES = b"0123456789 ;[]\n"
+_DIGITS_AS_D = bytes.maketrans(b"0123456789", b"dddddddddd")
 
 
 def _size_lists_ok(values: list[str]) -> bool:
@@ -236,7 +245,7 @@ def _size_lists_ok(values: list[str]) -> bool:
     bare = joined.replace(" ;", ";").replace("; ", ";").replace("[ ", "[").replace(" ]", "]")
     if " " in bare or ";;" in bare or "[;" in bare or ";]" in bare:
         return False  # ... or an empty element
-    return max(map(len, bare.replace("[", "").replace("]", "").replace("\n", ";").split(";"))) <= 15
+    return b"d" * 16 not in bare.encode("ascii").translate(_DIGITS_AS_D)  # at most 15 digits a number
 
 
 def _id_lists(values: list[str], tensors: dict) -> list[tuple[str, ...]]:
@@ -258,7 +267,7 @@ def _id_lists(values: list[str], tensors: dict) -> list[tuple[str, ...]]:
             raise _Unusual  # an empty element
         bodies = bare.replace("[", "").replace("]", "").split("\n")
         out = [tuple(body.split(";")) if body else () for body in bodies]
-    if not tensors.keys() >= set(chain.from_iterable(out)):
+    if not all(map(tensors.__contains__, chain.from_iterable(out))):
         raise _Unusual
     return out
 
