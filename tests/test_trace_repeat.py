@@ -7,6 +7,7 @@ from __future__ import annotations
 import csv
 import json
 import tempfile
+from dataclasses import fields, replace
 from pathlib import Path
 
 import pytest
@@ -49,6 +50,15 @@ def flow_signature(trace: Trace) -> list[tuple]:
              tuple(trace.tensors[k].bytes for k in trace.reads[i]),
              tuple(trace.tensors[k].bytes for k in trace.writes[i]), trace.forward_partner[i])
             for i, op in enumerate(trace.ops)]
+
+
+def assert_same_trace(got: Trace, want: Trace) -> None:
+    """Equal field by field, and every mapping in the same order (outputs iterate them)."""
+    for f in fields(Trace):
+        a, b = getattr(got, f.name), getattr(want, f.name)
+        assert a == b, f"in-memory repeat differs from the written trace in {f.name}"
+        if isinstance(a, dict):
+            assert list(a) == list(b), f"in-memory repeat orders {f.name} differently"
 
 
 # ----------------------------------------------------------------------------- the GPT sample
@@ -197,6 +207,7 @@ def check_repeat(model: SyntheticTransformer, layers: int) -> None:
         tr.repeat_trace_dir(src, Path(tmp) / "out", layers)
         big = load_trace(Path(tmp) / "out", batch_size=model.batch_size)
         problems = check_trace_dir(Path(tmp) / "out").problems
+        assert_same_trace(tr.load_repeated(src, layers, batch_size=model.batch_size), replace(big, path=str(src)))
     assert problems == [], "data flow broken: " + problems[0] if problems else ""
     layout = tr.find_layers(trace)
     assert layout.count == model.layers
@@ -267,3 +278,40 @@ def test_catches_first_layer_times(monkeypatch):
     monkeypatch.setattr(tr, "_mean_times", lambda raw, unit: real(raw, unit[:1]))
     with pytest.raises(AssertionError, match="closed form"):
         check_repeat(*PLANTED)
+
+
+# ----------------------------------------------------------------------------- in memory
+
+
+@pytest.mark.parametrize("layers,time_column", [(1, "nooverlap"), (7, "span"), (96, "nooverlap")])
+@pytest.mark.parametrize("sample", [GPT, GPT.parent / "gpt-h16-cpu-bs8"])
+def test_in_memory_repeat_equals_the_written_trace(sample, layers, time_column, tmp_path):
+    """`--num-layers` builds the repeated trace in memory: it must be what `trace repeat` writes, read back."""
+    tr.repeat_trace_dir(sample, tmp_path, layers, batch_size=8)
+    want = load_trace(tmp_path, batch_size=8, time_column=time_column)
+    got = tr.load_repeated(sample, layers, batch_size=8, time_column=time_column)
+    assert_same_trace(got, replace(want, path=str(sample)))
+    assert_same_trace(tr.load_repeated(sample, layers, batch_size=8, time_column=time_column, in_memory=False), got)
+
+
+def test_in_memory_repeat_falls_back_on_quoted_cells(tmp_path):
+    """A cell with a quote: only the CSV reader is sure to read it back, so the trace is written and read."""
+    src = write_synthetic_transformer(tmp_path / "src", SyntheticTransformer(layers=2, hidden=8, heads=2, seq_len=4))
+    rows = list(csv.reader((src / "trace.csv").read_text().splitlines()))
+    name = rows[0].index("OperatorName")
+    rows[-1][name] = 'aten::"quoted", op'
+    with open(src / "trace.csv", "w", newline="") as fh:
+        csv.writer(fh, lineterminator="\n").writerows(rows)
+    raw, trace = tr.read_raw(src), load_trace(src, batch_size=1)
+    assert tr._repeated_trace(tr._repeat(raw, trace, 3), raw, trace, 1, "nooverlap") is None
+    tr.repeat_trace_dir(src, tmp_path / "out", 3)
+    got = tr.load_repeated(src, 3, batch_size=1)
+    assert got.ops[-1].name == 'aten::"quoted", op'
+    assert_same_trace(got, replace(load_trace(tmp_path / "out", batch_size=1), path=str(src)))
+
+
+def test_in_memory_repeat_catches_a_planted_bug(tmp_path, monkeypatch):
+    """Planted bug: the copies of a tensor lose its category (a weight's copies stop being parameters)."""
+    monkeypatch.setattr(tr, "normalize_category", lambda text: "")
+    with pytest.raises(AssertionError, match="in-memory repeat differs"):
+        test_in_memory_repeat_equals_the_written_trace(GPT, 7, "span", tmp_path)

@@ -36,12 +36,24 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
+from .checks import MAX_BYTES, cell_time_us, json_int
 from .errors import ConfigError, TraceError
 from .output import atomic_write_text
-from .trace import Trace, load_trace, parse_id_list, trace_batch_size
+from .trace import (
+    Op,
+    Tensor,
+    Trace,
+    collector_paused,
+    derive,
+    load_trace,
+    normalize_category,
+    parse_id_list,
+    trace_batch_size,
+)
 
 _LINEAR_NAMES = frozenset({"linear", "addmm", "mm"})
 Key = tuple  # a tensor's position inside a layer (same in every layer)
+IdLists = tuple[tuple[str, ...], tuple[str, ...]]  # an op's input and output tensor IDs
 
 
 @dataclass
@@ -309,8 +321,26 @@ def _fmt_us(value: float) -> str:
     return repr(round(value, 6))
 
 
+@dataclass
+class _Repeated:
+    """A repeated trace's rows and where each comes from (to build its ``Trace`` without
+    writing and re-reading them)."""
+
+    raw: RawTrace
+    layout: LayerLayout
+    op_source: list[tuple[int, int]]  # per op row: (copy, or -1 outside the layers; traced op index)
+    op_lists: list[IdLists | None]  # per op row: its (inputs, outputs), None where the traced row's
+    template: dict[str, tuple[str, int]]  # new tensor ID -> (traced tensor it copies, copy)
+    kept: int  # the first ``kept`` tensor rows are the traced trace's own, unchanged but for Index
+
+
 def repeat_raw(raw: RawTrace, trace: Trace, layers: int) -> tuple[RawTrace, LayerLayout]:
     """``raw`` (the rows ``trace`` was loaded from) with its repeated layer repeated ``layers`` times."""
+    rep = _repeat(raw, trace, layers)
+    return rep.raw, rep.layout
+
+
+def _repeat(raw: RawTrace, trace: Trace, layers: int) -> _Repeated:
     if layers < 1:
         raise ConfigError(f"--layers must be a positive integer, got {layers}")
     layout = find_layers(trace)
@@ -360,19 +390,19 @@ def repeat_raw(raw: RawTrace, trace: Trace, layers: int) -> tuple[RawTrace, Laye
     # Copies follow the first traced layer's pattern of which positions hold one tensor (the
     # layers may differ there: a tracer can list one op's outputs in another order).
 
+    # Positions that are one tensor: inside a copy those the first traced layer gives one tensor,
+    # across copies the links. The union-find runs over those groups, each named by its smallest
+    # position: a class's root, its smallest (copy, position), is the same as it would be over
+    # single positions, at a fraction of the unions.
     uf = _Union()
-    groups0 = _groups(pos[0])
-    for j in range(layers):
-        for g in groups0.values():
-            for key in g[1:]:
-                uf.union((j, g[0]), (j, key))
-        if j + 1 < layers:
-            for a, b in links:
-                uf.union((j, a), (j + 1, b))
+    lead = {key: min(g) for g in _groups(pos[0]).values() for key in g}
+    for j in range(layers - 1):
+        for a, b in links:
+            uf.union((j, lead[a]), (j + 1, lead[b]))
     fixed: dict = {}
 
     def fix(node, tid: str) -> None:
-        root = uf.find(node)
+        root = uf.find((node[0], lead[node[1]]))
         if fixed.setdefault(root, tid) != tid:
             raise TraceError(trace.path, f"cannot repeat to {layers} layers: tensors {fixed[root]} and {tid} "
                              "would have to be one")
@@ -390,18 +420,27 @@ def repeat_raw(raw: RawTrace, trace: Trace, layers: int) -> tuple[RawTrace, Laye
     names: dict = {}
     template: dict[str, tuple[str, int]] = {}  # new tensor ID -> (traced tensor whose rows it copies, copy)
 
+    resolved: dict[tuple[int, Key], str] = {}  # (copy, group) -> its tensor ID, once named
+
     def tensor_id(j: int, key: Key) -> str:
-        root = uf.find((j, key))
+        node = (j, lead[key])
+        hit = resolved.get(node)
+        if hit is not None:
+            return hit
+        root = uf.find(node)
         if root in fixed:
-            return fixed[root]
-        if root not in names:
-            if numeric:
-                names[root] = str(next_id[0])
-                next_id[0] += 1
-            else:
-                names[root] = f"{pos[0][root[1]]}.L{root[0] + 1}"
-            template[names[root]] = (pos[0][root[1]], root[0])
-        return names[root]
+            hit = fixed[root]
+        else:
+            if root not in names:  # numbered in the order the rows first name them
+                if numeric:
+                    names[root] = str(next_id[0])
+                    next_id[0] += 1
+                else:
+                    names[root] = f"{pos[0][root[1]]}.L{root[0] + 1}"
+                template[names[root]] = (pos[0][root[1]], root[0])
+            hit = names[root]
+        resolved[node] = hit
+        return hit
 
     # Ops: mean time over the traced layers, tensor lists renamed per copy.
     ct, cn = raw.col("Operator_cudatime"), raw.col("Operator_cudatimenooverlap")
@@ -413,14 +452,17 @@ def repeat_raw(raw: RawTrace, trace: Trace, layers: int) -> tuple[RawTrace, Laye
     out_rows: list[tuple[tuple[int, int], list[str]]] = []  # (original op or layer op, copy) -> row
     new_id: dict[tuple[int, int], str] = {}  # (copy or -1, original op index) -> new OperatorID
 
-    def layer_row(j: int, off: int) -> list[str]:
-        src = raw.op_rows[unit[0][off]]
-        row = list(src)
-        for side, c in (("in", cin), ("out", cout)):
-            count = len(parse_id_list(src[c]))
-            row[c] = _fmt_list([tensor_id(j, ("op", off, side, s)) for s in range(count)])
-        row[ct], row[cn] = _fmt_us(mean[off][0]), _fmt_us(mean[off][1])
-        return row
+    # Per op offset in a layer, the positions of its input and output lists.
+    layer_keys = [tuple(tuple((("op", off, side, s)) for s in range(len(parse_id_list(raw.op_rows[i][c]))))
+                        for side, c in (("in", cin), ("out", cout))) for off, i in enumerate(unit[0])]
+    times = [(_fmt_us(span), _fmt_us(busy)) for span, busy in mean]
+
+    def layer_row(j: int, off: int) -> tuple[list[str], IdLists]:
+        row = list(raw.op_rows[unit[0][off]])
+        ins, outs = (tuple(tensor_id(j, key) for key in keys) for keys in layer_keys[off])
+        row[cin], row[cout] = _fmt_list(ins), _fmt_list(outs)
+        row[ct], row[cn] = times[off]
+        return row, (ins, outs)
 
     nf, nb = len(layout.forward[0]), len(layout.backward[0])
     first_fwd = layout.forward[0][0]
@@ -439,8 +481,9 @@ def repeat_raw(raw: RawTrace, trace: Trace, layers: int) -> tuple[RawTrace, Laye
         plan.append((-1, i, -1))
     for seq, (j, i, _) in enumerate(plan, start=1):
         new_id[(j, i)] = str(seq)
+    id_lists: list[IdLists | None] = []  # per written op: its new tensor lists (None: the traced row's)
     for j, i, off in plan:
-        row = layer_row(j, off) if j >= 0 else list(raw.op_rows[i])
+        row, lists = layer_row(j, off) if j >= 0 else (list(raw.op_rows[i]), None)
         row[cid] = new_id[(j, i)]
         if cfwd is not None and row[cfwd].strip() not in ("", "-1"):
             target = row_of_id.get(row[cfwd].strip())
@@ -449,8 +492,9 @@ def repeat_raw(raw: RawTrace, trace: Trace, layers: int) -> tuple[RawTrace, Laye
             elif target is not None and (-1, target) in new_id:
                 row[cfwd] = new_id[(-1, target)]
         if i in layout.foreach:
-            row = _foreach_row(row, raw, i, layout, layers, tensor_id, trace)
+            row, lists = _foreach_row(row, raw, i, layout, layers, tensor_id, trace)
         out_rows.append(((j, i), row))
+        id_lists.append(lists)
 
     # Tensor rows: untouched for tensors outside the layers, copied from the template per new ID.
     tcol = raw.tensor_header.index("TensorID")
@@ -461,6 +505,7 @@ def repeat_raw(raw: RawTrace, trace: Trace, layers: int) -> tuple[RawTrace, Laye
         rows_of.setdefault(row[tcol].strip().strip("'\""), []).append(row)
     kept = {t for t in fixed.values()} | (set(trace.tensors) - in_layers)
     tensor_rows = [list(r) for r in raw.tensor_rows if r[tcol].strip().strip("'\"") in kept]
+    kept_rows = len(tensor_rows)
     kept_storage = {r[scol].strip() for r in tensor_rows}
     storage_of: dict[tuple[int, str], str] = {}
     for tid, (src, j) in template.items():
@@ -489,16 +534,18 @@ def repeat_raw(raw: RawTrace, trace: Trace, layers: int) -> tuple[RawTrace, Laye
         meta["model_description"] = re.sub(rf"\b{n} layers\b", f"{layers} layers", desc)
     if "layers" in meta:
         meta["layers"] = layers
-    return RawTrace(raw.op_header, [r for _, r in out_rows], raw.tensor_header, tensor_rows, meta), layout
+    out = RawTrace(raw.op_header, [r for _, r in out_rows], raw.tensor_header, tensor_rows, meta)
+    return _Repeated(out, layout, [src for src, _ in out_rows], id_lists, template, kept_rows)
 
 
 def _foreach_row(row: list[str], raw: RawTrace, i: int, layout: LayerLayout, layers: int, tensor_id,
-                 trace: Trace) -> list[str]:
+                 trace: Trace) -> tuple[list[str], IdLists]:
     """A ``_foreach`` optimizer op over the repeated layers' parameters; time scaled by bytes."""
     m = len(layout.order)
     lo, hi = layout.slots[0][0], layout.slots[-1][-1] + 1
     row = list(row)
     old_bytes = new_bytes = 0
+    lists: list[tuple[str, ...]] = []
     for side, c, sc in (("in", raw.col("Operator_input"), raw.col("InputSize")),
                         ("out", raw.col("Operator_output"), raw.col("OutputSize"))):
         items = parse_id_list(raw.op_rows[i][c])
@@ -526,11 +573,12 @@ def _foreach_row(row: list[str], raw: RawTrace, i: int, layout: LayerLayout, lay
             new_bytes = old_bytes - in_layers + layers * in_layers / layout.count
         row[c] = _fmt_list(new_items)
         row[sc] = _fmt_list(new_sizes)
+        lists.append(tuple(new_items))
     if old_bytes > 0:
         scale = new_bytes / old_bytes
         for c in (raw.col("Operator_cudatime"), raw.col("Operator_cudatimenooverlap")):
             row[c] = _fmt_us(float(raw.op_rows[i][c]) * scale)
-    return row
+    return row, (lists[0], lists[1])
 
 
 # ----------------------------------------------------------------------------- entry points
@@ -577,17 +625,91 @@ def repeat_trace_dir(src: str | os.PathLike, dst: str | os.PathLike, layers: int
 
 
 def load_repeated(path: str | os.PathLike, layers: int, batch_size: int = 128,
-                  time_column: str = "nooverlap") -> Trace:
-    """Load the trace in ``path`` with its repeated layer repeated ``layers`` times (``--num-layers``)."""
+                  time_column: str = "nooverlap", in_memory: bool = True) -> Trace:
+    """Load the trace in ``path`` with its repeated layer repeated ``layers`` times (``--num-layers``).
+
+    The result is the trace that ``triosim trace repeat`` writes, read back; ``in_memory`` builds
+    it from the traced trace's parsed ops and tensors instead of writing and re-reading the rows
+    (the same trace, several times faster; it falls back to the round trip for rows whose text
+    only the CSV reader is sure to read the same, see :func:`_repeated_trace`)."""
     if layers < 1:
         raise ConfigError(f"--num-layers must be a positive integer, got {layers}")
     raw = read_raw(path)
     trace = load_trace(path, batch_size=batch_size, time_column=time_column)
-    out, _ = repeat_raw(raw, trace, layers)
+    rep = _repeat(raw, trace, layers)
+    if in_memory:
+        with collector_paused():
+            new = _repeated_trace(rep, raw, trace, batch_size, time_column)
+        if new is not None:
+            return replace(new, path=str(path))
     with tempfile.TemporaryDirectory(prefix="triosim-layers-") as tmp:
-        write_raw(tmp, out)
+        write_raw(tmp, rep.raw)
         new = load_trace(tmp, batch_size=batch_size, time_column=time_column)
     return replace(new, path=str(path))
+
+
+def _plain_text(raw: RawTrace) -> bool:
+    """No cell holds a quote or a line break: the CSV writer then writes each cell as it is and
+    the reader gives it back stripped, one row per line."""
+    return not any(('"' in x or "\n" in x or "\r" in x) for rows in (raw.op_rows, raw.tensor_rows)
+                   for row in rows for x in row)
+
+
+def _repeated_trace(rep: _Repeated, raw: RawTrace, trace: Trace, batch_size: int, time_column: str) -> Trace | None:
+    """What :func:`~triosim.trace.load_trace` reads from ``rep.raw`` once written, made from
+    ``trace`` (the traced trace ``rep`` repeats): ops outside the layers and tensors kept as
+    they are keep their parsed objects, and each copy of a tensor is its template's under a new
+    ID. ``None`` when reading the rows back may give something else (a cell with a quote or a
+    line break; a new tensor ID equal to one the trace has, which the reader would merge)."""
+    out = rep.raw
+    if not _plain_text(raw) or not trace.tensors.keys().isdisjoint(rep.template):
+        return None
+    tcol, ccol = out.tensor_header.index("TensorID"), out.tensor_header.index("TensorType")
+    scol = out.tensor_header.index("TensorStorgeid")
+    tensors: dict[str, Tensor] = {}
+    categories: dict[str, str] = {}  # TensorType cell -> category, as the reader normalises it
+    total = 0
+    for x, row in enumerate(out.tensor_rows):
+        if x < rep.kept:
+            tid = row[tcol].strip().strip("'\"")
+            if tid in tensors:
+                continue
+            t = trace.tensors[tid]  # all its rows are kept, in order: the reader merges them the same way
+        else:
+            tid = row[tcol]
+            base = trace.tensors[rep.template[tid][0]]  # its row is a copy of the template's first row
+            st, cat = row[scol].strip(), row[ccol]
+            category = categories.get(cat)
+            if category is None:
+                category = categories[cat] = normalize_category(cat.strip())
+            t = Tensor(tid, base.bytes, base.numel, base.each_byte, category, st if st not in ("", "0") else "",
+                       base.shape)
+        total += t.bytes
+        if total >= MAX_BYTES:  # as the reader: L copies of a layer can exceed what one trace may hold
+            raise TraceError("tensor.csv", f"the tensors add up to more than {MAX_BYTES:,} bytes",
+                             row=x + 2, field="TensorNumElement")
+        tensors[tid] = t
+    cid = out.col("OperatorID")
+    ct, cn = out.col("Operator_cudatime"), out.col("Operator_cudatimenooverlap")
+    ops: list[Op] = []
+    for k, ((_, i), lists, row) in enumerate(zip(rep.op_source, rep.op_lists, out.op_rows)):
+        line = k + 2  # the header is line 1, and no cell spans lines
+        src = trace.ops[i]
+        op_id = int(row[cid])
+        if lists is None:  # the traced row, renumbered
+            ops.append(Op(k, op_id, src.name, src.inputs, src.outputs, src.duration_s, src.span_s, src.stage,
+                          src.tpflag, line))
+            continue
+        # Written lists read back as they are: IDs hold no space, ';' or outer quote.
+        span = cell_time_us(row[ct].strip(), "trace.csv", line, "Operator_cudatime")
+        busy = cell_time_us(row[cn].strip(), "trace.csv", line, "Operator_cudatimenooverlap")
+        ops.append(Op(k, op_id, src.name, lists[0], lists[1], (busy if time_column == "nooverlap" else span) / 1e6,
+                      span / 1e6, src.stage, src.tpflag, line))
+    # meta.json as the reader gives it back: keys sorted, the batch a whole number.
+    info = json.loads(json.dumps(out.meta, sort_keys=True))
+    if info.get("batch_size") is not None:
+        info["batch_size"] = json_int(info["batch_size"], "meta.json", "batch_size")
+    return derive(Trace(path=trace.path, batch_size=batch_size, ops=ops, tensors=tensors, info=info))
 
 
 __all__ = ["LayerLayout", "RawTrace", "RepeatSummary", "find_layers", "load_repeated", "read_raw",

@@ -147,3 +147,53 @@ def test_shifting_by_part_of_a_node_is_caught():
     group = (3, 4)
     wrong = tuple(g - min(group) for g in group)  # (0, 1): one node
     assert closed_form_seconds(p, wrong, "all_reduce", 1 << 20) != closed_form_seconds(p, group, "all_reduce", 1 << 20)
+
+
+# A stage's TP collectives in a representative build are added from a charge found once per (op,
+# bytes); the long way looks each one up through GroupComm.run. Micro-batches of 3, 3 and 2
+# samples: two payload sizes per collective.
+CHARGE_CONFIGS = [
+    ("gpt", dict(dp=2, tp=2, pp=2, micro_batch_size=3, schedule="1f1b"), 8,
+     dict(topology="nvlink-cluster", gpus_per_node=4)),
+    ("gpt16", dict(dp=1, tp=4, pp=2, micro_batch_size=3, schedule="gpipe", sequence_parallel=True), 8,
+     dict(topology="switch")),
+    ("gpt", dict(dp=1, tp=4, pp=1, micro_batch_size=3, schedule="1f1b"), 4, dict(topology="ring")),
+]
+
+
+def _graph_facts(g):
+    return (g.kind, g.label, g.duration, [tuple(g.resource_names[r] for r in rs) for rs in g.resources], g.devices,
+            g.nbytes, g.latency, g.attrs, g.succ, g.npred, g.meta["hybrid"])
+
+
+def _charge_once_vs_long_way(trace, n, kw, plat, monkeypatch):
+    fast, sf = _build(trace, n, kw, plat)
+    with monkeypatch.context() as m:
+        m.setattr(hybrid, "_charges_once", lambda *a: False)
+        slow, ss = _build(trace, n, kw, plat)
+    return fast, sf, slow, ss
+
+
+@pytest.mark.parametrize("name,kw,n,plat", CHARGE_CONFIGS)
+def test_tp_charges_found_once_equal_the_long_way(traces, name, kw, n, plat, monkeypatch):
+    fast, sf, slow, ss = _charge_once_vs_long_way(traces[name], n, kw, plat, monkeypatch)
+    assert any(fast.kind[t] == "collective" and (fast.attrs[t] or {}).get("group_kind") == "tp"
+               for t in range(len(fast)))
+    assert _graph_facts(fast) == _graph_facts(slow)
+    assert sf.makespan == ss.makespan
+
+
+def test_tp_charge_reused_across_payload_sizes_is_caught(traces, monkeypatch):
+    """Planted bug: a charge found once per op, whatever its payload (the last micro-batch's
+    smaller collectives take the full ones' time)."""
+    def per_op_only(comm, charged, c, nbytes, group, parallel):
+        hit = charged.get(c.op)
+        if hit is None:
+            hit = charged[c.op] = (comm.charge(c.kind, group, nbytes, parallel),
+                                   hybrid.wire_bytes_per_gpu(c.kind, len(group), nbytes))
+        return hit
+
+    monkeypatch.setattr(hybrid, "_tp_charge", per_op_only)
+    name, kw, n, plat = CHARGE_CONFIGS[0]
+    fast, _, slow, _ = _charge_once_vs_long_way(traces[name], n, kw, plat, monkeypatch)
+    assert _graph_facts(fast) != _graph_facts(slow)

@@ -19,6 +19,7 @@ any other group in rank order.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from ..platform import Platform
@@ -64,6 +65,20 @@ def closed_form_seconds(platform: Platform, group: Sequence[int], op: str, nbyte
     return PHASES[op] * (n - 1) * ring_step_time(nbytes, n, bw, lat)
 
 
+@dataclass(frozen=True)
+class Charge:
+    """What a representative collective task holds, the same for every call with one
+    (op, group, bytes): a hybrid run issues thousands (its TP collectives, per layer and
+    micro-batch), so the builder finds it once and adds each task with :meth:`GroupComm.add_charged`."""
+
+    op: str
+    seconds: float  # closed form on the group's links, times the sharing count
+    links: tuple[str, ...]  # the ring's links, held for the whole collective
+    nbytes: int
+    link_bytes: int  # bytes each ring link carries: PHASES·(n−1)·S/n
+    group_size: int
+
+
 class GroupComm:
     """Adds collectives on groups; remembers what it charged for the summary."""
 
@@ -73,10 +88,10 @@ class GroupComm:
         self.detail = detail
         self.exact = exact
         self._links: dict[tuple[int, ...], tuple[str, ...]] = {}
-        self._cost: dict[tuple[str, tuple[int, ...], int], float] = {}
         self._base_cost: dict[tuple[str, tuple[int, ...], int], float] = {}  # per canonical group
         self._primed: set[tuple[int, ...]] = set()  # canonical groups whose routes are known
         self._sharing: dict[tuple[int, ...], int] = {}
+        self._charges: dict[tuple[str, tuple[int, ...], int], Charge | None] = {}
         self.sharing_unknown = False
 
     def ordered(self, group: Sequence[int]) -> tuple[int, ...]:
@@ -140,13 +155,8 @@ class GroupComm:
             hit = self._base_cost[key] = closed_form_seconds(self.platform, base, op, nbytes)
         return hit
 
-    def run(self, op: str, group: Sequence[int], nbytes: int, label: str, after: Mapping[int, Iterable[int]],
-            parallel: Callable[[], Iterable[Sequence[int]]] | None = None, **attrs: Any) -> dict[int, int]:
-        """``op`` of ``nbytes`` on ``group``; ``after`` maps each built member to its predecessors.
-
-        Returns ``{built member: task after which it holds the result}``.
-        """
-        group = self.ordered(group)
+    def _prime(self, group: tuple[int, ...]) -> tuple[str, ...]:
+        """The routes ``group``'s collectives use, found once; its ring's links."""
         links = self._links.get(group)
         if links is None:
             if self.exact:  # ring, tree and direct algorithms route between any two members
@@ -154,23 +164,48 @@ class GroupComm:
             else:  # the task holds the ring's links; the cost is found on the canonical group
                 prime_routes(self.platform, ((a, group[(j + 1) % len(group)]) for j, a in enumerate(group)))
             links = self.links(group)
+        return links
+
+    def charge(self, op: str, group: Sequence[int], nbytes: int,
+               parallel: Callable[[], Iterable[Sequence[int]]] | None = None) -> Charge | None:
+        """The representative task of ``op`` on ``group`` (``None`` when it is built exactly, or
+        the group has one GPU: :meth:`run` then adds what it needs)."""
+        group = self.ordered(group)
+        key = (op, group, int(nbytes))
+        hit = self._charges.get(key)
+        if hit is None and key not in self._charges:
+            links = self._prime(group)
+            n = len(group)
+            if not self.exact and n > 1:
+                seconds = self._closed_form(group, op, nbytes) * self.sharing(group, parallel)
+                hit = Charge(op, seconds, links, int(nbytes), PHASES[op] * (n - 1) * int(nbytes) // n, n)
+            self._charges[key] = hit
+        return hit
+
+    def add_charged(self, charge: Charge, label: str, deps: Iterable[int], built: tuple[int, ...],
+                    **attrs: Any) -> int:
+        """One representative collective task of ``charge`` on the ``built`` members, after ``deps``."""
+        return self.graph.add_task(
+            "collective", label, charge.seconds, charge.links, built, charge.nbytes, after=deps,
+            op=charge.op, collective=label, link_bytes=charge.link_bytes, group_size=charge.group_size,
+            representative=True, **attrs,
+        )
+
+    def run(self, op: str, group: Sequence[int], nbytes: int, label: str, after: Mapping[int, Iterable[int]],
+            parallel: Callable[[], Iterable[Sequence[int]]] | None = None, **attrs: Any) -> dict[int, int]:
+        """``op`` of ``nbytes`` on ``group``; ``after`` maps each built member to its predecessors.
+
+        Returns ``{built member: task after which it holds the result}``.
+        """
+        group = self.ordered(group)
+        charge = self.charge(op, group, nbytes, parallel)
         if self.exact:
             return _ADD[op](self.graph, self.platform, group, nbytes, label, after=after, detail=self.detail,
                             **attrs)
         built = list(after)  # the representative members (every member of the group is symmetric)
-        deps = list(after[built[0]]) if len(built) == 1 else list(dict.fromkeys(p for g in built for p in after[g]))
-        n = len(group)
-        if n < 2:
+        if charge is None:  # a group of one GPU: nothing to send
             return {g: self.graph.add_sync(f"{label} done gpu{g}", list(after[g]), devices=(g,), collective=label,
                                            **attrs) for g in built}
-        key = (op, group, int(nbytes))
-        seconds = self._cost.get(key)
-        if seconds is None:
-            seconds = self._closed_form(group, op, nbytes) * self.sharing(group, parallel)
-            self._cost[key] = seconds
-        task = self.graph.add_task(
-            "collective", label, seconds, links, tuple(built), nbytes, after=deps,
-            op=op, collective=label, link_bytes=PHASES[op] * (n - 1) * int(nbytes) // n, group_size=n,
-            representative=True, **attrs,
-        )
+        deps = list(after[built[0]]) if len(built) == 1 else list(dict.fromkeys(p for g in built for p in after[g]))
+        task = self.add_charged(charge, label, deps, tuple(built), **attrs)
         return {g: task for g in built}

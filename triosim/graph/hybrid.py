@@ -51,7 +51,7 @@ from ..platform import Platform, gpu_node
 from ..strategy import Strategy
 from ..trace import Trace
 from .data_parallel import MIB, gradient_order
-from .group_comm import GroupComm, wire_bytes_per_gpu
+from .group_comm import Charge, GroupComm, wire_bytes_per_gpu
 from .layer_count import check_pipeline_depth
 from .memory import MemoryReport, Step, plan_replicas
 from .pipeline_parallel import micro_batch_sizes
@@ -338,6 +338,12 @@ def _add_stage(b: _Build, comm: GroupComm, p: int, waits, colls, params: list[st
     tp_parallel = partial(_tp_groups, ranks, p)
     add_compute, task_of, tp_done, seq = g.add_compute, b.task, b.tp_done, b.seq
     r_count = len(b.fractions)
+    # A representative build (replica (0, 0) only, each TP collective a closed-form task) charges
+    # each distinct (op, bytes) once: the same collective recurs in every micro-batch.
+    gpu0 = gpus[0]
+    built0 = (gpu0,)
+    rep_only = _charges_once(b, comm, tp_groups[0])
+    charged: dict[tuple[int, int], tuple[Charge, float]] = {}
     segments: dict[tuple[int, str], list[list[int]]] = {}
     for st in stages:
         cut_before, cut_after = _segment_cuts(b, st, params, waits_here, colls, units_of.get(st))
@@ -402,6 +408,16 @@ def _add_stage(b: _Build, comm: GroupComm, p: int, waits, colls, params: list[st
                 i = seg[-1]
                 nbytes = c.nbytes if frac == 1.0 else int(round(c.nbytes * frac))
                 name = f"tp {c.kind.replace('_', '')} {labels[i]} mb{r} stage{s} dp"
+                if rep_only:  # one built GPU per group: the task its charge, found once, describes
+                    charge, wire = _tp_charge(comm, charged, c, nbytes, tp_groups[0], tp_parallel)
+                    task = comm.add_charged(charge, f"{name}0", [task_of[(0, 0, i, r)]], built0,
+                                            op_index=i, microbatch=r, group_kind="tp")
+                    tp_done[(i, r, 0)] = {gpu0: task}
+                    tally = b.stats.setdefault("tp", {"collectives": 0, "payload_bytes": 0, "wire_bytes_per_gpu": 0.0})
+                    tally["collectives"] += 1  # as b.count, without looking the group up again
+                    tally["payload_bytes"] += nbytes
+                    tally["wire_bytes_per_gpu"] += wire
+                    continue
                 for d in ds:
                     group = tp_groups[d]
                     after = {gpu: [task_of[(d, t, i, r)]] for t, gpu in members[d]}
@@ -410,6 +426,25 @@ def _add_stage(b: _Build, comm: GroupComm, p: int, waits, colls, params: list[st
                     if d == 0:
                         b.count("tp", c.kind, group, nbytes)
     _add_gradient_sync(b, comm, p, params, last, ts)
+
+
+def _charges_once(b: _Build, comm: GroupComm, tp_group: tuple[int, ...]) -> bool:
+    """Whether a stage's TP collectives are added from a charge found once per (op, bytes): in a
+    representative build (replica (0, 0) alone, collectives in closed form) on TP groups of 2 or more."""
+    return b.replicas == [(0, 0)] and not comm.exact and len(tp_group) > 1
+
+
+def _tp_charge(comm: GroupComm, charged: dict, c, nbytes: int, group: tuple[int, ...],
+               parallel) -> tuple[Charge, float]:
+    """The charge of TP collective ``c`` with ``nbytes`` on ``group`` and the bytes each GPU
+    sends, found once per (op, bytes) (``charged`` keeps them): micro-batches of one size repeat
+    the same collective."""
+    hit = charged.get((c.op, nbytes))
+    if hit is None:
+        charge = comm.charge(c.kind, group, nbytes, parallel)
+        assert charge is not None  # representative, group of 2 or more (_charges_once)
+        hit = charged[(c.op, nbytes)] = (charge, wire_bytes_per_gpu(c.kind, len(group), nbytes))
+    return hit
 
 
 def _segment_cuts(b: _Build, s: int, params: list[str], waits_here, colls, units) -> tuple[set[int], set[int]]:
