@@ -1,6 +1,7 @@
 """Hybrid-parallel speed and memory: whole `triosim run` processes, wall time, CPU time and peak RSS.
 
     python bench/bench_hybrid.py            # the two targets (16,384 and 512 GPUs)
+    python bench/bench_hybrid.py --repeat 10  # each run 10 times: min, median and max
     python bench/bench_hybrid.py --agreement  # also representative vs --exact on small meshes
 
 The model is the 16-head GPT sample trace (``sample_trace/gpt-h16-cpu-bs8``, 2 traced layers)
@@ -9,12 +10,15 @@ on ``nvlink-cluster`` (8 GPUs per NVSwitch node, TP inside a node), Megatron ten
 (16 heads split 8 ways). Targets on a 2-core machine: 16,384 GPUs (dp 128 × tp 8 × pp 16) in
 ≤ 20 s and ≤ 2 GiB peak RSS; 512 GPUs (dp 8 × tp 8 × pp 8) in ≤ 5 s. CPU seconds (user + system
 of the process) are printed beside the wall time: on a shared machine they are the steadier figure.
+The load average and a calibration loop (a fixed pure-Python loop, timed in this process) are
+printed first: the machine's own speed drifts, and the loop shows by how much.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import resource
 import subprocess
 import sys
@@ -42,6 +46,23 @@ def run(argv: list[str]) -> tuple[float, float, dict, float]:
     rss = max(before.ru_maxrss, after.ru_maxrss) / 2**20  # KiB -> GiB
     cpu = (after.ru_utime + after.ru_stime) - (before.ru_utime + before.ru_stime)
     return wall, rss, json.loads(proc.stdout), cpu
+
+
+def calibration_seconds() -> float:
+    """CPU seconds of a fixed pure-Python loop (3·10⁶ dict updates): the machine's speed now."""
+    t = time.process_time()
+    d: dict[int, int] = {}
+    for i in range(3_000_000):
+        d[i & 1023] = i
+    return time.process_time() - t
+
+
+def spread(values: list[float]) -> str:
+    """``min / median / max`` of several runs (the one value of a single run)."""
+    if len(values) == 1:
+        return f"{values[0]:.2f}"
+    v = sorted(values)
+    return f"{v[0]:.2f} / {v[len(v) // 2]:.2f} / {v[-1]:.2f}"
 
 
 def phases(argv: list[str]) -> dict[str, float]:
@@ -75,16 +96,24 @@ def main() -> None:
     ap.add_argument("--agreement", action="store_true", help="also compare representatives with --exact")
     ap.add_argument("--tp-style", default="megatron", help="megatron (default) or per-op")
     ap.add_argument("--phases", action="store_true", help="also CPU seconds per phase, in this process")
+    ap.add_argument("--repeat", type=int, default=1, help="run each target this many times (min / median / max)")
     args = ap.parse_args()
     layers = ["--num-layers", str(args.layers)] if args.layers else []
     print(f"GPT sample trace repeated to {args.layers} layers, 1F1B, 64 micro-batches, nvlink-cluster")
-    print(f"{'mesh':>22} {'GPUs':>6} {'tasks':>9} {'iteration ms':>13} {'wall s':>7} {'CPU s':>6} "
+    print(f"load average {os.getloadavg()[0]:.2f}; calibration loop {calibration_seconds():.2f} s CPU; "
+          f"Python bytecode {'not cached (PYTHONDONTWRITEBYTECODE)' if sys.dont_write_bytecode else 'cached'}")
+    print(f"{'mesh':>22} {'GPUs':>6} {'tasks':>9} {'iteration ms':>13} {'wall s':>18} {'CPU s':>18} "
           f"{'peak RSS GiB':>13} target")
     for dp, tp, pp, target in ((8, 8, 8, "<= 5 s"), (128, 8, 16, "<= 20 s, <= 2 GiB")):
-        wall, rss, out, cpu = run(["-trace-dir", str(GPT), *layers, "--dp", str(dp), "--tp", str(tp), "--pp",
-                                   str(pp), "--tp-style", args.tp_style, *COMMON])
+        walls, cpus, rsss = [], [], []
+        for _ in range(max(1, args.repeat)):
+            wall, rss, out, cpu = run(["-trace-dir", str(GPT), *layers, "--dp", str(dp), "--tp", str(tp), "--pp",
+                                       str(pp), "--tp-style", args.tp_style, *COMMON])
+            walls.append(wall)
+            cpus.append(cpu)
+            rsss.append(rss)
         print(f"{f'dp {dp} x tp {tp} x pp {pp}':>22} {dp * tp * pp:>6} {out['tasks']:>9,} "
-              f"{out['makespan_ms']:>13.3f} {wall:>7.2f} {cpu:>6.2f} {rss:>13.3f} {target}")
+              f"{out['makespan_ms']:>13.3f} {spread(walls):>18} {spread(cpus):>18} {max(rsss):>13.3f} {target}")
         if args.phases:
             split = phases(["-trace-dir", str(GPT), *layers, "--dp", str(dp), "--tp", str(tp), "--pp", str(pp),
                             "--tp-style", args.tp_style, *COMMON])

@@ -140,24 +140,24 @@ def summarize(graph: TaskGraph, sched: Schedule, platform: Platform) -> tuple[li
     # of a tuple gets the same spans, so spans and uniform bytes are gathered once per tuple.
     spans_of: dict[tuple[int, ...], list[tuple[float, float]]] = {}
     bytes_of: dict[tuple[int, ...], int] = {}
-    for t, kind in enumerate(graph.kind):
-        s, e = sched.start[t], sched.end[t]
+    # One pass over the tasks' columns together (a large run has 10^5 tasks).
+    for kind, s, e, devs, rids, attrs, nbytes in zip(graph.kind, sched.start, sched.end, graph.devices,
+                                                     graph.resources, graph.attrs, graph.nbytes):
         if kind == "compute":
-            compute.setdefault(graph.devices[t][0], []).append((s, e))
+            compute.setdefault(devs[0], []).append((s, e))
         elif kind in COMM_KINDS:
-            for d in graph.devices[t]:
+            for d in devs:
                 comm.setdefault(d, []).append((s, e))
-            rids = graph.resources[t]
             if not rids:
                 continue
-            attrs = graph.attrs[t] or {}
+            attrs = attrs or {}
             load = attrs.get("link_load")  # macro collectives whose links carry different bytes
             if load:
                 for rid in rids:
                     name = names[rid]
                     link_bytes[name] = link_bytes.get(name, 0) + int(round(load[name]))
             else:
-                bytes_of[rids] = bytes_of.get(rids, 0) + int(attrs.get("link_bytes", graph.nbytes[t]))
+                bytes_of[rids] = bytes_of.get(rids, 0) + int(attrs.get("link_bytes", nbytes))
             spans_of.setdefault(rids, []).append((s, e))
     tuples_of: dict[str, list[tuple[int, ...]]] = {}
     for rids in spans_of:

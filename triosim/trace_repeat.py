@@ -32,7 +32,7 @@ import json
 import os
 import re
 import tempfile
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
@@ -420,18 +420,19 @@ def _repeat(raw: RawTrace, trace: Trace, layers: int) -> _Repeated:
     names: dict = {}
     template: dict[str, tuple[str, int]] = {}  # new tensor ID -> (traced tensor whose rows it copies, copy)
 
-    resolved: dict[tuple[int, Key], str] = {}  # (copy, group) -> its tensor ID, once named
+    # Groups numbered 0..G-1; copy j's group g is named once, in the order the rows first use it.
+    leads = list(dict.fromkeys(lead.values()))
+    group_ix = {ld: g for g, ld in enumerate(leads)}
+    group_of = {key: group_ix[ld] for key, ld in lead.items()}
+    size = len(leads)
+    resolved: list[str | None] = [None] * (layers * size)  # copy j, group g -> its tensor ID
 
-    def tensor_id(j: int, key: Key) -> str:
-        node = (j, lead[key])
-        hit = resolved.get(node)
-        if hit is not None:
-            return hit
-        root = uf.find(node)
+    def resolve(j: int, g: int) -> str:
+        root = uf.find((j, leads[g]))
         if root in fixed:
             hit = fixed[root]
         else:
-            if root not in names:  # numbered in the order the rows first name them
+            if root not in names:
                 if numeric:
                     names[root] = str(next_id[0])
                     next_id[0] += 1
@@ -439,8 +440,13 @@ def _repeat(raw: RawTrace, trace: Trace, layers: int) -> _Repeated:
                     names[root] = f"{pos[0][root[1]]}.L{root[0] + 1}"
                 template[names[root]] = (pos[0][root[1]], root[0])
             hit = names[root]
-        resolved[node] = hit
+        resolved[j * size + g] = hit
         return hit
+
+    def copy_ids(j: int, groups: Sequence[int]) -> tuple[str, ...]:
+        """Copy ``j``'s tensor IDs of ``groups`` (named on first use, left to right)."""
+        base = j * size
+        return tuple([resolved[base + g] or resolve(j, g) for g in groups])
 
     # Ops: mean time over the traced layers, tensor lists renamed per copy.
     ct, cn = raw.col("Operator_cudatime"), raw.col("Operator_cudatimenooverlap")
@@ -453,13 +459,15 @@ def _repeat(raw: RawTrace, trace: Trace, layers: int) -> _Repeated:
     new_id: dict[tuple[int, int], str] = {}  # (copy or -1, original op index) -> new OperatorID
 
     # Per op offset in a layer, the positions of its input and output lists.
-    layer_keys = [tuple(tuple((("op", off, side, s)) for s in range(len(parse_id_list(raw.op_rows[i][c]))))
-                        for side, c in (("in", cin), ("out", cout))) for off, i in enumerate(unit[0])]
+    layer_groups = [tuple(tuple(group_of[("op", off, side, s)] for s in range(len(parse_id_list(raw.op_rows[i][c]))))
+                          for side, c in (("in", cin), ("out", cout))) for off, i in enumerate(unit[0])]
     times = [(_fmt_us(span), _fmt_us(busy)) for span, busy in mean]
 
     def layer_row(j: int, off: int) -> tuple[list[str], IdLists]:
         row = list(raw.op_rows[unit[0][off]])
-        ins, outs = (tuple(tensor_id(j, key) for key in keys) for keys in layer_keys[off])
+        groups_in, groups_out = layer_groups[off]
+        ins = copy_ids(j, groups_in)
+        outs = copy_ids(j, groups_out)
         row[cin], row[cout] = _fmt_list(ins), _fmt_list(outs)
         row[ct], row[cn] = times[off]
         return row, (ins, outs)
@@ -492,7 +500,7 @@ def _repeat(raw: RawTrace, trace: Trace, layers: int) -> _Repeated:
             elif target is not None and (-1, target) in new_id:
                 row[cfwd] = new_id[(-1, target)]
         if i in layout.foreach:
-            row, lists = _foreach_row(row, raw, i, layout, layers, tensor_id, trace)
+            row, lists = _foreach_row(row, raw, i, layout, layers, group_of, copy_ids, trace)
         out_rows.append(((j, i), row))
         id_lists.append(lists)
 
@@ -538,8 +546,8 @@ def _repeat(raw: RawTrace, trace: Trace, layers: int) -> _Repeated:
     return _Repeated(out, layout, [src for src, _ in out_rows], id_lists, template, kept_rows)
 
 
-def _foreach_row(row: list[str], raw: RawTrace, i: int, layout: LayerLayout, layers: int, tensor_id,
-                 trace: Trace) -> tuple[list[str], IdLists]:
+def _foreach_row(row: list[str], raw: RawTrace, i: int, layout: LayerLayout, layers: int, group_of: dict[Key, int],
+                 copy_ids: Callable[[int, Sequence[int]], tuple[str, ...]], trace: Trace) -> tuple[list[str], IdLists]:
     """A ``_foreach`` optimizer op over the repeated layers' parameters; time scaled by bytes."""
     m = len(layout.order)
     lo, hi = layout.slots[0][0], layout.slots[-1][-1] + 1
@@ -559,10 +567,11 @@ def _foreach_row(row: list[str], raw: RawTrace, i: int, layout: LayerLayout, lay
             base = chunk * m
             new_items += items[base:base + lo]
             new_sizes += sizes[base:base + lo]
+            groups = [group_of[("fe", i, side, chunk, q)] for q in range(len(layout.slots[0]))]
+            slot_sizes = [sizes[base + r] for r in layout.slots[0]]
             for j in range(layers):
-                for q, r in enumerate(layout.slots[0]):
-                    new_items.append(tensor_id(j, ("fe", i, side, chunk, q)))
-                    new_sizes.append(sizes[base + r])
+                new_items += copy_ids(j, groups)
+                new_sizes += slot_sizes
             new_items += items[base + hi:base + m]
             new_sizes += sizes[base + hi:base + m]
         new_items += items[chunks * m:]

@@ -176,6 +176,9 @@ class _Build:
     gathered: dict[tuple[int, int, int], tuple[tuple[str, ...], tuple[str, ...]]] = field(default_factory=dict)
     gathered_sizes: dict[str, int] = field(default_factory=dict)
     gathered_at: dict[int, list[int]] = field(default_factory=dict)
+    # Memory planning: each optimizer op's buffers per owning rank; persistent buffers' indices
+    optimizer_split: dict[int, dict[int, tuple]] = field(default_factory=dict)
+    persistent_ids: set[int] | None = None
 
     def gpus(self, s: int) -> list[int]:
         return [self.ranks.rank(d, t, s) for d, t in self.replicas]
@@ -349,48 +352,57 @@ def _add_stage(b: _Build, comm: GroupComm, p: int, waits, colls, params: list[st
         cut_before, cut_after = _segment_cuts(b, st, params, waits_here, colls, units_of.get(st))
         for ph in (FORWARD, BACKWARD):
             segments[(st, ph)] = _segments(ops[(st, ph)], cut_before, cut_after, b.fuse)
-    seg_time: dict[tuple[int, str, int, float], float] = {}  # (stage, phase, segment, fraction) -> seconds
-    seg_names: dict[tuple[int, str, int], tuple[str, dict, tuple[int, ...]]] = {}  # -> label, attributes, ops
+    # Each segment's fixed facts, once per (stage, phase): the loop below runs once per segment,
+    # micro-batch and replica. (first op, last op, label, attributes, ops, TP collectives it
+    # waits for, phase, the TP collective after it or None, that collective's label start)
+    seg_facts: dict[tuple[int, str], list[tuple]] = {}
+    for key, segs in segments.items():
+        facts = seg_facts[key] = []
+        for seg in segs:
+            i, i_last = seg[0], seg[-1]
+            c = colls.get(i_last)
+            # a run of ops nothing outside the GPU waits for or feeds: one task, same times
+            label, extra = (labels[i], {}) if len(seg) == 1 else \
+                (f"{labels[i]} .. {labels[i_last]}", {"ops": tuple(seg)})
+            facts.append((i, i_last, label, extra, tuple(seg), waits_here[i], trace.ops[i].stage, c,
+                          None if c is None else f"tp {c.kind.replace('_', '')} {labels[i_last]}"))
+    seg_time: dict[tuple[int, str, float], list[float]] = {}  # (stage, phase, fraction) -> seconds per segment
     if plan.virtual > 1:
         order = interleaved_order(ranks.pp, r_count, p, plan.virtual)
     else:
         order = [(ph, r, 0) for ph, r in block_order(strategy.schedule, ranks.pp, r_count, p)]
+    stats = b.stats
     for ph, r, v in order:
         s = v * ranks.pp + p
-        block = ops[(s, ph)]
-        if not block:
+        if not ops[(s, ph)]:
             continue
         units = units_of.get(s)
         frac = b.fractions[r]
-        mb = max(1, round(frac * trace.batch_size))
         unit_at: dict[int, int] = {}
         if units is not None and units[ph]:
             unit_at = {u.first_op: k for k, u in enumerate(units[ph])}
             _gather_unit(b, comm, s, units[ph], 0, ph, r, last, gathered, ts)
-        for n_seg, seg in enumerate(segments[(s, ph)]):
-            i = seg[0]
-            k = unit_at.get(i)
-            if k is not None and k + 1 < len(units[ph]):
-                _gather_unit(b, comm, s, units[ph], k + 1, ph, r, last, gathered, ts)
-            dur = seg_time.get((s, ph, n_seg, frac))
-            if dur is None:
+        durs = seg_time.get((s, ph, frac))
+        if durs is None:
+            mb = max(1, round(frac * trace.batch_size))
+            durs = seg_time[(s, ph, frac)] = []
+            for seg in segments[(s, ph)]:
                 dur = 0.0
                 for j in seg:
                     dur += op_seconds(trace, j, mb) * scale[j]
-                seg_time[(s, ph, n_seg, frac)] = dur
-            names = seg_names.get((s, ph, n_seg))
-            if names is None:  # a run of ops nothing outside the GPU waits for or feeds: one task, same times
-                names = seg_names[(s, ph, n_seg)] = (labels[i], {}, (i,)) if len(seg) == 1 else \
-                    (f"{labels[i]} .. {labels[seg[-1]]}", {"ops": tuple(seg)}, tuple(seg))
-            label, extra = f"{names[0]} mb{r}", names[1]
-            w = waits_here[i]
-            phase = trace.ops[i].stage
+                durs.append(dur)
+        mb_s = f" mb{r}"
+        for (i, i_last, base, extra, seg_ops, w, phase, c, c_name), dur in zip(seg_facts[(s, ph)], durs):
+            k = unit_at.get(i) if unit_at else None
+            if k is not None and k + 1 < len(units[ph]):
+                _gather_unit(b, comm, s, units[ph], k + 1, ph, r, last, gathered, ts)
+            label = base + mb_s
             for rep, gpu in reps:
                 after = last[rep]
                 if w or k is not None:
                     after = list(after)
-                    for c in w:
-                        done = tp_done.get((c, r, rep[0]))
+                    for c_op in w:
+                        done = tp_done.get((c_op, r, rep[0]))
                         if done is not None:
                             after.append(done[gpu])
                     if k is not None:
@@ -400,29 +412,30 @@ def _add_stage(b: _Build, comm: GroupComm, p: int, waits, colls, params: list[st
                                    stage_index=s, **extra)
                 # Only a run's ends are looked up (a crossing buffer's writer or reader, a bucket's
                 # last gradient, the op a TP collective follows): the cuts put them there.
-                task_of[(*rep, i, r)] = task_of[(*rep, seg[-1], r)] = task
-                seq[gpu].append((task, names[2], r))
+                task_of[(*rep, i, r)] = task_of[(*rep, i_last, r)] = task
+                seq[gpu].append((task, seg_ops, r))
                 last[rep] = [task]
-            c = colls.get(seg[-1])
             if c is not None:
-                i = seg[-1]
                 nbytes = c.nbytes if frac == 1.0 else int(round(c.nbytes * frac))
-                name = f"tp {c.kind.replace('_', '')} {labels[i]} mb{r} stage{s} dp"
+                name = f"{c_name}{mb_s} stage{s} dp"
                 if rep_only:  # one built GPU per group: the task its charge, found once, describes
                     charge, wire = _tp_charge(comm, charged, c, nbytes, tp_groups[0], tp_parallel)
-                    task = comm.add_charged(charge, f"{name}0", [task_of[(0, 0, i, r)]], built0,
-                                            op_index=i, microbatch=r, group_kind="tp")
-                    tp_done[(i, r, 0)] = {gpu0: task}
-                    tally = b.stats.setdefault("tp", {"collectives": 0, "payload_bytes": 0, "wire_bytes_per_gpu": 0.0})
+                    task = comm.add_charged(charge, f"{name}0", [task_of[(0, 0, i_last, r)]], built0,
+                                            op_index=i_last, microbatch=r, group_kind="tp")
+                    tp_done[(i_last, r, 0)] = {gpu0: task}
+                    tally = stats.get("tp")
+                    if tally is None:
+                        tally = stats["tp"] = {"collectives": 0, "payload_bytes": 0, "wire_bytes_per_gpu": 0.0}
                     tally["collectives"] += 1  # as b.count, without looking the group up again
                     tally["payload_bytes"] += nbytes
                     tally["wire_bytes_per_gpu"] += wire
                     continue
                 for d in ds:
                     group = tp_groups[d]
-                    after = {gpu: [task_of[(d, t, i, r)]] for t, gpu in members[d]}
-                    tp_done[(i, r, d)] = comm.run(c.kind, group, nbytes, f"{name}{d}", after, parallel=tp_parallel,
-                                                  op_index=i, microbatch=r, group_kind="tp")
+                    after = {gpu: [task_of[(d, t, i_last, r)]] for t, gpu in members[d]}
+                    tp_done[(i_last, r, d)] = comm.run(c.kind, group, nbytes, f"{name}{d}", after,
+                                                       parallel=tp_parallel, op_index=i_last, microbatch=r,
+                                                       group_kind="tp")
                     if d == 0:
                         b.count("tp", c.kind, group, nbytes)
     _add_gradient_sync(b, comm, p, params, last, ts)
@@ -618,10 +631,12 @@ def _plan_memory(b: _Build) -> list[MemoryReport]:
     one stage run the same program, so one plan serves them all when it needs no memcpy."""
     trace = b.trace
     persistent = persistent_buffers(trace)
+    received = _received(b)
     reports: list[MemoryReport] = []
     for s in range(b.ranks.pp):
         gpus = b.gpus(s)
-        fast = _stage_memory_fits(b, s, persistent) if b.strategy.initial_placement == "gpu" else None
+        fast = _stage_memory_fits(b, s, persistent, received.get(s, [])) \
+            if b.strategy.initial_placement == "gpu" else None
         if fast is not None:
             reports += fast
             continue
@@ -663,7 +678,7 @@ def _plan_memory(b: _Build) -> list[MemoryReport]:
             program.append((reads, writes, label))
         if b.gathered_sizes:
             b.gathered_at[s] = bytes_per_step([(rd, wr) for rd, wr, _ in program], b.gathered_sizes)
-        delivered = _delivered(b, s)
+        delivered = _delivered(b, received.get(s, []))
         external = [k for k, is_read in touched.items() if is_read and k not in delivered]
 
         def steps(gpu: int, program=program) -> list[Step]:
@@ -681,7 +696,7 @@ def _op_steps(b: _Build, gpu: int) -> list[tuple[int, int, int | None]]:
     return [(task, i, r) for task, ops, r in b.seq[gpu] for i in ops]
 
 
-def _stage_memory_fits(b: _Build, s: int, persistent: set[str]) -> list[MemoryReport] | None:
+def _stage_memory_fits(b: _Build, s: int, persistent: set[str], received: list[str]) -> list[MemoryReport] | None:
     """Stage ``s``'s memory reports when every buffer it touches fits at once (the plan is then
     each buffer's lifetime, computed vectorised); ``None`` otherwise."""
     trace = b.trace
@@ -707,16 +722,17 @@ def _stage_memory_fits(b: _Build, s: int, persistent: set[str]) -> list[MemoryRe
         return b.size(names[buf], fraction)
 
     delivered: set[int] = set()
-    if b.ranks.pp > 1:
-        for v in b.versions:
-            src = b.plan.stage[v.writer]
-            if any(b.plan.stage[c] != src and b.plan.rank_of(b.plan.stage[c]) == s for c in v.readers):
-                k = ids[v.buffer]
-                keyed = v.buffer not in inv
-                delivered.update(((r + 1) * nb + k if keyed else k) for r in range(len(b.fractions)))
+    for name in received:
+        k = ids[name]
+        if name in inv:
+            delivered.add(k)
+        else:
+            delivered.update((r + 1) * nb + k for r in range(len(b.fractions)))
+    if b.persistent_ids is None:
+        b.persistent_ids = {ids[k] for k in persistent if k in ids}
     gpus = b.gpus(s)
     runs = b.seq[gpus[0]]
-    got = stage_occupancy(runs, template, size_of, b.fractions, nb, delivered, {ids[k] for k in persistent if k in ids},
+    got = stage_occupancy(runs, template, size_of, b.fractions, nb, delivered, b.persistent_ids,
                           b.platform.capacity_bytes)
     if got is None:
         return None
@@ -734,16 +750,11 @@ def _step_keys(b: _Build, s: int, i: int, r: int | None):
     ``s`` (``r`` None: its optimizer share)."""
     trace = b.trace
     if r is None:
-        if not b.buffer_rank:  # buffer -> the pipeline rank owning it, once (optimizer ops touch thousands)
-            b.buffer_rank.update((k, b.plan.rank_of(st)) for k, st in b.plan.buffer_stage.items())
-        rank0, owner = b.plan.rank_of(0), b.buffer_rank
-        mine = tuple(k for k in optimizer_buffers(trace, i) if owner.get(k, rank0) == s)
-        op = trace.ops[i]
-        in_place = not op.outputs and op.name.endswith("_")
-        written, read = set(trace.writes[i]), set(trace.reads[i])
-        writes = mine if in_place else tuple(k for k in mine if k in written)
-        reads = tuple(k for k in mine if k in read)
-        return reads, writes, [(k, k, 1.0) for k in mine]
+        split = b.optimizer_split.get(i)
+        if split is None:
+            split = b.optimizer_split[i] = _optimizer_split(b, i)
+        reads, writes, keyed = split.get(s, ((), (), ()))
+        return reads, writes, keyed
     flags = b.key_flags.get(i)
     if flags is None:
         inv = trace.batch_invariant
@@ -755,16 +766,45 @@ def _step_keys(b: _Build, s: int, i: int, r: int | None):
     return reads, writes, None
 
 
-def _delivered(b: _Build, s: int) -> set[str]:
-    """Keys stage ``s`` receives from another stage."""
-    out: set[str] = set()
+def _optimizer_split(b: _Build, i: int) -> dict[int, tuple[tuple[str, ...], tuple[str, ...], tuple]]:
+    """Optimizer op ``i``'s buffers per pipeline rank owning them, in first-touch order: (read
+    keys, write keys, [(key, buffer, fraction)]) of that rank's share (a foreach op touches
+    every parameter: split once, not once per rank)."""
+    trace = b.trace
+    if not b.buffer_rank:  # buffer -> the pipeline rank owning it, once (optimizer ops touch thousands)
+        b.buffer_rank.update((k, b.plan.rank_of(st)) for k, st in b.plan.buffer_stage.items())
+    rank0, owner = b.plan.rank_of(0), b.buffer_rank
+    op = trace.ops[i]
+    in_place = not op.outputs and op.name.endswith("_")
+    written, read = set(trace.writes[i]), set(trace.reads[i])
+    per: dict[int, tuple[list[str], list[str], list[str]]] = {}
+    for k in optimizer_buffers(trace, i):
+        mine, reads, writes = per.setdefault(owner.get(k, rank0), ([], [], []))
+        mine.append(k)
+        if k in read:
+            reads.append(k)
+        if in_place or k in written:
+            writes.append(k)
+    return {rank: (tuple(reads), tuple(writes), tuple((k, k, 1.0) for k in mine))
+            for rank, (mine, reads, writes) in per.items()}
+
+
+def _received(b: _Build) -> dict[int, list[str]]:
+    """Per pipeline rank, the buffers it receives from another stage (found once for all ranks)."""
+    out: dict[int, list[str]] = {}
     if b.ranks.pp < 2:
         return out
+    stage, rank_of = b.plan.stage, b.plan.rank_of
     for v in b.versions:
-        src = b.plan.stage[v.writer]
-        if any(b.plan.stage[c] != src and b.plan.rank_of(b.plan.stage[c]) == s for c in v.readers):
-            out.update(_key(b.trace, v.buffer, r) for r in range(len(b.fractions)))
+        src = stage[v.writer]
+        for rank in {rank_of(stage[c]) for c in v.readers if stage[c] != src}:
+            out.setdefault(rank, []).append(v.buffer)
     return out
+
+
+def _delivered(b: _Build, received: list[str]) -> set[str]:
+    """Keys of the ``received`` buffers, every micro-batch's."""
+    return {_key(b.trace, k, r) for k in received for r in range(len(b.fractions))}
 
 
 # ----------------------------------------------------------------------------- summary

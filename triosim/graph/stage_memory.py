@@ -97,9 +97,14 @@ def stage_occupancy(
     is_read = flat_reads[pos]
     keyed = flat_keyed[pos]
     keys = np.where(keyed, (mbs[run] + 1) * num_buffers + ids, ids)
-    uniq, first_at = np.unique(keys, return_index=True)
-    _, rev_at = np.unique(keys[::-1], return_index=True)
-    last_step = step[total_len - 1 - rev_at]  # both uniques are the same sorted keys
+    # Each distinct key's first and last entry: one stable sort keeps a key's entries in step
+    # order, so its run in the sorted keys starts at its first use and ends at its last.
+    order = np.argsort(keys, kind="stable")
+    sorted_keys = keys[order]
+    starts = np.flatnonzero(np.concatenate(([True], sorted_keys[1:] != sorted_keys[:-1])))
+    uniq = sorted_keys[starts]
+    first_at = order[starts]
+    last_step = step[order[np.append(starts[1:], total_len) - 1]]
     first_step = step[first_at]
     first_is_read = is_read[first_at]
     # Sizes per distinct (buffer, fraction): a few thousand calls, not one per key.
