@@ -48,7 +48,7 @@ def uniform_mlp(tmp: Path, layers: int, batch: int):
     path = write_synthetic_trace(tmp / f"uniform{layers}", SyntheticModel(layers=layers, batch_size=batch, seed=0,
                                                                            min_us=100.0, max_us=100.0))
     trace = load_trace(path, batch_size=batch)
-    ops = [replace(op, duration_s=1e-9) if "loss" in op.name.lower() or "Nll" in op.name or op.stage == "optimizer"
+    ops = [op._replace(duration_s=1e-9) if "loss" in op.name.lower() or "Nll" in op.name or op.stage == "optimizer"
            else op for op in trace.ops]
     return replace(trace, ops=ops)
 

@@ -104,7 +104,7 @@ def bf16_activations(trace: Trace) -> Trace:
     tensors = {}
     for k, t in trace.tensors.items():
         if k not in trace.batch_invariant and t.each_byte == 4:
-            t = replace(t, each_byte=2, bytes=t.numel * 2)
+            t = t._replace(each_byte=2, bytes=t.numel * 2)
         tensors[k] = t
     return replace(trace, tensors=tensors)
 
@@ -114,7 +114,7 @@ def gpt_trace(tmp: Path) -> Trace:
         layers=2, batch_size=MICRO * ACCUM, seq_len=SEQ, hidden=HIDDEN, heads=HEADS, ffn_mult=FFN // HIDDEN,
         vocab=VOCAB, foreach_optimizer=False))  # one update per parameter: its state lives on its stage
     trace = bf16_activations(load_repeated(path, LAYERS, batch_size=MICRO * ACCUM))
-    ops = [replace(op, duration_s=roofline_seconds(trace, op.index)) for op in trace.ops]
+    ops = [op._replace(duration_s=roofline_seconds(trace, op.index)) for op in trace.ops]
     return replace(trace, ops=ops, op_time=None)
 
 

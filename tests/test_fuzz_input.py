@@ -179,6 +179,6 @@ def test_cli_property_catches_an_unchecked_number(tmp_path_factory, monkeypatch)
 def test_fast_property_catches_a_reader_that_skips_the_row_shape_check(tmp_path_factory, monkeypatch) -> None:
     """Planted bug: the fast reader no longer notices short rows (pandas pads them with empty
     cells where the checker reports "too few fields")."""
-    monkeypatch.setattr(fast_module, "_line_shapes_ok", lambda data, rows, limit: True)
+    monkeypatch.setattr(fast_module, "_line_shapes_ok", lambda data, rows, limit, last_cells_filled=False: True)
     with pytest.raises(AssertionError):
         _fast_property(tmp_path_factory, Counter(), examples=300)()

@@ -18,10 +18,12 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from itertools import chain
-from operator import attrgetter
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NamedTuple
 
+import numpy as np
+
+from .buffer_columns import BufferColumns, buffer_columns, first_op, first_position
 from .checks import MAX_BYTES, cell_int, cell_time_us, json_int
 from .checks import whole_number as _whole_number
 from .errors import ConfigError, TraceError
@@ -74,16 +76,12 @@ _CATEGORY_RANK = {
 }
 
 
-# Tensor and Op are frozen dataclasses with a hand-written ``__init__``: the generated one of a
-# frozen class sets each field through ``object.__setattr__``, which made building the objects of
-# a 200k-op trace (half a million tensors) a large part of its load time. Writing the instance
-# dictionary directly is about twice as fast; the fields stay read-only afterwards, and
-# ``dataclasses.replace``, equality and hashing work as before. Keep ``__init__`` in step with the
-# fields.
+# Tensor and Op are named tuples: a 200k-op trace has half a million tensors, and a tuple is
+# built several times faster than a dataclass instance (in bulk, by ``tuple.__new__`` in C).
+# They are read-only; ``obj._replace(field=value)`` makes a changed copy.
 
 
-@dataclass(frozen=True, init=False)
-class Tensor:
+class Tensor(NamedTuple):
     """One tensor of the trace (all tensor.csv rows of one ID merged)."""
 
     id: str
@@ -94,15 +92,8 @@ class Tensor:
     storage: str
     shape: tuple[int, ...] | None
 
-    def __init__(self, id: str, bytes: int, numel: int, each_byte: int, category: str, storage: str,
-                 shape: tuple[int, ...] | None) -> None:
-        d = self.__dict__
-        d["id"], d["bytes"], d["numel"], d["each_byte"] = id, bytes, numel, each_byte
-        d["category"], d["storage"], d["shape"] = category, storage, shape
 
-
-@dataclass(frozen=True, init=False)
-class Op:
+class Op(NamedTuple):
     """One operator row of trace.csv."""
 
     index: int
@@ -115,12 +106,6 @@ class Op:
     stage: str
     tpflag: bool
     line: int
-
-    def __init__(self, index: int, op_id: int, name: str, inputs: tuple[str, ...], outputs: tuple[str, ...],
-                 duration_s: float, span_s: float, stage: str, tpflag: bool, line: int) -> None:
-        d = self.__dict__  # see Tensor
-        d["index"], d["op_id"], d["name"], d["inputs"], d["outputs"] = index, op_id, name, inputs, outputs
-        d["duration_s"], d["span_s"], d["stage"], d["tpflag"], d["line"] = duration_s, span_s, stage, tpflag, line
 
 
 @dataclass
@@ -141,18 +126,55 @@ class Trace:
     reads: list[tuple[str, ...]] = field(default_factory=list)
     writes: list[tuple[str, ...]] = field(default_factory=list)
     producer: dict[str, int] = field(default_factory=dict)
-    consumers: dict[str, tuple[int, ...]] = field(default_factory=dict)
     external: tuple[str, ...] = ()
     parameters: tuple[str, ...] = ()
     batch_invariant: frozenset[str] = frozenset()
-    forward_partner: tuple[int | None, ...] = ()
-    grad_ready_op: dict[str, int] = field(default_factory=dict)
     # How op times change with the batch (triosim.compute_model); None: linear.
     op_time: OpTimeModel | None = None
     # Where ``batch_size`` came from: "argument" (given), "meta.json", or "assumed" (neither: 128).
     batch_source: str = "argument"
     # The optional meta.json beside the CSVs ({} when there is none): device, time source, …
     info: dict = field(default_factory=dict)
+    # Derived on first use (``consumers``, ``forward_partner``, ``grad_ready_op``): most runs never ask, and on a trace of
+    # hundreds of thousands of ops they took a fifth of the loading time.
+    _partner: tuple[int | None, ...] | None = field(default=None, init=False, repr=False, compare=False)
+    _consumers: dict[str, tuple[int, ...]] | None = field(default=None, init=False, repr=False, compare=False)
+    _grad_ready: dict[str, int] | None = field(default=None, init=False, repr=False, compare=False)
+    # (tensors, reads, writes, their columns): an init field, so that ``replace`` hands it on;
+    # used only while those three are still the very objects the columns were made from.
+    _columns: tuple | None = field(default=None, repr=False, compare=False)
+
+    @property
+    def buffer_columns(self) -> BufferColumns:
+        """The buffers and per-op buffer lists as integer-coded arrays (for passes over every
+        buffer of a large trace; see :mod:`triosim.buffer_columns`)."""
+        cached = self._columns
+        if cached is None or cached[0] is not self.tensors or cached[1] is not self.reads or cached[2] is not self.writes:
+            cached = self._columns = (self.tensors, self.reads, self.writes,
+                                      buffer_columns(self.tensors, self.reads, self.writes))
+        return cached[3]
+
+    @property
+    def consumers(self) -> dict[str, tuple[int, ...]]:
+        """Buffer -> the ops that read it, in op order (in order of first read)."""
+        if self._consumers is None:
+            self._consumers = _consumers(self.reads)
+        return self._consumers
+
+    @property
+    def forward_partner(self) -> tuple[int | None, ...]:
+        """Per op: the forward op whose activations or weights a backward op reads (else None)."""
+        if self._partner is None:
+            self._partner = _forward_partners(self.ops, self.reads, self.writes, set(self.parameters))
+        return self._partner
+
+    @property
+    def grad_ready_op(self) -> dict[str, int]:
+        """Per parameter: the backward op after which its gradient is complete."""
+        if self._grad_ready is None:
+            self._grad_ready = _grad_ready_ops(self.ops, self.reads, self.parameters, self.forward_partner,
+                                               {p: self.consumers[p][0] for p in self.parameters})
+        return self._grad_ready
 
     @property
     def time_source(self) -> str | None:
@@ -324,7 +346,7 @@ def _load_tensors(path: Path) -> dict[str, Tensor]:
                 )
             if _CATEGORY_RANK.get(category, 2) <= _CATEGORY_RANK.get(prev.category, 2):
                 category = prev.category
-            tensors[tid] = replace(prev, category=category)
+            tensors[tid] = prev._replace(category=category)
             continue
         total += numel * each
         if total >= MAX_BYTES:
@@ -469,6 +491,9 @@ def collector_paused() -> Iterator[None]:
     Loading a large trace makes millions of objects (cells, tuples, Tensor and Op objects) that
     all stay alive; the collector, triggered every few hundred allocations, walked them again
     and again, which took about a third of the load time. Nothing made here is cyclic garbage.
+    When the collector comes back on, the objects made meanwhile join the oldest generation
+    directly (freeze, then unfreeze) instead of all being walked by the first collection after
+    the block (a third of a second after loading a 200k-op trace).
     """
     enabled = gc.isenabled()
     gc.disable()
@@ -476,7 +501,9 @@ def collector_paused() -> Iterator[None]:
         yield
     finally:
         if enabled:
+            gc.freeze()
             gc.enable()
+            gc.unfreeze()
 
 
 # ----------------------------------------------------------------------------- derived facts
@@ -499,18 +526,25 @@ def _resolve_aliases(ops: list[Op], tensors: dict[str, Tensor]) -> dict[str, str
     allocator, so only the latest earlier writer (or a parameter) counts, and it must be at
     least as large.
     """
+    # Only a storage shared by two tensors can give an alias: most traces of a plain model
+    # have none, and then nothing else needs computing.
+    storages = [t.storage for t in tensors.values()]
+    distinct = set(storages)
+    if len(distinct) + storages.count("") - ("" in distinct) == len(storages):
+        return {}
+    shared = {st for st, c in Counter(storages).items() if c > 1 and st}
+    candidates = {tid for tid, t in tensors.items() if t.storage in shared}
     written = set(chain.from_iterable(op.outputs for op in ops))
     unwritten = set(chain.from_iterable(op.inputs for op in ops)) - written
     # Only the storages of unwritten tensors are looked up, and only one shared with another
     # tensor can give an alias: the walk below skips every op that neither reads an unwritten
     # tensor of such a storage nor writes into one.
-    storage = attrgetter("storage")
-    tensor_count = Counter(map(storage, tensors.values()))
-    wanted = {st for st in set(map(storage, map(tensors.__getitem__, unwritten))) if st and tensor_count[st] > 1}
+    unwritten &= candidates
+    wanted = {tensors[t].storage for t in unwritten}
     if not wanted:
         return {}
     unwritten = {t for t in unwritten if tensors[t].storage in wanted}
-    writers = {t for t in written if tensors[t].storage in wanted}
+    writers = {t for t in written & candidates if tensors[t].storage in wanted}
     watch = unwritten | writers
     last_writer_by_storage: dict[str, str] = {}
     alias: dict[str, str] = {}
@@ -538,6 +572,15 @@ def _resolve_aliases(ops: list[Op], tensors: dict[str, Tensor]) -> dict[str, str
     return alias
 
 
+def _consumers(reads: list[tuple[str, ...]]) -> dict[str, tuple[int, ...]]:
+    """Buffer -> the ops that read it, in op order; the dictionary is in order of first read."""
+    consumers: dict[str, list[int]] = defaultdict(list)
+    for i, r in enumerate(reads):
+        for t in r:
+            consumers[t].append(i)
+    return dict(zip(consumers.keys(), map(tuple, consumers.values())))
+
+
 def derive(trace: Trace) -> Trace:
     """Compute the data-flow facts of a trace (idempotent)."""
     ops, tensors = trace.ops, trace.tensors
@@ -545,50 +588,45 @@ def derive(trace: Trace) -> Trace:
     alias = _resolve_aliases(ops, tensors)
     reads = _buffers([op.inputs for op in ops], alias)
     writes = _buffers([op.outputs for op in ops], alias)
-    # Consumers in op order; a buffer's first reader is its first consumer, and the dictionary
-    # is in order of first read.
-    consumers: dict[str, list[int]] = defaultdict(list)
-    for i, r in enumerate(reads):
-        for t in r:
-            consumers[t].append(i)
-    first_write: dict[str, int] = {}
-    for i, w in enumerate(writes):
-        for t in w:
-            if t not in first_write:
-                first_write[t] = i
+    # The passes over every buffer run on integer codes (see triosim.buffer_columns).
+    cols = buffer_columns(tensors, reads, writes)
+    ids, count = cols.ids, len(cols.ids)
+    first_read = first_op(cols.read_code, cols.read_op, count, n)
+    first_write = first_op(cols.write_code, cols.write_op, count, n)
     # External: read before (or by the same op as) its first write, or never written; ordered
-    # by first read, then ID (the pairs are nearly sorted already).
-    fw = first_write.get
-    external = [t for _, t in sorted((c[0], t) for t, c in consumers.items() if fw(t, n) >= c[0])]
-    producer = {t: i for t, i in first_write.items() if t not in consumers or consumers[t][0] > i}
+    # by first read, then ID.
+    ext = np.flatnonzero((first_read < n) & (first_write >= first_read))
+    external = [t for _, t in sorted(zip(first_read[ext].tolist(), map(ids.__getitem__, ext.tolist())))]
+    # Produced inside the step: written before its first read; in order of first write.
+    made = np.flatnonzero((first_write < n) & (first_read > first_write))
+    made = made[np.argsort(first_position(cols.write_code, count)[made], kind="stable")]
+    producer = dict(zip(map(ids.__getitem__, made.tolist()), first_write[made].tolist()))
     params = tuple(
         t for t in external if tensors[t].category in PARAMETER_CATEGORIES and tensors[t].bytes > 0
     )
 
     # Batch-invariant buffers: parameters, anything an optimizer op touches (gradients,
     # optimizer state) and aliases of those.
+    optimizer = np.fromiter((op.stage == "optimizer" for op in ops), dtype=bool, count=n)
+    touched = np.zeros(count, dtype=bool)
+    touched[cols.read_code[optimizer[cols.read_op]]] = True
+    touched[cols.write_code[optimizer[cols.write_op]]] = True
     invariant: set[str] = set(params)
-    for i, op in enumerate(ops):
-        if op.stage == "optimizer":
-            invariant.update(reads[i])
-            invariant.update(writes[i])
+    invariant.update(map(ids.__getitem__, np.flatnonzero(touched).tolist()))
     invariant.update(tid for tid, base in alias.items() if base in invariant)
 
-    partner = _forward_partners(ops, reads, writes, set(params))
-    grad_ready = _grad_ready_ops(ops, reads, params, partner, {p: consumers[p][0] for p in params})
-    return replace(
+    derived = replace(
         trace,
         alias=alias,
         reads=reads,
         writes=writes,
         producer=producer,
-        consumers=dict(zip(consumers.keys(), map(tuple, consumers.values()))),
         external=tuple(external),
         parameters=params,
         batch_invariant=frozenset(invariant),
-        forward_partner=partner,
-        grad_ready_op=grad_ready,
     )
+    derived._columns = (tensors, reads, writes, cols)
+    return derived
 
 
 def _forward_partners(
@@ -702,16 +740,18 @@ def scale_trace(trace: Trace, batch_size_sim: int, reference_compat: bool = Fals
                    if op.duration_s > 0 else op.span_s / bs_ratio)
         for op in trace.ops
     ]
-    return replace(trace, ops=ops, tensors=tensors, batch_size=batch_size_sim)
+    scaled = replace(trace, ops=ops, tensors=tensors, batch_size=batch_size_sim)
+    cached = trace._columns
+    if cached is not None and cached[0] is trace.tensors and cached[1] is trace.reads and cached[2] is trace.writes:
+        # Same buffers and lists, new sizes: only the size column changes.
+        nbytes = np.fromiter((t.bytes for t in tensors.values()), dtype=np.int64, count=len(tensors))
+        scaled._columns = (tensors, trace.reads, trace.writes, replace(cached[3], nbytes=nbytes))
+    return scaled
 
 
 def _with(obj, **changes):
-    """A copy of frozen dataclass ``obj`` with ``changes`` (``dataclasses.replace`` without
-    re-running ``__init__``: ops and tensors are copied tens of thousands of times)."""
-    new = object.__new__(type(obj))
-    new.__dict__.update(obj.__dict__)
-    new.__dict__.update(changes)
-    return new
+    """A copy of ``obj`` (a Tensor or an Op) with ``changes``."""
+    return obj._replace(**changes)
 
 
 def _reject_constant(name: str) -> None:

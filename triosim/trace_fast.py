@@ -11,8 +11,8 @@ column. It returns exactly what the checker would have returned (tested on mutat
 from __future__ import annotations
 
 import io
-import re
 import warnings
+from functools import partial
 from itertools import chain
 from pathlib import Path
 
@@ -25,32 +25,26 @@ from .checks import MAX_BYTES, MAX_COUNT, MAX_TIME_US
 _SIZE_LIST = r"\[(?: *\d{1,15} *(?:; *\d{1,15} *)*)?\]"
 
 
-# Byte pairs that can put white space at the edge of a cell once pandas has skipped the spaces
-# after each comma (a space before a separator, a quote or a line end, after a quote, at a line
-# start; any tab). Substring tests are far cheaper than a regular expression over the file.
-_EDGE_SPACE = (b" ,", b" \n", b" \r", b' "', b'" ', b"\n ", b"\t", b"\f", b"\v")
-
-
-def _may_need_strip(data: bytes) -> bool:
-    return any(p in data for p in _EDGE_SPACE) or data[:1].isspace() or data[-1:] == b" "
-
-
 class _Unusual(Exception):
     """Something the fast path leaves to the row-by-row checker."""
 
 
-def _line_shapes_ok(data: bytes, rows: int, field_limit: int) -> bool:
+def _line_shapes_ok(data: bytes, rows: int, field_limit: int, last_cells_filled: bool = False) -> bool:
     """True when the file is plainly one record a line: ``rows`` data lines after the header,
-    none longer than ``field_limit``, each with as many separators as the header (pandas fills
-    a short row with empty cells where the checker reports "too few fields")."""
+    none longer than ``field_limit``, none with fewer fields than the header (pandas fills a
+    short row with empty cells where the checker reports "too few fields"; a longer one is read
+    alike by both). ``last_cells_filled``: no row has an empty cell in the header's last
+    column, so none is short, and the separators need no counting."""
     buf = np.frombuffer(data, dtype=np.uint8)
     ends = np.flatnonzero(buf == 10)
-    if len(ends) - (0 if data.endswith(b"\n") else -1) != rows + 1 or b"\r" in data.replace(b"\r\n", b""):
+    if len(ends) - (0 if data.endswith(b"\n") else -1) != rows + 1 or data.count(b"\r") != data.count(b"\r\n"):
         return False
-    starts = np.concatenate(([0], ends + 1))
-    stops = np.concatenate((ends, [len(data)]))
-    if int((stops - starts).max()) > field_limit:
+    if len(ends) and max(int(ends[0]), int(np.diff(ends).max(initial=0)) - 1, len(data) - int(ends[-1]) - 1) > field_limit:
         return False
+    if not len(ends) and len(data) > field_limit:
+        return False
+    if last_cells_filled:
+        return True
     # Separators per line from the count of commas before each line end (searching the few
     # line ends among the many commas, not the other way round).
     commas = np.flatnonzero(buf == 44)
@@ -68,8 +62,16 @@ def _line_shapes_ok(data: bytes, rows: int, field_limit: int) -> bool:
     return bool((per_line[1:rows + 1] == per_line[0]).all())
 
 
-def _frame(path: Path, columns: tuple[str, ...], field_limit: int) -> dict[str, list[str]]:
-    """The used columns as lists of stripped strings; data row i is on line i + 2."""
+def _frame(path: Path, columns: tuple[str, ...], field_limit: int, numeric: tuple[str, ...] = (),
+           unused: tuple[str, ...] = ()) -> dict[str, list[str] | np.ndarray]:
+    """The used columns: text columns as lists of stripped strings, ``numeric`` ones as int64
+    arrays; data row i is on line i + 2.
+    ``unused`` columns must be there but are not parsed (the checker only requires them).
+
+    Only the used columns are parsed: turning every cell of every column into a Python string
+    was much of the reader's time. Times are converted by Python's ``float()`` later, as the
+    checker does: pandas' float parser is not Python's, and may differ in the last bit.
+    """
     data = path.read_bytes()
     if b"\x00" in data:
         raise _Unusual
@@ -77,45 +79,76 @@ def _frame(path: Path, columns: tuple[str, ...], field_limit: int) -> dict[str, 
         text = data.decode("utf-8")
     except UnicodeDecodeError:
         raise _Unusual from None
+    head = text.split("\n", 1)[0].rstrip("\r")
+    if '"' in head or "'" in head:
+        raise _Unusual
+    header = [c.strip().lstrip("\ufeff") for c in head.split(",")]
+    if len(set(header)) != len(header) or any(c not in header for c in columns):
+        raise _Unusual
     import pandas as pd  # here, not at import: small traces never need it (see load_trace)
 
+    columns = tuple(c for c in columns if c not in unused)
+    # The header's last column is read too: a row with a cell there has all its fields.
+    parsed = columns if header[-1] in columns else (*columns, header[-1])
+    dtypes = dict.fromkeys(parsed, str)
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("error", pd.errors.ParserWarning)  # e.g. a row longer than the header
-            df = pd.read_csv(io.StringIO(text), dtype=str, keep_default_na=False, na_filter=False,
-                             skipinitialspace=True, engine="c", skip_blank_lines=False, index_col=False)
+            df = pd.read_csv(io.StringIO(text), header=0, names=header, usecols=list(parsed), dtype=dtypes,
+                             keep_default_na=False, na_filter=False, skipinitialspace=True, engine="c",
+                             skip_blank_lines=False, index_col=False)
     except Exception:  # any parser complaint or warning: the checker words it
         raise _Unusual from None
-    if len(df) == 0 or not _line_shapes_ok(data, len(df), field_limit):
+    if len(df) == 0:
         raise _Unusual
-    header = [str(c).strip().lstrip("\ufeff") for c in df.columns]
-    if len(set(header)) != len(header) or any(c not in header for c in columns):
+    last = df[header[-1]]
+    filled = "" not in last.tolist()
+    if not _line_shapes_ok(data, len(df), field_limit, last_cells_filled=filled):
         raise _Unusual
-    df.columns = header
-    if _may_need_strip(data):
-        return {c: [v.strip() for v in df[c].tolist()] for c in columns}
-    return {c: df[c].tolist() for c in columns}  # no cell starts or ends with white space
+    return {c: _whole_numbers(df[c].tolist()) if c in numeric else _stripped(df[c].tolist()) for c in columns}
 
 
-def _ints(values: list[str], minimum: int = 0) -> list[int]:
+def _whole_numbers(cells: list[str]) -> np.ndarray:
+    """int64 of each cell by Python's ``int()`` (numpy calls it per cell, in C), as the checker
+    reads a whole number first; ``12.0`` or ``1e3`` (which the checker reads through ``float``)
+    and numbers beyond int64 go to the checker. pandas' own integer parser is not used: it
+    takes ``1e3`` and ``12.0`` through its float parser, which is not Python's."""
     try:
-        out = list(map(int, values))
-    except ValueError:  # 12.0, 1e3, inf, abc: the checker decides
+        return np.array(cells, dtype=np.int64)
+    except (ValueError, OverflowError, TypeError):
         raise _Unusual from None
-    if out and (min(out) < minimum or max(out) >= MAX_COUNT):
+
+
+# The white space str.strip() removes that an ASCII cell can hold ("\n" cannot: one record a line).
+_ASCII_WHITESPACE = " \t\r\x0b\x0c\x1c\x1d\x1e\x1f"
+
+
+def _stripped(cells: list[str]) -> list[str]:
+    """The cells without white space at their edges, as the checker reads them. pandas has
+    skipped the spaces after each comma; finding any other edge space in the joined column is
+    far cheaper than stripping every cell, and almost no trace has one."""
+    text = "\n" + "\n".join(cells) + "\n"
+    # A one-character search is a memchr; the two-character ones run only for characters present.
+    if text.isascii() and not any(w in text and (("\n" + w) in text or (w + "\n") in text)
+                                  for w in _ASCII_WHITESPACE):
+        return cells
+    return [c.strip() for c in cells]
+
+
+def _ints(values: np.ndarray, minimum: int = 0) -> np.ndarray:
+    if len(values) and (int(values.min()) < minimum or int(values.max()) >= MAX_COUNT):
         raise _Unusual
-    return out
+    return values
 
 
-def _times(values: list[str]) -> list[float]:
+def _times(cells: list[str]) -> np.ndarray:
     try:
-        out = list(map(float, values))  # float() per cell, as the checker does: same text, same double
+        values = np.array(list(map(float, cells)))  # float() per cell, as the checker does: same text, same double
     except ValueError:
         raise _Unusual from None
-    arr = np.array(out)
-    if len(arr) and not (np.isfinite(arr).all() and arr.min() >= 0.0 and arr.max() < MAX_TIME_US):
+    if len(values) and not (np.isfinite(values).all() and values.min() >= 0.0 and values.max() < MAX_TIME_US):
         raise _Unusual
-    return out
+    return values
 
 
 def _first_rows(ids: list[str]) -> tuple[list[str], np.ndarray, np.ndarray]:
@@ -138,48 +171,81 @@ def fast_tensors(path: Path, columns: tuple[str, ...], field_limit: int):
     ``triosim.trace._load_tensors``, for the rules)."""
     from .trace import _CATEGORY_RANK, Tensor, _parse_shape, normalize_category
 
-    df = _frame(path, columns, field_limit)
+    df = _frame(path, columns, field_limit, numeric=("TensorNumElement", "TensorEachByte"),
+                unused=("Index", "gpuid"))
     ids = df["TensorID"]
     if "'" in "".join(ids) or '"' in "".join(ids):
         ids = [t.strip("'\"") for t in ids]
-    if "" in set(ids):
-        raise _Unusual
-    numel = np.array(_ints(df["TensorNumElement"]), dtype=np.int64)
-    each = np.array(_ints(df["TensorEachByte"]), dtype=np.int64)
+    numel = _ints(df["TensorNumElement"])
+    each = _ints(df["TensorEachByte"])
     # Sizes near the limits (where int64 products could overflow) are left to the checker.
     if len(numel) and float(numel.astype(float).dot(each.astype(float))) >= MAX_BYTES / 2:
         raise _Unusual
     nbytes = numel * each
     raw_cats = df["TensorType"]
     norm = {raw: normalize_category(raw) for raw in set(raw_cats)}
+    storages = df["TensorStorgeid"]
+    shape_text = df["TensorShape"]
+    if int(nbytes.sum()) < MAX_BYTES:  # else (rows of one tensor counted twice?) see below
+        # One row per tensor, the usual case: no merging.
+        shapes = {text: _parse_shape(text) for text in set(shape_text)}
+        storage = [s if s != "0" else "" for s in storages]
+        objs = map(partial(tuple.__new__, Tensor), zip(ids, nbytes.tolist(), numel.tolist(), each.tolist(),
+                   map(norm.__getitem__, raw_cats), storage, map(shapes.__getitem__, shape_text)))
+        tensors = dict(zip(ids, objs))
+        if len(tensors) == len(ids):
+            if "" in tensors:
+                raise _Unusual
+            return tensors
+    if "" in ids:
+        raise _Unusual
     unique, first, code = _first_rows(ids)
-    if len(unique) < len(ids):
-        # Rows of one ID must agree on size; the category is the first of the highest rank.
-        if (numel != numel[first][code]).any() or (each != each[first][code]).any():
-            raise _Unusual
-        rank_of = {raw: _CATEGORY_RANK.get(c, 2) for raw, c in norm.items()}
-        rank = np.fromiter(map(rank_of.__getitem__, raw_cats), dtype=np.int64, count=len(raw_cats))
-        order = np.lexsort((np.arange(len(code)), -rank, code))
-        starts = np.flatnonzero(np.diff(code[order], prepend=-1))
-        cat_rows = order[starts].tolist()
-    else:
-        cat_rows = first.tolist()
+    # Rows of one ID must agree on size; the category is the first of the highest rank.
+    if (numel != numel[first][code]).any() or (each != each[first][code]).any():
+        raise _Unusual
+    rank_of = {raw: _CATEGORY_RANK.get(c, 2) for raw, c in norm.items()}
+    rank = np.fromiter(map(rank_of.__getitem__, raw_cats), dtype=np.int64, count=len(raw_cats))
+    order = np.lexsort((np.arange(len(code)), -rank, code))
+    starts = np.flatnonzero(np.diff(code[order], prepend=-1))
+    cat_rows = order[starts].tolist()
     if int(nbytes[first].sum()) >= MAX_BYTES:
         raise _Unusual
     rows = first.tolist()
-    storages = df["TensorStorgeid"]
-    shape_text = df["TensorShape"]
     shapes = {text: _parse_shape(text) for text in set(map(shape_text.__getitem__, rows))}
     categories = [norm[raw_cats[r]] for r in cat_rows]
     storage = [storages[r] for r in rows]
-    storage = [s if s not in ("", "0") else "" for s in storage]
-    first_bytes = nbytes[first].tolist()
-    objs = map(Tensor, unique, first_bytes, numel[first].tolist(), each[first].tolist(), categories, storage,
-               [shapes[shape_text[r]] for r in rows])
+    storage = [s if s != "0" else "" for s in storage]
+    objs = map(Tensor, unique, nbytes[first].tolist(), numel[first].tolist(), each[first].tolist(), categories,
+               storage, [shapes[shape_text[r]] for r in rows])
     return dict(zip(unique, objs))
 
 
-_PLAIN_ID_LIST = re.compile(r"\[[^\[\]'\"]*\]")
+def _one_list_a_cell(joined: str, cells: int) -> bool:
+    """True when each of the ``cells`` lines of ``joined`` is one bracketed list: it starts with
+    ``[``, ends with ``]`` and holds no other bracket (counting in C, not one regex per cell)."""
+    return (joined.count("[") == cells and joined.count("]") == cells and joined[:1] == "[" and joined[-1:] == "]"
+            and joined.count("\n[") == cells - 1 and joined.count("]\n") == cells - 1)
+
+
+# What may be in a size list besides digits: the checker's form is "[]" or "[12; 3]".
+_SIZE_LIST_BYTES = b"0123456789 ;[]\n"
+_DIGITS_AS_D = bytes.maketrans(b"0123456789", b"dddddddddd")
+
+
+def _size_lists_ok(values: list[str]) -> bool:
+    """True when every cell is a size list the checker is sure to accept (see ``_SIZE_LIST``)."""
+    joined = "\n".join(values)
+    if not _one_list_a_cell(joined, len(values)):
+        return False
+    if joined.encode("ascii", "replace").translate(None, _SIZE_LIST_BYTES):
+        return False  # a character other than digits, spaces, ';' and brackets
+    while "  " in joined:
+        joined = joined.replace("  ", " ")
+    # Spaces may stand beside brackets and separators, not inside a number ("1 2").
+    bare = joined.replace(" ;", ";").replace("; ", ";").replace("[ ", "[").replace(" ]", "]")
+    if " " in bare or ";;" in bare or "[;" in bare or ";]" in bare:
+        return False  # ... or an empty element
+    return b"d" * 16 not in bare.encode("ascii").translate(_DIGITS_AS_D)  # at most 15 digits a number
 
 
 def _id_lists(values: list[str], tensors: dict) -> list[tuple[str, ...]]:
@@ -194,15 +260,14 @@ def _id_lists(values: list[str], tensors: dict) -> list[tuple[str, ...]]:
             raise _Unusual from None
     else:
         # The common form, [4; 6; 8]: one pass over the whole column instead of one per cell.
-        if not all(map(_PLAIN_ID_LIST.fullmatch, values)):
+        if not _one_list_a_cell(joined, len(values)):
             raise _Unusual
         bare = joined.replace(" ", "")
         if ";;" in bare or "[;" in bare or ";]" in bare:
             raise _Unusual  # an empty element
         bodies = bare.replace("[", "").replace("]", "").split("\n")
         out = [tuple(body.split(";")) if body else () for body in bodies]
-    used = set(chain.from_iterable(out))
-    if not used.issubset(tensors.keys()):
+    if not all(map(tensors.__contains__, chain.from_iterable(out))):
         raise _Unusual
     return out
 
@@ -210,27 +275,27 @@ def _id_lists(values: list[str], tensors: dict) -> list[tuple[str, ...]]:
 def fast_ops(path: Path, columns: tuple[str, ...], field_limit: int, tensors: dict, time_column: str):
     from .trace import STAGES, Op
 
-    df = _frame(path, columns, field_limit)
-    size_list = re.compile(_SIZE_LIST)
-    for col in ("InputSize", "OutputSize"):
-        if not all(map(size_list.fullmatch, df[col])):
-            raise _Unusual
-    stages = list(map(str.lower, df["stage"]))
-    if not set(stages) <= set(STAGES) or not set(df["tpflag"]) <= {"0", "1", ""}:
+    df = _frame(path, columns, field_limit, unused=("gpuid",),
+                numeric=("OperatorID",))
+    if not (_size_lists_ok(df["InputSize"]) and _size_lists_ok(df["OutputSize"])):
         raise _Unusual
+    stage_of = {s: s.lower() for s in set(df["stage"])}
+    if not set(stage_of.values()) <= set(STAGES) or not set(df["tpflag"]) <= {"0", "1", ""}:
+        raise _Unusual
+    stages = list(map(stage_of.__getitem__, df["stage"]))
     inputs = _id_lists(df["Operator_input"], tensors)
     outputs = _id_lists(df["Operator_output"], tensors)
     span = _times(df["Operator_cudatime"])
     busy = _times(df["Operator_cudatimenooverlap"])
-    op_ids = _ints(df["OperatorID"])
+    op_ids = _ints(df["OperatorID"]).tolist()
     use = busy if time_column == "nooverlap" else span
     n = len(op_ids)
     # numpy's float64 division is IEEE division, as Python's: the same seconds as x / 1e6.
-    duration = (np.array(use) / 1e6).tolist()
-    span_s = (np.array(span) / 1e6).tolist()
+    duration = (use / 1e6).tolist()
+    span_s = (span / 1e6).tolist()
     tp = [flag == "1" for flag in df["tpflag"]]
-    return list(map(Op, range(n), op_ids, df["OperatorName"], inputs, outputs, duration, span_s, stages, tp,
-                    range(2, n + 2)))
+    return list(map(partial(tuple.__new__, Op), zip(range(n), op_ids, df["OperatorName"], inputs, outputs, duration,
+                                                     span_s, stages, tp, range(2, n + 2))))
 
 
 def fast_load(root: Path, tensor_columns: tuple[str, ...], trace_columns: tuple[str, ...], field_limit: int,

@@ -18,7 +18,7 @@ def _uniform(tmp: Path, layers: int = 8, batch: int = 16):
     path = write_synthetic_trace(tmp / "u", SyntheticModel(layers=layers, batch_size=batch, min_us=100.0, max_us=100.0))
     trace = load_trace(path, batch_size=batch)
     # loss, its backward and the optimizer (whose stage shares follow parameter bytes) take 1 ns
-    ops = [replace(op, duration_s=1e-9) if "loss" in op.name.lower() or op.stage == "optimizer" else op
+    ops = [op._replace(duration_s=1e-9) if "loss" in op.name.lower() or op.stage == "optimizer" else op
            for op in trace.ops]
     return replace(trace, ops=ops)
 

@@ -50,7 +50,7 @@ def test_pp_interleaved_equals_case_4(tmp_path, p, v, mb):
 def _uniform(tmp: Path):
     path = write_synthetic_trace(tmp / "u", SyntheticModel(layers=16, batch_size=16, min_us=100.0, max_us=100.0))
     trace = load_trace(path, batch_size=16)
-    ops = [replace(op, duration_s=1e-9) if "loss" in op.name.lower() or op.stage == "optimizer" else op
+    ops = [op._replace(duration_s=1e-9) if "loss" in op.name.lower() or op.stage == "optimizer" else op
            for op in trace.ops]
     return replace(trace, ops=ops)
 

@@ -18,7 +18,8 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field, replace
-from itertools import repeat
+from itertools import chain, repeat
+from typing import NamedTuple
 
 import numpy as np
 
@@ -27,9 +28,9 @@ from ..platform import REMOTE, Platform, gpu_node
 from .tasks import TaskGraph
 
 
-@dataclass(frozen=True)
-class Step:
-    """One task of a GPU's program and the buffers it touches."""
+class Step(NamedTuple):
+    """One task of a GPU's program and the buffers it touches (a named tuple: a program of a
+    200k-op trace makes as many, and a tuple is made several times faster than a dataclass)."""
 
     task: int
     reads: tuple[str, ...]
@@ -78,6 +79,22 @@ def plan_memory(
     gpu = gpu_node(device)
     persistent = set(persistent)
 
+    external = list(dict.fromkeys(external))
+    if placement == "gpu":
+        # Everything fits at once: nothing is evicted or fetched, so the plan is each buffer's
+        # lifetime (externals from the start) and the peak their sum, found in linear time
+        # from each buffer's first and last step alone.
+        keys = list(chain.from_iterable(chain.from_iterable(map(_touched, steps))))
+        step_of = list(chain.from_iterable(map(repeat, range(n), (len(st.reads) + len(st.writes) for st in steps))))
+        last_use = dict(zip(keys, step_of))
+        if sum(map(sizes.get, last_use, repeat(0))) <= cap:
+            first_use = dict(zip(reversed(keys), reversed(step_of)))
+            occ = _lifetime_occupancy(last_use, first_use, sizes, set(external), persistent, n)
+            report.peak_bytes = int(occ.max())
+            report.step_tasks = tuple(st.task for st in steps)
+            report.step_bytes = occ
+            return report
+
     uses: dict[str, list[int]] = {}
     for j, st in enumerate(steps):
         for key in (*st.reads, *st.writes):
@@ -108,15 +125,7 @@ def plan_memory(
     writebacks_at: dict[int, list[int]] = {}
     writeback_step: dict[int, int] = {}  # write-back task -> the step whose room it made
 
-    external = [k for k in dict.fromkeys(external) if k in uses and sizes.get(k, 0) > 0]
-    if placement == "gpu" and sum(sizes.get(k, 0) for k in uses) <= cap:
-        # Everything fits at once: nothing is evicted or fetched, so the plan is each buffer's
-        # lifetime (externals from the start) and the peak their sum, found in linear time.
-        occ = _occupancy_without_eviction(uses, sizes, set(external), end_of_life, n)
-        report.peak_bytes = int(occ.max())
-        report.step_tasks = tuple(st.task for st in steps)
-        report.step_bytes = occ
-        return report
+    external = [k for k in external if k in uses and sizes.get(k, 0) > 0]
     # Steady state: an external buffer stays resident if it fits beside the activations the
     # step will produce; the rest waits in remote memory.
     probe = np.zeros(n, dtype=np.int64)
@@ -213,18 +222,31 @@ def plan_memory(
     return report
 
 
-def _occupancy_without_eviction(uses: dict[str, list[int]], sizes: dict[str, int], external: set[str],
-                                end_of_life, n: int) -> np.ndarray:
+def _touched(st: Step) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    return st.reads, st.writes
+
+
+def _lifetime_occupancy(last_use: dict[str, int], first_use: dict[str, int], sizes: dict[str, int],
+                        external: set[str], persistent: set[str], n: int) -> np.ndarray:
     """Bytes resident at each step when every buffer stays from its first use (step 0 for
-    external ones) to its end of life: a difference array instead of one slice update per buffer."""
-    delta = np.zeros(n + 1, dtype=np.int64)
-    size = np.fromiter(map(sizes.get, uses, repeat(0)), dtype=np.int64, count=len(uses))
-    first = np.fromiter((lst[0] for lst in uses.values()), dtype=np.int64, count=len(uses))
-    first[np.fromiter(map(external.__contains__, uses), dtype=bool, count=len(uses))] = 0
-    end = np.fromiter(map(end_of_life, uses), dtype=np.int64, count=len(uses)) + 1
+    external ones) to its last (the last step for persistent ones): a difference array
+    instead of one slice update per buffer."""
+    keys = list(last_use)
+    size = np.fromiter(map(sizes.get, keys, repeat(0)), dtype=np.int64, count=len(keys))
+    first = np.fromiter(map(first_use.__getitem__, keys), dtype=np.int64, count=len(keys))
+    first[np.fromiter(map(external.__contains__, keys), dtype=bool, count=len(keys))] = 0
+    end = np.fromiter(last_use.values(), dtype=np.int64, count=len(keys)) + 1
+    end[np.fromiter(map(persistent.__contains__, keys), dtype=bool, count=len(keys))] = n
     live = size > 0
-    np.add.at(delta, first[live], size[live])
-    np.subtract.at(delta, end[live], size[live])
+    return lifetime_occupancy(first[live], end[live], size[live], n)
+
+
+def lifetime_occupancy(first: np.ndarray, end: np.ndarray, size: np.ndarray, n: int) -> np.ndarray:
+    """Bytes resident at each of ``n`` steps when buffer ``i`` of ``size[i]`` bytes is resident
+    from step ``first[i]`` up to (not including) step ``end[i]``."""
+    delta = np.zeros(n + 1, dtype=np.int64)
+    np.add.at(delta, first, size)
+    np.subtract.at(delta, end, size)
     return np.cumsum(delta[:n])
 
 

@@ -8,18 +8,24 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 
+import numpy as np
+
+from ..buffer_columns import first_op, last_op
 from ..compute_model import op_seconds
 from ..platform import Platform
 from ..strategy import Strategy
 from ..trace import Trace
-from .memory import MemoryReport, Step, plan_memory
+from .memory import MemoryReport, Step, lifetime_occupancy, plan_memory
 from .tasks import TaskGraph
+
+
+def _short_name(name: str) -> str:
+    return name.rsplit(": ", 1)[-1].replace("aten::", "")
 
 
 def op_label(trace: Trace, index: int) -> str:
     op = trace.ops[index]
-    name = op.name.rsplit(": ", 1)[-1].replace("aten::", "")
-    return f"{name}#{op.op_id}"
+    return f"{_short_name(op.name)}#{op.op_id}"
 
 
 def add_op_chain(
@@ -40,7 +46,10 @@ def add_op_chain(
     """
     ops = trace.ops
     seconds = [ops[i].duration_s * time_scale if batch is None else op_seconds(trace, i, batch) for i in op_indices]
-    labels = [f"{op_label(trace, i)}{label_suffix} gpu{device}" for i in op_indices]
+    # As op_label, with each distinct op name shortened once.
+    short = {name: _short_name(name) for name in {ops[i].name for i in op_indices}}
+    tail = f"{label_suffix} gpu{device}"
+    labels = [f"{short[op.name]}#{op.op_id}{tail}" for op in map(ops.__getitem__, op_indices)]
     return graph.add_compute_chain(device, seconds, labels, [{"op": i, "stage": ops[i].stage, **attrs}
                                                              for i in op_indices], after=after)
 
@@ -80,6 +89,10 @@ def plan_program_memory(
     sizes: dict[str, int] | None = None,
 ) -> MemoryReport:
     """Memory plan for ``device`` running ``op_indices`` (already added as ``tasks``)."""
+    if sizes is None and strategy.initial_placement == "gpu" and list(op_indices) == list(range(len(trace.ops))):
+        report = whole_trace_fitting(trace, platform.capacity_bytes, device, tasks)
+        if report is not None:
+            return report
     if sizes is None:
         sizes = {k: t.bytes for k, t in trace.tensors.items()}
     steps = op_steps(trace, op_indices, tasks)
@@ -93,6 +106,34 @@ def plan_program_memory(
         persistent=persistent_buffers(trace),
         placement=strategy.initial_placement,
     )
+
+
+def whole_trace_fitting(trace: Trace, capacity: int, device: int, tasks: Sequence[int]) -> MemoryReport | None:
+    """The memory plan of the whole trace on one GPU when all its buffers fit at once (else
+    None): what :func:`triosim.graph.memory.plan_memory` finds in that case, each buffer
+    resident from its first use (external ones from the start) to its last use (persistent
+    ones to the end), computed on the trace's integer-coded buffer columns instead of
+    per-step lists (a 200k-op trace: a fraction of a second instead of seconds)."""
+    cols = trace.buffer_columns
+    n, count = len(trace.ops), len(cols.ids)
+    first = np.minimum(first_op(cols.read_code, cols.read_op, count, n),
+                       first_op(cols.write_code, cols.write_op, count, n))
+    last = np.maximum(last_op(cols.read_code, cols.read_op, count, -1),
+                      last_op(cols.write_code, cols.write_op, count, -1))
+    live = (last >= 0) & (cols.nbytes > 0)
+    if int(cols.nbytes[live].sum()) > capacity:
+        return None
+    external = cols.mask(trace.external)
+    optimizer = np.fromiter((op.stage == "optimizer" for op in trace.ops), dtype=bool, count=n)
+    touched_by_optimizer = np.zeros(count, dtype=bool)
+    touched_by_optimizer[cols.read_code[optimizer[cols.read_op]]] = True
+    touched_by_optimizer[cols.write_code[optimizer[cols.write_op]]] = True
+    persistent = external & (cols.mask(trace.parameters) | touched_by_optimizer)  # as persistent_buffers()
+    first[external] = 0
+    end = last + 1
+    end[persistent] = n
+    occ = lifetime_occupancy(first[live], end[live], cols.nbytes[live], n)
+    return MemoryReport(device=device, peak_bytes=int(occ.max()), step_tasks=tuple(tasks), step_bytes=occ)
 
 
 def record_memory(graph: TaskGraph, reports: Iterable[MemoryReport]) -> None:
