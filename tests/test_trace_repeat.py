@@ -321,3 +321,24 @@ def test_in_memory_repeat_catches_a_planted_bug(tmp_path, monkeypatch):
     monkeypatch.setattr(tr, "normalize_category", lambda text: "")
     with pytest.raises(AssertionError, match="in-memory repeat differs"):
         test_in_memory_repeat_equals_the_written_trace(GPT, 7, "span", tmp_path)
+
+
+def test_in_memory_repeat_with_named_tensor_ids(tmp_path):
+    """Tensor IDs that are not numbers: copies are named `<ID>.L<copy>`, in memory as on disk."""
+    named = tmp_path / "named"
+    named.mkdir()
+    (named / "meta.json").write_text((GPT / "meta.json").read_text())
+    for name, cols in (("trace.csv", ("Operator_input", "Operator_output")), ("tensor.csv", ("TensorID",))):
+        rows = list(csv.reader((GPT / name).read_text().splitlines()))
+        at = [rows[0].index(c) for c in cols]
+        for row in rows[1:]:
+            for c in at:
+                cell = row[c].strip()
+                ids = [x.strip() for x in cell.strip("[]").split(";") if x.strip()]
+                row[c] = "[" + "; ".join(f"t{x}" for x in ids) + "]" if cell.startswith("[") else f"t{cell}"
+        with open(named / name, "w", newline="") as fh:
+            csv.writer(fh, lineterminator="\n").writerows(rows)
+    tr.repeat_trace_dir(named, tmp_path / "out", 6)
+    got = tr.load_repeated(named, 6, batch_size=8)
+    assert any(t.endswith(".L6") for t in got.tensors)
+    assert_same_trace(got, replace(load_trace(tmp_path / "out", batch_size=8), path=str(named)))
