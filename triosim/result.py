@@ -169,8 +169,17 @@ def summarize(graph: TaskGraph, sched: Schedule, platform: Platform) -> tuple[li
                 link_bytes[name] = link_bytes.get(name, 0) + bytes_of[rids]
     # A link is busy while any task uses it (flows share links, so their spans may overlap).
     unions = {rids: _union(spans) for rids, spans in spans_of.items()}
-    link_busy = {name: _length(unions[ts[0]] if len(ts) == 1 else _union([iv for rids in ts for iv in unions[rids]]))
-                 for name, ts in tuples_of.items()}
+    lengths: dict[tuple[int, ...], float] = {}  # a tuple's busy time, once for all its links
+
+    def busy(ts: list[tuple[int, ...]]) -> float:
+        if len(ts) > 1:
+            return _length(_union([iv for rids in ts for iv in unions[rids]]))
+        hit = lengths.get(ts[0])
+        if hit is None:
+            hit = lengths[ts[0]] = _length(unions[ts[0]])
+        return hit
+
+    link_busy = {name: busy(ts) for name, ts in tuples_of.items()}
     makespan = sched.makespan
     mem = graph.meta.get("memory", {})
     per_gpu = []
