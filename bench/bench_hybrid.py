@@ -22,6 +22,7 @@ import os
 import resource
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -33,12 +34,12 @@ ORIGINAL_NETWORK = ["--network", "exclusive", "--collective-algo", "one-way-ring
 COMMON = ["--schedule", "1f1b", "-batch-size-sim", "64", "-micro-batch-size", "1", "--topology", "nvlink-cluster"]
 
 
-def run(argv: list[str]) -> tuple[float, float, dict, float]:
+def run(argv: list[str], env: dict[str, str] | None = None) -> tuple[float, float, dict, float]:
     """Wall seconds, peak RSS (GiB), the JSON and the CPU seconds of one ``triosim run`` process."""
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     t0 = time.perf_counter()
     proc = subprocess.run([sys.executable, "-c", CLI, "run", *argv, "--json", "-"], capture_output=True,
-                          text=True, cwd=REPO)
+                          text=True, cwd=REPO, env=env)
     wall = time.perf_counter() - t0
     if proc.returncode != 0:
         raise SystemExit(f"triosim failed: {proc.stderr.strip()}")
@@ -72,21 +73,23 @@ def phases(argv: list[str]) -> dict[str, float]:
     from triosim.graph import build_graph
     from triosim.result import summarize
     from triosim.scheduler import schedule
+    from triosim.trace import collector_paused
 
     args = build_parser().parse_args(["run", *normalize_argv(argv)])
     out: dict[str, float] = {}
-    t = time.process_time()
-    trace, platform, strategy = configure(args)
-    out["load + repeat"] = time.process_time() - t
-    t = time.process_time()
-    graph = build_graph(trace, platform, strategy)
-    out["build"] = time.process_time() - t
-    t = time.process_time()
-    sched = schedule(graph)
-    out["schedule"] = time.process_time() - t
-    t = time.process_time()
-    summarize(graph, sched, platform)
-    out["summary"] = time.process_time() - t
+    with collector_paused():  # as `triosim run` does
+        t = time.process_time()
+        trace, platform, strategy = configure(args)
+        out["load + repeat"] = time.process_time() - t
+        t = time.process_time()
+        graph = build_graph(trace, platform, strategy)
+        out["build"] = time.process_time() - t
+        t = time.process_time()
+        sched = schedule(graph)
+        out["schedule"] = time.process_time() - t
+        t = time.process_time()
+        summarize(graph, sched, platform)
+        out["summary"] = time.process_time() - t
     return out
 
 
@@ -97,18 +100,30 @@ def main() -> None:
     ap.add_argument("--tp-style", default="megatron", help="megatron (default) or per-op")
     ap.add_argument("--phases", action="store_true", help="also CPU seconds per phase, in this process")
     ap.add_argument("--repeat", type=int, default=1, help="run each target this many times (min / median / max)")
+    ap.add_argument("--cached-bytecode", action="store_true",
+                    help="run with Python's bytecode cache (in a temporary directory, after one untimed run) even "
+                         "where PYTHONDONTWRITEBYTECODE is set: as an installed package runs")
     args = ap.parse_args()
+    env = None
+    cache = tempfile.TemporaryDirectory(prefix="triosim-bench-pyc-") if args.cached_bytecode else None
+    if cache is not None:  # removed when the bench ends
+        env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
+        env["PYTHONPYCACHEPREFIX"] = cache.name
     layers = ["--num-layers", str(args.layers)] if args.layers else []
     print(f"GPT sample trace repeated to {args.layers} layers, 1F1B, 64 micro-batches, nvlink-cluster")
+    cached = args.cached_bytecode or not sys.dont_write_bytecode
     print(f"load average {os.getloadavg()[0]:.2f}; calibration loop {calibration_seconds():.2f} s CPU; "
-          f"Python bytecode {'not cached (PYTHONDONTWRITEBYTECODE)' if sys.dont_write_bytecode else 'cached'}")
+          f"Python bytecode {'cached' if cached else 'not cached (PYTHONDONTWRITEBYTECODE: compiled at each start)'}")
     print(f"{'mesh':>22} {'GPUs':>6} {'tasks':>9} {'iteration ms':>13} {'wall s':>18} {'CPU s':>18} "
           f"{'peak RSS GiB':>13} target")
     for dp, tp, pp, target in ((8, 8, 8, "<= 5 s"), (128, 8, 16, "<= 20 s, <= 2 GiB")):
+        argv = ["-trace-dir", str(GPT), *layers, "--dp", str(dp), "--tp", str(tp), "--pp", str(pp),
+                "--tp-style", args.tp_style, *COMMON]
+        if env is not None:
+            run(argv, env)  # writes the bytecode cache
         walls, cpus, rsss = [], [], []
         for _ in range(max(1, args.repeat)):
-            wall, rss, out, cpu = run(["-trace-dir", str(GPT), *layers, "--dp", str(dp), "--tp", str(tp), "--pp",
-                                       str(pp), "--tp-style", args.tp_style, *COMMON])
+            wall, rss, out, cpu = run(argv, env)
             walls.append(wall)
             cpus.append(cpu)
             rsss.append(rss)
