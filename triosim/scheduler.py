@@ -46,8 +46,10 @@ class Schedule:
 def schedule(graph: TaskGraph, progress: Callable[[int], None] | None = None,
              record_rates: bool = False) -> Schedule:
     """Place every task of ``graph``; raises if the graph has a cycle."""
-    if graph.meta.get(NETWORK_META) == "flow":
+    if graph.meta.get(NETWORK_META) == "flow" and _has_link_tasks(graph):
         return _schedule_flows(graph, progress, record_rates)
+    # Without link tasks the flow model's event loop places every task exactly as this one
+    # does (ready events in (time, task) order, each on its own resources), only slower.
     n = len(graph)
     succ = graph.succ
     dur = graph.duration
@@ -83,7 +85,14 @@ def schedule(graph: TaskGraph, progress: Callable[[int], None] | None = None,
             progress(placed)
     if placed != n:
         raise TriosimError(f"the task graph has a cycle: {n - placed} of {n} tasks could never start")
-    return Schedule(start=start, end=end, makespan=max(end, default=0.0))
+    return Schedule(start=start, end=end, makespan=max(end, default=0.0),
+                    rates=[] if record_rates and graph.meta.get(NETWORK_META) == "flow" else None)
+
+
+def _has_link_tasks(graph: TaskGraph) -> bool:
+    bw_by_name = graph.meta.get(BANDWIDTH_META, {})
+    links = frozenset(r for r, name in enumerate(graph.resource_names) if name in bw_by_name)
+    return bool(links) and any(not links.isdisjoint(rs) for rs in set(graph.resources))
 
 
 def _schedule_flows(graph: TaskGraph, progress: Callable[[int], None] | None, record: bool) -> Schedule:
