@@ -10,11 +10,13 @@ from collections.abc import Iterable
 from dataclasses import replace
 from pathlib import Path
 
+import numpy as np
 import pytest
 from hypothesis import HealthCheck, Phase, given, seed, settings
 from hypothesis import strategies as st
 
 import triosim.trace as trace_module
+from triosim.buffer_columns import buffer_columns
 from triosim.synthetic import SyntheticModel, write_synthetic_trace
 from triosim.synthetic_transformer import SyntheticTransformer, write_synthetic_transformer
 from triosim.trace import (
@@ -124,6 +126,11 @@ def reference_derive(trace: Trace) -> tuple[Trace, dict[str, tuple[int, ...]]]:
 def _same_facts(trace: Trace) -> None:
     got, (want, consumers) = trace_module.derive(trace), reference_derive(trace)
     assert got == want
+    # The integer-coded columns derive made equal those of its buffer lists, coded afresh.
+    fresh = buffer_columns(want.tensors, want.reads, want.writes)
+    for name in ("ids", "index", "nbytes", "read_code", "read_op", "write_code", "write_op"):
+        assert np.array_equal(getattr(got.buffer_columns, name), getattr(fresh, name)) if name not in ("ids", "index") \
+            else getattr(got.buffer_columns, name) == getattr(fresh, name), name
     # Derived on first use, from the facts above (dictionary order included).
     assert list(got.consumers.items()) == list(consumers.items())
     partner = _forward_partners(want.ops, want.reads, want.writes, set(want.parameters))

@@ -10,7 +10,7 @@ facts of :class:`triosim.trace.Trace` stay the interface; this is what large pas
 from __future__ import annotations
 
 from dataclasses import dataclass
-from itertools import chain
+from itertools import chain, repeat
 
 import numpy as np
 
@@ -39,10 +39,68 @@ class BufferColumns:
         return out
 
 
-def _pairs(lists: list[tuple[str, ...]], index: dict[str, int]) -> tuple[np.ndarray, np.ndarray]:
+@dataclass(frozen=True)
+class OpTensorCodes:
+    """The ops' own tensor lists (``op.inputs``, ``op.outputs``) coded: what the fast trace
+    reader finds while checking that every ID is a tensor, and ``derive`` turns into the
+    buffer columns without looking the IDs up again."""
+
+    index: dict[str, int]
+    input_code: np.ndarray
+    input_op: np.ndarray
+    output_code: np.ndarray
+    output_op: np.ndarray
+
+
+def coded_pairs(lists: list[tuple[str, ...]], index: dict[str, int]) -> tuple[np.ndarray, np.ndarray] | None:
+    """(code, op) of every ID of ``lists`` in order; None when an ID is not in ``index``."""
     lengths = np.fromiter(map(len, lists), dtype=np.int64, count=len(lists))
-    codes = np.fromiter(map(index.__getitem__, chain.from_iterable(lists)), dtype=np.int64, count=int(lengths.sum()))
+    codes = np.fromiter(map(index.get, chain.from_iterable(lists), repeat(-1)), dtype=np.int64,
+                        count=int(lengths.sum()))
+    if len(codes) and int(codes.min()) < 0:
+        return None
     return codes, np.repeat(np.arange(len(lists), dtype=np.int64), lengths)
+
+
+def op_tensor_codes(tensors: dict, ops) -> OpTensorCodes:
+    index = dict(zip(tensors, range(len(tensors))))
+    inputs = coded_pairs([op.inputs for op in ops], index)
+    outputs = coded_pairs([op.outputs for op in ops], index)
+    if inputs is None or outputs is None:
+        raise KeyError("an op lists a tensor the trace does not define")
+    return OpTensorCodes(index, *inputs, *outputs)
+
+
+def _pairs(lists: list[tuple[str, ...]], index: dict[str, int]) -> tuple[np.ndarray, np.ndarray]:
+    pairs = coded_pairs(lists, index)
+    if pairs is None:
+        raise KeyError("a buffer list holds an ID that is not a tensor")
+    return pairs
+
+
+def buffer_lists(lists: list[tuple[str, ...]], code: np.ndarray, op: np.ndarray, base: np.ndarray,
+                 resolve) -> tuple[list[tuple[str, ...]], np.ndarray, np.ndarray]:
+    """Each op's buffer list and the coded (buffer, op) pairs, from the op's own tensor list and
+    its codes: aliases resolved (``base``: a tensor's code -> its buffer's), repeats dropped
+    (the first kept). Only the lists that change go through ``resolve`` (the per-list Python
+    rule, :func:`triosim.trace._buffers`); the others are kept as they are."""
+    count = len(base)
+    buffer = base[code]
+    changed = np.zeros(len(lists), dtype=bool)
+    changed[op[buffer != code]] = True  # lists with an aliased tensor
+    # A repeat inside an op is a repeated (op, buffer) key; keep each key's first pair.
+    _, first = np.unique(op * count + buffer, return_index=True)
+    if len(first) < len(code):
+        repeated = np.ones(len(code), dtype=bool)
+        repeated[first] = False
+        changed[op[repeated]] = True
+        keep = np.sort(first)
+        buffer, op = buffer[keep], op[keep]
+    out = list(lists)
+    fix = np.flatnonzero(changed).tolist()
+    for i, x in zip(fix, resolve([lists[i] for i in fix])):
+        out[i] = x
+    return out, buffer, op
 
 
 def buffer_columns(tensors: dict, reads: list[tuple[str, ...]], writes: list[tuple[str, ...]]) -> BufferColumns:

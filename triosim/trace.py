@@ -23,7 +23,14 @@ from typing import TYPE_CHECKING, NamedTuple
 
 import numpy as np
 
-from .buffer_columns import BufferColumns, buffer_columns, first_op, first_position
+from .buffer_columns import (
+    BufferColumns,
+    buffer_columns,
+    buffer_lists,
+    first_op,
+    first_position,
+    op_tensor_codes,
+)
 from .checks import MAX_BYTES, cell_int, cell_time_us, json_int
 from .checks import whole_number as _whole_number
 from .errors import ConfigError, TraceError
@@ -143,6 +150,8 @@ class Trace:
     # (tensors, reads, writes, their columns): an init field, so that ``replace`` hands it on;
     # used only while those three are still the very objects the columns were made from.
     _columns: tuple | None = field(default=None, repr=False, compare=False)
+    # (ops, tensors, their OpTensorCodes) from the fast reader, likewise.
+    _op_codes: tuple | None = field(default=None, repr=False, compare=False)
 
     @property
     def buffer_columns(self) -> BufferColumns:
@@ -474,13 +483,15 @@ def load_trace(path: str | os.PathLike, batch_size: int | None = None, time_colu
         fast = sum((root / name).stat().st_size for name in ("trace.csv", "tensor.csv")) >= FAST_MIN_BYTES
     with collector_paused():
         loaded = None if not fast else fast_load(root, TENSOR_COLUMNS, TRACE_COLUMNS, FIELD_LIMIT, time_column)
+        codes = None
         if loaded is not None:
-            tensors, ops = loaded
+            tensors, ops, op_codes = loaded
+            codes = (ops, tensors, op_codes)
         else:  # the row-by-row checker: slower, and names the line of any problem
             tensors = _load_tensors(root / "tensor.csv")
             ops = _load_ops(root / "trace.csv", tensors, time_column)
         trace = Trace(path=str(root), batch_size=batch_size, ops=ops, tensors=tensors, batch_source=source,
-                      info=read_trace_info(root))
+                      info=read_trace_info(root), _op_codes=codes)
         return derive(trace)
 
 
@@ -585,11 +596,26 @@ def derive(trace: Trace) -> Trace:
     """Compute the data-flow facts of a trace (idempotent)."""
     ops, tensors = trace.ops, trace.tensors
     n = len(ops)
+    given = trace._op_codes
+    if given is not None and given[0] is ops and given[1] is tensors:
+        codes = given[2]
+    else:
+        codes = op_tensor_codes(tensors, ops)
     alias = _resolve_aliases(ops, tensors)
-    reads = _buffers([op.inputs for op in ops], alias)
-    writes = _buffers([op.outputs for op in ops], alias)
+    base = np.arange(len(tensors), dtype=np.int64)
+    if alias:
+        index = codes.index
+        base[list(map(index.__getitem__, alias))] = list(map(index.__getitem__, alias.values()))
+
+    def resolve(lists: list[tuple[str, ...]]) -> list[tuple[str, ...]]:
+        return _buffers(lists, alias)
+
     # The passes over every buffer run on integer codes (see triosim.buffer_columns).
-    cols = buffer_columns(tensors, reads, writes)
+    reads, read_code, read_op = buffer_lists([op.inputs for op in ops], codes.input_code, codes.input_op, base, resolve)
+    writes, write_code, write_op = buffer_lists([op.outputs for op in ops], codes.output_code, codes.output_op, base,
+                                                resolve)
+    nbytes = np.fromiter((t.bytes for t in tensors.values()), dtype=np.int64, count=len(tensors))
+    cols = BufferColumns(list(tensors), codes.index, nbytes, read_code, read_op, write_code, write_op)
     ids, count = cols.ids, len(cols.ids)
     first_read = first_op(cols.read_code, cols.read_op, count, n)
     first_write = first_op(cols.write_code, cols.write_op, count, n)

@@ -13,11 +13,12 @@ from __future__ import annotations
 import io
 import warnings
 from functools import partial
-from itertools import chain, repeat
+from itertools import repeat
 from pathlib import Path
 
 import numpy as np
 
+from .buffer_columns import OpTensorCodes, coded_pairs
 from .checks import MAX_BYTES, MAX_COUNT, MAX_TIME_US
 
 # A size list the checker is sure to accept: "[]" or "[12; 3]", at most 15 digits a size
@@ -248,8 +249,8 @@ def _size_lists_ok(values: list[str]) -> bool:
     return b"d" * 16 not in bare.encode("ascii").translate(_DIGITS_AS_D)  # at most 15 digits a number
 
 
-def _id_lists(values: list[str], tensors: dict) -> list[tuple[str, ...]]:
-    """Each cell's tensor IDs; every ID must be one of ``tensors``."""
+def _id_lists(values: list[str]) -> list[tuple[str, ...]]:
+    """Each cell's tensor IDs."""
     from .trace import parse_id_list
 
     joined = "\n".join(values)
@@ -269,8 +270,6 @@ def _id_lists(values: list[str], tensors: dict) -> list[tuple[str, ...]]:
         out = list(map(tuple, map(str.split, bodies, repeat(";"))))  # C loops, not one Python step per cell
         if "" in bodies:  # an empty list splits to ("",)
             out = [ids if ids != ("",) else () for ids in out]
-    if not all(map(tensors.__contains__, chain.from_iterable(out))):
-        raise _Unusual
     return out
 
 
@@ -285,8 +284,13 @@ def fast_ops(path: Path, columns: tuple[str, ...], field_limit: int, tensors: di
     if not set(stage_of.values()) <= set(STAGES) or not set(df["tpflag"]) <= {"0", "1", ""}:
         raise _Unusual
     stages = list(map(stage_of.__getitem__, df["stage"]))
-    inputs = _id_lists(df["Operator_input"], tensors)
-    outputs = _id_lists(df["Operator_output"], tensors)
+    inputs = _id_lists(df["Operator_input"])
+    outputs = _id_lists(df["Operator_output"])
+    # Every ID must be a tensor: looking each up gives the codes derive needs anyway.
+    index = dict(zip(tensors, range(len(tensors))))
+    input_pairs, output_pairs = coded_pairs(inputs, index), coded_pairs(outputs, index)
+    if input_pairs is None or output_pairs is None:
+        raise _Unusual
     span = _times(df["Operator_cudatime"])
     busy = _times(df["Operator_cudatimenooverlap"])
     op_ids = _ints(df["OperatorID"]).tolist()
@@ -296,19 +300,21 @@ def fast_ops(path: Path, columns: tuple[str, ...], field_limit: int, tensors: di
     duration = (use / 1e6).tolist()
     span_s = (span / 1e6).tolist()
     tp = [flag == "1" for flag in df["tpflag"]]
-    return list(map(partial(tuple.__new__, Op), zip(range(n), op_ids, df["OperatorName"], inputs, outputs, duration,
-                                                     span_s, stages, tp, range(2, n + 2))))
+    ops = list(map(partial(tuple.__new__, Op), zip(range(n), op_ids, df["OperatorName"], inputs, outputs, duration,
+                                                    span_s, stages, tp, range(2, n + 2))))
+    return ops, OpTensorCodes(index, *input_pairs, *output_pairs)
 
 
 def fast_load(root: Path, tensor_columns: tuple[str, ...], trace_columns: tuple[str, ...], field_limit: int,
               time_column: str):
-    """(tensors, ops) read the fast way, or None when the row-by-row checker must decide."""
+    """(tensors, ops, the ops' tensor lists coded) read the fast way, or None when the row-by-row
+    checker must decide."""
     try:
         tensors = fast_tensors(root / "tensor.csv", tensor_columns, field_limit)
-        ops = fast_ops(root / "trace.csv", trace_columns, field_limit, tensors, time_column)
+        ops, codes = fast_ops(root / "trace.csv", trace_columns, field_limit, tensors, time_column)
     except (_Unusual, OSError):
         return None
-    return tensors, ops
+    return tensors, ops, codes
 
 
 __all__ = ["fast_load"]
