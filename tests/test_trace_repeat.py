@@ -342,3 +342,19 @@ def test_in_memory_repeat_with_named_tensor_ids(tmp_path):
     got = tr.load_repeated(named, 6, batch_size=8)
     assert any(t.endswith(".L6") for t in got.tensors)
     assert_same_trace(got, replace(load_trace(tmp_path / "out", batch_size=8), path=str(named)))
+
+
+def test_in_memory_repeat_is_not_bound_by_the_reader_field_limit(tmp_path):
+    """A deep repeat's `_foreach` optimizer rows list every layer's tensors: past the CSV reader's
+    field limit reading the written trace back fails, building it in memory does not (here the
+    limit is lowered so that 8 layers cross it; the real one, 128 KiB, is crossed near 400 layers
+    of the 16-head sample)."""
+    old = csv.field_size_limit(2000)  # the traced rows fit (1,245 characters), 8 layers' do not
+    try:
+        with pytest.raises(TraceError, match="field limit"):
+            tr.load_repeated(GPT, 8, batch_size=8, in_memory=False)
+        got = tr.load_repeated(GPT, 8, batch_size=8)
+    finally:
+        csv.field_size_limit(old)
+    tr.repeat_trace_dir(GPT, tmp_path, 8, batch_size=8)
+    assert_same_trace(got, replace(load_trace(tmp_path, batch_size=8), path=str(GPT)))
