@@ -67,6 +67,7 @@ from .pipeline_stages import (
     plan_stages,
 )
 from .rank_map import RankMap
+from .replica_symmetry import replicas_alike
 from .single import op_label, persistent_buffers, record_memory
 from .stage_memory import stage_occupancy
 from .star_routes import prime_routes
@@ -84,6 +85,9 @@ from .zero import (
 # Without --exact/--representatives, every GPU is built while dp·tp·ops·micro-batches stays below
 # this many compute tasks; above it one representative per role.
 AUTO_EXACT_TASKS = 100_000
+# Where replicas meet the topology differently (see triosim.graph.replica_symmetry), every GPU is
+# built up to this many compute tasks, even with --representatives.
+UNALIKE_EXACT_TASKS = 2_000_000
 
 # ----------------------------------------------------------------------------- the stage plan
 
@@ -224,8 +228,18 @@ def build(trace: Trace, platform: Platform, strategy: Strategy, fuse_runs: bool 
     sizes = micro_batch_sizes(trace.batch_size, strategy.micro_batch_size)
     fractions = [m / trace.batch_size for m in sizes]
     exact = strategy.exact
+    tasks = dp * tp * len(trace.ops) * len(fractions)
     if exact is None:  # every GPU while that stays small: then even contention between groups is simulated
-        exact = dp * tp * len(trace.ops) * len(fractions) <= AUTO_EXACT_TASKS
+        exact = tasks <= AUTO_EXACT_TASKS
+    replica_warning = None
+    if not exact and not replicas_alike(platform, ranks):
+        # One replica cannot stand for the others: build them all while that stays affordable.
+        if tasks <= UNALIKE_EXACT_TASKS:
+            exact = True
+        else:
+            replica_warning = (f"the replicas meet the nodes differently (tp {tp} × pp {pp} GPUs a replica, "
+                               f"{platform.node_of.count(0)} a node): replica (dp 0, tp 0) stands for all of them and "
+                               "the times may be off; --exact builds every GPU")
     replicas = [(d, t) for d in range(dp) for t in range(tp)] if exact else [(0, 0)]
     # interleaved: stage P−1 (last GPU) hands over to stage P (first GPU again)
     prime_routes(platform, ((ranks.rank(d, t, s), ranks.rank(d, t, (s + e) % pp)) for d, t in replicas
@@ -238,6 +252,7 @@ def build(trace: Trace, platform: Platform, strategy: Strategy, fuse_runs: bool 
     while True:
         g = _build(trace, platform, strategy, ranks, plan, tpp, fractions, replicas, exact, fuse)
         if not g.meta.pop("needs_memcpy") or not fuse:
+            g.meta["hybrid"]["replica_warning"] = replica_warning
             return g
         fuse = False
 
