@@ -269,7 +269,9 @@ def hybrid_violations(model, strategy, topology) -> list[str]:
     g, sched = _run(trace, dp * tp * pp, strategy, topology=topology, gpus_per_node=2)
     out = dag_violations(g) + schedule_violations(g, sched)
     r_count = math.ceil(trace.batch_size / (strategy.micro_batch_size or trace.batch_size))
-    replicas = dp * tp if strategy.exact else 1
+    # Representatives build every GPU where the replicas are not alike (replica_symmetry).
+    whole = not g.meta["hybrid"]["representatives"]
+    replicas = dp * tp if whole else 1
     # Each forward/backward op once per micro-batch per built (dp, tp) rank.
     # A fused task (a run of ops with nothing entering or leaving mid-run) counts each of its ops.
     runs = Counter((op, g.attrs[t].get("microbatch")) for t, k in enumerate(g.kind) if k == "compute"
@@ -286,7 +288,7 @@ def hybrid_violations(model, strategy, topology) -> list[str]:
         plan = hybrid_module.tensor_plan(trace, tp, "per-op")
         shard = sum(-(-trace.tensors[p].bytes // plan.shard_divisor.get(p, 1)) for p in trace.parameters)
         got = sum(gradient_payloads(g).values())
-        expect = shard * (tp if strategy.exact else 1)
+        expect = shard * (tp if whole else 1)
         if got != expect:
             out.append(f"gradient collectives carry {got} bytes, not {expect}")
     return out
