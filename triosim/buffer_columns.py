@@ -107,18 +107,15 @@ def buffer_columns(tensors: dict, reads: list[tuple[str, ...]], writes: list[tup
     """The columns of a trace's tensors and per-op buffer lists."""
     ids = list(tensors)
     index = dict(zip(ids, range(len(ids))))
-    nbytes = np.fromiter((t.bytes for t in tensors.values()), dtype=np.int64, count=len(ids))
+    nbytes = tensor_bytes(tensors)
     read_code, read_op = _pairs(reads, index)
     write_code, write_op = _pairs(writes, index)
     return BufferColumns(ids, index, nbytes, read_code, read_op, write_code, write_op)
 
 
-def first_op(codes: np.ndarray, ops: np.ndarray, count: int, none: int) -> np.ndarray:
-    """Per buffer, the first op among the (code, op) pairs (pairs in op order), else ``none``."""
-    out = np.full(count, none, dtype=np.int64)
-    seen, at = np.unique(codes, return_index=True)
-    out[seen] = ops[at]
-    return out
+def tensor_bytes(tensors: dict) -> np.ndarray:
+    """Each tensor's bytes, in the order of ``tensors`` (the size column)."""
+    return np.fromiter((t.bytes for t in tensors.values()), dtype=np.int64, count=len(tensors))
 
 
 def first_position(codes: np.ndarray, count: int) -> np.ndarray:
@@ -127,6 +124,17 @@ def first_position(codes: np.ndarray, count: int) -> np.ndarray:
     out = np.full(count, len(codes), dtype=np.int64)
     seen, at = np.unique(codes, return_index=True)
     out[seen] = at
+    return out
+
+
+def first_op(codes: np.ndarray, ops: np.ndarray, count: int, none: int,
+             position: np.ndarray | None = None) -> np.ndarray:
+    """Per buffer, the first op among the (code, op) pairs (pairs in op order), else ``none``;
+    ``position``: :func:`first_position` of ``codes`` when already at hand."""
+    pos = first_position(codes, count) if position is None else position
+    found = pos < len(codes)
+    out = np.full(count, none, dtype=np.int64)
+    out[found] = ops[pos[found]]
     return out
 
 

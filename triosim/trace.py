@@ -30,6 +30,7 @@ from .buffer_columns import (
     first_op,
     first_position,
     op_tensor_codes,
+    tensor_bytes,
 )
 from .checks import MAX_BYTES, cell_int, cell_time_us, json_int
 from .checks import whole_number as _whole_number
@@ -614,18 +615,19 @@ def derive(trace: Trace) -> Trace:
     reads, read_code, read_op = buffer_lists([op.inputs for op in ops], codes.input_code, codes.input_op, base, resolve)
     writes, write_code, write_op = buffer_lists([op.outputs for op in ops], codes.output_code, codes.output_op, base,
                                                 resolve)
-    nbytes = np.fromiter((t.bytes for t in tensors.values()), dtype=np.int64, count=len(tensors))
+    nbytes = tensor_bytes(tensors)
     cols = BufferColumns(list(tensors), codes.index, nbytes, read_code, read_op, write_code, write_op)
     ids, count = cols.ids, len(cols.ids)
     first_read = first_op(cols.read_code, cols.read_op, count, n)
-    first_write = first_op(cols.write_code, cols.write_op, count, n)
+    write_position = first_position(cols.write_code, count)
+    first_write = first_op(cols.write_code, cols.write_op, count, n, write_position)
     # External: read before (or by the same op as) its first write, or never written; ordered
     # by first read, then ID.
     ext = np.flatnonzero((first_read < n) & (first_write >= first_read))
     external = [t for _, t in sorted(zip(first_read[ext].tolist(), map(ids.__getitem__, ext.tolist())))]
     # Produced inside the step: written before its first read; in order of first write.
     made = np.flatnonzero((first_write < n) & (first_read > first_write))
-    made = made[np.argsort(first_position(cols.write_code, count)[made], kind="stable")]
+    made = made[np.argsort(write_position[made], kind="stable")]
     producer = dict(zip(map(ids.__getitem__, made.tolist()), first_write[made].tolist()))
     params = tuple(
         t for t in external if tensors[t].category in PARAMETER_CATEGORIES and tensors[t].bytes > 0
@@ -770,8 +772,7 @@ def scale_trace(trace: Trace, batch_size_sim: int, reference_compat: bool = Fals
     cached = trace._columns
     if cached is not None and cached[0] is trace.tensors and cached[1] is trace.reads and cached[2] is trace.writes:
         # Same buffers and lists, new sizes: only the size column changes.
-        nbytes = np.fromiter((t.bytes for t in tensors.values()), dtype=np.int64, count=len(tensors))
-        scaled._columns = (tensors, trace.reads, trace.writes, replace(cached[3], nbytes=nbytes))
+        scaled._columns = (tensors, trace.reads, trace.writes, replace(cached[3], nbytes=tensor_bytes(tensors)))
     return scaled
 
 

@@ -21,10 +21,6 @@ import numpy as np
 from .buffer_columns import OpTensorCodes, coded_pairs
 from .checks import MAX_BYTES, MAX_COUNT, MAX_TIME_US
 
-# A size list the checker is sure to accept: "[]" or "[12; 3]", at most 15 digits a size
-# (below 2^53). Anything else (quotes, decimals, spaces inside a number) goes to the checker.
-_SIZE_LIST = r"\[(?: *\d{1,15} *(?:; *\d{1,15} *)*)?\]"
-
 
 class _Unusual(Exception):
     """Something the fast path leaves to the row-by-row checker."""
@@ -234,7 +230,9 @@ _DIGITS_AS_D = bytes.maketrans(b"0123456789", b"dddddddddd")
 
 
 def _size_lists_ok(values: list[str]) -> bool:
-    """True when every cell is a size list the checker is sure to accept (see ``_SIZE_LIST``)."""
+    """True when every cell is a size list the checker is sure to accept: ``[]`` or ``[12; 3]``,
+    at most 15 digits a size (below 2^53). Anything else (quotes, decimals, a space inside a
+    number) goes to the checker."""
     joined = "\n".join(values)
     if not _one_list_a_cell(joined, len(values)):
         return False
