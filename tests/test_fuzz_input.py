@@ -26,7 +26,7 @@ import triosim.trace_fast as fast_module
 from triosim.cli import main
 from triosim.errors import TriosimError
 from triosim.synthetic import SyntheticModel, write_synthetic_trace
-from triosim.trace import load_trace
+from triosim.trace import FIELD_LIMIT, TENSOR_COLUMNS, TRACE_COLUMNS, load_trace
 
 HOSTILE = ["", " ", "nan", "NaN", "inf", "-inf", "1e400", "-1", "0", "1.5", "2.0", "1e3", str(2**63), str(2**53),
            "9" * 40, "abc", "[", "]", "[]", "[1;;2]", "[1; 2]", "['3']", "[inf]", "[1.5]", "[-4]", "\"", "forward",
@@ -113,6 +113,7 @@ def check_cli_on(d: Path, counts: Counter) -> None:
 
 
 def check_fast_equals_checker(d: Path, counts: Counter) -> None:
+    """Both fast readers (plain bytes, pandas) and the chain of them equal the checker."""
     def load(fast: bool):
         try:
             return load_trace(d, batch_size=4, fast=fast)
@@ -122,6 +123,18 @@ def check_fast_equals_checker(d: Path, counts: Counter) -> None:
     slow, fast = load(False), load(True)
     counts["rejected" if isinstance(slow, str) else "accepted"] += 1
     assert fast == slow
+    try:
+        tensors = trace_module._load_tensors(d / "tensor.csv")
+        checked = (tensors, trace_module._load_ops(d / "trace.csv", tensors, "nooverlap"))
+    except TriosimError as exc:
+        checked = f"error: {exc}"
+    args = (d, TENSOR_COLUMNS, TRACE_COLUMNS, FIELD_LIMIT, "nooverlap")
+    for name, reader in (("plain", fast_module.plain_load), ("pandas", fast_module.pandas_load)):
+        got = reader(*args)
+        counts[f"{name} read"] += got is not None
+        if got is not None:
+            assert not isinstance(checked, str), f"the {name} reader accepted files the checker rejects: {checked}"
+            assert got[:2] == checked, name
 
 
 def _mutation_property(tmp_path_factory, check, counts: Counter, examples: int, seed_value: int):
@@ -156,9 +169,10 @@ def test_fuzzed_traces_exit_0_or_2_with_one_line(tmp_path_factory) -> None:
 def test_fast_reader_equals_the_row_by_row_checker(tmp_path_factory) -> None:
     counts: Counter = Counter()
     _fast_property(tmp_path_factory, counts, examples=int(os.environ.get("TRIOSIM_FUZZ_EXAMPLES", "40")) * 2)()
-    print(f"\nfuzz (fast reader): {sum(counts.values())} traces, accepted: {counts['accepted']}, "
-          f"rejected: {counts['rejected']}")
-    assert counts["accepted"] > 0 and counts["rejected"] > 0
+    print(f"\nfuzz (fast reader): {counts['accepted'] + counts['rejected']} traces, accepted: {counts['accepted']}, "
+          f"rejected: {counts['rejected']}; read by the plain reader: {counts['plain read']}, "
+          f"by pandas: {counts['pandas read']}")
+    assert counts["accepted"] > 0 and counts["rejected"] > 0 and counts["plain read"] > 0
 
 
 # ----------------------------------------------------------------------------- planted bugs
@@ -180,5 +194,15 @@ def test_fast_property_catches_a_reader_that_skips_the_row_shape_check(tmp_path_
     """Planted bug: the fast reader no longer notices short rows (pandas pads them with empty
     cells where the checker reports "too few fields")."""
     monkeypatch.setattr(fast_module, "_line_shapes_ok", lambda data, rows, limit, last_cells_filled=False: True)
+    with pytest.raises(AssertionError):
+        _fast_property(tmp_path_factory, Counter(), examples=300)()
+
+
+def test_fast_property_catches_a_plain_reader_that_keeps_edge_spaces(tmp_path_factory, monkeypatch) -> None:
+    """Planted bug: the plain reader no longer declines a cell with a space at an edge (the
+    checker strips it)."""
+    import triosim.trace_bytes as bytes_module
+
+    monkeypatch.setattr(bytes_module, "edge_spaces", lambda lines: False)
     with pytest.raises(AssertionError):
         _fast_property(tmp_path_factory, Counter(), examples=300)()

@@ -9,8 +9,10 @@ facts of :class:`triosim.trace.Trace` stay the interface; this is what large pas
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from functools import cached_property
 from itertools import chain, repeat
+from operator import attrgetter
 
 import numpy as np
 
@@ -18,18 +20,28 @@ import numpy as np
 @dataclass(frozen=True)
 class BufferColumns:
     """Buffer ``c`` is tensor ``ids[c]``; ``read_code[k]`` is read by op ``read_op[k]`` (the pairs
-    in op order, each op's reads in its list's order), and likewise for writes."""
+    in op order, each op's reads in its list's order), and likewise for writes. ``known``: ID
+    tuples whose codes are at hand already, as (that very tuple, its codes): the trace's external
+    buffers and parameters, which :func:`triosim.trace.derive` finds as codes."""
 
     ids: list[str]
-    index: dict[str, int]
     nbytes: np.ndarray  # int64 per buffer
     read_code: np.ndarray
     read_op: np.ndarray
     write_code: np.ndarray
     write_op: np.ndarray
+    known: tuple[tuple[tuple[str, ...], np.ndarray], ...] = field(default=(), repr=False, compare=False)
+
+    @cached_property
+    def index(self) -> dict[str, int]:
+        """Tensor ID -> code (built on first use: half a million entries take a while)."""
+        return dict(zip(self.ids, range(len(self.ids))))
 
     def codes(self, buffer_ids) -> np.ndarray:
         """The codes of ``buffer_ids`` (tensor IDs)."""
+        for ids, codes in self.known:
+            if ids is buffer_ids:
+                return codes
         return np.fromiter(map(self.index.__getitem__, buffer_ids), dtype=np.int64)
 
     def mask(self, buffer_ids) -> np.ndarray:
@@ -41,11 +53,11 @@ class BufferColumns:
 
 @dataclass(frozen=True)
 class OpTensorCodes:
-    """The ops' own tensor lists (``op.inputs``, ``op.outputs``) coded: what the fast trace
-    reader finds while checking that every ID is a tensor, and ``derive`` turns into the
-    buffer columns without looking the IDs up again."""
+    """The ops' own tensor lists (``op.inputs``, ``op.outputs``) coded (tensor ``ids[c]`` has code
+    ``c``): what the fast trace reader finds while checking that every ID is a tensor, and
+    ``derive`` turns into the buffer columns without looking the IDs up again."""
 
-    index: dict[str, int]
+    ids: list[str]
     input_code: np.ndarray
     input_op: np.ndarray
     output_code: np.ndarray
@@ -68,7 +80,7 @@ def op_tensor_codes(tensors: dict, ops) -> OpTensorCodes:
     outputs = coded_pairs([op.outputs for op in ops], index)
     if inputs is None or outputs is None:
         raise KeyError("an op lists a tensor the trace does not define")
-    return OpTensorCodes(index, *inputs, *outputs)
+    return OpTensorCodes(list(tensors), *inputs, *outputs)
 
 
 def _pairs(lists: list[tuple[str, ...]], index: dict[str, int]) -> tuple[np.ndarray, np.ndarray]:
@@ -110,12 +122,12 @@ def buffer_columns(tensors: dict, reads: list[tuple[str, ...]], writes: list[tup
     nbytes = tensor_bytes(tensors)
     read_code, read_op = _pairs(reads, index)
     write_code, write_op = _pairs(writes, index)
-    return BufferColumns(ids, index, nbytes, read_code, read_op, write_code, write_op)
+    return BufferColumns(ids, nbytes, read_code, read_op, write_code, write_op)
 
 
 def tensor_bytes(tensors: dict) -> np.ndarray:
     """Each tensor's bytes, in the order of ``tensors`` (the size column)."""
-    return np.fromiter((t.bytes for t in tensors.values()), dtype=np.int64, count=len(tensors))
+    return np.fromiter(map(attrgetter("bytes"), tensors.values()), dtype=np.int64, count=len(tensors))
 
 
 def first_position(codes: np.ndarray, count: int) -> np.ndarray:

@@ -18,6 +18,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from itertools import chain
+from operator import attrgetter, itemgetter
 from pathlib import Path
 from typing import TYPE_CHECKING, NamedTuple
 
@@ -540,7 +541,7 @@ def _resolve_aliases(ops: list[Op], tensors: dict[str, Tensor]) -> dict[str, str
     """
     # Only a storage shared by two tensors can give an alias: most traces of a plain model
     # have none, and then nothing else needs computing.
-    storages = [t.storage for t in tensors.values()]
+    storages = list(map(attrgetter("storage"), tensors.values()))
     distinct = set(storages)
     if len(distinct) + storages.count("") - ("" in distinct) == len(storages):
         return {}
@@ -604,41 +605,48 @@ def derive(trace: Trace) -> Trace:
         codes = op_tensor_codes(tensors, ops)
     alias = _resolve_aliases(ops, tensors)
     base = np.arange(len(tensors), dtype=np.int64)
+    ids, count = codes.ids, len(codes.ids)
     if alias:
-        index = codes.index
+        index = dict(zip(ids, range(count)))
         base[list(map(index.__getitem__, alias))] = list(map(index.__getitem__, alias.values()))
 
     def resolve(lists: list[tuple[str, ...]]) -> list[tuple[str, ...]]:
         return _buffers(lists, alias)
 
     # The passes over every buffer run on integer codes (see triosim.buffer_columns).
-    reads, read_code, read_op = buffer_lists([op.inputs for op in ops], codes.input_code, codes.input_op, base, resolve)
-    writes, write_code, write_op = buffer_lists([op.outputs for op in ops], codes.output_code, codes.output_op, base,
-                                                resolve)
+    reads, read_code, read_op = buffer_lists(list(map(attrgetter("inputs"), ops)), codes.input_code, codes.input_op,
+                                             base, resolve)
+    writes, write_code, write_op = buffer_lists(list(map(attrgetter("outputs"), ops)), codes.output_code,
+                                                codes.output_op, base, resolve)
     nbytes = tensor_bytes(tensors)
-    cols = BufferColumns(list(tensors), codes.index, nbytes, read_code, read_op, write_code, write_op)
-    ids, count = cols.ids, len(cols.ids)
-    first_read = first_op(cols.read_code, cols.read_op, count, n)
-    write_position = first_position(cols.write_code, count)
-    first_write = first_op(cols.write_code, cols.write_op, count, n, write_position)
+    first_read = first_op(read_code, read_op, count, n)
+    write_position = first_position(write_code, count)
+    first_write = first_op(write_code, write_op, count, n, write_position)
     # External: read before (or by the same op as) its first write, or never written; ordered
     # by first read, then ID.
     ext = np.flatnonzero((first_read < n) & (first_write >= first_read))
-    external = [t for _, t in sorted(zip(first_read[ext].tolist(), map(ids.__getitem__, ext.tolist())))]
+    ordered = sorted(zip(first_read[ext].tolist(), map(ids.__getitem__, ext.tolist()), ext.tolist()))
+    external = list(map(itemgetter(1), ordered))
     # Produced inside the step: written before its first read; in order of first write.
     made = np.flatnonzero((first_write < n) & (first_read > first_write))
     made = made[np.argsort(write_position[made], kind="stable")]
     producer = dict(zip(map(ids.__getitem__, made.tolist()), first_write[made].tolist()))
-    params = tuple(
-        t for t in external if tensors[t].category in PARAMETER_CATEGORIES and tensors[t].bytes > 0
-    )
+    # (Column by column: a Python step per external tensor was a noticeable part of a large load.)
+    ext_code = np.fromiter(map(itemgetter(2), ordered), dtype=np.int64, count=len(ordered))
+    by_code = list(tensors.values())
+    parameter_like = np.fromiter(map(PARAMETER_CATEGORIES.__contains__,
+                                     map(attrgetter("category"), map(by_code.__getitem__, ext_code.tolist()))),
+                                 dtype=bool, count=len(ext_code))
+    is_param = np.flatnonzero(parameter_like & (nbytes[ext_code] > 0))
+    params = tuple(map(external.__getitem__, is_param.tolist()))
+    external_ids = tuple(external)
 
     # Batch-invariant buffers: parameters, anything an optimizer op touches (gradients,
     # optimizer state) and aliases of those.
-    optimizer = np.fromiter((op.stage == "optimizer" for op in ops), dtype=bool, count=n)
+    optimizer = np.fromiter(map("optimizer".__eq__, map(attrgetter("stage"), ops)), dtype=bool, count=n)
     touched = np.zeros(count, dtype=bool)
-    touched[cols.read_code[optimizer[cols.read_op]]] = True
-    touched[cols.write_code[optimizer[cols.write_op]]] = True
+    touched[read_code[optimizer[read_op]]] = True
+    touched[write_code[optimizer[write_op]]] = True
     invariant: set[str] = set(params)
     invariant.update(map(ids.__getitem__, np.flatnonzero(touched).tolist()))
     invariant.update(tid for tid, base in alias.items() if base in invariant)
@@ -649,10 +657,12 @@ def derive(trace: Trace) -> Trace:
         reads=reads,
         writes=writes,
         producer=producer,
-        external=tuple(external),
+        external=external_ids,
         parameters=params,
         batch_invariant=frozenset(invariant),
     )
+    cols = BufferColumns(ids, nbytes, read_code, read_op, write_code, write_op,
+                         known=((external_ids, ext_code), (params, ext_code[is_param])))
     derived._columns = (tensors, reads, writes, cols)
     return derived
 

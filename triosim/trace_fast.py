@@ -1,11 +1,13 @@
-"""The fast path of trace loading: both CSVs through pandas' C parser, checked column by column.
+"""The fast paths of trace loading: whole columns checked and converted at once.
 
 A recorded trace has hundreds of thousands of rows; reading them cell by cell in Python was
-most of a large run's time. This reader parses each file in one call and validates whole
-columns at once. It never reports an error itself: on anything unusual (a bad cell, a blank or
-multi-line record, a byte that is not UTF-8, a duplicate tensor row, …) it returns None and
+most of a large run's time. Two readers do it column by column instead: for *plain* files (the
+form every TrioSim tracer writes) the bytes are split with numpy and string methods
+(:mod:`triosim.trace_bytes`, no pandas import); any other file goes through pandas' C parser.
+Neither reports an error itself: on anything unusual (a bad cell, a blank or multi-line record,
+a byte that is not UTF-8, a duplicate tensor row, …) they return None and
 :func:`triosim.trace.load_trace` runs the row-by-row checker, which names the file, line and
-column. It returns exactly what the checker would have returned (tested on mutated traces).
+column. Each returns exactly what the checker would have returned (tested on mutated traces).
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ import numpy as np
 
 from .buffer_columns import OpTensorCodes, coded_pairs
 from .checks import MAX_BYTES, MAX_COUNT, MAX_TIME_US
+from .trace_bytes import MAX_DIGITS, MAX_SIZE_DIGITS, Declined, Fields, number_lists, split_fields
 
 
 class _Unusual(Exception):
@@ -163,6 +166,27 @@ def _first_rows(ids: list[str]) -> tuple[list[str], np.ndarray, np.ndarray]:
     return unique, first_row, np.fromiter(map(pos.__getitem__, ids), dtype=np.int64, count=n)
 
 
+def tensor_objects(ids: list[str], nbytes: np.ndarray, numel: np.ndarray, each: np.ndarray, raw_cats: list[str],
+                   storages: list[str], shape_text: list[str]) -> dict:
+    """{ID: Tensor} of one row per tensor, from its columns (the checker's rules for each cell)."""
+    from .trace import Tensor, _parse_shape, normalize_category
+
+    norm = {raw: normalize_category(raw) for raw in set(raw_cats)}
+    shapes = {text: _parse_shape(text) for text in set(shape_text)}
+    storage = [s if s != "0" else "" for s in storages]
+    objs = map(partial(tuple.__new__, Tensor), zip(ids, nbytes.tolist(), numel.tolist(), each.tolist(),
+               map(norm.__getitem__, raw_cats), storage, map(shapes.__getitem__, shape_text)))
+    return dict(zip(ids, objs))
+
+
+def _sizes_fit(numel: np.ndarray, each: np.ndarray) -> np.ndarray:
+    """Each tensor's bytes; sizes near the limits (where int64 products could overflow) are left
+    to the checker."""
+    if len(numel) and float(numel.astype(float).dot(each.astype(float))) >= MAX_BYTES / 2:
+        raise _Unusual
+    return numel * each
+
+
 def fast_tensors(path: Path, columns: tuple[str, ...], field_limit: int):
     """tensor.csv as {ID: Tensor}, computed column by column (see the checker,
     ``triosim.trace._load_tensors``, for the rules)."""
@@ -175,21 +199,14 @@ def fast_tensors(path: Path, columns: tuple[str, ...], field_limit: int):
         ids = [t.strip("'\"") for t in ids]
     numel = _ints(df["TensorNumElement"])
     each = _ints(df["TensorEachByte"])
-    # Sizes near the limits (where int64 products could overflow) are left to the checker.
-    if len(numel) and float(numel.astype(float).dot(each.astype(float))) >= MAX_BYTES / 2:
-        raise _Unusual
-    nbytes = numel * each
+    nbytes = _sizes_fit(numel, each)
     raw_cats = df["TensorType"]
     norm = {raw: normalize_category(raw) for raw in set(raw_cats)}
     storages = df["TensorStorgeid"]
     shape_text = df["TensorShape"]
     if int(nbytes.sum()) < MAX_BYTES:  # else (rows of one tensor counted twice?) see below
         # One row per tensor, the usual case: no merging.
-        shapes = {text: _parse_shape(text) for text in set(shape_text)}
-        storage = [s if s != "0" else "" for s in storages]
-        objs = map(partial(tuple.__new__, Tensor), zip(ids, nbytes.tolist(), numel.tolist(), each.tolist(),
-                   map(norm.__getitem__, raw_cats), storage, map(shapes.__getitem__, shape_text)))
-        tensors = dict(zip(ids, objs))
+        tensors = tensor_objects(ids, nbytes, numel, each, raw_cats, storages, shape_text)
         if len(tensors) == len(ids):
             if "" in tensors:
                 raise _Unusual
@@ -272,16 +289,10 @@ def _id_lists(values: list[str]) -> list[tuple[str, ...]]:
 
 
 def fast_ops(path: Path, columns: tuple[str, ...], field_limit: int, tensors: dict, time_column: str):
-    from .trace import STAGES, Op
-
     df = _frame(path, columns, field_limit, unused=("gpuid",),
                 numeric=("OperatorID",))
     if not (_size_lists_ok(df["InputSize"]) and _size_lists_ok(df["OutputSize"])):
         raise _Unusual
-    stage_of = {s: s.lower() for s in set(df["stage"])}
-    if not set(stage_of.values()) <= set(STAGES) or not set(df["tpflag"]) <= {"0", "1", ""}:
-        raise _Unusual
-    stages = list(map(stage_of.__getitem__, df["stage"]))
     inputs = _id_lists(df["Operator_input"])
     outputs = _id_lists(df["Operator_output"])
     # Every ID must be a tensor: looking each up gives the codes derive needs anyway.
@@ -289,30 +300,113 @@ def fast_ops(path: Path, columns: tuple[str, ...], field_limit: int, tensors: di
     input_pairs, output_pairs = coded_pairs(inputs, index), coded_pairs(outputs, index)
     if input_pairs is None or output_pairs is None:
         raise _Unusual
-    span = _times(df["Operator_cudatime"])
-    busy = _times(df["Operator_cudatimenooverlap"])
-    op_ids = _ints(df["OperatorID"]).tolist()
+    ops = op_objects(df, inputs, outputs, time_column)
+    return ops, OpTensorCodes(list(tensors), *input_pairs, *output_pairs)
+
+
+def op_objects(columns, inputs: list[tuple[str, ...]], outputs: list[tuple[str, ...]], time_column: str) -> list:
+    """The Op of each row, from ``columns`` (column -> its cells, ``OperatorID`` as int64) and
+    each row's tensor lists; stages and tpflags already checked."""
+    from .trace import STAGES, Op
+
+    stage_of = {s: s.lower() for s in set(columns["stage"])}
+    if not set(stage_of.values()) <= set(STAGES) or not set(columns["tpflag"]) <= {"0", "1", ""}:
+        raise _Unusual
+    stages = list(map(stage_of.__getitem__, columns["stage"]))
+    span = _times(columns["Operator_cudatime"])
+    busy = _times(columns["Operator_cudatimenooverlap"])
+    op_ids = _ints(columns["OperatorID"]).tolist()
     use = busy if time_column == "nooverlap" else span
     n = len(op_ids)
     # numpy's float64 division is IEEE division, as Python's: the same seconds as x / 1e6.
     duration = (use / 1e6).tolist()
     span_s = (span / 1e6).tolist()
-    tp = [flag == "1" for flag in df["tpflag"]]
-    ops = list(map(partial(tuple.__new__, Op), zip(range(n), op_ids, df["OperatorName"], inputs, outputs, duration,
-                                                    span_s, stages, tp, range(2, n + 2))))
-    return ops, OpTensorCodes(index, *input_pairs, *output_pairs)
+    tp = [flag == "1" for flag in columns["tpflag"]]
+    return list(map(partial(tuple.__new__, Op), zip(range(n), op_ids, columns["OperatorName"], inputs, outputs,
+                                                     duration, span_s, stages, tp, range(2, n + 2))))
 
 
-def fast_load(root: Path, tensor_columns: tuple[str, ...], trace_columns: tuple[str, ...], field_limit: int,
+def plain_tensors(path: Path, columns: tuple[str, ...], field_limit: int) -> tuple[dict, np.ndarray, np.ndarray]:
+    """tensor.csv of a plain file (see :mod:`triosim.trace_bytes`) with one row per tensor:
+    ({ID: Tensor}, the IDs as integers, sorted, and each one's row)."""
+    fields = split_fields(path.read_bytes(), columns, field_limit)
+    ids, numbers = fields.plain_ids("TensorID")
+    order = np.argsort(numbers, kind="stable")
+    by_number = numbers[order]
+    if len(by_number) > 1 and not (by_number[1:] != by_number[:-1]).all():
+        raise Declined  # several rows of one tensor: the pandas path merges them
+    numel, each = _ints(fields.whole_numbers("TensorNumElement")), _ints(fields.whole_numbers("TensorEachByte"))
+    nbytes = _sizes_fit(numel, each)
+    if int(nbytes.sum()) >= MAX_BYTES:
+        raise _Unusual
+    tensors = tensor_objects(ids, nbytes, numel, each, fields.texts("TensorType"), fields.texts("TensorStorgeid"),
+                             fields.texts("TensorShape"))
+    return tensors, by_number, order
+
+
+def _plain_id_lists(fields: Fields, column: str, by_number: np.ndarray, order: np.ndarray,
+                    ids: list[str]) -> tuple[list[tuple[str, ...]], np.ndarray, np.ndarray]:
+    """Each row's tensor IDs (the tensors' own strings) and the (code, op) pairs of the column."""
+    lists = number_lists(fields, column, MAX_DIGITS)
+    if lists.leading_zero:
+        raise Declined  # "07" is not tensor "7": the checker reports it
+    at = np.minimum(np.searchsorted(by_number, lists.values), len(by_number) - 1)
+    if not (by_number[at] == lists.values).all():
+        raise Declined  # not a tensor: the checker names it
+    code = order[at]
+    flat = list(map(ids.__getitem__, code.tolist()))
+    bounds = lists.bounds.tolist()
+    tuples = list(map(tuple, map(flat.__getitem__, map(slice, bounds[:-1], bounds[1:]))))
+    return tuples, code, np.repeat(np.arange(len(lists.counts), dtype=np.int64), lists.counts)
+
+
+def plain_ops(path: Path, columns: tuple[str, ...], field_limit: int, tensors: dict, by_number: np.ndarray, order: np.ndarray,
               time_column: str):
-    """(tensors, ops, the ops' tensor lists coded) read the fast way, or None when the row-by-row
-    checker must decide."""
+    """trace.csv of a plain file: (ops, their tensor lists coded)."""
+    fields = split_fields(path.read_bytes(), columns, field_limit)
+    for column in ("InputSize", "OutputSize"):
+        number_lists(fields, column, MAX_SIZE_DIGITS, parse=False)  # checked, not kept
+    ids = list(tensors)
+    inputs, input_code, input_op = _plain_id_lists(fields, "Operator_input", by_number, order, ids)
+    outputs, output_code, output_op = _plain_id_lists(fields, "Operator_output", by_number, order, ids)
+    cells = {c: fields.texts(c) for c in ("OperatorName", "Operator_cudatime", "Operator_cudatimenooverlap",
+                                          "stage", "tpflag")}
+    cells["OperatorID"] = fields.whole_numbers("OperatorID")
+    ops = op_objects(cells, inputs, outputs, time_column)
+    return ops, OpTensorCodes(ids, input_code, input_op, output_code, output_op)
+
+
+def plain_load(root: Path, tensor_columns: tuple[str, ...], trace_columns: tuple[str, ...], field_limit: int,
+               time_column: str):
+    """(tensors, ops, the ops' tensor lists coded) of a plain trace (see :mod:`triosim.trace_bytes`),
+    or None when the files are not plain or the checker must decide."""
+    try:
+        tensors, by_number, order = plain_tensors(root / "tensor.csv", tensor_columns, field_limit)
+        ops, codes = plain_ops(root / "trace.csv", trace_columns, field_limit, tensors, by_number, order, time_column)
+    except (Declined, _Unusual, OSError):
+        return None
+    return tensors, ops, codes
+
+
+def pandas_load(root: Path, tensor_columns: tuple[str, ...], trace_columns: tuple[str, ...], field_limit: int,
+                time_column: str):
+    """The same through pandas' C parser, for files that are not plain; None when the checker
+    must decide."""
     try:
         tensors = fast_tensors(root / "tensor.csv", tensor_columns, field_limit)
         ops, codes = fast_ops(root / "trace.csv", trace_columns, field_limit, tensors, time_column)
     except (_Unusual, OSError):
         return None
     return tensors, ops, codes
+
+
+def fast_load(root: Path, tensor_columns: tuple[str, ...], trace_columns: tuple[str, ...], field_limit: int,
+              time_column: str):
+    """(tensors, ops, the ops' tensor lists coded) read the fast way: split on the bytes when the
+    files are plain, else through pandas; None when the row-by-row checker must decide."""
+    loaded = plain_load(root, tensor_columns, trace_columns, field_limit, time_column)
+    return loaded if loaded is not None else pandas_load(root, tensor_columns, trace_columns, field_limit,
+                                                         time_column)
 
 
 __all__ = ["fast_load"]
