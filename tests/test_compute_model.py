@@ -162,3 +162,17 @@ def test_batch_512_prediction_of_the_original_vgg13(tmp_path):
     for i, (small, big) in enumerate(zip(bs128.ops, bs512.ops)):
         want = big.duration_s if big.duration_s >= small.duration_s else (small.duration_s + big.duration_s) / 2
         assert fitted.seconds(i, 512) == pytest.approx(max(fitted.floor[i], want), rel=1e-9, abs=1e-12)
+
+
+@pytest.mark.parametrize("name", ["gpt-cpu-bs8", "resnet18-cpu-bs16", "synthetic"])
+def test_batch_independent_ops_on_the_coded_buffers_match_the_per_op_rule(tmp_path, name):
+    """The column-by-column computation equals the rule written op by op: an optimizer op, or one
+    whose buffers are all batch-free scalars."""
+    from triosim.compute_model import batch_dependent
+
+    trace = _trace(tmp_path) if name == "synthetic" else load_trace(Path(__file__).parents[1] / "sample_trace" / name)
+    scalars = {k for k, t in trace.tensors.items() if t.numel <= 1 and not batch_dependent(trace, k)}
+    want = tuple(op.stage == "optimizer" or (scalars.issuperset(r) and scalars.issuperset(w))
+                 for op, r, w in zip(trace.ops, trace.reads, trace.writes))
+    assert batch_independent_ops(trace) == want
+    assert any(want) and not all(want)

@@ -203,6 +203,6 @@ def test_fast_property_catches_a_plain_reader_that_keeps_edge_spaces(tmp_path_fa
     checker strips it)."""
     import triosim.trace_bytes as bytes_module
 
-    monkeypatch.setattr(bytes_module, "edge_spaces", lambda lines: False)
+    monkeypatch.setattr(bytes_module, "edge_spaces", lambda cells, separator=b"\n": False)
     with pytest.raises(AssertionError):
         _fast_property(tmp_path_factory, Counter(), examples=300)()

@@ -27,6 +27,7 @@ from __future__ import annotations
 import os
 import re
 from dataclasses import dataclass, replace
+from operator import attrgetter
 from pathlib import Path
 
 import numpy as np
@@ -100,9 +101,17 @@ def batch_independent_ops(trace: Trace) -> tuple[bool, ...]:
     ``ones_like``). An op whose listed tensors merely look batch-free (a linear layer's backward
     row lists only its weight's transpose) still does batch-sized work: it scales."""
     # The buffers of such ops: scalars whose size does not follow the batch (few in any trace).
-    batch_free_scalars = {k for k, t in trace.tensors.items() if t.numel <= 1 and not batch_dependent(trace, k)}
-    return tuple(op.stage == "optimizer" or (batch_free_scalars.issuperset(r) and batch_free_scalars.issuperset(w))
-                 for op, r, w in zip(trace.ops, trace.reads, trace.writes))
+    # Column by column, on the trace's coded buffers (a 200k-op trace has half a million).
+    cols = trace.buffer_columns
+    numel = np.fromiter(map(attrgetter("numel"), trace.tensors.values()), dtype=np.int64, count=len(cols.ids))
+    free = np.zeros(len(cols.ids), dtype=bool)
+    scalars = np.flatnonzero(numel <= 1).tolist()
+    free[[c for c in scalars if not batch_dependent(trace, cols.ids[c])]] = True
+    n = len(trace.ops)
+    busy = np.bincount(cols.read_op[~free[cols.read_code]], minlength=n)
+    busy += np.bincount(cols.write_op[~free[cols.write_code]], minlength=n)
+    optimizer = np.fromiter(map("optimizer".__eq__, map(attrgetter("stage"), trace.ops)), dtype=bool, count=n)
+    return tuple((optimizer | (busy == 0)).tolist())
 
 
 def _floors(measured: tuple[float, ...], floor_s: float) -> tuple[float, ...]:

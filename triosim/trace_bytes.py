@@ -17,7 +17,6 @@ mutated traces).
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 
 import numpy as np
@@ -27,17 +26,15 @@ MAX_DIGITS = 18
 # Sizes in a size list: at most 15 digits, below the byte limit of 2^53.
 MAX_SIZE_DIGITS = 15
 
-_NEWLINE, _RETURN, _QUOTE, _COMMA, _SPACE = 10, 13, 34, 44, 32
-_DIGITS_AS_D = str.maketrans("0123456789", "dddddddddd")
-_NOT_DIGITS = re.compile(r"[^0-9;]")
-_NOT_LIST = re.compile(r"[^0-9;\[\]\n]")
-_NONZERO_AS_D = str.maketrans("123456789", "ddddddddd")
+_NEWLINE, _RETURN, _QUOTE, _COMMA, _SPACE, _SEMICOLON, _OPEN = 10, 13, 34, 44, 32, 59, 91
+_DIGITS_AS_D = bytes.maketrans(b"0123456789", b"dddddddddd")
+_NONZERO_AS_D = bytes.maketrans(b"123456789", b"ddddddddd")
 
 
-def _leading_zero(text: str) -> bool:
+def _leading_zero(text: bytes) -> bool:
     """Some number in ``text`` (numbers after ``[`` or ``;``) is written with a leading zero."""
     marked = text.translate(_NONZERO_AS_D)
-    return any(p in marked for p in ("[0d", "[00", ";0d", ";00"))
+    return any(p in marked for p in (b"[0d", b"[00", b";0d", b";00"))
 
 
 class Declined(Exception):
@@ -71,7 +68,7 @@ class Fields:
                 starts, ends = starts + quoted, ends - quoted
         return starts, ends
 
-    def joined(self, column: str, separator: str = "\n") -> str:
+    def joined(self, column: str, separator: bytes = b"\n") -> bytes:
         """The column's cells one after another, each followed by ``separator``; a cell with a
         space at an edge declines (the checker strips it)."""
         starts, ends = self.bounds(column)
@@ -81,46 +78,45 @@ class Fields:
         index = np.arange(int(offsets[-1] + step[-1]), dtype=np.int64)
         index -= np.repeat(offsets - starts, step)
         out = self.buf[index]
-        out[offsets + lengths] = _NEWLINE
-        text = out.tobytes().decode("ascii")
-        if edge_spaces(text):
+        out[offsets + lengths] = separator[0]
+        text = out.tobytes()
+        if edge_spaces(text, separator):
             raise Declined
-        return text if separator == "\n" else text.replace("\n", separator)
+        return text
 
     def texts(self, column: str) -> list[str]:
         """The column's cells."""
-        return self.joined(column)[:-1].split("\n")
+        return self.joined(column)[:-1].decode("ascii").split("\n")
 
-    def _digit_cells(self, column: str) -> tuple[str, int]:
-        """The column's cells joined by ``;`` (and their count), when each is 1 to
-        ``MAX_DIGITS`` digits."""
-        joined = self.joined(column, ";")
-        if _NOT_DIGITS.search(joined) or ";;" in joined or joined.startswith(";"):
+    def _digit_cells(self, column: str) -> bytes:
+        """The column's cells, each followed by ``;``, when each is 1 to ``MAX_DIGITS`` digits."""
+        joined = self.joined(column, b";")
+        if joined.translate(None, b"0123456789;") or b";;" in joined or joined.startswith(b";"):
             raise Declined
-        if "d" * (MAX_DIGITS + 1) in joined.translate(_DIGITS_AS_D):
+        if b"d" * (MAX_DIGITS + 1) in joined.translate(_DIGITS_AS_D):
             raise Declined
-        return joined, self.rows
+        return joined
 
     def whole_numbers(self, column: str) -> np.ndarray:
         """The column's cells as int64: each a plain decimal (what Python's ``int()`` reads to
         the same value); anything else declines."""
-        return _parse_digits(*self._digit_cells(column))
+        return _parse_digits(self._digit_cells(column), self.rows)
 
     def plain_ids(self, column: str) -> tuple[list[str], np.ndarray]:
         """The column's cells as strings and as int64, when each is a plain decimal integer
         written without leading zeros (so that equal numbers are equal strings)."""
-        joined, count = self._digit_cells(column)
-        if _leading_zero(";" + joined):
+        joined = self._digit_cells(column)
+        if _leading_zero(b";" + joined):
             raise Declined
-        return joined[:-1].split(";"), _parse_digits(joined, count)
+        return joined[:-1].decode("ascii").split(";"), _parse_digits(joined, self.rows)
 
 
-def edge_spaces(lines: str) -> bool:
-    """Some line of ``lines`` (each ending in a line end) starts or ends with a space."""
-    return " \n" in lines or "\n " in lines or lines.startswith(" ")
+def edge_spaces(cells: bytes, separator: bytes = b"\n") -> bool:
+    """Some cell of ``cells`` (each followed by ``separator``) starts or ends with a space."""
+    return b" " + separator in cells or separator + b" " in cells or cells.startswith(b" ")
 
 
-def _parse_digits(text: str, count: int) -> np.ndarray:
+def _parse_digits(text: bytes, count: int) -> np.ndarray:
     """``count`` whole numbers from ``text``: digits, each number followed by one ``;``."""
     # numpy's text parser, in C; every character has been checked, so it reads each number whole.
     values = np.fromstring(text, dtype=np.int64, sep=";") if count else np.zeros(0, dtype=np.int64)
@@ -202,34 +198,35 @@ class NumberLists:
         return np.concatenate(([0], np.cumsum(self.counts)))
 
 
-_EMPTY_LIST_OUT = str.maketrans({"[": None, "\n": None, "]": ";"})  # "[4;6]" -> "4;6;"
+_LIST_BYTES = b"0123456789;[]\n"
+_CLOSE_AS_SEPARATOR = bytes.maketrans(b"]", b";")  # "[4;6]" -> "4;6;" (with "[" and line ends deleted)
 
 
 def number_lists(fields: Fields, column: str, max_digits: int, parse: bool = True) -> NumberLists | None:
     """The column read as the checker reads a list (spaces removed, ``;`` between elements),
     when every element is a plain decimal of at most ``max_digits`` digits; else declines.
     ``parse`` False: only check the column (and return None)."""
-    text = fields.joined(column).replace(" ", "")  # the checker drops every space inside the brackets
+    text = fields.joined(column).replace(b" ", b"")  # the checker drops every space inside the brackets
     n = fields.rows
-    # String passes (each a C loop over the column) check the form: "[]" or "[4;6]" a cell.
-    if _NOT_LIST.search(text):
+    # Passes over the bytes (each a C loop over the column) check the form: "[]" or "[4;6]" a cell.
+    if text.translate(None, _LIST_BYTES):
         raise Declined
-    if not (text.count("[") == text.count("]") == text.count("]\n") == n and text.count("\n[") == n - 1
-            and text.startswith("[")):
+    if not (text.count(b"[") == text.count(b"]") == text.count(b"]\n") == n and text.count(b"\n[") == n - 1
+            and text.startswith(b"[")):
         raise Declined  # one bracketed list a cell, no other bracket
-    if "[;" in text or ";;" in text or ";]" in text:
+    if b"[;" in text or b";;" in text or b";]" in text:
         raise Declined  # an empty element
-    if "d" * (max_digits + 1) in text.translate(_DIGITS_AS_D):
+    if b"d" * (max_digits + 1) in text.translate(_DIGITS_AS_D):
         raise Declined  # a number too long
     if not parse:
         return None
     # A cell holds one number more than its semicolons, unless it is "[]".
-    bare = text[:-1].split("\n")
-    semicolons = np.fromiter(map(str.count, bare, ";" * n), dtype=np.int64, count=n)
-    counts = semicolons + np.fromiter(map(str.__ne__, bare, ["[]"] * n), dtype=np.int64, count=n)
-    numbers = text.replace("[]\n", "").translate(_EMPTY_LIST_OUT)
-    return NumberLists(_parse_digits(numbers.rstrip(";"), int(counts.sum())), counts,
-                       _leading_zero(text))
+    buf = np.frombuffer(text, dtype=np.uint8)
+    ends = np.flatnonzero(buf == _NEWLINE)
+    semicolons = np.diff(np.searchsorted(np.flatnonzero(buf == _SEMICOLON), ends), prepend=0)
+    counts = semicolons + (buf[ends - 2] != _OPEN)
+    numbers = text.replace(b"[]\n", b"").translate(_CLOSE_AS_SEPARATOR, b"[\n")
+    return NumberLists(_parse_digits(numbers, int(counts.sum())), counts, _leading_zero(text))
 
 
 __all__ = ["Declined", "Fields", "NumberLists", "number_lists", "split_fields"]

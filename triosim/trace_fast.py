@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import io
 import warnings
+from dataclasses import dataclass
 from functools import partial
 from itertools import repeat
 from pathlib import Path
@@ -22,7 +23,15 @@ import numpy as np
 
 from .buffer_columns import OpTensorCodes, coded_pairs
 from .checks import MAX_BYTES, MAX_COUNT, MAX_TIME_US
-from .trace_bytes import MAX_DIGITS, MAX_SIZE_DIGITS, Declined, Fields, number_lists, split_fields
+from .forked_call import ForkedCall
+from .trace_bytes import (
+    MAX_DIGITS,
+    MAX_SIZE_DIGITS,
+    Declined,
+    NumberLists,
+    number_lists,
+    split_fields,
+)
 
 
 class _Unusual(Exception):
@@ -300,56 +309,103 @@ def fast_ops(path: Path, columns: tuple[str, ...], field_limit: int, tensors: di
     input_pairs, output_pairs = coded_pairs(inputs, index), coded_pairs(outputs, index)
     if input_pairs is None or output_pairs is None:
         raise _Unusual
-    ops = op_objects(df, inputs, outputs, time_column)
+    ops = op_objects(df["OperatorName"], df["stage"], df["tpflag"], df["OperatorID"], _times(df["Operator_cudatime"]),
+                     _times(df["Operator_cudatimenooverlap"]), inputs, outputs, time_column)
     return ops, OpTensorCodes(list(tensors), *input_pairs, *output_pairs)
 
 
-def op_objects(columns, inputs: list[tuple[str, ...]], outputs: list[tuple[str, ...]], time_column: str) -> list:
-    """The Op of each row, from ``columns`` (column -> its cells, ``OperatorID`` as int64) and
-    each row's tensor lists; stages and tpflags already checked."""
+def op_objects(names: list[str], stage_cells: list[str], tpflags: list[str], op_ids: np.ndarray, span_us: np.ndarray,
+               busy_us: np.ndarray, inputs: list[tuple[str, ...]], outputs: list[tuple[str, ...]],
+               time_column: str) -> list:
+    """The Op of each row, from its columns (the checker's rules for each cell)."""
     from .trace import STAGES, Op
 
-    stage_of = {s: s.lower() for s in set(columns["stage"])}
-    if not set(stage_of.values()) <= set(STAGES) or not set(columns["tpflag"]) <= {"0", "1", ""}:
+    stage_of = {s: s.lower() for s in set(stage_cells)}
+    if not set(stage_of.values()) <= set(STAGES) or not set(tpflags) <= {"0", "1", ""}:
         raise _Unusual
-    stages = list(map(stage_of.__getitem__, columns["stage"]))
-    span = _times(columns["Operator_cudatime"])
-    busy = _times(columns["Operator_cudatimenooverlap"])
-    op_ids = _ints(columns["OperatorID"]).tolist()
-    use = busy if time_column == "nooverlap" else span
+    stages = list(map(stage_of.__getitem__, stage_cells))
+    op_ids = _ints(op_ids).tolist()
+    use = busy_us if time_column == "nooverlap" else span_us
     n = len(op_ids)
     # numpy's float64 division is IEEE division, as Python's: the same seconds as x / 1e6.
     duration = (use / 1e6).tolist()
-    span_s = (span / 1e6).tolist()
-    tp = [flag == "1" for flag in columns["tpflag"]]
-    return list(map(partial(tuple.__new__, Op), zip(range(n), op_ids, columns["OperatorName"], inputs, outputs,
-                                                     duration, span_s, stages, tp, range(2, n + 2))))
+    span_s = (span_us / 1e6).tolist()
+    tp = list(map("1".__eq__, tpflags))
+    return list(map(partial(tuple.__new__, Op), zip(range(n), op_ids, names, inputs, outputs, duration, span_s,
+                                                     stages, tp, range(2, n + 2))))
 
 
 def plain_tensors(path: Path, columns: tuple[str, ...], field_limit: int) -> tuple[dict, np.ndarray, np.ndarray]:
-    """tensor.csv of a plain file (see :mod:`triosim.trace_bytes`) with one row per tensor:
-    ({ID: Tensor}, the IDs as integers, sorted, and each one's row)."""
+    """tensor.csv of a plain file (see :mod:`triosim.trace_bytes`): ({ID: Tensor}, the distinct
+    IDs as integers, sorted, and each one's place in the dictionary)."""
     fields = split_fields(path.read_bytes(), columns, field_limit)
     ids, numbers = fields.plain_ids("TensorID")
-    order = np.argsort(numbers, kind="stable")
-    by_number = numbers[order]
-    if len(by_number) > 1 and not (by_number[1:] != by_number[:-1]).all():
-        raise Declined  # several rows of one tensor: the pandas path merges them
     numel, each = _ints(fields.whole_numbers("TensorNumElement")), _ints(fields.whole_numbers("TensorEachByte"))
     nbytes = _sizes_fit(numel, each)
-    if int(nbytes.sum()) >= MAX_BYTES:
+    by_number, first, inverse = np.unique(numbers, return_index=True, return_inverse=True)
+    raw_cats, storages, shapes = (fields.texts(c) for c in ("TensorType", "TensorStorgeid", "TensorShape"))
+    if len(by_number) == len(numbers):  # one row per tensor
+        if int(nbytes.sum()) >= MAX_BYTES:
+            raise _Unusual
+        return tensor_objects(ids, nbytes, numel, each, raw_cats, storages, shapes), by_number, first
+    # A tensor on several rows (one per op that takes it): the rows must agree on its size; its
+    # category is the first of the highest rank; the rest comes from its first row.
+    if (numel != numel[first][inverse]).any() or (each != each[first][inverse]).any():
         raise _Unusual
-    tensors = tensor_objects(ids, nbytes, numel, each, fields.texts("TensorType"), fields.texts("TensorStorgeid"),
-                             fields.texts("TensorShape"))
-    return tensors, by_number, order
+    appearance = np.argsort(first, kind="stable")  # the distinct IDs in order of first row
+    place = np.empty_like(appearance)
+    place[appearance] = np.arange(len(appearance))
+    rows = first[appearance]
+    if int(nbytes[rows].sum()) >= MAX_BYTES:
+        raise _Unusual
+    from .trace import _CATEGORY_RANK, normalize_category
+
+    rank_of = {raw: _CATEGORY_RANK.get(normalize_category(raw), 2) for raw in set(raw_cats)}
+    rank = np.fromiter(map(rank_of.__getitem__, raw_cats), dtype=np.int64, count=len(raw_cats))
+    code = place[inverse]
+    by_rank = np.lexsort((np.arange(len(code)), -rank, code))
+    cat_rows = by_rank[np.flatnonzero(np.diff(code[by_rank], prepend=-1))].tolist()
+    pick = rows.tolist()
+    tensors = tensor_objects(list(map(ids.__getitem__, pick)), nbytes[rows], numel[rows], each[rows],
+                             list(map(raw_cats.__getitem__, cat_rows)), list(map(storages.__getitem__, pick)),
+                             list(map(shapes.__getitem__, pick)))
+    return tensors, by_number, place
 
 
-def _plain_id_lists(fields: Fields, column: str, by_number: np.ndarray, order: np.ndarray,
-                    ids: list[str]) -> tuple[list[tuple[str, ...]], np.ndarray, np.ndarray]:
-    """Each row's tensor IDs (the tensors' own strings) and the (code, op) pairs of the column."""
-    lists = number_lists(fields, column, MAX_DIGITS)
-    if lists.leading_zero:
+@dataclass(frozen=True)
+class PlainOpColumns:
+    """trace.csv of a plain file, checked, before its tensor IDs are matched to tensors: arrays
+    and joined text only, quick to send from a child process."""
+
+    inputs: NumberLists
+    outputs: NumberLists
+    op_ids: np.ndarray
+    span_us: np.ndarray
+    busy_us: np.ndarray
+    names: bytes  # each cell followed by a line end
+    stages: bytes
+    tpflags: bytes
+
+
+def read_plain_ops(path: Path, columns: tuple[str, ...], field_limit: int) -> PlainOpColumns:
+    fields = split_fields(path.read_bytes(), columns, field_limit)
+    for column in ("InputSize", "OutputSize"):
+        number_lists(fields, column, MAX_SIZE_DIGITS, parse=False)  # checked, not kept
+    inputs, outputs = (number_lists(fields, c, MAX_DIGITS) for c in ("Operator_input", "Operator_output"))
+    if inputs.leading_zero or outputs.leading_zero:
         raise Declined  # "07" is not tensor "7": the checker reports it
+    return PlainOpColumns(inputs, outputs, fields.whole_numbers("OperatorID"),
+                          _times(fields.texts("Operator_cudatime")), _times(fields.texts("Operator_cudatimenooverlap")),
+                          fields.joined("OperatorName"), fields.joined("stage"), fields.joined("tpflag"))
+
+
+def _lines(joined: bytes) -> list[str]:
+    return joined[:-1].decode("ascii").split("\n")
+
+
+def _matched(lists: NumberLists, by_number: np.ndarray, order: np.ndarray,
+             ids: list[str]) -> tuple[list[tuple[str, ...]], np.ndarray, np.ndarray]:
+    """Each row's tensor IDs (the tensors' own strings) and the (code, op) pairs of a column."""
     at = np.minimum(np.searchsorted(by_number, lists.values), len(by_number) - 1)
     if not (by_number[at] == lists.values).all():
         raise Declined  # not a tensor: the checker names it
@@ -360,32 +416,49 @@ def _plain_id_lists(fields: Fields, column: str, by_number: np.ndarray, order: n
     return tuples, code, np.repeat(np.arange(len(lists.counts), dtype=np.int64), lists.counts)
 
 
-def plain_ops(path: Path, columns: tuple[str, ...], field_limit: int, tensors: dict, by_number: np.ndarray, order: np.ndarray,
-              time_column: str):
-    """trace.csv of a plain file: (ops, their tensor lists coded)."""
-    fields = split_fields(path.read_bytes(), columns, field_limit)
-    for column in ("InputSize", "OutputSize"):
-        number_lists(fields, column, MAX_SIZE_DIGITS, parse=False)  # checked, not kept
+def plain_ops(cols: PlainOpColumns, tensors: dict, by_number: np.ndarray, order: np.ndarray, time_column: str):
+    """(ops, their tensor lists coded) from the columns of a plain trace.csv."""
     ids = list(tensors)
-    inputs, input_code, input_op = _plain_id_lists(fields, "Operator_input", by_number, order, ids)
-    outputs, output_code, output_op = _plain_id_lists(fields, "Operator_output", by_number, order, ids)
-    cells = {c: fields.texts(c) for c in ("OperatorName", "Operator_cudatime", "Operator_cudatimenooverlap",
-                                          "stage", "tpflag")}
-    cells["OperatorID"] = fields.whole_numbers("OperatorID")
-    ops = op_objects(cells, inputs, outputs, time_column)
+    inputs, input_code, input_op = _matched(cols.inputs, by_number, order, ids)
+    outputs, output_code, output_op = _matched(cols.outputs, by_number, order, ids)
+    ops = op_objects(_lines(cols.names), _lines(cols.stages), _lines(cols.tpflags), cols.op_ids, cols.span_us,
+                     cols.busy_us, inputs, outputs, time_column)
     return ops, OpTensorCodes(ids, input_code, input_op, output_code, output_op)
 
 
+# From this size of trace.csv on, its columns are read in a forked child while tensor.csv is read
+# here (see triosim.forked_call); below it, forking costs more than it saves.
+FORK_MIN_BYTES = 8_000_000
+
+
 def plain_load(root: Path, tensor_columns: tuple[str, ...], trace_columns: tuple[str, ...], field_limit: int,
-               time_column: str):
+               time_column: str, fork_min_bytes: int = FORK_MIN_BYTES):
     """(tensors, ops, the ops' tensor lists coded) of a plain trace (see :mod:`triosim.trace_bytes`),
     or None when the files are not plain or the checker must decide."""
+    trace_csv = root / "trace.csv"
     try:
-        tensors, by_number, order = plain_tensors(root / "tensor.csv", tensor_columns, field_limit)
-        ops, codes = plain_ops(root / "trace.csv", trace_columns, field_limit, tensors, by_number, order, time_column)
+        forked = trace_csv.stat().st_size >= fork_min_bytes
+        op_columns = (ForkedCall if forked else _RunHere)(read_plain_ops, trace_csv, trace_columns, field_limit)
+        try:
+            tensors, by_number, order = plain_tensors(root / "tensor.csv", tensor_columns, field_limit)
+        except BaseException:
+            if forked:
+                op_columns.cancel()
+            raise
+        ops, codes = plain_ops(op_columns.result(), tensors, by_number, order, time_column)
     except (Declined, _Unusual, OSError):
         return None
     return tensors, ops, codes
+
+
+class _RunHere:
+    """:class:`ForkedCall`'s interface, run here."""
+
+    def __init__(self, fn, *args) -> None:
+        self._value = fn(*args)
+
+    def result(self):
+        return self._value
 
 
 def pandas_load(root: Path, tensor_columns: tuple[str, ...], trace_columns: tuple[str, ...], field_limit: int,
