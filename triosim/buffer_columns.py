@@ -16,6 +16,8 @@ from operator import attrgetter
 
 import numpy as np
 
+from .tensor_table import column_or_none
+
 
 @dataclass(frozen=True)
 class BufferColumns:
@@ -127,6 +129,9 @@ def buffer_columns(tensors: dict, reads: list[tuple[str, ...]], writes: list[tup
 
 def tensor_bytes(tensors: dict) -> np.ndarray:
     """Each tensor's bytes, in the order of ``tensors`` (the size column)."""
+    column = column_or_none(tensors, "nbytes")
+    if column is not None:
+        return column
     return np.fromiter(map(attrgetter("bytes"), tensors.values()), dtype=np.int64, count=len(tensors))
 
 

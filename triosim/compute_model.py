@@ -34,7 +34,8 @@ import numpy as np
 
 from .checks import non_negative
 from .errors import ConfigError, TraceError
-from .trace import Trace
+from .tensor_table import TensorTable, column_or_none
+from .trace import Tensor, Trace
 
 MODELS = ("auto", "fit", "linear-floor", "linear")
 DEFAULT_FLOOR_US = 2.0
@@ -88,11 +89,12 @@ def op_seconds(trace: Trace, index: int, batch: int) -> float:
     return model.seconds(index, batch)
 
 
-def batch_dependent(trace: Trace, buffer: str) -> bool:
-    """Whether a buffer's size follows the batch (as :func:`triosim.trace.scale_trace` scales it)."""
+def batch_dependent(trace: Trace, buffer: str, tensor: Tensor | None = None) -> bool:
+    """Whether a buffer's size follows the batch (as :func:`triosim.trace.scale_trace` scales it);
+    ``tensor``: the buffer's Tensor when at hand."""
     if buffer in trace.batch_invariant:
         return False
-    shape = trace.tensors[buffer].shape
+    shape = (tensor or trace.tensors[buffer]).shape
     return shape is None or (len(shape) > 0 and shape[0] == trace.batch_size)
 
 
@@ -103,10 +105,14 @@ def batch_independent_ops(trace: Trace) -> tuple[bool, ...]:
     # The buffers of such ops: scalars whose size does not follow the batch (few in any trace).
     # Column by column, on the trace's coded buffers (a 200k-op trace has half a million).
     cols = trace.buffer_columns
-    numel = np.fromiter(map(attrgetter("numel"), trace.tensors.values()), dtype=np.int64, count=len(cols.ids))
+    tensors = trace.tensors
+    numel = column_or_none(tensors, "numel")
+    if numel is None:
+        numel = np.fromiter(map(attrgetter("numel"), tensors.values()), dtype=np.int64, count=len(cols.ids))
+    tensor_at = tensors.at if isinstance(tensors, TensorTable) else lambda c: tensors[cols.ids[c]]
     free = np.zeros(len(cols.ids), dtype=bool)
     scalars = np.flatnonzero(numel <= 1).tolist()
-    free[[c for c in scalars if not batch_dependent(trace, cols.ids[c])]] = True
+    free[[c for c in scalars if not batch_dependent(trace, cols.ids[c], tensor_at(c))]] = True
     n = len(trace.ops)
     busy = np.bincount(cols.read_op[~free[cols.read_code]], minlength=n)
     busy += np.bincount(cols.write_op[~free[cols.write_code]], minlength=n)

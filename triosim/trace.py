@@ -14,7 +14,7 @@ import gc
 import io
 import os
 from collections import Counter, defaultdict
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from itertools import chain
@@ -36,6 +36,7 @@ from .buffer_columns import (
 from .checks import MAX_BYTES, cell_int, cell_time_us, json_int
 from .checks import whole_number as _whole_number
 from .errors import ConfigError, TraceError
+from .tensor_table import column_or_none
 from .trace_fast import fast_load
 
 if TYPE_CHECKING:
@@ -130,7 +131,7 @@ class Trace:
     path: str
     batch_size: int
     ops: list[Op]
-    tensors: dict[str, Tensor]
+    tensors: Mapping[str, Tensor]  # a dict, or a TensorTable (columns) from the plain reader
     alias: dict[str, str] = field(default_factory=dict)
     reads: list[tuple[str, ...]] = field(default_factory=list)
     writes: list[tuple[str, ...]] = field(default_factory=list)
@@ -541,7 +542,7 @@ def _resolve_aliases(ops: list[Op], tensors: dict[str, Tensor]) -> dict[str, str
     """
     # Only a storage shared by two tensors can give an alias: most traces of a plain model
     # have none, and then nothing else needs computing.
-    storages = list(map(attrgetter("storage"), tensors.values()))
+    storages = column_or_none(tensors, "storages") or list(map(attrgetter("storage"), tensors.values()))
     distinct = set(storages)
     if len(distinct) + storages.count("") - ("" in distinct) == len(storages):
         return {}
@@ -633,9 +634,8 @@ def derive(trace: Trace) -> Trace:
     producer = dict(zip(map(ids.__getitem__, made.tolist()), first_write[made].tolist()))
     # (Column by column: a Python step per external tensor was a noticeable part of a large load.)
     ext_code = np.fromiter(map(itemgetter(2), ordered), dtype=np.int64, count=len(ordered))
-    by_code = list(tensors.values())
-    parameter_like = np.fromiter(map(PARAMETER_CATEGORIES.__contains__,
-                                     map(attrgetter("category"), map(by_code.__getitem__, ext_code.tolist()))),
+    categories = column_or_none(tensors, "categories") or list(map(attrgetter("category"), tensors.values()))
+    parameter_like = np.fromiter(map(PARAMETER_CATEGORIES.__contains__, map(categories.__getitem__, ext_code.tolist())),
                                  dtype=bool, count=len(ext_code))
     is_param = np.flatnonzero(parameter_like & (nbytes[ext_code] > 0))
     params = tuple(map(external.__getitem__, is_param.tolist()))

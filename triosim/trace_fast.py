@@ -24,6 +24,7 @@ import numpy as np
 from .buffer_columns import OpTensorCodes, coded_pairs
 from .checks import MAX_BYTES, MAX_COUNT, MAX_TIME_US
 from .forked_call import ForkedCall
+from .tensor_table import TensorTable
 from .trace_bytes import (
     MAX_DIGITS,
     MAX_SIZE_DIGITS,
@@ -335,7 +336,7 @@ def op_objects(names: list[str], stage_cells: list[str], tpflags: list[str], op_
                                                      stages, tp, range(2, n + 2))))
 
 
-def plain_tensors(path: Path, columns: tuple[str, ...], field_limit: int) -> tuple[dict, np.ndarray, np.ndarray]:
+def plain_tensors(path: Path, columns: tuple[str, ...], field_limit: int) -> tuple[TensorTable, np.ndarray, np.ndarray]:
     """tensor.csv of a plain file (see :mod:`triosim.trace_bytes`): ({ID: Tensor}, the distinct
     IDs as integers, sorted, and each one's place in the dictionary)."""
     fields = split_fields(path.read_bytes(), columns, field_limit)
@@ -347,7 +348,7 @@ def plain_tensors(path: Path, columns: tuple[str, ...], field_limit: int) -> tup
     if len(by_number) == len(numbers):  # one row per tensor
         if int(nbytes.sum()) >= MAX_BYTES:
             raise _Unusual
-        return tensor_objects(ids, nbytes, numel, each, raw_cats, storages, shapes), by_number, first
+        return _table(ids, nbytes, numel, each, raw_cats, storages, shapes), by_number, first
     # A tensor on several rows (one per op that takes it): the rows must agree on its size; its
     # category is the first of the highest rank; the rest comes from its first row.
     if (numel != numel[first][inverse]).any() or (each != each[first][inverse]).any():
@@ -366,10 +367,20 @@ def plain_tensors(path: Path, columns: tuple[str, ...], field_limit: int) -> tup
     by_rank = np.lexsort((np.arange(len(code)), -rank, code))
     cat_rows = by_rank[np.flatnonzero(np.diff(code[by_rank], prepend=-1))].tolist()
     pick = rows.tolist()
-    tensors = tensor_objects(list(map(ids.__getitem__, pick)), nbytes[rows], numel[rows], each[rows],
-                             list(map(raw_cats.__getitem__, cat_rows)), list(map(storages.__getitem__, pick)),
-                             list(map(shapes.__getitem__, pick)))
+    tensors = _table(list(map(ids.__getitem__, pick)), nbytes[rows], numel[rows], each[rows],
+                     list(map(raw_cats.__getitem__, cat_rows)), list(map(storages.__getitem__, pick)),
+                     list(map(shapes.__getitem__, pick)))
     return tensors, by_number, place
+
+
+def _table(ids: list[str], nbytes: np.ndarray, numel: np.ndarray, each: np.ndarray, raw_cats: list[str],
+           storages: list[str], shape_texts: list[str]) -> TensorTable:
+    """The tensors of one row each as a :class:`TensorTable` (the checker's rules for each cell)."""
+    from .trace import normalize_category
+
+    norm = {raw: normalize_category(raw) for raw in set(raw_cats)}
+    return TensorTable(ids, nbytes, numel, each, list(map(norm.__getitem__, raw_cats)),
+                       storages if "0" not in storages else [s if s != "0" else "" for s in storages], shape_texts)
 
 
 @dataclass(frozen=True)
@@ -416,9 +427,9 @@ def _matched(lists: NumberLists, by_number: np.ndarray, order: np.ndarray,
     return tuples, code, np.repeat(np.arange(len(lists.counts), dtype=np.int64), lists.counts)
 
 
-def plain_ops(cols: PlainOpColumns, tensors: dict, by_number: np.ndarray, order: np.ndarray, time_column: str):
+def plain_ops(cols: PlainOpColumns, tensors: TensorTable, by_number: np.ndarray, order: np.ndarray, time_column: str):
     """(ops, their tensor lists coded) from the columns of a plain trace.csv."""
-    ids = list(tensors)
+    ids = tensors.ids
     inputs, input_code, input_op = _matched(cols.inputs, by_number, order, ids)
     outputs, output_code, output_op = _matched(cols.outputs, by_number, order, ids)
     ops = op_objects(_lines(cols.names), _lines(cols.stages), _lines(cols.tpflags), cols.op_ids, cols.span_us,

@@ -7,6 +7,7 @@ a list of ops, and the memory plan of such a program (what is resident, what is 
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
+from operator import attrgetter
 
 import numpy as np
 
@@ -124,7 +125,7 @@ def whole_trace_fitting(trace: Trace, capacity: int, device: int, tasks: Sequenc
     if int(cols.nbytes[live].sum()) > capacity:
         return None
     external = cols.mask(trace.external)
-    optimizer = np.fromiter((op.stage == "optimizer" for op in trace.ops), dtype=bool, count=n)
+    optimizer = np.fromiter(map("optimizer".__eq__, map(attrgetter("stage"), trace.ops)), dtype=bool, count=n)
     touched_by_optimizer = np.zeros(count, dtype=bool)
     touched_by_optimizer[cols.read_code[optimizer[cols.read_op]]] = True
     touched_by_optimizer[cols.write_code[optimizer[cols.write_op]]] = True
