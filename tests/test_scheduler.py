@@ -89,3 +89,43 @@ def test_property_catches_a_planted_bug(monkeypatch):
     monkeypatch.setitem(globals(), "schedule", _buggy_schedule)
     with pytest.raises(AssertionError):
         test_schedule_respects_precedence_resources_and_bounds()
+
+
+@st.composite
+def chains(draw):
+    """A chain, task i before task i + 1, on one or several resources; sometimes one more edge
+    or one task fewer in the chain, which is no longer a plain chain."""
+    n = draw(st.integers(1, 60))
+    g = TaskGraph()
+    for t in range(n):
+        dur = draw(st.floats(0, 1e-2, allow_nan=False))
+        res = [f"r{draw(st.integers(0, 2))}"]
+        g.add_task("compute", f"t{t}", dur, res, [0], after=[t - 1] if t else [])
+    twist = draw(st.sampled_from(["none", "none", "extra edge", "free task"]))
+    if twist == "extra edge" and n > 2:
+        g.add_edge(0, n - 1)
+    elif twist == "free task":
+        g.add_task("compute", "free", draw(st.floats(0, 1e-2)), ["r0"], [0])
+    return g
+
+
+def _looped(g: TaskGraph) -> Schedule:
+    """The general loop, never the chain's closed form."""
+    original = scheduler_module._chain_schedule
+    scheduler_module._chain_schedule = lambda graph: None
+    try:
+        return schedule(g)
+    finally:
+        scheduler_module._chain_schedule = original
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(chains())
+def test_a_chain_is_placed_as_the_loop_places_it(g):
+    """The closed form for one chain (a single GPU's program) gives the loop's schedule exactly,
+    and graphs that are not one chain still take the loop."""
+    fast, loop = schedule(g), _looped(g)
+    assert (fast.start, fast.end, fast.makespan) == (loop.start, loop.end, loop.makespan)
+    plain = scheduler_module._chain_schedule(g) is not None
+    assert plain == (g.npred[0] == 0 and g.npred.count(1) == len(g) - 1 and not g.succ[-1]
+                     and all(s == [i + 1] for i, s in enumerate(g.succ[:-1])))

@@ -135,7 +135,7 @@ def linear_model(trace: Trace) -> OpTimeModel:
 
 def linear_floor_model(trace: Trace, floor_us: float = DEFAULT_FLOOR_US) -> OpTimeModel:
     # Column by column (a 200k-op trace): numpy's float64 division and minimum are Python's.
-    measured = np.fromiter((op.duration_s for op in trace.ops), dtype=np.float64, count=len(trace.ops))
+    measured = np.fromiter(map(attrgetter("duration_s"), trace.ops), dtype=np.float64, count=len(trace.ops))
     b0 = trace.batch_size
     fixed_op = np.fromiter(batch_independent_ops(trace), dtype=bool, count=len(trace.ops))
     fixed = np.where(fixed_op, measured, 0.0)

@@ -19,7 +19,9 @@ from __future__ import annotations
 
 import heapq
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+
+import numpy as np
 
 from .errors import TriosimError
 from .graph.tasks import TaskGraph
@@ -50,6 +52,11 @@ def schedule(graph: TaskGraph, progress: Callable[[int], None] | None = None,
         return _schedule_flows(graph, progress, record_rates)
     # Without link tasks the flow model's event loop places every task exactly as this one
     # does (ready events in (time, task) order, each on its own resources), only slower.
+    chain = _chain_schedule(graph)
+    if chain is not None:
+        if progress is not None:
+            progress(len(graph))
+        return replace(chain, rates=[] if record_rates and graph.meta.get(NETWORK_META) == "flow" else None)
     n = len(graph)
     succ = graph.succ
     dur = graph.duration
@@ -87,6 +94,21 @@ def schedule(graph: TaskGraph, progress: Callable[[int], None] | None = None,
         raise TriosimError(f"the task graph has a cycle: {n - placed} of {n} tasks could never start")
     return Schedule(start=start, end=end, makespan=max(end, default=0.0),
                     rates=[] if record_rates and graph.meta.get(NETWORK_META) == "flow" else None)
+
+
+def _chain_schedule(graph: TaskGraph) -> Schedule | None:
+    """The schedule of a graph that is one chain, task i before task i + 1 and nothing else (a
+    single GPU's program), else None: each task starts when the one before it ends, whatever
+    resources it holds. The running sum is the loop's own: numpy adds in the same order."""
+    n = len(graph)
+    if n == 0 or graph.npred[0] != 0 or graph.npred.count(1) != n - 1 or graph.succ[-1]:
+        return None
+    succ = graph.succ
+    if list(map(len, succ[:-1])) != [1] * (n - 1) or [s[0] for s in succ[:-1]] != list(range(1, n)):
+        return None
+    end = np.cumsum(np.asarray(graph.duration, dtype=np.float64))
+    end_list = end.tolist()
+    return Schedule(start=[0.0, *end_list[:-1]], end=end_list, makespan=max(end_list))
 
 
 def _has_link_tasks(graph: TaskGraph) -> bool:

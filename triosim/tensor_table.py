@@ -50,10 +50,12 @@ class TensorTable(Mapping):
 
     def at(self, code: int) -> Tensor:
         """The tensor at position ``code``, without making the others."""
-        from .trace import Tensor
+        from .trace import Tensor, _parse_shape
 
+        shapes = vars(self).get("shapes")
         return Tensor(self.ids[code], int(self.nbytes[code]), int(self.numel[code]), int(self.each_byte[code]),
-                      self.categories[code], self.storages[code], self.shapes[code])
+                      self.categories[code], self.storages[code],
+                      shapes[code] if shapes is not None else _parse_shape(self.shape_texts[code]))
 
     def __getitem__(self, tensor_id: str) -> Tensor:
         return self._tensors[tensor_id]

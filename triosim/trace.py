@@ -445,7 +445,8 @@ def trace_batch_size(path: str | os.PathLike) -> tuple[int, str]:
 
 
 # Below this many bytes of trace.csv + tensor.csv the row-by-row reader finishes before pandas
-# would even be imported (a 96-layer GPT trace of 1.2 MB: 0.41 s against 0.23 s + 0.59 s import).
+# would even be imported (a 96-layer GPT trace of 1.2 MB: 0.41 s against 0.23 s + 0.59 s import);
+# the plain reader (no pandas) is tried first at any size.
 FAST_MIN_BYTES = 4_000_000
 
 
@@ -457,10 +458,14 @@ def load_trace(path: str | os.PathLike, batch_size: int | None = None, time_colu
     without one, 128 is assumed, with a ``UserWarning`` saying so (``trace.batch_source`` is then
     ``"assumed"``): pass the batch your trace was recorded at. ``time_column`` picks the op
     duration: ``nooverlap`` (sum of kernel times, the original's choice) or ``span`` (first
-    kernel start to last kernel end). ``fast`` reads the files with pandas' C parser, falling
-    back to the row-by-row checker on anything unusual (same result; ``fast=False`` always uses
-    the checker; ``None``, the default: the C parser for files of ``FAST_MIN_BYTES`` or more,
-    below that importing pandas takes longer than the checker's whole read).
+    kernel start to last kernel end). ``fast`` reads the files column by column
+    (:mod:`triosim.trace_fast`: split on their bytes when they are plain, else with pandas' C
+    parser), falling back to the row-by-row checker on anything unusual (same result;
+    ``fast=False`` always uses the checker; ``None``, the default: the plain reader at any size,
+    pandas for files of ``FAST_MIN_BYTES`` or more only, since importing it takes longer than the
+    checker's whole read of a smaller file). A plain trace's tensors are
+    then a :class:`~triosim.tensor_table.TensorTable` (a read-only mapping kept as columns)
+    rather than a dict.
     """
     source = "argument"
     if batch_size is None:
@@ -482,10 +487,14 @@ def load_trace(path: str | os.PathLike, batch_size: int | None = None, time_colu
     for name in ("trace.csv", "tensor.csv"):
         if not (root / name).is_file():
             raise TraceError(str(root / name), "file not found")
-    if fast is None:
-        fast = sum((root / name).stat().st_size for name in ("trace.csv", "tensor.csv")) >= FAST_MIN_BYTES
     with collector_paused():
-        loaded = None if not fast else fast_load(root, TENSOR_COLUMNS, TRACE_COLUMNS, FIELD_LIMIT, time_column)
+        loaded = None
+        if fast is not False:
+            # The plain reader is quicker than the checker at any size; pandas only pays for
+            # its import on large files.
+            with_pandas = fast or sum((root / n).stat().st_size for n in ("trace.csv", "tensor.csv")) >= FAST_MIN_BYTES
+            # The checker's limit on a cell is the csv module's, whatever it is set to now.
+            loaded = fast_load(root, TENSOR_COLUMNS, TRACE_COLUMNS, csv.field_size_limit(), time_column, with_pandas)
         codes = None
         if loaded is not None:
             tensors, ops, op_codes = loaded

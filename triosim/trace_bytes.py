@@ -1,13 +1,13 @@
-"""The fastest path of trace loading: plain trace CSVs split into cells by whole-text string
-operations.
+"""The fastest path of trace loading: plain trace CSVs split into cells on their bytes.
 
 A 200k-op trace is 50 MB of CSV. pandas' C parser is quick, but importing pandas alone takes
-half a second, and its cells still become Python strings one by one. A *plain* file needs no
-CSV parser at all: one ``str.split`` cuts the whole text into cells (in C), a column is a slice
-of that list, and whole numbers and ID lists are checked and parsed column by column (joined
-into one string, checked with string methods, parsed by numpy in C), never cell by cell.
+half a second, and every cell it reads becomes a Python string. A *plain* file needs no CSV
+parser: numpy finds every delimiter in a few passes over the bytes (the commas inside quotes
+set aside) and checks that each line has the header's number of cells; a column is then
+gathered in one step, checked with bytes methods (C loops over the whole column), and its whole
+numbers and ID lists parsed by numpy in C, never cell by cell. Only text columns become strings.
 
-Plain means: ASCII; no control character but the line ends (all ``\\n`` or all ``\\r\\n``); no
+Plain means: ASCII; no control character but the line ends (all ``\n`` or all ``\r\n``); no
 space at a cell's edge; double quotes only around a whole cell (holding no line end); every line
 with the header's number of cells; tensor IDs written as plain decimal integers. Any other file
 is declined (:class:`Declined`) and read by the pandas path or the row-by-row checker, which give

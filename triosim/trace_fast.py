@@ -485,12 +485,14 @@ def pandas_load(root: Path, tensor_columns: tuple[str, ...], trace_columns: tupl
 
 
 def fast_load(root: Path, tensor_columns: tuple[str, ...], trace_columns: tuple[str, ...], field_limit: int,
-              time_column: str):
+              time_column: str, with_pandas: bool = True):
     """(tensors, ops, the ops' tensor lists coded) read the fast way: split on the bytes when the
-    files are plain, else through pandas; None when the row-by-row checker must decide."""
+    files are plain, else (``with_pandas``) through pandas; None when the row-by-row checker must
+    decide."""
     loaded = plain_load(root, tensor_columns, trace_columns, field_limit, time_column)
-    return loaded if loaded is not None else pandas_load(root, tensor_columns, trace_columns, field_limit,
-                                                         time_column)
+    if loaded is None and with_pandas:
+        loaded = pandas_load(root, tensor_columns, trace_columns, field_limit, time_column)
+    return loaded
 
 
 __all__ = ["fast_load"]

@@ -50,9 +50,12 @@ def add_op_chain(
     # As op_label, with each distinct op name shortened once.
     short = {name: _short_name(name) for name in {ops[i].name for i in op_indices}}
     tail = f"{label_suffix} gpu{device}"
-    labels = [f"{short[op.name]}#{op.op_id}{tail}" for op in map(ops.__getitem__, op_indices)]
-    return graph.add_compute_chain(device, seconds, labels, [{"op": i, "stage": ops[i].stage, **attrs}
-                                                             for i in op_indices], after=after)
+    chosen = list(map(ops.__getitem__, op_indices))
+    labels = [f"{short[op.name]}#{op.op_id}{tail}" for op in chosen]
+    stages = map(attrgetter("stage"), chosen)
+    task_attrs = ([{"op": i, "stage": s, **attrs} for i, s in zip(op_indices, stages)] if attrs
+                  else [{"op": i, "stage": s} for i, s in zip(op_indices, stages)])
+    return graph.add_compute_chain(device, seconds, labels, task_attrs, after=after)
 
 
 def op_steps(trace: Trace, op_indices: Sequence[int], tasks: Sequence[int], key_prefix: str = "") -> list[Step]:

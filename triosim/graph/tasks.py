@@ -16,6 +16,7 @@ from collections.abc import Iterable, Sequence
 from typing import Any
 
 import networkx as nx
+import numpy as np
 
 from ..platform import Platform, gpu_node
 
@@ -121,7 +122,8 @@ class TaskGraph:
                           attrs: Sequence[dict[str, Any]], after: Iterable[int] = ()) -> list[int]:
         """Compute tasks on ``device``, each after the previous one (and the first after
         ``after``): what ``add_compute`` in a loop adds, in one step per list (a 200k-op trace)."""
-        if not all(d >= 0.0 for d in durations):
+        seconds = np.asarray(durations, dtype=np.float64)
+        if not (seconds >= 0.0).all():
             bad = next(i for i, d in enumerate(durations) if not d >= 0.0)
             raise ValueError(f"task {labels[bad]!r} has negative or NaN duration {durations[bad]}")
         n, first = len(durations), len(self.kind)
@@ -132,7 +134,7 @@ class TaskGraph:
             rids = self._rtuples[(compute_resource(device),)] = (self.resource_id(compute_resource(device)),)
         self.kind.extend(["compute"] * n)
         self.label.extend(labels)
-        self.duration.extend(map(float, durations))
+        self.duration.extend(seconds.tolist())
         self.resources.extend([rids] * n)
         self.devices.extend([(device,)] * n)
         self.nbytes.extend([0] * n)
