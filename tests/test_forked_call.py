@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 import triosim.forked_call as forked_module
-import triosim.trace_fast as fast_module
+import triosim.trace_plain as plain_module
 from triosim.forked_call import ForkedCall
 from triosim.synthetic import SyntheticModel, write_synthetic_trace
 from triosim.trace import FIELD_LIMIT, TENSOR_COLUMNS, TRACE_COLUMNS
@@ -74,8 +74,8 @@ def test_plain_load_forked_equals_plain_load_here(tmp_path, name) -> None:
     root = (write_synthetic_trace(tmp_path / "s", SyntheticModel(layers=40, batch_size=4, seed=3))
             if name == "synthetic" else SAMPLE / name)
     args = (root, TENSOR_COLUMNS, TRACE_COLUMNS, FIELD_LIMIT, "nooverlap")
-    here = fast_module.plain_load(*args, fork_min_bytes=1 << 60)
-    forked = fast_module.plain_load(*args, fork_min_bytes=0)
+    here = plain_module.plain_load(*args, fork_min_bytes=1 << 60)
+    forked = plain_module.plain_load(*args, fork_min_bytes=0)
     assert here is not None and forked is not None
     assert forked[:2] == here[:2]
     for a, b in zip(vars(forked[2]).values(), vars(here[2]).values()):
@@ -114,7 +114,7 @@ def test_the_plain_reader_matches_ids_in_any_order(tmp_path, name) -> None:
     src = (write_synthetic_trace(tmp_path / "s", SyntheticModel(layers=6, batch_size=4, seed=3))
            if name == "synthetic" else SAMPLE / name)
     root = _renumbered(src, tmp_path / "renumbered", seed=11)
-    got = fast_module.plain_load(root, TENSOR_COLUMNS, TRACE_COLUMNS, FIELD_LIMIT, "nooverlap")
+    got = plain_module.plain_load(root, TENSOR_COLUMNS, TRACE_COLUMNS, FIELD_LIMIT, "nooverlap")
     assert got is not None
     tensors = _load_tensors(root / "tensor.csv")
     assert got[:2] == (tensors, _load_ops(root / "trace.csv", tensors, "nooverlap"))

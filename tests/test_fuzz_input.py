@@ -23,6 +23,7 @@ from hypothesis import strategies as st
 
 import triosim.trace as trace_module
 import triosim.trace_fast as fast_module
+import triosim.trace_plain as plain_module
 from triosim.cli import main
 from triosim.errors import TriosimError
 from triosim.synthetic import SyntheticModel, write_synthetic_trace
@@ -129,7 +130,7 @@ def check_fast_equals_checker(d: Path, counts: Counter) -> None:
     except TriosimError as exc:
         checked = f"error: {exc}"
     args = (d, TENSOR_COLUMNS, TRACE_COLUMNS, FIELD_LIMIT, "nooverlap")
-    for name, reader in (("plain", fast_module.plain_load), ("pandas", fast_module.pandas_load)):
+    for name, reader in (("plain", plain_module.plain_load), ("pandas", fast_module.pandas_load)):
         got = reader(*args)
         counts[f"{name} read"] += got is not None
         if got is not None:

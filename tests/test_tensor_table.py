@@ -8,17 +8,17 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-import triosim.trace_fast as fast_module
+import triosim.trace_plain as plain_module
 from triosim.compute_model import batch_independent_ops
 from triosim.synthetic import SyntheticModel, write_synthetic_trace
 from triosim.tensor_table import TensorTable, column_or_none
-from triosim.trace import FIELD_LIMIT, TENSOR_COLUMNS, TRACE_COLUMNS, _load_tensors, load_trace
+from triosim.trace import FIELD_LIMIT, TENSOR_COLUMNS, _load_tensors, load_trace
 
 SAMPLE = Path(__file__).resolve().parents[1] / "sample_trace"
 
 
 def _both(root: Path):
-    table, _, _ = fast_module.plain_tensors(root / "tensor.csv", TENSOR_COLUMNS, FIELD_LIMIT)
+    table, _, _ = plain_module.plain_tensors(root / "tensor.csv", TENSOR_COLUMNS, FIELD_LIMIT)
     return table, _load_tensors(root / "tensor.csv")
 
 

@@ -37,7 +37,7 @@ from .checks import MAX_BYTES, cell_int, cell_time_us, json_int
 from .checks import whole_number as _whole_number
 from .errors import ConfigError, TraceError
 from .tensor_table import column_or_none
-from .trace_fast import fast_load
+from .trace_plain import fast_load
 
 if TYPE_CHECKING:
     from .compute_model import OpTimeModel
