@@ -118,3 +118,35 @@ def test_the_plain_reader_matches_ids_in_any_order(tmp_path, name) -> None:
     assert got is not None
     tensors = _load_tensors(root / "tensor.csv")
     assert got[:2] == (tensors, _load_ops(root / "trace.csv", tensors, "nooverlap"))
+
+
+def _handlers() -> tuple:
+    import signal
+
+    return signal.getsignal(signal.SIGTERM), signal.getsignal(signal.SIGINT)
+
+
+@needs_fork
+def test_the_child_does_not_run_the_parents_signal_handlers() -> None:
+    import signal
+
+    def handler(signum, frame):  # what a sweep installs: it writes partial results
+        raise AssertionError("the parent's handler ran in the child")
+
+    old = signal.signal(signal.SIGTERM, handler)
+    try:
+        term, _ = ForkedCall(_handlers).result()
+    finally:
+        signal.signal(signal.SIGTERM, old)
+    assert term == signal.SIG_DFL
+
+
+@needs_fork
+def test_a_call_forked_from_another_thread_still_works() -> None:
+    import threading
+
+    out = {}
+    thread = threading.Thread(target=lambda: out.setdefault("r", ForkedCall(_pid_and, 4).result()))
+    thread.start()
+    thread.join(60)
+    assert out["r"][1] == 8

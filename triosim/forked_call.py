@@ -36,6 +36,13 @@ class ForkedCall:
         if pid == 0:  # the child: compute, send, and leave without any clean-up of the parent's state
             code = 0
             try:
+                # The parent's handlers (a sweep's SIGTERM handler writes its partial results)
+                # are not the child's: a signal ends it, and the parent runs the call itself.
+                for sig in (signal.SIGINT, signal.SIGTERM):
+                    try:
+                        signal.signal(sig, signal.SIG_DFL)
+                    except ValueError:  # forked from a thread that Python does not count as main
+                        pass
                 os.close(read)
                 try:
                     payload = pickle.dumps((True, fn(*args)), protocol=pickle.HIGHEST_PROTOCOL)
