@@ -133,8 +133,11 @@ def main() -> int:
         triosim_main(run_args(trace_dir)[1:])
         prof.disable()
         pstats.Stats(prof).sort_stats("cumulative").print_stats(30)
-    print("stages in this process:")
-    stages(trace_dir, args.checker)
+    print("stages in this process (the garbage collector paused, as `triosim run` pauses it):")
+    from triosim.trace import collector_paused
+
+    with collector_paused():
+        stages(trace_dir, args.checker)
     if not args.no_run:
         # The console script's own entry (what `triosim run` runs), in a fresh interpreter.
         cmd = [sys.executable, "-c", "from triosim.cli import console_main; console_main()", *run_args(trace_dir)[1:]]
