@@ -150,3 +150,11 @@ def test_a_call_forked_from_another_thread_still_works() -> None:
     thread.start()
     thread.join(60)
     assert out["r"][1] == 8
+
+
+def test_a_refused_fork_runs_the_call_here(monkeypatch) -> None:
+    def refuse():
+        raise DeprecationWarning("fork() in a multi-threaded process")  # what -W error makes of it
+
+    monkeypatch.setattr(forked_module.os, "fork", refuse)
+    assert ForkedCall(_pid_and, 5).result() == (os.getpid(), 10)

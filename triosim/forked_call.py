@@ -29,7 +29,7 @@ class ForkedCall:
         read, write = os.pipe()
         try:
             pid = os.fork()
-        except OSError:  # no process to spare: run it here later
+        except Exception:  # no process to spare (or fork refused, e.g. a warning made an error)
             os.close(read)
             os.close(write)
             return
