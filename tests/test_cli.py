@@ -220,3 +220,23 @@ def test_summary_says_when_the_trace_batch_was_assumed(synthetic_dir, capsys) ->
     assert "trace batch 128 assumed: no meta.json and no --batch-size" in out
     assert main(["run", "--trace-dir", str(synthetic_dir), "--batch-size", "8", "--json", "-"]) == 0
     assert json.loads(capsys.readouterr().out)["batch_source"] == "flag"
+
+
+def _console(*argv: str, cwd) -> subprocess.CompletedProcess:
+    """The installed command's entry point, in a fresh interpreter."""
+    code = "import sys; from triosim.cli import console_main; sys.argv[0] = 'triosim'; console_main()"
+    return subprocess.run([sys.executable, "-c", code, *argv], cwd=cwd, capture_output=True, text=True, timeout=300)
+
+
+def test_the_console_entry_exits_at_once_after_a_run_with_its_outputs_complete(tmp_path):
+    """After `run` the command ends with os._exit: stdout and the JSON must be complete, the
+    exit code kept; other commands and bad input exit the usual way."""
+    out = tmp_path / "r.json"
+    done = _console("run", "-q", "--json", str(out), cwd=tmp_path)
+    assert done.returncode == 0 and done.stderr == ""
+    assert done.stdout.strip() == f"{json.loads(out.read_text())['makespan_ms']:.4f}"
+    piped = _console("-case", "1", "-GPUnumber", "2", "--json", "-", cwd=tmp_path)  # `run` by default
+    assert piped.returncode == 0 and json.loads(piped.stdout)["gpus"] == 2
+    bad = _console("run", "-GPUnumber", "nan", cwd=tmp_path)
+    assert bad.returncode == 2 and len(bad.stderr.splitlines()) == 1
+    assert _console("--version", cwd=tmp_path).returncode == 0
