@@ -178,6 +178,17 @@ def tensor_objects(ids: list[str], nbytes: np.ndarray, numel: np.ndarray, each: 
     return dict(zip(ids, objs))
 
 
+def category_rows(raw_cats: list[str], code: np.ndarray) -> list[int]:
+    """Per tensor (``code``: each row's tensor, in order of first row), the row whose category it
+    keeps: the first of the highest rank, as the checker merges a tensor's rows."""
+    from .trace import _CATEGORY_RANK, normalize_category
+
+    rank_of = {raw: _CATEGORY_RANK.get(normalize_category(raw), 2) for raw in set(raw_cats)}
+    rank = np.fromiter(map(rank_of.__getitem__, raw_cats), dtype=np.int64, count=len(raw_cats))
+    order = np.lexsort((np.arange(len(code)), -rank, code))
+    return order[np.flatnonzero(np.diff(code[order], prepend=-1))].tolist()
+
+
 def bytes_in_range(numel: np.ndarray, each: np.ndarray) -> np.ndarray:
     """Each tensor's bytes; sizes near the limits (where int64 products could overflow) are left
     to the checker."""
@@ -189,7 +200,7 @@ def bytes_in_range(numel: np.ndarray, each: np.ndarray) -> np.ndarray:
 def fast_tensors(path: Path, columns: tuple[str, ...], field_limit: int):
     """tensor.csv as {ID: Tensor}, computed column by column (see the checker,
     ``triosim.trace._load_tensors``, for the rules)."""
-    from .trace import _CATEGORY_RANK, Tensor, _parse_shape, normalize_category
+    from .trace import Tensor, _parse_shape, normalize_category
 
     df = _frame(path, columns, field_limit, numeric=("TensorNumElement", "TensorEachByte"),
                 unused=("Index", "gpuid"))
@@ -200,7 +211,6 @@ def fast_tensors(path: Path, columns: tuple[str, ...], field_limit: int):
     each = whole_counts(df["TensorEachByte"])
     nbytes = bytes_in_range(numel, each)
     raw_cats = df["TensorType"]
-    norm = {raw: normalize_category(raw) for raw in set(raw_cats)}
     storages = df["TensorStorgeid"]
     shape_text = df["TensorShape"]
     if int(nbytes.sum()) < MAX_BYTES:  # else (rows of one tensor counted twice?) see below
@@ -216,15 +226,12 @@ def fast_tensors(path: Path, columns: tuple[str, ...], field_limit: int):
     # Rows of one ID must agree on size; the category is the first of the highest rank.
     if (numel != numel[first][code]).any() or (each != each[first][code]).any():
         raise Unusual
-    rank_of = {raw: _CATEGORY_RANK.get(c, 2) for raw, c in norm.items()}
-    rank = np.fromiter(map(rank_of.__getitem__, raw_cats), dtype=np.int64, count=len(raw_cats))
-    order = np.lexsort((np.arange(len(code)), -rank, code))
-    starts = np.flatnonzero(np.diff(code[order], prepend=-1))
-    cat_rows = order[starts].tolist()
+    cat_rows = category_rows(raw_cats, code)
     if int(nbytes[first].sum()) >= MAX_BYTES:
         raise Unusual
     rows = first.tolist()
     shapes = {text: _parse_shape(text) for text in set(map(shape_text.__getitem__, rows))}
+    norm = {raw: normalize_category(raw) for raw in set(raw_cats)}
     categories = [norm[raw_cats[r]] for r in cat_rows]
     storage = [storages[r] for r in rows]
     storage = [s if s != "0" else "" for s in storage]

@@ -27,7 +27,15 @@ from .trace_bytes import (
     number_lists,
     split_fields,
 )
-from .trace_fast import Unusual, bytes_in_range, op_objects, pandas_load, times_us, whole_counts
+from .trace_fast import (
+    Unusual,
+    bytes_in_range,
+    category_rows,
+    op_objects,
+    pandas_load,
+    times_us,
+    whole_counts,
+)
 
 
 def plain_tensors(path: Path, columns: tuple[str, ...], field_limit: int) -> tuple[TensorTable, np.ndarray, np.ndarray]:
@@ -53,13 +61,7 @@ def plain_tensors(path: Path, columns: tuple[str, ...], field_limit: int) -> tup
     rows = first[appearance]
     if int(nbytes[rows].sum()) >= MAX_BYTES:
         raise Unusual
-    from .trace import _CATEGORY_RANK, normalize_category
-
-    rank_of = {raw: _CATEGORY_RANK.get(normalize_category(raw), 2) for raw in set(raw_cats)}
-    rank = np.fromiter(map(rank_of.__getitem__, raw_cats), dtype=np.int64, count=len(raw_cats))
-    code = place[inverse]
-    by_rank = np.lexsort((np.arange(len(code)), -rank, code))
-    cat_rows = by_rank[np.flatnonzero(np.diff(code[by_rank], prepend=-1))].tolist()
+    cat_rows = category_rows(raw_cats, place[inverse])
     pick = rows.tolist()
     tensors = _table(list(map(ids.__getitem__, pick)), nbytes[rows], numel[rows], each[rows],
                      list(map(raw_cats.__getitem__, cat_rows)), list(map(storages.__getitem__, pick)),
