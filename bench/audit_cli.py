@@ -67,7 +67,7 @@ def _alarm(signum, frame):
 
 
 def run(argv: list[str], limit_s: int) -> tuple[int | str, str]:
-    from triosim.cli import main
+    from triosim.cli.console import main
 
     err = io.StringIO()
     previous = signal.signal(signal.SIGALRM, _alarm)
@@ -130,8 +130,8 @@ def is_path(action: argparse.Action) -> bool:
 
 
 def audit(only: str | None, limit_s: int) -> list[Outcome]:
-    from triosim.cli import build_parser
-    from triosim.synthetic import SyntheticModel, write_synthetic_trace
+    from triosim.cli.console import build_parser
+    from triosim.trace.synthetic import SyntheticModel, write_synthetic_trace
 
     outcomes = []
     cwd = os.getcwd()

@@ -29,7 +29,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 GPT = REPO / "sample_trace" / "gpt-h16-cpu-bs8"
 GPT4 = REPO / "sample_trace" / "gpt-cpu-bs8"  # 4 heads: the agreement table
-CLI = "import sys; from triosim.cli import main; sys.exit(main())"
+CLI = "import sys; from triosim.cli.console import main; sys.exit(main())"
 ORIGINAL_NETWORK = ["--network", "exclusive", "--collective-algo", "one-way-ring", "--collective-latency-us", "0"]
 COMMON = ["--schedule", "1f1b", "-batch-size-sim", "64", "-micro-batch-size", "1", "--topology", "nvlink-cluster"]
 
@@ -68,12 +68,12 @@ def spread(values: list[float]) -> str:
 
 def phases(argv: list[str]) -> dict[str, float]:
     """CPU seconds of each phase of one run in this process (imports excluded)."""
-    from triosim.cli import build_parser, normalize_argv
+    from triosim.cli.console import build_parser, normalize_argv
     from triosim.config import configure
     from triosim.graph import build_graph
-    from triosim.result import summarize
-    from triosim.scheduler import schedule
-    from triosim.trace import collector_paused
+    from triosim.report.result import summarize
+    from triosim.schedule.list_scheduler import schedule
+    from triosim.trace.load import collector_paused
 
     args = build_parser().parse_args(["run", *normalize_argv(argv)])
     out: dict[str, float] = {}

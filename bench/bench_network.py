@@ -32,11 +32,11 @@ def main() -> None:
     args = ap.parse_args()
 
     t_start = time.perf_counter()
-    import triosim.network as network
-    import triosim.scheduler as scheduler
+    import triosim.hardware.flow_network as network
+    import triosim.schedule.list_scheduler as scheduler
     from triosim.config import configure
     from triosim.graph import build_graph
-    from triosim.result import summarize
+    from triosim.report.result import summarize
 
     solver = {"seconds": 0.0, "rate_updates": 0, "flows": 0}
     real_rates, real_flow = scheduler.maxmin_rates, scheduler.flow_of

@@ -12,9 +12,9 @@ import tempfile
 import time
 from pathlib import Path
 
-from triosim.graph.megatron import plan_tensor_parallel
-from triosim.trace import load_trace
-from triosim.trace_repeat import repeat_trace_dir
+from triosim.graph.tensor.megatron import plan_tensor_parallel
+from triosim.trace.load import load_trace
+from triosim.trace.repeat import repeat_trace_dir
 
 GPT = Path(__file__).resolve().parents[1] / "sample_trace" / "gpt-cpu-bs8"
 

@@ -20,9 +20,9 @@ REFERENCE = Path(__file__).resolve().parents[1].parent / "shared" / "reference" 
 def main() -> int:
     from triosim import build_platform, load_trace, scale_trace
     from triosim.graph import build_graph
-    from triosim.result import summarize
-    from triosim.scheduler import schedule
-    from triosim.strategy import Strategy
+    from triosim.graph.strategy import Strategy
+    from triosim.report.result import summarize
+    from triosim.schedule.list_scheduler import schedule
 
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--trace", default="resnet50")

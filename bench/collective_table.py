@@ -12,7 +12,7 @@ from __future__ import annotations
 import argparse
 
 from triosim import build_platform
-from triosim.graph.collective_cost import collective_cost
+from triosim.graph.collectives.cost import collective_cost
 
 SIZES = [2**k for k in range(10, 33, 2)]  # 1 KiB … 4 GiB
 ALGOS = ("one-way-ring", "ring", "tree", "hierarchical", "direct")

@@ -27,11 +27,11 @@ from dataclasses import replace
 from pathlib import Path
 
 from triosim import build_platform, load_trace, simulate
+from triosim.graph.data.zero import buffer_roles
 from triosim.graph.layer_count import count_layers
-from triosim.graph.megatron import find_blocks
-from triosim.graph.zero import buffer_roles
-from triosim.strategy import Strategy
-from triosim.synthetic import SyntheticModel, write_synthetic_trace
+from triosim.graph.strategy import Strategy
+from triosim.graph.tensor.megatron import find_blocks
+from triosim.trace.synthetic import SyntheticModel, write_synthetic_trace
 
 REPO = Path(__file__).resolve().parents[1]
 GPT_SAMPLES = ("gpt-cpu-bs8", "gpt-h16-cpu-bs8")

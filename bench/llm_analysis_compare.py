@@ -8,7 +8,7 @@ sequence 2048), on 16 H100-SXM-80GB-class GPUs: dp 2 × tp 4 × pp 2, ZeRO-1, mi
 8 micro-batches per replica (global batch 16), 1F1B, Megatron TP inside an 8-GPU NVSwitch node.
 
 triosim's side needs a trace. There is no H100 trace of a GPT here, so the bench builds one:
-``triosim.synthetic_transformer`` writes two decoder layers of that shape, ``--num-layers 24``
+``triosim.trace.synthetic_transformer`` writes two decoder layers of that shape, ``--num-layers 24``
 repeats them, and every op gets a roofline time on the H100 numbers llm-analysis uses (989 TFLOPS
 bf16 peak at the same 50 % FLOPS efficiency, 3,350 GB/s HBM at the same 80 % efficiency): linears
 2·M·N·K FLOPs forward and twice that backward, attention 4·b·s²·h forward and twice that
@@ -32,9 +32,12 @@ from pathlib import Path
 
 from triosim import simulate
 from triosim.config import configure
-from triosim.synthetic_transformer import SyntheticTransformer, write_synthetic_transformer
-from triosim.trace import Trace
-from triosim.trace_repeat import load_repeated
+from triosim.trace.load import Trace
+from triosim.trace.repeat import load_repeated
+from triosim.trace.synthetic_transformer import (
+    SyntheticTransformer,
+    write_synthetic_transformer,
+)
 
 LAYERS, HIDDEN, HEADS, FFN, VOCAB, SEQ = 24, 2048, 16, 8192, 50257, 2048
 DP, TP, PP, ZERO, MICRO, ACCUM = 2, 4, 2, 1, 1, 8

@@ -39,17 +39,17 @@ class Mutation:
 MUTATIONS = (
     # The fetch keeps the other buffers' write-backs it waits for, but not its own (the
     # explicit dependency and the one among the write-backs that made room at its start).
-    Mutation("re-fetch without waiting for its own write-back", "triosim/graph/memory.py",
+    Mutation("re-fetch without waiting for its own write-back", "triosim/graph/memory/plan.py",
              "            after.extend(writebacks_at.get(b, ()))\n            if wb_own is not None:\n"
              "                after.append(wb_own)\n",
              "            after.extend(w for w in writebacks_at.get(b, ()) if w != wb_own)\n",
              "tests/test_mutations.py::test_refetch_waits_for_its_own_writeback"),
-    Mutation("DDP bucket closing at > instead of >=", "triosim/graph/data_parallel.py",
+    Mutation("DDP bucket closing at > instead of >=", "triosim/graph/data/data_parallel.py",
              "        if size >= bucket_bytes:", "        if size > bucket_bytes:",
              "tests/test_mutations.py::test_ddp_bucket_closes_when_it_reaches_its_size"),
     # Every buffer of a stage that is not per micro-batch (parameters, gradients, optimizer
     # state: keys without the "mb<r>:" prefix) sized at the micro-batch fraction.
-    Mutation("pipeline parameters scaled by the micro-batch fraction", "triosim/graph/pipeline_parallel.py",
+    Mutation("pipeline parameters scaled by the micro-batch fraction", "triosim/graph/pipeline/builder.py",
              "    return plan_memory(graph, platform, plan.gpus[rank], steps, sizes,",
              "    sizes = {k: v if k.startswith('mb') else int(round(v * fractions[0])) for k, v in sizes.items()}\n"
              "    return plan_memory(graph, platform, plan.gpus[rank], steps, sizes,",

@@ -17,8 +17,8 @@ import tempfile
 from pathlib import Path
 
 from triosim import load_trace
-from triosim.cli import main as triosim_main
-from triosim.compute_model import linear_floor_model, linear_model
+from triosim.cli.console import main as triosim_main
+from triosim.compute.op_time import linear_floor_model, linear_model
 
 REFERENCE = Path(__file__).resolve().parents[1].parent / "shared" / "reference"
 

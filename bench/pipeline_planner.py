@@ -24,7 +24,7 @@ import time
 from pathlib import Path
 
 from triosim import Strategy, build_platform, load_trace, simulate
-from triosim.compute_model import attach_op_time_model
+from triosim.compute.op_time import attach_op_time_model
 
 REFERENCE = Path(__file__).resolve().parents[1].parent / "shared" / "reference" / "sample_trace" / "trace2-h100-bs128"
 GPT = Path(__file__).resolve().parents[1] / "sample_trace" / "gpt-h16-cpu-bs8"
@@ -41,10 +41,10 @@ def ms(trace, gpus: int, ptp: float = 65.0, **kw) -> float:
 def planner_speed(dp: int, tp: int, pp: int, partition: str, repeat: int) -> tuple[float, float, tuple[int, ...]]:
     """Best wall and CPU seconds of the stage planner for one mesh, and the stage starts."""
     from triosim.config import configure
+    from triosim.graph.collectives.star_routes import prime_routes
     from triosim.graph.hybrid import stage_plan
-    from triosim.graph.pipeline_parallel import micro_batch_sizes
+    from triosim.graph.pipeline.builder import micro_batch_sizes
     from triosim.graph.rank_map import RankMap
-    from triosim.graph.star_routes import prime_routes
 
     trace, platform, strategy = configure(trace_dir=str(GPT), num_layers=96, dp=dp, tp=tp, pp=pp, schedule="1f1b",
                                           batch_size_sim=64, micro_batch_size=1, topology="nvlink-cluster",

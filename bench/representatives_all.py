@@ -22,11 +22,11 @@ import time
 from pathlib import Path
 
 from triosim.graph import build_graph
-from triosim.platform import build_platform
-from triosim.scheduler import schedule
-from triosim.strategy import Strategy
-from triosim.synthetic import SyntheticModel, write_synthetic_trace
-from triosim.trace import load_trace
+from triosim.graph.strategy import Strategy
+from triosim.hardware.platform import build_platform
+from triosim.schedule.list_scheduler import schedule
+from triosim.trace.load import load_trace
+from triosim.trace.synthetic import SyntheticModel, write_synthetic_trace
 
 REPO = Path(__file__).resolve().parents[1]
 

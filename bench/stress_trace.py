@@ -27,7 +27,7 @@ from pathlib import Path
 
 
 def make_trace(directory: Path, rows: int) -> Path:
-    from triosim.synthetic import SyntheticModel, write_synthetic_trace
+    from triosim.trace.synthetic import SyntheticModel, write_synthetic_trace
 
     # The synthetic MLP has 3 ops per layer (forward, backward, optimizer) plus loss and its grad.
     layers = max(1, (rows - 2) // 3)
@@ -62,11 +62,11 @@ class Clock:
 
 def stages(trace_dir: Path, checker: bool) -> None:
     """Each stage of ``triosim run -case 0`` in this process."""
-    from triosim.compute_model import attach_op_time_model
+    from triosim.compute.op_time import attach_op_time_model
     from triosim.config import configure
     from triosim.graph import build_graph
-    from triosim.scheduler import schedule
-    from triosim.trace import load_trace
+    from triosim.schedule.list_scheduler import schedule
+    from triosim.trace.load import load_trace
 
     with Clock() as c:
         trace = load_trace(trace_dir, batch_size=8)
@@ -80,7 +80,7 @@ def stages(trace_dir: Path, checker: bool) -> None:
         attach_op_time_model(trace)
     print(f"  op-time model         {c}")
     args = run_args(trace_dir)
-    from triosim.cli import build_parser, normalize_argv
+    from triosim.cli.console import build_parser, normalize_argv
 
     ns = build_parser().parse_args(normalize_argv(args[1:]))
     trace, platform, strategy = configure(ns)
@@ -126,7 +126,7 @@ def main() -> int:
         import cProfile
         import pstats
 
-        from triosim.cli import main as triosim_main
+        from triosim.cli.console import main as triosim_main
 
         prof = cProfile.Profile()
         prof.enable()
@@ -134,13 +134,13 @@ def main() -> int:
         prof.disable()
         pstats.Stats(prof).sort_stats("cumulative").print_stats(30)
     print("stages in this process (the garbage collector paused, as `triosim run` pauses it):")
-    from triosim.trace import collector_paused
+    from triosim.trace.load import collector_paused
 
     with collector_paused():
         stages(trace_dir, args.checker)
     if not args.no_run:
         # The console script's own entry (what `triosim run` runs), in a fresh interpreter.
-        cmd = [sys.executable, "-c", "from triosim.cli import console_main; console_main()", *run_args(trace_dir)[1:]]
+        cmd = [sys.executable, "-c", "from triosim.cli.console import console_main; console_main()", *run_args(trace_dir)[1:]]
         walls = []
         for _ in range(args.runs):
             before = resource.getrusage(resource.RUSAGE_CHILDREN)

@@ -23,7 +23,7 @@ GRID = ["--case", "0,1,2", "--gpus", "2,4,8,16", "--ptp-bandwidth", "65,300,600,
 
 
 def sweep(trace_dir: Path, out_dir: Path, extra: list[str], tag: str) -> tuple[float, int]:
-    from triosim.cli import main
+    from triosim.cli.console import main
 
     csv_path = out_dir / f"{tag}.csv"
     t0 = time.perf_counter()

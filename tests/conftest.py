@@ -32,6 +32,6 @@ def resnet50_dir() -> Path:
 
 @pytest.fixture
 def synthetic_dir(tmp_path: Path) -> Path:
-    from triosim.synthetic import SyntheticModel, write_synthetic_trace
+    from triosim.trace.synthetic import SyntheticModel, write_synthetic_trace
 
     return write_synthetic_trace(tmp_path / "mlp", SyntheticModel(layers=4, batch_size=8, seed=1))

@@ -10,12 +10,12 @@ from __future__ import annotations
 
 import pytest
 
-import triosim.graph.data_parallel as dp
-import triosim.graph.memory as memory
-import triosim.graph.tensor_parallel as tp
+import triosim.graph.data.data_parallel as dp
+import triosim.graph.memory.plan as memory
+import triosim.graph.tensor.per_op as tp
 from triosim import build_platform, load_trace, simulate
-from triosim.strategy import Strategy
-from triosim.synthetic import SyntheticModel, write_synthetic_trace
+from triosim.graph.strategy import Strategy
+from triosim.trace.synthetic import SyntheticModel, write_synthetic_trace
 
 REL = 1e-9
 

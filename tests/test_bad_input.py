@@ -19,8 +19,8 @@ from pathlib import Path
 
 import pytest
 
-from triosim.cli import main
-from triosim.synthetic import SyntheticModel, write_synthetic_trace
+from triosim.cli.console import main
+from triosim.trace.synthetic import SyntheticModel, write_synthetic_trace
 
 
 def set_cell(path: Path, row: int, column: str, value: str) -> None:

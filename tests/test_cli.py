@@ -10,7 +10,8 @@ import sys
 
 import pytest
 
-from triosim.cli import default_trace_dir, main, normalize_argv
+from triosim.cli.console import main, normalize_argv
+from triosim.config import default_trace_dir
 
 
 def run_cli(capsys, *argv):
@@ -224,7 +225,7 @@ def test_summary_says_when_the_trace_batch_was_assumed(synthetic_dir, capsys) ->
 
 def _console(*argv: str, cwd) -> subprocess.CompletedProcess:
     """The installed command's entry point, in a fresh interpreter."""
-    code = "import sys; from triosim.cli import console_main; sys.argv[0] = 'triosim'; console_main()"
+    code = "import sys; from triosim.cli.console import console_main; sys.argv[0] = 'triosim'; console_main()"
     return subprocess.run([sys.executable, "-c", code, *argv], cwd=cwd, capture_output=True, text=True, timeout=300)
 
 

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from triosim.cli import main
+from triosim.cli.console import main
 
 GPT = str(Path(__file__).resolve().parents[1] / "sample_trace" / "gpt-cpu-bs8")
 

@@ -1,4 +1,4 @@
-"""The op-time model (triosim.compute_model): measured times at the traced batch, the kernel
+"""The op-time model (triosim.compute.op_time): measured times at the traced batch, the kernel
 floor, batch-independent ops, the least-squares fit over traces at several batch sizes, the
 flags, and the batch-512 prediction of the original's vgg13 data (skipped without ../shared)."""
 
@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 
 from triosim import build_platform, load_trace, scale_trace, simulate
-from triosim.cli import main
-from triosim.compute_model import (
+from triosim.cli.console import main
+from triosim.compute.op_time import (
     attach_op_time_model,
     batch_independent_ops,
     fit_model,
@@ -21,8 +21,8 @@ from triosim.compute_model import (
     op_seconds,
 )
 from triosim.errors import ConfigError, TraceError
-from triosim.strategy import Strategy
-from triosim.synthetic import SyntheticModel, write_synthetic_trace
+from triosim.graph.strategy import Strategy
+from triosim.trace.synthetic import SyntheticModel, write_synthetic_trace
 
 REFERENCE = Path(__file__).resolve().parents[1].parent / "shared" / "reference"
 
@@ -168,7 +168,7 @@ def test_batch_512_prediction_of_the_original_vgg13(tmp_path):
 def test_batch_independent_ops_on_the_coded_buffers_match_the_per_op_rule(tmp_path, name):
     """The column-by-column computation equals the rule written op by op: an optimizer op, or one
     whose buffers are all batch-free scalars."""
-    from triosim.compute_model import batch_dependent
+    from triosim.compute.op_time import batch_dependent
 
     trace = _trace(tmp_path) if name == "synthetic" else load_trace(Path(__file__).parents[1] / "sample_trace" / name)
     scalars = {k for k, t in trace.tensors.items() if t.numel <= 1 and not batch_dependent(trace, k)}

@@ -8,11 +8,11 @@ from pathlib import Path
 
 import pytest
 
-import triosim.forked_call as forked_module
-import triosim.trace_plain as plain_module
-from triosim.forked_call import ForkedCall
-from triosim.synthetic import SyntheticModel, write_synthetic_trace
-from triosim.trace import FIELD_LIMIT, TENSOR_COLUMNS, TRACE_COLUMNS
+import triosim.trace.forked_call as forked_module
+import triosim.trace.plain_reader as plain_module
+from triosim.trace.forked_call import ForkedCall
+from triosim.trace.load import FIELD_LIMIT, TENSOR_COLUMNS, TRACE_COLUMNS
+from triosim.trace.synthetic import SyntheticModel, write_synthetic_trace
 
 needs_fork = pytest.mark.skipif(not hasattr(os, "fork"), reason="no os.fork on this platform")
 SAMPLE = Path(__file__).resolve().parents[1] / "sample_trace"
@@ -109,7 +109,7 @@ def _renumbered(src: Path, dst: Path, seed: int) -> Path:
 def test_the_plain_reader_matches_ids_in_any_order(tmp_path, name) -> None:
     """Tensor IDs neither sorted nor in row order, on one row each (synthetic) or several (GPT):
     the plain reader still gives what the checker gives."""
-    from triosim.trace import _load_ops, _load_tensors
+    from triosim.trace.load import _load_ops, _load_tensors
 
     src = (write_synthetic_trace(tmp_path / "s", SyntheticModel(layers=6, batch_size=4, seed=3))
            if name == "synthetic" else SAMPLE / name)

@@ -21,13 +21,13 @@ import pytest
 from hypothesis import HealthCheck, given, seed, settings
 from hypothesis import strategies as st
 
-import triosim.trace as trace_module
-import triosim.trace_fast as fast_module
-import triosim.trace_plain as plain_module
-from triosim.cli import main
+import triosim.trace.fast_reader as fast_module
+import triosim.trace.load as trace_module
+import triosim.trace.plain_reader as plain_module
+from triosim.cli.console import main
 from triosim.errors import TriosimError
-from triosim.synthetic import SyntheticModel, write_synthetic_trace
-from triosim.trace import FIELD_LIMIT, TENSOR_COLUMNS, TRACE_COLUMNS, load_trace
+from triosim.trace.load import FIELD_LIMIT, TENSOR_COLUMNS, TRACE_COLUMNS, load_trace
+from triosim.trace.synthetic import SyntheticModel, write_synthetic_trace
 
 HOSTILE = ["", " ", "nan", "NaN", "inf", "-inf", "1e400", "-1", "0", "1.5", "2.0", "1e3", str(2**63), str(2**53),
            "9" * 40, "abc", "[", "]", "[]", "[1;;2]", "[1; 2]", "['3']", "[inf]", "[1.5]", "[-4]", "\"", "forward",
@@ -202,7 +202,7 @@ def test_fast_property_catches_a_reader_that_skips_the_row_shape_check(tmp_path_
 def test_fast_property_catches_a_plain_reader_that_keeps_edge_spaces(tmp_path_factory, monkeypatch) -> None:
     """Planted bug: the plain reader no longer declines a cell with a space at an edge (the
     checker strips it)."""
-    import triosim.trace_bytes as bytes_module
+    import triosim.trace.csv_bytes as bytes_module
 
     monkeypatch.setattr(bytes_module, "edge_spaces", lambda cells, separator=b"\n": False)
     with pytest.raises(AssertionError):

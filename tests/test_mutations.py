@@ -17,16 +17,16 @@ import pytest
 from hypothesis import HealthCheck, Phase, example, given, settings
 from hypothesis import strategies as st
 
-import triosim.graph.data_parallel as dp_module
-import triosim.graph.pipeline_parallel as pp_module
+import triosim.graph.data.data_parallel as dp_module
+import triosim.graph.pipeline.builder as pp_module
 from triosim import build_platform, load_trace, simulate
 from triosim.errors import OutOfMemoryError
-from triosim.graph.data_parallel import gradient_order, make_buckets
-from triosim.graph.memory import Step, plan_memory
+from triosim.graph.data.data_parallel import gradient_order, make_buckets
+from triosim.graph.memory.plan import Step, plan_memory
+from triosim.graph.strategy import Strategy
 from triosim.graph.tasks import TaskGraph
-from triosim.scheduler import schedule
-from triosim.strategy import Strategy
-from triosim.synthetic import SyntheticModel, write_synthetic_trace
+from triosim.schedule.list_scheduler import schedule
+from triosim.trace.synthetic import SyntheticModel, write_synthetic_trace
 
 # A failing example is reported as found: shrinking it would cost the planted-bug tests minutes.
 NO_SHRINK = (Phase.explicit, Phase.reuse, Phase.generate)

@@ -7,11 +7,11 @@ import pytest
 from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 
-import triosim.network as network
+import triosim.hardware.flow_network as network
 from triosim import build_platform
 from triosim.graph.tasks import TaskGraph
-from triosim.network import attach_network
-from triosim.scheduler import schedule
+from triosim.hardware.flow_network import attach_network
+from triosim.schedule.list_scheduler import schedule
 
 PROPS = settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 GB = 1e9
@@ -141,7 +141,7 @@ def _greedy_rates(flows):
 
 
 def test_capacity_property_catches_flows_ignoring_each_other(monkeypatch):
-    import triosim.scheduler as sched_module
+    import triosim.schedule.list_scheduler as sched_module
 
     monkeypatch.setattr(sched_module, "maxmin_rates", _greedy_rates)
     with pytest.raises(AssertionError):
@@ -156,7 +156,7 @@ def _half_rates(flows):
 
 
 def test_fairness_property_catches_wasted_capacity(monkeypatch):
-    import triosim.scheduler as sched_module
+    import triosim.schedule.list_scheduler as sched_module
 
     monkeypatch.setattr(sched_module, "maxmin_rates", _half_rates)
     with pytest.raises(AssertionError):
@@ -179,7 +179,7 @@ def test_reference_compat_implies_the_original_network():
 ])
 def test_exclusive_one_way_ring_reproduces_the_earlier_numbers(capsys, vgg13_dir, argv, before):
     """The numbers the simulator gave before the network flags existed (vgg13, batch 128)."""
-    from triosim.cli import main
+    from triosim.cli.console import main
 
     old = ["--network", "exclusive", "--collective-algo", "one-way-ring", "--collective-latency-us", "0"]
     assert main(["run", "--trace-dir", str(vgg13_dir), *argv, *old, "-q"]) == 0

@@ -17,12 +17,12 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-import triosim.scheduler as scheduler_module
+import triosim.schedule.list_scheduler as scheduler_module
 from triosim import build_platform, load_trace, simulate
 from triosim.errors import ConfigError, OutOfMemoryError
-from triosim.strategy import Strategy
-from triosim.synthetic import SyntheticModel, write_synthetic_trace
-from triosim.validate import dag_violations, schedule_violations
+from triosim.graph.strategy import Strategy
+from triosim.schedule.validate import dag_violations, schedule_violations
+from triosim.trace.synthetic import SyntheticModel, write_synthetic_trace
 
 
 @st.composite
@@ -100,6 +100,6 @@ def test_the_cross_case_property_catches_a_planted_bug(monkeypatch):
         finally:
             graph.resources = saved
 
-    monkeypatch.setattr("triosim.result.schedule", links_not_exclusive)
+    monkeypatch.setattr("triosim.report.result.schedule", links_not_exclusive)
     with pytest.raises(AssertionError):
         test_every_case_topology_and_memory_setting_keeps_the_invariants()

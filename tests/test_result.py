@@ -7,7 +7,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-import triosim.result as result_module
+import triosim.report.result as result_module
 
 times = st.sampled_from([0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 1e-9, 0.1 + 0.2]) | st.floats(0, 10, allow_nan=False)
 

@@ -9,9 +9,9 @@ import json
 import pytest
 from triosim.sample_trace import trace_dir
 
-import triosim.graph.megatron as mg
-from triosim.cli import main
-from triosim.trace import Trace, load_trace
+import triosim.graph.tensor.megatron as mg
+from triosim.cli.console import main
+from triosim.trace.load import Trace, load_trace
 
 H16 = "gpt-h16-cpu-bs8"
 

@@ -12,11 +12,11 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from triosim import scheduler as scheduler_module
 from triosim.errors import TriosimError
 from triosim.graph.tasks import TaskGraph
-from triosim.scheduler import Schedule, schedule
-from triosim.validate import critical_path, schedule_violations
+from triosim.schedule import list_scheduler as scheduler_module
+from triosim.schedule.list_scheduler import Schedule, schedule
+from triosim.schedule.validate import critical_path, schedule_violations
 
 
 def test_chain_and_shared_resource():

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from triosim.cli import main
+from triosim.cli.console import main
 from triosim.errors import ConfigError
 from triosim.sweep import FlagTable, build_grid, read_grid_file, run_sweep
 from triosim.sweep import execute as sweep_execute
@@ -368,7 +368,7 @@ def test_single_dash_seed_spellings(tiny: Path, tmp_path: Path) -> None:
 
 
 def test_core_import_stays_light() -> None:
-    code = ("import sys, triosim.cli, triosim.sweep; triosim.cli.build_parser(); "
+    code = ("import sys, triosim.cli.console, triosim.sweep; triosim.cli.console.build_parser(); "
             "bad = [m for m in ('dask', 'distributed', 'matplotlib', 'yaml') if m in sys.modules]; "
             "assert not bad, bad")
     subprocess.run([sys.executable, "-c", code], check=True, timeout=60)

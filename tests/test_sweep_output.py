@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from triosim.synthetic import SyntheticModel, write_synthetic_trace
+from triosim.trace.synthetic import SyntheticModel, write_synthetic_trace
 
 OLD = "case,gpus,makespan_ms\n0,1,1.0\n"
 
@@ -78,7 +78,7 @@ def test_sigterm_is_handled_like_ctrl_c(tmp_path: Path) -> None:
 
 
 def test_a_complete_sweep_replaces_the_target_and_removes_the_partial(tmp_path: Path) -> None:
-    from triosim.cli import main
+    from triosim.cli.console import main
 
     trace = write_synthetic_trace(tmp_path / "t", SyntheticModel(layers=3, batch_size=4, seed=3))
     out = tmp_path / "x.csv"

@@ -8,11 +8,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-import triosim.trace_plain as plain_module
-from triosim.compute_model import batch_independent_ops
-from triosim.synthetic import SyntheticModel, write_synthetic_trace
-from triosim.tensor_table import TensorTable, column_or_none
-from triosim.trace import FIELD_LIMIT, TENSOR_COLUMNS, _load_tensors, load_trace
+import triosim.trace.plain_reader as plain_module
+from triosim.compute.op_time import batch_independent_ops
+from triosim.trace.load import FIELD_LIMIT, TENSOR_COLUMNS, _load_tensors, load_trace
+from triosim.trace.synthetic import SyntheticModel, write_synthetic_trace
+from triosim.trace.tensor_table import TensorTable, column_or_none
 
 SAMPLE = Path(__file__).resolve().parents[1] / "sample_trace"
 
@@ -51,7 +51,7 @@ def test_a_single_gpu_run_makes_no_tensor_objects(tmp_path) -> None:
     assert isinstance(trace.tensors, TensorTable)
     batch_independent_ops(trace)
     from triosim import build_platform, simulate
-    from triosim.strategy import Strategy
+    from triosim.graph.strategy import Strategy
 
     simulate(trace, build_platform(1), Strategy(case=0))
     assert "_tensors" not in vars(trace.tensors)

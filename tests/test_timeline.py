@@ -7,10 +7,10 @@ from pathlib import Path
 
 import pytest
 
-from triosim import timeline as timeline_module
 from triosim.config import configure
-from triosim.result import run_simulation
-from triosim.timeline import MEMORY_COUNTER, timeline_json
+from triosim.report import timeline as timeline_module
+from triosim.report.result import run_simulation
+from triosim.report.timeline import MEMORY_COUNTER, timeline_json
 
 PHASES = {"X", "M", "C", "s", "f"}
 

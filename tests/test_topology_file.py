@@ -8,10 +8,10 @@ import builtins
 import pytest
 
 from triosim import build_platform
-from triosim.cli import main
+from triosim.cli.console import main
 from triosim.errors import ConfigError
-from triosim.graph.collective_cost import collective_cost
-from triosim.topology_file import packaged_dir
+from triosim.graph.collectives.cost import collective_cost
+from triosim.hardware.topology_file import packaged_dir
 
 SUPERPOD = "dgx-h100-superpod"
 

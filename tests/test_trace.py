@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 
 from triosim.errors import ConfigError, TraceError
-from triosim.synthetic import SyntheticModel, write_synthetic_trace
-from triosim.trace import load_trace, parse_id_list, read_trace_info, scale_trace
+from triosim.trace.load import load_trace, parse_id_list, read_trace_info, scale_trace
+from triosim.trace.synthetic import SyntheticModel, write_synthetic_trace
 
 
 def test_reference_vgg13_facts(vgg13_dir):
@@ -70,7 +70,7 @@ def test_synthetic_round_trip(tmp_path):
 
 def test_scaling_keeps_parameters_and_scales_activations(synthetic_dir):
     t = load_trace(synthetic_dir, batch_size=8)
-    from triosim.compute_model import attach_op_time_model
+    from triosim.compute.op_time import attach_op_time_model
 
     # The old, linear op-time model halves every op; the default keeps optimizer ops as they are.
     assert scale_trace(attach_op_time_model(t, "linear"), 4).total_time_s == pytest.approx(t.total_time_s / 2)

@@ -15,11 +15,9 @@ import pytest
 from hypothesis import HealthCheck, Phase, given, seed, settings
 from hypothesis import strategies as st
 
-import triosim.trace as trace_module
-from triosim.buffer_columns import buffer_columns
-from triosim.synthetic import SyntheticModel, write_synthetic_trace
-from triosim.synthetic_transformer import SyntheticTransformer, write_synthetic_transformer
-from triosim.trace import (
+import triosim.trace.load as trace_module
+from triosim.trace.buffer_columns import buffer_columns
+from triosim.trace.load import (
     PARAMETER_CATEGORIES,
     Op,
     Tensor,
@@ -27,6 +25,11 @@ from triosim.trace import (
     _forward_partners,
     _grad_ready_ops,
     load_trace,
+)
+from triosim.trace.synthetic import SyntheticModel, write_synthetic_trace
+from triosim.trace.synthetic_transformer import (
+    SyntheticTransformer,
+    write_synthetic_transformer,
 )
 
 # ----------------------------------------------------------------------------- the oracle

@@ -15,14 +15,17 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from triosim.tracer.validate import check_trace_dir
 
-import triosim.trace_repeat as tr
+import triosim.trace.repeat as tr
 from triosim import build_platform, simulate
-from triosim.cli import main
+from triosim.cli.console import main
 from triosim.errors import TraceError
-from triosim.graph.megatron import plan_tensor_parallel
-from triosim.strategy import Strategy
-from triosim.synthetic_transformer import SyntheticTransformer, write_synthetic_transformer
-from triosim.trace import Trace, load_trace
+from triosim.graph.strategy import Strategy
+from triosim.graph.tensor.megatron import plan_tensor_parallel
+from triosim.trace.load import Trace, load_trace
+from triosim.trace.synthetic_transformer import (
+    SyntheticTransformer,
+    write_synthetic_transformer,
+)
 
 GPT = Path(__file__).resolve().parents[1] / "sample_trace" / "gpt-cpu-bs8"
 RESNET = Path(__file__).resolve().parents[1] / "sample_trace" / "resnet18-cpu-bs16"

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 from triosim.graph.tasks import TaskGraph
-from triosim.scheduler import Schedule, schedule
-from triosim.validate import critical_path, dag_violations, schedule_violations
+from triosim.schedule.list_scheduler import Schedule, schedule
+from triosim.schedule.validate import critical_path, dag_violations, schedule_violations
 
 
 def small_graph() -> TaskGraph:

@@ -203,7 +203,7 @@ def cmd_convert(args: argparse.Namespace) -> int:
 def cmd_repeat(args: argparse.Namespace) -> int:
     """Handler of ``trace repeat``."""
     from triosim.errors import TriosimError
-    from triosim.trace_repeat import repeat_trace_dir
+    from triosim.trace.repeat import repeat_trace_dir
 
     try:
         summary = repeat_trace_dir(args.src, args.out, args.layers, batch_size=args.batch_size)
@@ -252,7 +252,7 @@ def cmd_collect(args: argparse.Namespace) -> int:
     if args.batch_sizes is None:
         return _collect_one(args, args.batch_size, args.out, args.raw_dir)
     # The largest batch is the trace simulations start from; the others sit beside it for the
-    # op-time fit (triosim.compute_model reads --out/batch-<B>/).
+    # op-time fit (triosim.compute.op_time reads --out/batch-<B>/).
     biggest = max(args.batch_sizes)
     for batch in sorted(args.batch_sizes, reverse=True):
         out = args.out if batch == biggest else args.out / f"batch-{batch}"

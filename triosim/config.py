@@ -7,7 +7,7 @@ One module turns every way of describing a run into the three objects a simulati
   ``config`` block of a ``--json`` result), read by :func:`read_config_file`,
 * Python arguments: ``configure(case=2, gpus=4, trace_dir="my_trace")``.
 
-``triosim.cli`` and ``triosim.sweep`` are thin shells over it: both read the flag table from
+``triosim.cli.console`` and ``triosim.sweep`` are thin shells over it: both read the flag table from
 here, neither imports the other.
 """
 
@@ -21,15 +21,21 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from .compute_model import attach_op_time_model
+from .compute.op_time import attach_op_time_model
 from .errors import ConfigError
 from .graph.layer_count import check_pipeline_depth
+from .graph.strategy import Strategy
+from .hardware.platform import (
+    COLLECTIVE_ALGOS,
+    COLLECTIVE_PROTOCOLS,
+    NETWORKS,
+    Platform,
+    build_platform,
+)
 from .limits import check_gpu_count
 from .notes import check_unused_platform_flags
 from .parallel_flags import add_parallel_flags, degrees_given, parallel_options, resolve_gpus
-from .platform import COLLECTIVE_ALGOS, COLLECTIVE_PROTOCOLS, NETWORKS, Platform, build_platform
-from .strategy import Strategy
-from .trace import Trace, load_trace, scale_trace, trace_batch_size
+from .trace.load import Trace, load_trace, scale_trace, trace_batch_size
 
 DEFAULT_WORD = "default"  # a value spelling that means "the run default of this flag"
 _TRUE = frozenset({"1", "true", "yes", "on"})
@@ -310,7 +316,7 @@ def load_recorded_trace(trace_dir: str | Path, batch: int, time_column: str, num
     if num_layers is not None:
         if num_layers < 1:
             raise ConfigError(f"--num-layers must be a positive integer, got {num_layers}")
-        from .trace_repeat import load_repeated
+        from .trace.repeat import load_repeated
 
         trace = load_repeated(trace_dir, num_layers, batch_size=batch, time_column=time_column)
     else:

@@ -76,7 +76,7 @@ def unused_flag_note(args: argparse.Namespace) -> str | None:
 
 def check_unused_platform_flags(args: argparse.Namespace) -> None:
     """Values of the platform flags that are wrong on their own, checked even when unused."""
-    from .platform import TOPOLOGIES
+    from .hardware.platform import TOPOLOGIES
 
     topology = getattr(args, "topology", "ring")
     if topology not in TOPOLOGIES:

@@ -7,7 +7,7 @@ import argparse
 import math
 
 from .errors import ConfigError
-from .strategy import parse_rank_order, parse_zero
+from .graph.strategy import parse_rank_order, parse_zero
 
 DEFAULT_GPUS = 8
 

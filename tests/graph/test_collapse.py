@@ -10,9 +10,9 @@ import pytest
 
 from triosim.config import configure
 from triosim.graph import build_graph
-from triosim.graph import collapse as collapse_module
-from triosim.graph.collapse import collapse, parameter_ops
-from triosim.graph.export import dag_picture
+from triosim.report import collapse as collapse_module
+from triosim.report.collapse import collapse, parameter_ops
+from triosim.report.dot_export import dag_picture
 
 CONFIGS = [
     dict(case=0),
@@ -101,7 +101,7 @@ def test_auto_collapses_beyond_max_nodes_and_says_so(synthetic_dir: Path) -> Non
 def test_readme_example_renders_at_most_1600_px_wide(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     import struct
 
-    from triosim.cli import main
+    from triosim.cli.console import main
 
     dot = tmp_path / "dag.dot"
     assert main(["dag", "-case", "4", "-GPUnumber", "2", "--export", str(dot), "--render", "png"]) == 0

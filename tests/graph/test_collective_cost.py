@@ -9,15 +9,15 @@ import pytest
 from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 
-import triosim.graph.collective_cost as cc
-import triosim.graph.collectives as coll
+import triosim.graph.collectives.algorithms as coll
+import triosim.graph.collectives.cost as cc
 from triosim import build_platform
-from triosim.graph.collective_cost import collective_cost
+from triosim.graph.collectives.cost import collective_cost
 from triosim.graph.tasks import TaskGraph
-from triosim.network import attach_network
-from triosim.result import summarize
-from triosim.scheduler import schedule
-from triosim.validate import dag_violations
+from triosim.hardware.flow_network import attach_network
+from triosim.report.result import summarize
+from triosim.schedule.list_scheduler import schedule
+from triosim.schedule.validate import dag_violations
 
 PROPS = settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 PLANTED = settings(PROPS, max_examples=300, phases=[Phase.generate])  # stops at the first failure

@@ -10,11 +10,11 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-import triosim.graph.collectives as coll
+import triosim.graph.collectives.algorithms as coll
 from triosim import build_platform
-from triosim.cli import main
-from triosim.graph import collective_cost as cc
-from triosim.graph.collective_cost import collective_cost
+from triosim.cli.console import main
+from triosim.graph.collectives import cost as cc
+from triosim.graph.collectives.cost import collective_cost
 
 from .test_collective_cost import PLANTED, PROPS, closed_form_property, symmetric_cases
 

@@ -13,13 +13,13 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-import triosim.graph.collectives as coll
+import triosim.graph.collectives.algorithms as coll
 from triosim import build_platform
 from triosim.errors import ConfigError
 from triosim.graph.tasks import TaskGraph
-from triosim.result import summarize
-from triosim.scheduler import schedule
-from triosim.validate import dag_violations, schedule_violations
+from triosim.report.result import summarize
+from triosim.schedule.list_scheduler import schedule
+from triosim.schedule.validate import dag_violations, schedule_violations
 
 OPS = ("all_reduce", "reduce_scatter", "all_gather", "broadcast")
 REL = 1e-12

@@ -13,14 +13,14 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-import triosim.graph.data_parallel as dp
+import triosim.graph.data.data_parallel as dp
 from triosim import build_platform, load_trace, simulate
-from triosim.graph.collectives import ring_all_reduce_time
-from triosim.graph.data_parallel import MIB, gradient_order, make_buckets
-from triosim.strategy import Strategy
-from triosim.synthetic import SyntheticModel, write_synthetic_trace
-from triosim.trace import Trace
-from triosim.validate import dag_violations, schedule_violations
+from triosim.graph.collectives.algorithms import ring_all_reduce_time
+from triosim.graph.data.data_parallel import MIB, gradient_order, make_buckets
+from triosim.graph.strategy import Strategy
+from triosim.schedule.validate import dag_violations, schedule_violations
+from triosim.trace.load import Trace
+from triosim.trace.synthetic import SyntheticModel, write_synthetic_trace
 
 SHARED = Path(__file__).resolve().parents[2].parent / "shared"
 VGG13_PARAM_BYTES = 532_191_392

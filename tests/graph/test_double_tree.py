@@ -1,4 +1,4 @@
-"""The double binary tree all-reduce (``triosim.graph.double_tree``): its expanded form (pipelined
+"""The double binary tree all-reduce (``triosim.graph.collectives.double_tree``): its expanded form (pipelined
 chunk transfers) and its macro form take exactly the closed form ``collective_cost(..., "tree")``
 under both network models, on switch, fully-connected, nvlink-cluster and the DGX SuperPOD file,
 for any group in any order (sizes 1 and 2 included); hand-computed cases; a planted bug."""
@@ -9,14 +9,14 @@ import pytest
 from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 
-import triosim.graph.collectives as coll
-import triosim.graph.double_tree as dt
+import triosim.graph.collectives.algorithms as coll
+import triosim.graph.collectives.double_tree as dt
 from triosim import build_platform
-from triosim.graph.collective_cost import collective_cost
+from triosim.graph.collectives.cost import collective_cost
 from triosim.graph.tasks import TaskGraph
-from triosim.network import attach_network
-from triosim.scheduler import schedule
-from triosim.validate import dag_violations
+from triosim.hardware.flow_network import attach_network
+from triosim.schedule.list_scheduler import schedule
+from triosim.schedule.validate import dag_violations
 
 PROPS = settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 PLANTED = settings(PROPS, max_examples=300, phases=[Phase.generate])  # stops at the first failure

@@ -14,14 +14,14 @@ from hypothesis import strategies as st
 
 from triosim.graph import build_graph
 from triosim.graph import hybrid as hybrid_module
+from triosim.graph.data.zero import buffer_roles
 from triosim.graph.rank_map import RankMap
-from triosim.graph.zero import buffer_roles
-from triosim.platform import build_platform
-from triosim.scheduler import schedule
-from triosim.strategy import Strategy
-from triosim.synthetic import SyntheticModel, write_synthetic_trace
-from triosim.trace import load_trace
-from triosim.validate import dag_violations, schedule_violations
+from triosim.graph.strategy import Strategy
+from triosim.hardware.platform import build_platform
+from triosim.schedule.list_scheduler import schedule
+from triosim.schedule.validate import dag_violations, schedule_violations
+from triosim.trace.load import load_trace
+from triosim.trace.synthetic import SyntheticModel, write_synthetic_trace
 
 REPO = Path(__file__).resolve().parents[2]
 GPT = REPO / "sample_trace" / "gpt-cpu-bs8"

@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 
 from triosim import build_platform, load_trace, simulate
-from triosim.graph import pipeline_stages
-from triosim.strategy import Strategy
-from triosim.synthetic import SyntheticModel, write_synthetic_trace
+from triosim.graph.pipeline import stages as pipeline_stages
+from triosim.graph.strategy import Strategy
+from triosim.trace.synthetic import SyntheticModel, write_synthetic_trace
 
 
 def _uniform(tmp: Path, layers: int = 8, batch: int = 16):

@@ -8,13 +8,14 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from triosim.graph import hybrid, stage_memory
-from triosim.network import Flow, maxmin_rates
-from triosim.platform import build_platform
-from triosim.scheduler import schedule
-from triosim.strategy import Strategy
-from triosim.synthetic import SyntheticModel, write_synthetic_trace
-from triosim.trace import load_trace
+from triosim.graph import hybrid
+from triosim.graph.memory import stage as stage_memory
+from triosim.graph.strategy import Strategy
+from triosim.hardware.flow_network import Flow, maxmin_rates
+from triosim.hardware.platform import build_platform
+from triosim.schedule.list_scheduler import schedule
+from triosim.trace.load import load_trace
+from triosim.trace.synthetic import SyntheticModel, write_synthetic_trace
 
 REPO = Path(__file__).resolve().parents[2]
 GPT = REPO / "sample_trace" / "gpt-cpu-bs8"
@@ -127,7 +128,7 @@ SHIFT_GROUPS = [(3, 4), (4, 5, 6, 7), (5, 9, 13, 17), (2, 6, 10, 14, 18, 22, 26,
 @pytest.mark.parametrize("topology", ["nvlink-cluster", "switch"])
 @pytest.mark.parametrize("op", ["all_reduce", "all_gather", "reduce_scatter"])
 def test_a_group_costs_the_same_as_its_canonical_shift(topology, op):
-    from triosim.graph.group_comm import GroupComm, closed_form_seconds
+    from triosim.graph.collectives.group_comm import GroupComm, closed_form_seconds
     from triosim.graph.tasks import TaskGraph
 
     p = build_platform(num_gpus=32, topology=topology, gpus_per_node=4, node_bandwidth_gbps=50)
@@ -141,7 +142,7 @@ def test_a_group_costs_the_same_as_its_canonical_shift(topology, op):
 
 def test_shifting_by_part_of_a_node_is_caught():
     """Planted bug: shifting by GPUs rather than whole nodes moves a cross-node pair into one node."""
-    from triosim.graph.group_comm import closed_form_seconds
+    from triosim.graph.collectives.group_comm import closed_form_seconds
 
     p = build_platform(num_gpus=32, topology="nvlink-cluster", gpus_per_node=4, node_bandwidth_gbps=50)
     group = (3, 4)

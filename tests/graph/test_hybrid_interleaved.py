@@ -11,13 +11,16 @@ import pytest
 
 import triosim.graph.hybrid as hybrid_module
 from triosim import build_platform, load_trace, simulate
-from triosim.cli import main
+from triosim.cli.console import main
 from triosim.errors import ConfigError
 from triosim.graph.layer_count import count_layers
-from triosim.graph.pipeline_schedules import BACKWARD, FORWARD
-from triosim.strategy import Strategy
-from triosim.synthetic import SyntheticModel, write_synthetic_trace
-from triosim.synthetic_transformer import SyntheticTransformer, write_synthetic_transformer
+from triosim.graph.pipeline.schedules import BACKWARD, FORWARD
+from triosim.graph.strategy import Strategy
+from triosim.trace.synthetic import SyntheticModel, write_synthetic_trace
+from triosim.trace.synthetic_transformer import (
+    SyntheticTransformer,
+    write_synthetic_transformer,
+)
 
 GPT = Path(__file__).resolve().parents[2] / "sample_trace" / "gpt-cpu-bs8"
 

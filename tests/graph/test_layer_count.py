@@ -8,12 +8,15 @@ from pathlib import Path
 
 import pytest
 
-from triosim.cli import main
+from triosim.cli.console import main
 from triosim.errors import ConfigError
 from triosim.graph.layer_count import LayerCount, check_pipeline_depth, count_layers
-from triosim.synthetic import SyntheticModel, write_synthetic_trace
-from triosim.synthetic_transformer import SyntheticTransformer, write_synthetic_transformer
-from triosim.trace import load_trace
+from triosim.trace.load import load_trace
+from triosim.trace.synthetic import SyntheticModel, write_synthetic_trace
+from triosim.trace.synthetic_transformer import (
+    SyntheticTransformer,
+    write_synthetic_transformer,
+)
 
 GPT = str(Path(__file__).resolve().parents[2] / "sample_trace" / "gpt-cpu-bs8")
 

@@ -13,17 +13,20 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-import triosim.graph.megatron as mg
-import triosim.graph.tensor_parallel as tp
+import triosim.graph.tensor.megatron as mg
+import triosim.graph.tensor.per_op as tp
 from triosim import build_platform
 from triosim.errors import ConfigError
-from triosim.result import summarize
-from triosim.scheduler import schedule
-from triosim.strategy import Strategy
-from triosim.synthetic import SyntheticModel, write_synthetic_trace
-from triosim.synthetic_transformer import SyntheticTransformer, write_synthetic_transformer
-from triosim.trace import Trace, load_trace
-from triosim.validate import schedule_violations
+from triosim.graph.strategy import Strategy
+from triosim.report.result import summarize
+from triosim.schedule.list_scheduler import schedule
+from triosim.schedule.validate import schedule_violations
+from triosim.trace.load import Trace, load_trace
+from triosim.trace.synthetic import SyntheticModel, write_synthetic_trace
+from triosim.trace.synthetic_transformer import (
+    SyntheticTransformer,
+    write_synthetic_transformer,
+)
 
 SAMPLES = Path(__file__).resolve().parents[2] / "sample_trace"
 MiB = 1 << 20
@@ -356,7 +359,7 @@ def test_dag_catches_reduce_scatter_built_as_all_reduce(monkeypatch):
 
 
 def test_run_summary_says_which_scheme(capsys):
-    from triosim.cli import main
+    from triosim.cli.console import main
 
     gpt_dir, resnet_dir = str(SAMPLES / "gpt-cpu-bs8"), str(SAMPLES / "resnet18-cpu-bs16")
     assert main(["run", "--trace-dir", gpt_dir, "--tp", "4", "-GPUnumber", "4"]) == 0

@@ -6,13 +6,13 @@ import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-import triosim.graph.memory as memory_module
+import triosim.graph.memory.plan as memory_module
 from triosim.errors import OutOfMemoryError
-from triosim.graph.memory import Step, plan_memory
+from triosim.graph.memory.plan import Step, plan_memory
 from triosim.graph.tasks import TaskGraph
-from triosim.platform import build_platform
-from triosim.scheduler import schedule
-from triosim.validate import schedule_violations
+from triosim.hardware.platform import build_platform
+from triosim.schedule.list_scheduler import schedule
+from triosim.schedule.validate import schedule_violations
 
 GB = 10**9
 

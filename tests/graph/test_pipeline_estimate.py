@@ -15,12 +15,12 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-import triosim.graph.pipeline_cuts as pc
-import triosim.graph.pipeline_estimate as pe
-import triosim.graph.pipeline_partition as part
-import triosim.graph.pipeline_stages as ps
+import triosim.graph.pipeline.cuts as pc
+import triosim.graph.pipeline.estimate as pe
+import triosim.graph.pipeline.partition as part
+import triosim.graph.pipeline.stages as ps
 from triosim import build_platform, load_trace
-from triosim.strategy import Strategy
+from triosim.graph.strategy import Strategy
 
 from .test_pipeline_planner import synthetic
 

@@ -13,13 +13,13 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-import triosim.graph.pipeline_parallel as pp
+import triosim.graph.pipeline.builder as pp
 from triosim import build_platform, load_trace, simulate
 from triosim.errors import ConfigError
 from triosim.graph import build_graph
-from triosim.scheduler import schedule
-from triosim.strategy import Strategy
-from triosim.validate import schedule_violations
+from triosim.graph.strategy import Strategy
+from triosim.schedule.list_scheduler import schedule
+from triosim.schedule.validate import schedule_violations
 
 # ----------------------------------------------------------------------------- synthetic traces
 

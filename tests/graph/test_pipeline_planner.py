@@ -11,13 +11,13 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-import triosim.graph.pipeline_parallel as pp
-import triosim.graph.pipeline_stages as ps
+import triosim.graph.pipeline.builder as pp
+import triosim.graph.pipeline.stages as ps
 from triosim import build_platform, load_trace, simulate
 from triosim.errors import ConfigError
-from triosim.graph.pipeline_schedules import interleaved_order
-from triosim.strategy import Strategy
-from triosim.synthetic import SyntheticModel, write_synthetic_trace
+from triosim.graph.pipeline.schedules import interleaved_order
+from triosim.graph.strategy import Strategy
+from triosim.trace.synthetic import SyntheticModel, write_synthetic_trace
 
 from .test_pipeline_parallel import ToyModel, load_toy
 
@@ -166,7 +166,7 @@ def test_interleaved_errors():
 
 
 def test_interleaved_cli(synthetic_dir, capsys):
-    from triosim.cli import main
+    from triosim.cli.console import main
 
     assert main(["run", "-trace-dir", str(synthetic_dir), "-case", "4", "-GPUnumber", "2", "-micro-batch-size", "2",
                  "--schedule", "interleaved", "--virtual-stages", "2"]) == 0
@@ -193,7 +193,7 @@ def test_optimal_on_the_readme_example(vgg13_dir):
 
 @pytest.mark.parametrize("gpus, micro", [(2, 1), (3, 2), (4, 8), (2, 3)])
 def test_compat_replay_runs_every_op_once_per_round(gpus, micro):
-    from triosim.validate import dag_violations, schedule_violations
+    from triosim.schedule.validate import dag_violations, schedule_violations
 
     trace = synthetic(4, 3)
     res = simulate(trace, build_platform(gpus, reference_compat=True),

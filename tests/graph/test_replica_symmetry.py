@@ -11,10 +11,10 @@ import triosim.graph.hybrid as hybrid_module
 from triosim.graph import build_graph
 from triosim.graph.rank_map import RankMap
 from triosim.graph.replica_symmetry import replicas_alike
-from triosim.platform import build_platform
-from triosim.scheduler import schedule
-from triosim.strategy import Strategy
-from triosim.trace import load_trace
+from triosim.graph.strategy import Strategy
+from triosim.hardware.platform import build_platform
+from triosim.schedule.list_scheduler import schedule
+from triosim.trace.load import load_trace
 
 GPT = Path(__file__).resolve().parents[2] / "sample_trace" / "gpt-cpu-bs8"
 

@@ -9,12 +9,12 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-import triosim.graph.memory as memory_module
+import triosim.graph.memory.plan as memory_module
 from triosim import build_platform, load_trace, simulate
 from triosim.errors import OutOfMemoryError
-from triosim.strategy import Strategy
-from triosim.synthetic import SyntheticModel, write_synthetic_trace
-from triosim.validate import dag_violations, schedule_violations
+from triosim.graph.strategy import Strategy
+from triosim.schedule.validate import dag_violations, schedule_violations
+from triosim.trace.synthetic import SyntheticModel, write_synthetic_trace
 
 
 def run(trace, **kw):

@@ -10,14 +10,14 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-import triosim.graph.tensor_parallel as tp
+import triosim.graph.tensor.per_op as tp
 from triosim import build_platform, load_trace, simulate
 from triosim.graph import build_graph
+from triosim.graph.strategy import Strategy
 from triosim.graph.tasks import TaskGraph
-from triosim.scheduler import schedule
-from triosim.strategy import Strategy
-from triosim.synthetic import SyntheticModel, write_synthetic_trace
-from triosim.validate import schedule_violations
+from triosim.schedule.list_scheduler import schedule
+from triosim.schedule.validate import schedule_violations
+from triosim.trace.synthetic import SyntheticModel, write_synthetic_trace
 
 
 @st.composite

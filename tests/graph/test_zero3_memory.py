@@ -8,12 +8,12 @@ from pathlib import Path
 import pytest
 
 from triosim.graph import hybrid as hybrid_module
-from triosim.graph import zero as zero_module
-from triosim.graph.zero import GatheredCopies, buffer_roles, bytes_per_step
-from triosim.platform import build_platform
-from triosim.strategy import Strategy
-from triosim.synthetic import SyntheticModel, write_synthetic_trace
-from triosim.trace import load_trace
+from triosim.graph.data import zero as zero_module
+from triosim.graph.data.zero import GatheredCopies, buffer_roles, bytes_per_step
+from triosim.graph.strategy import Strategy
+from triosim.hardware.platform import build_platform
+from triosim.trace.load import load_trace
+from triosim.trace.synthetic import SyntheticModel, write_synthetic_trace
 
 N = 4
 

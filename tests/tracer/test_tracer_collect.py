@@ -157,7 +157,7 @@ def test_seed_compatible_datacollect_script(tmp_path):
 
 def test_collect_several_batch_sizes_for_the_op_time_fit(tmp_path, capsys):
     from triosim import load_trace
-    from triosim.compute_model import attach_op_time_model
+    from triosim.compute.op_time import attach_op_time_model
 
     out = _collect(tmp_path, "--model", "tinycnn", "--batch-sizes", "4,2", "--image-size", "16")
     assert json.loads((out / "meta.json").read_text())["batch_size"] == 4

@@ -5,19 +5,19 @@ from __future__ import annotations
 import importlib
 
 from ..errors import ConfigError
+from ..hardware.platform import Platform
 from ..limits import check_graph_size, op_copies
-from ..platform import Platform
-from ..strategy import Strategy
-from ..trace import Trace
+from ..trace.load import Trace
+from .strategy import Strategy
 from .tasks import TaskGraph
 
 # case -> module under triosim.graph exposing ``build(trace, platform, strategy) -> TaskGraph``
 BUILDER_MODULES = {
     0: "single",
-    1: "data_parallel",
-    2: "data_parallel",
-    3: "tensor_parallel",
-    4: "pipeline_parallel",
+    1: "data.data_parallel",
+    2: "data.data_parallel",
+    3: "tensor.per_op",
+    4: "pipeline.builder",
 }
 
 
@@ -34,7 +34,7 @@ def build_graph(trace: Trace, platform: Platform, strategy: Strategy) -> TaskGra
         if exc.name != f"{__name__}.{name}":
             raise
         raise ConfigError(f"-case {strategy.case} ({strategy.name}) is not implemented yet") from None
-    from ..network import attach_network
+    from ..hardware.flow_network import attach_network
 
     graph = module.build(trace, platform, strategy)
     graph.meta.setdefault("parallel", strategy.parallel_dict(platform.num_gpus))

@@ -5,7 +5,7 @@ What it models:
 - **Mesh.** ``dp × tp × pp`` GPUs numbered by :class:`~triosim.graph.rank_map.RankMap` (TP
   innermost by default). Replica (d, t) is one pipeline: pipeline rank p on GPU ``rank(d, t, p)``.
 - **Pipeline.** The stages, micro-batches and schedules of case 4
-  (:mod:`triosim.graph.pipeline_stages`): pipeline rank p runs stage p (stages p, p + P, … under
+  (:mod:`triosim.graph.pipeline.stages`): pipeline rank p runs stage p (stages p, p + P, … under
   the interleaved schedule) of every (d, t), its blocks in the schedule's order; every buffer
   crossing stages is sent hop by hop between consecutive stages of the same (d, t), per
   micro-batch.
@@ -29,7 +29,7 @@ What it models:
   parameters count from its gather until the pass's last op using them (two units with prefetch).
 - **Representatives.** Replicas (d, t) do the same work; on large meshes only (0, 0) is built and
   its collectives are charged with their closed form on the group's links
-  (:mod:`triosim.graph.group_comm`); ``--exact`` builds every GPU, and so does the default while
+  (:mod:`triosim.graph.collectives.group_comm`); ``--exact`` builds every GPU, and so does the default while
   the graph stays small (``AUTO_EXACT_TASKS``).
 
 With one axis only it is the case builder it generalises: ``--dp N`` = case 2, ``--pp N`` =
@@ -45,18 +45,27 @@ from functools import partial
 
 import numpy as np
 
-from ..compute_model import op_seconds
+from ..compute.op_time import op_seconds
 from ..errors import ConfigError
-from ..platform import Platform, gpu_node
-from ..strategy import Strategy
-from ..trace import Trace
-from .data_parallel import MIB, gradient_order
-from .group_comm import Charge, GroupComm, wire_bytes_per_gpu
+from ..hardware.platform import Platform, gpu_node
+from ..trace.load import Trace
+from .collectives.group_comm import Charge, GroupComm, wire_bytes_per_gpu
+from .collectives.star_routes import prime_routes
+from .data.data_parallel import MIB, gradient_order
+from .data.zero import (
+    BufferRoles,
+    buffer_roles,
+    bytes_per_step,
+    fsdp_units,
+    gathered_copies,
+    zero_divisor,
+)
 from .layer_count import check_pipeline_depth
-from .memory import MemoryReport, Step, plan_replicas
-from .pipeline_parallel import micro_batch_sizes
-from .pipeline_schedules import interleaved_order
-from .pipeline_stages import (
+from .memory.plan import MemoryReport, Step, plan_replicas
+from .memory.stage import stage_occupancy
+from .pipeline.builder import micro_batch_sizes
+from .pipeline.schedules import interleaved_order
+from .pipeline.stages import (
     BACKWARD,
     FORWARD,
     OPTIMIZER,
@@ -69,18 +78,9 @@ from .pipeline_stages import (
 from .rank_map import RankMap
 from .replica_symmetry import replicas_alike
 from .single import op_label, persistent_buffers, record_memory
-from .stage_memory import stage_occupancy
-from .star_routes import prime_routes
+from .strategy import Strategy
 from .tasks import TaskGraph
-from .tp_plans import tensor_plan
-from .zero import (
-    BufferRoles,
-    buffer_roles,
-    bytes_per_step,
-    fsdp_units,
-    gathered_copies,
-    zero_divisor,
-)
+from .tensor.plans import tensor_plan
 
 # Without --exact/--representatives, every GPU is built while dp·tp·ops·micro-batches stays below
 # this many compute tasks; above it one representative per role.

@@ -4,7 +4,7 @@ A pipeline of P stages cuts the model between layers, so ``--pp`` cannot exceed 
 The count is the first of these the trace has:
 
 1. **transformer layers**: the attention blocks the Megatron detection finds
-   (:func:`triosim.graph.megatron.find_blocks`), one per layer;
+   (:func:`triosim.graph.tensor.megatron.find_blocks`), one per layer;
 2. **layers with weights**: forward ops that read a parameter of two or more dimensions
    (a linear, convolution or embedding; biases and norm scales are 1-D and do not count),
    or any parameter when the trace records no shapes;
@@ -16,7 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..errors import ConfigError
-from ..trace import Trace
+from ..trace.load import Trace
 
 
 @dataclass(frozen=True)
@@ -40,7 +40,9 @@ def _weight_layers(trace: Trace) -> int:
 
 def count_layers(trace: Trace) -> LayerCount:
     """The model's layers by the first rule of the module docstring that finds any."""
-    from .megatron import find_blocks  # imported here: the detection is only needed for this check
+    from .tensor.megatron import (
+        find_blocks,  # imported here: the detection is only needed for this check
+    )
 
     attention = sum(1 for b in find_blocks(trace) if b.kind == "attention")
     if attention:

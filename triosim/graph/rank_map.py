@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from functools import cached_property
 
-from ..strategy import AXES
+from .strategy import AXES
 
 
 @dataclass(frozen=True)

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..platform import Platform
+from ..hardware.platform import Platform
 from .rank_map import RankMap
 
 

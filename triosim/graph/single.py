@@ -11,12 +11,12 @@ from operator import attrgetter
 
 import numpy as np
 
-from ..buffer_columns import first_op, last_op
-from ..compute_model import op_seconds
-from ..platform import Platform
-from ..strategy import Strategy
-from ..trace import Trace
-from .memory import MemoryReport, Step, lifetime_occupancy, plan_memory
+from ..compute.op_time import op_seconds
+from ..hardware.platform import Platform
+from ..trace.buffer_columns import first_op, last_op
+from ..trace.load import Trace
+from .memory.plan import MemoryReport, Step, lifetime_occupancy, plan_memory
+from .strategy import Strategy
 from .tasks import TaskGraph
 
 
@@ -43,7 +43,7 @@ def add_op_chain(
     """Compute tasks for ``op_indices`` on ``device``, each after the previous (stream order).
 
     Each op takes its traced time × ``time_scale``, or, with ``batch``, its time at that many
-    samples under the trace's op-time model (:func:`triosim.compute_model.op_seconds`).
+    samples under the trace's op-time model (:func:`triosim.compute.op_time.op_seconds`).
     """
     ops = trace.ops
     seconds = [ops[i].duration_s * time_scale if batch is None else op_seconds(trace, i, batch) for i in op_indices]
@@ -114,7 +114,7 @@ def plan_program_memory(
 
 def whole_trace_fitting(trace: Trace, capacity: int, device: int, tasks: Sequence[int]) -> MemoryReport | None:
     """The memory plan of the whole trace on one GPU when all its buffers fit at once (else
-    None): what :func:`triosim.graph.memory.plan_memory` finds in that case, each buffer
+    None): what :func:`triosim.graph.memory.plan.plan_memory` finds in that case, each buffer
     resident from its first use (external ones from the start) to its last use (persistent
     ones to the end), computed on the trace's integer-coded buffer columns instead of
     per-step lists (a 200k-op trace: a fraction of a second instead of seconds)."""

@@ -18,7 +18,7 @@ from typing import Any
 import networkx as nx
 import numpy as np
 
-from ..platform import Platform, gpu_node
+from ..hardware.platform import Platform, gpu_node
 
 KINDS = ("compute", "memcpy", "transfer", "collective", "sync")
 COMM_KINDS = frozenset({"memcpy", "transfer", "collective"})

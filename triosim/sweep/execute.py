@@ -31,8 +31,8 @@ from ..config import (
     strategy_from_args,
 )
 from ..errors import ConfigError, TriosimError
-from ..strategy import Strategy
-from ..trace import Trace, scale_trace
+from ..graph.strategy import Strategy
+from ..trace.load import Trace, scale_trace
 from .grid import Point
 
 # (trace directory, batch the trace was recorded at, op-time column, --num-layers, op-time
@@ -102,7 +102,7 @@ def run_task(traces: TraceSet, task: Task) -> Outcome:
     """Simulate one configuration; every error becomes an Outcome, never an exception."""
     from argparse import Namespace
 
-    from ..result import run_simulation
+    from ..report.result import run_simulation
 
     ns = Namespace(**dict(task.config))
     try:
@@ -157,7 +157,7 @@ def _builder_missing(case: int) -> bool:
 
 def prepare(points: Sequence[Point]) -> Prepared:
     """Validate every point as ``triosim run`` would, then load each distinct trace once."""
-    from ..strategy import CASE_NAMES
+    from ..graph.strategy import CASE_NAMES
 
     infos: dict[str, tuple[int, str]] = {}
     pending: list[tuple[Point, TraceKey, int]] = []

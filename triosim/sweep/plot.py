@@ -15,8 +15,8 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import ConfigError
+from ..graph.strategy import CASE_NAMES
 from ..output import atomic_write
-from ..strategy import CASE_NAMES
 from .grid import NOT_APPLICABLE, Grid, format_value
 from .results import Row
 

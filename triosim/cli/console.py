@@ -1,0 +1,351 @@
+"""Command line: ``triosim run``, ``triosim dag``, ``triosim trace …`` and ``triosim sweep``.
+
+Every seed flag of the original works with one or two dashes (``-trace-dir`` or
+``--trace-dir``); ``triosim -case 1 …`` without a sub-command means ``triosim run``. Errors the
+user can fix print one line on stderr and exit with code 2. The simulation flags and what they
+turn into live in :mod:`triosim.config`; this module only parses and prints.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+from rich.console import Console
+
+from .. import __version__
+from ..config import (
+    add_sim_flags,
+    check_config_facts,
+    config_block,
+    configure,
+    read_config_file,
+    resolve_batches,
+)
+from ..errors import ConfigError, TriosimError
+from ..notes import unused_flag_note
+from ..output import atomic_write_text, check_output_path
+from ..trace.load import collector_paused
+from .argparsing import OneLineParser, typed_spelling
+
+SUBCOMMANDS = ("run", "dag", "trace", "sweep")
+_SINGLE_DASH = re.compile(r"^-[A-Za-z][A-Za-z0-9_-]+(=.*)?$")
+
+
+def normalize_argv(argv: Sequence[str]) -> list[str]:
+    """``-trace-dir x`` → ``--trace-dir x``; negative numbers and ``-h`` stay as they are."""
+    out = []
+    for tok in argv:
+        out.append("-" + tok if _SINGLE_DASH.match(tok) else tok)
+    return out
+
+
+def add_output_flags(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--json", metavar="FILE", help="write the result as JSON ('-' for stdout)")
+    p.add_argument("--timeline", metavar="FILE", help="write a Chrome/Perfetto trace of the schedule")
+    p.add_argument("--quiet", "-q", action="store_true", help="print only the iteration time in ms")
+
+
+def add_config_flag(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--config", metavar="FILE",
+                   help="YAML/JSON file of flag values (keys spelled like the flags, or a --json result's "
+                        "config block); flags given on the command line win")
+
+
+def config_file_arg(argv: Sequence[str]) -> str | None:
+    """The ``--config FILE`` of a (normalized) run/dag command line, read before parsing because
+    the file's values become the parser's defaults."""
+    if not argv or argv[0] not in ("run", "dag"):
+        return None
+    found = None
+    for i, tok in enumerate(argv):
+        if tok == "--":
+            break
+        if tok == "--config" and i + 1 < len(argv):
+            found = argv[i + 1]
+        elif tok.startswith("--config="):
+            found = tok.split("=", 1)[1]
+    return found
+
+
+def build_parser(defaults: dict | None = None, run_only: bool = False) -> argparse.ArgumentParser:
+    """The whole ``triosim`` parser; ``defaults`` (flag dest → value, from ``--config``) replace
+    the simulation flags' defaults of ``run`` and ``dag``. ``run_only``: just ``run`` (a run
+    then does not import the tracer and sweep modules)."""
+    parser = OneLineParser(
+        prog="triosim",
+        description="Predict one DNN training iteration on many GPUs from a single-GPU trace.",
+    )
+    parser.add_argument("--version", action="version", version=f"triosim {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    run = sub.add_parser("run", help="simulate one iteration and print a summary")
+    add_sim_flags(run)
+    add_config_flag(run)
+    add_output_flags(run)
+    run.set_defaults(func=cmd_run, **(defaults or {}))
+    if run_only:
+        return parser
+    dag = sub.add_parser("dag", help="export the task DAG as Graphviz DOT")
+    add_sim_flags(dag)
+    add_config_flag(dag)
+    dag.add_argument("--export", metavar="FILE", default="dag.dot", help="DOT file to write (dag.dot)")
+    dag.add_argument("--render", choices=("svg", "png", "pdf"), help="also render with Graphviz's dot")
+    dag.add_argument("--max-tasks", type=int, default=50_000,
+                     help="refuse graphs larger than this (a DOT of 10^5+ nodes is unreadable; 0 = no limit)")
+    dag.add_argument("--collapse", choices=("auto", "none", "layer", "stage"), default="auto",
+                     help="one node per task (none), per layer of each GPU's pass, or per GPU pass and "
+                          "micro-batch (stage); collectives are one node each when collapsed. auto (default): "
+                          "none while it fits in --max-nodes, else layer, else stage")
+    dag.add_argument("--max-nodes", type=int, default=150,
+                     help="--collapse auto collapses beyond this many nodes, and says so (150)")
+    dag.add_argument("--show-gpus", metavar="G,G", default=None,
+                     help="draw only the tasks of these GPUs (e.g. 0,1) and the communication touching them")
+    dag.add_argument("--layout", choices=("tb", "lr"), default="tb",
+                     help="top to bottom (default) or left to right")
+    dag.set_defaults(func=cmd_dag, **(defaults or {}))
+    try:
+        from ..tracer import cli as tracer_cli
+    except ImportError:  # a source tree without the tracer package
+        tracer_cli = None
+    if tracer_cli is not None:
+        tracer_cli.register(sub)
+    try:
+        from .. import sweep
+    except ImportError:
+        sweep = None
+    if sweep is not None:
+        sweep.register(sub)
+    return parser
+
+
+# ----------------------------------------------------------------------------- commands
+
+
+def check_run_outputs(args: argparse.Namespace) -> None:
+    """Refuse unusable output paths before simulating (a directory, a missing directory, the
+    same file for two outputs)."""
+    outputs = [(flag, path) for flag, path in (("--json", args.json), ("--timeline", args.timeline))
+               if path is not None and path != "-"]
+    for flag, path in outputs:
+        check_output_path(path, flag)
+    if len(outputs) == 2 and Path(outputs[0][1]).resolve() == Path(outputs[1][1]).resolve():
+        raise ConfigError(f"--json and --timeline both name {args.json}; give them different files")
+
+
+def check_file_flags_not_empty(args: argparse.Namespace) -> None:
+    """``--config ""`` or ``--topology-file ""`` would silently mean "not given"."""
+    for flag, dest in (("--config", "config"), ("--topology-file", "topology_file")):
+        value = getattr(args, dest, None)
+        if value is not None and not str(value).strip():
+            raise ConfigError(f"{flag} is empty; give a file or leave the flag out")
+
+
+def note_unused_flags(args: argparse.Namespace) -> None:
+    note = unused_flag_note(args)
+    if note:
+        print(note, file=sys.stderr)
+
+
+def _progress_callback(total: int, quiet: bool):
+    """A rich progress bar on stderr for big graphs (never with --quiet)."""
+    if quiet or total < 200_000:
+        return None, None
+    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+
+    prog = Progress(TextColumn("scheduling"), BarColumn(), TextColumn("{task.completed:,}/{task.total:,} tasks"),
+                    TimeElapsedColumn(), console=Console(stderr=True), transient=True)
+    task = prog.add_task("schedule", total=total)
+    return prog, (lambda done: prog.update(task, completed=done))
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    from ..graph import build_graph
+    from ..report.result import Result, summarize
+    from ..report.timeline import timeline_json
+    from ..schedule.list_scheduler import schedule
+
+    check_file_flags_not_empty(args)
+    check_run_outputs(args)
+    status = None if args.quiet else Console(stderr=True).status("loading trace…")
+    if status is not None:
+        status.start()
+    try:
+        # The trace, the platform and the task graph are 10^5 long-lived objects, none of them
+        # cyclic garbage: the cyclic collector would only walk them again and again (about 7 %
+        # of a large run).
+        with collector_paused():
+            trace, platform, strategy = configure(args)
+            note_unused_flags(args)
+            if status is not None:
+                status.update(f"building the task graph ({strategy.name}, {platform.num_gpus} GPUs)…")
+            graph = build_graph(trace, platform, strategy)
+    finally:
+        if status is not None:
+            status.stop()
+    prog, cb = _progress_callback(len(graph), args.quiet)
+    with collector_paused():
+        if prog is not None:
+            with prog:
+                sched = schedule(graph, progress=cb)
+        else:
+            sched = schedule(graph)
+        per_gpu, per_link = summarize(graph, sched, platform)
+    batches = resolve_batches(args)
+    block = config_block(args)
+    for warning in check_config_facts(getattr(args, "config_facts", None) or {}, block):
+        print(f"triosim: warning: --config {args.config}: {warning}", file=sys.stderr)
+    result = Result(sched.makespan, strategy, platform, graph, sched, per_gpu, per_link,
+                    extra={"trace": Path(trace.path).name, "batch_size": batches.batch,
+                           "batch_source": batches.source, "batch_size_sim": trace.batch_size,
+                           "time_source": trace.time_source,
+                           **({"op_time_model": trace.op_time.describe()} if trace.op_time else {}),
+                           "config": block})
+    protect = (Path(trace.path) / "trace.csv", Path(trace.path) / "tensor.csv")
+    if args.json:
+        text = json.dumps(result.to_dict(), indent=2, sort_keys=False) + "\n"
+        if args.json == "-":
+            sys.stdout.write(text)
+        else:
+            atomic_write_text(args.json, text, protect=protect, flag="--json")
+    if args.timeline:
+        atomic_write_text(args.timeline, timeline_json(graph, sched), protect=protect, flag="--timeline")
+    if args.quiet:
+        if args.json != "-":
+            print(f"{result.makespan_ms:.4f}")
+    elif args.json != "-":
+        print_to = Console(highlight=False)
+        from ..report.summary import print_summary
+
+        print_summary(result, print_to, title=f"{Path(trace.path).name} · batch {trace.batch_size}")
+        if trace.op_time is not None and (trace.op_time.batch != trace.batch_size or strategy.case == 4):
+            print_to.print(trace.op_time.summary())
+        for flag, path in (("JSON", args.json), ("timeline", args.timeline)):
+            if path:
+                print_to.print(f"{flag} written to {path}")
+    # Left on the arguments: when console_main holds them, the process ends without freeing the
+    # run's million objects one by one (a fifth of a second on a 200k-op trace).
+    args.run_objects = (trace, graph, sched, result)
+    return 0
+
+
+def cmd_dag(args: argparse.Namespace) -> int:
+    from ..graph import build_graph
+    from ..report.dot_export import dag_picture
+
+    check_file_flags_not_empty(args)
+    check_output_path(args.export, "--export")
+    trace, platform, strategy = configure(args)
+    note_unused_flags(args)
+    graph = build_graph(trace, platform, strategy)
+    if args.max_tasks and len(graph) > args.max_tasks:
+        raise ConfigError(
+            f"the task graph has {len(graph):,} tasks, more than --max-tasks {args.max_tasks:,}: use fewer GPUs "
+            "or micro-batches, --collective-detail macro, or --max-tasks 0 to write it anyway"
+        )
+    if args.max_nodes < 1:
+        raise ConfigError(f"--max-nodes must be >= 1, got {args.max_nodes}")
+    picture = dag_picture(graph, trace, args.collapse, gpus=show_gpus(args.show_gpus, platform.num_gpus),
+                          max_nodes=args.max_nodes, rankdir="LR" if args.layout == "lr" else "TB")
+    protect = (Path(trace.path) / "trace.csv", Path(trace.path) / "tensor.csv")
+    atomic_write_text(args.export, picture.dot.source, protect=protect, flag="--export")
+    if picture.note:
+        print(f"note: {picture.note}")
+    print(f"wrote {args.export}: {len(graph):,} tasks, {graph.num_edges:,} edges"
+          + (f"; drawn as {picture.nodes:,} nodes (--collapse {picture.mode})" if picture.mode != "none" else ""))
+    if args.render:
+        exe = shutil.which("dot")
+        if exe is None:
+            raise ConfigError("--render needs Graphviz's `dot` program (e.g. apt-get install graphviz)")
+        out = str(Path(args.export).with_suffix("." + args.render))
+        # Raster pictures at most 1,600 px wide (16 in at 100 dpi); a larger drawing is scaled down.
+        size = ["-Gsize=16,160", "-Gdpi=100"] if args.render == "png" else []
+        proc = subprocess.run([exe, f"-T{args.render}", *size, args.export, "-o", out], capture_output=True,
+                              text=True)
+        if proc.returncode != 0:
+            raise ConfigError(f"dot failed on {args.export}: {proc.stderr.strip().splitlines()[-1:]}")
+        print(f"rendered {out}")
+    return 0
+
+
+def show_gpus(raw: str | None, num_gpus: int) -> frozenset[int] | None:
+    """``--show-gpus 0,1`` as a set of GPU indices, checked against the platform."""
+    if raw is None:
+        return None
+    try:
+        gpus = frozenset(int(tok) for tok in raw.split(","))
+    except ValueError:
+        raise ConfigError(f"--show-gpus must be a comma list of GPU indices, got {raw!r}") from None
+    bad = sorted(g for g in gpus if not 0 <= g < num_gpus)
+    if bad:
+        raise ConfigError(f"--show-gpus: GPU {bad[0]} does not exist (the platform has GPUs 0..{num_gpus - 1})")
+    return gpus
+
+
+def command_argv(typed: Sequence[str]) -> list[str]:
+    """The arguments as the parser reads them: long flags, and ``run`` when no command is named."""
+    argv = normalize_argv(typed)
+    if not argv or (argv[0].startswith("-") and argv[0] not in ("-h", "--help", "--version")):
+        argv = ["run", *argv]
+    return argv
+
+
+def main(argv: Sequence[str] | None = None, keep: list | None = None) -> int:
+    """Run a command line; ``keep``: a list that receives the parsed arguments (with what the
+    command left on them), for a caller that frees them itself, or never (:func:`console_main`)."""
+    typed = list(sys.argv[1:] if argv is None else argv)
+    argv = command_argv(typed)
+    config = config_file_arg(argv)
+    facts: dict = {}
+    try:
+        defaults = {**read_config_file(config, facts), "config_facts": facts} if config else None
+    except TriosimError as exc:
+        print(f"triosim: error: {exc}", file=sys.stderr)
+        return 2
+    parser = build_parser(defaults, run_only=argv[0] == "run")
+    parser.typed = typed_spelling(typed, normalize_argv(typed))
+    parser.command = argv[0] if argv[0] in SUBCOMMANDS else ""
+    args = parser.parse_args(argv)
+    if keep is not None:
+        keep.append(args)
+    if not getattr(args, "func", None):
+        parser.print_help()
+        return 2
+    try:
+        return int(args.func(args) or 0)
+    except TriosimError as exc:
+        print(f"triosim: error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("triosim: interrupted", file=sys.stderr)
+        return 130
+
+
+def console_main() -> None:
+    """The ``triosim`` command: :func:`main`, then, after ``run``, an immediate exit.
+
+    A run of a large trace ends holding millions of objects (trace, task graph, schedule), and
+    freeing them one by one at exit took a few percent of the run. By then its outputs are
+    written (atomically) and closed, and a run leaves no process or thread behind, so the
+    process flushes its streams and ends at once. Other commands exit the usual way.
+    """
+    kept: list = []
+    code = main(keep=kept)
+    if command_argv(sys.argv[1:])[0] != "run":
+        sys.exit(code)
+    try:
+        sys.stdout.flush()
+        sys.stderr.flush()
+    except OSError:  # a closed pipe: let the usual exit deal with it
+        sys.exit(code)
+    os._exit(code)
+
+
+if __name__ == "__main__":  # pragma: no cover
+    console_main()

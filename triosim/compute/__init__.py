@@ -1,0 +1,1 @@
+"""triosim.compute."""

@@ -1,0 +1,233 @@
+"""NCCL's double binary tree all-reduce as a pipelined schedule of chunk transfers, and its time.
+
+Two binary trees span the group: tree 0 is heap-ordered over the group's order (the parent of
+position i is (i − 1) // 2), tree 1 is the same over the reversed order, so the leaves of one are
+mostly inner GPUs of the other. Each tree carries half of the payload, cut into k chunks. Chunk
+c is reduced **up** its tree (a GPU sends it to its parent once it has received it from its
+children) and broadcast **down** (the root starts as soon as it has reduced it; a GPU forwards
+it to its children once it has it). An edge sends its chunks in order, so chunks pipeline.
+
+Links carry one transfer at a time (under the flow model, a link m times wider than every
+route crossing it carries m at once). Transfers that share a directed link (two children sending
+into one GPU over its switch port, or the two trees meeting on a link) take it in the order of
+the ideal pipeline's slots: the up transfer from a GPU of height h (leaves 0) in slot c + h,
+the down transfer to a GPU at depth d in slot c + D + d − 1 (D: the tree's height), ties by
+tree, direction and position. Every data dependency goes to a later slot, so this order is a
+topological order of the schedule, and with a link's users chained in it no two transfers ever
+share a link: the expanded task DAG takes the same time under the exclusive and the flow
+network models, and that time is this plan's longest path (:func:`longest_path`), the closed
+form of the tree.
+
+Time of one transfer: its route's time for its chunk (link latencies included). The first
+chunk also pays the per-step collective latency λ on every hop: λ is the pipeline's start-up
+per hop, so a small message costs about 2·D·λ and a large one about (k + 2D − 1) chunk times.
+
+Chunks: k = ⌈S / 2 / 512 KiB⌉ per tree (NCCL's Simple protocol moves a 4 MiB buffer in 8
+steps of 512 KiB), at least 1, at most :data:`MAX_CHUNKS`, and fewer on large groups so that a
+plan has at most :data:`TRANSFER_BUDGET` transfers.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from ...hardware.platform import Platform, gpu_node
+
+CHUNK_BYTES = 512 * 1024
+MAX_CHUNKS = 64
+# Caps k on large groups: a plan has 4(N−1)·k transfers and its longest path is walked once
+# per group and payload size.
+TRANSFER_BUDGET = 1 << 14
+
+
+def chunks_per_tree(n: int, nbytes: float) -> int:
+    """k, the number of chunks each tree cuts its half of the payload into (see the module doc)."""
+    if n < 2:
+        return 1
+    want = max(1, math.ceil(nbytes / 2 / CHUNK_BYTES))
+    return max(1, min(want, MAX_CHUNKS, TRANSFER_BUDGET // (4 * (n - 1))))
+
+
+def heap_shape(n: int) -> tuple[list[int], list[int]]:
+    """(height, depth) of every position of a heap-ordered binary tree of ``n`` nodes."""
+    height = [0] * n
+    for i in range(n - 1, 0, -1):
+        p = (i - 1) // 2
+        height[p] = max(height[p], height[i] + 1)
+    depth = [(i + 1).bit_length() - 1 for i in range(n)]
+    return height, depth
+
+
+def tree_orders(group: tuple[int, ...]) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    """The GPU order each of the two trees is heap-ordered over."""
+    return group, group[::-1]
+
+
+@dataclass
+class TreePlan:
+    """The transfers of a double binary tree all-reduce, in a topological order (columns)."""
+
+    k: int
+    tree: list[int] = field(default_factory=list)
+    up: list[bool] = field(default_factory=list)
+    chunk: list[int] = field(default_factory=list)
+    src: list[int] = field(default_factory=list)
+    dst: list[int] = field(default_factory=list)
+    route: list[tuple[str, ...]] = field(default_factory=list)
+    nbytes: list[int] = field(default_factory=list)  # integer bytes; they add up to the payload per tree
+    duration: list[float] = field(default_factory=list)  # computed from the nominal chunk S / (2k)
+    latency: list[float] = field(default_factory=list)
+    data_preds: list[tuple[int, ...]] = field(default_factory=list)  # data it needs first
+    link_preds: list[tuple[int, ...]] = field(default_factory=list)  # earlier users of its links' lanes
+    end: list[float] = field(default_factory=list)  # when each transfer ends when the plan runs alone
+
+    def __len__(self) -> int:
+        return len(self.src)
+
+
+def _split(nbytes: int, parts: int) -> list[int]:
+    base, extra = divmod(int(nbytes), parts)
+    return [base + (1 if c < extra else 0) for c in range(parts)]
+
+
+def _lanes(platform: Platform, routes: list[tuple[str, ...]]) -> dict[str, int]:
+    """How many of the plan's transfers each link carries at once: 1, or under the flow model
+    more on a link at least that many times wider than every route crossing it (a leaf's uplink
+    to the spine, the NVLink legs of routes to another rail's NIC). Under the exclusive model a
+    transfer reserves every link of its route whole, so every link has one lane."""
+    if platform.network == "exclusive":
+        return {x: 1 for route in routes for x in route}
+    bandwidth: dict[str, float] = {}
+    widest: dict[str, float] = {}
+    for route in set(routes):
+        for x in route:
+            if x not in bandwidth:
+                bandwidth[x] = platform.link_bandwidth(x)
+        if route:
+            rate = min(bandwidth[x] for x in route)
+            for x in route:
+                widest[x] = max(widest.get(x, 0.0), rate)
+    return {x: max(1, int(bandwidth[x] / rate * (1 + 1e-12))) for x, rate in widest.items()}
+
+
+def build_plan(platform: Platform, group: tuple[int, ...], nbytes: float,
+               step_latency: Callable[[tuple[str, ...]], float], base: float = 0.0) -> TreePlan:
+    """The pipelined transfers of an all-reduce of ``nbytes`` over ``group`` (≥ 2 GPUs), timed.
+
+    ``step_latency(route)``: λ of a step over that route; ``base``: the per-call latency, added
+    to each GPU's first send of the first chunk.
+    """
+    plan = TreePlan(chunks_per_tree(len(group), nbytes))
+    _walk(platform, group, nbytes, step_latency, base, plan)
+    return plan
+
+
+def plan_seconds(platform: Platform, group: tuple[int, ...], nbytes: float,
+                 step_latency: Callable[[tuple[str, ...]], float], base: float = 0.0) -> float:
+    """The time of :func:`build_plan`'s plan run alone (its longest path), without keeping the plan."""
+    return _walk(platform, group, nbytes, step_latency, base, None)
+
+
+def _walk(platform: Platform, group: tuple[int, ...], nbytes: float, step_latency: Callable[[tuple[str, ...]], float],
+          base: float, plan: TreePlan | None) -> float:
+    """Time the transfers in topological order (each starts when its data and its link lanes
+    are free); with ``plan``, record them. Returns the time of the last one."""
+    n = len(group)
+    k = chunks_per_tree(n, nbytes)
+    height, depth = heap_shape(n)
+    top = height[0]
+    nominal = nbytes / (2 * k)
+    orders = tree_orders(group)
+    routes: dict[tuple[int, int, int], tuple[str, ...]] = {}
+    for t in range(2):
+        seq = orders[t]
+        for i in range(1, n):
+            a, b = gpu_node(seq[i]), gpu_node(seq[(i - 1) // 2])
+            routes[(t, 0, i)] = platform.route(a, b)
+            routes[(t, 1, i)] = platform.route(b, a)
+    # Per route: (time of a chunk, link latency, λ).
+    times = {r: (platform.route_time(r, nominal), platform.route_time(r, 0.0), step_latency(r))
+             for r in set(routes.values())}
+    lanes = _lanes(platform, list(routes.values()))
+    # Per link, a heap of its lanes (when free, lane, last transfer): a transfer takes the lane
+    # free first. Each route keeps the heaps of its links.
+    free: dict[str, list[tuple[float, int, int]]] = {x: [(0.0, j, -1) for j in range(m)] for x, m in lanes.items()}
+    heaps = {key: [free[x] for x in route] for key, route in routes.items()}
+    # (slot, tree, direction, position, chunk): sorting gives the topological order.
+    keys = []
+    for t in range(2):
+        for c in range(k):
+            for i in range(1, n):
+                keys.append((c + height[i], t, 0, i, c))
+                keys.append((c + top + depth[i] - 1, t, 1, i, c))
+    keys.sort()
+    # Transfer (tree t, direction d, chunk c, position i) is number ((t·2 + d)·k + c)·n + i.
+    end = [0.0] * (4 * k * n)
+    pos = [0] * (4 * k * n) if plan is not None else None
+    sizes = [_split(h, k) for h in _split(int(nbytes), 2)] if plan is not None else None
+    last = 0.0
+    for _slot, t, down, i, c in keys:
+        me = ((t * 2 + down) * k + c) * n + i
+        if down:
+            parent = (i - 1) // 2
+            if parent == 0:
+                feed = [((t * 2) * k + c) * n + j for j in (1, 2) if j < n]
+            else:
+                feed = [((t * 2 + 1) * k + c) * n + parent]
+        else:
+            feed = [((t * 2) * k + c) * n + j for j in (2 * i + 1, 2 * i + 2) if j < n]
+        if c > 0:
+            feed.append(me - n)
+        route = routes[(t, down, i)]
+        chunk_s, link_s, lam = times[route]
+        pops = heaps[(t, down, i)]
+        if c:
+            lam = 0.0
+        first = base if (c == 0 and not feed) else 0.0
+        start = 0.0
+        for f in feed:
+            if end[f] > start:
+                start = end[f]
+        picks = []
+        for heap in pops:
+            at, lane, user = heapq.heappop(heap)
+            picks.append((heap, lane, user))
+            if at > start:
+                start = at
+        done = end[me] = start + chunk_s + lam + first
+        if done > last:
+            last = done
+        if plan is None:
+            for heap, lane, _user in picks:
+                heapq.heappush(heap, (done, lane, me))
+            continue
+        index = pos[me] = len(plan.src)
+        for heap, lane, _user in picks:
+            heapq.heappush(heap, (done, lane, index))
+        seq = orders[t]
+        a, b = (seq[(i - 1) // 2], seq[i]) if down else (seq[i], seq[(i - 1) // 2])
+        plan.tree.append(t)
+        plan.up.append(not down)
+        plan.chunk.append(c)
+        plan.src.append(a)
+        plan.dst.append(b)
+        plan.route.append(route)
+        plan.nbytes.append(sizes[t][c])
+        plan.duration.append(chunk_s + lam + first)
+        plan.latency.append(link_s + lam + first)
+        plan.data_preds.append(tuple(pos[f] for f in feed))
+        plan.link_preds.append(tuple(dict.fromkeys(u for _h, _l, u in picks if u >= 0)))
+        plan.end.append(done)
+    return last
+
+
+def longest_path(plan: TreePlan) -> float:
+    """The time of the plan run alone (its longest path from the start)."""
+    return max(plan.end, default=0.0)
+
+
+__all__ = ["CHUNK_BYTES", "MAX_CHUNKS", "TRANSFER_BUDGET", "TreePlan", "build_plan", "chunks_per_tree",
+           "heap_shape", "longest_path", "plan_seconds", "tree_orders"]

@@ -1,0 +1,211 @@
+"""Collectives of a hybrid run on their own GPU group, built exactly or charged for one
+representative.
+
+- **exact** (``--exact``): the collective is built over every GPU of the group with
+  :mod:`triosim.graph.collectives.algorithms` (expanded ring steps or one macro task, as
+  ``--collective-detail`` says), so contention with everything else on the links is simulated.
+- **representative** (default): only one member of the group is built. The collective becomes
+  one ``collective`` task on that member with the closed-form time of the algorithm on the
+  group's own links, holding those links (so the representative's other traffic on them waits
+  as it would). Groups of the same kind that run side by side (the other TP groups of a stage,
+  the DP groups of the other TP ranks) are symmetric; when their rings share a link the closed
+  form is stretched by the number of groups on the most shared link. On ``switch`` and
+  ``nvlink-cluster`` every GPU has links of its own, so disjoint groups never share one.
+
+A group that spans every GPU runs in the platform's ring order (the case builders' convention);
+any other group in rank order.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from ...hardware.platform import Platform
+from ..tasks import TaskGraph
+from .algorithms import (
+    add_all_gather,
+    add_all_reduce,
+    add_reduce_scatter,
+    make_ring,
+    ring_step_time,
+    slowest_hop,
+)
+from .star_routes import prime_routes
+
+# Ring phases of each collective: an all-reduce is a reduce-scatter then an all-gather.
+PHASES = {"all_reduce": 2, "reduce_scatter": 1, "all_gather": 1}
+_ADD = {"all_reduce": add_all_reduce, "reduce_scatter": add_reduce_scatter, "all_gather": add_all_gather}
+# Above this many ring hops over all parallel groups the sharing count is not computed (it is 1
+# on the topologies large runs use); the summary says so.
+SHARING_HOP_LIMIT = 20_000
+PRIVATE_LINK_TOPOLOGIES = ("switch", "nvlink-cluster")
+
+
+def wire_bytes_per_gpu(op: str, n: int, nbytes: int) -> float:
+    """Bytes one GPU sends in a ring ``op`` of ``nbytes`` over ``n`` GPUs: PHASES·(n−1)/n·S."""
+    return PHASES[op] * (n - 1) / n * nbytes if n > 1 else 0.0
+
+
+def closed_form_seconds(platform: Platform, group: Sequence[int], op: str, nbytes: int) -> float:
+    """Time of ``op`` on ``group`` alone: NET's ``collective_cost`` when present, else the ring's
+    ``phases·(n−1)·(α + S/(n·W))`` on the group's slowest hop (the macro task's time)."""
+    n = len(group)
+    if n < 2:
+        return 0.0
+    try:
+        from .algorithms import collective_cost  # type: ignore[attr-defined]
+    except ImportError:
+        collective_cost = None
+    if collective_cost is not None:
+        return float(collective_cost(platform, tuple(group), op, nbytes, algo=platform.collective_algo).seconds)
+    ring = make_ring(platform, group)
+    bw, lat = slowest_hop(platform, ring, nbytes)
+    return PHASES[op] * (n - 1) * ring_step_time(nbytes, n, bw, lat)
+
+
+@dataclass(frozen=True)
+class Charge:
+    """What a representative collective task holds, the same for every call with one
+    (op, group, bytes): a hybrid run issues thousands (its TP collectives, per layer and
+    micro-batch), so the builder finds it once and adds each task with :meth:`GroupComm.add_charged`."""
+
+    op: str
+    seconds: float  # closed form on the group's links, times the sharing count
+    links: tuple[str, ...]  # the ring's links, held for the whole collective
+    nbytes: int
+    link_bytes: int  # bytes each ring link carries: PHASES·(n−1)·S/n
+    group_size: int
+
+
+class GroupComm:
+    """Adds collectives on groups; remembers what it charged for the summary."""
+
+    def __init__(self, graph: TaskGraph, platform: Platform, detail: str, exact: bool) -> None:
+        self.graph = graph
+        self.platform = platform
+        self.detail = detail
+        self.exact = exact
+        self._links: dict[tuple[int, ...], tuple[str, ...]] = {}
+        self._base_cost: dict[tuple[str, tuple[int, ...], int], float] = {}  # per canonical group
+        self._primed: set[tuple[int, ...]] = set()  # canonical groups whose routes are known
+        self._sharing: dict[tuple[int, ...], int] = {}
+        self._charges: dict[tuple[str, tuple[int, ...], int], Charge | None] = {}
+        self.sharing_unknown = False
+
+    def ordered(self, group: Sequence[int]) -> tuple[int, ...]:
+        if len(group) == self.platform.num_gpus and len(group) > 1:
+            return tuple(self.platform.ring)
+        return group if isinstance(group, tuple) else tuple(group)
+
+    def links(self, group: tuple[int, ...]) -> tuple[str, ...]:
+        hit = self._links.get(group)
+        if hit is None:
+            hit = make_ring(self.platform, group).links() if len(group) > 1 else ()
+            self._links[group] = hit
+        return hit
+
+    def sharing(self, group: tuple[int, ...], parallel: Callable[[], Iterable[Sequence[int]]] | None) -> int:
+        """How many of the parallel groups use the busiest link of ``group``'s ring (≥ 1)."""
+        if parallel is None or len(group) < 2 or self.platform.topology in PRIVATE_LINK_TOPOLOGIES:
+            return 1
+        hit = self._sharing.get(group)
+        if hit is None:
+            groups = [self.ordered(g) for g in parallel()]
+            if sum(len(g) for g in groups) > SHARING_HOP_LIMIT:
+                self.sharing_unknown = True
+                hit = 1
+            else:
+                count: dict[str, int] = {}
+                for g in groups:
+                    for link in set(self.links(g)):
+                        count[link] = count.get(link, 0) + 1
+                hit = max((count.get(link, 1) for link in self.links(group)), default=1)
+            self._sharing[group] = hit
+        return hit
+
+    def canonical(self, group: tuple[int, ...]) -> tuple[int, ...]:
+        """``group`` moved to the platform's first node(s) when that cannot change its cost.
+
+        On the built-in ``switch`` every GPU hangs off the same switch by equal links, and on
+        ``nvlink-cluster`` every node is the same (its NVSwitch, one NIC per GPU into one
+        network), so a group shifted by whole nodes has the same routes up to renaming: the DP
+        groups of every pipeline stage cost the same, found once.
+        """
+        p = self.platform
+        if p.router is not None or p.topology not in PRIVATE_LINK_TOPOLOGIES or len(group) == p.num_gpus:
+            return group
+        low = min(group)
+        if p.topology == "nvlink-cluster":
+            if p.node_of is None:
+                return group
+            per_node = p.node_of.count(0)
+            low -= low % per_node
+        return group if low == 0 else tuple(g - low for g in group)
+
+    def _closed_form(self, group: tuple[int, ...], op: str, nbytes: int) -> float:
+        base = self.canonical(group)
+        key = (op, base, int(nbytes))
+        hit = self._base_cost.get(key)
+        if hit is None:
+            if base not in self._primed:  # routes between every two members, once per group
+                prime_routes(self.platform, ((a, b) for a in base for b in base if a != b))
+                self._primed.add(base)
+            hit = self._base_cost[key] = closed_form_seconds(self.platform, base, op, nbytes)
+        return hit
+
+    def _prime(self, group: tuple[int, ...]) -> tuple[str, ...]:
+        """The routes ``group``'s collectives use, found once; its ring's links."""
+        links = self._links.get(group)
+        if links is None:
+            if self.exact:  # ring, tree and direct algorithms route between any two members
+                prime_routes(self.platform, ((a, b) for a in group for b in group if a != b))
+            else:  # the task holds the ring's links; the cost is found on the canonical group
+                prime_routes(self.platform, ((a, group[(j + 1) % len(group)]) for j, a in enumerate(group)))
+            links = self.links(group)
+        return links
+
+    def charge(self, op: str, group: Sequence[int], nbytes: int,
+               parallel: Callable[[], Iterable[Sequence[int]]] | None = None) -> Charge | None:
+        """The representative task of ``op`` on ``group`` (``None`` when it is built exactly, or
+        the group has one GPU: :meth:`run` then adds what it needs)."""
+        group = self.ordered(group)
+        key = (op, group, int(nbytes))
+        hit = self._charges.get(key)
+        if hit is None and key not in self._charges:
+            links = self._prime(group)
+            n = len(group)
+            if not self.exact and n > 1:
+                seconds = self._closed_form(group, op, nbytes) * self.sharing(group, parallel)
+                hit = Charge(op, seconds, links, int(nbytes), PHASES[op] * (n - 1) * int(nbytes) // n, n)
+            self._charges[key] = hit
+        return hit
+
+    def add_charged(self, charge: Charge, label: str, deps: Iterable[int], built: tuple[int, ...],
+                    **attrs: Any) -> int:
+        """One representative collective task of ``charge`` on the ``built`` members, after ``deps``."""
+        return self.graph.add_task(
+            "collective", label, charge.seconds, charge.links, built, charge.nbytes, after=deps,
+            op=charge.op, collective=label, link_bytes=charge.link_bytes, group_size=charge.group_size,
+            representative=True, **attrs,
+        )
+
+    def run(self, op: str, group: Sequence[int], nbytes: int, label: str, after: Mapping[int, Iterable[int]],
+            parallel: Callable[[], Iterable[Sequence[int]]] | None = None, **attrs: Any) -> dict[int, int]:
+        """``op`` of ``nbytes`` on ``group``; ``after`` maps each built member to its predecessors.
+
+        Returns ``{built member: task after which it holds the result}``.
+        """
+        group = self.ordered(group)
+        charge = self.charge(op, group, nbytes, parallel)
+        if self.exact:
+            return _ADD[op](self.graph, self.platform, group, nbytes, label, after=after, detail=self.detail,
+                            **attrs)
+        built = list(after)  # the representative members (every member of the group is symmetric)
+        if charge is None:  # a group of one GPU: nothing to send
+            return {g: self.graph.add_sync(f"{label} done gpu{g}", list(after[g]), devices=(g,), collective=label,
+                                           **attrs) for g in built}
+        deps = list(after[built[0]]) if len(built) == 1 else list(dict.fromkeys(p for g in built for p in after[g]))
+        task = self.add_charged(charge, label, deps, tuple(built), **attrs)
+        return {g: task for g in built}

@@ -1,0 +1,170 @@
+"""What parallelism to simulate and how: a composition of data, tensor and pipeline parallel
+degrees (``dp × tp × pp`` GPUs) and the options that shape its DAG.
+
+The original's ``-case`` numbers are presets of the composition:
+
+- case 0: one GPU (dp = tp = pp = 1);
+- case 1: dp N with the whole gradient in one all-reduce after backward;
+- case 2: dp N with DDP buckets (``--dp N`` is the same thing);
+- case 3: tp N with the per-op tensor-parallel style (``--tp N --tp-style per-op``);
+- case 4: pp N (``--pp N``).
+
+A plain ``-case`` run goes through the case's own builder; a run with any of ``--dp/--tp/--pp``
+goes through the hybrid builder, whose pure special cases reproduce the case builders.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ..checks import positive
+from ..errors import ConfigError
+
+CASE_NAMES = {
+    0: "single-GPU training",
+    1: "data parallel",
+    2: "distributed data parallel (DDP)",
+    3: "tensor parallel",
+    4: "pipeline parallel",
+}
+AXES = ("tp", "pp", "dp")  # default rank order, innermost first
+TP_STYLES = ("megatron", "per-op")
+ZERO_ALIASES = {"0": 0, "1": 1, "2": 2, "3": 3, "fsdp": 3}
+
+
+def parse_zero(text: str | int) -> int:
+    """``--zero`` value: 0..3, or ``fsdp`` (= 3)."""
+    key = str(text).strip().lower()
+    if key not in ZERO_ALIASES:
+        raise ConfigError(f"--zero must be 0, 1, 2, 3 or fsdp, got {text!r}")
+    return ZERO_ALIASES[key]
+
+
+def parse_rank_order(text: str | tuple[str, ...]) -> tuple[str, ...]:
+    """``--rank-order tp,pp,dp``: a permutation of tp, pp, dp, innermost (fastest-varying) first."""
+    items = tuple(x.strip().lower() for x in (text.split(",") if isinstance(text, str) else text))
+    if sorted(items) != sorted(AXES):
+        raise ConfigError(f"--rank-order must be a permutation of tp,pp,dp (e.g. tp,pp,dp), got {text!r}")
+    return items
+
+
+@dataclass(frozen=True)
+class Strategy:
+    """The parallel composition and every option a graph builder reads.
+
+    ``dp``/``tp``/``pp`` None means "not given": a run that gives none of them is the preset of
+    ``case``; one that gives any is a hybrid run where the missing ones are 1.
+    ``micro_batch_size`` None means one micro-batch of the whole (simulated) batch.
+    ``collective_detail``: ``expanded`` (one transfer per ring step), ``macro`` (one task holding
+    the ring's links for the closed-form time) or ``auto`` (expanded while the graph is small).
+    ``zero``: 0 plain DDP, 1 optimizer state sharded over the DP group, 2 gradients too,
+    3 parameters too (FSDP). ``tp_style`` None: megatron for ``--tp``, per-op for case 3.
+    ``rank_order``: which axis varies fastest in the rank numbering (tp innermost by default, so
+    a TP group sits inside one NVSwitch node). ``exact`` True builds every GPU, False one
+    representative per distinct role, None (default) every GPU while that graph stays small.
+    """
+
+    case: int = 0
+    micro_batch_size: int | None = None
+    bucket_mb: float = 25.0
+    schedule: str = "gpipe"
+    partition: str = "optimal"
+    initial_placement: str = "gpu"
+    reference_compat: bool = False
+    collective_detail: str = "auto"
+    virtual_stages: int = 1
+    dp: int | None = None
+    tp: int | None = None
+    pp: int | None = None
+    zero: int = 0
+    sequence_parallel: bool = False
+    tp_style: str | None = None
+    rank_order: tuple[str, ...] = AXES
+    exact: bool | None = None
+
+    @property
+    def hybrid(self) -> bool:
+        """True when the run was given as degrees (``--dp/--tp/--pp``) rather than a case."""
+        return any(x is not None for x in (self.dp, self.tp, self.pp))
+
+    def degrees(self, num_gpus: int) -> tuple[int, int, int]:
+        """(dp, tp, pp) on ``num_gpus`` GPUs; a case preset spreads its one axis over all of them."""
+        if self.hybrid:
+            return (self.dp or 1, self.tp or 1, self.pp or 1)
+        n = max(1, num_gpus)
+        return {0: (1, 1, 1), 1: (n, 1, 1), 2: (n, 1, 1), 3: (1, n, 1), 4: (1, 1, n)}.get(self.case, (1, 1, 1))
+
+    @property
+    def effective_tp_style(self) -> str:
+        if self.tp_style is not None:
+            return self.tp_style
+        return "per-op" if not self.hybrid else "megatron"
+
+    def validate(self, num_gpus: int | None = None) -> None:
+        if self.case not in CASE_NAMES:
+            raise ConfigError(f"-case must be one of 0..4, got {self.case}")
+        if self.micro_batch_size is not None and self.micro_batch_size <= 0:
+            raise ConfigError(f"-micro-batch-size must be a positive integer, got {self.micro_batch_size}")
+        positive(self.bucket_mb, "--bucket-mb")  # NaN would otherwise mean one endless bucket
+        if self.schedule not in ("gpipe", "1f1b", "interleaved"):
+            raise ConfigError(f"--schedule must be gpipe, 1f1b or interleaved, got {self.schedule!r}")
+        if self.partition not in ("optimal", "time", "count"):
+            raise ConfigError(f"--partition must be optimal, time or count, got {self.partition!r}")
+        if self.schedule == "interleaved":
+            if self.virtual_stages < 2:
+                raise ConfigError(f"--schedule interleaved needs --virtual-stages 2 or more, got {self.virtual_stages}")
+            if self.reference_compat:
+                raise ConfigError("--schedule interleaved has no --reference-compat form (the original runs GPipe)")
+        elif self.virtual_stages != 1:
+            raise ConfigError(f"--virtual-stages {self.virtual_stages} needs --schedule interleaved "
+                              f"(got --schedule {self.schedule})")
+        if self.initial_placement not in ("gpu", "remote"):
+            raise ConfigError(f"--initial-placement must be gpu or remote, got {self.initial_placement!r}")
+        if self.collective_detail not in ("auto", "expanded", "macro"):
+            raise ConfigError(
+                f"--collective-detail must be auto, expanded or macro, got {self.collective_detail!r}"
+            )
+        for flag, value in (("--dp", self.dp), ("--tp", self.tp), ("--pp", self.pp)):
+            if value is not None and value < 1:
+                raise ConfigError(f"{flag} must be a positive integer, got {value}")
+        if self.zero not in (0, 1, 2, 3):
+            raise ConfigError(f"--zero must be 0, 1, 2, 3 or fsdp, got {self.zero!r}")
+        if self.tp_style is not None and self.tp_style not in TP_STYLES:
+            raise ConfigError(f"--tp-style must be megatron or per-op, got {self.tp_style!r}")
+        parse_rank_order(self.rank_order)
+        if self.hybrid and self.reference_compat:
+            raise ConfigError("--reference-compat reproduces the original's -case runs; it does not combine "
+                              "with --dp/--tp/--pp")
+        if num_gpus is not None and self.hybrid:
+            dp, tp, pp = self.degrees(num_gpus)
+            if dp * tp * pp != num_gpus:
+                raise ConfigError(
+                    f"--dp {dp} × --tp {tp} × --pp {pp} = {dp * tp * pp} GPUs, but -GPUnumber is {num_gpus}: "
+                    "make them agree or leave -GPUnumber out"
+                )
+        if (self.zero or self.sequence_parallel) and not self.hybrid:
+            raise ConfigError("--zero and --sequence-parallel need the degrees: give --dp/--tp/--pp instead of -case")
+
+    @property
+    def name(self) -> str:
+        if self.hybrid:
+            parts = [f"{k}{v}" for k, v in (("dp", self.dp), ("tp", self.tp), ("pp", self.pp)) if v not in (None, 1)]
+            extra = f", ZeRO-{self.zero}" if self.zero else ""
+            return f"hybrid {'×'.join(parts) or 'dp1'}{extra}"
+        return CASE_NAMES.get(self.case, f"case {self.case}")
+
+    def parallel_dict(self, num_gpus: int) -> dict:
+        """The JSON ``parallel`` block."""
+        dp, tp, pp = self.degrees(num_gpus)
+        return {
+            "dp": dp,
+            "tp": tp,
+            "pp": pp,
+            "zero": self.zero,
+            "sequence_parallel": self.sequence_parallel,
+            "schedule": self.schedule,
+            "virtual_stages": getattr(self, "virtual_stages", 1),
+            "tp_style": self.effective_tp_style if tp > 1 else None,
+            "rank_order": ",".join(self.rank_order),
+            "exact": self.exact,
+        }

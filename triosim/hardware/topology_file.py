@@ -1,0 +1,245 @@
+"""Topologies as data: read a cluster description from a YAML file (``--topology-file``).
+
+Two kinds of file:
+
+- ``kind: preset`` names a built-in topology (``topology: ring``, ``fully-connected``,
+  ``switch``, ``mesh``, ``nvlink-cluster``) with its link bandwidths, i.e. the same platform
+  the command-line flags build (``topologies/ring.yaml`` is the default platform).
+- ``kind: cluster`` describes a GPU cluster: nodes of ``gpus_per_node`` GPUs joined by an
+  NVSwitch (``nvlink``), ``nics_per_gpu`` NICs per GPU (striped: one link of their summed
+  bandwidth to the GPU's rail), rail-optimized leaf
+  switches (``leaf``: every scalable unit of ``nodes_per_leaf`` nodes has one leaf per rail) and
+  one spine layer (``spine``) whose leaf uplinks are ``oversubscription``:1 narrower than the
+  NIC ports below them. Routes take the cheapest path (NVLink 1, a NIC hop 2, a leaf↔spine hop
+  4), so traffic between rails crosses NVLink to the rail's GPU first, as NCCL's PXN does.
+
+Bandwidths are GB/s per direction, latencies µs per link. The GPU count comes from
+``-GPUnumber``; ``gpus`` in the file, if present, must agree with it. pyyaml is needed only
+when a file is read.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from ..errors import ConfigError
+
+KINDS = ("preset", "cluster")
+PRESET_KEYS = {"kind", "name", "description", "source", "gpus", "topology", "ptp_bandwidth_gbps",
+               "remote_bandwidth_gbps", "link_latency_us", "gpus_per_node", "node_bandwidth_gbps",
+               "num_rows", "num_cols", "interconnects"}
+CLUSTER_KEYS = {"kind", "name", "description", "source", "gpus", "gpus_per_node", "nvlink", "nics_per_gpu", "nic",
+                "leaf", "spine", "remote_bandwidth_gbps"}
+
+
+@dataclass(frozen=True)
+class LinkSpec:
+    bandwidth_gbps: float
+    latency_us: float = 0.0
+
+
+@dataclass(frozen=True)
+class ClusterSpec:
+    """A ``kind: cluster`` file, checked."""
+
+    name: str
+    gpus_per_node: int
+    nvlink: LinkSpec
+    nics_per_gpu: int
+    nic: LinkSpec
+    nodes_per_leaf: int
+    oversubscription: float
+    spine_latency_us: float
+    remote_bandwidth_gbps: float | None
+    gpus: int | None
+
+
+class ClusterRouter:
+    """Routes of a ``kind: cluster`` platform in closed form (a graph search per pair would cost
+    more than the simulation at 10^3 GPUs): inside a node over the NVSwitch; across nodes over
+    NVLink to the GPU on the destination's rail (if not already on it), then that rail's leaf,
+    and the spine when the nodes are in different scalable units."""
+
+    def __init__(self, gpus_per_node: int, nodes_per_leaf: int) -> None:
+        self.g = gpus_per_node
+        self.npl = nodes_per_leaf
+
+    def __call__(self, src: str, dst: str) -> list[str]:
+        if not (src.startswith("gpu") and dst.startswith("gpu")):
+            return [src, dst]  # GPU <-> remote memory: the GPU's own link
+        a, b = int(src[3:]), int(dst[3:])
+        na, nb = a // self.g, b // self.g
+        if na == nb:
+            return [src, f"nvsw{na}", dst]
+        rail = b % self.g
+        path = [src]
+        if a % self.g != rail:
+            path += [f"nvsw{na}", f"gpu{na * self.g + rail}"]
+        su_a, su_b = na // self.npl, nb // self.npl
+        path.append(f"leaf{su_a}r{rail}")
+        if su_a != su_b:
+            path += ["spine", f"leaf{su_b}r{rail}"]
+        path.append(dst)
+        return path
+
+
+def packaged_dir() -> Path:
+    """Where the shipped topology files live (the ``triosim.topologies`` package's folder)."""
+    from .. import topologies
+
+    return Path(topologies.__file__).resolve().parent
+
+
+def resolve(path: str | Path) -> Path:
+    """``path`` as given if it exists, else a shipped file of that name (with or without ``.yaml``)."""
+    p = Path(path)
+    if p.is_file():
+        return p
+    for cand in (packaged_dir() / p.name, packaged_dir() / f"{p.name}.yaml"):
+        if cand.is_file():
+            return cand
+    shipped = sorted(x.stem for x in packaged_dir().glob("*.yaml"))
+    raise ConfigError(f"--topology-file {path}: file not found (shipped topologies: {', '.join(shipped) or 'none'})")
+
+
+def read(path: str | Path) -> tuple[Path, dict[str, Any]]:
+    """The file's mapping; a clear error if pyyaml is missing or the YAML is bad."""
+    p = resolve(path)
+    try:
+        import yaml
+    except ImportError:
+        raise ConfigError(
+            f"{p}: reading a topology file needs pyyaml (pip install pyyaml, or pip install triosim[yaml])"
+        ) from None
+    try:
+        data = yaml.safe_load(p.read_text(encoding="utf-8"))
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f" line {mark.line + 1}" if mark is not None else ""
+        raise ConfigError(f"{p}{where}: not valid YAML ({getattr(exc, 'problem', None) or exc})") from None
+    except OSError as exc:
+        raise ConfigError(f"{p}: cannot read ({exc.strerror})") from None
+    if not isinstance(data, dict):
+        raise ConfigError(f"{p}: expected a mapping of settings at the top level")
+    kind = data.get("kind")
+    if kind not in KINDS:
+        raise ConfigError(f"{p}: field 'kind' must be preset or cluster, got {kind!r}")
+    allowed = PRESET_KEYS if kind == "preset" else CLUSTER_KEYS
+    unknown = sorted(set(data) - allowed)
+    if unknown:
+        raise ConfigError(f"{p}: unknown field {unknown[0]!r} for kind {kind} (known: {', '.join(sorted(allowed))})")
+    return p, data
+
+
+def _number(p: Path, data: dict, key: str, default: Any = None, positive: bool = True, integer: bool = False) -> Any:
+    if key not in data:
+        if default is None:
+            raise ConfigError(f"{p}: missing field {key!r}")
+        return default
+    value = data[key]
+    ok = isinstance(value, (int, float)) and not isinstance(value, bool)
+    if ok and integer:
+        ok = float(value).is_integer()
+    if ok:
+        ok = (value > 0) if positive else (value >= 0)
+        ok = ok and value < float("inf")
+    if not ok:
+        need = "a positive" if positive else "a non-negative"
+        raise ConfigError(f"{p}: field {key!r} must be {need} {'integer' if integer else 'number'}, got {value!r}")
+    return int(value) if integer else float(value)
+
+
+def _link(p: Path, data: dict, key: str) -> LinkSpec:
+    sub = data.get(key)
+    if not isinstance(sub, dict):
+        raise ConfigError(f"{p}: field {key!r} must be a mapping with bandwidth_gbps (and latency_us)")
+    q = Path(f"{p}: {key}")
+    return LinkSpec(_number(q, sub, "bandwidth_gbps"), _number(q, sub, "latency_us", 0.0, positive=False))
+
+
+def cluster_spec(p: Path, data: dict) -> ClusterSpec:
+    leaf = data.get("leaf", {})
+    spine = data.get("spine", {})
+    if not isinstance(leaf, dict) or not isinstance(spine, dict):
+        raise ConfigError(f"{p}: fields 'leaf' and 'spine' must be mappings")
+    return ClusterSpec(
+        name=str(data.get("name", p.stem)),
+        gpus_per_node=_number(p, data, "gpus_per_node", integer=True),
+        nvlink=_link(p, data, "nvlink"),
+        nics_per_gpu=_number(p, data, "nics_per_gpu", 1, integer=True),
+        nic=_link(p, data, "nic"),
+        nodes_per_leaf=_number(Path(f"{p}: leaf"), leaf, "nodes_per_leaf", integer=True),
+        oversubscription=_number(Path(f"{p}: spine"), spine, "oversubscription", 1.0),
+        spine_latency_us=_number(Path(f"{p}: spine"), spine, "latency_us", 0.0, positive=False),
+        remote_bandwidth_gbps=_number(p, data, "remote_bandwidth_gbps") if "remote_bandwidth_gbps" in data else None,
+        gpus=_number(p, data, "gpus", integer=True) if "gpus" in data else None,
+    )
+
+
+def preset_arguments(p: Path, data: dict) -> dict[str, Any]:
+    """``build_platform`` keyword arguments of a ``kind: preset`` file."""
+    out: dict[str, Any] = {"topology": data.get("topology", "ring")}
+    for key, arg in (("ptp_bandwidth_gbps", "ptp_bandwidth_gbps"), ("remote_bandwidth_gbps", "bandwidth_gbps"),
+                     ("node_bandwidth_gbps", "node_bandwidth_gbps")):
+        if key in data:
+            out[arg] = _number(p, data, key)
+    if "link_latency_us" in data:
+        out["link_latency_us"] = _number(p, data, "link_latency_us", positive=False)
+    for key in ("gpus_per_node", "num_rows", "num_cols"):
+        if key in data:
+            out[key] = _number(p, data, key, integer=True)
+    if "interconnects" in data:
+        out["interconnects"] = int(_number(p, data, "interconnects", positive=False, integer=True))
+    return out
+
+
+def build_cluster(spec: ClusterSpec, path: Path, num_gpus: int, capacity_log2: float, remote_bandwidth_gbps: float,
+                  network: str, collective_algo: str, collective_latency_us: float | None):
+    """The platform of a ``kind: cluster`` file with ``num_gpus`` GPUs (whole nodes)."""
+    import networkx as nx
+
+    from .platform import GB, REMOTE, Platform, _add_link, gpu_node
+
+    per = spec.gpus_per_node
+    if num_gpus % per:
+        raise ConfigError(f"{path}: -GPUnumber {num_gpus} is not a whole number of nodes of {per} GPUs")
+    nodes = num_gpus // per
+    remote = (spec.remote_bandwidth_gbps or remote_bandwidth_gbps) * GB
+    g = nx.DiGraph()
+    for i in range(num_gpus):
+        g.add_node(gpu_node(i), kind="gpu")
+    g.add_node(REMOTE, kind="remote")
+    for i in range(num_gpus):
+        _add_link(g, gpu_node(i), REMOTE, remote, 0.0, kind="pcie")
+    # A GPU's NICs are one link of their summed bandwidth to its rail's leaf: traffic is striped
+    # evenly over them (NCCL spreads its channels over a GPU's NICs), and the leaf has that many
+    # more ports, so its uplink widens with them.
+    nic_bw, nv_bw = spec.nics_per_gpu * spec.nic.bandwidth_gbps * GB, spec.nvlink.bandwidth_gbps * GB
+    for i in range(num_gpus):
+        node = i // per
+        g.add_node(f"nvsw{node}", kind="switch")
+        _add_link(g, gpu_node(i), f"nvsw{node}", nv_bw, spec.nvlink.latency_us * 1e-6)
+        leaf = f"leaf{node // spec.nodes_per_leaf}r{i % per}"
+        g.add_node(leaf, kind="switch")
+        _add_link(g, gpu_node(i), leaf, nic_bw, spec.nic.latency_us * 1e-6, kind="net")
+    units = -(-nodes // spec.nodes_per_leaf)
+    if units > 1:
+        g.add_node("spine", kind="switch")
+        for su in range(units):
+            in_unit = min(spec.nodes_per_leaf, nodes - su * spec.nodes_per_leaf)
+            # A leaf's uplinks carry its downlinks' bandwidth divided by the oversubscription.
+            up = in_unit * nic_bw / spec.oversubscription
+            for rail in range(per):
+                _add_link(g, f"leaf{su}r{rail}", "spine", up, spec.spine_latency_us * 1e-6, kind="net")
+    return Platform(
+        num_gpus=num_gpus, capacity_bytes=int(2**capacity_log2), graph=g, ring=tuple(range(num_gpus)),
+        topology=spec.name, remote_bandwidth=remote, ptp_bandwidth=nv_bw, ptp_bandwidth_nominal=nv_bw,
+        network=network, collective_algo=collective_algo, collective_latency_us=collective_latency_us,
+        node_of=tuple(i // per for i in range(num_gpus)), channel_style="rails",
+        router=ClusterRouter(per, spec.nodes_per_leaf),
+    )
+
+
+__all__ = ["ClusterRouter", "ClusterSpec", "build_cluster", "LinkSpec", "cluster_spec", "packaged_dir", "preset_arguments", "read", "resolve"]

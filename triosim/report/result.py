@@ -1,0 +1,262 @@
+"""The outcome of one simulation: makespan plus per-GPU and per-link figures.
+
+Figures are derived only from the TaskGraph and the Schedule, never from the strategy:
+compute = time the GPU's compute stream is busy; comm = time any communication task touching
+the GPU runs (union of intervals); exposed comm = the part of comm time during which the GPU
+computes nothing; idle = makespan − compute.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from operator import itemgetter
+from typing import Any
+
+import numpy as np
+
+from ..graph import build_graph
+from ..graph.strategy import Strategy
+from ..graph.tasks import COMM_KINDS, TaskGraph
+from ..hardware.platform import Platform
+from ..schedule.list_scheduler import Schedule, schedule
+from ..trace.load import Trace
+
+# Facts builders record about their strategy that belong in the JSON result.
+STRATEGY_META = ("gradient_bytes", "buckets", "tensor_parallel", "pipeline", "parallel", "hybrid", "collectives")
+
+
+@dataclass
+class GpuStats:
+    gpu: int
+    compute_ms: float
+    comm_ms: float
+    exposed_comm_ms: float
+    idle_ms: float
+    peak_memory_bytes: int
+
+
+@dataclass
+class LinkStats:
+    link: str
+    bytes: int
+    busy_ms: float
+    utilization: float
+
+
+@dataclass
+class Result:
+    makespan_s: float
+    strategy: Strategy
+    platform: Platform
+    graph: TaskGraph
+    schedule: Schedule
+    per_gpu: list[GpuStats]
+    per_link: list[LinkStats]
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def makespan_ms(self) -> float:
+        return self.makespan_s * 1e3
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready, deterministic (rounded to 1 ns / 1e-9)."""
+
+        def r(x: float) -> float:
+            return round(x, 9)
+
+        mem = self.graph.meta.get("memory", {})
+        return {
+            "makespan_ms": r(self.makespan_ms),
+            "case": self.strategy.case,
+            "case_name": self.strategy.name,
+            "gpus": self.platform.num_gpus,
+            "topology": self.platform.topology,
+            "tasks": len(self.graph),
+            "edges": self.graph.num_edges,
+            "fetched_bytes": sum(m.get("fetched_bytes", 0) for m in mem.values()),
+            "written_back_bytes": sum(m.get("written_back_bytes", 0) for m in mem.values()),
+            "per_gpu": [
+                {
+                    "gpu": g.gpu,
+                    "compute_ms": r(g.compute_ms),
+                    "comm_ms": r(g.comm_ms),
+                    "exposed_comm_ms": r(g.exposed_comm_ms),
+                    "idle_ms": r(g.idle_ms),
+                    "peak_memory_bytes": g.peak_memory_bytes,
+                }
+                for g in self.per_gpu
+            ],
+            "per_link": [
+                {"link": k.link, "bytes": k.bytes, "busy_ms": r(k.busy_ms), "utilization": r(k.utilization)}
+                for k in self.per_link
+            ],
+            **{k: self.graph.meta[k] for k in STRATEGY_META if k in self.graph.meta},
+            **self.extra,
+        }
+
+
+def _union(intervals: list[tuple[float, float]]) -> list[tuple[float, float]]:
+    out: list[tuple[float, float]] = []
+    for s, e in sorted(intervals):
+        if e <= s:
+            continue
+        if out and s <= out[-1][1]:
+            if e > out[-1][1]:
+                out[-1] = (out[-1][0], e)
+        else:
+            out.append((s, e))
+    return out
+
+
+def _length(intervals: list[tuple[float, float]]) -> float:
+    return sum(e - s for s, e in intervals)
+
+
+def _minus(a: list[tuple[float, float]], b: list[tuple[float, float]]) -> float:
+    """Length of union ``a`` not covered by union ``b`` (both sorted, disjoint)."""
+    total = 0.0
+    j = 0
+    for s, e in a:
+        cur = s
+        while j < len(b) and b[j][1] <= cur:
+            j += 1
+        k = j
+        while k < len(b) and b[k][0] < e:
+            if b[k][0] > cur:
+                total += b[k][0] - cur
+            cur = max(cur, b[k][1])
+            if cur >= e:
+                break
+            k += 1
+        if cur < e:
+            total += e - cur
+    return total
+
+
+def _union_of_columns(start: np.ndarray, end: np.ndarray) -> list[tuple[float, float]]:
+    """:func:`_union` of the intervals ``zip(start, end)``, with numpy: the same merged intervals
+    (the same floats: no arithmetic, only comparisons), for the 10^5 compute spans of a GPU."""
+    keep = end > start
+    start, end = start[keep], end[keep]
+    if len(start) == 0:
+        return []
+    order = np.lexsort((end, start))  # as sorted() orders the (start, end) tuples
+    start, end = start[order], end[order]
+    reach = np.maximum.accumulate(end)
+    # A new interval begins where a start lies beyond everything so far.
+    first = np.flatnonzero(np.concatenate(([True], start[1:] > reach[:-1])))
+    last = np.concatenate((first[1:] - 1, [len(start) - 1]))
+    return list(zip(start[first].tolist(), reach[last].tolist()))
+
+
+def summarize(graph: TaskGraph, sched: Schedule, platform: Platform) -> tuple[list[GpuStats], list[LinkStats]]:
+    devices = graph.meta.get("devices") or list(range(platform.num_gpus))
+    comm: dict[int, list[tuple[float, float]]] = {d: [] for d in devices}
+    link_bytes: dict[str, int] = {}
+    names = graph.resource_names
+    # Compute spans, per GPU, as columns (a large run has 10^5 compute tasks).
+    kinds = graph.kind
+    is_compute = np.fromiter(map("compute".__eq__, kinds), dtype=bool, count=len(kinds))
+    at = np.flatnonzero(is_compute)
+    gpu_of = np.fromiter(map(itemgetter(0), map(graph.devices.__getitem__, at.tolist())), dtype=np.int64,
+                         count=len(at))
+    starts, ends = np.asarray(sched.start, dtype=np.float64), np.asarray(sched.end, dtype=np.float64)
+    compute_union: dict[int, list[tuple[float, float]]] = {d: [] for d in devices}
+    for d in np.unique(gpu_of).tolist():
+        mine = at[gpu_of == d]
+        compute_union[d] = _union_of_columns(starts[mine], ends[mine])
+    # Tasks are grouped by the tuple of links they hold (a collective's ring, a route): each link
+    # of a tuple gets the same spans, so spans and uniform bytes are gathered once per tuple.
+    spans_of: dict[tuple[int, ...], list[tuple[float, float]]] = {}
+    bytes_of: dict[tuple[int, ...], int] = {}
+    # One pass over the other tasks' columns together.
+    others = np.flatnonzero(~is_compute).tolist()
+    for kind, s, e, devs, rids, attrs, nbytes in zip(map(kinds.__getitem__, others), map(sched.start.__getitem__, others),
+                                                     map(sched.end.__getitem__, others),
+                                                     map(graph.devices.__getitem__, others),
+                                                     map(graph.resources.__getitem__, others),
+                                                     map(graph.attrs.__getitem__, others),
+                                                     map(graph.nbytes.__getitem__, others)):
+        if kind in COMM_KINDS:
+            for d in devs:
+                comm.setdefault(d, []).append((s, e))
+            if not rids:
+                continue
+            attrs = attrs or {}
+            load = attrs.get("link_load")  # macro collectives whose links carry different bytes
+            if load:
+                for rid in rids:
+                    name = names[rid]
+                    link_bytes[name] = link_bytes.get(name, 0) + int(round(load[name]))
+            else:
+                bytes_of[rids] = bytes_of.get(rids, 0) + int(attrs.get("link_bytes", nbytes))
+            spans_of.setdefault(rids, []).append((s, e))
+    tuples_of: dict[str, list[tuple[int, ...]]] = {}
+    for rids in spans_of:
+        for rid in rids:
+            tuples_of.setdefault(names[rid], []).append(rids)
+        if rids in bytes_of:
+            for rid in rids:
+                name = names[rid]
+                link_bytes[name] = link_bytes.get(name, 0) + bytes_of[rids]
+    # A link is busy while any task uses it (flows share links, so their spans may overlap).
+    unions = {rids: _union(spans) for rids, spans in spans_of.items()}
+    lengths: dict[tuple[int, ...], float] = {}  # a tuple's busy time, once for all its links
+
+    def busy(ts: list[tuple[int, ...]]) -> float:
+        if len(ts) > 1:
+            return _length(_union([iv for rids in ts for iv in unions[rids]]))
+        hit = lengths.get(ts[0])
+        if hit is None:
+            hit = lengths[ts[0]] = _length(unions[ts[0]])
+        return hit
+
+    link_busy = {name: busy(ts) for name, ts in tuples_of.items()}
+    makespan = sched.makespan
+    mem = graph.meta.get("memory", {})
+    per_gpu = []
+    for d in sorted(compute_union):
+        cu = compute_union[d]
+        co = _union(comm.get(d, []))
+        busy = _length(cu)
+        per_gpu.append(
+            GpuStats(
+                gpu=d,
+                compute_ms=busy * 1e3,
+                comm_ms=_length(co) * 1e3,
+                exposed_comm_ms=_minus(co, cu) * 1e3,
+                idle_ms=max(0.0, makespan - busy) * 1e3,
+                peak_memory_bytes=int(mem.get(d, {}).get("peak_bytes", 0)),
+            )
+        )
+    per_link = [
+        LinkStats(
+            link=name,
+            bytes=link_bytes[name],
+            busy_ms=link_busy[name] * 1e3,
+            utilization=(link_busy[name] / makespan) if makespan > 0 else 0.0,
+        )
+        for name in sorted(link_bytes, key=_natural_key)
+    ]
+    return per_gpu, per_link
+
+
+def _natural_key(name: str) -> tuple:
+    import re
+
+    return tuple(int(p) if p.isdigit() else p for p in re.split(r"(\d+)", name))
+
+
+def run_simulation(trace: Trace, platform: Platform, strategy: Strategy, progress=None) -> Result:
+    graph = build_graph(trace, platform, strategy)
+    sched = schedule(graph, progress=progress)
+    per_gpu, per_link = summarize(graph, sched, platform)
+    return Result(
+        makespan_s=sched.makespan,
+        strategy=strategy,
+        platform=platform,
+        graph=graph,
+        schedule=sched,
+        per_gpu=per_gpu,
+        per_link=per_link,
+    )
