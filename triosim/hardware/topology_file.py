@@ -20,6 +20,7 @@ when a file is read.
 
 from __future__ import annotations
 
+import importlib.resources
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -87,9 +88,7 @@ class ClusterRouter:
 
 def packaged_dir() -> Path:
     """Where the shipped topology files live (the ``triosim.topologies`` package's folder)."""
-    from .. import topologies
-
-    return Path(topologies.__file__).resolve().parent
+    return Path(str(importlib.resources.files("triosim.topologies")))
 
 
 def resolve(path: str | Path) -> Path:
