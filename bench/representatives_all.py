@@ -23,7 +23,7 @@ from pathlib import Path
 
 from triosim.graph import build_graph
 from triosim.graph.strategy import Strategy
-from triosim.hardware.platform import build_platform
+from triosim.hardware.presets import build_platform
 from triosim.schedule.list_scheduler import schedule
 from triosim.trace.load import load_trace
 from triosim.trace.synthetic import SyntheticModel, write_synthetic_trace

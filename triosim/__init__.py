@@ -7,7 +7,8 @@ __version__ = "0.1.0"
 from .compute.op_time import attach_op_time_model  # noqa: E402
 from .errors import ConfigError, OutOfMemoryError, TraceError, TriosimError  # noqa: E402
 from .graph.strategy import Strategy  # noqa: E402
-from .hardware.platform import Platform, build_platform  # noqa: E402
+from .hardware.platform import Platform
+from .hardware.presets import build_platform
 from .trace.load import Trace, load_trace, scale_trace  # noqa: E402
 
 

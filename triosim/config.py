@@ -25,13 +25,8 @@ from .compute.op_time import attach_op_time_model
 from .errors import ConfigError
 from .graph.layer_count import check_pipeline_depth
 from .graph.strategy import Strategy
-from .hardware.platform import (
-    COLLECTIVE_ALGOS,
-    COLLECTIVE_PROTOCOLS,
-    NETWORKS,
-    Platform,
-    build_platform,
-)
+from .hardware.platform import COLLECTIVE_ALGOS, COLLECTIVE_PROTOCOLS, NETWORKS, Platform
+from .hardware.presets import build_platform
 from .limits import check_gpu_count
 from .notes import check_unused_platform_flags
 from .parallel_flags import add_parallel_flags, degrees_given, parallel_options, resolve_gpus

@@ -17,7 +17,7 @@ from triosim.graph import hybrid as hybrid_module
 from triosim.graph.data.zero import buffer_roles
 from triosim.graph.rank_map import RankMap
 from triosim.graph.strategy import Strategy
-from triosim.hardware.platform import build_platform
+from triosim.hardware.presets import build_platform
 from triosim.schedule.list_scheduler import schedule
 from triosim.schedule.validate import dag_violations, schedule_violations
 from triosim.trace.load import load_trace

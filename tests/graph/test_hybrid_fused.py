@@ -12,7 +12,7 @@ from triosim.graph import hybrid
 from triosim.graph.memory import stage as stage_memory
 from triosim.graph.strategy import Strategy
 from triosim.hardware.flow_network import Flow, maxmin_rates
-from triosim.hardware.platform import build_platform
+from triosim.hardware.presets import build_platform
 from triosim.schedule.list_scheduler import schedule
 from triosim.trace.load import load_trace
 from triosim.trace.synthetic import SyntheticModel, write_synthetic_trace

@@ -12,7 +12,7 @@ from triosim.graph import build_graph
 from triosim.graph.rank_map import RankMap
 from triosim.graph.replica_symmetry import replicas_alike
 from triosim.graph.strategy import Strategy
-from triosim.hardware.platform import build_platform
+from triosim.hardware.presets import build_platform
 from triosim.schedule.list_scheduler import schedule
 from triosim.trace.load import load_trace
 

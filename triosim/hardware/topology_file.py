@@ -57,35 +57,6 @@ class ClusterSpec:
     gpus: int | None
 
 
-class ClusterRouter:
-    """Routes of a ``kind: cluster`` platform in closed form (a graph search per pair would cost
-    more than the simulation at 10^3 GPUs): inside a node over the NVSwitch; across nodes over
-    NVLink to the GPU on the destination's rail (if not already on it), then that rail's leaf,
-    and the spine when the nodes are in different scalable units."""
-
-    def __init__(self, gpus_per_node: int, nodes_per_leaf: int) -> None:
-        self.g = gpus_per_node
-        self.npl = nodes_per_leaf
-
-    def __call__(self, src: str, dst: str) -> list[str]:
-        if not (src.startswith("gpu") and dst.startswith("gpu")):
-            return [src, dst]  # GPU <-> remote memory: the GPU's own link
-        a, b = int(src[3:]), int(dst[3:])
-        na, nb = a // self.g, b // self.g
-        if na == nb:
-            return [src, f"nvsw{na}", dst]
-        rail = b % self.g
-        path = [src]
-        if a % self.g != rail:
-            path += [f"nvsw{na}", f"gpu{na * self.g + rail}"]
-        su_a, su_b = na // self.npl, nb // self.npl
-        path.append(f"leaf{su_a}r{rail}")
-        if su_a != su_b:
-            path += ["spine", f"leaf{su_b}r{rail}"]
-        path.append(dst)
-        return path
-
-
 def packaged_dir() -> Path:
     """Where the shipped topology files live (the ``triosim.topologies`` package's folder)."""
     return Path(str(importlib.resources.files("triosim.topologies")))
@@ -194,51 +165,4 @@ def preset_arguments(p: Path, data: dict) -> dict[str, Any]:
     return out
 
 
-def build_cluster(spec: ClusterSpec, path: Path, num_gpus: int, capacity_log2: float, remote_bandwidth_gbps: float,
-                  network: str, collective_algo: str, collective_latency_us: float | None):
-    """The platform of a ``kind: cluster`` file with ``num_gpus`` GPUs (whole nodes)."""
-    import networkx as nx
-
-    from .platform import GB, REMOTE, Platform, _add_link, gpu_node
-
-    per = spec.gpus_per_node
-    if num_gpus % per:
-        raise ConfigError(f"{path}: -GPUnumber {num_gpus} is not a whole number of nodes of {per} GPUs")
-    nodes = num_gpus // per
-    remote = (spec.remote_bandwidth_gbps or remote_bandwidth_gbps) * GB
-    g = nx.DiGraph()
-    for i in range(num_gpus):
-        g.add_node(gpu_node(i), kind="gpu")
-    g.add_node(REMOTE, kind="remote")
-    for i in range(num_gpus):
-        _add_link(g, gpu_node(i), REMOTE, remote, 0.0, kind="pcie")
-    # A GPU's NICs are one link of their summed bandwidth to its rail's leaf: traffic is striped
-    # evenly over them (NCCL spreads its channels over a GPU's NICs), and the leaf has that many
-    # more ports, so its uplink widens with them.
-    nic_bw, nv_bw = spec.nics_per_gpu * spec.nic.bandwidth_gbps * GB, spec.nvlink.bandwidth_gbps * GB
-    for i in range(num_gpus):
-        node = i // per
-        g.add_node(f"nvsw{node}", kind="switch")
-        _add_link(g, gpu_node(i), f"nvsw{node}", nv_bw, spec.nvlink.latency_us * 1e-6)
-        leaf = f"leaf{node // spec.nodes_per_leaf}r{i % per}"
-        g.add_node(leaf, kind="switch")
-        _add_link(g, gpu_node(i), leaf, nic_bw, spec.nic.latency_us * 1e-6, kind="net")
-    units = -(-nodes // spec.nodes_per_leaf)
-    if units > 1:
-        g.add_node("spine", kind="switch")
-        for su in range(units):
-            in_unit = min(spec.nodes_per_leaf, nodes - su * spec.nodes_per_leaf)
-            # A leaf's uplinks carry its downlinks' bandwidth divided by the oversubscription.
-            up = in_unit * nic_bw / spec.oversubscription
-            for rail in range(per):
-                _add_link(g, f"leaf{su}r{rail}", "spine", up, spec.spine_latency_us * 1e-6, kind="net")
-    return Platform(
-        num_gpus=num_gpus, capacity_bytes=int(2**capacity_log2), graph=g, ring=tuple(range(num_gpus)),
-        topology=spec.name, remote_bandwidth=remote, ptp_bandwidth=nv_bw, ptp_bandwidth_nominal=nv_bw,
-        network=network, collective_algo=collective_algo, collective_latency_us=collective_latency_us,
-        node_of=tuple(i // per for i in range(num_gpus)), channel_style="rails",
-        router=ClusterRouter(per, spec.nodes_per_leaf),
-    )
-
-
-__all__ = ["ClusterRouter", "ClusterSpec", "build_cluster", "LinkSpec", "cluster_spec", "packaged_dir", "preset_arguments", "read", "resolve"]
+__all__ = ["ClusterSpec", "LinkSpec", "cluster_spec", "packaged_dir", "preset_arguments", "read", "resolve"]
