@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-__version__ = "0.1.0"
-
 from .compute.op_time import attach_op_time_model  # noqa: E402
 from .errors import ConfigError, OutOfMemoryError, TraceError, TriosimError  # noqa: E402
 from .graph.strategy import Strategy  # noqa: E402
 from .hardware.platform import Platform
 from .hardware.presets import build_platform
 from .trace.load import Trace, load_trace, scale_trace  # noqa: E402
+from .version import __version__  # noqa: E402
 
 
 def simulate(trace: Trace, platform: Platform, strategy: Strategy):
@@ -20,6 +19,7 @@ def simulate(trace: Trace, platform: Platform, strategy: Strategy):
 
 
 __all__ = [
+    "__version__",
     "ConfigError",
     "OutOfMemoryError",
     "Platform",

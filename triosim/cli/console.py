@@ -20,7 +20,6 @@ from pathlib import Path
 
 from rich.console import Console
 
-from .. import __version__
 from ..config import (
     add_sim_flags,
     check_config_facts,
@@ -29,10 +28,11 @@ from ..config import (
     read_config_file,
     resolve_batches,
 )
+from ..config.notes import unused_flag_note
 from ..errors import ConfigError, TriosimError
-from ..notes import unused_flag_note
 from ..output import atomic_write_text, check_output_path
 from ..trace.load import collector_paused
+from ..version import __version__
 from .argparsing import OneLineParser, typed_spelling
 
 SUBCOMMANDS = ("run", "dag", "trace", "sweep")

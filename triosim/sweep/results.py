@@ -77,7 +77,7 @@ WORKLOAD_FLAGS = ("trace_dir", "batch_size", "batch_size_sim", "time_column", "r
 
 def _gpus_used(row: Row) -> int:
     """GPUs the configuration ran on (case 0: one; a hybrid run: dp × tp × pp)."""
-    from ..parallel_flags import degrees_given, resolve_gpus
+    from ..config.parallel_flags import degrees_given, resolve_gpus
 
     ns = row.point.namespace()
     if not degrees_given(ns) and row.point.get("case") == 0:
@@ -86,7 +86,7 @@ def _gpus_used(row: Row) -> int:
 
 
 def _baseline_label(row: Row) -> str:
-    from ..parallel_flags import degrees_given
+    from ..config.parallel_flags import degrees_given
 
     ns = row.point.namespace()
     if degrees_given(ns):

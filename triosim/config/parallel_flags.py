@@ -6,8 +6,8 @@ from __future__ import annotations
 import argparse
 import math
 
-from .errors import ConfigError
-from .graph.strategy import parse_rank_order, parse_zero
+from ..errors import ConfigError
+from ..graph.strategy import parse_rank_order, parse_zero
 
 DEFAULT_GPUS = 8
 

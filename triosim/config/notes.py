@@ -12,7 +12,9 @@ from __future__ import annotations
 import argparse
 from collections.abc import Iterable
 
-from .errors import ConfigError
+from ..errors import ConfigError
+from ..hardware.platform import TOPOLOGIES
+from .flags import FlagTable
 
 # dest -> flag as documented. A value other than the flag's default counts as "given".
 _PLATFORM = (
@@ -42,8 +44,7 @@ def _given(args: argparse.Namespace, table: Iterable[tuple[str, str]], defaults:
 
 
 def _flag_defaults() -> dict:
-    from .config import FlagTable  # the run flags' own defaults, so the two never disagree
-
+    # The run flags' own defaults, so the two never disagree.
     return FlagTable.from_cli().defaults()
 
 
@@ -76,8 +77,6 @@ def unused_flag_note(args: argparse.Namespace) -> str | None:
 
 def check_unused_platform_flags(args: argparse.Namespace) -> None:
     """Values of the platform flags that are wrong on their own, checked even when unused."""
-    from .hardware.platform import TOPOLOGIES
-
     topology = getattr(args, "topology", "ring")
     if topology not in TOPOLOGIES:
         raise ConfigError(f"--topology must be one of {', '.join(TOPOLOGIES)}, got {topology!r}")

@@ -1,0 +1,167 @@
+"""Flags to objects: the batch sizes, the scaled trace, the Platform and the Strategy of a run."""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from ..compute.op_time import attach_op_time_model
+from ..errors import ConfigError
+from ..graph.layer_count import check_pipeline_depth
+from ..graph.strategy import Strategy
+from ..hardware.platform import Platform
+from ..hardware.presets import build_platform
+from ..limits import check_gpu_count
+from ..trace.load import Trace, load_trace, scale_trace, trace_batch_size
+from .flags import sim_namespace
+from .notes import check_unused_platform_flags
+from .parallel_flags import degrees_given, parallel_options, resolve_gpus
+from .trace_dirs import trace_dir_from_flag
+
+
+@dataclass(frozen=True)
+class BatchSizes:
+    """The trace's recorded batch (and where that number came from) and the simulated one."""
+
+    trace_dir: Path
+    batch: int
+    source: str  # "flag", "meta.json" or "assumed" (no meta.json: 128)
+    sim: int
+
+
+def resolve_batches(args: argparse.Namespace, info_cache: dict[str, tuple[int, str]] | None = None) -> BatchSizes:
+    """The trace directory and both batch sizes of a configuration, checked as ``run`` does.
+
+    ``info_cache`` (trace directory → (batch, source)) lets a sweep read each meta.json once.
+    """
+    trace_dir = trace_dir_from_flag(args.trace_dir)
+    batch, source = args.batch_size, "flag"
+    if batch is None:
+        key = str(trace_dir)
+        if info_cache is not None and key in info_cache:
+            batch, source = info_cache[key]
+        else:
+            batch, source = trace_batch_size(trace_dir)
+            if info_cache is not None:
+                info_cache[key] = (batch, source)
+    if batch <= 0:
+        raise ConfigError(f"-batch-size must be a positive integer, got {batch}")
+    sim = args.batch_size_sim if args.batch_size_sim not in (None, -1) else batch
+    if sim <= 0:
+        raise ConfigError(f"-batch-size-sim must be a positive integer (or -1 for the trace's batch), got {sim}")
+    return BatchSizes(trace_dir, batch, source, sim)
+
+
+def load_scaled_trace(args: argparse.Namespace) -> Trace:
+    """The trace of ``--trace-dir`` recorded at its batch, scaled to ``--batch-size-sim``."""
+    b = resolve_batches(args)
+    trace = load_recorded_trace(b.trace_dir, b.batch, args.time_column, getattr(args, "num_layers", None),
+                                *op_time_options(args))
+    trace = trace.with_batch_source(b.source)
+    return scale_trace(trace, b.sim, reference_compat=args.reference_compat)
+
+
+def op_time_options(args: argparse.Namespace) -> tuple[str, float]:
+    """(op-time model, kernel floor in µs) of the flags; the original's linear scaling under
+    --reference-compat."""
+    model = "linear" if args.reference_compat else getattr(args, "op_time_model", "auto")
+    if getattr(args, "num_layers", None) is not None and model == "auto":
+        model = "linear-floor"  # traces at other batches in the directory have the original depth
+    return model, float(getattr(args, "kernel_floor_us", 2.0))
+
+
+def load_recorded_trace(trace_dir: str | Path, batch: int, time_column: str, num_layers: int | None,
+                        op_time_model: str = "auto", kernel_floor_us: float = 2.0) -> Trace:
+    """The trace at its recorded batch, its transformer layer repeated to ``num_layers`` if given,
+    with its op-time model (``run`` and every configuration of a sweep load traces through here)."""
+    if num_layers is not None:
+        if num_layers < 1:
+            raise ConfigError(f"--num-layers must be a positive integer, got {num_layers}")
+        from ..trace.repeat import load_repeated
+
+        trace = load_repeated(trace_dir, num_layers, batch_size=batch, time_column=time_column)
+    else:
+        trace = load_trace(trace_dir, batch_size=batch, time_column=time_column)
+    return attach_op_time_model(trace, op_time_model, kernel_floor_us, time_column)
+
+
+def check_case(args: argparse.Namespace) -> None:
+    if args.case not in range(5):
+        raise ConfigError(f"-case must be one of 0..4, got {args.case}")
+
+
+def strategy_from_args(args: argparse.Namespace, sim_batch: int) -> Strategy:
+    mb = args.micro_batch_size if args.micro_batch_size not in (None, -1) else None
+    if mb is not None and mb <= 0:
+        raise ConfigError(f"-micro-batch-size must be a positive integer, got {mb}")
+    if mb is not None and mb > sim_batch:
+        raise ConfigError(f"-micro-batch-size {mb} is larger than the simulated batch {sim_batch}")
+    strategy = Strategy(
+        case=args.case,
+        micro_batch_size=mb,
+        bucket_mb=args.bucket_mb,
+        schedule=args.schedule,
+        partition=args.partition,
+        initial_placement=args.initial_placement,
+        reference_compat=args.reference_compat,
+        collective_detail=args.collective_detail,
+        virtual_stages=getattr(args, "virtual_stages", 1),
+        **parallel_options(args),
+    )
+    strategy.validate(resolve_gpus(args))
+    return strategy
+
+
+def platform_from_args(args: argparse.Namespace) -> Platform:
+    gpus = resolve_gpus(args)
+    check_gpu_count(gpus)
+    # case 0 runs on one GPU whatever -GPUnumber says; a hybrid run on dp × tp × pp
+    single = gpus == 1 if degrees_given(args) else args.case == 0
+    if single:
+        check_unused_platform_flags(args)  # not used, but a wrong value is still an error
+    platform = build_platform(
+        num_gpus=1 if single else gpus,
+        capacity_log2=args.capacity,
+        bandwidth_gbps=args.bandwidth,
+        ptp_bandwidth_gbps=args.ptp_bandwidth,
+        interconnects=0 if single else args.interconnects,
+        num_rows=args.num_rows,
+        num_cols=args.num_cols,
+        topology="ring" if single else args.topology,
+        link_latency_us=args.link_latency_us,
+        reference_compat=args.reference_compat,
+        gpus_per_node=args.gpus_per_node,
+        node_bandwidth_gbps=args.node_bandwidth,
+        topology_file=None if single else args.topology_file,
+        network=args.network,
+        collective_algo=args.collective_algo,
+        collective_latency_us=args.collective_latency_us,
+    )
+    protocol = getattr(args, "collective_protocol", "simple")
+    if protocol != "simple" and not args.reference_compat:  # the original had Simple only
+        platform = platform.with_network(collective_protocol=protocol)
+    return platform
+
+
+def configure(args: argparse.Namespace | Mapping[str, Any] | None = None,
+              **options: Any) -> tuple[Trace, Platform, Strategy]:
+    """(trace, platform, strategy) from parsed flags, a mapping or keyword arguments.
+
+    ``configure(case=2, gpus=4, trace_dir="t")`` takes the flag names (any spelling, ``_`` for
+    ``-``) and fills in every other flag's default. Flags are checked before the trace is read.
+    """
+    if not isinstance(args, argparse.Namespace):
+        args = sim_namespace({**dict(args or {}), **options}, where="configure()")
+    elif options:
+        raise TypeError("configure(): pass either a namespace or keyword options, not both")
+    check_case(args)
+    platform = platform_from_args(args)
+    trace = load_scaled_trace(args)
+    strategy = strategy_from_args(args, trace.batch_size)
+    if strategy.hybrid:  # before any graph is built: a pipeline stage per layer at most
+        check_pipeline_depth(trace, strategy.degrees(platform.num_gpus)[2],
+                             strategy.virtual_stages if strategy.schedule == "interleaved" else 1)
+    return trace, platform, strategy
