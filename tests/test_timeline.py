@@ -9,8 +9,8 @@ import pytest
 
 from triosim.config import configure
 from triosim.report import timeline as timeline_module
-from triosim.report.result import run_simulation
 from triosim.report.timeline import MEMORY_COUNTER, timeline_json
+from triosim.simulation import simulate as run_simulation
 
 PHASES = {"X", "M", "C", "s", "f"}
 

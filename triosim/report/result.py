@@ -14,12 +14,10 @@ from typing import Any
 
 import numpy as np
 
-from ..graph import build_graph
 from ..graph.strategy import Strategy
 from ..graph.tasks import COMM_KINDS, TaskGraph
 from ..hardware.platform import Platform
-from ..schedule.list_scheduler import Schedule, schedule
-from ..trace.load import Trace
+from ..schedule.list_scheduler import Schedule
 
 # Facts builders record about their strategy that belong in the JSON result.
 STRATEGY_META = ("gradient_bytes", "buckets", "tensor_parallel", "pipeline", "parallel", "hybrid", "collectives")
@@ -245,18 +243,3 @@ def _natural_key(name: str) -> tuple:
     import re
 
     return tuple(int(p) if p.isdigit() else p for p in re.split(r"(\d+)", name))
-
-
-def run_simulation(trace: Trace, platform: Platform, strategy: Strategy, progress=None) -> Result:
-    graph = build_graph(trace, platform, strategy)
-    sched = schedule(graph, progress=progress)
-    per_gpu, per_link = summarize(graph, sched, platform)
-    return Result(
-        makespan_s=sched.makespan,
-        strategy=strategy,
-        platform=platform,
-        graph=graph,
-        schedule=sched,
-        per_gpu=per_gpu,
-        per_link=per_link,
-    )

@@ -102,7 +102,7 @@ def run_task(traces: TraceSet, task: Task) -> Outcome:
     """Simulate one configuration; every error becomes an Outcome, never an exception."""
     from argparse import Namespace
 
-    from ..report.result import run_simulation
+    from ..simulation import simulate as run_simulation
 
     ns = Namespace(**dict(task.config))
     try:
