@@ -10,7 +10,11 @@ from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 
 import triosim.graph.collectives.algorithms as coll
+import triosim.graph.collectives.choice as choice
 import triosim.graph.collectives.cost as cc
+import triosim.graph.collectives.fragment as fragment
+import triosim.graph.collectives.ring_cost as ring_cost
+import triosim.graph.collectives.ring_tasks as ring_tasks
 from triosim import build_platform
 from triosim.graph.collectives.cost import collective_cost
 from triosim.graph.tasks import TaskGraph
@@ -84,24 +88,24 @@ test_isolated_collective_takes_its_closed_form = PROPS(given(symmetric_cases())(
 
 def test_closed_form_property_catches_a_wrong_channel_split(monkeypatch):
     # Planted bug: the cost forgets that the payload is split over the channels.
-    real = cc._ring_phase
+    real = ring_cost._ring_phase
 
     def unsplit(platform, orders, nbytes, steps, name, **kw):
         return real(platform, orders, nbytes * len(orders), steps, name, **kw)
 
-    monkeypatch.setattr(cc, "_ring_phase", unsplit)
+    monkeypatch.setattr(ring_cost, "_ring_phase", unsplit)
     with pytest.raises(AssertionError):
         PLANTED(given(symmetric_cases())(closed_form_property))()
 
 
 def test_closed_form_property_catches_a_macro_missing_a_phase(monkeypatch):
     # Planted bug: the macro form of a multi-phase collective drops its last phase.
-    real = coll._phase_macros
+    real = fragment.phase_macros
 
     def first_phases(graph, platform, group, op, nbytes, phases, *args):
         return real(graph, platform, group, op, nbytes, phases[:-1] or phases, *args)
 
-    monkeypatch.setattr(coll, "_phase_macros", first_phases)
+    monkeypatch.setattr(fragment, "phase_macros", first_phases)
     with pytest.raises(AssertionError):
         PLANTED(given(symmetric_cases())(closed_form_property))()
 
@@ -181,19 +185,19 @@ def subgroup_property(topology, op, algo, data):
 
 
 SUBGROUPS = (st.sampled_from(("ring", "fully-connected", "switch", "nvlink-cluster")), st.sampled_from(cc.OPS),
-             st.sampled_from(("auto",) + cc.ALGOS), st.data())
+             st.sampled_from(("auto",) + choice.ALGOS), st.data())
 test_any_subgroup_in_any_order = PROPS(given(*SUBGROUPS)(subgroup_property))
 
 
 def test_subgroup_property_catches_a_gpu_left_without_its_result(monkeypatch):
     # Planted bug: multi-channel rings forget the last GPU's completion sync.
-    real = coll._join
+    real = ring_tasks._join
 
     def drop_last(graph, parts, group, label, attrs):
         out = real(graph, parts, group, label, attrs)
         return {g: t for g, t in out.items() if g != group[-1]}
 
-    monkeypatch.setattr(coll, "_join", drop_last)
+    monkeypatch.setattr(ring_tasks, "_join", drop_last)
     with pytest.raises(AssertionError):
         PLANTED(given(*SUBGROUPS)(subgroup_property))()
 

@@ -10,10 +10,10 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-import triosim.graph.collectives.algorithms as coll
 from triosim import build_platform
 from triosim.cli.console import main
-from triosim.graph.collectives import cost as cc
+from triosim.graph.collectives import protocols as cc
+from triosim.graph.collectives import ring_tasks
 from triosim.graph.collectives.cost import collective_cost
 
 from .test_collective_cost import PLANTED, PROPS, closed_form_property, symmetric_cases
@@ -31,13 +31,13 @@ test_protocols_keep_the_closed_form = PROPS(given(protocol_cases())(closed_form_
 
 def test_protocol_property_catches_rings_sending_the_payload(monkeypatch):
     # Planted bug: the expanded and macro rings move the payload, not the protocol's bytes.
-    real = coll._multi_ring
+    real = ring_tasks.multi_ring
 
     def payload_only(graph, platform, group, op, nbytes, *args, **kwargs):
         eff = cc.protocol_efficiency(platform, "ring", group, op)
         return real(graph, platform, group, op, int(nbytes * eff), *args, **kwargs)
 
-    monkeypatch.setattr(coll, "_multi_ring", payload_only)
+    monkeypatch.setattr(ring_tasks, "multi_ring", payload_only)
     with pytest.raises(AssertionError):
         PLANTED(given(protocol_cases())(closed_form_property))()
 

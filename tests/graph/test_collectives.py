@@ -14,6 +14,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import triosim.graph.collectives.algorithms as coll
+import triosim.graph.collectives.fragment as fragment
+import triosim.graph.collectives.ring_cost as ring_cost
+import triosim.graph.collectives.ring_tasks as ring_tasks
 from triosim import build_platform
 from triosim.errors import ConfigError
 from triosim.graph.tasks import TaskGraph
@@ -169,7 +172,7 @@ def _drop_remainder(nbytes: int, n: int) -> list[int]:
 
 
 def test_bytes_property_catches_lost_remainders(monkeypatch):
-    monkeypatch.setattr(coll, "chunk_sizes", _drop_remainder)
+    monkeypatch.setattr(fragment, "chunk_sizes", _drop_remainder)
     with pytest.raises(AssertionError):
         test_collective_bytes_are_conserved()
 
@@ -182,32 +185,32 @@ def _two_phase_case():
 
 
 def test_time_property_catches_a_missing_phase(monkeypatch):
-    real = coll._ring_steps
+    real = ring_tasks._ring_steps
 
     def one_phase(graph, platform, ring, nbytes, label, pre, attrs, phases, **kw):
         return real(graph, platform, ring, nbytes, label, pre, attrs, phases[:1], **kw)
 
     test_isolated_collective_takes_the_closed_form.hypothesis.inner_test(_two_phase_case())  # passes unplanted
-    monkeypatch.setattr(coll, "_ring_steps", one_phase)
+    monkeypatch.setattr(ring_tasks, "_ring_steps", one_phase)
     with pytest.raises(AssertionError):
         test_isolated_collective_takes_the_closed_form.hypothesis.inner_test(_two_phase_case())
 
 
 def test_time_property_catches_a_wrong_macro_step(monkeypatch):
-    monkeypatch.setattr(coll, "ring_step_time", lambda nbytes, n, bw, lat: lat + nbytes / ((n + 1) * bw))
+    monkeypatch.setattr(ring_tasks, "ring_step_time", lambda nbytes, n, bw, lat: lat + nbytes / ((n + 1) * bw))
     with pytest.raises(AssertionError):
         test_isolated_collective_takes_the_closed_form()
 
 
 def test_dependency_property_catches_a_lost_receive_edge(monkeypatch):
-    real = coll._hop_transfer
+    real = ring_tasks._hop_transfer
 
     def own_deps_only(graph, platform, ring, pos, nbytes, duration, label, after, attrs, **kw):
         src = ring.group[pos]
         mine = [t for t in after if src in graph.devices[t][:1] or graph.kind[t] == "compute"]
         return real(graph, platform, ring, pos, nbytes, duration, label, mine, attrs, **kw)
 
-    monkeypatch.setattr(coll, "_hop_transfer", own_deps_only)
+    monkeypatch.setattr(ring_tasks, "_hop_transfer", own_deps_only)
     with pytest.raises(AssertionError):
         test_per_gpu_predecessors_delay_every_gpu()
 
@@ -216,13 +219,13 @@ def test_dependency_property_catches_a_lost_receive_edge(monkeypatch):
 
 
 def test_closed_forms():
-    assert coll.ring_all_reduce_time(1, 10**9, 1e9, 1e-6) == 0.0
-    assert coll.ring_all_reduce_time(4, 4e9, 1e9, 0.0) == pytest.approx(6.0)
-    assert coll.ring_reduce_scatter_time(4, 4e9, 1e9, 1e-3) == pytest.approx(3.003)
-    assert coll.ring_all_gather_time(4, 4e9, 1e9, 1e-3) == pytest.approx(3.003)
-    assert coll.ring_broadcast_time(2, 2e9, 1e9, 0.0) == pytest.approx(2.0)
-    assert coll.chunk_sizes(10, 4) == [3, 3, 2, 2]
-    assert sum(coll.chunk_sizes(2**40 + 7, 13)) == 2**40 + 7
+    assert ring_cost.ring_all_reduce_time(1, 10**9, 1e9, 1e-6) == 0.0
+    assert ring_cost.ring_all_reduce_time(4, 4e9, 1e9, 0.0) == pytest.approx(6.0)
+    assert ring_cost.ring_reduce_scatter_time(4, 4e9, 1e9, 1e-3) == pytest.approx(3.003)
+    assert ring_cost.ring_all_gather_time(4, 4e9, 1e9, 1e-3) == pytest.approx(3.003)
+    assert ring_cost.ring_broadcast_time(2, 2e9, 1e9, 0.0) == pytest.approx(2.0)
+    assert fragment.chunk_sizes(10, 4) == [3, 3, 2, 2]
+    assert sum(fragment.chunk_sizes(2**40 + 7, 13)) == 2**40 + 7
 
 
 def test_single_gpu_group_is_just_a_sync():
@@ -235,7 +238,7 @@ def test_single_gpu_group_is_just_a_sync():
 
 
 def test_auto_detail_expands_small_groups_only():
-    largest = max(n for n in range(2, 200) if 2 * (n - 1) * n <= coll.EXPAND_LIMIT)
+    largest = max(n for n in range(2, 200) if 2 * (n - 1) * n <= fragment.EXPAND_LIMIT)
     for n, kind in ((largest, "transfer"), (largest + 1, "collective")):
         g = TaskGraph()
         coll.add_all_reduce(g, build_platform(n), list(range(n)), 10**6, "ar", detail="auto")

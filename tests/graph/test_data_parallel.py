@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 
 import triosim.graph.data.data_parallel as dp
 from triosim import build_platform, load_trace, simulate
-from triosim.graph.collectives.algorithms import ring_all_reduce_time
+from triosim.graph.collectives.ring_cost import ring_all_reduce_time
 from triosim.graph.data.data_parallel import MIB, gradient_order, make_buckets
 from triosim.graph.strategy import Strategy
 from triosim.schedule.validate import dag_violations, schedule_violations

@@ -18,6 +18,9 @@ from hypothesis import strategies as st
 import triosim.graph.pipeline.cuts as pc
 import triosim.graph.pipeline.estimate as pe
 import triosim.graph.pipeline.partition as part
+import triosim.graph.pipeline.recurrence as rec
+import triosim.graph.pipeline.schedules as sch
+import triosim.graph.pipeline.stage_costs as sc
 import triosim.graph.pipeline.stages as ps
 from triosim import build_platform, load_trace
 from triosim.graph.strategy import Strategy
@@ -27,10 +30,10 @@ from .test_pipeline_planner import synthetic
 GPT = Path(__file__).resolve().parents[2] / "sample_trace" / "gpt-cpu-bs8"
 
 
-def planner_costs(trace, sizes) -> tuple[part.StageCosts, int]:
+def planner_costs(trace, sizes) -> tuple[sc.StageCosts, int]:
     phase = ps.op_phases(trace)
     fops = [i for i, p in enumerate(phase) if p == ps.FORWARD]
-    return part.stage_costs(trace, phase, fops, ps._positions(trace, phase, fops), sizes), len(fops)
+    return sc.stage_costs(trace, phase, fops, ps._positions(trace, phase, fops), sizes), len(fops)
 
 
 def random_starts(rng: random.Random, nf: int, n: int) -> tuple[int, ...]:
@@ -40,13 +43,13 @@ def random_starts(rng: random.Random, nf: int, n: int) -> tuple[int, ...]:
 def check_batch_matches_reference(trace, platform, schedule: str, gpus: tuple[int, ...], virtual: int,
                                   sizes: tuple[int, ...], seed: int, count: int = 6) -> None:
     costs, nf = planner_costs(trace, sizes)
-    layout = part.Layout(gpus, virtual)
+    layout = sch.Layout(gpus, virtual)
     n = layout.num_stages
     rng = random.Random(seed)
     partitions = [tuple(part.count_starts(nf, n))] + [random_starts(rng, nf, n) for _ in range(count)]
     fast = part.estimate_many(partitions, pe.BatchEstimator(costs, platform, schedule, layout))
     for p, got in zip(partitions, fast):
-        ref = part.estimate_partition(p, costs, platform, schedule, layout)
+        ref = rec.estimate_partition(p, costs, platform, schedule, layout)
         assert (got.seconds, got.max_stage_s, got.crossing_bytes) == (ref.seconds, ref.max_stage_s,
                                                                       ref.crossing_bytes), \
             f"batched estimate differs for starts {p}: {got} != {ref}"
@@ -70,7 +73,7 @@ def test_the_search_finds_the_same_partitions_as_with_the_reference_estimate(mon
     fast = ps.candidate_plans(trace, platform, strategy, [0.25] * 4)
 
     def reference(partitions, estimator):  # one estimate_partition per partition
-        return [part.estimate_partition(p, estimator.costs, platform, "1f1b", part.Layout((0, 1, 2, 3)))
+        return [rec.estimate_partition(p, estimator.costs, platform, "1f1b", sch.Layout((0, 1, 2, 3)))
                 for p in partitions]
 
     monkeypatch.setattr(part, "estimate_many", reference)

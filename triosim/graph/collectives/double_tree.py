@@ -35,6 +35,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from ...hardware.platform import Platform, gpu_node
+from .fragment import chunk_sizes
 
 CHUNK_BYTES = 512 * 1024
 MAX_CHUNKS = 64
@@ -86,11 +87,6 @@ class TreePlan:
 
     def __len__(self) -> int:
         return len(self.src)
-
-
-def _split(nbytes: int, parts: int) -> list[int]:
-    base, extra = divmod(int(nbytes), parts)
-    return [base + (1 if c < extra else 0) for c in range(parts)]
 
 
 def _lanes(platform: Platform, routes: list[tuple[str, ...]]) -> dict[str, int]:
@@ -167,7 +163,7 @@ def _walk(platform: Platform, group: tuple[int, ...], nbytes: float, step_latenc
     # Transfer (tree t, direction d, chunk c, position i) is number ((t·2 + d)·k + c)·n + i.
     end = [0.0] * (4 * k * n)
     pos = [0] * (4 * k * n) if plan is not None else None
-    sizes = [_split(h, k) for h in _split(int(nbytes), 2)] if plan is not None else None
+    sizes = [chunk_sizes(h, k) for h in chunk_sizes(int(nbytes), 2)] if plan is not None else None
     last = 0.0
     for _slot, t, down, i, c in keys:
         me = ((t * 2 + down) * k + c) * n + i

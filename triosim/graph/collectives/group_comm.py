@@ -24,14 +24,9 @@ from typing import Any
 
 from ...hardware.platform import Platform
 from ..tasks import TaskGraph
-from .algorithms import (
-    add_all_gather,
-    add_all_reduce,
-    add_reduce_scatter,
-    make_ring,
-    ring_step_time,
-    slowest_hop,
-)
+from .algorithms import add_all_gather, add_all_reduce, add_reduce_scatter
+from .cost import collective_cost
+from .ring_tasks import make_ring
 from .star_routes import prime_routes
 
 # Ring phases of each collective: an all-reduce is a reduce-scatter then an all-gather.
@@ -49,20 +44,11 @@ def wire_bytes_per_gpu(op: str, n: int, nbytes: int) -> float:
 
 
 def closed_form_seconds(platform: Platform, group: Sequence[int], op: str, nbytes: int) -> float:
-    """Time of ``op`` on ``group`` alone: NET's ``collective_cost`` when present, else the ring's
-    ``phases·(n−1)·(α + S/(n·W))`` on the group's slowest hop (the macro task's time)."""
-    n = len(group)
-    if n < 2:
+    """Time of ``op`` on ``group`` alone: :func:`~triosim.graph.collectives.cost.collective_cost`
+    with the platform's algorithm."""
+    if len(group) < 2:
         return 0.0
-    try:
-        from .algorithms import collective_cost  # type: ignore[attr-defined]
-    except ImportError:
-        collective_cost = None
-    if collective_cost is not None:
-        return float(collective_cost(platform, tuple(group), op, nbytes, algo=platform.collective_algo).seconds)
-    ring = make_ring(platform, group)
-    bw, lat = slowest_hop(platform, ring, nbytes)
-    return PHASES[op] * (n - 1) * ring_step_time(nbytes, n, bw, lat)
+    return float(collective_cost(platform, tuple(group), op, nbytes, algo=platform.collective_algo).seconds)
 
 
 @dataclass(frozen=True)

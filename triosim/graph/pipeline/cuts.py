@@ -1,4 +1,8 @@
-"""Least-cost cuts under many bounds at once: the partitioner's dynamic programme in numpy.
+"""Bounds and cuts for the partitioner: the tightest bound on a stage's weight, and the
+least-cost cuts under many bounds at once (the partitioner's dynamic programme in numpy).
+
+:func:`min_max_bound` is the smallest bound on a stage's weight that the stages can meet (the
+greedy fill, bisected): the bound grids of the time and optimal searches start from it.
 
 :func:`min_cut_starts_many` gives, for each bound on a stage's weight, the stage starts that
 minimise the summed cut costs with every stage's weight under the bound (and, optionally, a
@@ -21,6 +25,33 @@ import math
 from collections.abc import Callable, Sequence
 
 import numpy as np
+
+
+def _greedy_parts(weights: Sequence[float], bound: float) -> int:
+    """How many contiguous stages of weight ≤ ``bound`` the greedy fill needs."""
+    parts, acc = 1, 0.0
+    for w in weights:
+        if acc + w > bound and acc > 0:
+            parts += 1
+            acc = 0.0
+        acc += w
+    return parts
+
+
+def min_max_bound(weights: Sequence[float], n: int) -> float:
+    """Smallest bound on a stage's weight that n contiguous stages can meet (bisection)."""
+    lo, hi = max(weights, default=0.0), float(sum(weights))
+    if lo <= 0.0:
+        return 0.0
+    for _ in range(64):
+        mid = (lo + hi) / 2
+        if _greedy_parts(weights, mid) <= n:
+            hi = mid
+        else:
+            lo = mid
+        if hi - lo <= 1e-12 * hi:
+            break
+    return hi
 
 
 def first_feasible_start(prefix: np.ndarray, limits: np.ndarray) -> np.ndarray:

@@ -1,5 +1,5 @@
 """Batched pipeline estimates: the block-level recurrence of
-:func:`triosim.graph.pipeline.partition.estimate_partition` for many partitions at once.
+:func:`triosim.graph.pipeline.recurrence.estimate_partition` for many partitions at once.
 
 The recurrence's *structure* (which block waits for which, in what order each GPU runs its
 blocks, which route each transfer takes) depends only on the schedule, the layout and the
@@ -26,7 +26,9 @@ from dataclasses import dataclass
 import numpy as np
 
 from ...hardware.platform import Platform, gpu_node
-from .schedules import BACKWARD, FORWARD, schedule_blocks
+from .cuts import min_max_bound
+from .schedules import BACKWARD, FORWARD, Layout, schedule_blocks
+from .stage_costs import StageCosts
 
 
 @dataclass(frozen=True)
@@ -207,7 +209,7 @@ class BatchEstimator:
     stages it has seen, since a search keeps revisiting the same stages.
     """
 
-    def __init__(self, costs, platform: Platform, schedule: str, layout) -> None:
+    def __init__(self, costs: StageCosts, platform: Platform, schedule: str, layout: Layout) -> None:
         self.costs = costs
         n = layout.num_stages
         self.num_stages = n
@@ -240,11 +242,9 @@ class BatchEstimator:
     def tightest_bound(self, weights: Sequence[float]) -> float:
         """The smallest bound on a stage's weight that the stages can meet (computed once: the
         time split and the optimal search both start from it)."""
-        from .partition import _min_max_bound  # the partitioner imports this module
-
         key = tuple(weights)
         if self._tightest is None or self._tightest[0] != key:
-            self._tightest = (key, _min_max_bound(weights, self.num_stages))
+            self._tightest = (key, min_max_bound(weights, self.num_stages))
         return self._tightest[1]
 
     def _segment(self, a: int, b: int) -> tuple[float, ...]:

@@ -1,27 +1,23 @@
-"""Pipeline partitions: where to cut the forward ops into stages, and how fast a cut would run.
+"""Pipeline partitions: where to cut the forward ops into stages.
 
-- **Costs** (:func:`stage_costs`). Each forward position weighs its forward time and the time of
-  the backward ops that follow it, per micro-batch size (op times come from the trace's op-time
-  model, so a small micro-batch is not simply a fraction of the batch), its share of the
-  optimizer, and the bytes crossing the cut after it in each direction.
-- **Estimate** (:func:`estimate_partition`). The block-level pipeline recurrence: each GPU runs
-  its blocks (one stage's ops for one micro-batch) in the schedule's order; a block waits for
-  the previous block on its GPU and for the bytes from the neighbouring stage, which go over
-  the boundary link one micro-batch after another; plus each GPU's optimizer share at the end.
-  It is the task DAG at block granularity, without memory traffic.
-- **Partitions.** ``count`` (:func:`count_starts`): equal op counts, the original's split.
-  ``time`` (:func:`time_partition`): balanced stages, and among partitions no less balanced than
+The partitioner weighs each forward position by :mod:`triosim.graph.pipeline.stage_costs` and
+times a partition by the block-level recurrence (:mod:`triosim.graph.pipeline.recurrence`).
+
+- ``count`` (:func:`count_starts`): equal op counts, the original's split.
+- ``time`` (:func:`time_partition`): balanced stages, and among partitions no less balanced than
   the count split the one with the fewest crossing bytes; the candidate (count split included)
-  with the best estimate wins. ``optimal`` (:func:`optimal_candidates`): for a grid of bounds on
-  a stage's time, a dynamic programme finds the cuts with the least boundary-transfer time that
-  keep every stage and every boundary transfer under the bound and a backward op on every
-  stage; these, the count and the time splits are timed by the recurrence, the best few are
-  improved by local search (moving one cut at a time, within a work budget), and the builder
-  re-times the best candidates on the real task DAG.
+  with the best estimate wins.
+- ``optimal`` (:func:`optimal_candidates`): for a grid of bounds on a stage's time, a dynamic
+  programme finds the cuts with the least boundary-transfer time that keep every stage and
+  every boundary transfer under the bound and a backward op on every stage; these, the count
+  and the time splits are timed by the recurrence, the best few are improved by local search
+  (moving one cut at a time, within a work budget), and the builder re-times the best
+  candidates on the real task DAG.
 
-:func:`estimate_partition` and :func:`_min_cut_starts` are the reference definitions, one
-partition and one bound at a time. The searches call their batched equivalents, which give the
-same figures bit for bit: :mod:`triosim.graph.pipeline.estimate` (many partitions per call) and
+:func:`~triosim.graph.pipeline.recurrence.estimate_partition` and :func:`_min_cut_starts` are
+the reference definitions, one partition and one bound at a time. The searches call their
+batched equivalents, which give the same figures bit for bit:
+:mod:`triosim.graph.pipeline.estimate` (many partitions per call) and
 :mod:`triosim.graph.pipeline.cuts` (every bound in one pass).
 """
 
@@ -34,12 +30,12 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ...compute.op_time import op_seconds
-from ...hardware.platform import Platform, gpu_node
-from ...trace.load import Trace
+from ...hardware.platform import Platform
 from .cuts import min_cut_starts_many
 from .estimate import BatchEstimator
-from .schedules import BACKWARD, FORWARD, OPTIMIZER, schedule_blocks
+from .recurrence import PartitionEstimate
+from .schedules import Layout
+from .stage_costs import StageCosts
 
 # Balance bounds tried between the tightest one and the count split's (geometric grid).
 BOUND_CANDIDATES = 12
@@ -53,157 +49,9 @@ LOCAL_SEARCH_ROUNDS = 200
 LOCAL_SEARCH_BLOCKS = 1_000_000
 
 
-@dataclass(frozen=True)
-class Version:
-    """A buffer as last written by ``writer`` and the ops (elsewhere) that read that version."""
-
-    buffer: str
-    writer: int
-    readers: tuple[int, ...]
-
-
-def buffer_versions(trace: Trace, phase: Sequence[str]) -> list[Version]:
-    """Every (buffer, last writer) read by a later forward/backward op, in trace order."""
-    last_writer: dict[str, int] = {}
-    readers: dict[tuple[str, int], list[int]] = {}
-    for i, p in enumerate(phase):
-        if p == OPTIMIZER:
-            continue
-        for k in trace.reads[i]:
-            w = last_writer.get(k)
-            if w is not None and w != i:
-                readers.setdefault((k, w), []).append(i)
-        for k in trace.writes[i]:
-            last_writer[k] = i
-    return [Version(k, w, tuple(r)) for (k, w), r in readers.items()]
-
-
-def _cut_costs(trace: Trace, versions: list[Version], pos: dict[int, int], nf: int) -> tuple[list[int], list[int]]:
-    """Bytes crossing the cut after each forward position, forward and backward direction.
-
-    A version written at position p and read at positions c crosses (hop by hop) every cut
-    between p and the farthest reader on each side.
-    """
-    fwd = [0] * (nf + 1)
-    bwd = [0] * (nf + 1)
-    for v in versions:
-        p = pos[v.writer]
-        cs = [pos[c] for c in v.readers]
-        size = trace.tensors[v.buffer].bytes
-        hi, lo = max(cs), min(cs)
-        if hi > p:
-            fwd[p] += size
-            fwd[hi] -= size
-        if lo < p:
-            bwd[lo] += size
-            bwd[p] -= size
-    out_f, out_b, af, ab = [], [], 0, 0
-    for k in range(nf - 1):
-        af += fwd[k]
-        ab += bwd[k]
-        out_f.append(af)
-        out_b.append(ab)
-    return out_f, out_b
-
-
-@dataclass(frozen=True)
-class StageCosts:
-    """What the partitioner weighs, per forward position.
-
-    ``forward_s[m]`` / ``backward_s[m]``: forward and attached backward time at micro-batch size
-    m, for each micro-batch size of ``sizes``; ``optimizer_s``: optimizer time (once per
-    iteration); ``cut_forward`` / ``cut_backward``: bytes at the full ``batch`` crossing the cut
-    after each position (scaled by m / batch per micro-batch).
-    """
-
-    batch: int
-    sizes: tuple[int, ...]
-    forward_s: dict[int, tuple[float, ...]]
-    backward_s: dict[int, tuple[float, ...]]
-    optimizer_s: tuple[float, ...]
-    cut_forward: tuple[int, ...]
-    cut_backward: tuple[int, ...]
-    backward_ops: tuple[int, ...] = ()  # backward ops anchored at each position
-
-    @property
-    def weights(self) -> list[float]:
-        """Forward + backward time per position at the first (largest) micro-batch size."""
-        m = self.sizes[0]
-        return [f + b for f, b in zip(self.forward_s[m], self.backward_s[m])]
-
-
-@dataclass(frozen=True)
-class PartitionEstimate:
-    """Analytic iteration-time estimate of a partition, used only to choose one."""
-
-    starts: tuple[int, ...]
-    seconds: float
-    max_stage_s: float
-    crossing_bytes: int
-
-
-def stage_costs(trace: Trace, phase: Sequence[str], fops: list[int], pos: dict[int, int],
-                sizes: Sequence[int]) -> StageCosts:
-    """Per-position costs (``pos``: op -> forward position; ``sizes``: the micro-batch sizes)."""
-    nf = len(fops)
-    fwd: dict[int, tuple[float, ...]] = {}
-    bwd: dict[int, tuple[float, ...]] = {}
-    count = [0] * nf
-    for i, k in pos.items():
-        if phase[i] == BACKWARD:
-            count[k] += 1
-    for m in dict.fromkeys(sizes):
-        fwd[m] = tuple(op_seconds(trace, i, m) for i in fops)
-        b = [0.0] * nf
-        for i, k in pos.items():
-            if phase[i] == BACKWARD:
-                b[k] += op_seconds(trace, i, m)
-        bwd[m] = tuple(b)
-    # Optimizer time follows the parameters, which belong to the position of their first reader.
-    param_bytes = [0] * nf
-    first: dict[str, int] = {}
-    for i in sorted(pos):
-        for k in trace.reads[i]:
-            first.setdefault(k, pos[i])
-    for prm in trace.parameters:
-        if prm in first:
-            param_bytes[first[prm]] += trace.tensors[prm].bytes
-    total_bytes = sum(param_bytes)
-    opt_s = sum(op.duration_s for op, p in zip(trace.ops, phase) if p == OPTIMIZER)
-    opt = [opt_s * b / total_bytes if total_bytes else opt_s / nf for b in param_bytes]
-    cut_f, cut_b = _cut_costs(trace, buffer_versions(trace, phase), pos, nf)
-    return StageCosts(trace.batch_size, tuple(sizes), fwd, bwd, tuple(opt), tuple(cut_f), tuple(cut_b), tuple(count))
-
-
 def count_starts(nf: int, n: int) -> list[int]:
     """The original's split: stage i gets positions ``i·nf//n`` up to ``(i+1)·nf//n``."""
     return [i * nf // n for i in range(n)]
-
-
-def _greedy_parts(weights: Sequence[float], bound: float) -> int:
-    parts, acc = 1, 0.0
-    for w in weights:
-        if acc + w > bound and acc > 0:
-            parts += 1
-            acc = 0.0
-        acc += w
-    return parts
-
-
-def _min_max_bound(weights: Sequence[float], n: int) -> float:
-    """Smallest bound on a stage's weight that n contiguous stages can meet (bisection)."""
-    lo, hi = max(weights, default=0.0), float(sum(weights))
-    if lo <= 0.0:
-        return 0.0
-    for _ in range(64):
-        mid = (lo + hi) / 2
-        if _greedy_parts(weights, mid) <= n:
-            hi = mid
-        else:
-            lo = mid
-        if hi - lo <= 1e-12 * hi:
-            break
-    return hi
 
 
 def _min_cut_starts(prefix: Sequence[float], cut: Callable[[int, int], float], n: int,
@@ -256,96 +104,6 @@ def _min_cut_starts(prefix: Sequence[float], cut: Callable[[int, int], float], n
     return starts[::-1]
 
 
-@dataclass(frozen=True)
-class Layout:
-    """Where stages run: stage c on pipeline rank ``c % ranks``, i.e. GPU ``gpus[c % ranks]``;
-    ``virtual`` stages per GPU (1 except for the interleaved schedule)."""
-
-    gpus: tuple[int, ...]
-    virtual: int = 1
-
-    @property
-    def ranks(self) -> int:
-        return len(self.gpus)
-
-    @property
-    def num_stages(self) -> int:
-        return len(self.gpus) * self.virtual
-
-    def gpu_of(self, stage: int) -> int:
-        return self.gpus[stage % len(self.gpus)]
-
-
-def estimate_partition(starts: Sequence[int], costs: StageCosts, platform: Platform, schedule: str,
-                       layout: Layout) -> PartitionEstimate:
-    """Iteration time of a partition by the block-level pipeline recurrence (module docstring)."""
-    n, sizes = len(starts), costs.sizes
-    num_micro = len(sizes)
-    bounds = [*starts, len(costs.optimizer_s)]
-    fwd = {m: [sum(f[bounds[s] : bounds[s + 1]]) for s in range(n)] for m, f in costs.forward_s.items()}
-    bwd = {m: [sum(b[bounds[s] : bounds[s + 1]]) for s in range(n)] for m, b in costs.backward_s.items()}
-    opt = [0.0] * layout.ranks
-    for s in range(n):
-        opt[s % layout.ranks] += sum(costs.optimizer_s[bounds[s] : bounds[s + 1]])
-    link_f, link_b, crossing = [], [], 0
-    for j in range(1, n):
-        k = starts[j] - 1
-        a, b = gpu_node(layout.gpu_of(j - 1)), gpu_node(layout.gpu_of(j))
-        link_f.append((platform.route(a, b), costs.cut_forward[k]))
-        link_b.append((platform.route(b, a), costs.cut_backward[k]))
-        crossing += costs.cut_forward[k] + costs.cut_backward[k]
-    orders = [schedule_blocks(schedule, layout.ranks, num_micro, p, layout.virtual) for p in range(layout.ranks)]
-    link_free: dict[tuple[str, ...], float] = {}  # when each route is next free
-    arrived: dict[tuple[str, int, int], float] = {}  # data for (phase, stage, mb) is there
-    done_forward: set[tuple[int, int]] = set()
-    pos = [0] * layout.ranks
-    clock = [0.0] * layout.ranks
-
-    def send(route: tuple[str, ...], nbytes: float, ready: float) -> float:
-        if not route:
-            return ready
-        start = max(link_free.get(route, 0.0), ready)
-        link_free[route] = start + platform.route_time(route, nbytes)
-        return link_free[route]
-
-    progress = True
-    while progress:
-        progress = False
-        for p in range(layout.ranks):
-            while pos[p] < len(orders[p]):
-                ph, r, v = orders[p][pos[p]]
-                s = v * layout.ranks + p
-                if ph == FORWARD:
-                    need = None if s == 0 else (FORWARD, s, r)
-                else:
-                    need = None if s == n - 1 else (BACKWARD, s, r)
-                if need is not None and need not in arrived:
-                    break
-                if ph == BACKWARD and s == n - 1 and (s, r) not in done_forward:
-                    break
-                start = max(clock[p], arrived.get(need, 0.0) if need else 0.0)
-                m = sizes[r]
-                clock[p] = start + (fwd[m][s] if ph == FORWARD else bwd[m][s])
-                pos[p] += 1
-                progress = True
-                frac = m / costs.batch
-                # Send this block's crossing bytes on to the neighbour.
-                if ph == FORWARD:
-                    done_forward.add((s, r))
-                    if s < n - 1:
-                        route, nbytes = link_f[s]
-                        arrived[(FORWARD, s + 1, r)] = send(route, nbytes * frac, clock[p])
-                elif s > 0:
-                    route, nbytes = link_b[s - 1]
-                    arrived[(BACKWARD, s - 1, r)] = send(route, nbytes * frac, clock[p])
-    if any(pos[p] < len(orders[p]) for p in range(layout.ranks)):
-        seconds = math.inf  # a block order that cannot run; never chosen
-    else:
-        seconds = max(clock[p] + opt[p] for p in range(layout.ranks))
-    m0 = sizes[0]
-    return PartitionEstimate(tuple(starts), seconds, max(f + b for f, b in zip(fwd[m0], bwd[m0])), crossing)
-
-
 def _prefix(weights: Sequence[float]) -> list[float]:
     prefix = [0.0]
     for w in weights:
@@ -362,6 +120,16 @@ def estimate_many(partitions: Sequence[Sequence[int]], estimator: BatchEstimator
     """:func:`estimate_partition` of each partition, batched (the same figures, bit for bit)."""
     return [PartitionEstimate(tuple(p), r.seconds, r.max_stage_s, r.crossing_bytes)
             for p, r in zip(partitions, estimator.estimate(partitions))]
+
+
+def _bound_grid(tight: float, loose: float, steps: int) -> list[float]:
+    """Bounds on a stage's weight from ``tight`` up to ``loose`` (geometric, ``steps`` after the
+    first); only ``tight`` when there is no room between them."""
+    bounds = [tight]
+    if loose > tight > 0:
+        ratio = loose / tight
+        bounds += [tight * ratio ** (k / steps) for k in range(1, steps + 1)]
+    return bounds
 
 
 def time_partition(costs: StageCosts, platform: Platform, schedule: str, layout: Layout,
@@ -381,10 +149,7 @@ def time_partition(costs: StageCosts, platform: Platform, schedule: str, layout:
     (best,) = estimate_many([count_starts(nf, n)], est)
     tight = est.tightest_bound(weights)
     loose = best.max_stage_s
-    bounds = [tight]
-    if loose > tight > 0:
-        ratio = loose / tight
-        bounds += [tight * ratio ** (k / BOUND_CANDIDATES) for k in range(1, BOUND_CANDIDATES + 1)]
+    bounds = _bound_grid(tight, loose, BOUND_CANDIDATES)
     cut = np.array([float(f + b) for f, b in zip(costs.cut_forward, costs.cut_backward)] + [math.inf])
     found = _cut_search(prefix, lambda j: np.broadcast_to(cut[:nf], (len(bounds), nf)), n, bounds, None)
     for e in estimate_many([s for s in found if s is not None], est):
@@ -526,10 +291,7 @@ def optimal_search(costs: StageCosts, platform: Platform, schedule: str, layout:
             need_count.append(need_count[-1] + x)
     tight = est.tightest_bound(weights)
     loose = float(sum(weights))
-    bounds = [tight]
-    if loose > tight > 0:
-        ratio = loose / tight
-        bounds += [tight * ratio ** (k / OPTIMAL_BOUNDS) for k in range(1, OPTIMAL_BOUNDS + 1)]
+    bounds = _bound_grid(tight, loose, OPTIMAL_BOUNDS)
     found: dict[tuple[int, ...], PartitionEstimate] = {}
 
     def evaluate(partitions: list[tuple[int, ...]]) -> list[float]:

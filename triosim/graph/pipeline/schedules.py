@@ -19,6 +19,8 @@ P is the number of GPUs in the pipeline, R the number of micro-batches.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from ...errors import ConfigError
 
 FORWARD, BACKWARD, OPTIMIZER = "F", "B", "O"
@@ -83,3 +85,23 @@ def schedule_blocks(schedule: str, ranks: int, num_micro: int, rank: int, virtua
     if schedule == "interleaved":
         return interleaved_order(ranks, num_micro, rank, virtual)
     return [(ph, r, 0) for ph, r in block_order(schedule, ranks, num_micro, rank)]
+
+
+@dataclass(frozen=True)
+class Layout:
+    """Where stages run: stage c on pipeline rank ``c % ranks``, i.e. GPU ``gpus[c % ranks]``;
+    ``virtual`` stages per GPU (1 except for the interleaved schedule)."""
+
+    gpus: tuple[int, ...]
+    virtual: int = 1
+
+    @property
+    def ranks(self) -> int:
+        return len(self.gpus)
+
+    @property
+    def num_stages(self) -> int:
+        return len(self.gpus) * self.virtual
+
+    def gpu_of(self, stage: int) -> int:
+        return self.gpus[stage % len(self.gpus)]

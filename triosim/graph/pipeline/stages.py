@@ -30,16 +30,10 @@ from ...hardware.platform import Platform
 from ...trace.load import Trace
 from ..strategy import Strategy
 from .estimate import BatchEstimator
-from .partition import (
-    Layout,
-    PartitionEstimate,
-    buffer_versions,
-    count_starts,
-    optimal_search,
-    stage_costs,
-    time_partition,
-)
-from .schedules import BACKWARD, FORWARD, OPTIMIZER, block_order, check_interleaved
+from .partition import count_starts, optimal_search, time_partition
+from .recurrence import PartitionEstimate
+from .schedules import BACKWARD, FORWARD, OPTIMIZER, Layout, block_order, check_interleaved
+from .stage_costs import buffer_versions, stage_costs
 
 # A stage with less than this share of the compute gets a warning in the summary.
 SMALL_STAGE_SHARE = 0.05

@@ -1,0 +1,83 @@
+"""Which algorithm (and protocol) runs a collective: the one asked for when it can run the
+operation on the group, else its fallback; ``auto`` picks the fastest closed form, and with the
+protocol ``auto`` the fastest (protocol, algorithm) pair, as NCCL's tuner picks both.
+"""
+
+from __future__ import annotations
+
+from ...hardware.platform import Platform
+from .hierarchical_cost import hierarchical_split
+from .plans import plan_seconds
+from .protocols import wire_bytes
+
+ALGOS = ("ring", "one-way-ring", "tree", "hierarchical", "direct")
+# "auto" tries the protocols in this order; a tie keeps the earlier one.
+PROTOCOL_ORDER = ("simple", "ll128", "ll")
+# "auto" leaves out the direct algorithm above this group size: its plan has N² transfers.
+DIRECT_AUTO_LIMIT = 64
+
+
+def supported(platform: Platform, group: tuple[int, ...], op: str, algo: str) -> bool:
+    """Whether ``algo`` can run ``op`` on ``group``."""
+    if op == "all_to_all":
+        return algo == "direct"
+    if algo == "tree":
+        return op == "all_reduce"
+    if algo == "hierarchical":
+        return hierarchical_split(platform, group) is not None
+    return algo in ALGOS
+
+
+def fallback(platform: Platform, group: tuple[int, ...], op: str, algo: str) -> str:
+    """The algorithm actually run when ``algo`` cannot run ``op`` on this group."""
+    if supported(platform, group, op, algo):
+        return algo
+    return "direct" if op == "all_to_all" else "ring"
+
+
+def candidates(platform: Platform, group: tuple[int, ...], op: str) -> list[str]:
+    """The algorithms ``auto`` compares, simplest first."""
+    out = [a for a in ("ring", "tree", "hierarchical", "direct") if supported(platform, group, op, a)]
+    if len(group) > DIRECT_AUTO_LIMIT and op != "all_to_all":
+        out = [a for a in out if a != "direct"]
+    return out
+
+
+def resolve_algo(platform: Platform, group: tuple[int, ...], op: str, nbytes: float, algo: str | None = None,
+                 root: int | None = None) -> str:
+    """``algo`` (default: the platform's) made concrete: ``auto`` picks the fastest closed form
+    under the platform's protocol (``nbytes``: the payload)."""
+    return _resolve_algo(platform, group, op, nbytes, algo, root)[0]
+
+
+def _resolve_algo(platform: Platform, group: tuple[int, ...], op: str, nbytes: float, algo: str | None,
+                  root: int | None) -> tuple[str, float | None]:
+    """(algorithm, its time when ``auto`` computed it)."""
+    algo = platform.collective_algo if algo is None else algo
+    if algo == "auto":
+        best = None
+        for a in candidates(platform, group, op):
+            t = plan_seconds(platform, group, op, wire_bytes(platform, a, group, op, nbytes), a, root)
+            if best is None or t < best[0] * (1 - 1e-12):  # ties keep the earlier (simpler) algorithm
+                best = (t, a)
+        return (best[1], best[0]) if best else ("ring", None)
+    if algo not in ALGOS:
+        raise ValueError(f"unknown collective algorithm {algo!r}; choose from auto, {', '.join(ALGOS)}")
+    return fallback(platform, group, op, algo), None
+
+
+def resolve(platform: Platform, group: tuple[int, ...], op: str, nbytes: float, algo: str | None = None,
+            root: int | None = None) -> tuple[Platform, str]:
+    """(the platform with the collective's protocol, the algorithm): with the protocol ``auto``,
+    the fastest (protocol, algorithm) pair by the closed forms, as NCCL's tuner picks both."""
+    if platform.collective_protocol != "auto":
+        return platform, resolve_algo(platform, group, op, nbytes, algo, root)
+    best = None
+    for proto in PROTOCOL_ORDER:
+        variant = platform.protocol_variant(proto)
+        a, t = _resolve_algo(variant, group, op, nbytes, algo, root)
+        if t is None:
+            t = plan_seconds(variant, group, op, wire_bytes(variant, a, group, op, nbytes), a, root)
+        if best is None or t < best[0] * (1 - 1e-12):
+            best = (t, variant, a)
+    return best[1], best[2]

@@ -1,0 +1,71 @@
+"""What every collective's task-DAG fragment is built from, whatever its algorithm.
+
+- the **detail**: ``expanded`` (one ``transfer`` task per chunk and hop), ``macro`` (one
+  ``collective`` task per phase holding the phase's links for its closed-form time) or ``auto``
+  (expanded while it needs at most :data:`EXPAND_LIMIT` transfers);
+- the payload cut into integer **chunks** that add up to it exactly;
+- per-GPU **predecessors** (``after``), the **macro** tasks of a plan's phases, and the
+  per-GPU **done** syncs a builder returns: a GPU holds the result when its sync ends.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+from ...hardware.platform import Platform
+from ..tasks import TaskGraph
+from .phases import Phase
+
+DETAILS = ("auto", "expanded", "macro")
+# "auto" expands a collective while it needs at most this many transfer tasks.
+EXPAND_LIMIT = 512
+
+After = Iterable[int] | Mapping[int, Iterable[int]]
+
+
+def chunk_sizes(nbytes: int, n: int) -> list[int]:
+    """``n`` integer chunk sizes summing to ``nbytes``; the first ``nbytes mod n`` get one more."""
+    base, extra = divmod(int(nbytes), n)
+    return [base + (1 if c < extra else 0) for c in range(n)]
+
+
+def resolve_detail(detail: str, transfers: int) -> str:
+    """``detail`` checked, and ``auto`` made concrete for a fragment of ``transfers`` transfers."""
+    if detail not in DETAILS:
+        raise ValueError(f"collective detail must be one of {DETAILS}, got {detail!r}")
+    if detail == "auto":
+        return "expanded" if transfers <= EXPAND_LIMIT else "macro"
+    return detail
+
+
+def preds(graph: TaskGraph, group: tuple[int, ...], after: After, label: str) -> dict[int, list[int]]:
+    """Per-GPU predecessors; common predecessors are joined once so edges stay O(N)."""
+    if isinstance(after, Mapping):
+        return {g: list(after.get(g, ())) for g in group}
+    common = list(after)
+    if len(common) > 1 and len(group) > 1:
+        common = [graph.add_sync(f"{label} start", common, devices=group)]
+    return {g: common for g in group}
+
+
+def done_syncs(graph: TaskGraph, label: str, attrs: dict[str, Any], deps: Mapping[int, Iterable[int]]) -> dict[int, int]:
+    """One ``done`` sync per GPU of ``deps`` (in its order), after that GPU's tasks in it."""
+    tags = {"collective": label, **attrs}
+    return {g: graph.add_sync(f"{label} done gpu{g}", after, devices=(g,), **tags) for g, after in deps.items()}
+
+
+def phase_macros(graph: TaskGraph, platform: Platform, group: tuple[int, ...], op: str, nbytes: int,
+                 phases: Sequence[Phase], label: str, pre: dict[int, list[int]], attrs: dict[str, Any],
+                 ) -> dict[int, int]:
+    """One ``collective`` task per phase holding the phase's links for its closed-form time."""
+    deps = list(dict.fromkeys(p for g in group for p in pre[g]))
+    tags = {"collective": label, **attrs}
+    for ph in phases:
+        load = dict(ph.link_load)  # bytes per link, fractional: the flow model's shares use them
+        task = graph.add_task(
+            "collective", f"{label} {ph.name}", ph.seconds(platform), tuple(load), group, nbytes, after=deps,
+            latency_s=ph.latency_seconds(), **{"op": op, **tags, "phase": ph.name, "link_load": load},
+        )
+        deps = [task]
+    return done_syncs(graph, label, attrs, {g: deps for g in group})

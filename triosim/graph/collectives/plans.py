@@ -1,0 +1,68 @@
+"""The phases of a collective under a given (resolved, supported) algorithm, and their time.
+
+Every algorithm but the tree is linear in the payload, so its plan is built once for one byte
+per group, operation, algorithm and root (kept on the platform: a DDP run calls the same
+collective once per bucket) and scaled; the tree's pipeline is timed per payload size.
+"""
+
+from __future__ import annotations
+
+from ...hardware.platform import Platform
+from .direct_cost import direct_phases
+from .hierarchical_cost import hierarchical_phases
+from .phases import Phase
+from .protocols import base_latency_s
+from .ring_cost import one_way_ring_phases, ring_phases
+from .tree_cost import tree_phases, tree_seconds
+
+
+def _build_phases(platform: Platform, group: tuple[int, ...], op: str, nbytes: float, algo: str,
+                  root: int | None) -> list[Phase]:
+    if algo == "one-way-ring":
+        return one_way_ring_phases(platform, group, op, nbytes, root)
+    if algo == "ring":
+        return ring_phases(platform, group, op, nbytes, root)
+    if algo == "direct":
+        return direct_phases(platform, group, op, nbytes, root)
+    return hierarchical_phases(platform, group, op, nbytes, root)
+
+
+def _unit(platform: Platform, group: tuple[int, ...], op: str, algo: str, root: int | None,
+          ) -> tuple[list[Phase], list[tuple[float, float]]]:
+    """The phases for a 1-byte payload and, per phase, (latency s, bandwidth s per byte).
+
+    Every plan is linear in the payload, so it is computed once per group, operation,
+    algorithm and root and scaled (a DDP run calls the same collective once per bucket).
+    """
+    key = (group, op, algo, root, platform.collective_latency_us)
+    hit = platform._plans.get(key)
+    if hit is None:
+        phases = _build_phases(platform, group, op, 1.0, algo, root)
+        hit = (phases, [(p.latency_seconds(), p.bandwidth_seconds(platform)) for p in phases])
+        platform._plans[key] = hit
+    return hit
+
+
+def plan(platform: Platform, group: tuple[int, ...], op: str, nbytes: float, algo: str,
+         root: int | None = None) -> list[Phase]:
+    """The phases of ``op`` with ``algo`` (already resolved and supported); base latency on the first."""
+    if algo == "tree":  # its pipeline's time is not linear in the payload; no per-call latency
+        return tree_phases(platform, group, nbytes)
+    unit, _times = _unit(platform, group, op, algo, root)
+    phases = [Phase(p.name, p.steps, p.step_latency, {k: v * nbytes for k, v in p.link_load.items()}, 0.0, p.fill)
+              for p in unit]
+    base = base_latency_s(platform, "tree" if algo == "tree" else "ring")
+    if phases and base:
+        first = phases[0]
+        phases[0] = Phase(first.name, first.steps, first.step_latency, first.link_load, base, first.fill)
+    return phases
+
+
+def plan_seconds(platform: Platform, group: tuple[int, ...], op: str, nbytes: float, algo: str,
+                 root: int | None = None) -> float:
+    """``sum(p.seconds(platform) for p in plan(...))`` without building the scaled phases."""
+    if algo == "tree":
+        return tree_seconds(platform, group, nbytes)
+    _unit_phases, times = _unit(platform, group, op, algo, root)
+    base = base_latency_s(platform, "tree" if algo == "tree" else "ring") if times else 0.0
+    return base + sum(lat + nbytes * per_byte for lat, per_byte in times)
