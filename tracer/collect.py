@@ -18,6 +18,7 @@ import shlex
 import sys
 import tempfile
 import time
+import warnings
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -277,9 +278,14 @@ def record_step(opts: CollectOptions, raw_dir: Path, progress: Any = None) -> Re
     try:
         try:
             et.start()
-            with profile(activities=activities, record_shapes=True) as prof:
-                step()
-                sync()
+            with warnings.catch_warnings():
+                # Some PyTorch versions (2.11) warn on every profile() that events are cleared
+                # "at the end of each cycle"; there is one cycle here and nothing is lost.
+                warnings.filterwarnings("ignore", message=".*Profiler clears events",
+                                        category=UserWarning)
+                with profile(activities=activities, record_shapes=True) as prof:
+                    step()
+                    sync()
             et.stop()
         finally:
             et.unregister_callback()  # also finishes the JSON file

@@ -95,10 +95,18 @@ class TensorTracker:
         known = self.info[gen]
         return known.storage == ref.storage and known.numel == ref.numel
 
+    def _recycled_in_op(self, gen: int, ref: TensorRef, op: OpTensors) -> bool:
+        """Whether a tensor an op writes under an id it saw earlier is a new object under a
+        recycled id rather than the earlier tensor written again: the earlier one is (a view of)
+        a tensor from outside the op and the write lands on other storage.  E.g. cudnn_batch_norm
+        (CUDA) views the weight, frees the view and then allocates its reserve tensor, which the
+        observer may give the view's id: without this the op would write the weight."""
+        return self.canon[gen] not in op.internal and ref.storage != self.info[gen].storage
+
     def produce(self, ref: TensorRef, op: OpTensors, authoritative: bool) -> int:
         """Record a tensor an op writes (new tensor, or in place); returns its canonical gen."""
         gen = self.current.get(ref.id)
-        if gen is not None and ref.id in op.touched:
+        if gen is not None and ref.id in op.touched and not self._recycled_in_op(gen, ref, op):
             # Written again inside the same op (in place, or a nested call): same generation.
             if self.canon[gen] == gen and (authoritative or gen not in op.authoritative):
                 self.info[gen] = ref

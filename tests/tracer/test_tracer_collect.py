@@ -166,3 +166,22 @@ def test_collect_several_batch_sizes_for_the_op_time_fit(tmp_path, capsys):
     assert trace.op_time.name == "fit" and trace.op_time.batches == (2, 4)
     assert main(["collect", "--device", "cpu", "--out", str(tmp_path / "x"), "--model", "tinycnn"]) == 2
     assert "--batch-size" in capsys.readouterr().err
+
+
+def test_profiler_cycle_warning_is_not_shown(tmp_path, monkeypatch, recwarn):
+    """PyTorch 2.11 warns on each profile() that events are cleared at the end of each cycle
+    (seen on an H200); a collection records one cycle, so the warning is noise and is hidden."""
+    import warnings
+
+    import torch.profiler
+
+    class Noisy(torch.profiler.profile):
+        def __enter__(self):
+            warnings.warn("Warning: Profiler clears events at the end of each cycle. Only "
+                          "events from the current cycle will be reported.", UserWarning, stacklevel=2)
+            return super().__enter__()
+
+    monkeypatch.setattr(torch.profiler, "profile", Noisy)
+    _collect(tmp_path, "--model", "tinycnn", "--batch-size", "2", "--image-size", "8",
+             "--iterations", "2", "--no-raw")
+    assert not [w for w in recwarn if "clears events" in str(w.message)]

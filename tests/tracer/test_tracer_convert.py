@@ -116,6 +116,90 @@ def test_views_resolve_to_their_producer():
     assert relu_b.inputs[0] == addmm_b.outputs[0]
 
 
+def _cudnn_batch_norm_step(monkeypatch):
+    """The fixture step with a batch norm after relu_ as PyTorch records it on CUDA:
+    cudnn_batch_norm views the weight, the view dies, and the next allocation (a 0-element
+    tensor) gets the view's tensor id; a later op reads the weight."""
+    import tracer_fixtures as tf
+
+    bw, bb, rm, rv = (tf.T(300, 301, (4,)), tf.T(302, 303, (4,)), tf.T(304, 305, (4,)),
+                      tf.T(306, 307, (4,)))
+    out, mean, invstd = tf.T(308, 309, Y.shape), tf.T(310, 311, (4,)), tf.T(312, 313, (4,))
+    weight_view = tf.T(314, 301, (4,))
+    recycled = tf.T(314, 315, (0,), itemsize=1)  # the view's id, on other storage
+    reserve = tf.T(316, 315, (0,), itemsize=1)
+    empty = ("aten::empty.memory_format(SymInt[] size, *, ScalarType? dtype=None, Layout? "
+             "layout=None, Device? device=None, bool? pin_memory=None, MemoryFormat? "
+             "memory_format=None) -> Tensor")
+    bn = tf.Op(
+        "aten::batch_norm", "aten::batch_norm(Tensor input, Tensor? weight, Tensor? bias, "
+        "Tensor? running_mean, Tensor? running_var, bool training, float momentum, float eps, "
+        "bool cudnn_enabled) -> Tensor", ins=[Y, bw, bb, rm, rv, True, 0.1, 1e-5, True],
+        outs=[out], seq=20, children=[tf.Op(
+            "aten::cudnn_batch_norm", "aten::cudnn_batch_norm(Tensor input, Tensor weight, "
+            "Tensor? bias, Tensor? running_mean, Tensor? running_var, bool training, float "
+            "exponential_average_factor, float epsilon) -> (Tensor, Tensor, Tensor, Tensor)",
+            ins=[Y, bw, bb, rm, rv, True, 0.1, 1e-5], outs=[out, mean, invstd, reserve],
+            seq=20, kernels=[8], children=[
+                tf.Op("aten::empty", empty, ins=[list(Y.shape), None, None, None, None, None],
+                      outs=[out]),
+                tf.Op("aten::view", tf.S_VIEW, ins=[bw, [4]], outs=[weight_view]),
+                tf.Op("aten::empty", empty, ins=[[0], None, None, None, None, None],
+                      outs=[recycled]),
+                tf.Op("aten::empty", empty, ins=[[0], None, None, None, None, None],
+                      outs=[reserve])])])
+    reader = tf.Op("aten::mul", "aten::mul.Tensor(Tensor self, Tensor other) -> Tensor",
+                   ins=[bw, bw], outs=[tf.T(318, 319, (4,))], seq=21, kernels=[2])
+    base = tf.forward_ops
+
+    def forward_ops():
+        ops = base()
+        return ops[:2] + [bn, reader] + ops[2:]
+
+    monkeypatch.setattr(tf, "forward_ops", forward_ops)
+    return tf.build_step(layout="1.1.1", record_function_ids=True), bw, recycled, reserve
+
+
+def test_an_id_recycled_inside_an_op_is_a_new_tensor(monkeypatch, tmp_path):
+    built, bw, recycled, reserve = _cudnn_batch_norm_step(monkeypatch)
+    tables = convert_trace(parse_execution_trace(built.graph),
+                           parse_profiler_trace(built.profiler))
+    bn = by_name(tables, "aten::batch_norm")
+    assert bn.inputs[:2] == (Y.id, bw.id)
+    # The batch norm does not write its weight (it did when the recycled id was taken for the
+    # weight's view written again); the later reader reads the weight from outside the step.
+    assert bw.id not in bn.outputs
+    assert bw.id not in {g for o in tables.ops for g in o.outputs}
+    assert by_name(tables, "aten::mul").inputs == (bw.id, bw.id)
+    graph, prof = write_pair(tmp_path, built)
+    assert main(["convert", "--graph", str(graph), "--profiler", str(prof), "--out",
+                 str(tmp_path / "out"), "-q"]) == 0
+    report = check_trace_dir(tmp_path / "out")
+    assert report.ok, report.problems
+    assert bw.id in report.external
+
+
+def test_tracker_new_object_under_a_recycled_id_inside_one_op():
+    from triosim.tracer.etrace import TensorRef
+    from triosim.tracer.tensors import OpTensors, TensorTracker
+
+    def ref(tid, storage, numel):
+        return TensorRef(id=tid, storage=storage, offset=0, numel=numel, itemsize=4,
+                         device="cuda:0", shape=(numel,))
+
+    tracker, op = TensorTracker(next_id=1000), OpTensors()
+    weight = tracker.read(ref(21, 22, 64), op)
+    assert tracker.alias(ref(42, 22, 64), weight, op) == weight  # a full view of the weight
+    fresh = tracker.produce(ref(42, 44, 0), op, authoritative=False)  # recycled id, new storage
+    assert fresh != weight and fresh >= 1000 and tracker.info[fresh].numel == 0
+    assert weight not in op.produced
+    # In place on the weight (same storage) is still the weight.
+    assert tracker.produce(ref(21, 22, 64), op, authoritative=False) == weight
+    # A tensor the op made, written again on other storage (a resize): the same tensor.
+    made = tracker.produce(ref(50, 51, 0), op, authoritative=False)
+    assert tracker.produce(ref(50, 52, 8), op, authoritative=False) == made
+
+
 def test_forward_op_outputs_include_tensors_saved_for_backward():
     tables, _ = convert()
     loss = by_name(tables, "aten::cross_entropy_loss")
