@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from triosim.tracer.validate import check_trace_dir
 
-from triosim.trace import load_trace
+from triosim import load_trace
 
 SAMPLES = Path(__file__).resolve().parents[1] / "sample_trace"
 NAMES = sorted(p.name for p in SAMPLES.iterdir() if (p / "trace.csv").is_file())
