@@ -1,0 +1,294 @@
+"""The GPU device database: peak rates, memory and efficiency curves, one YAML file per device.
+
+A device file (``triosim/hardware/device_data/<name>.yaml``, or a user's own file of the same
+schema) holds what the roofline op-time model needs to know about a GPU:
+
+- ``matrix_tflops``: DENSE peak of the matrix units (tensor cores, AMD matrix cores) per dtype
+  (``fp64``, ``fp32``, ``tf32``, ``bf16``, ``fp16``, ``fp8``; the vendor's figures *without*
+  2:4 sparsity). On NVIDIA parts there is no fp32 tensor-core mode: ``fp32`` there is the
+  SGEMM rate of the CUDA cores, the same as the vector figure.
+- ``vector_tflops``: peak of the vector (non-tensor) units; ``fp32`` is required.
+- ``hbm_gbps`` (10^9 B/s), ``memory_gb`` (the vendor's capacity in 10^9 bytes, taken literally:
+  a little under the physical binary size, which leaves room for the CUDA context),
+  ``launch_floor_us`` (the shortest time any op takes: launch and tail).
+- ``efficiency``: achieved fraction of peak, ``compute`` as a function of an op's FLOPs (with
+  optional ``compute_by_dtype`` curves for dtypes whose kernels behave differently) and
+  ``memory`` as a function of the bytes it moves, as tables of ``[x, fraction]`` points
+  interpolated linearly in log(x) and held constant past either end (the shape of Calculon's
+  ``gflops_efficiency`` / ``MB_efficiency`` tables). They are device-level defaults, to be
+  calibrated on measured traces; ``efficiency.source`` says where their shape comes from.
+- ``sources``: the public document behind every peak number (one entry per peak field).
+
+Names are case-insensitive; ``aliases`` lists other names a device answers to (``h100`` is the
+SXM part); an alias must be unambiguous across the database. Every problem with a file is a
+one-line :class:`~triosim.errors.ConfigError` naming the file and the field.
+"""
+
+from __future__ import annotations
+
+import difflib
+import importlib.resources
+import math
+import re
+from bisect import bisect_right
+from dataclasses import dataclass, field
+from functools import lru_cache
+from pathlib import Path
+from typing import Any
+
+from ..errors import ConfigError
+
+DTYPES = ("fp64", "fp32", "tf32", "bf16", "fp16", "fp8")
+PEAK_FIELDS = ("matrix_tflops", "vector_tflops", "hbm_gbps", "memory_gb")
+REQUIRED = ("name", "memory_gb", "hbm_gbps", "launch_floor_us", "matrix_tflops", "vector_tflops", "efficiency",
+            "sources")
+KEYS = frozenset((*REQUIRED, "display_name", "vendor", "aliases", "notes"))
+EFFICIENCY_KEYS = frozenset(("compute", "memory", "source"))
+EFFICIENCY_OPTIONAL = frozenset(("compute_by_dtype",))
+
+
+@dataclass(frozen=True)
+class Curve:
+    """Achieved fraction of peak at a given size: ``points`` are (size, fraction) with sizes
+    strictly increasing; between points the fraction is linear in log(size), outside them it is
+    the end point's."""
+
+    points: tuple[tuple[float, float], ...]
+
+    def at(self, x: float) -> float:
+        pts = self.points
+        if not x > pts[0][0]:
+            return pts[0][1]
+        if x >= pts[-1][0]:
+            return pts[-1][1]
+        i = bisect_right([p[0] for p in pts], x)
+        (x0, f0), (x1, f1) = pts[i - 1], pts[i]
+        w = (math.log(x) - math.log(x0)) / (math.log(x1) - math.log(x0))
+        return f0 + w * (f1 - f0)
+
+
+@dataclass(frozen=True)
+class Device:
+    """One GPU: peaks in FLOP/s per dtype, HBM in B/s, capacity in bytes, floor in seconds."""
+
+    name: str
+    display_name: str
+    matrix_flops: dict[str, float]
+    vector_flops: dict[str, float]
+    hbm_bytes_per_s: float
+    memory_bytes: float
+    launch_floor_s: float
+    compute_efficiency: Curve
+    memory_efficiency: Curve
+    compute_by_dtype: dict[str, Curve] = field(default_factory=dict)
+    aliases: tuple[str, ...] = ()
+    sources: dict[str, str] = field(default_factory=dict)
+    path: str = field(default="", compare=False)
+
+    def compute_curve(self, dtype: str) -> Curve:
+        """The compute efficiency curve for math in ``dtype`` (its own, else the default)."""
+        return self.compute_by_dtype.get(dtype, self.compute_efficiency)
+
+    def matrix_peak(self, dtype: str) -> float:
+        """Dense matrix-unit peak in FLOP/s for ``dtype`` (ConfigError when the device has none)."""
+        return self._peak(self.matrix_flops, "matrix_tflops", dtype)
+
+    def vector_peak(self, dtype: str) -> float:
+        """Vector-unit peak in FLOP/s; a dtype without its own vector figure runs at the fp32 rate
+        (bf16/fp16 math on the CUDA cores is at least as fast as fp32)."""
+        if dtype in self.vector_flops:
+            return self.vector_flops[dtype]
+        if dtype in ("bf16", "fp16", "fp8", "tf32"):
+            return self.vector_flops["fp32"]
+        return self._peak(self.vector_flops, "vector_tflops", dtype)
+
+    def _peak(self, table: dict[str, float], key: str, dtype: str) -> float:
+        if dtype not in table:
+            have = ", ".join(d for d in DTYPES if d in table)
+            raise ConfigError(f"{self.path or self.name}: field {key}.{dtype}: device {self.name} has no {dtype} "
+                              f"peak (it has {have})")
+        return table[dtype]
+
+
+def packaged_dir() -> Path:
+    """Where the shipped device files live."""
+    return Path(str(importlib.resources.files("triosim.hardware"))) / "device_data"
+
+
+_NUMBER = re.compile(r"^[+]?(\d+\.?\d*|\.\d+)([eE][-+]?\d+)?$")
+
+
+def _positive(where: str, key: str, value: Any) -> float:
+    # PyYAML reads 1e6 (no dot, no exponent sign) as text: a plain number written so is one.
+    if isinstance(value, str) and _NUMBER.match(value.strip()):
+        value = float(value)
+    ok = isinstance(value, (int, float)) and not isinstance(value, bool)
+    if ok:
+        try:
+            ok = math.isfinite(float(value)) and float(value) > 0
+        except OverflowError:
+            ok = False
+    if not ok:
+        raise ConfigError(f"{where}: field {key!r} must be a positive finite number, got {value!r}")
+    return float(value)
+
+
+def _peaks(where: str, data: dict, key: str) -> dict[str, float]:
+    table = data[key]
+    if not isinstance(table, dict) or not table:
+        raise ConfigError(f"{where}: field {key!r} must be a mapping of dtype to TFLOPS ({', '.join(DTYPES)})")
+    out = {}
+    for dtype, value in table.items():
+        if dtype not in DTYPES:
+            raise ConfigError(f"{where}: field {key}.{dtype}: unknown dtype (known: {', '.join(DTYPES)})")
+        out[dtype] = _positive(where, f"{key}.{dtype}", value) * 1e12
+    return out
+
+
+def _curve(where: str, key: str, raw: Any) -> Curve:
+    if not isinstance(raw, list) or not raw:
+        raise ConfigError(f"{where}: field {key!r} must be a list of [size, fraction] points")
+    points = []
+    for n, pt in enumerate(raw):
+        if not isinstance(pt, list) or len(pt) != 2:
+            raise ConfigError(f"{where}: field {key}[{n}] must be a [size, fraction] pair, got {pt!r}")
+        x = _positive(where, f"{key}[{n}] size", pt[0])
+        f = _positive(where, f"{key}[{n}] fraction", pt[1])
+        if f > 1:
+            raise ConfigError(f"{where}: field {key}[{n}] fraction must be at most 1, got {pt[1]!r}")
+        if points and not x > points[-1][0]:
+            raise ConfigError(f"{where}: field {key}[{n}]: sizes must increase, got {pt[0]!r} after {points[-1][0]!r}")
+        points.append((x, f))
+    return Curve(tuple(points))
+
+
+def parse_device(where: str, data: Any) -> Device:
+    """Check a device file's mapping and build the Device (``where`` names the file in errors)."""
+    if not isinstance(data, dict):
+        raise ConfigError(f"{where}: expected a mapping of device fields at the top level")
+    unknown = sorted(set(map(str, data)) - KEYS)
+    if unknown:
+        raise ConfigError(f"{where}: unknown field {unknown[0]!r} (known: {', '.join(sorted(KEYS))})")
+    for key in REQUIRED:
+        if key not in data:
+            raise ConfigError(f"{where}: missing field {key!r}")
+    name = data["name"]
+    if not isinstance(name, str) or not name.strip():
+        raise ConfigError(f"{where}: field 'name' must be a non-empty string, got {name!r}")
+    aliases = data.get("aliases", [])
+    if not isinstance(aliases, list) or not all(isinstance(a, str) and a.strip() for a in aliases):
+        raise ConfigError(f"{where}: field 'aliases' must be a list of names, got {aliases!r}")
+    matrix = _peaks(where, data, "matrix_tflops")
+    vector = _peaks(where, data, "vector_tflops")
+    if "fp32" not in vector:
+        raise ConfigError(f"{where}: field vector_tflops.fp32: missing (every device needs its fp32 vector peak)")
+    eff = data["efficiency"]
+    if not isinstance(eff, dict):
+        raise ConfigError(f"{where}: field 'efficiency' must be a mapping with compute, memory and source")
+    bad = sorted(set(map(str, eff)) - EFFICIENCY_KEYS - EFFICIENCY_OPTIONAL)
+    if bad:
+        raise ConfigError(f"{where}: unknown field efficiency.{bad[0]} (known: compute, compute_by_dtype, memory, "
+                          "source)")
+    by_dtype = eff.get("compute_by_dtype", {})
+    if not isinstance(by_dtype, dict):
+        raise ConfigError(f"{where}: field efficiency.compute_by_dtype must map a dtype to a curve")
+    for dtype in by_dtype:
+        if dtype not in DTYPES:
+            raise ConfigError(f"{where}: field efficiency.compute_by_dtype.{dtype}: unknown dtype "
+                              f"(known: {', '.join(DTYPES)})")
+    for key in sorted(EFFICIENCY_KEYS):
+        if key not in eff:
+            raise ConfigError(f"{where}: missing field efficiency.{key}")
+    sources = data["sources"]
+    if not isinstance(sources, dict):
+        raise ConfigError(f"{where}: field 'sources' must map each of {', '.join(PEAK_FIELDS)} to its public source")
+    for key in PEAK_FIELDS:
+        if not isinstance(sources.get(key), str) or not sources[key].strip():
+            raise ConfigError(f"{where}: missing field sources.{key} (the public document behind that number)")
+    if not isinstance(eff["source"], str) or not eff["source"].strip():
+        raise ConfigError(f"{where}: field efficiency.source must say where the curves come from")
+    return Device(
+        name=name.strip().lower(),
+        display_name=str(data.get("display_name", name)),
+        matrix_flops=matrix,
+        vector_flops=vector,
+        hbm_bytes_per_s=_positive(where, "hbm_gbps", data["hbm_gbps"]) * 1e9,
+        memory_bytes=_positive(where, "memory_gb", data["memory_gb"]) * 1e9,
+        launch_floor_s=_positive(where, "launch_floor_us", data["launch_floor_us"]) * 1e-6,
+        compute_efficiency=_curve(where, "efficiency.compute", eff["compute"]),
+        memory_efficiency=_curve(where, "efficiency.memory", eff["memory"]),
+        compute_by_dtype={d: _curve(where, f"efficiency.compute_by_dtype.{d}", c) for d, c in by_dtype.items()},
+        aliases=tuple(a.strip().lower() for a in aliases),
+        sources={str(k): str(v) for k, v in sources.items()},
+        path=where,
+    )
+
+
+def read_device_file(path: str | Path) -> Device:
+    """Read and check one device file (``--gpu-file``)."""
+    p = Path(path)
+    try:
+        import yaml
+    except ImportError:
+        raise ConfigError(f"{p}: reading a device file needs pyyaml (pip install pyyaml, or pip install triosim[yaml])"
+                          ) from None
+    try:
+        text = p.read_bytes().decode("utf-8")
+    except FileNotFoundError:
+        raise ConfigError(f"{p}: file not found") from None
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"{p}: not UTF-8 text (byte {exc.start})") from None
+    except OSError as exc:
+        raise ConfigError(f"{p}: cannot read ({exc.strerror})") from None
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f" line {mark.line + 1}" if mark is not None else ""
+        raise ConfigError(f"{p}{where}: not valid YAML ({getattr(exc, 'problem', None) or exc})") from None
+    return parse_device(str(p), data)
+
+
+@lru_cache(maxsize=1)
+def shipped_devices() -> dict[str, Device]:
+    """The packaged devices by name (read and checked once)."""
+    devices = {}
+    for f in sorted(packaged_dir().glob("*.yaml")):
+        dev = read_device_file(f)
+        if dev.name in devices:
+            raise ConfigError(f"{f}: field 'name': {dev.name} is also defined in {devices[dev.name].path}")
+        devices[dev.name] = dev
+    return devices
+
+
+def _aliases(devices: dict[str, Device]) -> dict[str, str]:
+    """alias -> device name, for aliases claimed by exactly one device and not a device's own name."""
+    claims: dict[str, set[str]] = {}
+    for dev in devices.values():
+        for alias in dev.aliases:
+            claims.setdefault(alias, set()).add(dev.name)
+    return {a: next(iter(n)) for a, n in claims.items() if len(n) == 1 and a not in devices}
+
+
+def device_names() -> list[str]:
+    """The shipped device names, sorted."""
+    return sorted(shipped_devices())
+
+
+def get_device(name: str) -> Device:
+    """The shipped device called ``name`` (case-insensitive, or an unambiguous alias); an unknown
+    name is a ConfigError that lists the valid ones and the closest match."""
+    devices = shipped_devices()
+    key = str(name).strip().lower()
+    if key in devices:
+        return devices[key]
+    aliases = _aliases(devices)
+    if key in aliases:
+        return devices[aliases[key]]
+    close = difflib.get_close_matches(key, [*devices, *aliases], n=1)
+    hint = f"; did you mean {aliases.get(close[0], close[0])}?" if close else ""
+    raise ConfigError(f"--gpu {name}: unknown GPU (known: {', '.join(sorted(devices))}){hint}")
+
+
+__all__ = ["DTYPES", "Curve", "Device", "device_names", "get_device", "parse_device", "read_device_file",
+           "shipped_devices"]
