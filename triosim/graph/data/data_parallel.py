@@ -83,7 +83,7 @@ def build(trace: Trace, platform: Platform, strategy: Strategy) -> TaskGraph:
     graph = TaskGraph()
     devices = list(range(platform.num_gpus))
     group: Sequence[int] = platform.ring
-    ddp = strategy.case == 2
+    ddp = strategy.preset.gradient_sync == "buckets"
     pre_ops, post_ops = _split_program(trace, strategy.reference_compat and not ddp)
     pre_tasks = {g: add_op_chain(graph, trace, g, pre_ops) for g in devices}
     task_of = {g: dict(zip(pre_ops, pre_tasks[g])) for g in devices}
