@@ -59,6 +59,7 @@ from .memory import composition as composed_memory
 from .memory.plan import MemoryReport
 from .pipeline.builder import micro_batch_sizes, plan_stages
 from .pipeline.rank_program import add_rank_program
+from .pipeline.sends import send_hop_by_hop
 from .pipeline.stages import PipelinePlan, buffer_versions
 from .rank_map import RankMap
 from .replica_symmetry import replicas_alike
@@ -174,26 +175,17 @@ class Composition(CompositionState):
             readers = [(c, plan.stage[c]) for c in v.readers if plan.stage[c] != src]
             if not readers:
                 continue
+            stages = [st for _, st in readers]
             c_op = cover.get((v.writer, v.buffer))
             for r, frac in enumerate(self.fractions):
                 nbytes = self.size(v.buffer, frac)
                 for d, t in self.replicas:
-                    arrive: dict[int, int] = {}
-                    for step, direction in ((1, "forward"), (-1, "backward")):
-                        dests = [st for _, st in readers if (st - src) * step > 0]
-                        if not dests:
-                            continue
-                        far = max(dests) if step > 0 else min(dests)
-                        prev = self.task[(d, t, v.writer, r)]
-                        done = self.tp_done.get((c_op, r, d)) if c_op is not None else None
-                        if done is not None:
-                            prev = done[ranks.rank(d, t, plan.rank_of(src))]
-                        for a in range(src, far, step):
-                            ga, gb = ranks.rank(d, t, plan.rank_of(a)), ranks.rank(d, t, plan.rank_of(a + step))
-                            prev = self.graph.add_transfer(
-                                self.platform, ga, gb, nbytes, f"send {v.buffer} mb{r} gpu{ga}->gpu{gb}", after=[prev],
-                                microbatch=r, stage_index=a, buffer=v.buffer, direction=direction, dst_stage=a + step)
-                            arrive[a + step] = prev
+                    first = self.task[(d, t, v.writer, r)]
+                    done = self.tp_done.get((c_op, r, d)) if c_op is not None else None
+                    if done is not None:  # a buffer a TP collective completes leaves after it
+                        first = done[ranks.rank(d, t, plan.rank_of(src))]
+                    arrive = send_hop_by_hop(self.graph, self.platform, v.buffer, r, nbytes, src, stages, first,
+                                             lambda a, d=d, t=t: ranks.rank(d, t, plan.rank_of(a)))
                     for c, st in readers:
                         self.graph.add_edge(arrive[st], self.task[(d, t, c, r)])
 

@@ -12,7 +12,7 @@ from ..composition_state import CompositionState
 from ..pipeline.schedules import FORWARD, OPTIMIZER
 from ..rank_map import RankMap
 from ..single import op_label
-from .data_parallel import MIB, Bucket, gradient_order
+from .data_parallel import MIB, Bucket, gradient_order, make_buckets
 
 
 def stage_params(b: CompositionState) -> list[list[str]]:
@@ -25,23 +25,11 @@ def stage_params(b: CompositionState) -> list[list[str]]:
 
 
 def _buckets(b: CompositionState, params: Sequence[str], s: int) -> list[Bucket]:
-    """DDP buckets of one stage's gradients (their per-GPU shard bytes under TP), as
-    data_parallel.make_buckets; a bucket is ready after the last gradient's producer."""
-    trace = b.trace
-    last = trace.last_backward_index()
-    cap = b.strategy.bucket_mb * MIB
-    out: list[Bucket] = []
-    cur: list[str] = []
-    size = 0
-    for p in params:
-        cur.append(p)
-        size += -(-trace.tensors[p].bytes // b.tpp.shard_divisor.get(p, 1))
-        if size >= cap:
-            out.append(Bucket(len(out), tuple(cur), size, max(trace.grad_ready_op.get(q, last) for q in cur)))
-            cur, size = [], 0
-    if cur:
-        out.append(Bucket(len(out), tuple(cur), size, max(trace.grad_ready_op.get(q, last) for q in cur)))
-    return out
+    """DDP buckets of one stage's gradients ``params``, each counted at its per-GPU shard bytes
+    under TP (:func:`~triosim.graph.data.data_parallel.make_buckets`)."""
+    tensors, divisor = b.trace.tensors, b.tpp.shard_divisor
+    return make_buckets(b.trace, b.strategy.bucket_mb * MIB, params,
+                        lambda p: -(-tensors[p].bytes // divisor.get(p, 1)))
 
 
 def gather_unit(b: CompositionState, comm: GroupComm, s: int, units, k: int, ph: str, r: int, last, gathered, ts) -> None:

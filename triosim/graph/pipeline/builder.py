@@ -40,6 +40,7 @@ from ..single import add_op_chain, persistent_buffers, record_memory
 from ..strategy import Strategy
 from ..tasks import TaskGraph
 from .schedules import block_order, interleaved_order
+from .sends import send_hop_by_hop
 from .stages import (
     BACKWARD,
     FORWARD,
@@ -124,12 +125,6 @@ def _add_programs(graph: TaskGraph, trace: Trace, plan: PipelinePlan, strategy: 
     return progs
 
 
-def _send(graph: TaskGraph, platform: Platform, src: int, dst: int, nbytes: int, label: str, after: list[int],
-          **attrs) -> int:
-    """A stage-to-stage transfer over the platform's route."""
-    return graph.add_transfer(platform, src, dst, nbytes, label, after=after, **attrs)
-
-
 def _add_crossings(graph: TaskGraph, trace: Trace, platform: Platform, plan: PipelinePlan, progs: _Programs,
                    fractions: Sequence[float]) -> set[tuple[int, str]]:
     """Default model: send every cross-stage buffer version hop by hop; returns (rank, key)
@@ -140,22 +135,12 @@ def _add_crossings(graph: TaskGraph, trace: Trace, platform: Platform, plan: Pip
         readers = [(c, plan.stage[c]) for c in v.readers if plan.stage[c] != src]
         if not readers:
             continue
+        stages = [st for _, st in readers]
         for r, frac in enumerate(fractions):
             nbytes = _scaled(trace, v.buffer, frac)
             key = _key(trace, v.buffer, r)
-            arrive: dict[int, int] = {}
-            for step, direction in ((1, "forward"), (-1, "backward")):
-                dests = [st for _, st in readers if (st - src) * step > 0]
-                if not dests:
-                    continue
-                far = max(dests) if step > 0 else min(dests)
-                prev = progs.task[(v.writer, r)]
-                for a in range(src, far, step):
-                    b = a + step
-                    ga, gb = plan.gpu_of(a), plan.gpu_of(b)
-                    prev = _send(graph, platform, ga, gb, nbytes, f"send {v.buffer} mb{r} gpu{ga}->gpu{gb}", [prev],
-                                 microbatch=r, stage_index=a, buffer=v.buffer, direction=direction, dst_stage=b)
-                    arrive[b] = prev
+            arrive = send_hop_by_hop(graph, platform, v.buffer, r, nbytes, src, stages, progs.task[(v.writer, r)],
+                                     plan.gpu_of)
             for c, st in readers:
                 graph.add_edge(arrive[st], progs.task[(c, r)])
                 delivered.add((plan.rank_of(st), key))
