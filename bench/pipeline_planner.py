@@ -42,7 +42,7 @@ def planner_speed(dp: int, tp: int, pp: int, partition: str, repeat: int) -> tup
     """Best wall and CPU seconds of the stage planner for one mesh, and the stage starts."""
     from triosim.config import configure
     from triosim.graph.collectives.star_routes import prime_routes
-    from triosim.graph.hybrid import stage_plan
+    from triosim.graph.composition import stage_plan
     from triosim.graph.pipeline.builder import micro_batch_sizes
     from triosim.graph.rank_map import RankMap
 

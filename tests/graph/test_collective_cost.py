@@ -17,8 +17,8 @@ import triosim.graph.collectives.ring_cost as ring_cost
 import triosim.graph.collectives.ring_tasks as ring_tasks
 from triosim import build_platform
 from triosim.graph.collectives.cost import collective_cost
+from triosim.graph.network import attach_network
 from triosim.graph.tasks import TaskGraph
-from triosim.hardware.flow_network import attach_network
 from triosim.report.result import summarize
 from triosim.schedule.list_scheduler import schedule
 from triosim.schedule.validate import dag_violations

@@ -13,8 +13,8 @@ import triosim.graph.collectives.algorithms as coll
 import triosim.graph.collectives.double_tree as dt
 from triosim import build_platform
 from triosim.graph.collectives.cost import collective_cost
+from triosim.graph.network import attach_network
 from triosim.graph.tasks import TaskGraph
-from triosim.hardware.flow_network import attach_network
 from triosim.schedule.list_scheduler import schedule
 from triosim.schedule.validate import dag_violations
 

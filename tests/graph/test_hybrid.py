@@ -13,10 +13,12 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from triosim.graph import build_graph
-from triosim.graph import hybrid as hybrid_module
+from triosim.graph.data import gradient_sync
 from triosim.graph.data.zero import buffer_roles
+from triosim.graph.pipeline import rank_program
 from triosim.graph.rank_map import RankMap
 from triosim.graph.strategy import Strategy
+from triosim.graph.tensor import plans as tensor_plans
 from triosim.hardware.presets import build_platform
 from triosim.schedule.list_scheduler import schedule
 from triosim.schedule.validate import dag_violations, schedule_violations
@@ -285,7 +287,7 @@ def hybrid_violations(model, strategy, topology) -> list[str]:
     # Bytes per group: the gradient collectives of the DP groups carry every parameter's TP shard
     # exactly once (all-reduce at ZeRO-0, reduce-scatter above), per built TP rank.
     if dp > 1:
-        plan = hybrid_module.tensor_plan(trace, tp, "per-op")
+        plan = tensor_plans.tensor_plan(trace, tp, "per-op")
         shard = sum(-(-trace.tensors[p].bytes // plan.shard_divisor.get(p, 1)) for p in trace.parameters)
         got = sum(gradient_payloads(g).values())
         expect = shard * (tp if whole else 1)
@@ -302,21 +304,21 @@ def test_hybrid_invariants(config):
 
 def test_bytes_invariant_catches_a_planted_bug(monkeypatch):
     """A builder that drops one stage's last gradient bucket must be caught."""
-    real = hybrid_module._buckets
-    monkeypatch.setattr(hybrid_module, "_buckets", lambda b, params, s: real(b, params, s)[:-1])
+    real = gradient_sync._buckets
+    monkeypatch.setattr(gradient_sync, "_buckets", lambda b, params, s: real(b, params, s)[:-1])
     config = (SyntheticModel(layers=3, batch_size=8, seed=1), Strategy(dp=2, tp=1, pp=1, bucket_mb=0.001), "switch")
     assert any("gradient collectives" in v for v in hybrid_violations(*config))
 
 
 def test_invariants_catch_a_planted_bug(monkeypatch):
     """A builder that forgets the last micro-batch of one stage's ops must be caught."""
-    real = hybrid_module.block_order
+    real = rank_program.block_order
 
     def dropping(schedule, n, r, s):
         order = real(schedule, n, r, s)
         return order[:-1] if s == 0 and len(order) > 1 else order
 
-    monkeypatch.setattr(hybrid_module, "block_order", dropping)
+    monkeypatch.setattr(rank_program, "block_order", dropping)
     config = (SyntheticModel(layers=3, batch_size=8, seed=1), Strategy(dp=2, tp=2, pp=1, micro_batch_size=4,
                                                                       tp_style="per-op"), "switch")
     assert any("ran" in v for v in hybrid_violations(*config))

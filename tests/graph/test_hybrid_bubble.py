@@ -42,6 +42,6 @@ def test_planted_bug_serialised_micro_batches_break_the_closed_form(tmp_path, mo
     def serial(schedule, n, r_count, s):
         return [(ph, r) for r in range(r_count) for ph in (pipeline_stages.FORWARD, pipeline_stages.BACKWARD)]
 
-    import triosim.graph.hybrid as hybrid_module
+    import triosim.graph.pipeline.rank_program as hybrid_module
     monkeypatch.setattr(hybrid_module, "block_order", serial)
     assert _bubble(_uniform(tmp_path), 4, 4, "gpipe") > 2 * 3 / 4

@@ -8,8 +8,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from triosim.graph import hybrid
+from triosim.graph import composition
+from triosim.graph.memory import composition as composed_memory
 from triosim.graph.memory import stage as stage_memory
+from triosim.graph.pipeline import rank_program
 from triosim.graph.strategy import Strategy
 from triosim.hardware.flow_network import Flow, maxmin_rates
 from triosim.hardware.presets import build_platform
@@ -42,7 +44,7 @@ def traces(tmp_path_factory):
 
 def _build(trace, n, kw, plat, fuse=True):
     p = build_platform(num_gpus=n, **plat)
-    g = hybrid.build(trace, p, Strategy(exact=False, **kw), fuse_runs=fuse)
+    g = composition.build(trace, p, Strategy(exact=False, **kw), fuse_runs=fuse)
     return g, schedule(g)
 
 
@@ -71,12 +73,12 @@ def test_fused_runs_equal_op_by_op(traces, name, kw, n, plat):
 def test_fusing_across_a_cut_is_caught(traces, monkeypatch):
     """Planted bug: runs fused across TP collectives (those of mid-run ops are lost, and nothing
     waits for the others)."""
-    real = hybrid._segment_cuts
+    real = rank_program._segment_cuts
 
     def without_tp_cuts(b, s, params, waits_here, colls, units):
         return real(b, s, params, {i: () for i in waits_here}, {}, units)
 
-    monkeypatch.setattr(hybrid, "_segment_cuts", without_tp_cuts)
+    monkeypatch.setattr(rank_program, "_segment_cuts", without_tp_cuts)
     differ = 0
     for name, kw, n, plat in CONFIGS:
         _, sf = _build(traces[name], n, kw, plat)
@@ -89,7 +91,7 @@ def test_fusing_across_a_cut_is_caught(traces, monkeypatch):
 def test_vectorised_stage_memory_equals_step_by_step(traces, name, kw, n, plat, monkeypatch):
     trace = traces[name]
     fast, _ = _build(trace, n, kw, plat, fuse=False)
-    monkeypatch.setattr(hybrid, "_stage_memory_fits", lambda *a, **k: None)
+    monkeypatch.setattr(composed_memory, "_stage_memory_fits", lambda *a, **k: None)
     slow, _ = _build(trace, n, kw, plat, fuse=False)
     assert _peaks(fast) == _peaks(slow)
     for d, m in slow.meta["memory"].items():
@@ -103,7 +105,7 @@ def test_vectorised_stage_memory_catches_a_planted_bug(traces, monkeypatch):
     name, kw, n, plat = CONFIGS[0]
     good = _peaks(_build(traces[name], n, kw, plat, fuse=False)[0])
     real = stage_memory.stage_occupancy
-    monkeypatch.setattr(hybrid, "stage_occupancy", lambda *a: real(*a[:5], set(), *a[6:]))
+    monkeypatch.setattr(composed_memory, "stage_occupancy", lambda *a: real(*a[:5], set(), *a[6:]))
     bad = _peaks(_build(traces[name], n, kw, plat, fuse=False)[0])
     assert bad != good
 
@@ -170,7 +172,7 @@ def _graph_facts(g):
 def _charge_once_vs_long_way(trace, n, kw, plat, monkeypatch):
     fast, sf = _build(trace, n, kw, plat)
     with monkeypatch.context() as m:
-        m.setattr(hybrid, "_charges_once", lambda *a: False)
+        m.setattr(rank_program, "_charges_once", lambda *a: False)
         slow, ss = _build(trace, n, kw, plat)
     return fast, sf, slow, ss
 
@@ -191,10 +193,10 @@ def test_tp_charge_reused_across_payload_sizes_is_caught(traces, monkeypatch):
         hit = charged.get(c.op)
         if hit is None:
             hit = charged[c.op] = (comm.charge(c.kind, group, nbytes, parallel),
-                                   hybrid.wire_bytes_per_gpu(c.kind, len(group), nbytes))
+                                   rank_program.wire_bytes_per_gpu(c.kind, len(group), nbytes))
         return hit
 
-    monkeypatch.setattr(hybrid, "_tp_charge", per_op_only)
+    monkeypatch.setattr(rank_program, "_tp_charge", per_op_only)
     name, kw, n, plat = CHARGE_CONFIGS[0]
     fast, _, slow, _ = _charge_once_vs_long_way(traces[name], n, kw, plat, monkeypatch)
     assert _graph_facts(fast) != _graph_facts(slow)

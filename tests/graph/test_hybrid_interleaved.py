@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-import triosim.graph.hybrid as hybrid_module
+import triosim.graph.pipeline.rank_program as hybrid_module
 from triosim import build_platform, load_trace, simulate
 from triosim.cli.console import main
 from triosim.errors import ConfigError

@@ -36,7 +36,7 @@ def test_plan_stages_on_given_gpus():
     trace = synthetic(6, 1)
     platform = build_platform(8)
     strategy = Strategy(case=4, micro_batch_size=2, partition="count")
-    plan = ps.plan_stages(trace, platform, strategy, [0.25] * 4, num_stages=2, stage_gpus=[5, 7])
+    plan = pp.plan_stages(trace, platform, strategy, [0.25] * 4, num_stages=2, stage_gpus=[5, 7])
     assert plan.num_stages == 2 and plan.gpus == (5, 7)
     graph = pp.build_plan(trace, platform, strategy, plan, (2, 2, 2, 2))
     used = {graph.devices[t][0] for t, k in enumerate(graph.kind) if k == "compute"}
@@ -44,10 +44,10 @@ def test_plan_stages_on_given_gpus():
     sends = {tuple(graph.devices[t]) for t, k in enumerate(graph.kind) if k == "transfer"}
     assert sends == {(5, 7), (7, 5)}
     # Defaults: the platform's GPUs, stage s on GPU s; or num_stages stages on GPUs 0..S−1.
-    assert ps.plan_stages(trace, build_platform(3), strategy, [1.0]).gpus == (0, 1, 2)
-    assert ps.plan_stages(trace, platform, strategy, [1.0], num_stages=4).gpus == (0, 1, 2, 3)
+    assert pp.plan_stages(trace, build_platform(3), strategy, [1.0]).gpus == (0, 1, 2)
+    assert pp.plan_stages(trace, platform, strategy, [1.0], num_stages=4).gpus == (0, 1, 2, 3)
     with pytest.raises(ConfigError, match="2 GPUs"):
-        ps.plan_stages(trace, platform, strategy, [1.0], num_stages=3, stage_gpus=[0, 1])
+        pp.plan_stages(trace, platform, strategy, [1.0], num_stages=3, stage_gpus=[0, 1])
 
 
 # ----------------------------------------------------------------------------- optimal partition

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-import triosim.graph.hybrid as hybrid_module
+import triosim.graph.composition as hybrid_module
 from triosim.graph import build_graph
 from triosim.graph.rank_map import RankMap
 from triosim.graph.replica_symmetry import replicas_alike

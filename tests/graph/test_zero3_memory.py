@@ -7,9 +7,11 @@ from pathlib import Path
 
 import pytest
 
-from triosim.graph import hybrid as hybrid_module
+from triosim.graph import composition
 from triosim.graph.data import zero as zero_module
 from triosim.graph.data.zero import GatheredCopies, buffer_roles, bytes_per_step
+from triosim.graph.memory import composition as composed_memory
+from triosim.graph.pipeline import rank_program
 from triosim.graph.strategy import Strategy
 from triosim.hardware.presets import build_platform
 from triosim.trace.load import load_trace
@@ -24,7 +26,7 @@ def _trace(tmp: Path, layers: int = 5):
 
 
 def _build(trace, bucket_mb: float = 0.001, zero: int = 3):
-    return hybrid_module.build(trace, build_platform(num_gpus=N), Strategy(dp=N, zero=zero, bucket_mb=bucket_mb))
+    return composition.build(trace, build_platform(num_gpus=N), Strategy(dp=N, zero=zero, bucket_mb=bucket_mb))
 
 
 def _units_by_first_use(trace) -> dict[str, list[int]]:
@@ -73,16 +75,16 @@ def test_gathered_bytes_add_step_by_step(tmp_path, monkeypatch):
     """The planner's occupancy with the copies is the one without plus the copies alive."""
     trace = _trace(tmp_path)
     seen = []
-    plan = hybrid_module._plan_memory
+    plan = composed_memory._plan_memory
 
     def spy(b):
         reports = plan(b)
         seen.append((b.gathered_at.get(0), reports[0].step_bytes))
         return reports
 
-    monkeypatch.setattr(hybrid_module, "_plan_memory", spy)
+    monkeypatch.setattr(composed_memory, "_plan_memory", spy)
     _build(trace)
-    monkeypatch.setattr(hybrid_module, "gathered_copies", lambda *a: GatheredCopies({}, {}))
+    monkeypatch.setattr(rank_program, "gathered_copies", lambda *a: GatheredCopies({}, {}))
     _build(trace)
     (alive, with_copies), (none, without) = seen
     assert none is None and max(alive) > 0
@@ -119,7 +121,7 @@ def test_planted_bug_without_prefetch_misses_the_pair(tmp_path, monkeypatch):
                 out.sizes.update({key.replace("unit0", f"unit{k}"): n for key, n in part.sizes.items()})
         return out
 
-    monkeypatch.setattr(hybrid_module, "gathered_copies", no_prefetch)
+    monkeypatch.setattr(rank_program, "gathered_copies", no_prefetch)
     (m,) = _build(trace).meta["hybrid"]["memory"]
     assert m["gathered_params_bytes"] < _max_adjacent_pair(_units_by_first_use(trace))
 

@@ -1,6 +1,6 @@
 """Whether one representative pipeline can stand for every data- and tensor-parallel replica.
 
-A representative hybrid build (:mod:`triosim.graph.hybrid`) simulates replica (dp 0, tp 0) and
+A representative hybrid build (:mod:`triosim.graph.composition`) simulates replica (dp 0, tp 0) and
 charges each collective on that replica's groups; it is exact when every replica meets the
 topology the same way. On ``switch`` every GPU is alike. On ``nvlink-cluster`` a route's cost
 depends only on whether its two GPUs share a node, so the replicas are alike when every

@@ -9,8 +9,10 @@ The original's ``-case`` numbers are presets of the composition:
 - case 3: tp N with the per-op tensor-parallel style (``--tp N --tp-style per-op``);
 - case 4: pp N (``--pp N``).
 
-A plain ``-case`` run goes through the case's own builder; a run with any of ``--dp/--tp/--pp``
-goes through the hybrid builder, whose pure special cases reproduce the case builders.
+Each case is a :class:`Preset` (``PRESETS``): the axis it spreads over every GPU and how that
+axis is built. :mod:`triosim.graph.builder` builds every run: a preset with the component of its
+axis, a run given as ``--dp/--tp/--pp`` with the composition (whose pure special cases reproduce
+the presets, tests compare them).
 """
 
 from __future__ import annotations
@@ -27,7 +29,26 @@ CASE_NAMES = {
     3: "tensor parallel",
     4: "pipeline parallel",
 }
-AXES = ("tp", "pp", "dp")  # default rank order, innermost first
+AXES = ("tp", "pp", "dp")
+
+
+@dataclass(frozen=True)
+class Preset:
+    """What a ``-case`` number means: ``axis`` spread over all GPUs (None: one GPU) and, for data
+    parallelism, ``gradient_sync``: ``buckets`` (DDP, overlapped with backward) or ``whole`` (one
+    all-reduce of every gradient after backward)."""
+
+    axis: str | None
+    gradient_sync: str = "buckets"
+
+
+PRESETS = {
+    0: Preset(None),
+    1: Preset("dp", gradient_sync="whole"),
+    2: Preset("dp"),
+    3: Preset("tp"),
+    4: Preset("pp"),
+}  # default rank order, innermost first
 TP_STYLES = ("megatron", "per-op")
 ZERO_ALIASES = {"0": 0, "1": 1, "2": 2, "3": 3, "fsdp": 3}
 
@@ -83,6 +104,11 @@ class Strategy:
     exact: bool | None = None
 
     @property
+    def preset(self) -> Preset:
+        """The composition ``case`` stands for (what a run given without degrees builds)."""
+        return PRESETS[self.case]
+
+    @property
     def hybrid(self) -> bool:
         """True when the run was given as degrees (``--dp/--tp/--pp``) rather than a case."""
         return any(x is not None for x in (self.dp, self.tp, self.pp))
@@ -91,8 +117,9 @@ class Strategy:
         """(dp, tp, pp) on ``num_gpus`` GPUs; a case preset spreads its one axis over all of them."""
         if self.hybrid:
             return (self.dp or 1, self.tp or 1, self.pp or 1)
+        axis = PRESETS[self.case].axis if self.case in PRESETS else None
         n = max(1, num_gpus)
-        return {0: (1, 1, 1), 1: (n, 1, 1), 2: (n, 1, 1), 3: (1, n, 1), 4: (1, 1, n)}.get(self.case, (1, 1, 1))
+        return (n if axis == "dp" else 1, n if axis == "tp" else 1, n if axis == "pp" else 1)
 
     @property
     def effective_tp_style(self) -> str:

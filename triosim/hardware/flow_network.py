@@ -26,21 +26,6 @@ import heapq
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from ..graph.tasks import TaskGraph
-from .platform import Platform
-
-NETWORK_META = "network"
-BANDWIDTH_META = "link_bandwidth"
-
-
-def attach_network(graph: TaskGraph, platform: Platform) -> TaskGraph:
-    """Record the platform's network model and link bandwidths on ``graph`` for the scheduler."""
-    graph.meta[NETWORK_META] = platform.network
-    links = set(platform.links())
-    graph.meta[BANDWIDTH_META] = {name: platform.link_bandwidth(name) for name in graph.resource_names
-                                  if name in links}
-    return graph
-
 
 @dataclass
 class Flow:
@@ -57,44 +42,6 @@ class Flow:
         """Bring ``remaining`` to time ``t`` at the current rate."""
         self.remaining -= self.rate * (t - self.since)
         self.since = t
-
-
-def flow_of(graph: TaskGraph, task: int, bandwidth: dict[int, float],
-            memo: dict[tuple, tuple[float, float, list[tuple[int, float]]]] | None = None) -> Flow:
-    """The flow of link task ``task`` (see the module docstring). ``memo`` remembers the flow of
-    tasks with the same links, bytes per link and transfer time (a collective repeated per
-    micro-batch): their flows differ only in the task."""
-    xfer = graph.duration[task] - graph.latency[task]
-    attrs = graph.attrs[task] or {}
-    load = attrs.get("link_load")
-    uniform = attrs.get("link_bytes")
-    key = None
-    if memo is not None and load is None:
-        key = (graph.resources[task], uniform, xfer)
-        hit = memo.get(key)
-        if hit is not None:
-            return Flow(task, hit[0], hit[1], hit[2], alone=hit[3])
-    f = _new_flow(graph, task, bandwidth, xfer, load, uniform)
-    if key is not None:
-        f.alone = alone_rate(f)
-        memo[key] = (f.remaining, f.solo_rate, f.coefs, f.alone)
-    return f
-
-
-def _new_flow(graph: TaskGraph, task: int, bandwidth: dict[int, float], xfer: float, load, uniform) -> Flow:
-    rids = [r for r in graph.resources[task] if r in bandwidth]
-    if load is not None or uniform is not None:
-        names = graph.resource_names
-        loads = [(r, load[names[r]] if load is not None else float(uniform)) for r in rids]
-        # A macro collective's size is the bytes of its most loaded link (payloads may round to 0).
-        size = max((b for _r, b in loads), default=0.0)
-        if size <= 0 or xfer <= 0:
-            return Flow(task, 0.0, 1.0, [])
-        return Flow(task, size, size / xfer, [(r, b / (size * bandwidth[r])) for r, b in loads])
-    if xfer <= 0 or not rids:
-        return Flow(task, 0.0, 1.0, [])
-    bw = min(bandwidth[r] for r in rids)
-    return Flow(task, xfer * bw, bw, [(r, 1.0 / bandwidth[r]) for r in rids])
 
 
 def alone_rate(f: Flow) -> float:
@@ -246,4 +193,4 @@ class ActiveFlows:
         return sorted(out)
 
 
-__all__ = ["ActiveFlows", "Flow", "attach_network", "flow_of", "maxmin_rates"]
+__all__ = ["ActiveFlows", "Flow", "alone_rate", "maxmin_rates"]

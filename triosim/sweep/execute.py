@@ -13,7 +13,6 @@ copy is cached for the configurations that follow.
 
 from __future__ import annotations
 
-import importlib.util
 import os
 import signal
 import uuid
@@ -149,10 +148,10 @@ class Prepared:
 
 
 def _builder_missing(case: int) -> bool:
-    from ..graph import BUILDER_MODULES
+    """Whether the graph builder has no preset for a named ``case``."""
+    from ..graph.strategy import CASE_NAMES, PRESETS
 
-    name = BUILDER_MODULES.get(case)
-    return name is not None and importlib.util.find_spec(f"triosim.graph.{name}") is None
+    return case in CASE_NAMES and case not in PRESETS
 
 
 def prepare(points: Sequence[Point]) -> Prepared:

@@ -14,7 +14,7 @@ gradients are averaged with ring all-reduces.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from ...hardware.platform import Platform
@@ -45,9 +45,13 @@ def gradient_order(trace: Trace) -> list[str]:
     return sorted(trace.parameters, key=lambda p: (trace.grad_ready_op.get(p, last), -pos[p]))
 
 
-def make_buckets(trace: Trace, bucket_bytes: float) -> list[Bucket]:
-    """DDP bucketing: add gradients in production order, close a bucket once it holds
-    ``bucket_bytes`` or more (a bucket may overshoot by its last gradient, as in PyTorch)."""
+def make_buckets(trace: Trace, bucket_bytes: float, params: Sequence[str] | None = None,
+                 nbytes: Callable[[str], int] | None = None) -> list[Bucket]:
+    """DDP bucketing: add gradients in production order (``params``; default every parameter, in
+    :func:`gradient_order`), close a bucket once it holds ``bucket_bytes`` or more (a bucket may
+    overshoot by its last gradient, as in PyTorch). ``nbytes``: a gradient's bytes on one GPU
+    (default its whole size; its TP shard in the composition). A bucket is ready after the
+    backward op completing its last gradient."""
     last = trace.last_backward_index()
     buckets: list[Bucket] = []
     cur: list[str] = []
@@ -60,9 +64,9 @@ def make_buckets(trace: Trace, bucket_bytes: float) -> list[Bucket]:
             buckets.append(Bucket(len(buckets), tuple(cur), size, ready))
         cur, size = [], 0
 
-    for p in gradient_order(trace):
+    for p in gradient_order(trace) if params is None else params:
         cur.append(p)
-        size += trace.tensors[p].bytes
+        size += trace.tensors[p].bytes if nbytes is None else nbytes(p)
         if size >= bucket_bytes:
             close()
     close()
@@ -83,7 +87,7 @@ def build(trace: Trace, platform: Platform, strategy: Strategy) -> TaskGraph:
     graph = TaskGraph()
     devices = list(range(platform.num_gpus))
     group: Sequence[int] = platform.ring
-    ddp = strategy.case == 2
+    ddp = strategy.preset.gradient_sync == "buckets"
     pre_ops, post_ops = _split_program(trace, strategy.reference_compat and not ddp)
     pre_tasks = {g: add_op_chain(graph, trace, g, pre_ops) for g in devices}
     task_of = {g: dict(zip(pre_ops, pre_tasks[g])) for g in devices}

@@ -24,7 +24,7 @@ What it models:
   allocated when first used; buffers passing through a stage on their way are not counted.
 
 ``reference_compat``: a replay of the original's pipeline player, recorded as a task graph
-(:mod:`triosim.graph.pipeline.reference`).
+(:mod:`triosim.graph.pipeline.reference`; the graph builder calls it in that mode).
 """
 
 from __future__ import annotations
@@ -40,6 +40,7 @@ from ..single import add_op_chain, persistent_buffers, record_memory
 from ..strategy import Strategy
 from ..tasks import TaskGraph
 from .schedules import block_order, interleaved_order
+from .sends import send_hop_by_hop
 from .stages import (
     BACKWARD,
     FORWARD,
@@ -50,8 +51,8 @@ from .stages import (
     candidate_plans,
     compat_chunks,
     optimizer_buffers,
-    plan_stages,
 )
+from .summary import summary
 
 # ----------------------------------------------------------------------------- micro-batches
 
@@ -124,12 +125,6 @@ def _add_programs(graph: TaskGraph, trace: Trace, plan: PipelinePlan, strategy: 
     return progs
 
 
-def _send(graph: TaskGraph, platform: Platform, src: int, dst: int, nbytes: int, label: str, after: list[int],
-          **attrs) -> int:
-    """A stage-to-stage transfer over the platform's route."""
-    return graph.add_transfer(platform, src, dst, nbytes, label, after=after, **attrs)
-
-
 def _add_crossings(graph: TaskGraph, trace: Trace, platform: Platform, plan: PipelinePlan, progs: _Programs,
                    fractions: Sequence[float]) -> set[tuple[int, str]]:
     """Default model: send every cross-stage buffer version hop by hop; returns (rank, key)
@@ -140,22 +135,12 @@ def _add_crossings(graph: TaskGraph, trace: Trace, platform: Platform, plan: Pip
         readers = [(c, plan.stage[c]) for c in v.readers if plan.stage[c] != src]
         if not readers:
             continue
+        stages = [st for _, st in readers]
         for r, frac in enumerate(fractions):
             nbytes = _scaled(trace, v.buffer, frac)
             key = _key(trace, v.buffer, r)
-            arrive: dict[int, int] = {}
-            for step, direction in ((1, "forward"), (-1, "backward")):
-                dests = [st for _, st in readers if (st - src) * step > 0]
-                if not dests:
-                    continue
-                far = max(dests) if step > 0 else min(dests)
-                prev = progs.task[(v.writer, r)]
-                for a in range(src, far, step):
-                    b = a + step
-                    ga, gb = plan.gpu_of(a), plan.gpu_of(b)
-                    prev = _send(graph, platform, ga, gb, nbytes, f"send {v.buffer} mb{r} gpu{ga}->gpu{gb}", [prev],
-                                 microbatch=r, stage_index=a, buffer=v.buffer, direction=direction, dst_stage=b)
-                    arrive[b] = prev
+            arrive = send_hop_by_hop(graph, platform, v.buffer, r, nbytes, src, stages, progs.task[(v.writer, r)],
+                                     plan.gpu_of)
             for c, st in readers:
                 graph.add_edge(arrive[st], progs.task[(c, r)])
                 delivered.add((plan.rank_of(st), key))
@@ -251,11 +236,8 @@ def retime(trace: Trace, platform: Platform, strategy: Strategy, plans: Sequence
 
 def build(trace: Trace, platform: Platform, strategy: Strategy) -> TaskGraph:
     """Case 4 on GPUs 0..N−1 of ``platform``. With ``partition="optimal"`` the candidate plans
-    are each built and scheduled, and the fastest graph is returned (ties: the best estimate)."""
-    if strategy.reference_compat:
-        from .reference import build as build_compat
-
-        return build_compat(trace, platform, strategy)
+    are each built and scheduled, and the fastest graph is returned (ties: the best estimate).
+    (The original's replay, ``--reference-compat``, is :mod:`triosim.graph.pipeline.reference`.)"""
     sizes = micro_batch_sizes(trace.batch_size, strategy.micro_batch_size)
     fractions = [m / trace.batch_size for m in sizes]
     # Too big to build every candidate: the best estimate only (as plan_stages), and only its plan.
@@ -264,42 +246,24 @@ def build(trace: Trace, platform: Platform, strategy: Strategy) -> TaskGraph:
     return retime(trace, platform, strategy, plans, sizes)[1]
 
 
-def summary(trace: Trace, graph: TaskGraph, plan: PipelinePlan, strategy: Strategy, sizes: Sequence[int]) -> dict:
-    """JSON-ready facts for the report: stages, micro-batches, bytes over each stage boundary."""
-    n = plan.num_stages
-    fwd = [0] * max(n - 1, 0)
-    bwd = [0] * max(n - 1, 0)
-    for t, kind in enumerate(graph.kind):
-        attrs = graph.attrs[t] or {}
-        if kind == "transfer" and "dst_stage" in attrs:
-            a, b = attrs["stage_index"], attrs["dst_stage"]
-            if b == a + 1:
-                fwd[a] += graph.nbytes[t]
-            elif b == a - 1:
-                bwd[b] += graph.nbytes[t]
-    stages = []
-    for s in range(n):
-        f_ops = plan.ops_on(s, FORWARD)
-        b_ops = plan.ops_on(s, BACKWARD)
-        stages.append({
-            "stage": s,
-            "gpu": plan.gpu_of(s),
-            "forward_ops": len(f_ops),
-            "backward_ops": len(b_ops),
-            "first_op": trace.ops[f_ops[0]].op_id if f_ops else None,
-            "last_op": trace.ops[f_ops[-1]].op_id if f_ops else None,
-            "compute_ms": round(sum(trace.ops[i].duration_s for i in f_ops + b_ops) * 1e3, 9),
-            "optimizer_share": round(plan.optimizer_share[s], 9),
-        })
-    return {
-        "schedule": strategy.schedule,
-        "virtual_stages": plan.virtual,
-        "partition": "count (reference_compat)" if strategy.reference_compat else plan.partition,
-        "micro_batches": list(sizes),
-        "stages": stages,
-        "boundaries": [{"from": j, "to": j + 1, "forward_bytes": fwd[j], "backward_bytes": bwd[j]} for j in range(n - 1)],
-        "warnings": list(plan.warnings),
-    }
+def plan_stages(trace: Trace, platform: Platform, strategy: Strategy, fractions: Sequence[float],
+                num_stages: int | None = None, stage_gpus: Sequence[int] | None = None) -> PipelinePlan:
+    """Assign every op to a stage (see the module docstring); for ``partition="optimal"`` the
+    best few candidates are built as this pipeline's task graph and scheduled, and the fastest
+    one is returned.
+
+    ``fractions``: each micro-batch's share of the batch. Defaults: ``platform.num_gpus``
+    stages, stage s on GPU s; otherwise ``num_stages`` stages, stage s on ``stage_gpus[s]``.
+    With ``--schedule interleaved`` each GPU runs ``strategy.virtual_stages`` stages.
+    """
+    # Re-timing builds and schedules each candidate's whole pipeline; past this size that costs
+    # more than the search, so the best estimate is taken as it is (and only its plan is made).
+    too_big = len(trace.ops) * len(fractions) > RETIME_MAX_TASKS
+    plans = candidate_plans(trace, platform, strategy, fractions, num_stages, stage_gpus, first_only=too_big)
+    if len(plans) == 1 or too_big:
+        return plans[0]
+    sizes = [max(1, round(f * trace.batch_size)) for f in fractions]
+    return retime(trace, platform, strategy, plans, sizes)[0]
 
 
 __all__ = ["PipelinePlan", "block_order", "buffer_versions", "build", "build_plan", "compat_chunks",

@@ -49,6 +49,7 @@ from ..single import op_label
 from ..strategy import Strategy
 from ..tasks import TaskGraph, compute_resource
 from .stages import candidate_plans, compat_chunks
+from .summary import summary
 
 FORWARD, OTHER = "forward", "other"
 GRADIENT_CATEGORIES = ("grad_output", "grad")
@@ -448,7 +449,6 @@ def build(trace: Trace, platform: Platform, strategy: Strategy) -> TaskGraph:
     graph.meta["cluster_names"] = {g: f"stage {g} (GPU {g})" for g in range(n)}
     graph.meta["memory"] = {g: {"peak_bytes": result.peak_bytes[g], "fetched_bytes": result.fetched_bytes[g],
                                 "written_back_bytes": 0, "evictions": 0} for g in range(n)}
-    from .builder import summary
 
     sizes = [trace.batch_size // rounds] * rounds
     graph.meta["pipeline"] = summary(trace, graph, plan, strategy, sizes)

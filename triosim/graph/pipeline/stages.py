@@ -281,7 +281,7 @@ def candidate_plans(trace: Trace, platform: Platform, strategy: Strategy, fracti
     the best searched partitions plus the count and time splits (see
     :func:`triosim.graph.pipeline.partition.optimal_candidates`), for the builder to re-time on
     the real task DAG. ``first_only``: only the first of these (for a caller that will not
-    re-time them). Other arguments as :func:`plan_stages`."""
+    re-time them). Other arguments as :func:`triosim.graph.pipeline.builder.plan_stages`."""
     gpus = _pipeline(platform, num_stages, stage_gpus)
     virtual = getattr(strategy, "virtual_stages", 1) if strategy.schedule == "interleaved" else 1
     n = len(gpus) * virtual
@@ -338,28 +338,6 @@ def candidate_plans(trace: Trace, platform: Platform, strategy: Strategy, fracti
     return chosen or lacking[:1 if first_only else None]
 
 
-def plan_stages(trace: Trace, platform: Platform, strategy: Strategy, fractions: Sequence[float],
-                num_stages: int | None = None, stage_gpus: Sequence[int] | None = None) -> PipelinePlan:
-    """Assign every op to a stage (see the module docstring); for ``partition="optimal"`` the
-    best few candidates are built as this pipeline's task graph and scheduled, and the fastest
-    one is returned.
-
-    ``fractions``: each micro-batch's share of the batch. Defaults: ``platform.num_gpus``
-    stages, stage s on GPU s; otherwise ``num_stages`` stages, stage s on ``stage_gpus[s]``.
-    With ``--schedule interleaved`` each GPU runs ``strategy.virtual_stages`` stages.
-    """
-    # Re-timing builds and schedules each candidate's whole pipeline; past this size that costs
-    # more than the search, so the best estimate is taken as it is (and only its plan is made).
-    too_big = len(trace.ops) * len(fractions) > RETIME_MAX_TASKS
-    plans = candidate_plans(trace, platform, strategy, fractions, num_stages, stage_gpus, first_only=too_big)
-    if len(plans) == 1 or too_big:
-        return plans[0]
-    from .builder import retime  # the builder imports this module
-
-    sizes = [max(1, round(f * trace.batch_size)) for f in fractions]
-    return retime(trace, platform, strategy, plans, sizes)[0]
-
-
 def _compat_plan(trace: Trace, phase: Sequence[str], n: int) -> PipelinePlan:
     """The original's split: forward-labelled ops by count over GPU 0..N−1, the rest (backward
     and optimizer, trace order) by count over GPU N−1..0, optimizer ops whole."""
@@ -398,5 +376,5 @@ def compat_chunks(trace: Trace, n: int) -> list[tuple[int, list[int]]]:
 
 __all__ = [
     "BACKWARD", "FORWARD", "OPTIMIZER", "PipelinePlan", "block_order", "buffer_versions", "candidate_plans",
-    "compat_chunks", "op_phases", "optimizer_buffers", "plan_stages",
+    "compat_chunks", "op_phases", "optimizer_buffers",
 ]

@@ -20,9 +20,9 @@ What it models:
   everything else is replicated at full size. Collective buffers are not counted.
 - **N = 1** is case 0 exactly: full op times, no collectives, the same memory plan.
 
-:func:`build_from_plan` builds the same DAG from any
-:class:`~triosim.graph.tensor.megatron.TensorParallelPlan` (case 3 is the per-op plan; a megatron plan
-splits attention/MLP blocks and can use reduce-scatter + all-gather).
+:func:`build_from_plan` builds this DAG from any tensor-parallel plan: case 3 is the per-op
+plan of :func:`triosim.graph.tensor.megatron.plan_tensor_parallel` (the graph builder makes it and
+calls this); a megatron plan splits attention/MLP blocks and can use reduce-scatter + all-gather.
 
 ``reference_compat`` (the original's model): after every tpflag op, forward or
 backward, its outputs divided by N (Σ ⌊bytes/N⌋ over the op's output list) are all-reduced
@@ -32,9 +32,9 @@ links (ptp·2(N−1)/N) each such all-reduce takes (Σ ⌊bytes/N⌋)/ptp.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from ...hardware.platform import Platform
 from ...trace.load import Trace
@@ -43,9 +43,6 @@ from ..memory.plan import plan_replicas
 from ..single import op_label, op_steps, persistent_buffers, record_memory
 from ..strategy import Strategy
 from ..tasks import TaskGraph
-
-if TYPE_CHECKING:
-    from .megatron import TensorParallelPlan
 
 
 @dataclass(frozen=True)
@@ -135,18 +132,27 @@ def optimizer_state_of(trace: Trace, sharded_params: set[str]) -> set[str]:
     return sharded
 
 
-def build(trace: Trace, platform: Platform, strategy: Strategy) -> TaskGraph:
-    """Case 3 over every GPU of ``platform``; collectives run on its logical ring."""
-    from .megatron import plan_tensor_parallel
+class TensorPlan(Protocol):
+    """What :func:`build_from_plan` reads of a tensor-parallel plan (the per-op plan of case 3 or
+    a :class:`~triosim.graph.tensor.megatron.TensorParallelPlan`)."""
 
-    plan = plan_tensor_parallel(trace, platform.num_gpus, style="per-op", reference_compat=strategy.reference_compat)
-    return build_from_plan(trace, platform, strategy, plan)
+    style: str
+    degree: int
+    time_scale: tuple[float, ...]
+    collectives: tuple[TpCollective, ...]
+    shard_divisor: Mapping[str, int]
+    blocks: tuple
+    fallback_reason: str | None
+
+    def op_time(self, i: int, duration_s: float) -> float: ...
+
+    def summary(self) -> str: ...
 
 
 _LABEL = {"all_gather": "allgather", "all_reduce": "allreduce", "reduce_scatter": "reducescatter"}
 
 
-def build_from_plan(trace: Trace, platform: Platform, strategy: Strategy, plan: TensorParallelPlan) -> TaskGraph:
+def build_from_plan(trace: Trace, platform: Platform, strategy: Strategy, plan: TensorPlan) -> TaskGraph:
     """Tensor parallelism over every GPU of ``platform`` as ``plan`` says (its degree is the GPU
     count): each GPU runs every op at ``plan.op_time``, the plan's collectives run on the
     logical ring, an op that reads a buffer a collective completes waits for it on its GPU,
@@ -211,5 +217,5 @@ def build_from_plan(trace: Trace, platform: Platform, strategy: Strategy, plan: 
     return graph
 
 
-__all__ = ["TpCollective", "build", "build_from_plan", "input_gradients", "op_time", "optimizer_state_of", "sharded_buffers",
+__all__ = ["TensorPlan", "TpCollective", "build_from_plan", "input_gradients", "op_time", "optimizer_state_of", "sharded_buffers",
            "tp_collectives"]

@@ -3,7 +3,8 @@ buffers each TP rank holds a shard of.
 
 ``megatron`` style comes from :mod:`triosim.graph.tensor.megatron` (transformer block detection);
 ``per-op`` is case 3's scheme (:mod:`triosim.graph.tensor.per_op`) in the same shape, and is
-what the megatron style falls back to when it finds no transformer blocks (or is unavailable).
+what the megatron style falls back to when it finds no transformer blocks. :func:`tp_waits` is
+the data flow the plan's collectives impose (which op waits for which collective).
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from dataclasses import dataclass, field
 
 from ...errors import ConfigError
 from ...trace.load import Trace
+from .megatron import plan_tensor_parallel
 from .per_op import TpCollective, sharded_buffers, tp_collectives
 
 
@@ -42,8 +44,27 @@ def tensor_plan(trace: Trace, degree: int, style: str, sequence_parallel: bool =
         raise ConfigError("--sequence-parallel needs --tp-style megatron")
     if style == "per-op" or degree < 2:
         return per_op_plan(trace, degree)
-    try:
-        from .megatron import plan_tensor_parallel
-    except ImportError:
-        return per_op_plan(trace, degree, "the megatron tensor-parallel plan is not available in this build")
     return plan_tensor_parallel(trace, degree, style=style, sequence_parallel=sequence_parallel)
+
+
+def tp_waits(trace: Trace, collectives) -> tuple[list[tuple[int, ...]], dict[tuple[int, str], int]]:
+    """Per op, the TP collectives whose buffers it reads; and (writer op, buffer) -> the collective
+    after which that version of the buffer is complete (as case 3: a buffer stays covered by the
+    latest collective that carried it)."""
+    at: dict[int, list] = {}
+    for c in collectives:
+        at.setdefault(c.op, []).append(c)
+    covered: dict[str, int] = {}
+    last_writer: dict[str, int] = {}
+    waits: list[tuple[int, ...]] = []
+    cover: dict[tuple[int, str], int] = {}
+    for i in range(len(trace.ops)):
+        waits.append(tuple(dict.fromkeys(covered[k] for k in trace.reads[i] if k in covered)))
+        for k in trace.writes[i]:
+            last_writer[k] = i
+        for c in at.get(i, ()):
+            for k in c.buffers:
+                covered[k] = i
+                if k in last_writer:
+                    cover[(last_writer[k], k)] = i
+    return waits, cover

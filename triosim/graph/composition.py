@@ -1,0 +1,243 @@
+"""The composition: data × tensor × pipeline parallel degrees in one task DAG, with ZeRO.
+
+What it models:
+
+- **Mesh.** ``dp × tp × pp`` GPUs numbered by :class:`~triosim.graph.rank_map.RankMap` (TP
+  innermost by default). Replica (d, t) is one pipeline: pipeline rank p on GPU ``rank(d, t, p)``.
+- **Pipeline.** The stages, micro-batches and schedules of case 4
+  (:mod:`triosim.graph.pipeline.stages`): pipeline rank p runs stage p (stages p, p + P, … under
+  the interleaved schedule) of every (d, t), its blocks in the schedule's order; every buffer
+  crossing stages is sent hop by hop between consecutive stages of the same (d, t), per
+  micro-batch.
+- **Tensor parallel.** Every op takes its traced time × the TP plan's time scale × the
+  micro-batch's share of the batch; after an op the plan names, its collective runs on the TP
+  group of (d, s) (payload scaled with the micro-batch), and the readers of the buffers it
+  completes wait for it (a buffer sent to the next stage leaves after it).
+- **Data parallel.** Each stage's parameter gradients (its own shard under TP) are packed into
+  DDP buckets of ``--bucket-mb`` in the order backward completes them; a bucket's collective runs
+  on the DP group of (t, s) once the last micro-batch's backward op completing it has run there;
+  the stage's optimizer share waits for the last bucket. Gradient accumulation: micro-batches
+  before the last do not synchronise (as DDP's ``no_sync``).
+- **ZeRO.** 0: buckets are all-reduced. 1 and 2: buckets are reduce-scattered, every DP rank
+  updates its 1/N_dp of the optimizer state (optimizer time / N_dp) and the updated parameters
+  are all-gathered (2Ψ of payload per step). 3 (FSDP): as 2, without the final all-gather; the
+  parameters are grouped into units of ``--bucket-mb`` in forward order and each unit is
+  all-gathered before its first forward op and again before its first backward op in every
+  micro-batch, the next unit's gather starting as soon as the current unit starts computing
+  (prefetch; 3Ψ per step with one micro-batch). Memory: parameters (ZeRO-3), gradients
+  (ZeRO ≥ 2) and optimizer state (ZeRO ≥ 1) take 1/N_dp on each GPU; a gathered unit's whole
+  parameters count from its gather until the pass's last op using them (two units with prefetch).
+- **Representatives.** Replicas (d, t) do the same work; on large meshes only (0, 0) is built and
+  its collectives are charged with their closed form on the group's links
+  (:mod:`triosim.graph.collectives.group_comm`); ``--exact`` builds every GPU, and so does the default while
+  the graph stays small (``AUTO_EXACT_TASKS``).
+
+With one axis only it is the preset it generalises: ``--dp N`` = case 2, ``--pp N`` = case 4,
+``--tp N --tp-style per-op`` = case 3 (tests compare them).
+
+Its steps, in order (:meth:`Composition.assemble`): each pipeline rank's program with its TP
+collectives and ZeRO-3 gathers (:mod:`triosim.graph.pipeline.rank_program`), then its gradient
+sync and optimizer share (:mod:`triosim.graph.data.gradient_sync`); the buffers crossing stages;
+the memory plans (:mod:`triosim.graph.memory.composition`); the JSON summary.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from ..errors import ConfigError
+from ..hardware.platform import Platform
+from ..trace.load import Trace
+from .collectives.group_comm import GroupComm
+from .collectives.star_routes import prime_routes
+from .composition_state import CompositionState
+from .data import gradient_sync
+from .data.zero import buffer_roles
+from .layer_count import check_pipeline_depth
+from .memory import composition as composed_memory
+from .memory.plan import MemoryReport
+from .pipeline.builder import micro_batch_sizes, plan_stages
+from .pipeline.rank_program import add_rank_program
+from .pipeline.sends import send_hop_by_hop
+from .pipeline.stages import PipelinePlan, buffer_versions
+from .rank_map import RankMap
+from .replica_symmetry import replicas_alike
+from .single import op_label, record_memory
+from .strategy import Strategy
+from .tasks import TaskGraph
+from .tensor.plans import tensor_plan, tp_waits
+
+# Without --exact/--representatives, every GPU is built while dp·tp·ops·micro-batches stays below
+# this many compute tasks; above it one representative per role.
+AUTO_EXACT_TASKS = 100_000
+# Where replicas meet the topology differently (see triosim.graph.replica_symmetry), every GPU is
+# built up to this many compute tasks, even with --representatives.
+UNALIKE_EXACT_TASKS = 2_000_000
+
+
+def stage_plan(trace: Trace, platform: Platform, strategy: Strategy, fractions: Sequence[float],
+               stage_gpus: Sequence[int]) -> PipelinePlan:
+    """The pipeline plan of ``len(stage_gpus)`` stages, stage s on ``stage_gpus[s]``."""
+    return plan_stages(trace, platform, strategy, fractions, num_stages=len(stage_gpus), stage_gpus=tuple(stage_gpus))
+
+
+def build(trace: Trace, platform: Platform, strategy: Strategy, fuse_runs: bool = True) -> TaskGraph:
+    """The composed DAG of ``strategy``'s degrees on ``platform`` (one representative per role
+    unless ``strategy.exact``). A representative build runs each stretch of ops that nothing
+    outside the GPU enters or leaves as one task (``fuse_runs``; same times, fewer tasks)."""
+    dp, tp, pp = strategy.degrees(platform.num_gpus)
+    ranks = RankMap(dp, tp, pp, tuple(strategy.rank_order))
+    if ranks.size != platform.num_gpus:
+        raise ConfigError(f"--dp {dp} × --tp {tp} × --pp {pp} = {ranks.size} GPUs, but the platform has "
+                          f"{platform.num_gpus}")
+    virtual = strategy.virtual_stages if strategy.schedule == "interleaved" else 1
+    check_pipeline_depth(trace, pp, virtual)
+    sizes = micro_batch_sizes(trace.batch_size, strategy.micro_batch_size)
+    fractions = [m / trace.batch_size for m in sizes]
+    exact = strategy.exact
+    tasks = dp * tp * len(trace.ops) * len(fractions)
+    if exact is None:  # every GPU while that stays small: then even contention between groups is simulated
+        exact = tasks <= AUTO_EXACT_TASKS
+    replica_warning = None
+    if not exact and not replicas_alike(platform, ranks):
+        # One replica cannot stand for the others: build them all while that stays affordable.
+        if tasks <= UNALIKE_EXACT_TASKS:
+            exact = True
+        else:
+            replica_warning = (f"the replicas meet the nodes differently (tp {tp} × pp {pp} GPUs a replica, "
+                               f"{platform.node_of.count(0)} a node): replica (dp 0, tp 0) stands for all of them and "
+                               "the times may be off; --exact builds every GPU")
+    replicas = [(d, t) for d in range(dp) for t in range(tp)] if exact else [(0, 0)]
+    # interleaved: stage P−1 (last GPU) hands over to stage P (first GPU again)
+    prime_routes(platform, ((ranks.rank(d, t, s), ranks.rank(d, t, (s + e) % pp)) for d, t in replicas
+                            for s in range(pp) for e in (-1, 1) if 0 <= s + e < pp or (virtual > 1 and pp > 1)))
+    plan = stage_plan(trace, platform, strategy, fractions, ranks.stage_gpus(0, 0))
+    tpp = tensor_plan(trace, tp, strategy.effective_tp_style, strategy.sequence_parallel)
+    # Fused runs of ops keep every time exact only while no memcpy can cut into a run (a run's
+    # buffers all fit on the GPU); when the memory plan needs one, the graph is built op by op.
+    fuse = fuse_runs and not exact and strategy.initial_placement == "gpu"
+    roles = buffer_roles(trace)
+    while True:
+        g = Composition(trace, platform, strategy, ranks, plan, tpp, fractions, replicas, roles, fuse=fuse,
+                        exact=exact).assemble()
+        if not g.meta.pop("needs_memcpy") or not fuse:
+            g.meta["hybrid"]["replica_warning"] = replica_warning
+            return g
+        fuse = False
+
+
+@dataclass
+class Composition(CompositionState):
+    """One build of the composed DAG, step by step (:meth:`assemble`). ``exact``: every replica
+    is built and collectives are simulated on their links, not charged in closed form."""
+
+    exact: bool = False
+
+    def assemble(self) -> TaskGraph:
+        """The steps in order; the graph's ``needs_memcpy`` says whether a memory plan needed a
+        memcpy (then a fused build is redone op by op)."""
+        trace, ranks, tpp = self.trace, self.ranks, self.tpp
+        self.labels = [op_label(trace, i) for i in range(len(trace.ops))]
+        self.prefixes = [f"mb{r}:" for r in range(len(self.fractions))]
+        self.versions = buffer_versions(trace, self.plan.phase) if ranks.pp > 1 else []
+        comm = GroupComm(self.graph, self.platform, self.strategy.collective_detail, self.exact)
+        waits, cover = tp_waits(trace, tpp.collectives if ranks.tp > 1 else ())
+        params_of = self.add_programs(comm, waits)
+        self.add_crossings(cover)
+        reports = self.plan_memory()
+        g = self.graph
+        g.meta["needs_memcpy"] = any(r.fetch_tasks or r.evictions for r in reports)
+        g.meta["devices"] = sorted(gg for s in range(ranks.pp) for gg in self.gpus(s))
+        g.meta["cluster_names"] = {
+            gg: f"GPU {gg} (dp {d}, tp {t}, stage {s})" for gg in g.meta["devices"] for d, t, s in [ranks.coords(gg)]
+        }
+        g.meta["hybrid"] = self.summary(comm, params_of, reports)
+        return g
+
+    def add_programs(self, comm: GroupComm, waits) -> list[list[str]]:
+        """Each pipeline rank's program, then its gradient sync and optimizer share; returns the
+        parameters each rank owns."""
+        colls = {c.op: c for c in self.tpp.collectives} if self.ranks.tp > 1 else {}
+        params_of = gradient_sync.stage_params(self)
+        for p in range(self.ranks.pp):
+            last = add_rank_program(self, comm, p, waits, colls, params_of[p])
+            gradient_sync.add_gradient_sync(self, comm, p, params_of[p], last)
+        return params_of
+
+    def add_crossings(self, cover: dict[tuple[int, str], int]) -> None:
+        """Every cross-stage buffer version, per micro-batch and replica, hop by hop (as case 4)."""
+        plan, ranks = self.plan, self.ranks
+        if ranks.pp < 2:
+            return
+        for v in self.versions:
+            src = plan.stage[v.writer]
+            readers = [(c, plan.stage[c]) for c in v.readers if plan.stage[c] != src]
+            if not readers:
+                continue
+            stages = [st for _, st in readers]
+            c_op = cover.get((v.writer, v.buffer))
+            for r, frac in enumerate(self.fractions):
+                nbytes = self.size(v.buffer, frac)
+                for d, t in self.replicas:
+                    first = self.task[(d, t, v.writer, r)]
+                    done = self.tp_done.get((c_op, r, d)) if c_op is not None else None
+                    if done is not None:  # a buffer a TP collective completes leaves after it
+                        first = done[ranks.rank(d, t, plan.rank_of(src))]
+                    arrive = send_hop_by_hop(self.graph, self.platform, v.buffer, r, nbytes, src, stages, first,
+                                             lambda a, d=d, t=t: ranks.rank(d, t, plan.rank_of(a)))
+                    for c, st in readers:
+                        self.graph.add_edge(arrive[st], self.task[(d, t, c, r)])
+
+    def plan_memory(self) -> list[MemoryReport]:
+        """Every built GPU's memory plan, recorded on the graph."""
+        reports = composed_memory._plan_memory(self)
+        record_memory(self.graph, reports)
+        return reports
+
+    def summary(self, comm: GroupComm, params_of: list[list[str]], reports: list[MemoryReport]) -> dict:
+        """JSON-ready facts: the mesh, the TP plan, collectives per group kind, memory per stage."""
+        ranks, tpp = self.ranks, self.tpp
+        peak = {r.device: r.peak_bytes for r in reports}
+        at_peak = {r.device: int(r.step_bytes.argmax()) for r in reports if r.step_bytes is not None and len(r.step_bytes)}
+        memory = []
+        for s in range(ranks.pp):
+            w = gr = opt = 0
+            for k, owner in self.plan.buffer_stage.items():
+                if self.plan.rank_of(owner) != s:
+                    continue
+                role = self.roles.role(k)
+                nbytes = self.size(k, 1.0)
+                if role == "weights":
+                    w += nbytes
+                elif role == "gradients":
+                    gr += nbytes
+                elif role == "optimizer":
+                    opt += nbytes
+            gpu = ranks.rank(0, 0, s)
+            p = peak.get(gpu, 0)
+            alive = self.gathered_at.get(s)
+            gathered = alive[at_peak[gpu]] if alive and gpu in at_peak else 0  # ZeRO-3 copies whole at the peak
+            memory.append({"stage": s, "gpu": gpu, "weights_bytes": w, "gradients_bytes": gr, "optimizer_bytes": opt,
+                           "gathered_params_bytes": gathered, "gathered_params_max_bytes": max(alive or [0]),
+                           "activations_peak_bytes": max(0, p - w - gr - opt - gathered),
+                           "peak_bytes": p})
+        return {
+            "gpus": ranks.size,
+            "rank_order": ",".join(ranks.order),
+            "representatives": len(self.replicas) < ranks.dp * ranks.tp,
+            "built_gpus": len(self.graph.meta.get("devices", [])) or len(self.replicas) * ranks.pp,
+            "micro_batches": len(self.fractions),
+            "tp_style": getattr(tpp, "style", "per-op") if ranks.tp > 1 else None,
+            "tp_blocks": len(getattr(tpp, "blocks", ()) or ()),
+            "tp_fallback_reason": getattr(tpp, "fallback_reason", None) if ranks.tp > 1 else None,
+            "collectives_dp0_tp0": {k: {kk: (round(vv, 3) if isinstance(vv, float) else vv) for kk, vv in v.items()}
+                                     for k, v in sorted(self.stats.items())},
+            "link_sharing_unknown": comm.sharing_unknown,
+            "stage_parameters": [len(p) for p in params_of],
+            "pipeline_warnings": list(self.plan.warnings),  # e.g. the partition search ran out of budget
+            "memory": memory,
+        }
+
+
+__all__ = ["AUTO_EXACT_TASKS", "Composition", "UNALIKE_EXACT_TASKS", "build", "stage_plan"]

@@ -1,0 +1,83 @@
+"""The state the steps of the composition (:mod:`triosim.graph.composition`) share: inputs, mesh,
+plans, the graph under construction and the lookups between steps (which task ran an op, which
+collective completed a buffer, each GPU's program), plus per-GPU buffer sizes."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from ..hardware.platform import Platform
+from ..trace.load import Trace
+from .collectives.group_comm import wire_bytes_per_gpu
+from .data.zero import BufferRoles, zero_divisor
+from .pipeline.stages import PipelinePlan
+from .rank_map import RankMap
+from .strategy import Strategy
+from .tasks import TaskGraph
+
+
+@dataclass
+class CompositionState:
+    """What the composition's steps share while they build one DAG: the inputs, the mesh, the
+    plans, the graph and the tasks added so far (for the lookups between steps)."""
+
+    trace: Trace
+    platform: Platform
+    strategy: Strategy
+    ranks: RankMap
+    plan: PipelinePlan
+    tpp: object
+    fractions: list[float]
+    replicas: list[tuple[int, int]]
+    roles: BufferRoles
+    graph: TaskGraph = field(default_factory=TaskGraph)
+    task: dict[tuple[int, int, int, int], int] = field(default_factory=dict)  # (d, t, op, mb) -> task
+    tp_done: dict[tuple[int, int, int], dict[int, int]] = field(default_factory=dict)  # (op, mb, d) -> {gpu: t}
+    seq: dict[int, list[tuple[int, tuple[int, ...], int | None]]] = field(default_factory=dict)  # gpu -> (task, ops, mb)
+    stats: dict[str, dict[str, float]] = field(default_factory=dict)
+    labels: list[str] = field(default_factory=list)
+    key_flags: dict[int, tuple] = field(default_factory=dict)
+    size_cache: dict[tuple[str, float], int] = field(default_factory=dict)
+    prefixes: list[str] = field(default_factory=list)  # micro-batch r -> "mb{r}:" (memory keys)
+    versions: list = field(default_factory=list)  # buffer_versions of the trace
+    fuse: bool = False  # one task per run of ops with nothing entering or leaving mid-run
+    buffer_ids: dict[str, int] = field(default_factory=dict)  # trace tensor -> index (memory keys)
+    optimizer_stages: dict[int, dict[int, float]] = field(default_factory=dict)  # optimizer op -> rank -> share
+    buffer_rank: dict[str, int] = field(default_factory=dict)  # buffer -> pipeline rank of its stage
+    # ZeRO-3 gathered copies: (stage, op, mb) -> (keys freed, keys allocated); their bytes; per
+    # stage, the gathered bytes alive at each step of its memory program
+    gathered: dict[tuple[int, int, int], tuple[tuple[str, ...], tuple[str, ...]]] = field(default_factory=dict)
+    gathered_sizes: dict[str, int] = field(default_factory=dict)
+    gathered_at: dict[int, list[int]] = field(default_factory=dict)
+    # Memory planning: each optimizer op's buffers per owning rank; persistent buffers' indices
+    optimizer_split: dict[int, dict[int, tuple]] = field(default_factory=dict)
+    persistent_ids: set[int] | None = None
+
+    def gpus(self, s: int) -> list[int]:
+        return [self.ranks.rank(d, t, s) for d, t in self.replicas]
+
+    def count(self, kind: str, op: str, group: Sequence[int], nbytes: int) -> None:
+        """Tally a collective of replica (0, 0)'s groups for the summary."""
+        st = self.stats.setdefault(kind, {"collectives": 0, "payload_bytes": 0, "wire_bytes_per_gpu": 0.0})
+        st["collectives"] += 1
+        st["payload_bytes"] += int(nbytes)
+        st["wire_bytes_per_gpu"] += wire_bytes_per_gpu(op, len(group), nbytes)
+
+    def size(self, buffer: str, fraction: float) -> int:
+        """Bytes of ``buffer`` on one GPU for a micro-batch of ``fraction`` of the batch."""
+        hit = self.size_cache.get((buffer, fraction))
+        if hit is None:
+            hit = self.size_cache[(buffer, fraction)] = self._size(buffer, fraction)
+        return hit
+
+    def _size(self, buffer: str, fraction: float) -> int:
+        t = self.trace.tensors[buffer].bytes
+        if buffer not in self.trace.batch_invariant:
+            t = int(round(t * fraction))
+        div = self.tpp.shard_divisor.get(buffer, 1) * zero_divisor(self.roles, buffer, self.strategy.zero,
+                                                                    self.ranks.dp)
+        return -(-t // div) if div > 1 else t
+
+
+__all__ = ["CompositionState"]

@@ -1,0 +1,118 @@
+"""Data-parallel group collectives of the composition: each pipeline rank's gradients packed into
+DDP buckets and synchronised over its DP groups (all-reduce at ZeRO-0, reduce-scatter above), the
+optimizer share after them, ZeRO-1/2's all-gather of the updated parameters and ZeRO-3's
+per-unit parameter gathers (see :mod:`triosim.graph.composition`)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from ..collectives.group_comm import GroupComm
+from ..composition_state import CompositionState
+from ..pipeline.schedules import FORWARD, OPTIMIZER
+from ..rank_map import RankMap
+from ..single import op_label
+from .data_parallel import MIB, Bucket, gradient_order, make_buckets
+
+
+def stage_params(b: CompositionState) -> list[list[str]]:
+    """Parameters each pipeline rank owns (those of its stages: the stage of their first
+    reader), in gradient order."""
+    out: list[list[str]] = [[] for _ in range(b.ranks.pp)]
+    for p in gradient_order(b.trace):
+        out[b.plan.rank_of(b.plan.buffer_stage.get(p, 0))].append(p)
+    return out
+
+
+def _buckets(b: CompositionState, params: Sequence[str], s: int) -> list[Bucket]:
+    """DDP buckets of one stage's gradients ``params``, each counted at its per-GPU shard bytes
+    under TP (:func:`~triosim.graph.data.data_parallel.make_buckets`)."""
+    tensors, divisor = b.trace.tensors, b.tpp.shard_divisor
+    return make_buckets(b.trace, b.strategy.bucket_mb * MIB, params,
+                        lambda p: -(-tensors[p].bytes // divisor.get(p, 1)))
+
+
+def gather_unit(b: CompositionState, comm: GroupComm, s: int, units, k: int, ph: str, r: int, last, gathered, ts) -> None:
+    """ZeRO-3: all-gather unit ``k``'s parameters on each DP group, after the previous gather and
+    once the op before the current unit has run (one unit of prefetch)."""
+    ranks = b.ranks
+    u = units[k]
+    p = b.plan.rank_of(s)  # stage s runs on pipeline rank p
+    for t in ts:
+        group = ranks.dp_group(t, p)
+        after = {}
+        for d, tt in b.replicas:
+            if tt != t:
+                continue
+            prev = gathered.get((d, t))
+            after[ranks.rank(d, t, p)] = [*last[(d, t)], *([prev] if prev is not None else [])]
+        done = comm.run("all_gather", group, u.nbytes, f"zero3 gather unit{k} {'fwd' if ph == FORWARD else 'bwd'} "
+                        f"mb{r} stage{s} tp{t}", after, parallel=lambda p=p: _dp_groups(ranks, p),
+                        microbatch=r, group_kind="dp", unit=k)
+        for d, tt in b.replicas:
+            if tt == t:
+                gathered[(d, t)] = done[ranks.rank(d, t, p)]
+                gathered[(d, t, "unit", k)] = done[ranks.rank(d, t, p)]
+        if t == 0:
+            b.count("dp", "all_gather", group, u.nbytes)
+
+
+def _dp_groups(ranks: RankMap, s: int):
+    return (ranks.dp_group(t, s) for t in range(ranks.tp))
+
+
+def add_gradient_sync(b: CompositionState, comm: GroupComm, s: int, params: list[str], last) -> None:
+    """DDP buckets (ZeRO-0 all-reduce, else reduce-scatter), the optimizer share, and ZeRO-1/2's
+    all-gather of the updated parameters, on pipeline rank ``s`` of every built replica after its
+    program (``last``: each replica's last task there)."""
+    trace, plan, ranks, strategy = b.trace, b.plan, b.ranks, b.strategy
+    ts = sorted({t for _, t in b.replicas})
+    zero = strategy.zero
+    r_last = len(b.fractions) - 1
+    done: dict[tuple[int, int], list[int]] = {rep: [] for rep in b.replicas}
+    op = "all_reduce" if zero == 0 else "reduce_scatter"
+    for bk in (_buckets(b, params, s) if ranks.dp > 1 or zero else []):
+        for t in ts:
+            group = ranks.dp_group(t, s)
+            after = {}
+            for d, tt in b.replicas:
+                if tt != t:
+                    continue
+                ready = b.task.get((d, t, bk.ready_op, r_last))
+                after[ranks.rank(d, t, s)] = [*(last[(d, t)] if ready is None else [ready]), *done[(d, t)]]
+            label = f"{'allreduce' if zero == 0 else 'reducescatter'} bucket{bk.index} stage{s} tp{t}"
+            out = comm.run(op, group, bk.nbytes, label, after, parallel=lambda s=s: _dp_groups(ranks, s),
+                           bucket=bk.index, group_kind="dp")
+            for d, tt in b.replicas:
+                if tt == t:
+                    done[(d, t)] = [out[ranks.rank(d, t, s)]]
+            if t == 0:
+                b.count("dp", op, group, bk.nbytes)
+    scale = b.tpp.time_scale
+    if not b.optimizer_stages:  # every optimizer op's ranks and shares, once (a foreach op touches every parameter)
+        b.optimizer_stages.update((i, plan.optimizer_ranks(i)) for i, ph in enumerate(plan.phase) if ph == OPTIMIZER)
+    opt_ops = [i for i, shares in b.optimizer_stages.items() if s in shares]
+    for i in opt_ops:
+        share = b.optimizer_stages[i][s]  # the sum over rank s's stages
+        dur = trace.ops[i].duration_s * share * scale[i] / (ranks.dp if zero else 1)
+        suffix = "" if share >= 1.0 else f" {share:.0%} share"
+        for d, t in b.replicas:
+            gpu = ranks.rank(d, t, s)
+            task = b.graph.add_compute(gpu, dur, f"{op_label(trace, i)}{suffix} gpu{gpu}",
+                                       after=[*last[(d, t)], *done[(d, t)]], op=i, stage=trace.ops[i].stage,
+                                       stage_index=s, share=share)
+            b.seq[gpu].append((task, (i,), None))
+            last[(d, t)] = [task]
+            done[(d, t)] = []
+    if zero in (1, 2) and ranks.dp > 1:
+        nbytes = sum(-(-trace.tensors[p].bytes // b.tpp.shard_divisor.get(p, 1)) for p in params)
+        for t in ts:
+            group = ranks.dp_group(t, s)
+            after = {ranks.rank(d, t, s): [*last[(d, t)], *done[(d, t)]] for d, tt in b.replicas if tt == t}
+            comm.run("all_gather", group, nbytes, f"zero{zero} gather parameters stage{s} tp{t}", after,
+                     parallel=lambda s=s: _dp_groups(ranks, s), group_kind="dp")
+            if t == 0:
+                b.count("dp", "all_gather", group, nbytes)
+
+
+__all__ = ["add_gradient_sync", "gather_unit", "stage_params"]

@@ -1,0 +1,224 @@
+"""One pipeline rank's program in the composition (:mod:`triosim.graph.composition`): its
+forward and backward blocks in the schedule's order on every built replica, each op at the TP
+plan's time scale for the micro-batch, the TP collectives after the ops the plan names, and
+ZeRO-3's unit gathers before the units' first ops.
+
+A representative build runs each stretch of ops that nothing outside the GPU enters or leaves
+as one task (a *segment*, cut by :func:`_segment_cuts`): the same times with fewer tasks.
+"""
+
+from __future__ import annotations
+
+from functools import partial
+
+from ...compute.op_time import op_seconds
+from ..collectives.group_comm import Charge, GroupComm, wire_bytes_per_gpu
+from ..composition_state import CompositionState
+from ..data import gradient_sync
+from ..data.data_parallel import MIB
+from ..data.zero import fsdp_units, gathered_copies
+from ..rank_map import RankMap
+from .schedules import BACKWARD, FORWARD, block_order, interleaved_order
+
+
+def add_rank_program(b: CompositionState, comm: GroupComm, p: int, waits, colls,
+                     params: list[str]) -> dict[tuple[int, int], list[int]]:
+    """Pipeline rank ``p``'s forward and backward program on every built replica: its stages'
+    blocks in the schedule's order (stages p, p + P, … under the interleaved schedule), with the
+    TP collectives and ZeRO-3 gathers they need. Returns each replica's last task there (its
+    gradient sync and optimizer follow: :func:`triosim.graph.data.gradient_sync.add_gradient_sync`)."""
+    trace, plan, strategy, ranks = b.trace, b.plan, b.strategy, b.ranks
+    g = b.graph
+    stages = list(range(p, plan.num_stages, ranks.pp))
+    ops = {(st, ph): plan.ops_on(st, ph) for st in stages for ph in (FORWARD, BACKWARD)}
+    scale = b.tpp.time_scale
+    last: dict[tuple[int, int], list[int]] = {rep: [] for rep in b.replicas}
+    gpus = b.gpus(p)
+    for gpu in gpus:
+        b.seq[gpu] = []
+    ds = sorted({d for d, _ in b.replicas})
+    ts = sorted({t for _, t in b.replicas})
+    full = lambda q: -(-trace.tensors[q].bytes // b.tpp.shard_divisor.get(q, 1))  # noqa: E731
+    units_of = {st: fsdp_units(trace, plan, params, st, strategy.bucket_mb * MIB, full) for st in stages} \
+        if strategy.zero == 3 else {}
+    if units_of and ranks.dp > 1:
+        for st, units in units_of.items():
+            copies = gathered_copies(trace, plan, units, st, len(b.fractions))
+            b.gathered.update({(p, *at): keys for at, keys in copies.steps.items()})
+            b.gathered_sizes.update(copies.sizes)
+    gathered: dict[tuple, int] = {}  # (d, t) -> latest unit gather on that GPU; (d, t, "unit", k) -> unit k's
+    # Loop invariants of the hot loop below (one iteration per segment, micro-batch and replica).
+    labels = b.labels
+    waits_here = {i: tuple(c for c in waits[i] if plan.stage[c] == plan.stage[i])
+                  for block in ops.values() for i in block}
+    reps = list(zip(b.replicas, gpus))
+    tp_groups = {d: comm.ordered(ranks.tp_group(d, p)) for d in ds}
+    members = {d: [(t, ranks.rank(d, t, p)) for t in ts] for d in ds}
+    tp_parallel = partial(_tp_groups, ranks, p)
+    add_compute, task_of, tp_done, seq = g.add_compute, b.task, b.tp_done, b.seq
+    r_count = len(b.fractions)
+    # A representative build (replica (0, 0) only, each TP collective a closed-form task) charges
+    # each distinct (op, bytes) once: the same collective recurs in every micro-batch.
+    gpu0 = gpus[0]
+    built0 = (gpu0,)
+    rep_only = _charges_once(b, comm, tp_groups[0])
+    charged: dict[tuple[int, int], tuple[Charge, float]] = {}
+    segments: dict[tuple[int, str], list[list[int]]] = {}
+    for st in stages:
+        cut_before, cut_after = _segment_cuts(b, st, params, waits_here, colls, units_of.get(st))
+        for ph in (FORWARD, BACKWARD):
+            segments[(st, ph)] = _segments(ops[(st, ph)], cut_before, cut_after, b.fuse)
+    # Each segment's fixed facts, once per (stage, phase): the loop below runs once per segment,
+    # micro-batch and replica. (first op, last op, label, attributes, ops, TP collectives it
+    # waits for, phase, the TP collective after it or None, that collective's label start)
+    seg_facts: dict[tuple[int, str], list[tuple]] = {}
+    for key, segs in segments.items():
+        facts = seg_facts[key] = []
+        for seg in segs:
+            i, i_last = seg[0], seg[-1]
+            c = colls.get(i_last)
+            # a run of ops nothing outside the GPU waits for or feeds: one task, same times
+            label, extra = (labels[i], {}) if len(seg) == 1 else \
+                (f"{labels[i]} .. {labels[i_last]}", {"ops": tuple(seg)})
+            facts.append((i, i_last, label, extra, tuple(seg), waits_here[i], trace.ops[i].stage, c,
+                          None if c is None else f"tp {c.kind.replace('_', '')} {labels[i_last]}"))
+    seg_time: dict[tuple[int, str, float], list[float]] = {}  # (stage, phase, fraction) -> seconds per segment
+    if plan.virtual > 1:
+        order = interleaved_order(ranks.pp, r_count, p, plan.virtual)
+    else:
+        order = [(ph, r, 0) for ph, r in block_order(strategy.schedule, ranks.pp, r_count, p)]
+    stats = b.stats
+    for ph, r, v in order:
+        s = v * ranks.pp + p
+        if not ops[(s, ph)]:
+            continue
+        units = units_of.get(s)
+        frac = b.fractions[r]
+        unit_at: dict[int, int] = {}
+        if units is not None and units[ph]:
+            unit_at = {u.first_op: k for k, u in enumerate(units[ph])}
+            gradient_sync.gather_unit(b, comm, s, units[ph], 0, ph, r, last, gathered, ts)
+        durs = seg_time.get((s, ph, frac))
+        if durs is None:
+            mb = max(1, round(frac * trace.batch_size))
+            durs = seg_time[(s, ph, frac)] = []
+            for seg in segments[(s, ph)]:
+                dur = 0.0
+                for j in seg:
+                    dur += op_seconds(trace, j, mb) * scale[j]
+                durs.append(dur)
+        mb_s = f" mb{r}"
+        for (i, i_last, base, extra, seg_ops, w, phase, c, c_name), dur in zip(seg_facts[(s, ph)], durs):
+            k = unit_at.get(i) if unit_at else None
+            if k is not None and k + 1 < len(units[ph]):
+                gradient_sync.gather_unit(b, comm, s, units[ph], k + 1, ph, r, last, gathered, ts)
+            label = base + mb_s
+            for rep, gpu in reps:
+                after = last[rep]
+                if w or k is not None:
+                    after = list(after)
+                    for c_op in w:
+                        done = tp_done.get((c_op, r, rep[0]))
+                        if done is not None:
+                            after.append(done[gpu])
+                    if k is not None:
+                        after.append(gathered[(*rep, "unit", k)])
+                    after = list(dict.fromkeys(after))
+                task = add_compute(gpu, dur, f"{label} gpu{gpu}", after=after, op=i, stage=phase, microbatch=r,
+                                   stage_index=s, **extra)
+                # Only a run's ends are looked up (a crossing buffer's writer or reader, a bucket's
+                # last gradient, the op a TP collective follows): the cuts put them there.
+                task_of[(*rep, i, r)] = task_of[(*rep, i_last, r)] = task
+                seq[gpu].append((task, seg_ops, r))
+                last[rep] = [task]
+            if c is not None:
+                nbytes = c.nbytes if frac == 1.0 else int(round(c.nbytes * frac))
+                name = f"{c_name}{mb_s} stage{s} dp"
+                if rep_only:  # one built GPU per group: the task its charge, found once, describes
+                    charge, wire = _tp_charge(comm, charged, c, nbytes, tp_groups[0], tp_parallel)
+                    task = comm.add_charged(charge, f"{name}0", [task_of[(0, 0, i_last, r)]], built0,
+                                            op_index=i_last, microbatch=r, group_kind="tp")
+                    tp_done[(i_last, r, 0)] = {gpu0: task}
+                    tally = stats.get("tp")
+                    if tally is None:
+                        tally = stats["tp"] = {"collectives": 0, "payload_bytes": 0, "wire_bytes_per_gpu": 0.0}
+                    tally["collectives"] += 1  # as b.count, without looking the group up again
+                    tally["payload_bytes"] += nbytes
+                    tally["wire_bytes_per_gpu"] += wire
+                    continue
+                for d in ds:
+                    group = tp_groups[d]
+                    after = {gpu: [task_of[(d, t, i_last, r)]] for t, gpu in members[d]}
+                    tp_done[(i_last, r, d)] = comm.run(c.kind, group, nbytes, f"{name}{d}", after,
+                                                       parallel=tp_parallel, op_index=i_last, microbatch=r,
+                                                       group_kind="tp")
+                    if d == 0:
+                        b.count("tp", c.kind, group, nbytes)
+    return last
+
+
+def _charges_once(b: CompositionState, comm: GroupComm, tp_group: tuple[int, ...]) -> bool:
+    """Whether a stage's TP collectives are added from a charge found once per (op, bytes): in a
+    representative build (replica (0, 0) alone, collectives in closed form) on TP groups of 2 or more."""
+    return b.replicas == [(0, 0)] and not comm.exact and len(tp_group) > 1
+
+
+def _tp_charge(comm: GroupComm, charged: dict, c, nbytes: int, group: tuple[int, ...],
+               parallel) -> tuple[Charge, float]:
+    """The charge of TP collective ``c`` with ``nbytes`` on ``group`` and the bytes each GPU
+    sends, found once per (op, bytes) (``charged`` keeps them): micro-batches of one size repeat
+    the same collective."""
+    hit = charged.get((c.op, nbytes))
+    if hit is None:
+        charge = comm.charge(c.kind, group, nbytes, parallel)
+        assert charge is not None  # representative, group of 2 or more (_charges_once)
+        hit = charged[(c.op, nbytes)] = (charge, wire_bytes_per_gpu(c.kind, len(group), nbytes))
+    return hit
+
+
+def _segment_cuts(b: CompositionState, s: int, params: list[str], waits_here, colls, units) -> tuple[set[int], set[int]]:
+    """Ops of stage ``s`` that something outside its GPU's stream waits for (cut after them) or
+    that wait for something outside it (cut before them): TP collectives and what reads their
+    result, buffers crossing stages, DDP buckets, ZeRO-3 unit gathers. Between two cuts a GPU runs
+    its ops back to back, so one task of their summed time starts and ends when they would."""
+    before = {i for i, w in waits_here.items() if w}
+    after = {i for i in colls if b.plan.stage[i] == s}
+    for v in b.versions:
+        src = b.plan.stage[v.writer]
+        readers = [c for c in v.readers if b.plan.stage[c] != src]
+        if not readers:
+            continue
+        if src == s:
+            after.add(v.writer)
+        before.update(c for c in readers if b.plan.stage[c] == s)
+    after.update(bk.ready_op for bk in gradient_sync._buckets(b, params, s))
+    if units is not None:
+        for phase_units in units.values():
+            before.update(u.first_op for u in phase_units)
+    return before, after
+
+
+def _segments(block: list[int], cut_before: set[int], cut_after: set[int], fuse: bool) -> list[list[int]]:
+    """``block`` cut into runs of ops (one op each unless ``fuse``)."""
+    if not fuse:
+        return [[i] for i in block]
+    out: list[list[int]] = []
+    cur: list[int] = []
+    for i in block:
+        if cur and i in cut_before:
+            out.append(cur)
+            cur = []
+        cur.append(i)
+        if i in cut_after:
+            out.append(cur)
+            cur = []
+    if cur:
+        out.append(cur)
+    return out
+
+
+def _tp_groups(ranks: RankMap, s: int):
+    return (ranks.tp_group(d, s) for d in range(ranks.dp))
+
+
+__all__ = ["add_rank_program"]

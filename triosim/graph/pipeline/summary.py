@@ -1,0 +1,52 @@
+"""The pipeline block of the JSON result: stages, micro-batches and the bytes over each stage
+boundary of a built pipeline graph (the default builder's and the original's replay alike)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from ...trace.load import Trace
+from ..strategy import Strategy
+from ..tasks import TaskGraph
+from .stages import BACKWARD, FORWARD, PipelinePlan
+
+
+def summary(trace: Trace, graph: TaskGraph, plan: PipelinePlan, strategy: Strategy, sizes: Sequence[int]) -> dict:
+    """JSON-ready facts for the report: stages, micro-batches, bytes over each stage boundary."""
+    n = plan.num_stages
+    fwd = [0] * max(n - 1, 0)
+    bwd = [0] * max(n - 1, 0)
+    for t, kind in enumerate(graph.kind):
+        attrs = graph.attrs[t] or {}
+        if kind == "transfer" and "dst_stage" in attrs:
+            a, b = attrs["stage_index"], attrs["dst_stage"]
+            if b == a + 1:
+                fwd[a] += graph.nbytes[t]
+            elif b == a - 1:
+                bwd[b] += graph.nbytes[t]
+    stages = []
+    for s in range(n):
+        f_ops = plan.ops_on(s, FORWARD)
+        b_ops = plan.ops_on(s, BACKWARD)
+        stages.append({
+            "stage": s,
+            "gpu": plan.gpu_of(s),
+            "forward_ops": len(f_ops),
+            "backward_ops": len(b_ops),
+            "first_op": trace.ops[f_ops[0]].op_id if f_ops else None,
+            "last_op": trace.ops[f_ops[-1]].op_id if f_ops else None,
+            "compute_ms": round(sum(trace.ops[i].duration_s for i in f_ops + b_ops) * 1e3, 9),
+            "optimizer_share": round(plan.optimizer_share[s], 9),
+        })
+    return {
+        "schedule": strategy.schedule,
+        "virtual_stages": plan.virtual,
+        "partition": "count (reference_compat)" if strategy.reference_compat else plan.partition,
+        "micro_batches": list(sizes),
+        "stages": stages,
+        "boundaries": [{"from": j, "to": j + 1, "forward_bytes": fwd[j], "backward_bytes": bwd[j]} for j in range(n - 1)],
+        "warnings": list(plan.warnings),
+    }
+
+
+__all__ = ["summary"]
