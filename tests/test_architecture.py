@@ -18,8 +18,10 @@ LAYERS = (
     ("trace", ("trace",)),
     ("hardware", ("hardware",)),
     ("compute", ("compute",)),
-    ("graph", ("graph",)),
+    # The task-DAG engine (TaskGraph, list scheduler, flows) knows no parallelism; the builders
+    # use it to time pipeline-partition candidates, so it sits below them.
     ("schedule", ("schedule",)),
+    ("graph", ("graph",)),
     ("report", ("report",)),
     ("simulation", ("simulation",)),
     ("config", ("config",)),
@@ -31,7 +33,7 @@ MAX_LINES = 550
 
 
 def modules(package_dir: Path) -> dict[str, Path]:
-    """Dotted name (``triosim.graph.tasks``) -> file, packages by their ``__init__.py``."""
+    """Dotted name (``triosim.schedule.tasks``) -> file, packages by their ``__init__.py``."""
     out = {}
     for f in sorted(package_dir.rglob("*.py")):
         parts = list(f.relative_to(package_dir).with_suffix("").parts)

@@ -24,8 +24,8 @@ from triosim.errors import OutOfMemoryError
 from triosim.graph.data.data_parallel import gradient_order, make_buckets
 from triosim.graph.memory.plan import Step, plan_memory
 from triosim.graph.strategy import Strategy
-from triosim.graph.tasks import TaskGraph
 from triosim.schedule.list_scheduler import schedule
+from triosim.schedule.tasks import TaskGraph
 from triosim.trace.synthetic import SyntheticModel, write_synthetic_trace
 
 # A failing example is reported as found: shrinking it would cost the planted-bug tests minutes.

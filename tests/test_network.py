@@ -9,9 +9,9 @@ from hypothesis import strategies as st
 
 import triosim.hardware.flow_network as network
 from triosim import build_platform
-from triosim.graph.network import attach_network
-from triosim.graph.tasks import TaskGraph
 from triosim.schedule.list_scheduler import schedule
+from triosim.schedule.network import attach_network
+from triosim.schedule.tasks import TaskGraph
 
 PROPS = settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 GB = 1e9

@@ -133,8 +133,8 @@ def test_bad_flags_are_config_errors(kwargs, message):
 
 def test_nvlink_cluster_routes_inside_nodes_over_nvlink_and_between_nodes_over_nics():
     from triosim.graph.collectives.algorithms import add_all_reduce
-    from triosim.graph.tasks import TaskGraph
     from triosim.schedule.list_scheduler import schedule
+    from triosim.schedule.tasks import TaskGraph
 
     p = build_platform(8, ptp_bandwidth_gbps=450, topology="nvlink-cluster", gpus_per_node=4,
                        node_bandwidth_gbps=50)

@@ -100,6 +100,6 @@ def test_the_cross_case_property_catches_a_planted_bug(monkeypatch):
         finally:
             graph.resources = saved
 
-    monkeypatch.setattr("triosim.report.result.schedule", links_not_exclusive)
+    monkeypatch.setattr("triosim.simulation.schedule", links_not_exclusive)
     with pytest.raises(AssertionError):
         test_every_case_topology_and_memory_setting_keeps_the_invariants()

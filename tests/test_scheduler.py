@@ -13,9 +13,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from triosim.errors import TriosimError
-from triosim.graph.tasks import TaskGraph
 from triosim.schedule import list_scheduler as scheduler_module
 from triosim.schedule.list_scheduler import Schedule, schedule
+from triosim.schedule.tasks import TaskGraph
 from triosim.schedule.validate import critical_path, schedule_violations
 
 

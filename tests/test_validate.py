@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from triosim.graph.tasks import TaskGraph
 from triosim.schedule.list_scheduler import Schedule, schedule
+from triosim.schedule.tasks import TaskGraph
 from triosim.schedule.validate import critical_path, dag_violations, schedule_violations
 
 

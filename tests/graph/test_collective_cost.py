@@ -17,10 +17,10 @@ import triosim.graph.collectives.ring_cost as ring_cost
 import triosim.graph.collectives.ring_tasks as ring_tasks
 from triosim import build_platform
 from triosim.graph.collectives.cost import collective_cost
-from triosim.graph.network import attach_network
-from triosim.graph.tasks import TaskGraph
 from triosim.report.result import summarize
 from triosim.schedule.list_scheduler import schedule
+from triosim.schedule.network import attach_network
+from triosim.schedule.tasks import TaskGraph
 from triosim.schedule.validate import dag_violations
 
 PROPS = settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])

@@ -19,9 +19,9 @@ import triosim.graph.collectives.ring_cost as ring_cost
 import triosim.graph.collectives.ring_tasks as ring_tasks
 from triosim import build_platform
 from triosim.errors import ConfigError
-from triosim.graph.tasks import TaskGraph
 from triosim.report.result import summarize
 from triosim.schedule.list_scheduler import schedule
+from triosim.schedule.tasks import TaskGraph
 from triosim.schedule.validate import dag_violations, schedule_violations
 
 OPS = ("all_reduce", "reduce_scatter", "all_gather", "broadcast")

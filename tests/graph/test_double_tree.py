@@ -13,9 +13,9 @@ import triosim.graph.collectives.algorithms as coll
 import triosim.graph.collectives.double_tree as dt
 from triosim import build_platform
 from triosim.graph.collectives.cost import collective_cost
-from triosim.graph.network import attach_network
-from triosim.graph.tasks import TaskGraph
 from triosim.schedule.list_scheduler import schedule
+from triosim.schedule.network import attach_network
+from triosim.schedule.tasks import TaskGraph
 from triosim.schedule.validate import dag_violations
 
 PROPS = settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])

@@ -131,7 +131,7 @@ SHIFT_GROUPS = [(3, 4), (4, 5, 6, 7), (5, 9, 13, 17), (2, 6, 10, 14, 18, 22, 26,
 @pytest.mark.parametrize("op", ["all_reduce", "all_gather", "reduce_scatter"])
 def test_a_group_costs_the_same_as_its_canonical_shift(topology, op):
     from triosim.graph.collectives.group_comm import GroupComm, closed_form_seconds
-    from triosim.graph.tasks import TaskGraph
+    from triosim.schedule.tasks import TaskGraph
 
     p = build_platform(num_gpus=32, topology=topology, gpus_per_node=4, node_bandwidth_gbps=50)
     comm = GroupComm(TaskGraph(), p, "macro", exact=False)

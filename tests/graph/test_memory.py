@@ -9,9 +9,9 @@ from hypothesis import strategies as st
 import triosim.graph.memory.plan as memory_module
 from triosim.errors import OutOfMemoryError
 from triosim.graph.memory.plan import Step, plan_memory
-from triosim.graph.tasks import TaskGraph
 from triosim.hardware.presets import build_platform
 from triosim.schedule.list_scheduler import schedule
+from triosim.schedule.tasks import TaskGraph
 from triosim.schedule.validate import schedule_violations
 
 GB = 10**9

@@ -19,8 +19,8 @@ from hypothesis import strategies as st
 import triosim.graph.single as single_module
 from triosim.graph.memory.plan import plan_memory
 from triosim.graph.single import op_steps, persistent_buffers, whole_trace_fitting
-from triosim.graph.tasks import TaskGraph
 from triosim.hardware.presets import build_platform
+from triosim.schedule.tasks import TaskGraph
 from triosim.trace.load import Op, Tensor, Trace, derive, load_trace, scale_trace
 
 REPO = Path(__file__).resolve().parents[2]

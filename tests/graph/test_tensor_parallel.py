@@ -14,8 +14,8 @@ import triosim.graph.tensor.per_op as tp
 from triosim import build_platform, load_trace, simulate
 from triosim.graph import build_graph
 from triosim.graph.strategy import Strategy
-from triosim.graph.tasks import TaskGraph
 from triosim.schedule.list_scheduler import schedule
+from triosim.schedule.tasks import TaskGraph
 from triosim.schedule.validate import schedule_violations
 from triosim.trace.synthetic import SyntheticModel, write_synthetic_trace
 

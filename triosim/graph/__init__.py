@@ -3,7 +3,7 @@ pipeline parallel parts, and what they share."""
 
 from __future__ import annotations
 
+from ..schedule.tasks import TaskGraph
 from .builder import GraphBuilder, build_graph
-from .tasks import TaskGraph
 
 __all__ = ["GraphBuilder", "TaskGraph", "build_graph"]

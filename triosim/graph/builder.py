@@ -23,14 +23,14 @@ from __future__ import annotations
 
 from ..hardware.platform import Platform
 from ..limits import check_graph_size, op_copies
+from ..schedule.network import attach_network
+from ..schedule.tasks import TaskGraph
 from ..trace.load import Trace
 from . import composition, single
 from .data import data_parallel
-from .network import attach_network
 from .pipeline import builder as pipeline_builder
 from .pipeline import reference
 from .strategy import Strategy
-from .tasks import TaskGraph
 from .tensor.megatron import plan_tensor_parallel
 from .tensor.per_op import build_from_plan
 

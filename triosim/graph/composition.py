@@ -48,6 +48,7 @@ from dataclasses import dataclass
 
 from ..errors import ConfigError
 from ..hardware.platform import Platform
+from ..schedule.tasks import TaskGraph
 from ..trace.load import Trace
 from .collectives.group_comm import GroupComm
 from .collectives.star_routes import prime_routes
@@ -65,7 +66,6 @@ from .rank_map import RankMap
 from .replica_symmetry import replicas_alike
 from .single import op_label, record_memory
 from .strategy import Strategy
-from .tasks import TaskGraph
 from .tensor.plans import tensor_plan, tp_waits
 
 # Without --exact/--representatives, every GPU is built while dp·tp·ops·micro-batches stays below

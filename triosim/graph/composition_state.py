@@ -8,13 +8,13 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from ..hardware.platform import Platform
+from ..schedule.tasks import TaskGraph
 from ..trace.load import Trace
 from .collectives.group_comm import wire_bytes_per_gpu
 from .data.zero import BufferRoles, zero_divisor
 from .pipeline.stages import PipelinePlan
 from .rank_map import RankMap
 from .strategy import Strategy
-from .tasks import TaskGraph
 
 
 @dataclass

@@ -21,7 +21,7 @@ from __future__ import annotations
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field
 
-from ..graph.tasks import TaskGraph
+from ..schedule.tasks import TaskGraph
 
 MODES = ("none", "layer", "stage")
 

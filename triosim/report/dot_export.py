@@ -8,7 +8,7 @@ from dataclasses import dataclass
 
 import graphviz
 
-from ..graph.tasks import TaskGraph
+from ..schedule.tasks import TaskGraph
 from .collapse import Collapsed, Group, collapse, parameter_ops
 
 KIND_COLOURS = {

@@ -15,9 +15,9 @@ from typing import Any
 import numpy as np
 
 from ..graph.strategy import Strategy
-from ..graph.tasks import COMM_KINDS, TaskGraph
 from ..hardware.platform import Platform
 from ..schedule.list_scheduler import Schedule
+from ..schedule.tasks import COMM_KINDS, TaskGraph
 
 # Facts builders record about their strategy that belong in the JSON result.
 STRATEGY_META = ("gradient_bytes", "buckets", "tensor_parallel", "pipeline", "parallel", "hybrid", "collectives")

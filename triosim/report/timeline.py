@@ -15,8 +15,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from ..graph.tasks import TaskGraph
 from ..schedule.list_scheduler import Schedule
+from ..schedule.tasks import TaskGraph
 from .result import _natural_key
 
 LINKS_PID = 1_000_000

@@ -3,8 +3,8 @@
 
 from __future__ import annotations
 
-from ..graph.tasks import TaskGraph
 from ..hardware.flow_network import Flow, alone_rate
+from .tasks import TaskGraph
 
 
 def flow_of(graph: TaskGraph, task: int, bandwidth: dict[int, float],

@@ -24,10 +24,10 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from ..errors import TriosimError
-from ..graph.network import BANDWIDTH_META, NETWORK_META
-from ..graph.tasks import TaskGraph
 from ..hardware.flow_network import ActiveFlows, maxmin_rates
 from .flows import flow_of
+from .network import BANDWIDTH_META, NETWORK_META
+from .tasks import TaskGraph
 
 
 @dataclass

@@ -7,8 +7,8 @@ from __future__ import annotations
 
 import networkx as nx
 
-from ..graph.tasks import KINDS, TaskGraph
 from .list_scheduler import Schedule
+from .tasks import KINDS, TaskGraph
 
 EPS = 1e-12
 

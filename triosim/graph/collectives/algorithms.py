@@ -38,7 +38,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from ...hardware.platform import Platform
-from ..tasks import TaskGraph
+from ...schedule.tasks import TaskGraph
 from . import fragment, ring_tasks
 from .choice import resolve
 from .direct_tasks import direct

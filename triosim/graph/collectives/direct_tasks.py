@@ -8,7 +8,7 @@ from __future__ import annotations
 from typing import Any
 
 from ...hardware.platform import Platform, gpu_node
-from ..tasks import TaskGraph
+from ...schedule.tasks import TaskGraph
 from . import fragment, plans
 from .direct_cost import direct_pairs, direct_peers, direct_round_names
 from .protocols import step_latency_s

@@ -14,7 +14,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from ...hardware.platform import Platform
-from ..tasks import TaskGraph
+from ...schedule.tasks import TaskGraph
 from .phases import Phase
 
 DETAILS = ("auto", "expanded", "macro")

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ...hardware.platform import Platform
-from ..tasks import TaskGraph
+from ...schedule.tasks import TaskGraph
 from .algorithms import add_all_gather, add_all_reduce, add_reduce_scatter
 from .cost import collective_cost
 from .ring_tasks import make_ring

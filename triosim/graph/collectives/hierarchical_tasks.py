@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 from ...hardware.platform import Platform
-from ..tasks import TaskGraph
+from ...schedule.tasks import TaskGraph
 from . import fragment, ring_tasks
 from .hierarchical_cost import hierarchical_levels, sub_root
 

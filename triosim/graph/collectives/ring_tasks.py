@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ...hardware.platform import Platform, gpu_node
-from ..tasks import TaskGraph
+from ...schedule.tasks import TaskGraph
 from . import fragment, plans
 from .groups import check_group
 from .phases import Phase

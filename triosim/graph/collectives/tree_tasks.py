@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 from ...hardware.platform import Platform, gpu_node
-from ..tasks import TaskGraph
+from ...schedule.tasks import TaskGraph
 from . import double_tree, fragment, plans
 from .tree_cost import tree_plan
 

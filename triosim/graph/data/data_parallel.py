@@ -18,12 +18,12 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from ...hardware.platform import Platform
+from ...schedule.tasks import TaskGraph
 from ...trace.load import Trace
 from ..collectives.algorithms import add_all_reduce
 from ..memory.plan import plan_replicas
 from ..single import add_op_chain, op_steps, persistent_buffers, record_memory
 from ..strategy import Strategy
-from ..tasks import TaskGraph
 
 MIB = 2**20  # --bucket-mb unit, PyTorch's: bucket_bytes_cap = int(bucket_cap_mb * 1024 * 1024)
 

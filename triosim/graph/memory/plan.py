@@ -25,7 +25,7 @@ import numpy as np
 
 from ...errors import OutOfMemoryError
 from ...hardware.platform import REMOTE, Platform, gpu_node
-from ..tasks import TaskGraph
+from ...schedule.tasks import TaskGraph
 
 
 class Step(NamedTuple):

@@ -34,11 +34,12 @@ from dataclasses import dataclass, field
 
 from ...errors import ConfigError, OutOfMemoryError
 from ...hardware.platform import Platform
+from ...schedule.list_scheduler import schedule
+from ...schedule.tasks import TaskGraph
 from ...trace.load import Trace
 from ..memory.plan import MemoryReport, Step, plan_memory
 from ..single import add_op_chain, persistent_buffers, record_memory
 from ..strategy import Strategy
-from ..tasks import TaskGraph
 from .schedules import block_order, interleaved_order
 from .sends import send_hop_by_hop
 from .stages import (
@@ -209,8 +210,6 @@ def retime(trace: Trace, platform: Platform, strategy: Strategy, plans: Sequence
            sizes: Sequence[int]) -> tuple[PipelinePlan, TaskGraph]:
     """Build and schedule each candidate plan; the fastest one and its graph (ties: the first,
     i.e. the better estimate). With one candidate, just its graph."""
-    from ...schedule.list_scheduler import schedule
-
     if len(plans) == 1:
         return plans[0], build_plan(trace, platform, strategy, plans[0], sizes)
     best: tuple[float, PipelinePlan, TaskGraph] | None = None

@@ -44,10 +44,10 @@ from dataclasses import dataclass, field
 
 from ...errors import ConfigError
 from ...hardware.platform import REMOTE, Platform, gpu_node
+from ...schedule.tasks import TaskGraph, compute_resource
 from ...trace.load import Trace
 from ..single import op_label
 from ..strategy import Strategy
-from ..tasks import TaskGraph, compute_resource
 from .stages import candidate_plans, compat_chunks
 from .summary import summary
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 
 from ...hardware.platform import Platform
-from ..tasks import TaskGraph
+from ...schedule.tasks import TaskGraph
 
 
 def send_hop_by_hop(graph: TaskGraph, platform: Platform, buffer: str, r: int, nbytes: int, src: int,

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from ...schedule.tasks import TaskGraph
 from ...trace.load import Trace
 from ..strategy import Strategy
-from ..tasks import TaskGraph
 from .stages import BACKWARD, FORWARD, PipelinePlan
 
 
