@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from .compute.op_time import attach_op_time_model
+from .compute.scale import scale_trace
 from .errors import ConfigError
 from .graph.layer_count import check_pipeline_depth
 from .graph.strategy import Strategy
@@ -35,7 +36,7 @@ from .hardware.platform import (
 from .limits import check_gpu_count
 from .notes import check_unused_platform_flags
 from .parallel_flags import add_parallel_flags, degrees_given, parallel_options, resolve_gpus
-from .trace.load import Trace, load_trace, scale_trace, trace_batch_size
+from .trace import Trace, load_trace, trace_batch_size
 
 DEFAULT_WORD = "default"  # a value spelling that means "the run default of this flag"
 _TRUE = frozenset({"1", "true", "yes", "on"})

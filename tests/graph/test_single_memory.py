@@ -17,11 +17,12 @@ from hypothesis import HealthCheck, Phase, given, seed, settings
 from hypothesis import strategies as st
 
 import triosim.graph.single as single_module
+from triosim.compute.scale import scale_trace
 from triosim.graph.memory.plan import plan_memory
 from triosim.graph.single import op_steps, persistent_buffers, whole_trace_fitting
 from triosim.graph.tasks import TaskGraph
 from triosim.hardware.platform import build_platform
-from triosim.trace.load import Op, Tensor, Trace, derive, load_trace, scale_trace
+from triosim.trace import Op, Tensor, Trace, derive, load_trace
 
 REPO = Path(__file__).resolve().parents[2]
 

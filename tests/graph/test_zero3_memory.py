@@ -12,7 +12,7 @@ from triosim.graph.data import zero as zero_module
 from triosim.graph.data.zero import GatheredCopies, buffer_roles, bytes_per_step
 from triosim.graph.strategy import Strategy
 from triosim.hardware.platform import build_platform
-from triosim.trace.load import load_trace
+from triosim.trace import load_trace
 from triosim.trace.synthetic import SyntheticModel, write_synthetic_trace
 
 N = 4

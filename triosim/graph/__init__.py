@@ -7,7 +7,7 @@ import importlib
 from ..errors import ConfigError
 from ..hardware.platform import Platform
 from ..limits import check_graph_size, op_copies
-from ..trace.load import Trace
+from ..trace import Trace
 from .strategy import Strategy
 from .tasks import TaskGraph
 

@@ -48,7 +48,7 @@ import numpy as np
 from ..compute.op_time import op_seconds
 from ..errors import ConfigError
 from ..hardware.platform import Platform, gpu_node
-from ..trace.load import Trace
+from ..trace import Trace
 from .collectives.group_comm import Charge, GroupComm, wire_bytes_per_gpu
 from .collectives.star_routes import prime_routes
 from .data.data_parallel import MIB, gradient_order

@@ -19,7 +19,7 @@ from ..graph.strategy import Strategy
 from ..graph.tasks import COMM_KINDS, TaskGraph
 from ..hardware.platform import Platform
 from ..schedule.list_scheduler import Schedule, schedule
-from ..trace.load import Trace
+from ..trace import Trace
 
 # Facts builders record about their strategy that belong in the JSON result.
 STRATEGY_META = ("gradient_bytes", "buckets", "tensor_parallel", "pipeline", "parallel", "hybrid", "collectives")

@@ -18,7 +18,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from ...hardware.platform import Platform
-from ...trace.load import Trace
+from ...trace import Trace
 from ..collectives.algorithms import add_all_reduce
 from ..memory.plan import plan_replicas
 from ..single import add_op_chain, op_steps, persistent_buffers, record_memory

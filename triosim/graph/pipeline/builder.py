@@ -34,7 +34,7 @@ from dataclasses import dataclass, field
 
 from ...errors import ConfigError, OutOfMemoryError
 from ...hardware.platform import Platform
-from ...trace.load import Trace
+from ...trace import Trace
 from ..memory.plan import MemoryReport, Step, plan_memory
 from ..single import add_op_chain, persistent_buffers, record_memory
 from ..strategy import Strategy

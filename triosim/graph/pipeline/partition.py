@@ -36,7 +36,7 @@ import numpy as np
 
 from ...compute.op_time import op_seconds
 from ...hardware.platform import Platform, gpu_node
-from ...trace.load import Trace
+from ...trace import Trace
 from .cuts import min_cut_starts_many
 from .estimate import BatchEstimator
 from .schedules import BACKWARD, FORWARD, OPTIMIZER, schedule_blocks

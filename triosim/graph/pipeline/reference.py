@@ -44,7 +44,7 @@ from dataclasses import dataclass, field
 
 from ...errors import ConfigError
 from ...hardware.platform import REMOTE, Platform, gpu_node
-from ...trace.load import Trace
+from ...trace import Trace
 from ..single import op_label
 from ..strategy import Strategy
 from ..tasks import TaskGraph, compute_resource

@@ -37,7 +37,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from ...hardware.platform import Platform
-from ...trace.load import Trace
+from ...trace import Trace
 from ..collectives.algorithms import add_all_gather, add_all_reduce, add_reduce_scatter
 from ..memory.plan import plan_replicas
 from ..single import op_label, op_steps, persistent_buffers, record_memory

@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from ...errors import ConfigError
-from ...trace.load import Trace
+from ...trace import Trace
 from .per_op import TpCollective, sharded_buffers, tp_collectives
 
 
