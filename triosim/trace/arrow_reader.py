@@ -129,9 +129,10 @@ def _numpy(array: pa.Array, dtype: type = np.int64) -> np.ndarray:
 
 
 def _all(mask: pa.Array) -> bool:
+    """True when every value of ``mask`` is true (or there is none)."""
     import pyarrow.compute as pc
 
-    return bool(pc.all(mask).as_py())
+    return bool(pc.all(mask, min_count=0).as_py())
 
 
 def _whole_numbers(column: pa.Array) -> np.ndarray:
@@ -198,8 +199,8 @@ def read_tensors(path: Path, field_limit: int) -> tuple[TensorTable, pa.Array]:
     unique = pc.unique(ids)
     raw_cats, cat_code = _coded(cols["TensorType"])
     categories = [normalize_category(raw) for raw in raw_cats]
-    if len(unique) == len(ids):  # one row per tensor, the usual case
-        rows = None
+    if len(unique) == len(ids):  # one row per tensor, the usual case: the IDs in row order
+        unique, rows = ids, None
     else:
         # A tensor on several rows (one per op that takes it): the rows must agree on its size;
         # its category is the first of the highest rank; the rest comes from its first row.
@@ -251,7 +252,7 @@ def _codes(flat: pa.Array, tensor_ids: pa.Array) -> np.ndarray | None:
 
     both = (tensor_ids, flat)
     if all(_all(pc.ascii_is_decimal(a)) and pc.max(pc.binary_length(a)).as_py() <= _WHOLE_DIGITS and
-           not _all_or_none(pc.match_substring_regex(a, "^0.")) for a in both):
+           not _any(pc.match_substring_regex(a, "^0.")) for a in both):
         # No leading zero: equal numbers are equal strings.
         known, wanted = (_numpy(pc.cast(a, pa.int64())) for a in both)
         top = int(known.max(initial=0))
@@ -266,11 +267,11 @@ def _codes(flat: pa.Array, tensor_ids: pa.Array) -> np.ndarray | None:
     return None if found.null_count else _numpy(found)
 
 
-def _all_or_none(mask: pa.Array) -> bool:
+def _any(mask: pa.Array) -> bool:
     """True when some value of ``mask`` is true."""
     import pyarrow.compute as pc
 
-    return bool(pc.any(mask).as_py())
+    return bool(pc.any(mask, min_count=0).as_py())
 
 
 def _tuples(values: np.ndarray, counts: np.ndarray) -> list[tuple]:
