@@ -13,7 +13,7 @@ import time
 from pathlib import Path
 
 from triosim.graph.tensor.megatron import plan_tensor_parallel
-from triosim.trace.load import load_trace
+from triosim.trace import load_trace
 from triosim.trace.repeat import repeat_trace_dir
 
 GPT = Path(__file__).resolve().parents[1] / "sample_trace" / "gpt-cpu-bs8"

@@ -32,7 +32,7 @@ from pathlib import Path
 
 from triosim import simulate
 from triosim.config import configure
-from triosim.trace.load import Trace
+from triosim.trace import Trace
 from triosim.trace.repeat import load_repeated
 from triosim.trace.synthetic_transformer import (
     SyntheticTransformer,

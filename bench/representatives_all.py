@@ -25,7 +25,7 @@ from triosim.graph import build_graph
 from triosim.graph.strategy import Strategy
 from triosim.hardware.presets import build_platform
 from triosim.schedule.list_scheduler import schedule
-from triosim.trace.load import load_trace
+from triosim.trace import load_trace
 from triosim.trace.synthetic import SyntheticModel, write_synthetic_trace
 
 REPO = Path(__file__).resolve().parents[1]

@@ -66,11 +66,11 @@ def stages(trace_dir: Path, checker: bool) -> None:
     from triosim.config import configure
     from triosim.graph import build_graph
     from triosim.schedule.list_scheduler import schedule
-    from triosim.trace.load import load_trace
+    from triosim.trace import load_trace
 
     with Clock() as c:
         trace = load_trace(trace_dir, batch_size=8)
-    reader = "plain reader" if type(trace.tensors).__name__ == "TensorTable" else "pandas or the checker"
+    reader = "pyarrow" if type(trace.tensors).__name__ == "TensorTable" else "the checker"
     print(f"  load_trace            {c}  ({len(trace.ops):,} ops, {len(trace.tensors):,} tensors; {reader})")
     if checker:
         with Clock() as c:
@@ -154,7 +154,7 @@ def main() -> int:
                 return proc.returncode
             walls.append(run_s)
             print(f"triosim run -case 0 (whole process): {run_s:.2f} s wall, {cpu_s:.2f} s CPU "
-                  f"(both cores: its child reading trace.csv counts too), "
+                  f"(all its threads), "
                   f"iteration {proc.stdout.strip()} ms")
         if len(walls) > 1:
             print(f"whole process over {len(walls)} runs: min {min(walls):.2f} s, "

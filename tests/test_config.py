@@ -8,10 +8,11 @@ from pathlib import Path
 
 import pytest
 
+from triosim.compute.scale import scale_trace
 from triosim.config import FlagTable, configure, default_trace_dir, read_config_file, sim_namespace
 from triosim.config.parallel_flags import resolve_gpus
 from triosim.errors import ConfigError
-from triosim.trace.load import load_trace, scale_trace
+from triosim.trace.load import load_trace
 
 PACKAGE = Path(__file__).resolve().parents[1] / "triosim"
 

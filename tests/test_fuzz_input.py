@@ -1,6 +1,6 @@
 """Fuzzing the trace files: any bytes or cell values give exit code 0 or 2, never a traceback,
-and exit 2 comes with exactly one line on stderr; the fast reader returns exactly what the
-row-by-row checker returns.
+and exit 2 comes with exactly one line on stderr; the fast (pyarrow) reader returns exactly what
+the row-by-row checker returns.
 
 Hypothesis mutates a small synthetic trace: a cell of trace.csv or tensor.csv replaced by a
 hostile value, a row cut short, bytes inserted, deleted or overwritten, or meta.json rewritten. The seed is
@@ -21,12 +21,13 @@ import pytest
 from hypothesis import HealthCheck, given, seed, settings
 from hypothesis import strategies as st
 
-import triosim.trace.fast_reader as fast_module
-import triosim.trace.load as trace_module
-import triosim.trace.plain_reader as plain_module
+import triosim.trace.arrow_reader as arrow_module
+import triosim.trace.checker as checker_module
+import triosim.trace.model as model_module
 from triosim.cli.console import main
 from triosim.errors import TriosimError
-from triosim.trace.load import FIELD_LIMIT, TENSOR_COLUMNS, TRACE_COLUMNS, load_trace
+from triosim.trace import load_trace
+from triosim.trace.model import FIELD_LIMIT
 from triosim.trace.synthetic import SyntheticModel, write_synthetic_trace
 
 HOSTILE = ["", " ", "nan", "NaN", "inf", "-inf", "1e400", "-1", "0", "1.5", "2.0", "1e3", str(2**63), str(2**53),
@@ -40,8 +41,12 @@ def _base(tmp: Path) -> Path:
 
 
 @st.composite
-def mutations(draw):
-    kind = draw(st.sampled_from(["cell", "cell", "bytes", "cut", "meta"]))
+def mutations(draw, lines: bool = False):
+    """A mutation; ``lines`` adds blank lines and cells holding a line break (legal CSV whose
+    records are not one a line, which the pyarrow reader must leave to the checker)."""
+    kind = draw(st.sampled_from(["cell", "cell", "bytes", "cut", "meta"] + (["lines", "lines"] if lines else [])))
+    if kind == "lines":
+        return ("lines", draw(st.sampled_from(FILES)), draw(st.integers(0, 12)), draw(st.sampled_from(["blank", "break"])))
     if kind == "cut":  # a row that lost its last fields (a truncated write)
         return ("cut", draw(st.sampled_from(FILES)), draw(st.integers(0, 12)), draw(st.integers(1, 3)))
     if kind == "cell":
@@ -72,6 +77,20 @@ def apply(d: Path, m: tuple) -> None:
         i = 1 + row % (len(lines) - 2)
         lines[i] = ",".join(lines[i].split(",")[:-n])
         (d / name).write_text("\n".join(lines))
+    elif m[0] == "lines":
+        _, name, row, how = m
+        if how == "blank":
+            lines = (d / name).read_text().split("\n")
+            lines.insert(1 + row % (len(lines) - 1), "")
+            (d / name).write_text("\n".join(lines))
+        else:  # a line break inside a (quoted) cell the checker accepts any text in
+            rows = list(csv.reader(io.StringIO((d / name).read_text())))
+            col = rows[0].index("OperatorName" if name == "trace.csv" else "TensorShape")
+            r = rows[1 + row % (len(rows) - 1)]
+            r[col] = r[col] + "\nx"
+            buf = io.StringIO()
+            csv.writer(buf, lineterminator="\n").writerows(rows)
+            (d / name).write_text(buf.getvalue())
     elif m[0] == "bytes":
         _, name, op, pos, data = m
         raw = (d / name).read_bytes()
@@ -114,7 +133,7 @@ def check_cli_on(d: Path, counts: Counter) -> None:
 
 
 def check_fast_equals_checker(d: Path, counts: Counter) -> None:
-    """Both fast readers (plain bytes, pandas) and the chain of them equal the checker."""
+    """The pyarrow reader (alone, and through load_trace) equals the checker."""
     def load(fast: bool):
         try:
             return load_trace(d, batch_size=4, fast=fast)
@@ -125,25 +144,24 @@ def check_fast_equals_checker(d: Path, counts: Counter) -> None:
     counts["rejected" if isinstance(slow, str) else "accepted"] += 1
     assert fast == slow
     try:
-        tensors = trace_module._load_tensors(d / "tensor.csv")
-        checked = (tensors, trace_module._load_ops(d / "trace.csv", tensors, "nooverlap"))
+        tensors = checker_module.load_tensors(d / "tensor.csv")
+        checked = (tensors, checker_module.load_ops(d / "trace.csv", tensors, "nooverlap"))
     except TriosimError as exc:
         checked = f"error: {exc}"
-    args = (d, TENSOR_COLUMNS, TRACE_COLUMNS, FIELD_LIMIT, "nooverlap")
-    for name, reader in (("plain", plain_module.plain_load), ("pandas", fast_module.pandas_load)):
-        got = reader(*args)
-        counts[f"{name} read"] += got is not None
-        if got is not None:
-            assert not isinstance(checked, str), f"the {name} reader accepted files the checker rejects: {checked}"
-            assert got[:2] == checked, name
+    got = arrow_module.arrow_load(d, FIELD_LIMIT, "nooverlap")
+    counts["arrow read"] += got is not None
+    if got is not None:
+        assert not isinstance(checked, str), f"the pyarrow reader accepted files the checker rejects: {checked}"
+        assert got[:2] == checked, "pyarrow"
 
 
-def _mutation_property(tmp_path_factory, check, counts: Counter, examples: int, seed_value: int):
+def _mutation_property(tmp_path_factory, check, counts: Counter, examples: int, seed_value: int,
+                       lines: bool = False):
     """``check(trace dir, counts)`` on mutated copies of the small trace (fixed seed)."""
     @seed(seed_value)
     @settings(max_examples=examples, deadline=None, database=None, report_multiple_bugs=False,
               suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
-    @given(mutations())
+    @given(mutations(lines=lines))
     def prop(m):
         d = _fresh(tmp_path_factory)
         apply(d, m)
@@ -157,7 +175,7 @@ def _cli_property(tmp_path_factory, counts: Counter, examples: int):
 
 
 def _fast_property(tmp_path_factory, counts: Counter, examples: int):
-    return _mutation_property(tmp_path_factory, check_fast_equals_checker, counts, examples, 20261204)
+    return _mutation_property(tmp_path_factory, check_fast_equals_checker, counts, examples, 20261204, lines=True)
 
 
 def test_fuzzed_traces_exit_0_or_2_with_one_line(tmp_path_factory) -> None:
@@ -171,9 +189,8 @@ def test_fast_reader_equals_the_row_by_row_checker(tmp_path_factory) -> None:
     counts: Counter = Counter()
     _fast_property(tmp_path_factory, counts, examples=int(os.environ.get("TRIOSIM_FUZZ_EXAMPLES", "40")) * 2)()
     print(f"\nfuzz (fast reader): {counts['accepted'] + counts['rejected']} traces, accepted: {counts['accepted']}, "
-          f"rejected: {counts['rejected']}; read by the plain reader: {counts['plain read']}, "
-          f"by pandas: {counts['pandas read']}")
-    assert counts["accepted"] > 0 and counts["rejected"] > 0 and counts["plain read"] > 0
+          f"rejected: {counts['rejected']}; read by pyarrow: {counts['arrow read']}")
+    assert counts["accepted"] > 0 and counts["rejected"] > 0 and counts["arrow read"] > 0
 
 
 # ----------------------------------------------------------------------------- planted bugs
@@ -185,25 +202,30 @@ def test_cli_property_catches_an_unchecked_number(tmp_path_factory, monkeypatch)
     def old_whole(text: str):
         return int(float(text))
 
-    monkeypatch.setattr(trace_module, "_whole_number", old_whole)
+    monkeypatch.setattr(model_module, "_whole_number", old_whole)
     monkeypatch.setattr("triosim.checks.whole_number", old_whole)
     with pytest.raises(AssertionError, match="traceback"):
         _cli_property(tmp_path_factory, Counter(), examples=200)()
 
 
-def test_fast_property_catches_a_reader_that_skips_the_row_shape_check(tmp_path_factory, monkeypatch) -> None:
-    """Planted bug: the fast reader no longer notices short rows (pandas pads them with empty
-    cells where the checker reports "too few fields")."""
-    monkeypatch.setattr(fast_module, "_line_shapes_ok", lambda data, rows, limit, last_cells_filled=False: True)
+def test_fast_property_catches_a_reader_that_skips_the_line_count(tmp_path_factory, monkeypatch) -> None:
+    """Planted bug: the pyarrow reader no longer checks that each record is one line (a cell
+    holding a line break, a blank line: the ops' line numbers are then not the checker's)."""
+    monkeypatch.setattr(arrow_module, "_one_record_a_line", lambda records, data: True)
     with pytest.raises(AssertionError):
         _fast_property(tmp_path_factory, Counter(), examples=300)()
 
 
-def test_fast_property_catches_a_plain_reader_that_keeps_edge_spaces(tmp_path_factory, monkeypatch) -> None:
-    """Planted bug: the plain reader no longer declines a cell with a space at an edge (the
-    checker strips it)."""
-    import triosim.trace.csv_bytes as bytes_module
+def test_fast_property_catches_a_reader_that_skips_the_size_lists(tmp_path_factory, monkeypatch) -> None:
+    """Planted bug: the pyarrow reader no longer checks InputSize and OutputSize (cells it does
+    not keep, but which the checker rejects when they are not lists of sizes)."""
+    monkeypatch.setattr(arrow_module, "_SIZE_LIST", ".*")
+    with pytest.raises(AssertionError):
+        _fast_property(tmp_path_factory, Counter(), examples=300)()
 
-    monkeypatch.setattr(bytes_module, "edge_spaces", lambda cells, separator=b"\n": False)
+
+def test_fast_property_catches_a_reader_that_keeps_edge_spaces(tmp_path_factory, monkeypatch) -> None:
+    """Planted bug: the pyarrow reader no longer strips the cells (the checker strips them)."""
+    monkeypatch.setattr(arrow_module, "_stripped", lambda column, ascii_only: column)
     with pytest.raises(AssertionError):
         _fast_property(tmp_path_factory, Counter(), examples=300)()

@@ -11,7 +11,7 @@ from triosim.sample_trace import trace_dir
 
 import triosim.graph.tensor.megatron as mg
 from triosim.cli.console import main
-from triosim.trace.load import Trace, load_trace
+from triosim.trace import Trace, load_trace
 
 H16 = "gpt-h16-cpu-bs8"
 

@@ -1,4 +1,4 @@
-"""TensorTable: the plain reader's column-kept tensors are the checker's {ID: Tensor} dictionary."""
+"""TensorTable: the pyarrow reader's column-kept tensors are the checker's {ID: Tensor} dictionary."""
 
 from __future__ import annotations
 
@@ -8,9 +8,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-import triosim.trace.plain_reader as plain_module
+import triosim.trace.arrow_reader as arrow_module
 from triosim.compute.op_time import batch_independent_ops
-from triosim.trace.load import FIELD_LIMIT, TENSOR_COLUMNS, _load_tensors, load_trace
+from triosim.trace import load_trace
+from triosim.trace.checker import load_tensors as _load_tensors
+from triosim.trace.model import FIELD_LIMIT
 from triosim.trace.synthetic import SyntheticModel, write_synthetic_trace
 from triosim.trace.tensor_table import TensorTable, column_or_none
 
@@ -18,7 +20,7 @@ SAMPLE = Path(__file__).resolve().parents[1] / "sample_trace"
 
 
 def _both(root: Path):
-    table, _, _ = plain_module.plain_tensors(root / "tensor.csv", TENSOR_COLUMNS, FIELD_LIMIT)
+    table, _ = arrow_module.read_tensors(root / "tensor.csv", FIELD_LIMIT)
     return table, _load_tensors(root / "tensor.csv")
 
 

@@ -7,8 +7,10 @@ from pathlib import Path
 
 import pytest
 
+from triosim.compute.scale import scale_trace
 from triosim.errors import ConfigError, TraceError
-from triosim.trace.load import load_trace, parse_id_list, read_trace_info, scale_trace
+from triosim.trace import load_trace, read_trace_info
+from triosim.trace.model import parse_id_list
 from triosim.trace.synthetic import SyntheticModel, write_synthetic_trace
 
 

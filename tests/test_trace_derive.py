@@ -15,17 +15,11 @@ import pytest
 from hypothesis import HealthCheck, Phase, given, seed, settings
 from hypothesis import strategies as st
 
-import triosim.trace.load as trace_module
+import triosim.trace.dataflow as trace_module
+from triosim.trace import Op, Tensor, Trace, load_trace
 from triosim.trace.buffer_columns import buffer_columns
-from triosim.trace.load import (
-    PARAMETER_CATEGORIES,
-    Op,
-    Tensor,
-    Trace,
-    _forward_partners,
-    _grad_ready_ops,
-    load_trace,
-)
+from triosim.trace.dataflow import _forward_partners, _grad_ready_ops
+from triosim.trace.model import PARAMETER_CATEGORIES
 from triosim.trace.synthetic import SyntheticModel, write_synthetic_trace
 from triosim.trace.synthetic_transformer import (
     SyntheticTransformer,

@@ -16,12 +16,13 @@ from hypothesis import strategies as st
 from triosim.tracer.validate import check_trace_dir
 
 import triosim.trace.repeat as tr
+import triosim.trace.repeat_rows as rows_module
 from triosim import build_platform, simulate
 from triosim.cli.console import main
 from triosim.errors import TraceError
 from triosim.graph.strategy import Strategy
 from triosim.graph.tensor.megatron import plan_tensor_parallel
-from triosim.trace.load import Trace, load_trace
+from triosim.trace import Trace, load_trace
 from triosim.trace.synthetic_transformer import (
     SyntheticTransformer,
     write_synthetic_transformer,
@@ -269,22 +270,22 @@ def test_planted_repeat_passes():
 
 def test_catches_unlinked_copies(monkeypatch):
     """Bug: copies are not linked to each other (each reads a residual stream nobody writes)."""
-    real = tr._Union.union
+    real = rows_module._Union.union
 
     def buggy(self, a, b):
         if a[0] != b[0]:
             return  # drops the links between consecutive copies
         real(self, a, b)
 
-    monkeypatch.setattr(tr._Union, "union", buggy)
+    monkeypatch.setattr(rows_module._Union, "union", buggy)
     with pytest.raises(AssertionError, match="data flow broken"):
         check_repeat(*PLANTED)
 
 
 def test_catches_first_layer_times(monkeypatch):
     """Bug: copies take the first traced layer's times instead of the mean."""
-    real = tr._mean_times
-    monkeypatch.setattr(tr, "_mean_times", lambda raw, unit: real(raw, unit[:1]))
+    real = rows_module._mean_times
+    monkeypatch.setattr(rows_module, "_mean_times", lambda raw, unit: real(raw, unit[:1]))
     with pytest.raises(AssertionError, match="closed form"):
         check_repeat(*PLANTED)
 
@@ -312,7 +313,7 @@ def test_in_memory_repeat_falls_back_on_quoted_cells(tmp_path):
     with open(src / "trace.csv", "w", newline="") as fh:
         csv.writer(fh, lineterminator="\n").writerows(rows)
     raw, trace = tr.read_raw(src), load_trace(src, batch_size=1)
-    assert tr._repeated_trace(tr._repeat(raw, trace, 3), raw, trace, 1, "nooverlap") is None
+    assert tr._repeated_trace(rows_module.copy_layers(raw, trace, 3), raw, trace, 1, "nooverlap") is None
     tr.repeat_trace_dir(src, tmp_path / "out", 3)
     got = tr.load_repeated(src, 3, batch_size=1)
     assert got.ops[-1].name == 'aten::"quoted", op'

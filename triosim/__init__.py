@@ -18,6 +18,7 @@ setting, ``OutOfMemoryError`` when an op cannot fit), whose message is the CLI's
 from __future__ import annotations
 
 from .compute.op_time import attach_op_time_model
+from .compute.scale import scale_trace
 from .config import configure
 from .errors import ConfigError, OutOfMemoryError, TraceError, TriosimError
 from .graph.strategy import Strategy
@@ -25,7 +26,8 @@ from .hardware.platform import Platform
 from .hardware.presets import build_platform
 from .report.result import GpuStats, LinkStats, Result
 from .simulation import simulate
-from .trace.load import Trace, load_trace, scale_trace
+from .trace import Trace
+from .trace.load import load_trace
 from .version import __version__
 
 __all__ = [

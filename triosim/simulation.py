@@ -8,7 +8,7 @@ from .graph.strategy import Strategy
 from .hardware.platform import Platform
 from .report.result import Result, summarize
 from .schedule.list_scheduler import schedule
-from .trace.load import Trace
+from .trace import Trace
 
 
 def simulate(trace: Trace, platform: Platform, strategy: Strategy, progress=None) -> Result:

@@ -7,7 +7,8 @@ from pathlib import Path
 import pytest
 
 from triosim.compute.op_cost import op_cost, trace_op_costs
-from triosim.trace.load import Op, Tensor, load_trace
+from triosim.trace import Op, Tensor
+from triosim.trace.load import load_trace
 
 SAMPLES = Path(__file__).resolve().parents[2] / "sample_trace"
 

@@ -19,7 +19,7 @@ from triosim.graph.collectives.ring_cost import ring_all_reduce_time
 from triosim.graph.data.data_parallel import MIB, gradient_order, make_buckets
 from triosim.graph.strategy import Strategy
 from triosim.schedule.validate import dag_violations, schedule_violations
-from triosim.trace.load import Trace
+from triosim.trace import Trace
 from triosim.trace.synthetic import SyntheticModel, write_synthetic_trace
 
 SHARED = Path(__file__).resolve().parents[2].parent / "shared"

@@ -22,7 +22,7 @@ from triosim.graph.tensor import plans as tensor_plans
 from triosim.hardware.presets import build_platform
 from triosim.schedule.list_scheduler import schedule
 from triosim.schedule.validate import dag_violations, schedule_violations
-from triosim.trace.load import load_trace
+from triosim.trace import load_trace
 from triosim.trace.synthetic import SyntheticModel, write_synthetic_trace
 
 REPO = Path(__file__).resolve().parents[2]

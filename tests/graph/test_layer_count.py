@@ -11,7 +11,7 @@ import pytest
 from triosim.cli.console import main
 from triosim.errors import ConfigError
 from triosim.graph.layer_count import LayerCount, check_pipeline_depth, count_layers
-from triosim.trace.load import load_trace
+from triosim.trace import load_trace
 from triosim.trace.synthetic import SyntheticModel, write_synthetic_trace
 from triosim.trace.synthetic_transformer import (
     SyntheticTransformer,

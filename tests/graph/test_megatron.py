@@ -22,7 +22,7 @@ from triosim.graph.strategy import Strategy
 from triosim.report.result import summarize
 from triosim.schedule.list_scheduler import schedule
 from triosim.schedule.validate import schedule_violations
-from triosim.trace.load import Trace, load_trace
+from triosim.trace import Trace, load_trace
 from triosim.trace.synthetic import SyntheticModel, write_synthetic_trace
 from triosim.trace.synthetic_transformer import (
     SyntheticTransformer,

@@ -14,7 +14,7 @@ from triosim.graph.replica_symmetry import replicas_alike
 from triosim.graph.strategy import Strategy
 from triosim.hardware.presets import build_platform
 from triosim.schedule.list_scheduler import schedule
-from triosim.trace.load import load_trace
+from triosim.trace import load_trace
 
 GPT = Path(__file__).resolve().parents[2] / "sample_trace" / "gpt-cpu-bs8"
 

@@ -17,11 +17,13 @@ from hypothesis import HealthCheck, Phase, given, seed, settings
 from hypothesis import strategies as st
 
 import triosim.graph.single as single_module
+from triosim.compute.scale import scale_trace
 from triosim.graph.memory.plan import plan_memory
 from triosim.graph.single import op_steps, persistent_buffers, whole_trace_fitting
 from triosim.hardware.presets import build_platform
 from triosim.schedule.tasks import TaskGraph
-from triosim.trace.load import Op, Tensor, Trace, derive, load_trace, scale_trace
+from triosim.trace import Op, Tensor, Trace, derive
+from triosim.trace.load import load_trace
 
 REPO = Path(__file__).resolve().parents[2]
 

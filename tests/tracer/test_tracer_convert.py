@@ -431,7 +431,7 @@ def test_register_adds_trace_commands_to_a_parent_cli(tmp_path, step_pair):
 
 
 def test_convert_writes_meta_json_that_run_reads(tmp_path, step_pair):
-    from triosim.trace.load import load_trace
+    from triosim.trace import load_trace
 
     graph, prof = step_pair
     out = tmp_path / "with-batch"

@@ -33,7 +33,7 @@ import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from ..trace.load import Op, Tensor, Trace
+from ..trace import Op, Tensor, Trace
 from .op_kinds import ELEMENTWISE, MATRIX_CLASSES, NORM, base_name, classify
 
 BYTES_TO_DTYPE = {8: "fp64", 4: "fp32", 2: "bf16", 1: "fp8"}

@@ -34,7 +34,7 @@ import numpy as np
 
 from ..checks import non_negative
 from ..errors import ConfigError, TraceError
-from ..trace.load import Tensor, Trace
+from ..trace import Tensor, Trace, load_trace
 from ..trace.tensor_table import TensorTable, column_or_none
 
 MODELS = ("auto", "fit", "linear-floor", "linear")
@@ -90,7 +90,7 @@ def op_seconds(trace: Trace, index: int, batch: int) -> float:
 
 
 def batch_dependent(trace: Trace, buffer: str, tensor: Tensor | None = None) -> bool:
-    """Whether a buffer's size follows the batch (as :func:`triosim.trace.load.scale_trace` scales it);
+    """Whether a buffer's size follows the batch (as :func:`triosim.compute.scale.scale_trace` scales it);
     ``tensor``: the buffer's Tensor when at hand."""
     if buffer in trace.batch_invariant:
         return False
@@ -212,7 +212,5 @@ def attach_op_time_model(trace: Trace, model: str = "auto", floor_us: float = DE
         )
     if model == "linear-floor" or not others_at:
         return replace(trace, op_time=linear_floor_model(trace, floor_us))
-    from ..trace.load import load_trace
-
     others = [load_trace(d, batch_size=b, time_column=time_column) for b, d in others_at]
     return replace(trace, op_time=fit_model(trace, others, floor_us))

@@ -27,7 +27,7 @@ from dataclasses import dataclass
 
 from ..errors import ConfigError
 from ..hardware.device_db import DTYPES, Device
-from ..trace.load import Trace
+from ..trace import Trace
 from .op_cost import OpCost, trace_op_costs
 
 ELEMENT_BYTES = {"fp64": 8, "fp32": 4, "tf32": 4, "bf16": 2, "fp16": 2, "fp8": 1}

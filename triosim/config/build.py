@@ -9,13 +9,15 @@ from pathlib import Path
 from typing import Any
 
 from ..compute.op_time import attach_op_time_model
+from ..compute.scale import scale_trace
 from ..errors import ConfigError
 from ..graph.layer_count import check_pipeline_depth
 from ..graph.strategy import Strategy
 from ..hardware.platform import Platform
 from ..hardware.presets import build_platform
 from ..limits import check_gpu_count
-from ..trace.load import Trace, load_trace, scale_trace, trace_batch_size
+from ..trace import Trace
+from ..trace.load import load_trace, trace_batch_size
 from .flags import sim_namespace
 from .notes import check_unused_platform_flags
 from .parallel_flags import degrees_given, parallel_options, resolve_gpus

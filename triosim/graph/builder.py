@@ -25,7 +25,7 @@ from ..hardware.platform import Platform
 from ..limits import check_graph_size, op_copies
 from ..schedule.network import attach_network
 from ..schedule.tasks import TaskGraph
-from ..trace.load import Trace
+from ..trace import Trace
 from . import composition, single
 from .data import data_parallel
 from .pipeline import builder as pipeline_builder

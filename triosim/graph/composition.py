@@ -49,7 +49,7 @@ from dataclasses import dataclass
 from ..errors import ConfigError
 from ..hardware.platform import Platform
 from ..schedule.tasks import TaskGraph
-from ..trace.load import Trace
+from ..trace import Trace
 from .collectives.group_comm import GroupComm
 from .collectives.star_routes import prime_routes
 from .composition_state import CompositionState

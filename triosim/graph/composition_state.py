@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 
 from ..hardware.platform import Platform
 from ..schedule.tasks import TaskGraph
-from ..trace.load import Trace
+from ..trace import Trace
 from .collectives.group_comm import wire_bytes_per_gpu
 from .data.zero import BufferRoles, zero_divisor
 from .pipeline.stages import PipelinePlan

@@ -16,7 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..errors import ConfigError
-from ..trace.load import Trace
+from ..trace import Trace
 
 
 @dataclass(frozen=True)

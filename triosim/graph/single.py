@@ -14,8 +14,8 @@ import numpy as np
 from ..compute.op_time import op_seconds
 from ..hardware.platform import Platform
 from ..schedule.tasks import TaskGraph
+from ..trace import Trace
 from ..trace.buffer_columns import first_op, last_op
-from ..trace.load import Trace
 from .memory.plan import MemoryReport, Step, lifetime_occupancy, plan_memory
 from .strategy import Strategy
 

@@ -232,7 +232,7 @@ def grid_from_args(args: argparse.Namespace) -> Grid:
 
 def _title(traces: Sequence[str]) -> str:
     """The traces' names, and a warning when their op times were measured on a CPU."""
-    from ..trace.load import read_trace_info
+    from ..trace import read_trace_info
 
     def cpu(t: str) -> bool:
         try:

@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ..compute.scale import scale_trace
 from ..config import (
     check_case,
     load_recorded_trace,
@@ -31,7 +32,7 @@ from ..config import (
 )
 from ..errors import ConfigError, TriosimError
 from ..graph.strategy import Strategy
-from ..trace.load import Trace, scale_trace
+from ..trace import Trace
 from .grid import Point
 
 # (trace directory, batch the trace was recorded at, op-time column, --num-layers, op-time

@@ -4,7 +4,7 @@ A trace of 200k ops has half a million buffers. Keyed by tensor ID, every pass o
 dictionary lookup per buffer, and tables that large miss the processor's caches: a single pass
 costs a sizeable fraction of a second. Coded as integers (a buffer's position in
 ``trace.tensors``), the same pass is one array operation of a few milliseconds. The string-keyed
-facts of :class:`triosim.trace.load.Trace` stay the interface; this is what large passes run on.
+facts of :class:`triosim.trace.dataflow.Trace` stay the interface; this is what large passes run on.
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ class BufferColumns:
     """Buffer ``c`` is tensor ``ids[c]``; ``read_code[k]`` is read by op ``read_op[k]`` (the pairs
     in op order, each op's reads in its list's order), and likewise for writes. ``known``: ID
     tuples whose codes are at hand already, as (that very tuple, its codes): the trace's external
-    buffers and parameters, which :func:`triosim.trace.load.derive` finds as codes."""
+    buffers and parameters, which :func:`triosim.trace.dataflow.derive` finds as codes."""
 
     ids: list[str]
     nbytes: np.ndarray  # int64 per buffer
@@ -97,7 +97,7 @@ def buffer_lists(lists: list[tuple[str, ...]], code: np.ndarray, op: np.ndarray,
     """Each op's buffer list and the coded (buffer, op) pairs, from the op's own tensor list and
     its codes: aliases resolved (``base``: a tensor's code -> its buffer's), repeats dropped
     (the first kept). Only the lists that change go through ``resolve`` (the per-list Python
-    rule, :func:`triosim.trace.load._buffers`); the others are kept as they are."""
+    rule, :func:`triosim.trace.dataflow._buffers`); the others are kept as they are."""
     count = len(base)
     buffer = base[code]
     changed = np.zeros(len(lists), dtype=bool)

@@ -3,7 +3,7 @@
 A 200k-op trace has half a million tensors, and making a ``Tensor`` object and a dictionary
 entry for each took a fifth of loading it, though a single-GPU run only ever reads a few whole
 columns (sizes, storages, categories, element counts). :class:`TensorTable` is a read-only
-mapping from tensor ID to :class:`~triosim.trace.load.Tensor` that keeps those columns and makes the
+mapping from tensor ID to :class:`~triosim.trace.model.Tensor` that keeps those columns and makes the
 objects only when asked: all of them, in one pass, on the first lookup by ID or walk over the
 values (what the other strategies do), or one by one by position (:meth:`TensorTable.at`). It
 equals the dictionary the row-by-row checker builds, entry for entry and in the same order.
@@ -13,12 +13,10 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
 from functools import cached_property, partial
-from typing import TYPE_CHECKING
 
 import numpy as np
 
-if TYPE_CHECKING:
-    from .load import Tensor
+from .model import Tensor, parse_shape
 
 
 class TensorTable(Mapping):
@@ -34,15 +32,11 @@ class TensorTable(Mapping):
     @cached_property
     def shapes(self) -> list[tuple[int, ...] | None]:
         """Each tensor's shape, parsed from its text as the checker parses it."""
-        from .load import _parse_shape
-
-        parsed = {text: _parse_shape(text) for text in set(self.shape_texts)}
+        parsed = {text: parse_shape(text) for text in set(self.shape_texts)}
         return list(map(parsed.__getitem__, self.shape_texts))
 
     @cached_property
     def _tensors(self) -> dict[str, Tensor]:
-        from .load import Tensor
-
         objs = map(partial(tuple.__new__, Tensor), zip(self.ids, self.nbytes.tolist(), self.numel.tolist(),
                                                        self.each_byte.tolist(), self.categories, self.storages,
                                                        self.shapes))
@@ -50,12 +44,10 @@ class TensorTable(Mapping):
 
     def at(self, code: int) -> Tensor:
         """The tensor at position ``code``, without making the others."""
-        from .load import Tensor, _parse_shape
-
         shapes = vars(self).get("shapes")
         return Tensor(self.ids[code], int(self.nbytes[code]), int(self.numel[code]), int(self.each_byte[code]),
                       self.categories[code], self.storages[code],
-                      shapes[code] if shapes is not None else _parse_shape(self.shape_texts[code]))
+                      shapes[code] if shapes is not None else parse_shape(self.shape_texts[code]))
 
     def __getitem__(self, tensor_id: str) -> Tensor:
         return self._tensors[tensor_id]

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 from ...hardware.platform import Platform
 from ...schedule.tasks import TaskGraph
-from ...trace.load import Trace
+from ...trace import Trace
 from ..collectives.algorithms import add_all_reduce
 from ..memory.plan import plan_replicas
 from ..single import add_op_chain, op_steps, persistent_buffers, record_memory

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from ...trace.load import Trace
+from ...trace import Trace
 from ..pipeline.stages import BACKWARD, FORWARD, OPTIMIZER, PipelinePlan
 
 

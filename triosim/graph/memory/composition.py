@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ...trace.load import Trace
+from ...trace import Trace
 from ..composition_state import CompositionState
 from ..data.zero import bytes_per_step
 from ..pipeline.stages import optimizer_buffers

@@ -36,7 +36,7 @@ from ...errors import ConfigError, OutOfMemoryError
 from ...hardware.platform import Platform
 from ...schedule.list_scheduler import schedule
 from ...schedule.tasks import TaskGraph
-from ...trace.load import Trace
+from ...trace import Trace
 from ..memory.plan import MemoryReport, Step, plan_memory
 from ..single import add_op_chain, persistent_buffers, record_memory
 from ..strategy import Strategy

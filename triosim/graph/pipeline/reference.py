@@ -45,7 +45,7 @@ from dataclasses import dataclass, field
 from ...errors import ConfigError
 from ...hardware.platform import REMOTE, Platform, gpu_node
 from ...schedule.tasks import TaskGraph, compute_resource
-from ...trace.load import Trace
+from ...trace import Trace
 from ..single import op_label
 from ..strategy import Strategy
 from .stages import candidate_plans, compat_chunks

@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from ...compute.op_time import op_seconds
-from ...trace.load import Trace
+from ...trace import Trace
 from .schedules import BACKWARD, OPTIMIZER
 
 

@@ -27,7 +27,7 @@ from dataclasses import dataclass, field, replace
 
 from ...errors import ConfigError
 from ...hardware.platform import Platform
-from ...trace.load import Trace
+from ...trace import Trace
 from ..strategy import Strategy
 from .estimate import BatchEstimator
 from .partition import count_starts, optimal_search, time_partition

@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from ...schedule.tasks import TaskGraph
-from ...trace.load import Trace
+from ...trace import Trace
 from ..strategy import Strategy
 from .stages import BACKWARD, FORWARD, PipelinePlan
 

@@ -40,7 +40,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ...errors import ConfigError
-from ...trace.load import Trace
+from ...trace import Trace
 from . import per_op as case3
 from .per_op import TpCollective, optimizer_state_of
 

@@ -38,7 +38,7 @@ from typing import Protocol
 
 from ...hardware.platform import Platform
 from ...schedule.tasks import TaskGraph
-from ...trace.load import Trace
+from ...trace import Trace
 from ..collectives.algorithms import add_all_gather, add_all_reduce, add_reduce_scatter
 from ..memory.plan import plan_replicas
 from ..single import op_label, op_steps, persistent_buffers, record_memory

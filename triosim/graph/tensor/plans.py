@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from ...errors import ConfigError
-from ...trace.load import Trace
+from ...trace import Trace
 from .megatron import plan_tensor_parallel
 from .per_op import TpCollective, sharded_buffers, tp_collectives
 

@@ -1,0 +1,80 @@
+"""A trace directory's rows as text (``trace.csv``, ``tensor.csv`` and ``meta.json``), read and
+written as they are: what ``triosim trace repeat`` copies and renumbers."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import os
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from ..errors import ConfigError, TraceError
+from ..output import atomic_write_text
+
+
+@dataclass
+class RawTrace:
+    """A trace directory's rows, as text, in file order."""
+
+    op_header: list[str]
+    op_rows: list[list[str]]
+    tensor_header: list[str]
+    tensor_rows: list[list[str]]
+    meta: dict = field(default_factory=dict)
+
+    def col(self, name: str) -> int:
+        return self.op_header.index(name)
+
+
+def read_raw(path: str | os.PathLike) -> RawTrace:
+    root = Path(path)
+
+    def rows(name: str) -> tuple[list[str], list[list[str]]]:
+        try:
+            with open(root / name, newline="", encoding="utf-8") as fh:
+                data = [r for r in csv.reader(fh) if r and any(x.strip() for x in r)]
+        except OSError as exc:
+            raise TraceError(str(root / name), f"cannot read file ({exc.strerror})") from None
+        if not data:
+            raise TraceError(name, "file is empty (no header row)")
+        return [h.strip().lstrip("\ufeff") for h in data[0]], data[1:]
+
+    oh, orows = rows("trace.csv")
+    th, trows = rows("tensor.csv")
+    meta = {}
+    if (root / "meta.json").is_file():
+        try:
+            meta = json.loads((root / "meta.json").read_text(encoding="utf-8"))
+        except ValueError as exc:
+            raise TraceError(str(root / "meta.json"), f"unreadable JSON ({exc})") from None
+    return RawTrace(oh, orows, th, trows, meta if isinstance(meta, dict) else {})
+
+
+def _csv_text(header: list[str], rows: list[list[str]]) -> str:
+    buf = io.StringIO()
+    wr = csv.writer(buf, lineterminator="\n")
+    wr.writerow(header)
+    wr.writerows(rows)
+    return buf.getvalue()
+
+
+def write_raw(path: str | os.PathLike, raw: RawTrace, protect: Sequence[str | os.PathLike] = (),
+              flag: str = "") -> None:
+    """Write the three files into ``path`` (created if needed); ``flag`` (``--out``) names the
+    option that gave the path in error messages."""
+    root = Path(path)
+    try:
+        root.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise ConfigError(f"{flag + ' ' if flag else ''}{root}: cannot create the output directory "
+                          f"({exc.strerror or exc})") from None
+    atomic_write_text(root / "tensor.csv", _csv_text(raw.tensor_header, raw.tensor_rows), protect=protect, flag=flag)
+    atomic_write_text(root / "trace.csv", _csv_text(raw.op_header, raw.op_rows), protect=protect, flag=flag)
+    atomic_write_text(root / "meta.json", json.dumps(raw.meta, indent=2, sort_keys=True) + "\n", protect=protect,
+                      flag=flag)
+
+
+__all__ = ["RawTrace", "read_raw", "write_raw"]
