@@ -100,7 +100,9 @@ def test_bytes_bound_kinds_and_in_place_ops():
     c = op_cost(op, ts)
     assert c.op_class == "elementwise" and c.bytes == 2 * x.bytes  # read and written back
     op, ts = _op("aten::batch_norm", [x, _t("w", (1024,), "weight")], [_t("y", (8, 1024), "output")])
-    assert op_cost(op, ts).bytes_read == 2 * x.bytes + 4 * 1024  # statistics pass, then normalise
+    c = op_cost(op, ts)
+    assert c.bytes_read == 2 * x.bytes + 4 * 1024  # statistics pass, then normalise
+    assert c.blocks is None  # (N, C): cuDNN's per-activation mode, no one-block-per-channel limit
     op, ts = _op("aten::_foreach_mul_", [_t("p1", (10, 10)), _t("p2", (5,))], [], "optimizer")
     c = op_cost(op, ts)
     assert c.op_class == "optimizer" and c.bytes_written == 4 * 105 and c.bytes_read == 4 * 105
@@ -133,3 +135,26 @@ def test_the_original_traces_backward_gemm_rows_come_from_the_forward_op(vgg13_d
     by_id = {op.op_id: c for op, c in zip(trace.ops, costs)}
     assert by_id[51].flops == 4 * 128 * 4096 * 25088  # AddmmBackward0 of the first classifier layer
     assert by_id[28].flops == 2 * 128 * 4096 * 25088
+
+
+def test_training_batch_norm_forward_reads_x_twice_with_one_block_per_channel():
+    n, c, h, w = 4, 64, 14, 14
+    x = _t("x", (n, c, h, w), "output")
+    params = [_t(k, (c,), k) for k in ("weight", "bias", "running_mean", "running_var")]
+    op, ts = _op("aten::batch_norm", [x, *params], [_t("y", (n, c, h, w), "output")])
+    cost = op_cost(op, ts)
+    assert cost.bytes_read == 2 * x.bytes + 4 * 4 * c and cost.bytes_written == x.bytes
+    assert cost.blocks == c and cost.flops == 5 * x.numel and cost.op_class == "norm"
+
+
+def test_training_batch_norm_backward_reads_x_and_dy_twice_and_writes_dx():
+    n, c, h, w = 4, 64, 14, 14
+    x, dy = _t("x", (n, c, h, w), "output"), _t("dy", (n, c, h, w), "grad_output")
+    params = [_t(k, (c,), k) for k in ("weight", "running_mean", "running_var", "save_mean", "save_var")]
+    reserve = Tensor("r", 0, 0, 1, "reservespace", "", (0,))
+    op, ts = _op("autograd::engine::evaluate_function: CudnnBatchNormBackward0", [x, dy, *params, reserve],
+                 [_t("dx", (n, c, h, w), "grad_output"), _t("gw", (c,), "output"), _t("gb", (c,), "output")],
+                 "backward")
+    cost = op_cost(op, ts)
+    assert cost.bytes_read == 4 * x.bytes + 5 * 4 * c  # two sums over x and dy, then both again
+    assert cost.bytes_written == x.bytes + 2 * 4 * c and cost.blocks == c and cost.flops == 8 * x.numel

@@ -140,3 +140,16 @@ def test_retarget_sanity_on_the_h100_vgg13_trace(vgg13_dir):
     b200 = sum(retarget_trace(trace, h100, get_device("b200"), costs=costs)) / base
     assert 1.5 <= a100 <= 3.5 and b200 < 1
     assert retarget_seconds(1.0, costs[0], h100, h100) == 1.0
+
+
+def test_a_one_block_per_channel_kernel_is_bounded_by_what_its_blocks_read():
+    """Batch norm over 64 channels: at most 64 SMs stream, each at the single-block rate."""
+    dev = get_device("h200")
+    cost = OpCost(5e8, 2e9, 1e9, "norm", "norm", "fp32", blocks=64)
+    want = 2e9 / (64 * dev.block_read_bytes_per_s) + dev.launch_floor_s
+    assert roofline_seconds(cost, dev) == pytest.approx(want)
+    many = OpCost(5e8, 2e9, 1e9, "norm", "norm", "fp32", blocks=4096)  # more blocks than SMs: all SMs
+    assert roofline_seconds(many, dev) == pytest.approx(max(
+        2e9 / (dev.sm_count * dev.block_read_bytes_per_s),
+        3e9 / (dev.hbm_bytes_per_s * dev.memory_efficiency.at(3e9))) + dev.launch_floor_s)
+    assert roofline_seconds(OpCost(5e8, 2e9, 1e9, "norm", "norm", "fp32"), dev) < roofline_seconds(cost, dev)

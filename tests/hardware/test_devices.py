@@ -94,3 +94,21 @@ def test_non_utf8_and_missing_files(tmp_path):
         read_device_file(p)
     with pytest.raises(ConfigError, match="file not found"):
         read_device_file(tmp_path / "nope.yaml")
+
+
+def test_sm_count_and_block_rate_are_optional_checked_and_sourced(tmp_path):
+    h200 = get_device("h200")
+    assert h200.sm_count == 132 and h200.block_read_bytes_per_s == 11.7e9 and h200.sources["block_read_gbps"]
+    assert h200.block_limited_rate(64) == 64 * 11.7e9 and h200.block_limited_rate(1000) == 132 * 11.7e9
+    assert h200.block_limited_rate(None) is None
+    text = (packaged_dir() / "h200.yaml").read_text()
+    bare = "\n".join(line for line in text.splitlines() if not line.startswith(("sm_count", "block_read_gbps")))
+    (tmp_path / "bare.yaml").write_text(bare)
+    assert read_device_file(tmp_path / "bare.yaml").block_limited_rate(64) is None
+    (tmp_path / "bad.yaml").write_text(text.replace("sm_count: 132", "sm_count: 13.5"))
+    with pytest.raises(ConfigError, match="bad.yaml: field 'sm_count' must be a whole number"):
+        read_device_file(tmp_path / "bad.yaml")
+    nosrc = "\n".join(line for line in text.splitlines() if not line.strip().startswith("block_read_gbps: \""))
+    (tmp_path / "nosrc.yaml").write_text(nosrc)
+    with pytest.raises(ConfigError, match="missing field sources.block_read_gbps"):
+        read_device_file(tmp_path / "nosrc.yaml")

@@ -16,8 +16,12 @@ distinct tensor counted once per pass):
 - attention (scaled_dot_product / flash): QKᵀ and PV, ``4·numel(q)·s_k`` (= 4·b·h·s_q·s_k·d),
   no causal discount (the trace does not say); backward 2.5× (FlashAttention-2's accounting).
   Bytes: q, k, v and the outputs only (no s×s matrix in HBM).
-- norms and softmax: bytes-bound; batch/group norm read their input twice (statistics, then
-  normalise), ~5 FLOPs per element (8 for backward).
+- norms and softmax: bytes-bound, ~5 FLOPs per element (8 for backward); layer/RMS norm and
+  softmax read a row once, group/instance norm read their input twice (statistics, then normalise).
+- training batch norm (cuDNN's kernels, one thread block per channel): forward reads x for the
+  statistics, then x again to write y; backward reads x and dy for its two sums, then both again
+  to write dx. ``blocks`` = C (the channels) when the input has spatial dims: the roofline then
+  also bounds the op by what C blocks can read (:meth:`Device.block_limited_rate`).
 - elementwise and activation ops, pooling, embedding, loss: bytes of the listed tensors.
 - optimizer (``_foreach_*``, fused Adam): every listed tensor list read, the first written (an
   in-place ``_foreach_*_`` lists no outputs).
@@ -34,7 +38,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from ..trace import Op, Tensor, Trace
-from .op_kinds import ELEMENTWISE, MATRIX_CLASSES, NORM, base_name, classify
+from .op_kinds import BATCH_NORM, ELEMENTWISE, MATRIX_CLASSES, NORM, base_name, classify
 
 BYTES_TO_DTYPE = {8: "fp64", 4: "fp32", 2: "bf16", 1: "fp8"}
 # Tensors that carry indices, masks or labels, not the op's arithmetic type.
@@ -53,6 +57,7 @@ class OpCost:
     dtype: str  # fp32, bf16, fp8, fp64: from the op's element size (2 bytes read as bf16)
     known: bool = True
     gemm: tuple[int, int, int] | None = None  # (M, N, K) of a matmul's forward product
+    blocks: int | None = None  # thread blocks of a kernel whose parallelism the shape limits (BN: C)
 
     @property
     def bytes(self) -> float:
@@ -156,6 +161,21 @@ def _list_count(ins: list[Tensor]) -> int:
     return 1
 
 
+def _batch_norm(short: str, ins: list[Tensor], read: float) -> tuple[float, float, int | None]:
+    """(bytes read, FLOPs, thread blocks) of a training batch norm: the listed tensors once, plus
+    the second pass over x (forward) or over x and dy (backward); one block per channel."""
+    backward = "Backward" in short
+    acts = sorted((t for t in ins if t.category not in _NOT_DATA and t.shape and len(t.shape) >= 2),
+                  key=lambda t: -t.numel)
+    big = acts[0] if acts else None
+    if big is None:
+        return read, 0.0, None
+    again = [t for t in acts[: 2 if backward else 1] if t.numel == big.numel]
+    read += sum(t.bytes for t in again)
+    blocks = big.shape[1] if len(big.shape) >= 3 else None  # (N, C) is cuDNN's per-activation mode
+    return read, (8.0 if backward else 5.0) * big.numel, blocks
+
+
 def op_cost(op: Op, tensors: Mapping[str, Tensor], gemm_hint: tuple[int, int, int] | None = None,
             rows: int | None = None) -> OpCost:
     """The cost of ``op`` from its tensors' shapes. For a matmul backward that lists only its
@@ -172,6 +192,7 @@ def op_cost(op: Op, tensors: Mapping[str, Tensor], gemm_hint: tuple[int, int, in
     read, written = _listed_bytes(live_ins, outs)
     flops = 0.0
     gemm = None
+    blocks = None
     if kind == "matmul":
         gemm = _matmul_forward(short, live_ins, outs)
         if gemm is not None:
@@ -200,6 +221,8 @@ def op_cost(op: Op, tensors: Mapping[str, Tensor], gemm_hint: tuple[int, int, in
         q, k = (data[0], data[1]) if kind == "attention" and len(data) >= 2 else (
             (data[1], data[2]) if len(data) >= 3 else (None, None))
         flops = _attention_flops(q, k) * (1.0 if kind == "attention" else 2.5)
+    elif kind == "norm" and short in BATCH_NORM:
+        read, flops, blocks = _batch_norm(short, live_ins, read)
     elif kind == "norm":
         big = _largest(live_ins)
         passes = NORM.get(short, 1)
@@ -222,7 +245,7 @@ def op_cost(op: Op, tensors: Mapping[str, Tensor], gemm_hint: tuple[int, int, in
         per = ELEMENTWISE.get(short, 1 if kind == "elementwise" else 4)
         flops = float(per * big.numel) if big is not None else 0.0
     known = kind != "unknown" and not (kind.startswith("matmul") and gemm is None)
-    return OpCost(flops, read, written, kind, op_class, dtype, known=known, gemm=gemm)
+    return OpCost(flops, read, written, kind, op_class, dtype, known=known, gemm=gemm, blocks=blocks)
 
 
 def trace_op_costs(trace: Trace) -> list[OpCost]:

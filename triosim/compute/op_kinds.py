@@ -27,8 +27,9 @@ ATTENTION_FWD = frozenset({"scaled_dot_product_attention", "_scaled_dot_product_
                            "_scaled_dot_product_efficient_attention", "_scaled_dot_product_cudnn_attention",
                            "_scaled_dot_product_flash_attention_for_cpu", "_flash_attention_forward",
                            "_efficient_attention_forward", "_scaled_dot_product_attention_math"})
-# name -> read passes over the big tensor (cuDNN's training batch norm reads its input twice:
-# once for the statistics, once to normalise; its backward likewise reduces, then applies).
+# name -> read passes over the big tensor (layer/RMS norm and softmax keep a row in registers and
+# read it once; group/instance norm compute statistics, then normalise: twice). Training batch
+# norm is costed apart (:data:`BATCH_NORM`).
 NORM = {
     "layer_norm": 1, "native_layer_norm": 1, "rms_norm": 1, "_fused_rms_norm": 1, "group_norm": 2,
     "native_group_norm": 2, "instance_norm": 2, "batch_norm": 2, "native_batch_norm": 2,
@@ -38,6 +39,13 @@ NORM = {
     "softmax": 1, "_softmax": 1, "log_softmax": 1, "_log_softmax": 1,
     "SoftmaxBackward0": 1, "LogSoftmaxBackward0": 1,
 }
+# Training batch norm over (N, C, spatial...) in NCHW, as cuDNN runs it for PyTorch on NVIDIA GPUs
+# (kernels ``bn_fw_tr_1C11_kernel_NCHW`` and ``bn_bw_1C11_kernel_new`` in the H200 profiles of
+# sample_trace/*-h200-*): ONE thread block per channel, which first reduces its channel's slice,
+# then makes a second pass over it. Forward: reads x (statistics), reads x again and writes y.
+# Backward: reads x and dy (the sums of dy and dy·x̂), then reads both again to write dx.
+BATCH_NORM = frozenset({"batch_norm", "native_batch_norm", "_native_batch_norm_legit", "cudnn_batch_norm",
+                        "_batch_norm_impl_index", "CudnnBatchNormBackward0", "NativeBatchNormBackward0"})
 POOLING = frozenset({"max_pool1d", "max_pool2d", "max_pool3d", "max_pool2d_with_indices", "max_pool3d_with_indices",
                      "avg_pool1d", "avg_pool2d", "avg_pool3d", "adaptive_avg_pool1d", "adaptive_avg_pool2d",
                      "adaptive_avg_pool3d", "_adaptive_avg_pool2d", "adaptive_max_pool2d",
@@ -114,4 +122,4 @@ def classify(name: str, stage: str = "") -> tuple[str, str]:
     return "unknown", "unknown"
 
 
-__all__ = ["MATRIX_CLASSES", "base_name", "classify"]
+__all__ = ["BATCH_NORM", "MATRIX_CLASSES", "base_name", "classify"]

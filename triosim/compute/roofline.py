@@ -2,12 +2,15 @@
 
 An op of F FLOPs that moves B bytes takes, on device D,
 
-    t = max(F / (peak · eff_compute(F)), B / (HBM · eff_mem(B))) + launch_floor
+    t = max(F / (peak · eff_compute(F)), B / (HBM · eff_mem(B)), R / rate(blocks)) + launch_floor
 
 with ``peak`` the dense matrix-unit rate for the matmul, conv and attention classes and the
 vector rate for every other op, in the op's math dtype (:func:`math_dtype`), and the efficiency
-curves the device file's (:mod:`triosim.hardware.device_db`). Since every efficiency is at most
-1 and the floor is positive, t ≥ F/peak and t ≥ B/HBM for every op.
+curves the device file's (:mod:`triosim.hardware.device_db`). The third term is for kernels
+whose parallelism the op's shape limits (cuDNN's training batch norm: one thread block per
+channel): R bytes read at ``min(blocks, SMs) × the device's single-block read rate``; it applies
+only when both the op (:attr:`OpCost.blocks`) and the device file give it. Since every
+efficiency is at most 1 and the floor is positive, t ≥ F/peak and t ≥ B/HBM for every op.
 
 Math dtype: the trace's element size (4 bytes: fp32, 2: bf16, 1: fp8) unless :class:`Precision`
 names one (``bf16`` for mixed precision: the matrix-unit ops then run and move their tensors
@@ -84,7 +87,9 @@ def roofline_seconds(cost: OpCost, device: Device, precision: Precision = DEFAUL
     peak = device.matrix_peak(dtype) if cost.on_matrix_units else device.vector_peak(dtype)
     compute = flops / (peak * device.compute_curve(dtype).at(flops)) if flops > 0 else 0.0
     memory = nbytes / (device.hbm_bytes_per_s * device.memory_efficiency.at(nbytes)) if nbytes > 0 else 0.0
-    return max(compute, memory) + device.launch_floor_s
+    rate = device.block_limited_rate(cost.blocks)
+    parallel = cost.bytes_read * nbytes / cost.bytes / rate if rate and cost.bytes > 0 else 0.0
+    return max(compute, memory, parallel) + device.launch_floor_s
 
 
 def trace_roofline(trace: Trace, device: Device, precision: Precision = DEFAULT_PRECISION,

@@ -18,6 +18,11 @@ schema) holds what the roofline op-time model needs to know about a GPU:
   ``gflops_efficiency`` / ``MB_efficiency`` tables). They are device-level defaults, to be
   calibrated on measured traces; ``efficiency.source`` says where their shape comes from.
 - ``sources``: the public document behind every peak number (one entry per peak field).
+- optional, for kernels whose parallelism the op's shape limits (cuDNN's training batch norm
+  runs one thread block per channel): ``sm_count`` (streaming multiprocessors, from the spec
+  sheet) and ``block_read_gbps`` (the rate at which ONE thread block alone on an SM reads a
+  contiguous slice: bound by its loads in flight and the memory latency, not by HBM bandwidth;
+  calibrated, its origin in ``sources.block_read_gbps``). Without both, no such limit applies.
 
 Names are case-insensitive; ``aliases`` lists other names a device answers to (``h100`` is the
 SXM part); an alias must be unambiguous across the database. Every problem with a file is a
@@ -42,7 +47,7 @@ DTYPES = ("fp64", "fp32", "tf32", "bf16", "fp16", "fp8")
 PEAK_FIELDS = ("matrix_tflops", "vector_tflops", "hbm_gbps", "memory_gb")
 REQUIRED = ("name", "memory_gb", "hbm_gbps", "launch_floor_us", "matrix_tflops", "vector_tflops", "efficiency",
             "sources")
-KEYS = frozenset((*REQUIRED, "display_name", "vendor", "aliases", "notes"))
+KEYS = frozenset((*REQUIRED, "display_name", "vendor", "aliases", "notes", "sm_count", "block_read_gbps"))
 EFFICIENCY_KEYS = frozenset(("compute", "memory", "source"))
 EFFICIENCY_OPTIONAL = frozenset(("compute_by_dtype",))
 
@@ -84,6 +89,16 @@ class Device:
     aliases: tuple[str, ...] = ()
     sources: dict[str, str] = field(default_factory=dict)
     path: str = field(default="", compare=False)
+    sm_count: int | None = None  # streaming multiprocessors (compute units)
+    block_read_bytes_per_s: float | None = None  # one thread block's read rate alone on an SM
+
+    def block_limited_rate(self, blocks: int | None) -> float | None:
+        """Read rate (B/s) of a kernel that runs ``blocks`` thread blocks, each streaming its own
+        slice: at most one block per SM streams at the single-block rate. None when the device
+        file gives no such limit or the op does not have one."""
+        if blocks is None or self.sm_count is None or self.block_read_bytes_per_s is None:
+            return None
+        return min(blocks, self.sm_count) * self.block_read_bytes_per_s
 
     def compute_curve(self, dtype: str) -> Curve:
         """The compute efficiency curve for math in ``dtype`` (its own, else the default)."""
@@ -207,6 +222,17 @@ def parse_device(where: str, data: Any) -> Device:
             raise ConfigError(f"{where}: missing field sources.{key} (the public document behind that number)")
     if not isinstance(eff["source"], str) or not eff["source"].strip():
         raise ConfigError(f"{where}: field efficiency.source must say where the curves come from")
+    sm_count = None
+    if "sm_count" in data:
+        sm_count = _positive(where, "sm_count", data["sm_count"])
+        if sm_count != int(sm_count):
+            raise ConfigError(f"{where}: field 'sm_count' must be a whole number, got {data['sm_count']!r}")
+        sm_count = int(sm_count)
+    block_rate = None
+    if "block_read_gbps" in data:
+        block_rate = _positive(where, "block_read_gbps", data["block_read_gbps"]) * 1e9
+        if not isinstance(sources.get("block_read_gbps"), str) or not sources["block_read_gbps"].strip():
+            raise ConfigError(f"{where}: missing field sources.block_read_gbps (where that number comes from)")
     return Device(
         name=name.strip().lower(),
         display_name=str(data.get("display_name", name)),
@@ -221,6 +247,8 @@ def parse_device(where: str, data: Any) -> Device:
         aliases=tuple(a.strip().lower() for a in aliases),
         sources={str(k): str(v) for k, v in sources.items()},
         path=where,
+        sm_count=sm_count,
+        block_read_bytes_per_s=block_rate,
     )
 
 
