@@ -176,9 +176,47 @@ CASES = [
          "--topology-file is empty"),
     Case("NUL byte", ("run", "-trace-dir", T, "-q"), "tensor.csv:5: contains a NUL byte",
          lambda d: insert_bytes(d / "tensor.csv", 5, b"\x00")),
+    # --- the GPU flags (issue 20)
+    Case("unknown --gpu", ("run", "-trace-dir", T, "--gpu", "h100-sxn", "-q"),
+         "--gpu h100-sxn: unknown GPU (known: a100-40gb, a100-80gb, b200, h100-pcie, h100-sxm, h200, l40s, mi300x, "
+         "v100-32gb); did you mean h100-sxm?"),
+    Case("--dtype fp8 on a V100", ("run", "-trace-dir", T, "--gpu", "v100", "--dtype", "fp8", "-q"),
+         "--dtype fp8: V100-SXM2-32GB (v100-32gb) has no fp8 matrix peak (it has fp32, fp16)"),
+    Case("retarget a synthetic trace", ("run", "-trace-dir", T, "--gpu", "h100-sxm", "--op-time-source", "retarget",
+                                        "-q"), "--op-time-source retarget needs a GPU-timed trace"),
+    Case("GPU trace of an unknown GPU", ("run", "-trace-dir", T, "--gpu", "h100-sxm", "-q"),
+         "meta.json's device 'NVIDIA T4' is not in the device database; give --trace-gpu NAME (known: a100-40gb",
+         lambda d: write_meta(d, '{"batch_size": 4, "device": "cuda", "device_name": "NVIDIA T4"}')),
+    Case("unknown --trace-gpu", ("run", "-trace-dir", T, "--gpu", "h100-sxm", "--trace-gpu", "t4", "-q"),
+         "--trace-gpu t4: unknown GPU (known: a100-40gb"),
+    Case("--dtype without --gpu", ("run", "-trace-dir", T, "--dtype", "bf16", "-q"),
+         "--dtype bf16 needs the GPU to time the ops on: give --gpu NAME"),
+    Case("--gpu-file missing", ("run", "-trace-dir", T, "--gpu-file", "{tmp}/no.yaml", "-q"),
+         "--gpu-file {tmp}/no.yaml: file not found"),
+    Case("--gpu-file not UTF-8", ("run", "-trace-dir", T, "--gpu-file", "{tmp}/bin.yaml", "-q"),
+         "--gpu-file {tmp}/bin.yaml: not UTF-8 text (byte 5)",
+         lambda d: (d.parent / "scratch" / "bin.yaml").write_bytes(b"name:\xff\n")),
+    Case("--gpu-file without a bf16 peak's number", ("gpus", "--gpu-file", "{tmp}/dev.yaml"),
+         "field 'matrix_tflops.bf16' must be a positive finite number, got 0",
+         lambda d: _device_file(d, "bf16: 989.4", "bf16: 0")),
+    Case("--gpu-file missing hbm_gbps", ("run", "-trace-dir", T, "--gpu-file", "{tmp}/dev.yaml", "-q"),
+         "missing field 'hbm_gbps'", lambda d: _device_file(d, "hbm_gbps: 3350", "")),
+    Case("--gpu and --gpu-file", ("run", "-trace-dir", T, "--gpu", "h100", "--gpu-file", "{tmp}/x.yaml", "-q"),
+         "--gpu and --gpu-file exclude each other"),
     Case("trace convert, missing file", ("trace", "convert", "--graph", "{tmp}/g.json", "--profiler", "{tmp}/p.json",
                                          "--out", "{tmp}/o"), "g.json"),
 ]
+
+
+def _device_file(trace: Path, old: str, new: str) -> None:
+    """A copy of the shipped h100-sxm device file with ``old`` replaced, as scratch/dev.yaml."""
+    from triosim.hardware.device_db import packaged_dir
+
+    scratch = trace.parent / "scratch"
+    scratch.mkdir(exist_ok=True)
+    text = (packaged_dir() / "h100-sxm.yaml").read_text(encoding="utf-8")
+    assert old in text
+    (scratch / "dev.yaml").write_text(text.replace(old, new, 1), encoding="utf-8")
 
 
 def _subst(text: str, trace: Path, tmp: Path) -> str:

@@ -28,14 +28,16 @@ from ..config import (
     read_config_file,
     resolve_batches,
 )
+from ..config.gpu import verdict_capacity
 from ..config.notes import unused_flag_note
 from ..errors import ConfigError, TriosimError
 from ..output import atomic_write_text, check_output_path
+from ..report.memory_verdict import verdict_line
 from ..trace.load import collector_paused
 from ..version import __version__
 from .argparsing import OneLineParser, typed_spelling
 
-SUBCOMMANDS = ("run", "dag", "trace", "sweep")
+SUBCOMMANDS = ("run", "dag", "trace", "sweep", "gpus")
 _SINGLE_DASH = re.compile(r"^-[A-Za-z][A-Za-z0-9_-]+(=.*)?$")
 
 
@@ -122,6 +124,9 @@ def build_parser(defaults: dict | None = None, run_only: bool = False) -> argpar
         sweep = None
     if sweep is not None:
         sweep.register(sub)
+    from . import gpus
+
+    gpus.register(sub)
     return parser
 
 
@@ -201,11 +206,13 @@ def cmd_run(args: argparse.Namespace) -> int:
     block = config_block(args)
     for warning in check_config_facts(getattr(args, "config_facts", None) or {}, block):
         print(f"triosim: warning: --config {args.config}: {warning}", file=sys.stderr)
+    verdict = gpu_outputs(args, trace, graph, strategy)
     result = Result(sched.makespan, strategy, platform, graph, sched, per_gpu, per_link,
                     extra={"trace": Path(trace.path).name, "batch_size": batches.batch,
                            "batch_source": batches.source, "batch_size_sim": trace.batch_size,
                            "time_source": trace.time_source,
                            **({"op_time_model": trace.op_time.describe()} if trace.op_time else {}),
+                           **verdict,
                            "config": block})
     protect = (Path(trace.path) / "trace.csv", Path(trace.path) / "tensor.csv")
     if args.json:
@@ -232,7 +239,29 @@ def cmd_run(args: argparse.Namespace) -> int:
     # Left on the arguments: when console_main holds them, the process ends without freeing the
     # run's million objects one by one (a fifth of a second on a 200k-op trace).
     args.run_objects = (trace, graph, sched, result)
+    if args.require_fit and not verdict["memory"]["fits"]:
+        print(f"triosim: {verdict_line(verdict['memory'])} (--require-fit)", file=sys.stderr)
+        return EXIT_DOES_NOT_FIT
     return 0
+
+
+EXIT_DOES_NOT_FIT = 3  # --require-fit: a GPU's memory peak exceeds its capacity (outputs are written)
+
+
+def gpu_outputs(args: argparse.Namespace, trace, graph, strategy) -> dict:
+    """The result's ``gpu`` block (with --gpu) and ``memory`` verdict (under a verdict); {} for
+    a run without either, whose result stays as it always was."""
+    from ..compute.op_time_source import gpu_timing
+    from ..report.memory_verdict import memory_verdict
+
+    out: dict = {}
+    timing = gpu_timing(trace)
+    if timing is not None:
+        out["gpu"] = {**timing.to_dict(), "header": timing.header(), "notes": timing.notes()}
+    judged = verdict_capacity(args)
+    if judged is not None:
+        out["memory"] = memory_verdict(graph, trace, strategy, *judged).to_dict()
+    return out
 
 
 def cmd_dag(args: argparse.Namespace) -> int:

@@ -19,6 +19,7 @@ from ..limits import check_gpu_count
 from ..trace import Trace
 from ..trace.load import load_trace, trace_batch_size
 from .flags import sim_namespace
+from .gpu import GpuOptions, planning_capacity, time_trace_on_gpu
 from .notes import check_unused_platform_flags
 from .parallel_flags import degrees_given, parallel_options, resolve_gpus
 from .trace_dirs import trace_dir_from_flag
@@ -61,7 +62,7 @@ def load_scaled_trace(args: argparse.Namespace) -> Trace:
     """The trace of ``--trace-dir`` recorded at its batch, scaled to ``--batch-size-sim``."""
     b = resolve_batches(args)
     trace = load_recorded_trace(b.trace_dir, b.batch, args.time_column, getattr(args, "num_layers", None),
-                                *op_time_options(args))
+                                *op_time_options(args), gpu_timing_options(args))
     trace = trace.with_batch_source(b.source)
     return scale_trace(trace, b.sim, reference_compat=args.reference_compat)
 
@@ -75,10 +76,19 @@ def op_time_options(args: argparse.Namespace) -> tuple[str, float]:
     return model, float(getattr(args, "kernel_floor_us", 2.0))
 
 
+def gpu_timing_options(args: argparse.Namespace) -> GpuOptions | None:
+    """The GPU flags that decide op times (None without ``--gpu``): part of a sweep's trace key."""
+    options = GpuOptions.of(args)
+    return GpuOptions(options.gpu, options.gpu_file, options.source, options.trace_gpu, options.dtype) \
+        if options.given else None
+
+
 def load_recorded_trace(trace_dir: str | Path, batch: int, time_column: str, num_layers: int | None,
-                        op_time_model: str = "auto", kernel_floor_us: float = 2.0) -> Trace:
+                        op_time_model: str = "auto", kernel_floor_us: float = 2.0,
+                        gpu: GpuOptions | None = None) -> Trace:
     """The trace at its recorded batch, its transformer layer repeated to ``num_layers`` if given,
-    with its op-time model (``run`` and every configuration of a sweep load traces through here)."""
+    with its op-time model, timed on ``gpu``'s device when given (``run`` and every
+    configuration of a sweep load traces through here)."""
     if num_layers is not None:
         if num_layers < 1:
             raise ConfigError(f"--num-layers must be a positive integer, got {num_layers}")
@@ -87,7 +97,10 @@ def load_recorded_trace(trace_dir: str | Path, batch: int, time_column: str, num
         trace = load_repeated(trace_dir, num_layers, batch_size=batch, time_column=time_column)
     else:
         trace = load_trace(trace_dir, batch_size=batch, time_column=time_column)
-    return attach_op_time_model(trace, op_time_model, kernel_floor_us, time_column)
+    trace = attach_op_time_model(trace, op_time_model, kernel_floor_us, time_column)
+    if gpu is not None:  # after loading, before batch scaling
+        trace = time_trace_on_gpu(trace, gpu)[0]
+    return trace
 
 
 def check_case(args: argparse.Namespace) -> None:
@@ -118,6 +131,7 @@ def strategy_from_args(args: argparse.Namespace, sim_batch: int) -> Strategy:
 
 
 def platform_from_args(args: argparse.Namespace) -> Platform:
+    GpuOptions.of(args).check(bool(args.reference_compat))
     gpus = resolve_gpus(args)
     check_gpu_count(gpus)
     # case 0 runs on one GPU whatever -GPUnumber says; a hybrid run on dp × tp × pp
@@ -127,6 +141,7 @@ def platform_from_args(args: argparse.Namespace) -> Platform:
     platform = build_platform(
         num_gpus=1 if single else gpus,
         capacity_log2=args.capacity,
+        capacity_bytes=planning_capacity(args),
         bandwidth_gbps=args.bandwidth,
         ptp_bandwidth_gbps=args.ptp_bandwidth,
         interconnects=0 if single else args.interconnects,

@@ -10,6 +10,7 @@ from typing import Any
 
 from ..errors import ConfigError
 from .flags import FlagTable
+from .gpu import GPU_FLAG_DEFAULTS
 from .trace_dirs import trace_dir_from_flag
 
 
@@ -97,6 +98,8 @@ def config_block(args: argparse.Namespace) -> dict[str, Any]:
     block: dict[str, Any] = {}
     for spec in table.specs:
         value = getattr(args, spec.dest, spec.default)
+        if spec.dest in GPU_FLAG_DEFAULTS and value == GPU_FLAG_DEFAULTS[spec.dest]:
+            continue  # a run without the GPU flags records the block it always did
         if spec.dest == "trace_dir":
             value = str(trace_dir.resolve())
         block[spec.name] = value

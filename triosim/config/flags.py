@@ -10,6 +10,7 @@ from typing import Any
 
 from ..errors import ConfigError
 from ..hardware.platform import COLLECTIVE_ALGOS, COLLECTIVE_PROTOCOLS, NETWORKS
+from .gpu import add_gpu_flags
 from .parallel_flags import add_parallel_flags
 
 DEFAULT_WORD = "default"  # a value spelling that means "the run default of this flag"
@@ -87,6 +88,7 @@ def add_sim_flags(p: argparse.ArgumentParser) -> None:
     g.add_argument("--reference-compat", action="store_true",
                    help="reproduce the original TrioSim's conventions (see docs/reference-compat.md)")
     add_parallel_flags(g)
+    add_gpu_flags(p)
 
 
 def collective_latency(text: str) -> float | None:

@@ -54,6 +54,7 @@ def build_platform(
     collective_algo: str = "one-way-ring",
     collective_latency_us: float | None = 0.0,
     topology_file: str | None = None,
+    capacity_bytes: int | None = None,
 ) -> Platform:
     """Build the platform from the seed flags (see the README's flag table).
 
@@ -63,7 +64,18 @@ def build_platform(
 
     ``reference_compat`` implies the original's network: exclusive links, the one-way ring and
     no collective latency, whatever the other network arguments say.
+
+    ``capacity_bytes``: each GPU's memory in bytes (a device's), instead of 2^``capacity_log2``
+    (which is still checked).
     """
+    if capacity_bytes is not None:
+        if isinstance(capacity_bytes, bool) or not isinstance(capacity_bytes, int) or capacity_bytes < 1:
+            raise ConfigError(f"GPU memory capacity must be a positive number of bytes, got {capacity_bytes!r}")
+        platform = build_platform(num_gpus, capacity_log2, bandwidth_gbps, ptp_bandwidth_gbps, interconnects,
+                                  num_rows, num_cols, topology, link_latency_us, reference_compat, gpus_per_node,
+                                  node_bandwidth_gbps, network, collective_algo, collective_latency_us, topology_file)
+        platform.capacity_bytes = capacity_bytes  # a fresh platform: nothing was planned with the old one
+        return platform
     check_network_settings(network, collective_algo, collective_latency_us)
     if reference_compat:
         network, collective_algo, collective_latency_us = "exclusive", "one-way-ring", 0.0

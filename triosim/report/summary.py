@@ -7,6 +7,7 @@ from rich.panel import Panel
 from rich.table import Table
 
 from .dot_export import human_bytes
+from .memory_verdict import verdict_line
 from .result import GpuStats, Result
 
 MAX_GPU_ROWS = 16
@@ -54,9 +55,19 @@ def print_summary(result: Result, console: Console, title: str = "") -> None:
         f"[bold green]Iteration time: {result.makespan_ms:.4f} ms[/bold green]"
         f"   ({len(result.graph):,} tasks, {result.graph.num_edges:,} edges)"
     )
-    notes = honesty_notes(result)
+    gpu = result.extra.get("gpu")
+    if gpu:  # only with --gpu: a run without it prints what it always printed
+        head = head.replace("\n[bold green]", f"\n[bold]{gpu['header']}[/bold]\n[bold green]", 1)
+    notes = honesty_notes(result) + (list(gpu.get("notes", [])) if gpu else [])
     if notes:
         head += "\n" + "\n".join(f"[bold yellow]{n}[/bold yellow]" for n in notes)
+    memory = result.extra.get("memory")
+    if memory:
+        line = verdict_line(memory)
+        head += "\n" + (f"[bold red]{line}[/bold red]" if line else
+                        f"memory fits: peak {human_bytes(memory['worst']['peak_bytes'])} of "
+                        f"{memory['capacity_of']}'s {human_bytes(memory['capacity_bytes'])}"
+                        if memory.get("worst") else "memory fits")
     console.print(Panel(head, title="triosim", expand=False))
     console.print(_gpu_table(result.per_gpu))
     if result.per_link:

@@ -48,6 +48,7 @@ from .results import (
     ResultFiles,
     Row,
     check_outputs,
+    extra_columns,
     print_table,
     ranked,
     with_speedups,
@@ -230,8 +231,9 @@ def grid_from_args(args: argparse.Namespace) -> Grid:
     return build_grid(table, file_entries, cli_entries, every_combination=args.every_combination)
 
 
-def _title(traces: Sequence[str]) -> str:
-    """The traces' names, and a warning when their op times were measured on a CPU."""
+def _title(traces: Sequence[str], rows: Sequence[Row] = ()) -> str:
+    """The traces' names, and a warning when op times measured on a CPU were used (not when
+    every configuration timed its ops on a --gpu by roofline or retarget)."""
     from ..trace import read_trace_info
 
     def cpu(t: str) -> bool:
@@ -241,7 +243,9 @@ def _title(traces: Sequence[str]) -> str:
             return False
 
     names = ", ".join(Path(t).name for t in traces) or "sweep"
-    return names + (" · op times measured on CPU" if any(cpu(t) for t in traces) else "")
+    ran = [r for r in rows if r.ok]
+    measured = not ran or any(r.outcome.op_time_source in (None, "trace") for r in ran)
+    return names + (" · op times measured on CPU" if measured and any(cpu(t) for t in traces) else "")
 
 
 def cmd_sweep(args: argparse.Namespace) -> int:
@@ -311,7 +315,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
                       + f"; {len(prep.tasks)} to simulate on {backend.describe()}")
         progress.start()
 
-    with ResultFiles(args.out, grid.columns, meta, protect) as files:
+    with ResultFiles(args.out, grid.columns, meta, protect, extra=extra_columns(points)) as files:
 
         def on_row(row: Row) -> None:
             nonlocal n_bad, n_done
@@ -332,7 +336,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
         if prepared.tasks:
             progress_line(final=True)
         files.finish(result.rows, result.complete)
-    title = _title(result.traces)
+    title = _title(result.traces, result.rows)
     if args.plot:
         from .plot import write_plot
 

@@ -30,14 +30,17 @@ from ..config import (
     resolve_batches,
     strategy_from_args,
 )
+from ..config.build import gpu_timing_options
+from ..config.gpu import GpuOptions, verdict_capacity
 from ..errors import ConfigError, TriosimError
 from ..graph.strategy import Strategy
 from ..trace import Trace
 from .grid import Point
 
 # (trace directory, batch the trace was recorded at, op-time column, --num-layers, op-time
-# model, kernel floor in µs): what config.load_recorded_trace reads.
-TraceKey = tuple[str, int, str, "int | None", str, float]
+# model, kernel floor in µs, the GPU flags that time the ops or None): what
+# config.load_recorded_trace reads.
+TraceKey = tuple[str, int, str, "int | None", str, float, "GpuOptions | None"]
 
 OK, INVALID, FAILED = "ok", "invalid", "failed"
 
@@ -85,6 +88,9 @@ class Outcome:
     max_peak_memory_bytes: int | None = None
     tasks: int | None = None
     samples_per_s: float | None = None  # training throughput: samples of one iteration / its time
+    gpu: str | None = None  # with --gpu: the device and the op-time source used
+    op_time_source: str | None = None
+    fits: bool | None = None  # under a memory verdict: whether every GPU's peak fits its capacity
 
 
 def _r(x: float) -> float:
@@ -102,6 +108,8 @@ def run_task(traces: TraceSet, task: Task) -> Outcome:
     """Simulate one configuration; every error becomes an Outcome, never an exception."""
     from argparse import Namespace
 
+    from ..compute.op_time_source import gpu_timing
+    from ..report.memory_verdict import memory_verdict
     from ..simulation import simulate as run_simulation
 
     ns = Namespace(**dict(task.config))
@@ -110,6 +118,9 @@ def run_task(traces: TraceSet, task: Task) -> Outcome:
         trace = traces.scaled(task.trace_key, task.batch_size_sim, bool(ns.reference_compat))
         strategy = strategy_from_args(ns, trace.batch_size)
         result = run_simulation(trace, platform, strategy)
+        timing = gpu_timing(trace)
+        judged = verdict_capacity(ns)
+        fits = memory_verdict(result.graph, trace, strategy, *judged).fits if judged is not None else None
     except ConfigError as exc:
         return Outcome(task.index, INVALID, _reason(exc))
     except Exception as exc:  # a failed configuration is data, not the end of the sweep
@@ -126,6 +137,9 @@ def run_task(traces: TraceSet, task: Task) -> Outcome:
         tasks=len(result.graph),
         samples_per_s=_r(samples_per_iteration(strategy, platform.num_gpus, trace.batch_size)
                          / result.makespan_s) if result.makespan_s > 0 else None,
+        gpu=timing.device.name if timing is not None else None,
+        op_time_source=timing.source if timing is not None else None,
+        fits=fits,
     )
 
 
@@ -180,7 +194,7 @@ def prepare(points: Sequence[Point]) -> Prepared:
                                    f"-case {ns.case} ({CASE_NAMES[ns.case]}) is not implemented yet"))
             continue
         pending.append((point, (trace_dir, batch, ns.time_column, getattr(ns, "num_layers", None),
-                                *op_time_options(ns)), sim))
+                                *op_time_options(ns), gpu_timing_options(ns)), sim))
 
     loaded: dict[TraceKey, Trace] = {}
     broken: dict[TraceKey, str] = {}

@@ -39,6 +39,20 @@ METRIC_COLUMNS = (
     "samples_per_s",
 )
 OUTPUT_SUFFIXES = (".csv", ".json")
+# Columns only a sweep with --gpu (GPU_COLUMNS) or a memory verdict (MEMORY_COLUMNS) has: a sweep
+# without them writes the files it always wrote.
+GPU_COLUMNS = ("gpu", "op_time_source")
+MEMORY_COLUMNS = ("memory",)
+INFEASIBLE = "infeasible"
+
+
+def extra_columns(points: Iterable[Any]) -> tuple[str, ...]:
+    """The GPU and memory columns the grid's points call for."""
+    from ..config.gpu import GpuOptions
+
+    options = [GpuOptions.of(p.namespace()) for p in points]
+    return ((GPU_COLUMNS if any(o.given for o in options) else ())
+            + (MEMORY_COLUMNS if any(o.verdict for o in options) else ()))
 
 
 @dataclass(frozen=True)
@@ -67,6 +81,8 @@ class Row:
             "max_peak_memory_bytes": o.max_peak_memory_bytes,
             "tasks": o.tasks,
             "samples_per_s": o.samples_per_s,
+            **({"gpu": o.gpu, "op_time_source": o.op_time_source} if o.gpu is not None else {}),
+            **({"memory": "fits" if o.fits else INFEASIBLE} if o.fits is not None else {}),
         }
 
 
@@ -182,8 +198,8 @@ class ResultFiles:
     """
 
     def __init__(self, paths: Sequence[str], columns: Sequence[str], meta: dict[str, Any],
-                 protect: Sequence[Path] = (), json_every_s: float = 1.0) -> None:
-        self.columns = (*columns, *METRIC_COLUMNS)
+                 protect: Sequence[Path] = (), json_every_s: float = 1.0, extra: Sequence[str] = ()) -> None:
+        self.columns = tuple(dict.fromkeys((*columns, *METRIC_COLUMNS, *extra)))
         self.meta = meta
         self.protect = tuple(protect)
         self.csv_paths = [p for p in paths if Path(p).suffix.lower() == ".csv"]
@@ -217,7 +233,7 @@ class ResultFiles:
 
     def add(self, row: Row) -> None:
         self._rows[row.point.index] = row
-        line = _csv_line(row.record()[c] for c in self.columns)
+        line = _csv_line(row.record().get(c) for c in self.columns)
         for fh in self._handles:
             fh.write(line)
             fh.flush()
@@ -245,7 +261,7 @@ class ResultFiles:
         self.close()
         ordered = sorted(rows, key=lambda r: r.point.index)
         text = _csv_line(self.columns) + "".join(
-            _csv_line(r.record()[c] for c in self.columns) for r in ordered
+            _csv_line(r.record().get(c) for c in self.columns) for r in ordered
         )
         for p in self.csv_paths:
             atomic_write_text(p if complete else partial_path(p), text, protect=self.protect)
@@ -329,8 +345,10 @@ def print_table(console: Console, grid: Grid, rows: Sequence[Row], top: int, tit
         for rank, r in enumerate(ok[:top], start=1):
             vals = dict(r.point.values)
             cells = _metric_cells(r)
-            table.add_row(("★" if rank == 1 else "") + str(rank), *(_short(vals[n]) for n in shown),
-                          *(cells[c] for c in metrics), style="bold green" if rank == 1 else None)
+            infeasible = r.outcome.fits is False  # over a GPU's memory: a time, but no answer
+            table.add_row(("★" if rank == 1 else "") + str(rank) + (" ✗" if infeasible else ""),
+                          *(_short(vals[n]) for n in shown), *(cells[c] for c in metrics),
+                          style="red" if infeasible else "bold green" if rank == 1 else None)
         if len(ok) > top:
             table.add_row("…", *([""] * len(shown)), f"+{len(ok) - top}", *([""] * (len(metrics) - 1)))
         return table
@@ -355,6 +373,10 @@ def print_table(console: Console, grid: Grid, rows: Sequence[Row], top: int, tit
         if len(bad) > top:
             t2.add_row(*([""] * len(shown)), "…", f"{len(bad) - top} more in the results file")
         console.print(t2)
+    over = sum(1 for r in ok if r.outcome.fits is False)
+    if over:
+        console.print(f"[red]✗ {over} configuration{'s' if over != 1 else ''} do{'es' if over == 1 else ''} not fit "
+                      f"in GPU memory ({INFEASIBLE} in the results' memory column)[/red]")
     counts = {s: sum(1 for r in rows if r.outcome.status == s) for s in ("ok", "invalid", "failed")}
     line = f"{len(rows)} configurations: {counts['ok']} ok, {counts['invalid']} invalid, {counts['failed']} failed"
     if ok:
