@@ -18,7 +18,7 @@ from hypothesis import HealthCheck, Phase, example, given, settings
 from hypothesis import strategies as st
 
 import triosim.graph.data.data_parallel as dp_module
-import triosim.graph.pipeline.builder as pp_module
+import triosim.graph.memory.composition as composed_memory
 from triosim import build_platform, load_trace, simulate
 from triosim.errors import OutOfMemoryError
 from triosim.graph.data.data_parallel import gradient_order, make_buckets
@@ -207,13 +207,14 @@ def test_pipeline_parameters_are_not_scaled_by_the_micro_batch(tmp_path_factory,
 def test_pipeline_property_catches_parameters_scaled_by_the_micro_batch(monkeypatch, tmp_path_factory):
     """Planted bug: a stage's parameters, gradients and optimizer state sized at half, as if
     scaled by a micro-batch fraction of 1/2 (activations, keyed per micro-batch, unchanged)."""
-    real = pp_module.plan_memory
+    real = composed_memory.plan_replicas
 
     def buggy(graph, platform, stage, steps, sizes, **kw):
         sizes = {k: (v if k.startswith("mb") else v // 2) for k, v in sizes.items()}
         return real(graph, platform, stage, steps, sizes, **kw)
 
-    monkeypatch.setattr(pp_module, "plan_memory", buggy)
+    monkeypatch.setattr(composed_memory, "plan_replicas", buggy)
+    monkeypatch.setattr(composed_memory, "_stage_memory_fits", lambda *a, **k: None)  # plan step by step
     with pytest.raises(AssertionError):
         test_pipeline_parameters_are_not_scaled_by_the_micro_batch(tmp_path_factory)
 

@@ -13,6 +13,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+import triosim.graph.collectives.algorithms as algorithms
 import triosim.graph.data.data_parallel as dp
 from triosim import build_platform, load_trace, simulate
 from triosim.graph.collectives.ring_cost import ring_all_reduce_time
@@ -221,7 +222,7 @@ def test_buckets_wait_for_gradients_and_each_other(synthetic_traces, n, ptp):
 def test_invariants_catch_a_planted_bug(monkeypatch, synthetic_traces):
     """Planted bug: every bucket all-reduces half its bytes."""
     real = dp.add_all_reduce
-    monkeypatch.setattr(dp, "add_all_reduce", lambda g, p, grp, nbytes, *a, **k: real(g, p, grp, nbytes // 2, *a, **k))
+    monkeypatch.setattr(algorithms, "add_all_reduce", lambda g, p, grp, nbytes, *a, **k: real(g, p, grp, nbytes // 2, *a, **k))
     with pytest.raises(AssertionError):
         test_data_parallel_invariants(synthetic_traces)
 

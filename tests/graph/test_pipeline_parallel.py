@@ -13,7 +13,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+import triosim.graph.composition as composition
 import triosim.graph.pipeline.builder as pp
+import triosim.graph.pipeline.rank_program as rank_program
 from triosim import build_platform, load_trace, simulate
 from triosim.errors import ConfigError
 from triosim.graph import build_graph
@@ -270,7 +272,7 @@ def test_boundary_property_catches_gradients_not_sent_back(monkeypatch):
     def buggy(trace, phase):  # forgets that gradients cross the boundary too
         return [v for v in real(trace, phase) if trace.ops[v.writer].stage == "forward"]
 
-    monkeypatch.setattr(pp, "buffer_versions", buggy)
+    monkeypatch.setattr(composition, "buffer_versions", buggy)
     with pytest.raises(AssertionError, match="boundary bytes"):
         check_pipeline_properties(*PLANTED)
 
@@ -279,7 +281,7 @@ def test_order_property_catches_a_wrong_warm_up(monkeypatch):
     def buggy(name, n, r, s):  # 1F1B with one warm-up forward too many
         return expected_blocks(name, n + 1, r, s)
 
-    monkeypatch.setattr(pp, "block_order", buggy)
+    monkeypatch.setattr(rank_program, "block_order", buggy)
     with pytest.raises(AssertionError, match="stage"):
         check_pipeline_properties(*PLANTED)
 
@@ -292,7 +294,7 @@ def test_acyclic_property_catches_backwards_in_reverse(monkeypatch):
         backs = [b for b in order if b[0] == "B"][::-1]
         return [backs.pop(0) if b[0] == "B" else b for b in order]
 
-    monkeypatch.setattr(pp, "block_order", buggy)
+    monkeypatch.setattr(rank_program, "block_order", buggy)
     with pytest.raises(AssertionError, match="cycle"):
         check_pipeline_properties(*PLANTED)
 

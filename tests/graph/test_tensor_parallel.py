@@ -10,6 +10,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+import triosim.graph.collectives.algorithms as algorithms
 import triosim.graph.tensor.per_op as tp
 from triosim import build_platform, load_trace, simulate
 from triosim.graph import build_graph
@@ -171,7 +172,7 @@ def test_acyclic_property_catches_an_op_waiting_for_its_own_gather(monkeypatch):
                 graph.add_edge(synced[g], p)
         return synced
 
-    monkeypatch.setattr(tp, "add_all_gather", buggy)
+    monkeypatch.setattr(algorithms, "add_all_gather", buggy)
     with pytest.raises(AssertionError, match="cycle"):
         check_tensor_parallel_properties(*PLANTED)
 

@@ -1,22 +1,19 @@
 """The graph builder: the one way from a :class:`~triosim.graph.strategy.Strategy` to the task DAG
 of one training iteration on a platform.
 
-A run given as degrees (``--dp/--tp/--pp``) is built by the composition
-(:mod:`triosim.graph.composition`). A ``-case`` run is its :class:`~triosim.graph.strategy.Preset`:
-one axis spread over every GPU, built by that axis's component, whose DAG, times and JSON blocks
-are those of the original's case (the composition reproduces the dp, tp and pp presets' times and
-memory, tests compare them, but not their JSON blocks, case 1's whole-gradient all-reduce, case
-0's memory plan or the original's replays):
+Every run with more than one GPU's program is built by the composition
+(:mod:`triosim.graph.composition`): a run given as degrees (``--dp/--tp/--pp``), and a ``-case``
+run as its :class:`~triosim.graph.strategy.Preset` (one axis spread over every GPU, every GPU
+built, the case's names and JSON blocks). Case 0 (one GPU) keeps its own small builder
+(:mod:`triosim.graph.single`), which reads the trace's columns only.
 
-- no axis: every op on GPU 0 in trace order (:mod:`triosim.graph.single`);
-- dp: replicas on the platform's ring with DDP buckets or one whole-gradient all-reduce
-  (:mod:`triosim.graph.data.data_parallel`);
-- tp: the per-op plan on the ring (:mod:`triosim.graph.tensor.per_op`);
-- pp: stages and micro-batches (:mod:`triosim.graph.pipeline.builder`).
-
-``--reference-compat`` is a mode beside them: the same components follow the original's
-choices, and the pipeline is a replay of the original's player
-(:mod:`triosim.graph.pipeline.reference`).
+``--reference-compat`` is a mode beside it: the original's model where it differs from the
+composition's (:meth:`GraphBuilder.replay`): standard data parallelism's all-reduce after the
+optimizer (:func:`triosim.graph.data.data_parallel.build_reference`), tensor parallelism's
+all-reduce of every split op's outputs that the next op waits for
+(:func:`triosim.graph.tensor.per_op.build_from_plan` with the original's plan) and the replay of
+the original's pipeline player (:mod:`triosim.graph.pipeline.reference`). One GPU and DDP
+buckets are the composition's in that mode too (on the original's platform and trace scaling).
 """
 
 from __future__ import annotations
@@ -28,7 +25,6 @@ from ..schedule.tasks import TaskGraph
 from ..trace import Trace
 from . import composition, single
 from .data import data_parallel
-from .pipeline import builder as pipeline_builder
 from .pipeline import reference
 from .strategy import Strategy
 from .tensor.megatron import plan_tensor_parallel
@@ -58,27 +54,26 @@ class GraphBuilder:
         check_graph_size(len(self.trace.ops), op_copies(strategy, n), n, what)
 
     def compose(self) -> TaskGraph:
-        """The DAG without the run-level blocks: the composition, or the preset's component."""
-        trace, platform, strategy = self.trace, self.platform, self.strategy
-        if strategy.hybrid:
-            return composition.build(trace, platform, strategy)
-        axis = strategy.preset.axis
-        if axis == "dp":
-            return data_parallel.build(trace, platform, strategy)
-        if axis == "tp":
-            return self.tensor_ring()
-        if axis == "pp":
-            if strategy.reference_compat:
-                return reference.build(trace, platform, strategy)
-            return pipeline_builder.build(trace, platform, strategy)
-        return single.build(trace, platform, strategy)
+        """The DAG without the run-level blocks: case 0's one GPU, the original's replay under
+        ``--reference-compat`` where it has one, else the composition."""
+        strategy = self.strategy
+        if not strategy.hybrid and strategy.preset.axis is None:  # one GPU: from the trace's columns only
+            return single.build(self.trace, self.platform, strategy)
+        graph = self.replay() if strategy.reference_compat else None
+        return graph if graph is not None else composition.build(self.trace, self.platform, strategy)
 
-    def tensor_ring(self) -> TaskGraph:
-        """Tensor parallelism over every GPU with the per-op plan (the original's all-reduce of
-        every tpflag op's outputs under ``--reference-compat``)."""
-        plan = plan_tensor_parallel(self.trace, self.platform.num_gpus, style="per-op",
-                                    reference_compat=self.strategy.reference_compat)
-        return build_from_plan(self.trace, self.platform, self.strategy, plan)
+    def replay(self) -> TaskGraph | None:
+        """The original's model of this preset where it is not the composition's (None: it is)."""
+        trace, platform, strategy = self.trace, self.platform, self.strategy
+        preset = strategy.preset
+        if preset.axis == "pp":
+            return reference.build(trace, platform, strategy)
+        if preset.axis == "tp":
+            plan = plan_tensor_parallel(trace, platform.num_gpus, style="per-op", reference_compat=True)
+            return build_from_plan(trace, platform, strategy, plan)
+        if preset.axis == "dp" and preset.gradient_sync == "whole":
+            return data_parallel.build_reference(trace, platform, strategy)
+        return None
 
 
 def build_graph(trace: Trace, platform: Platform, strategy: Strategy) -> TaskGraph:

@@ -32,8 +32,13 @@ What it models:
   (:mod:`triosim.graph.collectives.group_comm`); ``--exact`` builds every GPU, and so does the default while
   the graph stays small (``AUTO_EXACT_TASKS``).
 
-With one axis only it is the preset it generalises: ``--dp N`` = case 2, ``--pp N`` = case 4,
-``--tp N --tp-style per-op`` = case 3 (tests compare them).
+**Presets.** A ``-case`` run is the composition's preset (:class:`~triosim.graph.strategy.Preset`):
+its one axis spread over every GPU, every GPU built (as ``--exact``), one micro-batch unless
+the axis is the pipeline's; case 1 synchronises every gradient in one all-reduce after the last
+backward op (``gradient_sync="whole"``). A preset keeps its case's names (tasks, memory steps,
+tensor-parallel op time t / N) and writes its case's JSON blocks (:mod:`triosim.graph.case_blocks`)
+instead of ``hybrid``. So ``--dp N`` = case 2, ``--pp N`` = case 4 and
+``--tp N --tp-style per-op`` = case 3 in every number (tests compare them).
 
 Its steps, in order (:meth:`Composition.assemble`): each pipeline rank's program with its TP
 collectives and ZeRO-3 gathers (:mod:`triosim.graph.pipeline.rank_program`), then its gradient
@@ -44,12 +49,13 @@ the memory plans (:mod:`triosim.graph.memory.composition`); the JSON summary.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from ..errors import ConfigError
 from ..hardware.platform import Platform
 from ..schedule.tasks import TaskGraph
 from ..trace import Trace
+from . import case_blocks
 from .collectives.group_comm import GroupComm
 from .collectives.star_routes import prime_routes
 from .composition_state import CompositionState
@@ -58,14 +64,14 @@ from .data.zero import buffer_roles
 from .layer_count import check_pipeline_depth
 from .memory import composition as composed_memory
 from .memory.plan import MemoryReport
-from .pipeline.builder import micro_batch_sizes, plan_stages
+from .pipeline.builder import choose_stages, micro_batch_sizes
 from .pipeline.rank_program import add_rank_program
 from .pipeline.sends import send_hop_by_hop
 from .pipeline.stages import PipelinePlan, buffer_versions
 from .rank_map import RankMap
 from .replica_symmetry import replicas_alike
 from .single import op_label, record_memory
-from .strategy import Strategy
+from .strategy import Preset, Strategy
 from .tensor.plans import tensor_plan, tp_waits
 
 # Without --exact/--representatives, every GPU is built while dp·tp·ops·micro-batches stays below
@@ -79,20 +85,34 @@ UNALIKE_EXACT_TASKS = 2_000_000
 def stage_plan(trace: Trace, platform: Platform, strategy: Strategy, fractions: Sequence[float],
                stage_gpus: Sequence[int]) -> PipelinePlan:
     """The pipeline plan of ``len(stage_gpus)`` stages, stage s on ``stage_gpus[s]``."""
-    return plan_stages(trace, platform, strategy, fractions, num_stages=len(stage_gpus), stage_gpus=tuple(stage_gpus))
+    return choose_stages(trace, platform, strategy, fractions, num_stages=len(stage_gpus),
+                         stage_gpus=tuple(stage_gpus))[0]
+
+
+def preset_strategy(strategy: Strategy, preset: Preset) -> Strategy:
+    """What the composition builds for a ``-case`` run: every GPU, and outside the pipeline preset
+    one micro-batch on one stage (the pipeline options of a case 0–3 run are not used)."""
+    if preset.axis == "pp":
+        return replace(strategy, exact=True)
+    return replace(strategy, exact=True, micro_batch_size=None, schedule="gpipe", virtual_stages=1)
 
 
 def build(trace: Trace, platform: Platform, strategy: Strategy, fuse_runs: bool = True) -> TaskGraph:
     """The composed DAG of ``strategy``'s degrees on ``platform`` (one representative per role
-    unless ``strategy.exact``). A representative build runs each stretch of ops that nothing
-    outside the GPU enters or leaves as one task (``fuse_runs``; same times, fewer tasks)."""
+    unless ``strategy.exact``), or of its ``-case`` preset. A representative build runs each
+    stretch of ops that nothing outside the GPU enters or leaves as one task (``fuse_runs``; same
+    times, fewer tasks)."""
+    preset = None if strategy.hybrid else strategy.preset
+    if preset is not None:
+        strategy = preset_strategy(strategy, preset)
     dp, tp, pp = strategy.degrees(platform.num_gpus)
     ranks = RankMap(dp, tp, pp, tuple(strategy.rank_order))
-    if ranks.size != platform.num_gpus:
+    if ranks.size != platform.num_gpus and (preset is None or preset.axis is not None):  # case 0: GPU 0 of any
         raise ConfigError(f"--dp {dp} × --tp {tp} × --pp {pp} = {ranks.size} GPUs, but the platform has "
                           f"{platform.num_gpus}")
     virtual = strategy.virtual_stages if strategy.schedule == "interleaved" else 1
-    check_pipeline_depth(trace, pp, virtual)
+    if preset is None:  # case 4 keeps its own check: a forward op per stage (stages.candidate_plans)
+        check_pipeline_depth(trace, pp, virtual)
     sizes = micro_batch_sizes(trace.batch_size, strategy.micro_batch_size)
     fractions = [m / trace.batch_size for m in sizes]
     exact = strategy.exact
@@ -112,7 +132,8 @@ def build(trace: Trace, platform: Platform, strategy: Strategy, fuse_runs: bool 
     # interleaved: stage P−1 (last GPU) hands over to stage P (first GPU again)
     prime_routes(platform, ((ranks.rank(d, t, s), ranks.rank(d, t, (s + e) % pp)) for d, t in replicas
                             for s in range(pp) for e in (-1, 1) if 0 <= s + e < pp or (virtual > 1 and pp > 1)))
-    plan = stage_plan(trace, platform, strategy, fractions, ranks.stage_gpus(0, 0))
+    plan, candidates = choose_stages(trace, platform, strategy, fractions, num_stages=pp,
+                                     stage_gpus=tuple(ranks.stage_gpus(0, 0)))
     tpp = tensor_plan(trace, tp, strategy.effective_tp_style, strategy.sequence_parallel)
     # Fused runs of ops keep every time exact only while no memcpy can cut into a run (a run's
     # buffers all fit on the GPU); when the memory plan needs one, the graph is built op by op.
@@ -120,11 +141,15 @@ def build(trace: Trace, platform: Platform, strategy: Strategy, fuse_runs: bool 
     roles = buffer_roles(trace)
     while True:
         g = Composition(trace, platform, strategy, ranks, plan, tpp, fractions, replicas, roles, fuse=fuse,
-                        exact=exact).assemble()
+                        preset=preset, exact=exact).assemble()
         if not g.meta.pop("needs_memcpy") or not fuse:
-            g.meta["hybrid"]["replica_warning"] = replica_warning
-            return g
+            break
         fuse = False
+    if preset is None:
+        g.meta["hybrid"]["replica_warning"] = replica_warning
+    else:
+        case_blocks.record(g, trace, strategy, preset, plan, tpp, sizes, candidates)
+    return g
 
 
 @dataclass
@@ -149,10 +174,12 @@ class Composition(CompositionState):
         g = self.graph
         g.meta["needs_memcpy"] = any(r.fetch_tasks or r.evictions for r in reports)
         g.meta["devices"] = sorted(gg for s in range(ranks.pp) for gg in self.gpus(s))
-        g.meta["cluster_names"] = {
-            gg: f"GPU {gg} (dp {d}, tp {t}, stage {s})" for gg in g.meta["devices"] for d, t, s in [ranks.coords(gg)]
-        }
-        g.meta["hybrid"] = self.summary(comm, params_of, reports)
+        if self.preset is None:
+            g.meta["cluster_names"] = {
+                gg: f"GPU {gg} (dp {d}, tp {t}, stage {s})" for gg in g.meta["devices"]
+                for d, t, s in [ranks.coords(gg)]
+            }
+            g.meta["hybrid"] = self.summary(comm, params_of, reports)
         return g
 
     def add_programs(self, comm: GroupComm, waits) -> list[list[str]]:

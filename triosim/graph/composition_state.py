@@ -1,6 +1,7 @@
 """The state the steps of the composition (:mod:`triosim.graph.composition`) share: inputs, mesh,
 plans, the graph under construction and the lookups between steps (which task ran an op, which
-collective completed a buffer, each GPU's program), plus per-GPU buffer sizes."""
+collective completed a buffer, each GPU's program), plus per-GPU buffer sizes and how a ``-case``
+preset names its tasks."""
 
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ from .collectives.group_comm import wire_bytes_per_gpu
 from .data.zero import BufferRoles, zero_divisor
 from .pipeline.stages import PipelinePlan
 from .rank_map import RankMap
-from .strategy import Strategy
+from .strategy import Preset, Strategy
 
 
 @dataclass
@@ -53,6 +54,22 @@ class CompositionState:
     # Memory planning: each optimizer op's buffers per owning rank; persistent buffers' indices
     optimizer_split: dict[int, dict[int, tuple]] = field(default_factory=dict)
     persistent_ids: set[int] | None = None
+    # A -case run: the preset it builds (None: a run typed as --dp/--tp/--pp). Its tasks and
+    # memory steps keep the names its case gave them (timelines, DOT exports, error messages).
+    preset: Preset | None = None
+
+    @property
+    def tagged(self) -> bool:
+        """Whether compute tasks carry their micro-batch and stage (``mb0``, ``stage_index``): in a
+        typed composition and the pipeline preset, not in the one-micro-batch presets (cases 0–3)."""
+        return self.preset is None or self.preset.axis == "pp"
+
+    def step_label(self, s: int) -> str:
+        """What a memory step's label says after the op: the stage in a typed composition, the GPU
+        in the pipeline preset, nothing in the other presets."""
+        if self.preset is None:
+            return f" on stage {s}"
+        return f" on GPU {self.ranks.rank(0, 0, s)}" if self.preset.axis == "pp" else ""
 
     def gpus(self, s: int) -> list[int]:
         return [self.ranks.rank(d, t, s) for d, t in self.replicas]

@@ -10,9 +10,10 @@ The original's ``-case`` numbers are presets of the composition:
 - case 4: pp N (``--pp N``).
 
 Each case is a :class:`Preset` (``PRESETS``): the axis it spreads over every GPU and how that
-axis is built. :mod:`triosim.graph.builder` builds every run: a preset with the component of its
-axis, a run given as ``--dp/--tp/--pp`` with the composition (whose pure special cases reproduce
-the presets, tests compare them).
+axis is built. :mod:`triosim.graph.builder` builds every run with the composition
+(:mod:`triosim.graph.composition`): a run given as ``--dp/--tp/--pp``, and a ``-case`` run as its
+preset (tests compare the two), but case 0, whose one GPU is built from the trace's columns only;
+``--reference-compat`` replays the original's cases 1, 3 and 4 beside it.
 """
 
 from __future__ import annotations

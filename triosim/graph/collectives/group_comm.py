@@ -12,7 +12,7 @@ representative.
   form is stretched by the number of groups on the most shared link. On ``switch`` and
   ``nvlink-cluster`` every GPU has links of its own, so disjoint groups never share one.
 
-A group that spans every GPU runs in the platform's ring order (the case builders' convention);
+A group that spans every GPU runs in the platform's ring order (the original's cases' convention);
 any other group in rank order.
 """
 
@@ -24,14 +24,15 @@ from typing import Any
 
 from ...hardware.platform import Platform
 from ...schedule.tasks import TaskGraph
-from .algorithms import add_all_gather, add_all_reduce, add_reduce_scatter
+from . import algorithms
 from .cost import collective_cost
 from .ring_tasks import make_ring
 from .star_routes import prime_routes
 
 # Ring phases of each collective: an all-reduce is a reduce-scatter then an all-gather.
 PHASES = {"all_reduce": 2, "reduce_scatter": 1, "all_gather": 1}
-_ADD = {"all_reduce": add_all_reduce, "reduce_scatter": add_reduce_scatter, "all_gather": add_all_gather}
+# Each collective's builder in :mod:`~triosim.graph.collectives.algorithms`, looked up there at call time.
+_ADD = {"all_reduce": "add_all_reduce", "reduce_scatter": "add_reduce_scatter", "all_gather": "add_all_gather"}
 # Above this many ring hops over all parallel groups the sharing count is not computed (it is 1
 # on the topologies large runs use); the summary says so.
 SHARING_HOP_LIMIT = 20_000
@@ -177,17 +178,18 @@ class GroupComm:
             representative=True, **attrs,
         )
 
-    def run(self, op: str, group: Sequence[int], nbytes: int, label: str, after: Mapping[int, Iterable[int]],
+    def run(self, kind: str, group: Sequence[int], nbytes: int, label: str, after: Mapping[int, Iterable[int]],
             parallel: Callable[[], Iterable[Sequence[int]]] | None = None, **attrs: Any) -> dict[int, int]:
-        """``op`` of ``nbytes`` on ``group``; ``after`` maps each built member to its predecessors.
+        """Collective ``kind`` (``all_reduce`` …) of ``nbytes`` on ``group``; ``after`` maps each built
+        member to its predecessors; ``attrs`` tag its tasks (``op``: the trace op it follows).
 
         Returns ``{built member: task after which it holds the result}``.
         """
         group = self.ordered(group)
-        charge = self.charge(op, group, nbytes, parallel)
+        charge = self.charge(kind, group, nbytes, parallel)
         if self.exact:
-            return _ADD[op](self.graph, self.platform, group, nbytes, label, after=after, detail=self.detail,
-                            **attrs)
+            add = getattr(algorithms, _ADD[kind])
+            return add(self.graph, self.platform, group, nbytes, label, after=after, detail=self.detail, **attrs)
         built = list(after)  # the representative members (every member of the group is symmetric)
         if charge is None:  # a group of one GPU: nothing to send
             return {g: self.graph.add_sync(f"{label} done gpu{g}", list(after[g]), devices=(g,), collective=label,

@@ -1,15 +1,19 @@
-"""Cases 1 and 2: data parallelism — every GPU trains a full replica on its own batch and the
-gradients are averaged with ring all-reduces.
+"""Data parallelism's gradient buckets — every GPU trains a full replica on its own batch and the
+gradients are averaged with all-reduces — and case 1's replay of the original.
 
 - **Case 1 (standard data parallel).** Each GPU runs forward and backward; after its last
   backward op one all-reduce of all gradient bytes (the parameter bytes of the trace, found from
-  the tensor categories) runs, then every GPU runs the optimizer ops. ``--reference-compat``
-  follows the original: the all-reduce comes after the whole iteration, optimizer included.
+  the tensor categories) runs, then every GPU runs the optimizer ops (:func:`whole_gradient`).
+  ``--reference-compat`` follows the original: the all-reduce comes after the whole iteration,
+  optimizer included (:func:`build_reference`).
 - **Case 2 (PyTorch DDP).** Gradients are packed into buckets of ``--bucket-mb`` MiB (2**20
   bytes, as ``torch.nn.parallel.DistributedDataParallel(bucket_cap_mb=…)``) in the order
-  backward produces them. A bucket's all-reduce starts on a GPU when the backward op completing
-  its last gradient ends there, buckets go over the links one after another while backward
-  compute continues, and the optimizer waits for the last bucket.
+  backward produces them (:func:`make_buckets`). A bucket's all-reduce starts on a GPU when the
+  backward op completing its last gradient ends there, buckets go over the links one after
+  another while backward compute continues, and the optimizer waits for the last bucket.
+
+Both run as presets of the composition (:mod:`triosim.graph.composition`, its gradient sync in
+:mod:`triosim.graph.data.gradient_sync`).
 """
 
 from __future__ import annotations
@@ -73,57 +77,39 @@ def make_buckets(trace: Trace, bucket_bytes: float, params: Sequence[str] | None
     return buckets
 
 
-def _split_program(trace: Trace, reduce_after_optimizer: bool) -> tuple[list[int], list[int]]:
-    """Ops before the gradient all-reduce and ops after it (the optimizer step)."""
-    n = len(trace.ops)
-    if reduce_after_optimizer:
-        return list(range(n)), []
-    cut = trace.last_backward_index() + 1
-    return list(range(cut)), list(range(cut, n))
+def whole_gradient(trace: Trace) -> list[Bucket]:
+    """Case 1's one bucket: every gradient (the trace's parameter bytes), ready after the last
+    backward op; none when the trace has no parameters."""
+    params = tuple(trace.parameters)
+    return [Bucket(0, params, trace.parameter_bytes, trace.last_backward_index())] if params else []
 
 
-def build(trace: Trace, platform: Platform, strategy: Strategy) -> TaskGraph:
-    """Case 1 or 2 on every GPU of ``platform``; the collective group is its logical ring."""
+def build_reference(trace: Trace, platform: Platform, strategy: Strategy) -> TaskGraph:
+    """Case 1 under ``--reference-compat``, as the original: every GPU of ``platform`` runs the
+    whole iteration, optimizer included, then one all-reduce of every gradient on the logical
+    ring. (Without ``--reference-compat`` case 1 is a preset of the composition.)"""
     graph = TaskGraph()
     devices = list(range(platform.num_gpus))
-    group: Sequence[int] = platform.ring
-    ddp = strategy.preset.gradient_sync == "buckets"
-    pre_ops, post_ops = _split_program(trace, strategy.reference_compat and not ddp)
-    pre_tasks = {g: add_op_chain(graph, trace, g, pre_ops) for g in devices}
-    task_of = {g: dict(zip(pre_ops, pre_tasks[g])) for g in devices}
-
-    if ddp:
-        buckets = make_buckets(trace, strategy.bucket_mb * MIB)
-    else:
-        params = tuple(trace.parameters)
-        buckets = [Bucket(0, params, trace.parameter_bytes, pre_ops[-1])] if params else []
-
-    done: dict[int, list[int]] = {g: [] for g in devices}
+    program = list(range(len(trace.ops)))
+    tasks = {g: add_op_chain(graph, trace, g, program) for g in devices}
+    params = tuple(trace.parameters)
+    buckets = [Bucket(0, params, trace.parameter_bytes, program[-1])] if params else []
     for b in buckets:
-        # Per GPU: the bucket waits for its last gradient there and for the previous bucket.
-        after = {g: [task_of[g][b.ready_op], *done[g]] for g in devices}
-        label = f"allreduce bucket{b.index}" if ddp else "allreduce gradients"
-        synced = add_all_reduce(
-            graph, platform, group, b.nbytes, label, after=after,
-            detail=strategy.collective_detail, bucket=b.index,
-        )
-        done = {g: [synced[g]] for g in devices}
-
-    post_tasks = {
-        g: add_op_chain(graph, trace, g, post_ops, after=[pre_tasks[g][-1], *done[g]]) if post_ops else []
-        for g in devices
-    }
-    program = pre_ops + post_ops
+        add_all_reduce(graph, platform, platform.ring, b.nbytes, "allreduce gradients",
+                       after={g: [tasks[g][-1]] for g in devices}, detail=strategy.collective_detail, bucket=b.index)
     sizes = {k: t.bytes for k, t in trace.tensors.items()}
     reports = plan_replicas(
-        graph, platform, devices, lambda g: op_steps(trace, program, pre_tasks[g] + post_tasks[g]), sizes,
+        graph, platform, devices, lambda g: op_steps(trace, program, tasks[g]), sizes,
         external=trace.external, persistent=persistent_buffers(trace), placement=strategy.initial_placement,
     )
     record_memory(graph, reports)
     graph.meta["devices"] = devices
-    graph.meta["buckets"] = [
-        {"bucket": b.index, "bytes": b.nbytes, "params": len(b.params), "ready_op": trace.ops[b.ready_op].op_id}
-        for b in buckets
-    ]
+    graph.meta["buckets"] = buckets_block(trace, buckets)
     graph.meta["gradient_bytes"] = sum(b.nbytes for b in buckets)
     return graph
+
+
+def buckets_block(trace: Trace, buckets: Sequence[Bucket]) -> list[dict]:
+    """The JSON ``buckets`` block: each bucket's bytes, parameters and the op completing it."""
+    return [{"bucket": b.index, "bytes": b.nbytes, "params": len(b.params), "ready_op": trace.ops[b.ready_op].op_id}
+            for b in buckets]

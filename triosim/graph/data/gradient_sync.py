@@ -1,7 +1,11 @@
 """Data-parallel group collectives of the composition: each pipeline rank's gradients packed into
 DDP buckets and synchronised over its DP groups (all-reduce at ZeRO-0, reduce-scatter above), the
 optimizer share after them, ZeRO-1/2's all-gather of the updated parameters and ZeRO-3's
-per-unit parameter gathers (see :mod:`triosim.graph.composition`)."""
+per-unit parameter gathers (see :mod:`triosim.graph.composition`).
+
+The standard data-parallel preset (case 1, ``Preset.gradient_sync == "whole"``) synchronises
+every gradient in one all-reduce after the last backward op instead of DDP buckets.
+"""
 
 from __future__ import annotations
 
@@ -12,7 +16,7 @@ from ..composition_state import CompositionState
 from ..pipeline.schedules import FORWARD, OPTIMIZER
 from ..rank_map import RankMap
 from ..single import op_label
-from .data_parallel import MIB, Bucket, gradient_order, make_buckets
+from .data_parallel import MIB, Bucket, gradient_order, make_buckets, whole_gradient
 
 
 def stage_params(b: CompositionState) -> list[list[str]]:
@@ -22,6 +26,14 @@ def stage_params(b: CompositionState) -> list[list[str]]:
     for p in gradient_order(b.trace):
         out[b.plan.rank_of(b.plan.buffer_stage.get(p, 0))].append(p)
     return out
+
+
+def sync_buckets(b: CompositionState, params: Sequence[str], s: int) -> list[Bucket]:
+    """What pipeline rank ``s`` synchronises: its DDP buckets, or under the ``whole`` preset one
+    bucket of every gradient, ready after the last backward op."""
+    if b.preset is not None and b.preset.gradient_sync == "whole":  # one stage: params are every parameter
+        return whole_gradient(b.trace)
+    return _buckets(b, params, s)
 
 
 def _buckets(b: CompositionState, params: Sequence[str], s: int) -> list[Bucket]:
@@ -71,7 +83,11 @@ def add_gradient_sync(b: CompositionState, comm: GroupComm, s: int, params: list
     r_last = len(b.fractions) - 1
     done: dict[tuple[int, int], list[int]] = {rep: [] for rep in b.replicas}
     op = "all_reduce" if zero == 0 else "reduce_scatter"
-    for bk in (_buckets(b, params, s) if ranks.dp > 1 or zero else []):
+    typed = b.preset is None  # a run typed as degrees; a preset names its tasks as its case did
+    whole = not typed and b.preset.gradient_sync == "whole"
+    # A data-parallel preset syncs its buckets on one GPU too (a sync task each, as its case did).
+    dp_preset = not typed and b.preset.axis == "dp"
+    for bk in (sync_buckets(b, params, s) if ranks.dp > 1 or zero or dp_preset else []):
         for t in ts:
             group = ranks.dp_group(t, s)
             after = {}
@@ -80,9 +96,13 @@ def add_gradient_sync(b: CompositionState, comm: GroupComm, s: int, params: list
                     continue
                 ready = b.task.get((d, t, bk.ready_op, r_last))
                 after[ranks.rank(d, t, s)] = [*(last[(d, t)] if ready is None else [ready]), *done[(d, t)]]
-            label = f"{'allreduce' if zero == 0 else 'reducescatter'} bucket{bk.index} stage{s} tp{t}"
-            out = comm.run(op, group, bk.nbytes, label, after, parallel=lambda s=s: _dp_groups(ranks, s),
-                           bucket=bk.index, group_kind="dp")
+            if typed:
+                label = f"{'allreduce' if zero == 0 else 'reducescatter'} bucket{bk.index} stage{s} tp{t}"
+                out = comm.run(op, group, bk.nbytes, label, after, parallel=lambda s=s: _dp_groups(ranks, s),
+                               bucket=bk.index, group_kind="dp")
+            else:
+                label = "allreduce gradients" if whole else f"allreduce bucket{bk.index}"
+                out = comm.run(op, group, bk.nbytes, label, after, bucket=bk.index)
             for d, tt in b.replicas:
                 if tt == t:
                     done[(d, t)] = [out[ranks.rank(d, t, s)]]
@@ -92,18 +112,25 @@ def add_gradient_sync(b: CompositionState, comm: GroupComm, s: int, params: list
     if not b.optimizer_stages:  # every optimizer op's ranks and shares, once (a foreach op touches every parameter)
         b.optimizer_stages.update((i, plan.optimizer_ranks(i)) for i, ph in enumerate(plan.phase) if ph == OPTIMIZER)
     opt_ops = [i for i, shares in b.optimizer_stages.items() if s in shares]
-    for i in opt_ops:
+    # A typed composition adds each optimizer op on every replica in turn; a preset each GPU's
+    # optimizer ops in turn, as its case did (the same tasks and edges).
+    steps = ([(i, rep) for i in opt_ops for rep in b.replicas] if typed
+             else [(i, rep) for rep in b.replicas for i in opt_ops])
+    for i, (d, t) in steps:
         share = b.optimizer_stages[i][s]  # the sum over rank s's stages
         dur = trace.ops[i].duration_s * share * scale[i] / (ranks.dp if zero else 1)
         suffix = "" if share >= 1.0 else f" {share:.0%} share"
-        for d, t in b.replicas:
-            gpu = ranks.rank(d, t, s)
+        gpu = ranks.rank(d, t, s)
+        if b.tagged:
             task = b.graph.add_compute(gpu, dur, f"{op_label(trace, i)}{suffix} gpu{gpu}",
                                        after=[*last[(d, t)], *done[(d, t)]], op=i, stage=trace.ops[i].stage,
                                        stage_index=s, share=share)
-            b.seq[gpu].append((task, (i,), None))
-            last[(d, t)] = [task]
-            done[(d, t)] = []
+        else:
+            task = b.graph.add_compute(gpu, dur, f"{op_label(trace, i)} gpu{gpu}",
+                                       after=[*last[(d, t)], *done[(d, t)]], op=i, stage=trace.ops[i].stage)
+        b.seq[gpu].append((task, (i,), None))
+        last[(d, t)] = [task]
+        done[(d, t)] = []
     if zero in (1, 2) and ranks.dp > 1:
         nbytes = sum(-(-trace.tensors[p].bytes // b.tpp.shard_divisor.get(p, 1)) for p in params)
         for t in ts:
@@ -115,4 +142,4 @@ def add_gradient_sync(b: CompositionState, comm: GroupComm, s: int, params: list
                 b.count("dp", "all_gather", group, nbytes)
 
 
-__all__ = ["add_gradient_sync", "gather_unit", "stage_params"]
+__all__ = ["add_gradient_sync", "gather_unit", "stage_params", "sync_buckets"]

@@ -35,6 +35,7 @@ def _plan_memory(b: CompositionState) -> list[MemoryReport]:
         touched: dict[str, bool] = {}
         program: list[tuple[tuple[str, ...], tuple[str, ...], str]] = []  # the same on every GPU of s
         labels: dict[int, str] = {}
+        where = b.step_label(s)
         for _, i, r in _op_steps(b, gpus[0]):
             reads, writes, keyed = _step_keys(b, s, i, r)
             if keyed is not None:
@@ -65,7 +66,7 @@ def _plan_memory(b: CompositionState) -> list[MemoryReport]:
             label = labels.get(i)
             if label is None:
                 op = trace.ops[i]
-                label = labels[i] = f"op {op.op_id} ({op.name}, trace.csv:{op.line}) on stage {s}"
+                label = labels[i] = f"op {op.op_id} ({op.name}, trace.csv:{op.line}){where}"
             program.append((reads, writes, label))
         if b.gathered_sizes:
             b.gathered_at[s] = bytes_per_step([(rd, wr) for rd, wr, _ in program], b.gathered_sizes)

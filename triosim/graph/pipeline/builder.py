@@ -1,12 +1,12 @@
-"""Case 4: pipeline parallelism — the model cut into N stages, one per GPU, and the batch cut
-into micro-batches that flow through them.
+"""The pipeline's stage planner: micro-batch sizes, and the choice of the stage partition, whose
+``optimal`` candidates are each built here as a plain pipeline's task graph and scheduled, the
+fastest one kept (the composition, :mod:`triosim.graph.composition`, then builds the run).
 
-What it models:
+The candidate timer's pipeline (:func:`build_plan`), as the composition builds a pipeline:
 
 - **Stages.** Which GPU runs each op (phases, partitions, backward pairing, the optimizer's
   split) is decided in :mod:`triosim.graph.pipeline.stages` and
-  :mod:`triosim.graph.pipeline.partition`. With ``partition="optimal"`` the best few
-  candidate plans are built and scheduled here, and the fastest one is kept.
+  :mod:`triosim.graph.pipeline.partition`.
 - **Micro-batches.** R = ceil(batch / micro-batch), the last one smaller when it does not divide.
   Forward and backward op times follow the trace's op-time model at the micro-batch size
   (:func:`triosim.compute.op_time.op_seconds`); the bytes of batch-dependent tensors scale with
@@ -23,8 +23,8 @@ What it models:
   1F1B keeps at most N−s micro-batches in flight on stage s, GPipe all R. A received buffer is
   allocated when first used; buffers passing through a stage on their way are not counted.
 
-``reference_compat``: a replay of the original's pipeline player, recorded as a task graph
-(:mod:`triosim.graph.pipeline.reference`; the graph builder calls it in that mode).
+``reference_compat``: the original's split by op count; its replay is
+:mod:`triosim.graph.pipeline.reference`.
 """
 
 from __future__ import annotations
@@ -53,7 +53,6 @@ from .stages import (
     compat_chunks,
     optimizer_buffers,
 )
-from .summary import summary
 
 # ----------------------------------------------------------------------------- micro-batches
 
@@ -185,7 +184,8 @@ def _plan_stage_memory(graph: TaskGraph, trace: Trace, platform: Platform, strat
 
 def build_plan(trace: Trace, platform: Platform, strategy: Strategy, plan: PipelinePlan,
                sizes: Sequence[int]) -> TaskGraph:
-    """The task graph of one pipeline plan (stage s on GPU ``plan.gpu_of(s)``)."""
+    """The task graph of one pipeline plan (stage s on GPU ``plan.gpu_of(s)``), to be scheduled
+    for its time: the candidate timer of :func:`retime`."""
     fractions = [m / trace.batch_size for m in sizes]
     graph = TaskGraph()
     progs = _add_programs(graph, trace, plan, strategy, sizes)
@@ -197,22 +197,17 @@ def build_plan(trace: Trace, platform: Platform, strategy: Strategy, plan: Pipel
     ]
     record_memory(graph, reports)
     graph.meta["devices"] = list(plan.gpus)
-    graph.meta["cluster_names"] = {
-        g: f"stage{'s' if plan.virtual > 1 else ''} {', '.join(str(s) for s in range(p, plan.num_stages, plan.ranks))} "
-           f"(GPU {g})"
-        for p, g in enumerate(plan.gpus)
-    }
-    graph.meta["pipeline"] = summary(trace, graph, plan, strategy, sizes)
     return graph
 
 
 def retime(trace: Trace, platform: Platform, strategy: Strategy, plans: Sequence[PipelinePlan],
-           sizes: Sequence[int]) -> tuple[PipelinePlan, TaskGraph]:
-    """Build and schedule each candidate plan; the fastest one and its graph (ties: the first,
-    i.e. the better estimate). With one candidate, just its graph."""
+           sizes: Sequence[int]) -> tuple[PipelinePlan, list[dict] | None]:
+    """Build and schedule each candidate plan; the fastest one (ties: the first, i.e. the better
+    estimate) and what each candidate scheduled to (the JSON ``candidates``). With one
+    candidate, that plan and None."""
     if len(plans) == 1:
-        return plans[0], build_plan(trace, platform, strategy, plans[0], sizes)
-    best: tuple[float, PipelinePlan, TaskGraph] | None = None
+        return plans[0], None
+    best: tuple[float, PipelinePlan] | None = None
     tried: list[dict] = []
     failure: OutOfMemoryError | None = None
     for plan in plans:
@@ -225,31 +220,20 @@ def retime(trace: Trace, platform: Platform, strategy: Strategy, plans: Sequence
         tried.append({"starts": list(plan.starts), "estimate_ms": round((plan.estimate_s or 0.0) * 1e3, 6),
                       "scheduled_ms": round(seconds * 1e3, 6)})
         if best is None or seconds < best[0] * (1 - 1e-12):
-            best = (seconds, plan, graph)
+            best = (seconds, plan)
     if best is None:
         assert failure is not None
         raise failure
-    best[2].meta["pipeline"]["candidates"] = tried
-    return best[1], best[2]
+    return best[1], tried
 
 
-def build(trace: Trace, platform: Platform, strategy: Strategy) -> TaskGraph:
-    """Case 4 on GPUs 0..N−1 of ``platform``. With ``partition="optimal"`` the candidate plans
-    are each built and scheduled, and the fastest graph is returned (ties: the best estimate).
-    (The original's replay, ``--reference-compat``, is :mod:`triosim.graph.pipeline.reference`.)"""
-    sizes = micro_batch_sizes(trace.batch_size, strategy.micro_batch_size)
-    fractions = [m / trace.batch_size for m in sizes]
-    # Too big to build every candidate: the best estimate only (as plan_stages), and only its plan.
-    too_big = len(trace.ops) * len(fractions) > RETIME_MAX_TASKS
-    plans = candidate_plans(trace, platform, strategy, fractions, first_only=too_big)
-    return retime(trace, platform, strategy, plans, sizes)[1]
-
-
-def plan_stages(trace: Trace, platform: Platform, strategy: Strategy, fractions: Sequence[float],
-                num_stages: int | None = None, stage_gpus: Sequence[int] | None = None) -> PipelinePlan:
-    """Assign every op to a stage (see the module docstring); for ``partition="optimal"`` the
-    best few candidates are built as this pipeline's task graph and scheduled, and the fastest
-    one is returned.
+def choose_stages(trace: Trace, platform: Platform, strategy: Strategy, fractions: Sequence[float],
+                  num_stages: int | None = None, stage_gpus: Sequence[int] | None = None,
+                  ) -> tuple[PipelinePlan, list[dict] | None]:
+    """Assign every op to a stage (see the module docstring): the plan, and for
+    ``partition="optimal"`` the candidates that were built as this pipeline's task graph and
+    scheduled (the fastest one is the plan; None when there was one candidate, or the pipeline
+    was too big to re-time).
 
     ``fractions``: each micro-batch's share of the batch. Defaults: ``platform.num_gpus``
     stages, stage s on GPU s; otherwise ``num_stages`` stages, stage s on ``stage_gpus[s]``.
@@ -260,10 +244,16 @@ def plan_stages(trace: Trace, platform: Platform, strategy: Strategy, fractions:
     too_big = len(trace.ops) * len(fractions) > RETIME_MAX_TASKS
     plans = candidate_plans(trace, platform, strategy, fractions, num_stages, stage_gpus, first_only=too_big)
     if len(plans) == 1 or too_big:
-        return plans[0]
+        return plans[0], None
     sizes = [max(1, round(f * trace.batch_size)) for f in fractions]
-    return retime(trace, platform, strategy, plans, sizes)[0]
+    return retime(trace, platform, strategy, plans, sizes)
 
 
-__all__ = ["PipelinePlan", "block_order", "buffer_versions", "build", "build_plan", "compat_chunks",
+def plan_stages(trace: Trace, platform: Platform, strategy: Strategy, fractions: Sequence[float],
+                num_stages: int | None = None, stage_gpus: Sequence[int] | None = None) -> PipelinePlan:
+    """The plan of :func:`choose_stages`."""
+    return choose_stages(trace, platform, strategy, fractions, num_stages, stage_gpus)[0]
+
+
+__all__ = ["PipelinePlan", "block_order", "buffer_versions", "build_plan", "choose_stages", "compat_chunks",
            "micro_batch_sizes", "plan_stages"]

@@ -3,6 +3,9 @@ forward and backward blocks in the schedule's order on every built replica, each
 plan's time scale for the micro-batch, the TP collectives after the ops the plan names, and
 ZeRO-3's unit gathers before the units' first ops.
 
+A ``-case`` preset keeps its case's task names and attributes: no micro-batch or stage on cases
+0–3's tasks, case 3's collectives named after their op, and case 3's op time (t / N).
+
 A representative build runs each stretch of ops that nothing outside the GPU enters or leaves
 as one task (a *segment*, cut by :func:`_segment_cuts`): the same times with fewer tasks.
 """
@@ -18,6 +21,7 @@ from ..data import gradient_sync
 from ..data.data_parallel import MIB
 from ..data.zero import fsdp_units, gathered_copies
 from ..rank_map import RankMap
+from ..tensor import per_op
 from .schedules import BACKWARD, FORWARD, block_order, interleaved_order
 
 
@@ -63,9 +67,15 @@ def add_rank_program(b: CompositionState, comm: GroupComm, p: int, waits, colls,
     built0 = (gpu0,)
     rep_only = _charges_once(b, comm, tp_groups[0])
     charged: dict[tuple[int, int], tuple[Charge, float]] = {}
+    tagged = b.tagged
+    # The tensor-parallel preset times an op as case 3 did, t / N (t × 1/N is another float when
+    # N is not a power of two); a typed composition scales by the plan's factor.
+    case3_time = b.preset is not None and b.preset.axis == "tp"
     segments: dict[tuple[int, str], list[list[int]]] = {}
+    looked_up: set[int] = set()  # ops whose task a later step looks up (the cuts)
     for st in stages:
         cut_before, cut_after = _segment_cuts(b, st, params, waits_here, colls, units_of.get(st))
+        looked_up |= cut_before | cut_after
         for ph in (FORWARD, BACKWARD):
             segments[(st, ph)] = _segments(ops[(st, ph)], cut_before, cut_after, b.fuse)
     # Each segment's fixed facts, once per (stage, phase): the loop below runs once per segment,
@@ -80,13 +90,33 @@ def add_rank_program(b: CompositionState, comm: GroupComm, p: int, waits, colls,
             # a run of ops nothing outside the GPU waits for or feeds: one task, same times
             label, extra = (labels[i], {}) if len(seg) == 1 else \
                 (f"{labels[i]} .. {labels[i_last]}", {"ops": tuple(seg)})
+            if case3_time and ranks.tp > 1 and scale[i] != 1.0:
+                extra = {**extra, "shard": ranks.tp}  # as case 3 marked a split op
+            c_name = None if c is None else f"{c.kind.replace('_', '')} {labels[i_last]}"
             facts.append((i, i_last, label, extra, tuple(seg), waits_here[i], trace.ops[i].stage, c,
-                          None if c is None else f"tp {c.kind.replace('_', '')} {labels[i_last]}"))
+                          f"tp {c_name}" if tagged and c is not None else c_name))
     seg_time: dict[tuple[int, str, float], list[float]] = {}  # (stage, phase, fraction) -> seconds per segment
+
+    def seconds(s: int, ph: str, frac: float) -> list[float]:
+        """Each segment's seconds in block (stage ``s``, phase ``ph``) of a micro-batch of ``frac``."""
+        durs = seg_time.get((s, ph, frac))
+        if durs is None:
+            mb = max(1, round(frac * trace.batch_size))
+            durs = seg_time[(s, ph, frac)] = []
+            for seg in segments[(s, ph)]:
+                dur = 0.0
+                for j in seg:
+                    dur += per_op.op_time(trace, j, ranks.tp) if case3_time else op_seconds(trace, j, mb) * scale[j]
+                durs.append(dur)
+        return durs
+
     if plan.virtual > 1:
         order = interleaved_order(ranks.pp, r_count, p, plan.virtual)
     else:
         order = [(ph, r, 0) for ph, r in block_order(strategy.schedule, ranks.pp, r_count, p)]
+    if b.preset is not None and not colls and not units_of:
+        _add_chains(b, p, order, ops, seconds, last, looked_up)
+        return last
     stats = b.stats
     for ph, r, v in order:
         s = v * ranks.pp + p
@@ -98,16 +128,8 @@ def add_rank_program(b: CompositionState, comm: GroupComm, p: int, waits, colls,
         if units is not None and units[ph]:
             unit_at = {u.first_op: k for k, u in enumerate(units[ph])}
             gradient_sync.gather_unit(b, comm, s, units[ph], 0, ph, r, last, gathered, ts)
-        durs = seg_time.get((s, ph, frac))
-        if durs is None:
-            mb = max(1, round(frac * trace.batch_size))
-            durs = seg_time[(s, ph, frac)] = []
-            for seg in segments[(s, ph)]:
-                dur = 0.0
-                for j in seg:
-                    dur += op_seconds(trace, j, mb) * scale[j]
-                durs.append(dur)
-        mb_s = f" mb{r}"
+        durs = seconds(s, ph, frac)
+        mb_s = f" mb{r}" if tagged else ""
         for (i, i_last, base, extra, seg_ops, w, phase, c, c_name), dur in zip(seg_facts[(s, ph)], durs):
             k = unit_at.get(i) if unit_at else None
             if k is not None and k + 1 < len(units[ph]):
@@ -124,8 +146,11 @@ def add_rank_program(b: CompositionState, comm: GroupComm, p: int, waits, colls,
                     if k is not None:
                         after.append(gathered[(*rep, "unit", k)])
                     after = list(dict.fromkeys(after))
-                task = add_compute(gpu, dur, f"{label} gpu{gpu}", after=after, op=i, stage=phase, microbatch=r,
-                                   stage_index=s, **extra)
+                if tagged:
+                    task = add_compute(gpu, dur, f"{label} gpu{gpu}", after=after, op=i, stage=phase, microbatch=r,
+                                       stage_index=s, **extra)
+                else:
+                    task = add_compute(gpu, dur, f"{label} gpu{gpu}", after=after, op=i, stage=phase, **extra)
                 # Only a run's ends are looked up (a crossing buffer's writer or reader, a bucket's
                 # last gradient, the op a TP collective follows): the cuts put them there.
                 task_of[(*rep, i, r)] = task_of[(*rep, i_last, r)] = task
@@ -149,12 +174,46 @@ def add_rank_program(b: CompositionState, comm: GroupComm, p: int, waits, colls,
                 for d in ds:
                     group = tp_groups[d]
                     after = {gpu: [task_of[(d, t, i_last, r)]] for t, gpu in members[d]}
-                    tp_done[(i_last, r, d)] = comm.run(c.kind, group, nbytes, f"{name}{d}", after,
-                                                       parallel=tp_parallel, op_index=i_last, microbatch=r,
-                                                       group_kind="tp")
+                    if tagged:
+                        tp_done[(i_last, r, d)] = comm.run(c.kind, group, nbytes, f"{name}{d}", after,
+                                                           parallel=tp_parallel, op_index=i_last, microbatch=r,
+                                                           group_kind="tp")
+                    else:  # the tensor-parallel preset: as case 3 named it
+                        tp_done[(i_last, r, d)] = comm.run(c.kind, group, nbytes, c_name, after, op=i_last)
                     if d == 0:
                         b.count("tp", c.kind, group, nbytes)
     return last
+
+
+def _add_chains(b: CompositionState, p: int, order, ops: dict[tuple[int, str], list[int]], seconds,
+                last: dict[tuple[int, int], list[int]], looked_up: set[int]) -> None:
+    """A preset's program on pipeline rank ``p`` when nothing outside a GPU enters its blocks (no
+    tensor-parallel collectives): each block one chain of tasks, GPU after GPU, as its case added
+    them (the tasks and edges of the op-by-op loop, in one call per block). Only the tasks of the
+    ``looked_up`` ops are kept in ``b.task`` (a bucket's last gradient, a crossing buffer's writer
+    or reader): 1,024 replicas of a large trace would otherwise hold a key per task."""
+    labels, graph, task_of = b.labels, b.graph, b.task
+    stage_of = [op.stage for op in b.trace.ops]
+    singles = {key: [(i,) for i in block] for key, block in ops.items()}  # b.seq's op tuples, shared
+    kept = {key: [(k, i) for k, i in enumerate(block) if i in looked_up] for key, block in ops.items()}
+    for (d, t), gpu in zip(b.replicas, b.gpus(p)):
+        rep = (d, t)
+        for ph, r, v in order:
+            s = v * b.ranks.pp + p
+            block = ops[(s, ph)]
+            if not block:
+                continue
+            if b.tagged:
+                tail = f" mb{r} gpu{gpu}"
+                attrs = [{"op": i, "stage": stage_of[i], "microbatch": r, "stage_index": s} for i in block]
+            else:
+                tail = f" gpu{gpu}"
+                attrs = [{"op": i, "stage": stage_of[i]} for i in block]
+            tasks = graph.add_compute_chain(gpu, seconds(s, ph, b.fractions[r]), [labels[i] + tail for i in block],
+                                            attrs, after=last[rep])
+            task_of.update(((d, t, i, r), tasks[k]) for k, i in kept[(s, ph)])
+            b.seq[gpu].extend(zip(tasks, singles[(s, ph)], [r] * len(tasks)))
+            last[rep] = [tasks[-1]]
 
 
 def _charges_once(b: CompositionState, comm: GroupComm, tp_group: tuple[int, ...]) -> bool:
@@ -191,7 +250,7 @@ def _segment_cuts(b: CompositionState, s: int, params: list[str], waits_here, co
         if src == s:
             after.add(v.writer)
         before.update(c for c in readers if b.plan.stage[c] == s)
-    after.update(bk.ready_op for bk in gradient_sync._buckets(b, params, s))
+    after.update(bk.ready_op for bk in gradient_sync.sync_buckets(b, params, s))
     if units is not None:
         for phase_units in units.values():
             before.update(u.first_op for u in phase_units)

@@ -202,7 +202,14 @@ def build_from_plan(trace: Trace, platform: Platform, strategy: Strategy, plan: 
                             external=trace.external, persistent=persistent, placement=strategy.initial_placement)
     record_memory(graph, reports)
     graph.meta["devices"] = devices
-    by_kind = {kind: sum(c.nbytes for c in plan.collectives if c.kind == kind) for kind in add}
+    graph.meta["tensor_parallel"] = tensor_parallel_block(trace, plan)
+    return graph
+
+
+def tensor_parallel_block(trace: Trace, plan: TensorPlan) -> dict:
+    """The JSON ``tensor_parallel`` block of a run over one TP group: the plan's collectives and
+    bytes per kind, the ops it splits (and, for a megatron plan or a fallback, the plan)."""
+    by_kind = {kind: sum(c.nbytes for c in plan.collectives if c.kind == kind) for kind in _LABEL}
     meta = {
         "collectives": len(plan.collectives),
         "all_gather_bytes": by_kind["all_gather"],
@@ -213,9 +220,8 @@ def build_from_plan(trace: Trace, platform: Platform, strategy: Strategy, plan: 
     if plan.style == "megatron" or plan.fallback_reason:
         meta.update(style=plan.style, summary=plan.summary(), blocks=len(plan.blocks),
                     reduce_scatter_bytes=by_kind["reduce_scatter"])
-    graph.meta["tensor_parallel"] = meta
-    return graph
+    return meta
 
 
 __all__ = ["TensorPlan", "TpCollective", "build_from_plan", "input_gradients", "op_time", "optimizer_state_of", "sharded_buffers",
-           "tp_collectives"]
+           "tensor_parallel_block", "tp_collectives"]

@@ -13,8 +13,9 @@ from dataclasses import dataclass, field
 
 from ...errors import ConfigError
 from ...trace import Trace
+from . import per_op
 from .megatron import plan_tensor_parallel
-from .per_op import TpCollective, sharded_buffers, tp_collectives
+from .per_op import TpCollective
 
 
 @dataclass(frozen=True)
@@ -34,8 +35,8 @@ def per_op_plan(trace: Trace, degree: int, fallback_reason: str | None = None) -
     """tpflag ops at 1/T time with an all-gather (forward) / all-reduce (backward) after each."""
     # As tensor_parallel.op_time: a tpflag op (not the optimizer) works on a 1/T shard.
     scale = tuple(1.0 / degree if op.tpflag and op.stage != "optimizer" else 1.0 for op in trace.ops)
-    shards = {k: degree for k in sharded_buffers(trace)} if degree > 1 else {}
-    return PerOpPlan("per-op", degree, scale, tuple(tp_collectives(trace, degree)), shards, (), fallback_reason)
+    shards = {k: degree for k in per_op.sharded_buffers(trace)} if degree > 1 else {}
+    return PerOpPlan("per-op", degree, scale, tuple(per_op.tp_collectives(trace, degree)), shards, (), fallback_reason)
 
 
 def tensor_plan(trace: Trace, degree: int, style: str, sequence_parallel: bool = False):
