@@ -53,6 +53,25 @@ def insert_bytes(path: Path, line: int, data: bytes) -> None:
     path.write_bytes(b"\n".join(lines))
 
 
+def swap_lines(path: Path, a: int, b: int) -> None:
+    """Swap lines ``a`` and ``b`` (1-based) of a text file."""
+    lines = path.read_text().split("\n")
+    lines[a - 1], lines[b - 1] = lines[b - 1], lines[a - 1]
+    path.write_text("\n".join(lines))
+
+
+def add_input(d: Path, row: int, tensor: str, numel: int) -> None:
+    """Append ``tensor`` (of ``numel`` elements) to data row ``row``'s Operator_input and InputSize."""
+    rows = list(csv.reader(io.StringIO((d / "trace.csv").read_text())))
+    r, head = rows[row + 1], rows[0]
+    for col, value in (("Operator_input", tensor), ("InputSize", str(numel))):
+        i = head.index(col)
+        r[i] = r[i][:-1] + f"; {value}]"
+    buf = io.StringIO()
+    csv.writer(buf, lineterminator="\n").writerows(rows)
+    (d / "trace.csv").write_text(buf.getvalue())
+
+
 @dataclass(frozen=True)
 class Case:
     name: str
@@ -176,6 +195,32 @@ CASES = [
          "--topology-file is empty"),
     Case("NUL byte", ("run", "-trace-dir", T, "-q"), "tensor.csv:5: contains a NUL byte",
          lambda d: insert_bytes(d / "tensor.csv", 5, b"\x00")),
+    # --- traces accepted silently before (issue 24)
+    Case("ops out of order: a tensor read before it is written", ("run", "-trace-dir", T, "-q"),
+         "trace.csv:2: Operator_input: reads tensor 4 before line 3 writes it",
+         lambda d: swap_lines(d / "trace.csv", 2, 3)),
+    Case("a 2-cycle between ops", ("run", "-trace-dir", T, "-q"),
+         "trace.csv:2: Operator_input: reads tensor 7, which line 3 writes later, while line 3 reads tensor 4, "
+         "which this op writes: the two ops form a cycle", lambda d: add_input(d, 0, "7", 168)),
+    Case("duplicate OperatorID", ("run", "-trace-dir", T, "-q"), "trace.csv:3: OperatorID: 1 is also the ID of line 2",
+         lambda d: set_cell(d / "trace.csv", 1, "OperatorID", "1")),
+    Case("InputSize disagrees with tensor.csv", ("run", "-trace-dir", T, "-q"),
+         "trace.csv:2: InputSize: 44 elements for tensor 3, but tensor.csv gives 43",
+         lambda d: set_cell(d / "trace.csv", 0, "InputSize", "[156; 1677; 44]")),
+    Case("InputSize one size short", ("run", "-trace-dir", T, "-q"),
+         "trace.csv:2: InputSize: 2 sizes for the 3 tensors of Operator_input",
+         lambda d: set_cell(d / "trace.csv", 0, "InputSize", "[156; 1677]")),
+    Case("OutputSize disagrees with tensor.csv", ("run", "-trace-dir", T, "-q"),
+         "trace.csv:2: OutputSize: 173 elements for tensor 4, but tensor.csv gives 172",
+         lambda d: set_cell(d / "trace.csv", 0, "OutputSize", "[173]")),
+    Case("busy time over the span", ("run", "-trace-dir", T, "-q"),
+         "trace.csv:2: Operator_cudatimenooverlap: busy time 800 µs is more than the span Operator_cudatime 738.61 µs",
+         lambda d: set_cell(d / "trace.csv", 0, "Operator_cudatimenooverlap", "800")),
+    Case("misspelt parameter TensorType", ("run", "-trace-dir", T, "-q"),
+         "tensor.csv:3: TensorType: unknown type 'wieght'; did you mean weight?",
+         lambda d: set_cell(d / "tensor.csv", 1, "TensorType", "wieght")),
+    Case("TensorType not a name", ("run", "-trace-dir", T, "-q"), "tensor.csv:3: TensorType: not an argument name: '12'",
+         lambda d: set_cell(d / "tensor.csv", 1, "TensorType", "12")),
     Case("trace convert, missing file", ("trace", "convert", "--graph", "{tmp}/g.json", "--profiler", "{tmp}/p.json",
                                          "--out", "{tmp}/o"), "g.json"),
 ]
