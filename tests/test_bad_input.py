@@ -43,6 +43,15 @@ def duplicate_row(path: Path, row: int, column: str, value: str) -> None:
     path.write_text(buf.getvalue())
 
 
+def write_topology(d: Path, text: str) -> None:
+    """A topology file beside the trace: ``{trace}/../topo.yaml``."""
+    (d.parent / "topo.yaml").write_text(text)
+
+
+SUPERPOD = (Path(__file__).resolve().parents[1] / "topologies" / "dgx-h100-superpod.yaml").read_text()
+TOPO = "{trace}/../topo.yaml"
+
+
 def write_meta(d: Path, text: str) -> None:
     (d / "meta.json").write_text(text)
 
@@ -221,6 +230,83 @@ CASES = [
          lambda d: set_cell(d / "tensor.csv", 1, "TensorType", "wieght")),
     Case("TensorType not a name", ("run", "-trace-dir", T, "-q"), "tensor.csv:3: TensorType: not an argument name: '12'",
          lambda d: set_cell(d / "tensor.csv", 1, "TensorType", "12")),
+    # --- topology files (issue 24)
+    *[Case(f"topology: 400-digit {key}", ("run", "-trace-dir", T, "-case", "1", "--topology-file", TOPO, "-q"),
+           f"field '{key}' must be <= {limit}, got an integer of 400 digits",
+           lambda d, old=old, key=key: write_topology(d, SUPERPOD.replace(old, f"{key}: {'9' * 400}")))
+      for key, old, limit in (("bandwidth_gbps", "bandwidth_gbps: 450", "1,000,000,000"),
+                              ("gpus_per_node", "gpus_per_node: 8", "65,536"),
+                              ("nics_per_gpu", "nics_per_gpu: 1", "64"),
+                              ("oversubscription", "oversubscription: 1", "1,024"))],
+    Case("topology: 400-digit gpus", ("run", "-trace-dir", T, "-case", "1", "--topology-file", TOPO, "-q"),
+         "field 'gpus' must be <= 65,536, got an integer of 400 digits",
+         lambda d: write_topology(d, SUPERPOD + f"gpus: {'9' * 400}\n")),
+    Case("topology: 400-digit ptp_bandwidth_gbps", ("run", "-trace-dir", T, "-case", "1", "--topology-file", TOPO,
+                                                    "-q"),
+         "field 'ptp_bandwidth_gbps' must be <= 1,000,000,000, got an integer of 400 digits",
+         lambda d: write_topology(d, f"kind: preset\ntopology: ring\nptp_bandwidth_gbps: {'9' * 400}\n")),
+    Case("topology: 400-digit interconnects", ("run", "-trace-dir", T, "-case", "1", "--topology-file", TOPO, "-q"),
+         "field 'interconnects' must be <= 1, got an integer of 400 digits",
+         lambda d: write_topology(d, f"kind: preset\ninterconnects: {'9' * 400}\n")),
+    Case("topology: oversubscription 2^63", ("run", "-trace-dir", T, "-case", "1", "--topology-file", TOPO, "-q"),
+         "spine: field 'oversubscription' must be <= 1,024, got 9223372036854775808",
+         lambda d: write_topology(d, SUPERPOD.replace("oversubscription: 1", "oversubscription: 9223372036854775808"))),
+    Case("topology: non-UTF-8 byte", ("run", "-trace-dir", T, "-case", "1", "--topology-file", TOPO, "-q"),
+         "topo.yaml line 2: not UTF-8 text (byte 0xff)",
+         lambda d: (d.parent / "topo.yaml").write_bytes(b"kind: preset\nname: r\xff\n")),
+    Case("topology: description nested 20,000 deep", ("run", "-trace-dir", T, "-case", "1", "--topology-file", TOPO,
+                                                      "-q"),
+         "topo.yaml line 2: nested more than 32 levels deep",
+         lambda d: write_topology(d, "kind: preset\ndescription: " + "[" * 20000 + "]" * 20000 + "\n")),
+    Case("topology: alias bomb", ("run", "-trace-dir", T, "-case", "1", "--topology-file", TOPO, "-q"),
+         "the document expands to more than 100,000 values (aliases included)",
+         lambda d: write_topology(d, "a: &a [x, x, x, x, x, x, x, x, x]\n" + "".join(
+             f"b{i}: &b{i} [{', '.join([('*a' if i == 0 else f'*b{i - 1}')] * 9)}]\n" for i in range(9)))),
+    Case("topology: file over 1 MiB", ("run", "-trace-dir", T, "-case", "1", "--topology-file", TOPO, "-q"),
+         "topology file larger than the limit of 1,048,576 bytes",
+         lambda d: write_topology(d, "kind: preset\n" + "#" * (1 << 20) + "\n")),
+    Case("topology: typo in spine", ("run", "-trace-dir", T, "-case", "1", "--topology-file", TOPO, "-q"),
+         "spine: unknown field 'oversubscriptoin' (known: latency_us, oversubscription); "
+         "did you mean 'oversubscription'?",
+         lambda d: write_topology(d, SUPERPOD.replace("oversubscription: 1", "oversubscriptoin: 8"))),
+    Case("topology: typo in nvlink", ("run", "-trace-dir", T, "-case", "1", "--topology-file", TOPO, "-q"),
+         "nvlink: unknown field 'bandwith_gbps'", lambda d: write_topology(d, SUPERPOD.replace(
+             "bandwidth_gbps: 450", "bandwith_gbps: 450"))),
+    Case("topology: key twice", ("run", "-trace-dir", T, "-case", "1", "--topology-file", TOPO, "-q"),
+         "key 'gpus_per_node' given twice in one mapping", lambda d: write_topology(d, SUPERPOD + "gpus_per_node: 4\n")),
+    Case("--topology-file /nonexistent/ring.yaml", ("run", "-trace-dir", T, "-case", "1", "--topology-file",
+                                                    "/nonexistent/ring.yaml", "-q"),
+         "--topology-file /nonexistent/ring.yaml: file not found"),
+    Case("cluster file of 65,536 GPUs, one a node", ("run", "-trace-dir", T, "-case", "1", "-GPUnumber", "65536",
+                                                     "--topology-file", TOPO, "-q"),
+         "nodes of 1 GPU on 65,536 GPUs would build an interconnect graph of 397,312 links (about 1.0 GB), above "
+         "the limit of 300,000 links", lambda d: write_topology(d, SUPERPOD.replace("gpus_per_node: 8",
+                                                                                    "gpus_per_node: 1"))),
+    # --- trace repeat and layer counts
+    Case("trace repeat --layers 1000000", ("trace", "repeat", "--layers", "1000000", "--in", GPT, "--out", "{tmp}/r"),
+         "--layers 1,000,000 is above the limit of 10,000 layers"),
+    Case("run --num-layers 1000000", ("run", "-trace-dir", GPT, "--num-layers", "1000000", "-q"),
+         "--num-layers 1,000,000 is above the limit of 10,000 layers"),
+    Case("trace repeat, non-UTF-8 trace.csv", ("trace", "repeat", "--layers", "2", "--in", T, "--out", "{tmp}/r"),
+         "trace.csv:4: not UTF-8 text (byte 0xff)", lambda d: insert_bytes(d / "trace.csv", 4, b"\xff")),
+    Case("trace repeat, meta.json nested 100,000 deep", ("trace", "repeat", "--layers", "2", "--in", T, "--out",
+                                                        "{tmp}/r"),
+         "meta.json: unreadable JSON (nested too deep)", lambda d: write_meta(d, "[" * 100000 + "]" * 100000)),
+    Case("run, meta.json nested 100,000 deep", ("run", "-trace-dir", T, "-q"),
+         "meta.json: unreadable JSON (nested too deep)", lambda d: write_meta(d, "[" * 100000 + "]" * 100000)),
+    Case("trace repeat --out a directory of other files", ("trace", "repeat", "--layers", "2", "--in", GPT, "--out",
+                                                          "{tmp}"),
+         "the directory holds other files (keep.txt)", lambda d: (d.parent / "scratch" / "keep.txt").parent.mkdir(
+             exist_ok=True) or (d.parent / "scratch" / "keep.txt").write_text("x")),
+    # --- outputs over inputs
+    Case("--json onto the trace's meta.json", ("run", "-trace-dir", T, "--json", T + "/meta.json", "-q"),
+         "meta.json: is an input of this run", lambda d: write_meta(d, '{"batch_size": 4}')),
+    Case("--timeline onto --topology-file", ("run", "-trace-dir", T, "-case", "1", "--topology-file", TOPO,
+                                             "--timeline", TOPO, "-q"),
+         "topo.yaml: is an input of this run", lambda d: write_topology(d, SUPERPOD)),
+    Case("--json onto --config", ("run", "-trace-dir", T, "--config", "{tmp}/c.json", "--json", "{tmp}/c.json", "-q"),
+         "c.json: is an input of this run", lambda d: (d.parent / "scratch").mkdir(exist_ok=True) or (
+             d.parent / "scratch" / "c.json").write_text("{}")),
     Case("trace convert, missing file", ("trace", "convert", "--graph", "{tmp}/g.json", "--profiler", "{tmp}/p.json",
                                          "--out", "{tmp}/o"), "g.json"),
 ]

@@ -26,6 +26,20 @@ MAX_LINKS = 300_000
 BYTES_PER_LINK = 2_400
 
 
+# Layers of a repeated trace (``trace repeat --layers``, ``run --num-layers``): the largest
+# models have about 10^2 layers; 10^4 layers of a small layer is a trace of 10^6 ops, and a
+# million layers took minutes before failing on memory.
+MAX_LAYERS = 10_000
+
+
+def check_layer_count(layers: int, flag: str) -> None:
+    """Refuse a repeat to fewer than 1 or more than :data:`MAX_LAYERS` layers."""
+    if layers < 1:
+        raise ConfigError(f"{flag} must be a positive integer, got {layers}")
+    if layers > MAX_LAYERS:
+        raise ConfigError(f"{flag} {layers:,} is above the limit of {MAX_LAYERS:,} layers")
+
+
 def check_link_count(links: int, gpus: int, what: str, limit: int = MAX_LINKS) -> None:
     """Refuse an interconnect graph of more than ``limit`` directed links, with its estimated size."""
     if links > limit:

@@ -150,6 +150,8 @@ def read_trace_info(path: str | os.PathLike) -> dict:
         data = json.loads(info.read_text(encoding="utf-8"), parse_constant=_reject_constant)
     except (OSError, ValueError) as exc:
         raise TraceError(str(info), f"unreadable JSON ({exc})") from None
+    except RecursionError:  # a document nested ~100,000 deep
+        raise TraceError(str(info), "unreadable JSON (nested too deep)") from None
     if not isinstance(data, dict):
         raise TraceError(str(info), "expected a JSON object")
     if data.get("batch_size") is not None:  # null: the converter did not know the batch
