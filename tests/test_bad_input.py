@@ -300,12 +300,12 @@ CASES = [
              exist_ok=True) or (d.parent / "scratch" / "keep.txt").write_text("x")),
     # --- outputs over inputs
     Case("--json onto the trace's meta.json", ("run", "-trace-dir", T, "--json", T + "/meta.json", "-q"),
-         "meta.json: is an input of this run", lambda d: write_meta(d, '{"batch_size": 4}')),
+         "meta.json: refusing to overwrite an input file with an output", lambda d: write_meta(d, '{"batch_size": 4}')),
     Case("--timeline onto --topology-file", ("run", "-trace-dir", T, "-case", "1", "--topology-file", TOPO,
                                              "--timeline", TOPO, "-q"),
-         "topo.yaml: is an input of this run", lambda d: write_topology(d, SUPERPOD)),
+         "topo.yaml: refusing to overwrite an input file with an output", lambda d: write_topology(d, SUPERPOD)),
     Case("--json onto --config", ("run", "-trace-dir", T, "--config", "{tmp}/c.json", "--json", "{tmp}/c.json", "-q"),
-         "c.json: is an input of this run", lambda d: (d.parent / "scratch").mkdir(exist_ok=True) or (
+         "c.json: refusing to overwrite an input file with an output", lambda d: (d.parent / "scratch").mkdir(exist_ok=True) or (
              d.parent / "scratch" / "c.json").write_text("{}")),
     Case("trace convert, missing file", ("trace", "convert", "--graph", "{tmp}/g.json", "--profiler", "{tmp}/p.json",
                                          "--out", "{tmp}/o"), "g.json"),

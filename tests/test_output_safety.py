@@ -37,9 +37,9 @@ def test_refuse_overwriting_inputs_by_path_and_inode(tmp_path: Path) -> None:
     a.write_text("{}")
     hard = tmp_path / "other-name.json"
     os.link(a, hard)
-    with pytest.raises(ConfigError, match=r"--json .*meta.json: is an input of this run"):
+    with pytest.raises(ConfigError, match=r"--json .*meta.json: refusing to overwrite an input file"):
         refuse_overwriting_inputs([("--json", str(tmp_path / "x" / ".." / "meta.json"))], [a])
-    with pytest.raises(ConfigError, match="--timeline .*other-name.json: is an input"):
+    with pytest.raises(ConfigError, match="--timeline .*other-name.json: refusing to overwrite an input file"):
         refuse_overwriting_inputs([("--timeline", hard)], [a])
     refuse_overwriting_inputs([("--json", "-"), ("--json", None), ("--json", tmp_path / "new.json")], [a, None])
 

@@ -148,7 +148,8 @@ def refuse_overwriting_inputs(outputs: Iterable[tuple[str, str | os.PathLike | N
         where, node = _resolved(o), _inode(o)
         for path, inode, original in known:
             if where == path or (node is not None and node == inode):
-                raise ConfigError(f"{flag} {out}: is an input of this run ({original}); refusing to overwrite it")
+                raise ConfigError(f"{flag} {out}: refusing to overwrite an input file with an output "
+                                  f"(this run reads {original})")
 
 
 def _resolved(p: Path) -> Path:
