@@ -1,12 +1,18 @@
-"""Mutation check: plant each of three known bugs in a copy of the source and run its test.
+"""Mutation check: plant each of nine known bugs in a copy of the source and run its test.
 
     python bench/mutation_check.py          # every mutation; exit 1 if a test misses its bug
 
-The three bugs once went unnoticed by the whole suite:
+The bugs once went unnoticed by the whole suite (the last six are issue 24's):
 
 1. the memory planner's re-fetch does not wait for the write-back of its own buffer;
 2. a DDP bucket closes at ``>`` its size instead of ``>=``;
-3. pipeline parameters (batch-invariant buffers) scaled by the micro-batch fraction.
+3. pipeline parameters (batch-invariant buffers) scaled by the micro-batch fraction;
+4. the flow network freezing flows at a link residual of 1e-3 instead of 1e-12;
+5. a transfer's solo rate from its route's widest link instead of its bottleneck;
+6. replica symmetry without the DP-group check;
+7. the fitted op-time model's kernel floor 10x too small;
+8. the checker's count limit ``>=`` written as ``>``;
+9. the pyarrow reader's time limit ``<`` written as ``<=``.
 
 For each, the source file is copied into a scratch directory with one line changed, and the
 matching property test of ``tests/test_mutations.py`` runs against that copy: it must fail.
@@ -54,6 +60,28 @@ MUTATIONS = (
              "    sizes = {k: v if k.startswith('mb') else int(round(v * fractions[0])) for k, v in sizes.items()}\n"
              "    return plan_memory(graph, platform, plan.gpus[rank], steps, sizes,",
              "tests/test_mutations.py::test_pipeline_parameters_are_not_scaled_by_the_micro_batch"),
+    # Issue 24: six planted bugs the suite missed (tests/test_planted_bugs.py); the sixth,
+    # megatron's collectives sorted by row only, changes nothing on any shipped trace.
+    Mutation("flows frozen at a residual of 1e-3", "triosim/hardware/flow_network.py",
+             "if d > 0 and residual[r] <= 1e-12:", "if d > 0 and residual[r] <= 1e-3:",
+             "tests/test_planted_bugs.py::test_a_link_with_a_little_capacity_left_is_not_full"),
+    Mutation("solo rate from the widest link", "triosim/schedule/flows.py",
+             "    bw = min(bandwidth[r] for r in rids)", "    bw = max(bandwidth[r] for r in rids)",
+             "tests/test_planted_bugs.py::test_a_transfer_alone_runs_at_its_bottleneck"),
+    Mutation("replica symmetry without the DP-group check", "triosim/graph/replica_symmetry.py",
+             "    return _alike(pipelines) and _alike(tp_groups) and _alike(dp_groups)",
+             "    return _alike(pipelines) and _alike(tp_groups)",
+             "tests/test_planted_bugs.py::test_replicas_with_unalike_dp_groups_are_not_alike"),
+    Mutation("fitted model's kernel floor 10x too small", "triosim/compute/op_time.py",
+             "_floors(measured, floor_us * 1e-6)", "_floors(measured, floor_us * 1e-7)",
+             "tests/test_planted_bugs.py::test_fitted_model_floor_is_the_kernel_floor"),
+    Mutation("count limit >= written as >", "triosim/checks.py",
+             "    if value >= maximum:\n        raise TraceError(file, f\"too large: {text}",
+             "    if value > maximum:\n        raise TraceError(file, f\"too large: {text}",
+             "tests/test_planted_bugs.py::test_an_operator_id_at_the_count_limit_is_refused"),
+    Mutation("pyarrow reader's time limit < written as <=", "triosim/trace/arrow_reader.py",
+             "values.max() < MAX_TIME_US", "values.max() <= MAX_TIME_US",
+             "tests/test_planted_bugs.py::test_an_op_time_at_the_time_limit_is_refused"),
 )
 
 

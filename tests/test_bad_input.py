@@ -43,6 +43,15 @@ def duplicate_row(path: Path, row: int, column: str, value: str) -> None:
     path.write_text(buf.getvalue())
 
 
+def write_topology(d: Path, text: str) -> None:
+    """A topology file beside the trace: ``{trace}/../topo.yaml``."""
+    (d.parent / "topo.yaml").write_text(text)
+
+
+SUPERPOD = (Path(__file__).resolve().parents[1] / "topologies" / "dgx-h100-superpod.yaml").read_text()
+TOPO = "{trace}/../topo.yaml"
+
+
 def write_meta(d: Path, text: str) -> None:
     (d / "meta.json").write_text(text)
 
@@ -51,6 +60,25 @@ def insert_bytes(path: Path, line: int, data: bytes) -> None:
     lines = path.read_bytes().split(b"\n")
     lines[line - 1] = lines[line - 1] + data
     path.write_bytes(b"\n".join(lines))
+
+
+def swap_lines(path: Path, a: int, b: int) -> None:
+    """Swap lines ``a`` and ``b`` (1-based) of a text file."""
+    lines = path.read_text().split("\n")
+    lines[a - 1], lines[b - 1] = lines[b - 1], lines[a - 1]
+    path.write_text("\n".join(lines))
+
+
+def add_input(d: Path, row: int, tensor: str, numel: int) -> None:
+    """Append ``tensor`` (of ``numel`` elements) to data row ``row``'s Operator_input and InputSize."""
+    rows = list(csv.reader(io.StringIO((d / "trace.csv").read_text())))
+    r, head = rows[row + 1], rows[0]
+    for col, value in (("Operator_input", tensor), ("InputSize", str(numel))):
+        i = head.index(col)
+        r[i] = r[i][:-1] + f"; {value}]"
+    buf = io.StringIO()
+    csv.writer(buf, lineterminator="\n").writerows(rows)
+    (d / "trace.csv").write_text(buf.getvalue())
 
 
 @dataclass(frozen=True)
@@ -194,7 +222,7 @@ CASES = [
     Case("--gpu-file missing", ("run", "-trace-dir", T, "--gpu-file", "{tmp}/no.yaml", "-q"),
          "--gpu-file {tmp}/no.yaml: file not found"),
     Case("--gpu-file not UTF-8", ("run", "-trace-dir", T, "--gpu-file", "{tmp}/bin.yaml", "-q"),
-         "--gpu-file {tmp}/bin.yaml: not UTF-8 text (byte 5)",
+         "--gpu-file {tmp}/bin.yaml line 1: not UTF-8 text (byte 0xff)",
          lambda d: (d.parent / "scratch" / "bin.yaml").write_bytes(b"name:\xff\n")),
     Case("--gpu-file without a bf16 peak's number", ("gpus", "--gpu-file", "{tmp}/dev.yaml"),
          "field 'matrix_tflops.bf16' must be a positive finite number, got 0",
@@ -203,6 +231,109 @@ CASES = [
          "missing field 'hbm_gbps'", lambda d: _device_file(d, "hbm_gbps: 3350", "")),
     Case("--gpu and --gpu-file", ("run", "-trace-dir", T, "--gpu", "h100", "--gpu-file", "{tmp}/x.yaml", "-q"),
          "--gpu and --gpu-file exclude each other"),
+    # --- traces accepted silently before (issue 24)
+    Case("ops out of order: a tensor read before it is written", ("run", "-trace-dir", T, "-q"),
+         "trace.csv:2: Operator_input: reads tensor 4 before line 3 writes it",
+         lambda d: swap_lines(d / "trace.csv", 2, 3)),
+    Case("a 2-cycle between ops", ("run", "-trace-dir", T, "-q"),
+         "trace.csv:2: Operator_input: reads tensor 7, which line 3 writes later, while line 3 reads tensor 4, "
+         "which this op writes: the two ops form a cycle", lambda d: add_input(d, 0, "7", 168)),
+    Case("duplicate OperatorID", ("run", "-trace-dir", T, "-q"), "trace.csv:3: OperatorID: 1 is also the ID of line 2",
+         lambda d: set_cell(d / "trace.csv", 1, "OperatorID", "1")),
+    Case("InputSize disagrees with tensor.csv", ("run", "-trace-dir", T, "-q"),
+         "trace.csv:2: InputSize: 44 elements for tensor 3, but tensor.csv gives 43",
+         lambda d: set_cell(d / "trace.csv", 0, "InputSize", "[156; 1677; 44]")),
+    Case("InputSize one size short", ("run", "-trace-dir", T, "-q"),
+         "trace.csv:2: InputSize: 2 sizes for the 3 tensors of Operator_input",
+         lambda d: set_cell(d / "trace.csv", 0, "InputSize", "[156; 1677]")),
+    Case("OutputSize disagrees with tensor.csv", ("run", "-trace-dir", T, "-q"),
+         "trace.csv:2: OutputSize: 173 elements for tensor 4, but tensor.csv gives 172",
+         lambda d: set_cell(d / "trace.csv", 0, "OutputSize", "[173]")),
+    Case("busy time over the span", ("run", "-trace-dir", T, "-q"),
+         "trace.csv:2: Operator_cudatimenooverlap: busy time 800 µs is more than the span Operator_cudatime 738.61 µs",
+         lambda d: set_cell(d / "trace.csv", 0, "Operator_cudatimenooverlap", "800")),
+    Case("misspelt parameter TensorType", ("run", "-trace-dir", T, "-q"),
+         "tensor.csv:3: TensorType: unknown type 'wieght'; did you mean weight?",
+         lambda d: set_cell(d / "tensor.csv", 1, "TensorType", "wieght")),
+    Case("TensorType not a name", ("run", "-trace-dir", T, "-q"), "tensor.csv:3: TensorType: not an argument name: '12'",
+         lambda d: set_cell(d / "tensor.csv", 1, "TensorType", "12")),
+    # --- topology files (issue 24)
+    *[Case(f"topology: 400-digit {key}", ("run", "-trace-dir", T, "-case", "1", "--topology-file", TOPO, "-q"),
+           f"field '{key}' must be <= {limit}, got an integer of 400 digits",
+           lambda d, old=old, key=key: write_topology(d, SUPERPOD.replace(old, f"{key}: {'9' * 400}")))
+      for key, old, limit in (("bandwidth_gbps", "bandwidth_gbps: 450", "1,000,000,000"),
+                              ("gpus_per_node", "gpus_per_node: 8", "65,536"),
+                              ("nics_per_gpu", "nics_per_gpu: 1", "64"),
+                              ("oversubscription", "oversubscription: 1", "1,024"))],
+    Case("topology: 400-digit gpus", ("run", "-trace-dir", T, "-case", "1", "--topology-file", TOPO, "-q"),
+         "field 'gpus' must be <= 65,536, got an integer of 400 digits",
+         lambda d: write_topology(d, SUPERPOD + f"gpus: {'9' * 400}\n")),
+    Case("topology: 400-digit ptp_bandwidth_gbps", ("run", "-trace-dir", T, "-case", "1", "--topology-file", TOPO,
+                                                    "-q"),
+         "field 'ptp_bandwidth_gbps' must be <= 1,000,000,000, got an integer of 400 digits",
+         lambda d: write_topology(d, f"kind: preset\ntopology: ring\nptp_bandwidth_gbps: {'9' * 400}\n")),
+    Case("topology: 400-digit interconnects", ("run", "-trace-dir", T, "-case", "1", "--topology-file", TOPO, "-q"),
+         "field 'interconnects' must be <= 1, got an integer of 400 digits",
+         lambda d: write_topology(d, f"kind: preset\ninterconnects: {'9' * 400}\n")),
+    Case("topology: oversubscription 2^63", ("run", "-trace-dir", T, "-case", "1", "--topology-file", TOPO, "-q"),
+         "spine: field 'oversubscription' must be <= 1,024, got 9223372036854775808",
+         lambda d: write_topology(d, SUPERPOD.replace("oversubscription: 1", "oversubscription: 9223372036854775808"))),
+    Case("topology: non-UTF-8 byte", ("run", "-trace-dir", T, "-case", "1", "--topology-file", TOPO, "-q"),
+         "topo.yaml line 2: not UTF-8 text (byte 0xff)",
+         lambda d: (d.parent / "topo.yaml").write_bytes(b"kind: preset\nname: r\xff\n")),
+    Case("topology: description nested 20,000 deep", ("run", "-trace-dir", T, "-case", "1", "--topology-file", TOPO,
+                                                      "-q"),
+         "topo.yaml line 2: nested more than 32 levels deep",
+         lambda d: write_topology(d, "kind: preset\ndescription: " + "[" * 20000 + "]" * 20000 + "\n")),
+    Case("topology: alias bomb", ("run", "-trace-dir", T, "-case", "1", "--topology-file", TOPO, "-q"),
+         "the document expands to more than 100,000 values (aliases included)",
+         lambda d: write_topology(d, "a: &a [x, x, x, x, x, x, x, x, x]\n" + "".join(
+             f"b{i}: &b{i} [{', '.join([('*a' if i == 0 else f'*b{i - 1}')] * 9)}]\n" for i in range(9)))),
+    Case("topology: file over 1 MiB", ("run", "-trace-dir", T, "-case", "1", "--topology-file", TOPO, "-q"),
+         "topology file larger than the limit of 1,048,576 bytes",
+         lambda d: write_topology(d, "kind: preset\n" + "#" * (1 << 20) + "\n")),
+    Case("topology: typo in spine", ("run", "-trace-dir", T, "-case", "1", "--topology-file", TOPO, "-q"),
+         "spine: unknown field 'oversubscriptoin' (known: latency_us, oversubscription); "
+         "did you mean 'oversubscription'?",
+         lambda d: write_topology(d, SUPERPOD.replace("oversubscription: 1", "oversubscriptoin: 8"))),
+    Case("topology: typo in nvlink", ("run", "-trace-dir", T, "-case", "1", "--topology-file", TOPO, "-q"),
+         "nvlink: unknown field 'bandwith_gbps'", lambda d: write_topology(d, SUPERPOD.replace(
+             "bandwidth_gbps: 450", "bandwith_gbps: 450"))),
+    Case("topology: key twice", ("run", "-trace-dir", T, "-case", "1", "--topology-file", TOPO, "-q"),
+         "key 'gpus_per_node' given twice in one mapping", lambda d: write_topology(d, SUPERPOD + "gpus_per_node: 4\n")),
+    Case("--topology-file /nonexistent/ring.yaml", ("run", "-trace-dir", T, "-case", "1", "--topology-file",
+                                                    "/nonexistent/ring.yaml", "-q"),
+         "--topology-file /nonexistent/ring.yaml: file not found"),
+    Case("cluster file of 65,536 GPUs, one a node", ("run", "-trace-dir", T, "-case", "1", "-GPUnumber", "65536",
+                                                     "--topology-file", TOPO, "-q"),
+         "nodes of 1 GPU on 65,536 GPUs would build an interconnect graph of 397,312 links (about 1.0 GB), above "
+         "the limit of 300,000 links", lambda d: write_topology(d, SUPERPOD.replace("gpus_per_node: 8",
+                                                                                    "gpus_per_node: 1"))),
+    # --- trace repeat and layer counts
+    Case("trace repeat --layers 1000000", ("trace", "repeat", "--layers", "1000000", "--in", GPT, "--out", "{tmp}/r"),
+         "--layers 1,000,000 is above the limit of 10,000 layers"),
+    Case("run --num-layers 1000000", ("run", "-trace-dir", GPT, "--num-layers", "1000000", "-q"),
+         "--num-layers 1,000,000 is above the limit of 10,000 layers"),
+    Case("trace repeat, non-UTF-8 trace.csv", ("trace", "repeat", "--layers", "2", "--in", T, "--out", "{tmp}/r"),
+         "trace.csv:4: not UTF-8 text (byte 0xff)", lambda d: insert_bytes(d / "trace.csv", 4, b"\xff")),
+    Case("trace repeat, meta.json nested 100,000 deep", ("trace", "repeat", "--layers", "2", "--in", T, "--out",
+                                                        "{tmp}/r"),
+         "meta.json: unreadable JSON (nested too deep)", lambda d: write_meta(d, "[" * 100000 + "]" * 100000)),
+    Case("run, meta.json nested 100,000 deep", ("run", "-trace-dir", T, "-q"),
+         "meta.json: unreadable JSON (nested too deep)", lambda d: write_meta(d, "[" * 100000 + "]" * 100000)),
+    Case("trace repeat --out a directory of other files", ("trace", "repeat", "--layers", "2", "--in", GPT, "--out",
+                                                          "{tmp}"),
+         "the directory holds other files (keep.txt)", lambda d: (d.parent / "scratch" / "keep.txt").parent.mkdir(
+             exist_ok=True) or (d.parent / "scratch" / "keep.txt").write_text("x")),
+    # --- outputs over inputs
+    Case("--json onto the trace's meta.json", ("run", "-trace-dir", T, "--json", T + "/meta.json", "-q"),
+         "meta.json: refusing to overwrite an input file with an output", lambda d: write_meta(d, '{"batch_size": 4}')),
+    Case("--timeline onto --topology-file", ("run", "-trace-dir", T, "-case", "1", "--topology-file", TOPO,
+                                             "--timeline", TOPO, "-q"),
+         "topo.yaml: refusing to overwrite an input file with an output", lambda d: write_topology(d, SUPERPOD)),
+    Case("--json onto --config", ("run", "-trace-dir", T, "--config", "{tmp}/c.json", "--json", "{tmp}/c.json", "-q"),
+         "c.json: refusing to overwrite an input file with an output", lambda d: (d.parent / "scratch").mkdir(exist_ok=True) or (
+             d.parent / "scratch" / "c.json").write_text("{}")),
     Case("trace convert, missing file", ("trace", "convert", "--graph", "{tmp}/g.json", "--profiler", "{tmp}/p.json",
                                          "--out", "{tmp}/o"), "g.json"),
 ]

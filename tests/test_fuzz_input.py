@@ -5,7 +5,9 @@ the row-by-row checker returns.
 Hypothesis mutates a small synthetic trace: a cell of trace.csv or tensor.csv replaced by a
 hostile value, a row cut short, bytes inserted, deleted or overwritten, or meta.json rewritten. The seed is
 fixed and the number of examples bounded, so the test takes seconds. Each property comes with a
-planted bug it must catch.
+planted bug it must catch. A second strategy (:func:`consistency_mutations`) aims at the rules
+across cells: two ops swapped (a tensor read before it is written, a 2-cycle), an OperatorID
+given twice, a size list or a busy time changed to another valid number, a TensorType misspelt.
 """
 
 from __future__ import annotations
@@ -106,6 +108,42 @@ def apply(d: Path, m: tuple) -> None:
         (d / "meta.json").write_text(m[1])
 
 
+@st.composite
+def consistency_mutations(draw):
+    """A change that keeps every cell valid on its own but may break a rule across cells."""
+    kind = draw(st.sampled_from(["swap", "same id", "size", "busy", "type"]))
+    row, other = draw(st.integers(0, 12)), draw(st.integers(0, 12))
+    if kind == "size":
+        value = draw(st.sampled_from(["[]", "[1]", "[172]", "[156; 1677; 43]", "[8; 8]", "[43; 1677; 156]"]))
+        return ("cell", "trace.csv", row, draw(st.sampled_from([6, 7])), value)
+    if kind == "busy":
+        return ("busy", row, draw(st.sampled_from([0.0, 0.001, 0.0015, 0.002, 1.0, 1e3])))
+    if kind == "type":
+        value = draw(st.sampled_from(["wieght", "bais", "weights", "Weight", "bias=None", "12", "a b", "save_mean", ""]))
+        return ("cell", "tensor.csv", row, 5, value)
+    return ("order", row, other, kind == "swap")
+
+
+def apply_consistency(d: Path, m: tuple) -> None:
+    if m[0] == "cell":
+        apply(d, m)
+        return
+    rows = list(csv.reader(io.StringIO((d / "trace.csv").read_text())))
+    if m[0] == "busy":  # the busy time set to the span plus a little
+        r = rows[1 + m[1] % (len(rows) - 1)]
+        r[5] = repr(float(r[4]) + m[2])
+    else:
+        _, a, b, swap = m
+        a, b = 1 + a % (len(rows) - 1), 1 + b % (len(rows) - 1)
+        if swap:
+            rows[a], rows[b] = rows[b], rows[a]
+        else:
+            rows[a][0] = rows[b][0]
+    buf = io.StringIO()
+    csv.writer(buf, lineterminator="\n").writerows(rows)
+    (d / "trace.csv").write_text(buf.getvalue())
+
+
 def run_cli(argv: list[str]) -> tuple[int, str]:
     err = io.StringIO()
     with redirect_stdout(io.StringIO()), redirect_stderr(err):
@@ -193,6 +231,30 @@ def test_fast_reader_equals_the_row_by_row_checker(tmp_path_factory) -> None:
     assert counts["accepted"] > 0 and counts["rejected"] > 0 and counts["arrow read"] > 0
 
 
+def _consistency_property(tmp_path_factory, counts: Counter, examples: int):
+    @seed(20261205)
+    @settings(max_examples=examples, deadline=None, database=None, report_multiple_bugs=False,
+              suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
+    @given(st.lists(consistency_mutations(), min_size=1, max_size=3))
+    def prop(ms):
+        d = _fresh(tmp_path_factory)
+        for m in ms:
+            apply_consistency(d, m)
+        check_cli_on(d, counts)
+        check_fast_equals_checker(d, counts)
+
+    return prop
+
+
+def test_fuzzed_cross_cell_rules_both_readers_agree(tmp_path_factory) -> None:
+    counts: Counter = Counter()
+    _consistency_property(tmp_path_factory, counts, examples=int(os.environ.get("TRIOSIM_FUZZ_EXAMPLES", "40")))()
+    print(f"\nfuzz (order, IDs, sizes, times, types): {counts['accepted'] + counts['rejected']} traces, "
+          f"CLI exit 0: {counts[0]}, exit 2: {counts[2]}; accepted: {counts['accepted']}, rejected: "
+          f"{counts['rejected']}; read by pyarrow: {counts['arrow read']}")
+    assert counts["accepted"] > 0 and counts["rejected"] > 0 and counts["arrow read"] > 0
+
+
 # ----------------------------------------------------------------------------- planted bugs
 
 
@@ -218,8 +280,10 @@ def test_fast_property_catches_a_reader_that_skips_the_line_count(tmp_path_facto
 
 def test_fast_property_catches_a_reader_that_skips_the_size_lists(tmp_path_factory, monkeypatch) -> None:
     """Planted bug: the pyarrow reader no longer checks InputSize and OutputSize (cells it does
-    not keep, but which the checker rejects when they are not lists of sizes)."""
+    not keep, but which the checker rejects when they are not lists of sizes, or not the sizes
+    of tensor.csv: both checks are skipped)."""
     monkeypatch.setattr(arrow_module, "_SIZE_LIST", ".*")
+    monkeypatch.setattr(arrow_module, "_check_sizes", lambda *args: None)
     with pytest.raises(AssertionError):
         _fast_property(tmp_path_factory, Counter(), examples=300)()
 
@@ -229,3 +293,19 @@ def test_fast_property_catches_a_reader_that_keeps_edge_spaces(tmp_path_factory,
     monkeypatch.setattr(arrow_module, "_stripped", lambda column, ascii_only: column)
     with pytest.raises(AssertionError):
         _fast_property(tmp_path_factory, Counter(), examples=300)()
+
+
+@pytest.mark.parametrize("planted", ["sizes", "busy", "ids", "types"])
+def test_consistency_property_catches_a_reader_without_a_rule(tmp_path_factory, monkeypatch, planted) -> None:
+    """Planted bugs: the pyarrow reader without one of the cross-cell rules (sizes against
+    tensor.csv, busy time within the span, unique OperatorIDs, TensorType names)."""
+    if planted == "sizes":
+        monkeypatch.setattr(arrow_module, "_check_sizes", lambda *args: None)
+    elif planted == "busy":
+        monkeypatch.setattr(arrow_module, "_busy_over_span", lambda busy, span: False)
+    elif planted == "ids":
+        monkeypatch.setattr(arrow_module, "_unique", lambda op_ids: True)
+    else:
+        monkeypatch.setattr(arrow_module, "tensor_type_problem", lambda raw: None)
+    with pytest.raises(AssertionError):
+        _consistency_property(tmp_path_factory, Counter(), examples=300)()

@@ -5,6 +5,8 @@ scheduler's timelines, so a run asked for a million GPUs used to exhaust memory 
 These checks refuse such runs at once with a one-line estimate and a hint:
 
 * :data:`MAX_GPUS` GPUs per platform (the interconnect graph alone has a node per GPU);
+* :data:`MAX_LINKS` links in the interconnect graph (a ``kind: cluster`` topology file, a
+  fully connected platform), counted before any is built;
 * :data:`MAX_TASKS` tasks per graph, estimated from below before the graph is built: every GPU
   that runs its own copy (or shard) of the trace's operators adds at least one task per
   operator.
@@ -16,6 +18,35 @@ from .errors import ConfigError
 
 MAX_GPUS = 65_536
 MAX_TASKS = 10_000_000  # about 9 GB of graph and schedule (0.9 kB a task), minutes of building
+# Directed links of the interconnect graph. A link costs about 2.4 kB once built, routed and
+# used by the collectives (measured: a cluster file of 65,536 GPUs, one a node, has 393,216
+# links and took 0.95 GB and 78 s on the smallest trace), so the limit keeps a platform under
+# about 0.7 GB: a cluster file of up to 50,000 GPUs, a fully connected platform of up to 548.
+MAX_LINKS = 300_000
+BYTES_PER_LINK = 2_400
+
+
+# Layers of a repeated trace (``trace repeat --layers``, ``run --num-layers``): the largest
+# models have about 10^2 layers; 10^4 layers of a small layer is a trace of 10^6 ops, and a
+# million layers took minutes before failing on memory.
+MAX_LAYERS = 10_000
+
+
+def check_layer_count(layers: int, flag: str) -> None:
+    """Refuse a repeat to fewer than 1 or more than :data:`MAX_LAYERS` layers."""
+    if layers < 1:
+        raise ConfigError(f"{flag} must be a positive integer, got {layers}")
+    if layers > MAX_LAYERS:
+        raise ConfigError(f"{flag} {layers:,} is above the limit of {MAX_LAYERS:,} layers")
+
+
+def check_link_count(links: int, gpus: int, what: str, limit: int = MAX_LINKS) -> None:
+    """Refuse an interconnect graph of more than ``limit`` directed links, with its estimated size."""
+    if links > limit:
+        raise ConfigError(
+            f"{what} on {gpus:,} GPUs would build an interconnect graph of {links:,} links (about "
+            f"{links * BYTES_PER_LINK / 1e9:.1f} GB), above the limit of {limit:,} links: use fewer GPUs"
+        )
 
 
 def check_gpu_count(gpus: int, flag: str = "-GPUnumber") -> None:

@@ -27,11 +27,12 @@ from ..config import (
     configure,
     read_config_file,
     resolve_batches,
+    trace_dir_from_flag,
 )
 from ..config.gpu import verdict_capacity
 from ..config.notes import unused_flag_note
 from ..errors import ConfigError, TriosimError
-from ..output import atomic_write_text, check_output_path
+from ..output import atomic_write_text, check_output_path, refuse_overwriting_inputs
 from ..report.memory_verdict import verdict_line
 from ..trace.load import collector_paused
 from ..version import __version__
@@ -142,6 +143,10 @@ def check_run_outputs(args: argparse.Namespace) -> None:
         check_output_path(path, flag)
     if len(outputs) == 2 and Path(outputs[0][1]).resolve() == Path(outputs[1][1]).resolve():
         raise ConfigError(f"--json and --timeline both name {args.json}; give them different files")
+    # No output may replace a file the run reads (by path or, through a hard link, by inode).
+    trace_dir = trace_dir_from_flag(args.trace_dir)
+    refuse_overwriting_inputs(outputs, [*(trace_dir / n for n in ("trace.csv", "tensor.csv", "meta.json")),
+                                        getattr(args, "config", None), getattr(args, "topology_file", None)])
 
 
 def check_file_flags_not_empty(args: argparse.Namespace) -> None:

@@ -9,6 +9,7 @@ from pathlib import Path
 import networkx as nx
 
 from ..errors import ConfigError
+from ..limits import check_link_count
 from .platform import GB, REMOTE, Platform, add_link, gpu_node
 from .topology_file import ClusterSpec
 
@@ -49,6 +50,10 @@ def build_cluster(spec: ClusterSpec, path: Path, num_gpus: int, capacity_log2: f
     if num_gpus % per:
         raise ConfigError(f"{path}: -GPUnumber {num_gpus} is not a whole number of nodes of {per} GPUs")
     nodes = num_gpus // per
+    units = -(-nodes // spec.nodes_per_leaf)
+    # Both directions of: GPU-remote memory, GPU-NVSwitch, GPU-leaf, and each leaf's uplink.
+    check_link_count(2 * (3 * num_gpus + (units * per if units > 1 else 0)), num_gpus,
+                     f"{path}: nodes of {per} GPU{'s' if per > 1 else ''}")
     remote = (spec.remote_bandwidth_gbps or remote_bandwidth_gbps) * GB
     g = nx.DiGraph()
     for i in range(num_gpus):
@@ -67,7 +72,6 @@ def build_cluster(spec: ClusterSpec, path: Path, num_gpus: int, capacity_log2: f
         leaf = f"leaf{node // spec.nodes_per_leaf}r{i % per}"
         g.add_node(leaf, kind="switch")
         add_link(g, gpu_node(i), leaf, nic_bw, spec.nic.latency_us * 1e-6, kind="net")
-    units = -(-nodes // spec.nodes_per_leaf)
     if units > 1:
         g.add_node("spine", kind="switch")
         for su in range(units):

@@ -42,6 +42,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import ConfigError
+from ..safe_yaml import parse_yaml_text, read_text_file
 
 DTYPES = ("fp64", "fp32", "tf32", "bf16", "fp16", "fp8")
 PEAK_FIELDS = ("matrix_tflops", "vector_tflops", "hbm_gbps", "memory_gb")
@@ -253,28 +254,10 @@ def parse_device(where: str, data: Any) -> Device:
 
 
 def read_device_file(path: str | Path) -> Device:
-    """Read and check one device file (``--gpu-file``)."""
+    """Read and check one device file (``--gpu-file``): UTF-8 YAML within the limits of
+    :mod:`triosim.safe_yaml` (1 MiB, 32 levels, 100,000 values with aliases expanded)."""
     p = Path(path)
-    try:
-        import yaml
-    except ImportError:
-        raise ConfigError(f"{p}: reading a device file needs pyyaml (pip install pyyaml, or pip install triosim[yaml])"
-                          ) from None
-    try:
-        text = p.read_bytes().decode("utf-8")
-    except FileNotFoundError:
-        raise ConfigError(f"{p}: file not found") from None
-    except UnicodeDecodeError as exc:
-        raise ConfigError(f"{p}: not UTF-8 text (byte {exc.start})") from None
-    except OSError as exc:
-        raise ConfigError(f"{p}: cannot read ({exc.strerror})") from None
-    try:
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f" line {mark.line + 1}" if mark is not None else ""
-        raise ConfigError(f"{p}{where}: not valid YAML ({getattr(exc, 'problem', None) or exc})") from None
-    return parse_device(str(p), data)
+    return parse_device(str(p), parse_yaml_text(read_text_file(p, "file"), str(p)))
 
 
 @lru_cache(maxsize=1)

@@ -7,6 +7,7 @@ import networkx as nx
 
 from ..checks import flag_number, positive
 from ..errors import ConfigError
+from ..limits import check_link_count
 from . import topology_file as tf
 from .cluster import build_cluster
 from .platform import (
@@ -144,6 +145,7 @@ def build_platform(
         name = "optical-mesh"
         style = "bidirectional"
     elif topology == "fully-connected":
+        check_link_count(num_gpus * (num_gpus - 1), num_gpus, "--topology fully-connected")
         for i in range(num_gpus):
             for j in range(i + 1, num_gpus):
                 add_link(g, gpu_node(i), gpu_node(j), ptp_bw, latency)

@@ -14,18 +14,28 @@ Two kinds of file:
   4), so traffic between rails crosses NVLink to the rail's GPU first, as NCCL's PXN does.
 
 Bandwidths are GB/s per direction, latencies µs per link. The GPU count comes from
-``-GPUnumber``; ``gpus`` in the file, if present, must agree with it. pyyaml is needed only
-when a file is read.
+``-GPUnumber``; ``gpus`` in the file, if present, must agree with it.
+
+The file is read by :func:`triosim.safe_yaml.load_yaml_file` (at most 1 MiB, nested at most 32
+deep, 100,000 values with aliases expanded, no key twice). Every field is checked here: an
+unknown key, at the top or inside ``nvlink``/``nic``/``leaf``/``spine``, is an error with the
+closest known key; every number must be finite and inside the range of :data:`RANGES` (a
+400-digit integer is "too large", never an OverflowError). Only a bare name (``ring``,
+``ring.yaml``) may mean a shipped file; a path with a directory must exist.
 """
 
 from __future__ import annotations
 
+import difflib
 import importlib.resources
+import math
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from ..errors import ConfigError
+from ..limits import MAX_GPUS
+from ..safe_yaml import load_yaml_file
 
 KINDS = ("preset", "cluster")
 PRESET_KEYS = {"kind", "name", "description", "source", "gpus", "topology", "ptp_bandwidth_gbps",
@@ -33,6 +43,29 @@ PRESET_KEYS = {"kind", "name", "description", "source", "gpus", "topology", "ptp
                "num_rows", "num_cols", "interconnects"}
 CLUSTER_KEYS = {"kind", "name", "description", "source", "gpus", "gpus_per_node", "nvlink", "nics_per_gpu", "nic",
                 "leaf", "spine", "remote_bandwidth_gbps"}
+LINK_KEYS = {"bandwidth_gbps", "latency_us"}
+NESTED_KEYS = {"nvlink": LINK_KEYS, "nic": LINK_KEYS, "leaf": {"nodes_per_leaf"},
+               "spine": {"oversubscription", "latency_us"}}
+
+# The largest value each field may take (the smallest is 0 or just above it). Far above any
+# real cluster, and low enough that products of them stay finite and exact.
+MAX_BANDWIDTH_GBPS = 1e9  # 1 EB/s per link
+MAX_LATENCY_US = 1e9  # 1,000 s per link (the --link-latency-us limit)
+RANGES = {
+    "bandwidth_gbps": MAX_BANDWIDTH_GBPS, "ptp_bandwidth_gbps": MAX_BANDWIDTH_GBPS,
+    "remote_bandwidth_gbps": MAX_BANDWIDTH_GBPS, "node_bandwidth_gbps": MAX_BANDWIDTH_GBPS,
+    "latency_us": MAX_LATENCY_US, "link_latency_us": MAX_LATENCY_US,
+    "gpus": MAX_GPUS, "gpus_per_node": MAX_GPUS, "nodes_per_leaf": MAX_GPUS, "num_rows": MAX_GPUS,
+    "num_cols": MAX_GPUS, "nics_per_gpu": 64, "oversubscription": 1024, "interconnects": 1,
+}
+
+
+def _unknown_key(where: str, key: object, allowed: set[str], what: str = "") -> ConfigError:
+    """An unknown key, with the closest known one when there is one."""
+    close = difflib.get_close_matches(str(key), sorted(allowed), n=1)
+    hint = f"; did you mean {close[0]!r}?" if close else ""
+    what = f" {what}" if what else ""
+    return ConfigError(f"{where}: unknown field {key!r}{what} (known: {', '.join(sorted(allowed))}){hint}")
 
 
 @dataclass(frozen=True)
@@ -63,11 +96,14 @@ def packaged_dir() -> Path:
 
 
 def resolve(path: str | Path) -> Path:
-    """``path`` as given if it exists, else a shipped file of that name (with or without ``.yaml``)."""
+    """``path`` as given if it exists, else, for a bare name only (``ring``, ``ring.yaml``: no
+    directory in it), a shipped file of that name (with or without ``.yaml``). A path naming a
+    directory (``/nonexistent/ring.yaml``) never falls back to the shipped file of its name."""
     p = Path(path)
     if p.is_file():
         return p
-    for cand in (packaged_dir() / p.name, packaged_dir() / f"{p.name}.yaml"):
+    bare = str(path) == p.name and p.name not in ("", ".", "..")
+    for cand in (packaged_dir() / p.name, packaged_dir() / f"{p.name}.yaml") if bare else ():
         if cand.is_file():
             return cand
     shipped = sorted(x.stem for x in packaged_dir().glob("*.yaml"))
@@ -77,30 +113,34 @@ def resolve(path: str | Path) -> Path:
 def read(path: str | Path) -> tuple[Path, dict[str, Any]]:
     """The file's mapping; a clear error if pyyaml is missing or the YAML is bad."""
     p = resolve(path)
-    try:
-        import yaml
-    except ImportError:
-        raise ConfigError(
-            f"{p}: reading a topology file needs pyyaml (pip install pyyaml, or pip install triosim[yaml])"
-        ) from None
-    try:
-        data = yaml.safe_load(p.read_text(encoding="utf-8"))
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f" line {mark.line + 1}" if mark is not None else ""
-        raise ConfigError(f"{p}{where}: not valid YAML ({getattr(exc, 'problem', None) or exc})") from None
-    except OSError as exc:
-        raise ConfigError(f"{p}: cannot read ({exc.strerror})") from None
+    data = load_yaml_file(p, "topology file")
     if not isinstance(data, dict):
         raise ConfigError(f"{p}: expected a mapping of settings at the top level")
     kind = data.get("kind")
     if kind not in KINDS:
         raise ConfigError(f"{p}: field 'kind' must be preset or cluster, got {kind!r}")
     allowed = PRESET_KEYS if kind == "preset" else CLUSTER_KEYS
-    unknown = sorted(set(data) - allowed)
+    unknown = sorted(map(str, set(data) - allowed))
     if unknown:
-        raise ConfigError(f"{p}: unknown field {unknown[0]!r} for kind {kind} (known: {', '.join(sorted(allowed))})")
+        raise _unknown_key(str(p), unknown[0], allowed, f"for kind {kind}")
+    for key, keys in NESTED_KEYS.items():
+        sub = data.get(key)
+        if key in allowed and isinstance(sub, dict):
+            bad = sorted(map(str, set(sub) - keys))
+            if bad:
+                raise _unknown_key(f"{p}: {key}", bad[0], keys)
     return p, data
+
+
+def _shown(value: object) -> str:
+    """A value for an error message: a huge integer by its digit count, not 400 digits."""
+    if isinstance(value, int) and not isinstance(value, bool) and abs(value) >= 10**30:
+        try:
+            return f"an integer of {len(str(abs(value)))} digits"
+        except ValueError:  # over Python's 4,300-digit conversion limit
+            return f"an integer of about {int(abs(value).bit_length() * math.log10(2)) + 1} digits"
+    text = repr(value)
+    return text if len(text) <= 80 else text[:77] + "..."
 
 
 def _number(p: Path, data: dict, key: str, default: Any = None, positive: bool = True, integer: bool = False) -> Any:
@@ -111,13 +151,17 @@ def _number(p: Path, data: dict, key: str, default: Any = None, positive: bool =
     value = data[key]
     ok = isinstance(value, (int, float)) and not isinstance(value, bool)
     if ok and integer:
-        ok = float(value).is_integer()
+        # An int of 400 digits is whole; float() of it would raise OverflowError.
+        ok = isinstance(value, int) or (math.isfinite(value) and value.is_integer())
     if ok:
         ok = (value > 0) if positive else (value >= 0)
-        ok = ok and value < float("inf")
+        ok = ok and (isinstance(value, int) or math.isfinite(value))
     if not ok:
         need = "a positive" if positive else "a non-negative"
-        raise ConfigError(f"{p}: field {key!r} must be {need} {'integer' if integer else 'number'}, got {value!r}")
+        raise ConfigError(f"{p}: field {key!r} must be {need} {'integer' if integer else 'number'}, got {_shown(value)}")
+    high = RANGES.get(key)
+    if high is not None and value > high:
+        raise ConfigError(f"{p}: field {key!r} must be <= {int(high):,}, got {_shown(value)}")
     return int(value) if integer else float(value)
 
 

@@ -31,7 +31,16 @@ import numpy as np
 
 from ..checks import MAX_BYTES, MAX_TIME_US
 from .buffer_columns import OpTensorCodes
-from .model import CATEGORY_RANK, STAGES, TENSOR_COLUMNS, TRACE_COLUMNS, Op, normalize_category
+from .model import (
+    BUSY_SLACK_US,
+    CATEGORY_RANK,
+    STAGES,
+    TENSOR_COLUMNS,
+    TRACE_COLUMNS,
+    Op,
+    normalize_category,
+    tensor_type_problem,
+)
 from .tensor_table import TensorTable
 
 if TYPE_CHECKING:
@@ -198,6 +207,8 @@ def read_tensors(path: Path, field_limit: int) -> tuple[TensorTable, pa.Array]:
     nbytes = numel * each
     unique = pc.unique(ids)
     raw_cats, cat_code = _coded(cols["TensorType"])
+    if any(tensor_type_problem(raw) is not None for raw in raw_cats):
+        raise Declined
     categories = [normalize_category(raw) for raw in raw_cats]
     if len(unique) == len(ids):  # one row per tensor, the usual case: the IDs in row order
         unique, rows = ids, None
@@ -316,8 +327,11 @@ def read_ops(path: Path, field_limit: int, tensors: TensorTable, tensor_ids: pa.
     for column in ("InputSize", "OutputSize"):  # checked, not kept
         if not _all(pc.match_substring_regex(pc.replace_substring(cols[column], " ", ""), _SIZE_LIST)):
             raise Declined
+    in_lists, out_lists = _id_lists(cols["Operator_input"]), _id_lists(cols["Operator_output"])
     (inputs, input_code, input_op), (outputs, output_code, output_op) = _matched(
-        tensor_ids, tensors.ids, _id_lists(cols["Operator_input"]), _id_lists(cols["Operator_output"]))
+        tensor_ids, tensors.ids, in_lists, out_lists)
+    for column, (_, id_counts), code in (("InputSize", in_lists, input_code), ("OutputSize", out_lists, output_code)):
+        _check_sizes(cols[column], id_counts, code, tensors.numel)
     raw_stages, stage_code = _coded(cols["stage"])
     stages = [s.lower() for s in raw_stages]
     flags, flag_code = _coded(cols["tpflag"])
@@ -326,6 +340,8 @@ def read_ops(path: Path, field_limit: int, tensors: TensorTable, tensor_ids: pa.
     op_ids = _whole_numbers(cols["OperatorID"]).tolist()
     span_us, busy_us = _times_us(cols["Operator_cudatime"]), _times_us(cols["Operator_cudatimenooverlap"])
     n = len(op_ids)
+    if _busy_over_span(busy_us, span_us) or not _unique(op_ids):
+        raise Declined  # the checker names the row
     # numpy's float64 division is IEEE division, as Python's: the same seconds as x / 1e6.
     duration = ((busy_us if time_column == "nooverlap" else span_us) / 1e6).tolist()
     span_s = (span_us / 1e6).tolist()
@@ -334,6 +350,29 @@ def read_ops(path: Path, field_limit: int, tensors: TensorTable, tensor_ids: pa.
                    zip(range(n), op_ids, cols["OperatorName"].to_pylist(), inputs, outputs, duration, span_s,
                        _per_row(stages, stage_code), tp, range(2, n + 2))))
     return ops, OpTensorCodes(tensors.ids, input_code, input_op, output_code, output_op)
+
+
+def _busy_over_span(busy_us: np.ndarray, span_us: np.ndarray) -> bool:
+    """True when some op's busy time exceeds its span (beyond the tracers' rounding)."""
+    return bool((busy_us > span_us + BUSY_SLACK_US).any())
+
+
+def _unique(op_ids: list[int]) -> bool:
+    """True when no OperatorID is given twice."""
+    return len(set(op_ids)) == len(op_ids)
+
+
+def _check_sizes(column: pa.Array, id_counts: np.ndarray, codes: np.ndarray, numel: np.ndarray) -> None:
+    """Declines unless each row's size list (checked against ``_SIZE_LIST``) has one size per
+    tensor of its ID list, each the tensor's element count in tensor.csv."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    flat, counts = _id_lists(column)
+    if not np.array_equal(counts, id_counts):
+        raise Declined
+    if len(flat) and not np.array_equal(_numpy(pc.cast(flat, pa.int64())), np.asarray(numel)[codes]):
+        raise Declined
 
 
 def arrow_load(root: Path, field_limit: int, time_column: str) -> tuple[TensorTable, list[Op], OpTensorCodes] | None:

@@ -15,6 +15,7 @@ from pathlib import Path
 from ..checks import MAX_BYTES, cell_int, cell_time_us
 from ..errors import TraceError
 from .model import (
+    BUSY_SLACK_US,
     CATEGORY_RANK,
     STAGES,
     TENSOR_COLUMNS,
@@ -25,6 +26,7 @@ from .model import (
     parse_id_list,
     parse_int_list,
     parse_shape,
+    tensor_type_problem,
 )
 
 
@@ -95,6 +97,9 @@ def load_tensors(path: Path) -> dict[str, Tensor]:
         if numel * each >= MAX_BYTES:
             raise TraceError("tensor.csv", f"tensor of {numel} x {each} bytes is larger than the limit "
                              f"of {MAX_BYTES:,} bytes", row=line, field="TensorNumElement")
+        problem = tensor_type_problem(row["TensorType"])
+        if problem is not None:
+            raise TraceError("tensor.csv", problem, row=line, field="TensorType")
         category = normalize_category(row["TensorType"])
         storage = row["TensorStorgeid"].strip()
         prev = tensors.get(tid)
@@ -130,6 +135,7 @@ def load_tensors(path: Path) -> dict[str, Tensor]:
 
 def load_ops(path: Path, tensors: dict[str, Tensor], time_column: str) -> list[Op]:
     ops: list[Op] = []
+    id_lines: dict[int, int] = {}
     for line, row in _read_rows(path, TRACE_COLUMNS):
         ids = {}
         for col in ("Operator_input", "Operator_output"):
@@ -145,11 +151,12 @@ def load_ops(path: Path, tensors: dict[str, Tensor], time_column: str) -> list[O
                         row=line,
                         field=col,
                     )
-        for col in ("InputSize", "OutputSize"):
+        for col, id_col in (("InputSize", "Operator_input"), ("OutputSize", "Operator_output")):
             try:
-                parse_int_list(row[col])
+                sizes = parse_int_list(row[col])
             except ValueError as exc:
                 raise TraceError("trace.csv", str(exc), row=line, field=col) from None
+            _check_sizes(sizes, ids[id_col], tensors, line, col, id_col)
         stage = row["stage"].strip().lower()
         if stage not in STAGES:
             raise TraceError(
@@ -161,10 +168,19 @@ def load_ops(path: Path, tensors: dict[str, Tensor], time_column: str) -> list[O
             raise TraceError("trace.csv", f"tpflag must be 0 or 1, got {tp!r}", row=line, field="tpflag")
         span = _time_field(line, "Operator_cudatime", row["Operator_cudatime"])
         busy = _time_field(line, "Operator_cudatimenooverlap", row["Operator_cudatimenooverlap"])
+        if busy > span + BUSY_SLACK_US:
+            raise TraceError("trace.csv", f"busy time {row['Operator_cudatimenooverlap']} µs is more than the span "
+                             f"Operator_cudatime {row['Operator_cudatime']} µs", row=line,
+                             field="Operator_cudatimenooverlap")
+        op_id = _int_field("trace.csv", line, "OperatorID", row["OperatorID"])
+        if op_id in id_lines:
+            raise TraceError("trace.csv", f"{op_id} is also the ID of line {id_lines[op_id]}", row=line,
+                             field="OperatorID")
+        id_lines[op_id] = line
         ops.append(
             Op(
                 index=len(ops),
-                op_id=_int_field("trace.csv", line, "OperatorID", row["OperatorID"]),
+                op_id=op_id,
                 name=row["OperatorName"],
                 inputs=ids["Operator_input"],
                 outputs=ids["Operator_output"],
@@ -179,6 +195,17 @@ def load_ops(path: Path, tensors: dict[str, Tensor], time_column: str) -> list[O
         raise TraceError("trace.csv", "the trace has no operators")
     return ops
 
+
+def _check_sizes(sizes: tuple[int, ...], ids: tuple[str, ...], tensors: dict[str, Tensor], line: int, col: str,
+                 id_col: str) -> None:
+    """InputSize/OutputSize give each listed tensor's element count: it must be tensor.csv's."""
+    if len(sizes) != len(ids):
+        raise TraceError("trace.csv", f"{len(sizes)} sizes for the {len(ids)} tensors of {id_col}", row=line,
+                         field=col)
+    for size, tid in zip(sizes, ids):
+        if size != tensors[tid].numel:
+            raise TraceError("trace.csv", f"{size} elements for tensor {tid}, but tensor.csv gives "
+                             f"{tensors[tid].numel}", row=line, field=col)
 
 
 __all__ = ["load_ops", "load_tensors"]

@@ -19,8 +19,10 @@ from pathlib import Path
 
 from ..checks import json_int
 from ..errors import ConfigError, TraceError
+from .buffer_columns import first_op
 from .checker import load_ops, load_tensors
 from .dataflow import Trace, derive
+from .order_check import check_read_order
 
 DEFAULT_TRACE_BATCH = 128  # the batch assumed for a trace with neither meta.json nor a given batch
 
@@ -98,7 +100,18 @@ def load_trace(path: str | os.PathLike, batch_size: int | None = None, time_colu
             ops = load_ops(root / "trace.csv", tensors, time_column)
         trace = Trace(path=str(root), batch_size=batch_size, ops=ops, tensors=tensors, batch_source=source,
                       info=read_trace_info(root), _op_codes=codes)
-        return derive(trace)
+        derived = derive(trace)
+        check_order(derived)
+        return derived
+
+
+def check_order(trace: Trace) -> None:
+    """The rules on the order of the ops (:mod:`triosim.trace.order_check`), on the buffers
+    :func:`derive` coded: whichever reader read the files, the same check and the same error."""
+    cols = trace.buffer_columns
+    n, count = len(trace.ops), len(cols.ids)
+    check_read_order(trace.ops, trace.tensors, cols.ids, trace.reads, trace.writes,
+                     first_op(cols.read_code, cols.read_op, count, n), first_op(cols.write_code, cols.write_op, count, n))
 
 
 @contextmanager
@@ -137,6 +150,8 @@ def read_trace_info(path: str | os.PathLike) -> dict:
         data = json.loads(info.read_text(encoding="utf-8"), parse_constant=_reject_constant)
     except (OSError, ValueError) as exc:
         raise TraceError(str(info), f"unreadable JSON ({exc})") from None
+    except RecursionError:  # a document nested ~100,000 deep
+        raise TraceError(str(info), "unreadable JSON (nested too deep)") from None
     if not isinstance(data, dict):
         raise TraceError(str(info), "expected a JSON object")
     if data.get("batch_size") is not None:  # null: the converter did not know the batch
@@ -144,5 +159,5 @@ def read_trace_info(path: str | os.PathLike) -> dict:
     return data
 
 
-__all__ = ["ARROW_MIN_BYTES", "DEFAULT_TRACE_BATCH", "collector_paused", "load_trace", "read_trace_info",
+__all__ = ["ARROW_MIN_BYTES", "DEFAULT_TRACE_BATCH", "check_order", "collector_paused", "load_trace", "read_trace_info",
            "trace_batch_size"]

@@ -9,6 +9,8 @@ module of the package builds on it.
 
 from __future__ import annotations
 
+import difflib
+import re
 from typing import NamedTuple
 
 from ..checks import MAX_BYTES
@@ -138,9 +140,40 @@ def normalize_category(raw: str) -> str:
     return raw.split("=", 1)[0].strip().lower()
 
 
+# TensorType is the name of the operator argument the tensor was passed as (PyTorch's schema
+# names: input, weight, mat2, query, save_mean, reservespace, …; the shipped traces hold 25 of
+# them), optionally with its default (``bias=None``). Any such name is accepted: a new model
+# brings new argument names. Two kinds are refused: what is not a name at all (``12``,
+# ``[4]``, ``we ight``), and a near miss of a parameter category (``wieght``, ``bais``): a
+# parameter read as an activation would silently leave the data-parallel all-reduce.
+_TENSOR_TYPE = re.compile(r"^[a-z_][a-z0-9_]*$")
+# Real argument names close to a parameter category, accepted as they are.
+_NEAR_PARAMETER_NAMES = frozenset({"weights", "biases", "bias_k", "bias_v", "weight_g", "weight_v"})
+
+
+def tensor_type_problem(raw: str) -> str | None:
+    """Why a TensorType cell is refused (see above), or None when it is fine; "" is allowed (unknown)."""
+    category = normalize_category(raw)
+    if category == "":
+        return None
+    if not _TENSOR_TYPE.match(category):
+        return f"not an argument name: {raw!r}"
+    if category in CATEGORY_RANK or category in _NEAR_PARAMETER_NAMES:
+        return None
+    close = difflib.get_close_matches(category, sorted(PARAMETER_CATEGORIES), n=1, cutoff=0.75)
+    if close:
+        return f"unknown type {raw!r}; did you mean {close[0]}? (a parameter typed otherwise is not all-reduced)"
+    return None
+
+
+# Operator_cudatimenooverlap (kernel busy time) cannot exceed Operator_cudatime (first kernel
+# start to last end). The tracers round both to 0.001 µs, so equal times may differ by one unit.
+BUSY_SLACK_US = 0.0015
+
+
 # The csv module's default field limit; a longer cell is a broken file, not a tensor list.
 FIELD_LIMIT = 128 * 1024
 
 
-__all__ = ["CATEGORY_RANK", "FIELD_LIMIT", "PARAMETER_CATEGORIES", "STAGES", "TENSOR_COLUMNS", "TRACE_COLUMNS", "Op",
-           "Tensor", "normalize_category", "parse_id_list", "parse_int_list", "parse_shape"]
+__all__ = ["BUSY_SLACK_US", "CATEGORY_RANK", "FIELD_LIMIT", "PARAMETER_CATEGORIES", "STAGES", "TENSOR_COLUMNS", "TRACE_COLUMNS", "Op",
+           "Tensor", "normalize_category", "parse_id_list", "parse_int_list", "parse_shape", "tensor_type_problem"]

@@ -12,7 +12,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..errors import ConfigError, TraceError
-from ..output import atomic_write_text
+from ..output import atomic_write_dir, atomic_write_text
+
+TRACE_FILES = ("trace.csv", "tensor.csv", "meta.json")
 
 
 @dataclass
@@ -30,14 +32,19 @@ class RawTrace:
 
 
 def read_raw(path: str | os.PathLike) -> RawTrace:
+    """The rows of a trace directory as text; a problem (an undecodable byte, a broken CSV, a
+    meta.json nested too deep) is one TraceError naming the file and line."""
+    from .checker import _decode
+
     root = Path(path)
 
     def rows(name: str) -> tuple[list[str], list[list[str]]]:
+        text = _decode(root / name)
+        reader = csv.reader(io.StringIO(text, newline=""))
         try:
-            with open(root / name, newline="", encoding="utf-8") as fh:
-                data = [r for r in csv.reader(fh) if r and any(x.strip() for x in r)]
-        except OSError as exc:
-            raise TraceError(str(root / name), f"cannot read file ({exc.strerror})") from None
+            data = [r for r in reader if r and any(x.strip() for x in r)]
+        except csv.Error as exc:
+            raise TraceError(name, f"malformed CSV ({exc})", row=max(1, reader.line_num)) from None
         if not data:
             raise TraceError(name, "file is empty (no header row)")
         return [h.strip().lstrip("\ufeff") for h in data[0]], data[1:]
@@ -48,8 +55,10 @@ def read_raw(path: str | os.PathLike) -> RawTrace:
     if (root / "meta.json").is_file():
         try:
             meta = json.loads((root / "meta.json").read_text(encoding="utf-8"))
-        except ValueError as exc:
+        except (OSError, ValueError) as exc:
             raise TraceError(str(root / "meta.json"), f"unreadable JSON ({exc})") from None
+        except RecursionError:
+            raise TraceError(str(root / "meta.json"), "unreadable JSON (nested too deep)") from None
     return RawTrace(oh, orows, th, trows, meta if isinstance(meta, dict) else {})
 
 
@@ -59,6 +68,22 @@ def _csv_text(header: list[str], rows: list[list[str]]) -> str:
     wr.writerow(header)
     wr.writerows(rows)
     return buf.getvalue()
+
+
+def write_raw_dir(path: str | os.PathLike, raw: RawTrace, flag: str = "") -> None:
+    """Write the three files as a new directory ``path``, put in place whole (an existing trace
+    directory there is replaced in one step; see :func:`triosim.output.atomic_write_dir`)."""
+    def write(d: Path) -> None:
+        for name, text in _texts(raw):
+            (d / name).write_text(text, encoding="utf-8", newline="")
+
+    atomic_write_dir(path, write, flag=flag, replaceable=TRACE_FILES)
+
+
+def _texts(raw: RawTrace) -> list[tuple[str, str]]:
+    return [("tensor.csv", _csv_text(raw.tensor_header, raw.tensor_rows)),
+            ("trace.csv", _csv_text(raw.op_header, raw.op_rows)),
+            ("meta.json", json.dumps(raw.meta, indent=2, sort_keys=True) + "\n")]
 
 
 def write_raw(path: str | os.PathLike, raw: RawTrace, protect: Sequence[str | os.PathLike] = (),
@@ -77,4 +102,4 @@ def write_raw(path: str | os.PathLike, raw: RawTrace, protect: Sequence[str | os
                       flag=flag)
 
 
-__all__ = ["RawTrace", "read_raw", "write_raw"]
+__all__ = ["TRACE_FILES", "RawTrace", "read_raw", "write_raw", "write_raw_dir"]

@@ -38,11 +38,12 @@ from pathlib import Path
 
 from ..checks import MAX_BYTES, cell_time_us, json_int
 from ..errors import ConfigError, TraceError
+from ..limits import check_layer_count
 from .dataflow import Trace, derive
 from .layers import LayerLayout, find_layers
 from .load import collector_paused, load_trace, trace_batch_size
 from .model import Op, Tensor, normalize_category
-from .raw import RawTrace, read_raw, write_raw
+from .raw import RawTrace, read_raw, write_raw, write_raw_dir
 from .repeat_rows import Repeated, copy_layers, repeat_raw
 
 # ----------------------------------------------------------------------------- entry points
@@ -75,14 +76,16 @@ def repeat_trace_dir(src: str | os.PathLike, dst: str | os.PathLike, layers: int
                      batch_size: int | None = None) -> RepeatSummary:
     """Write ``src`` with its repeated layer repeated ``layers`` times into directory ``dst``."""
     src_p, dst_p = Path(src), Path(dst)
-    if layers < 1:
-        raise ConfigError(f"--layers must be a positive integer, got {layers}")
+    check_layer_count(layers, "--layers")
     if dst_p.exists() and src_p.resolve() == dst_p.resolve():
         raise ConfigError(f"--out {dst}: refusing to overwrite the input trace")
+    if dst_p.resolve() in src_p.resolve().parents:
+        raise ConfigError(f"--out {dst}: holds the input trace {src}; refusing to replace it")
+    # The trace is checked (every error named by file and line) before its rows are copied.
+    trace = load_trace(src_p, batch_size=_batch(src_p, {}, batch_size))
     raw = read_raw(src_p)
-    trace = load_trace(src_p, batch_size=_batch(src_p, raw.meta, batch_size))
     out, layout = repeat_raw(raw, trace, layers)
-    write_raw(dst_p, out, protect=[src_p / "trace.csv", src_p / "tensor.csv", src_p / "meta.json"], flag="--out")
+    write_raw_dir(dst_p, out, flag="--out")
     new = load_trace(dst_p, batch_size=trace.batch_size)
     return RepeatSummary(layout.count, layers, len(trace.ops), len(new.ops), len(layout.ops(0)),
                          trace.parameter_bytes, new.parameter_bytes)
@@ -96,8 +99,7 @@ def load_repeated(path: str | os.PathLike, layers: int, batch_size: int = 128,
     it from the traced trace's parsed ops and tensors instead of writing and re-reading the rows
     (the same trace, several times faster; it falls back to the round trip for rows whose text
     only the CSV reader is sure to read the same, see :func:`_repeated_trace`)."""
-    if layers < 1:
-        raise ConfigError(f"--num-layers must be a positive integer, got {layers}")
+    check_layer_count(layers, "--num-layers")
     raw = read_raw(path)
     trace = load_trace(path, batch_size=batch_size, time_column=time_column)
     rep = copy_layers(raw, trace, layers)
