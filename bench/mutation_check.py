@@ -55,10 +55,9 @@ MUTATIONS = (
              "tests/test_mutations.py::test_ddp_bucket_closes_when_it_reaches_its_size"),
     # Every buffer of a stage that is not per micro-batch (parameters, gradients, optimizer
     # state: keys without the "mb<r>:" prefix) sized at the micro-batch fraction.
-    Mutation("pipeline parameters scaled by the micro-batch fraction", "triosim/graph/pipeline/builder.py",
-             "    return plan_memory(graph, platform, plan.gpus[rank], steps, sizes,",
-             "    sizes = {k: v if k.startswith('mb') else int(round(v * fractions[0])) for k, v in sizes.items()}\n"
-             "    return plan_memory(graph, platform, plan.gpus[rank], steps, sizes,",
+    Mutation("pipeline parameters scaled by the micro-batch fraction", "triosim/graph/composition_state.py",
+             "        if buffer not in self.trace.batch_invariant:\n            t = int(round(t * fraction))\n",
+             "        t = int(round(t * (fraction if buffer not in self.trace.batch_invariant else self.fractions[0])))\n",
              "tests/test_mutations.py::test_pipeline_parameters_are_not_scaled_by_the_micro_batch"),
     # Issue 24: six planted bugs the suite missed (tests/test_planted_bugs.py); the sixth,
     # megatron's collectives sorted by row only, changes nothing on any shipped trace.
