@@ -23,6 +23,8 @@ with a point and an exponent, which pyarrow rounds correctly, as Python's ``floa
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -381,11 +383,33 @@ def arrow_load(root: Path, field_limit: int, time_column: str) -> tuple[TensorTa
     import pyarrow as pa
 
     try:
-        tensors, tensor_ids = read_tensors(root / "tensor.csv", field_limit)
-        ops, codes = read_ops(root / "trace.csv", field_limit, tensors, tensor_ids, time_column)
+        with _releasing_pool():
+            tensors, tensor_ids = read_tensors(root / "tensor.csv", field_limit)
+            ops, codes = read_ops(root / "trace.csv", field_limit, tensors, tensor_ids, time_column)
     except (Declined, OSError, pa.ArrowException):  # pyarrow's own complaint: the checker words it
         return None
     return tensors, ops, codes
+
+
+@contextmanager
+def _releasing_pool() -> Iterator[None]:
+    """pyarrow's jemalloc pool while the files are read, where pyarrow has it: it hands the
+    tables' memory back as they are freed, where the default pool (mimalloc) keeps it (the
+    200,000-op trace peaked at 757 MB of RSS, 573 MB with jemalloc). The previous default pool
+    is restored on the way out."""
+    import pyarrow as pa
+
+    try:
+        pool = pa.jemalloc_memory_pool()
+    except (NotImplementedError, pa.ArrowException):
+        yield
+        return
+    previous = pa.default_memory_pool()
+    pa.set_memory_pool(pool)
+    try:
+        yield
+    finally:
+        pa.set_memory_pool(previous)
 
 
 __all__ = ["Declined", "arrow_load", "read_ops", "read_tensors"]
