@@ -177,7 +177,6 @@ def render_dag(source: str, export: str | os.PathLike, requested: str) -> Render
     args = [f"-T{plan.fmt}"] + ([f"-Gdpi={plan.dpi:g}"] if plan.dpi is not None else [])
 
     def write(fh: IO[Any]) -> None:
-        fh.flush()
         _run_dot(exe, args, source, fh, str(export))
 
     atomic_write(out, write, binary=True, flag="--render")
