@@ -12,8 +12,6 @@ import argparse
 import json
 import os
 import re
-import shutil
-import subprocess
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -99,7 +97,9 @@ def build_parser(defaults: dict | None = None, run_only: bool = False) -> argpar
     add_sim_flags(dag)
     add_config_flag(dag)
     dag.add_argument("--export", metavar="FILE", default="dag.dot", help="DOT file to write (dag.dot)")
-    dag.add_argument("--render", choices=("svg", "png", "pdf"), help="also render with Graphviz's dot")
+    dag.add_argument("--render", choices=("svg", "png", "pdf"),
+                     help="also render with Graphviz's dot, labels >= 10 px at 100 %% zoom (an SVG when a PNG "
+                          "would be too large to view; docs/dag.md)")
     dag.add_argument("--max-tasks", type=int, default=50_000,
                      help="refuse graphs larger than this (a DOT of 10^5+ nodes is unreadable; 0 = no limit)")
     dag.add_argument("--collapse", choices=("auto", "none", "layer", "stage"), default="auto",
@@ -272,9 +272,12 @@ def gpu_outputs(args: argparse.Namespace, trace, graph, strategy) -> dict:
 def cmd_dag(args: argparse.Namespace) -> int:
     from ..graph import build_graph
     from ..report.dot_export import dag_picture
+    from ..report.render import check_render_target, render_dag
 
     check_file_flags_not_empty(args)
     check_output_path(args.export, "--export")
+    if args.render:
+        check_render_target(args.export, args.render)
     trace, platform, strategy = configure(args)
     note_unused_flags(args)
     graph = build_graph(trace, platform, strategy)
@@ -294,17 +297,12 @@ def cmd_dag(args: argparse.Namespace) -> int:
     print(f"wrote {args.export}: {len(graph):,} tasks, {graph.num_edges:,} edges"
           + (f"; drawn as {picture.nodes:,} nodes (--collapse {picture.mode})" if picture.mode != "none" else ""))
     if args.render:
-        exe = shutil.which("dot")
-        if exe is None:
-            raise ConfigError("--render needs Graphviz's `dot` program (e.g. apt-get install graphviz)")
-        out = str(Path(args.export).with_suffix("." + args.render))
-        # Raster pictures at most 1,600 px wide (16 in at 100 dpi); a larger drawing is scaled down.
-        size = ["-Gsize=16,160", "-Gdpi=100"] if args.render == "png" else []
-        proc = subprocess.run([exe, f"-T{args.render}", *size, args.export, "-o", out], capture_output=True,
-                              text=True)
-        if proc.returncode != 0:
-            raise ConfigError(f"dot failed on {args.export}: {proc.stderr.strip().splitlines()[-1:]}")
-        print(f"rendered {out}")
+        drawn = render_dag(picture.dot.source, args.export, args.render)
+        if drawn.plan.note:
+            print(f"note: {drawn.plan.note}; wrote {drawn.path} instead" if drawn.plan.fmt != args.render
+                  else f"note: {drawn.plan.note}", file=sys.stderr)
+        print(f"rendered {drawn.path}: {drawn.plan.width_px:,} x {drawn.plan.height_px:,} px at 100 % zoom, "
+              f"labels {drawn.plan.label_px:.1f} px")
     return 0
 
 
