@@ -403,7 +403,7 @@ CASES = [
          "unknown flag 'bandwith' in --grid {tmp}/g.yaml; did you mean 'bandwidth'?",
          lambda d: scratch_file(d, "g.yaml", "bandwith: [1, 2]\n")),
     Case("grid: 400-digit bandwidth", ("sweep", "-trace-dir", T, "--grid", "{tmp}/g.yaml", "-q"),
-         "--bandwidth: an integer of 400 digits is out of range",
+         "--grid {tmp}/g.yaml: --bandwidth: an integer of 400 digits is out of range",
          lambda d: scratch_file(d, "g.yaml", f"bandwidth: [1, {'9' * 400}]\n")),
     Case("sweep --out onto --grid", ("sweep", "-trace-dir", T, "--grid", "{tmp}/g.json", "--out", "{tmp}/g.json",
                                      "-q"),

@@ -227,12 +227,17 @@ def read_grid_file(path: str | Path) -> list[tuple[str, list[Any]]]:
     table = FlagTable.from_cli()
     keys: dict[str, str] = {}  # flag dest -> the key that set it
 
-    def entry(name: object, where: str) -> str:
+    def entry(name: object, where: str, values: list[Any]) -> str:
         spec = table.lookup(str(name), f"--grid {p}")
         label = f"{where}{name}"
         if spec.dest in keys:
             raise ConfigError(f"--grid {p}: keys {keys[spec.dest]!r} and {label!r} both set --{spec.name}; keep one")
         keys[spec.dest] = label
+        for v in values:  # checked here too, so that a bad value's message names the file
+            try:
+                spec.parse(v)
+            except ConfigError as exc:
+                raise ConfigError(f"--grid {p}: {exc}") from None
         return str(name)
 
     entries: list[tuple[str, list[Any]]] = []
@@ -243,7 +248,7 @@ def read_grid_file(path: str | Path) -> list[tuple[str, list[Any]]]:
             for fname, fvalue in value.items():
                 if isinstance(fvalue, (list, dict)):
                     raise ConfigError(f"--grid {p}: fixed value of {fname!r} must be a single value")
-                entries.append((entry(fname, "fixed."), [fvalue]))
+                entries.append((entry(fname, "fixed.", [fvalue]), [fvalue]))
             continue
         if isinstance(value, dict):
             raise ConfigError(f"--grid {p}: {name!r} must be a list of values or a single value")
@@ -253,7 +258,7 @@ def read_grid_file(path: str | Path) -> list[tuple[str, list[Any]]]:
         if len(values) > MAX_AXIS_VALUES:
             raise ConfigError(f"--grid {p}: {name!r} has {len(values):,} values, above the limit of "
                               f"{MAX_AXIS_VALUES:,} values per flag")
-        entries.append((entry(name, ""), values))
+        entries.append((entry(name, "", values), values))
     return entries
 
 
