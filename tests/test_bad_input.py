@@ -81,6 +81,18 @@ def add_input(d: Path, row: int, tensor: str, numel: int) -> None:
     (d / "trace.csv").write_text(buf.getvalue())
 
 
+def scratch_file(d: Path, name: str, data: str | bytes) -> None:
+    """A file in the scratch directory ``{tmp}`` (beside the trace)."""
+    scratch = d.parent / "scratch"
+    scratch.mkdir(exist_ok=True)
+    (scratch / name).write_bytes(data if isinstance(data, bytes) else data.encode("utf-8"))
+
+
+BOMB = "a: &a [x, x, x, x, x, x, x, x, x]\n" + "".join(
+    f"b{i}: &b{i} [{', '.join([('*a' if i == 0 else f'*b{i - 1}')] * 9)}]\n" for i in range(9))
+NUMBERS = ",".join(str(i) for i in range(1, 1001))
+
+
 @dataclass(frozen=True)
 class Case:
     name: str
@@ -334,6 +346,80 @@ CASES = [
     Case("--json onto --config", ("run", "-trace-dir", T, "--config", "{tmp}/c.json", "--json", "{tmp}/c.json", "-q"),
          "c.json: refusing to overwrite an input file with an output", lambda d: (d.parent / "scratch").mkdir(exist_ok=True) or (
              d.parent / "scratch" / "c.json").write_text("{}")),
+    # --- --config files (issue 24)
+    Case("config: 400-digit float flag", ("run", "-trace-dir", T, "--config", "{tmp}/c.yaml", "-q"),
+         "--config {tmp}/c.yaml: --bandwidth: an integer of 400 digits is out of range",
+         lambda d: scratch_file(d, "c.yaml", f"bandwidth: {'9' * 400}\n")),
+    Case("config: non-UTF-8 byte", ("run", "-trace-dir", T, "--config", "{tmp}/c.yaml", "-q"),
+         "--config {tmp}/c.yaml line 2: not UTF-8 text (byte 0xff)",
+         lambda d: scratch_file(d, "c.yaml", b"case: 1\ntopology: r\xffng\n")),
+    Case("config: 1,000-character trace_dir", ("run", "--config", "{tmp}/c.yaml", "-q"),
+         "--config {tmp}/c.yaml: --trace-dir: a name of 1,000 bytes in the path, above the limit of 255 bytes",
+         lambda d: scratch_file(d, "c.yaml", f"trace_dir: {'a' * 1000}\n")),
+    Case("-trace-dir of 1,000 characters", ("run", "-trace-dir", "a" * 1000, "-q"),
+         "-trace-dir: a name of 1,000 bytes in the path, above the limit of 255 bytes per file or directory name"),
+    Case("config: YAML syntax error", ("run", "-trace-dir", T, "--config", "{tmp}/c.yaml", "-q"),
+         "--config {tmp}/c.yaml line 3: not valid YAML (",
+         lambda d: scratch_file(d, "c.yaml", "case: 1\ngpus: [2, 4\n")),
+    Case("config: gpus and GPUnumber", ("run", "-trace-dir", T, "--config", "{tmp}/c.yaml", "-q"),
+         "--config {tmp}/c.yaml: keys 'gpus' and 'GPUnumber' both set --gpus; keep one",
+         lambda d: scratch_file(d, "c.yaml", "case: 1\ngpus: 2\nGPUnumber: 4\n")),
+    Case("config: misspelt key", ("run", "-trace-dir", T, "--config", "{tmp}/c.yaml", "-q"),
+         "unknown flag 'ptp_bandwith' in --config {tmp}/c.yaml; did you mean 'ptp_bandwidth'?",
+         lambda d: scratch_file(d, "c.yaml", "ptp_bandwith: 100\n")),
+    Case("config: key given twice (JSON)", ("run", "-trace-dir", T, "--config", "{tmp}/c.json", "-q"),
+         "--config {tmp}/c.json: key 'case' given twice in one mapping",
+         lambda d: scratch_file(d, "c.json", '{"case": 1, "case": 2}')),
+    Case("config: JSON nested 20,000 deep", ("run", "-trace-dir", T, "--config", "{tmp}/c.json", "-q"),
+         "--config {tmp}/c.json: nested more than 32 levels deep, above the limit for a settings file",
+         lambda d: scratch_file(d, "c.json", '{"case": ' + "[" * 20000 + "]" * 20000 + "}")),
+    Case("config: alias bomb", ("run", "-trace-dir", T, "--config", "{tmp}/c.yaml", "-q"),
+         "the document expands to more than 100,000 values (aliases included)",
+         lambda d: scratch_file(d, "c.yaml", BOMB)),
+    Case("config: file over 1 MiB", ("run", "-trace-dir", T, "--config", "{tmp}/c.yaml", "-q"),
+         "--config {tmp}/c.yaml: config file larger than the limit of 1,048,576 bytes",
+         lambda d: scratch_file(d, "c.yaml", "case: 1\n" + "#" * (1 << 20) + "\n")),
+    # --- sweep grids and outputs (issue 24)
+    Case("sweep over 10^6 points", ("sweep", "-trace-dir", T, "-case", "1", "-bandwidth", NUMBERS, "-ptp-bandwidth",
+                                    NUMBERS, "-q"),
+         "the sweep has 1,000,000 configurations (1,000 bandwidth × 1,000 ptp-bandwidth), above the limit of "
+         "100,000: sweep fewer values"),
+    Case("sweep: one flag with 20,000 values", ("sweep", "-trace-dir", T, "-bandwidth",
+                                                ",".join(str(i) for i in range(1, 20_001)), "-q"),
+         "--bandwidth: 20,000 values, above the limit of 10,000 values per flag"),
+    Case("grid: JSON list of 10^5 values", ("sweep", "-trace-dir", T, "--grid", "{tmp}/g.json", "-q"),
+         "--grid {tmp}/g.json: 'bandwidth' has 100,000 values, above the limit of 10,000 values per flag",
+         lambda d: scratch_file(d, "g.json", '{"bandwidth": [' + ",".join(str(i) for i in range(1, 100_001)) + "]}")),
+    Case("grid: YAML list of 10^5 values", ("sweep", "-trace-dir", T, "--grid", "{tmp}/g.yaml", "-q"),
+         "--grid {tmp}/g.yaml line 1: the document expands to more than 100,000 values",
+         lambda d: scratch_file(d, "g.yaml", "bandwidth: [" + ",".join(str(i) for i in range(1, 100_001)) + "]\n")),
+    Case("grid: non-UTF-8 byte", ("sweep", "-trace-dir", T, "--grid", "{tmp}/g.yaml", "-q"),
+         "--grid {tmp}/g.yaml line 1: not UTF-8 text (byte 0xfe)",
+         lambda d: scratch_file(d, "g.yaml", b"case: [0, \xfe]\n")),
+    Case("grid: gpus and fixed GPUnumber", ("sweep", "-trace-dir", T, "--grid", "{tmp}/g.yaml", "-q"),
+         "--grid {tmp}/g.yaml: keys 'gpus' and 'fixed.GPUnumber' both set --gpus; keep one",
+         lambda d: scratch_file(d, "g.yaml", "gpus: [2, 4]\nfixed:\n  GPUnumber: 8\n")),
+    Case("grid: misspelt key", ("sweep", "-trace-dir", T, "--grid", "{tmp}/g.yaml", "-q"),
+         "unknown flag 'bandwith' in --grid {tmp}/g.yaml; did you mean 'bandwidth'?",
+         lambda d: scratch_file(d, "g.yaml", "bandwith: [1, 2]\n")),
+    Case("grid: 400-digit bandwidth", ("sweep", "-trace-dir", T, "--grid", "{tmp}/g.yaml", "-q"),
+         "--grid {tmp}/g.yaml: --bandwidth: an integer of 400 digits is out of range",
+         lambda d: scratch_file(d, "g.yaml", f"bandwidth: [1, {'9' * 400}]\n")),
+    Case("sweep --out onto --grid", ("sweep", "-trace-dir", T, "--grid", "{tmp}/g.json", "--out", "{tmp}/g.json",
+                                     "-q"),
+         "--out {tmp}/g.json: refusing to overwrite an input file with an output (this run reads {tmp}/g.json)",
+         lambda d: scratch_file(d, "g.json", '{"bandwidth": [1, 2]}')),
+    Case("sweep --resume without --out", ("sweep", "-trace-dir", T, "--resume", "-q"),
+         "--resume needs --out FILE: it keeps the rows of FILE.partial"),
+    Case("sweep --resume, partial file a symlink", ("sweep", "-trace-dir", T, "--out", "{tmp}/x.csv", "--resume",
+                                                    "-q"),
+         "--out {tmp}/x.csv: {tmp}/x.csv.partial is a symbolic link, not the partial file of a sweep",
+         lambda d: scratch_file(d, "elsewhere.txt", "keep\n") or (d.parent / "scratch" / "x.csv.partial").symlink_to(
+             d.parent / "scratch" / "elsewhere.txt")),
+    Case("sweep --resume, another sweep's partial file", ("sweep", "-trace-dir", T, "--out", "{tmp}/x.csv",
+                                                          "--resume", "-q"),
+         "--out {tmp}/x.csv: {tmp}/x.csv.partial has other columns than this sweep",
+         lambda d: scratch_file(d, "x.csv.partial", "case,gpus,status\n1,2,ok\n")),
     Case("trace convert, missing file", ("trace", "convert", "--graph", "{tmp}/g.json", "--profiler", "{tmp}/p.json",
                                          "--out", "{tmp}/o"), "g.json"),
 ]

@@ -81,3 +81,16 @@ def check_graph_size(num_ops: int, copies: int, num_gpus: int, what: str, limit:
             "or a shorter trace"
         )
     return tasks
+
+
+# Samples in one batch (``-batch-size``, ``-batch-size-sim``): op times are scaled by the ratio
+# of two batches, as floats; 10^9 samples is far beyond any training batch, and a 400-digit
+# batch used to end in an OverflowError.
+MAX_BATCH = 1_000_000_000
+
+
+def check_batch_limit(batch: int, flag: str) -> None:
+    """Refuse a batch of more than :data:`MAX_BATCH` samples, naming the flag and the limit."""
+    if batch > MAX_BATCH:
+        shown = f"{batch:,}" if batch < 10**24 else f"an integer of {len(str(batch))} digits"
+        raise ConfigError(f"{flag} {shown} is above the limit of {MAX_BATCH:,} samples")

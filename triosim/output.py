@@ -134,6 +134,18 @@ def _open_new(path: Path, binary: bool) -> IO[Any]:
         raise
 
 
+def open_append_no_follow(path: str | os.PathLike) -> IO[str]:
+    """An existing file opened to append text, never through a symlink planted under its name
+    (``O_NOFOLLOW``: ELOOP instead). Create it first with :func:`atomic_write`."""
+    flags = os.O_WRONLY | os.O_APPEND | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
+    fd = os.open(path, flags)
+    try:
+        return open(fd, "w", encoding="utf-8", newline="")
+    except BaseException:
+        os.close(fd)
+        raise
+
+
 def refuse_overwriting_inputs(outputs: Iterable[tuple[str, str | os.PathLike | None]],
                               inputs: Iterable[str | os.PathLike | None]) -> None:
     """Raise ConfigError when an output ``(flag, path)`` is one of the ``inputs`` files: the same

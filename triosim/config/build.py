@@ -15,7 +15,7 @@ from ..graph.layer_count import check_pipeline_depth
 from ..graph.strategy import Strategy
 from ..hardware.platform import Platform
 from ..hardware.presets import build_platform
-from ..limits import check_gpu_count
+from ..limits import check_batch_limit, check_gpu_count
 from ..trace import Trace
 from ..trace.load import load_trace, trace_batch_size
 from .flags import sim_namespace
@@ -55,6 +55,8 @@ def resolve_batches(args: argparse.Namespace, info_cache: dict[str, tuple[int, s
     sim = args.batch_size_sim if args.batch_size_sim not in (None, -1) else batch
     if sim <= 0:
         raise ConfigError(f"-batch-size-sim must be a positive integer (or -1 for the trace's batch), got {sim}")
+    check_batch_limit(batch, "-batch-size")
+    check_batch_limit(sim, "-batch-size-sim")
     return BatchSizes(trace_dir, batch, source, sim)
 
 

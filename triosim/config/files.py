@@ -9,9 +9,10 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import ConfigError
+from ..safe_yaml import MAX_YAML_BYTES, MAX_YAML_DEPTH, parse_yaml_text, read_text_file
 from .flags import FlagTable
 from .gpu import GPU_FLAG_DEFAULTS
-from .trace_dirs import trace_dir_from_flag
+from .trace_dirs import check_path_length, trace_dir_from_flag
 
 
 def read_config_file(path: str | Path, facts: dict[str, Any] | None = None) -> dict[str, Any]:
@@ -19,17 +20,15 @@ def read_config_file(path: str | Path, facts: dict[str, Any] | None = None) -> d
 
     A whole ``--json`` result is accepted too: its ``config`` block is used. Keys that describe
     the run but are no flag (``triosim_version``, ``trace_sha256``, …) go into ``facts`` when
-    given (``check_config_facts`` compares them with this run), else they are ignored.
+    given (``check_config_facts`` compares them with this run), else they are ignored. Two
+    spellings of one flag (``gpus`` and ``GPUnumber``) are an error naming both keys.
     """
     p = Path(path)
-    try:
-        text = p.read_text(encoding="utf-8")
-    except OSError as exc:
-        raise ConfigError(f"--config {p}: cannot read ({exc.strerror})") from None
-    data = parse_mapping_text(text, p, "--config")
+    data = read_settings_mapping(p, "--config", "config file")
     if "config" in data and isinstance(data["config"], dict) and "makespan_ms" in data:
         data = data["config"]
     out: dict[str, Any] = {}
+    keys: dict[str, str] = {}  # flag dest -> the key that set it
     table = FlagTable.from_cli()
     for name, value in data.items():
         if str(name) in INFO_KEYS:
@@ -37,37 +36,81 @@ def read_config_file(path: str | Path, facts: dict[str, Any] | None = None) -> d
                 facts[str(name)] = value
             continue
         spec = table.lookup(str(name), f"--config {p}")
+        if spec.dest in keys:
+            raise ConfigError(f"--config {p}: keys {keys[spec.dest]!r} and {str(name)!r} both set --{spec.name}; "
+                              "keep one")
+        keys[spec.dest] = str(name)
         if isinstance(value, (list, dict)):
             raise ConfigError(f"--config {p}: {name!r} must be a single value (sweep lists belong in --grid)")
         try:
             out[spec.dest] = spec.parse(value)
+            if spec.dest in PATH_FLAGS and isinstance(out[spec.dest], str):
+                check_path_length(out[spec.dest], f"--{spec.name}")
         except ConfigError as exc:
             raise ConfigError(f"--config {p}: {exc}") from None
     return out
 
 
+# Flags whose value is a file or directory name (checked for names no file system can hold).
+PATH_FLAGS = frozenset({"trace_dir", "topology_file", "gpu_file"})
+
+
+def read_settings_mapping(path: Path, flag: str, what: str) -> dict[str, Any]:
+    """A ``--config`` or ``--grid`` file as a mapping, read within :mod:`triosim.safe_yaml`'s
+    limits (1 MiB of UTF-8, 32 levels of nesting, 100,000 values with aliases expanded, each key
+    once); every problem is one line starting with ``flag path``."""
+    try:
+        text = read_text_file(path, what)
+    except ConfigError as exc:
+        raise ConfigError(f"{flag} {exc}") from None
+    return parse_mapping_text(text, path, flag)
+
+
 def parse_mapping_text(text: str, path: Path, flag: str) -> dict[str, Any]:
-    """JSON when the name ends in ``.json``, YAML otherwise (PyYAML is needed only then)."""
+    """JSON when the name ends in ``.json`` (read as JSON, with the YAML loader's limits on
+    nesting and repeated keys), YAML otherwise (:func:`triosim.safe_yaml.parse_yaml_text`)."""
+    where = f"{flag} {path}"
     if path.suffix.lower() == ".json":
-        try:
-            data = json.loads(text)
-        except ValueError as exc:
-            raise ConfigError(f"{flag} {path}: invalid JSON ({exc})") from None
+        data = _parse_json(text, where)
     else:
-        try:
-            import yaml
-        except ImportError:
-            raise ConfigError(
-                f"{flag} {path}: reading YAML needs PyYAML (pip install 'triosim[yaml]'), or use a .json file"
-            ) from None
-        try:
-            data = yaml.safe_load(text)
-        except yaml.YAMLError as exc:
-            raise ConfigError(f"{flag} {path}: invalid YAML ({str(exc).splitlines()[0]})") from None
+        data = parse_yaml_text(text, where)
     if data is None:
         data = {}
     if not isinstance(data, dict):
-        raise ConfigError(f"{flag} {path}: expected a mapping of flag names to values")
+        raise ConfigError(f"{where}: expected a mapping of flag names to values")
+    return data
+
+
+def _unique_pairs(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in out:
+            raise ConfigError(f"key {key[:200]!r} given twice in one mapping")
+        out[key] = value
+    return out
+
+
+def _parse_json(text: str, where: str) -> Any:
+    if len(text) > MAX_YAML_BYTES:
+        raise ConfigError(f"{where}: larger than the limit of {MAX_YAML_BYTES:,} bytes for a settings file")
+    try:
+        data = json.loads(text, object_pairs_hook=_unique_pairs)
+    except ConfigError as exc:
+        raise ConfigError(f"{where}: {exc}") from None
+    except RecursionError:
+        raise ConfigError(f"{where}: nested more than {MAX_YAML_DEPTH} levels deep, above the limit for a "
+                          "settings file") from None
+    except ValueError as exc:
+        raise ConfigError(f"{where}: invalid JSON ({' '.join(str(exc).split())[:200]})") from None
+    # The nesting, walked without recursion (json itself nests ~1,000 deep before it gives up).
+    stack: list[tuple[Any, int]] = [(data, 1)]
+    while stack:
+        node, depth = stack.pop()
+        if isinstance(node, (dict, list)):
+            if depth > MAX_YAML_DEPTH:
+                raise ConfigError(f"{where}: nested more than {MAX_YAML_DEPTH} levels deep, above the limit for "
+                                  "a settings file")
+            stack.extend((v, depth + 1) for v in (node.values() if isinstance(node, dict) else node))
     return data
 
 

@@ -17,11 +17,6 @@ DEFAULT_WORD = "default"  # a value spelling that means "the run default of this
 _TRUE = frozenset({"1", "true", "yes", "on"})
 _FALSE = frozenset({"0", "false", "no", "off"})
 
-
-
-
-
-
 def add_sim_flags(p: argparse.ArgumentParser) -> None:
     """The flags shared by ``run``, ``dag`` and ``sweep``: trace, platform and strategy.
 
@@ -124,25 +119,36 @@ class FlagSpec:
                 return True
             if word in _FALSE:
                 return False
-            raise ConfigError(f"--{self.name}: {raw!r} is not a boolean (true/false)")
+            raise ConfigError(f"--{self.name}: {_short_repr(raw)} is not a boolean (true/false)")
         if isinstance(raw, bool) or isinstance(raw, (list, dict)):
-            raise ConfigError(f"--{self.name}: {raw!r} is not a valid value")
+            raise ConfigError(f"--{self.name}: {_short_repr(raw)} is not a valid value")
         value: Any = raw.strip() if isinstance(raw, str) else raw
         if self.type is int and isinstance(value, float) and not value.is_integer():
-            raise ConfigError(f"--{self.name}: {raw!r} is not an integer")
+            raise ConfigError(f"--{self.name}: {_short_repr(raw)} is not an integer")
         if self.type is not None:
             try:
                 value = self.type(int(value) if self.type is int and isinstance(value, float) else value)
+            except OverflowError:
+                # float() of a YAML integer of hundreds of digits; int() of an infinite float
+                raise ConfigError(f"--{self.name}: {_short_repr(raw)} is out of range (a number holds at most about 1.8e308)") from None
             except (TypeError, ValueError):
                 kind = {int: "an integer", float: "a number"}.get(self.type, "a valid value")
-                raise ConfigError(f"--{self.name}: {raw!r} is not {kind}") from None
+                raise ConfigError(f"--{self.name}: {_short_repr(raw)} is not {kind}") from None
         elif not isinstance(value, str):
             value = str(value)
         if self.choices is not None and value not in self.choices:
             raise ConfigError(
-                f"--{self.name}: {raw!r} is not one of {', '.join(map(str, self.choices))}"
+                f"--{self.name}: {_short_repr(raw)} is not one of {', '.join(map(str, self.choices))}"
             )
         return value
+
+
+def _short_repr(value: Any) -> str:
+    """``repr(value)`` cut to 60 characters: an error line quotes a value, never a page of it."""
+    text = repr(value)
+    if isinstance(value, int) and not isinstance(value, bool) and len(text) > 24:
+        return f"an integer of {len(text.lstrip('-'))} digits"
+    return text if len(text) <= 60 else text[:57] + "..."
 
 
 def flag_key(name: str) -> str:
@@ -190,8 +196,25 @@ class FlagTable:
         for spec in self.specs:
             if key == flag_key(spec.dest) or any(key == flag_key(o) for o in spec.options):
                 return spec
-        known = ", ".join(s.name for s in self.specs)
-        raise ConfigError(f"unknown flag {name!r} in {where} (known: {known})")
+        raise ConfigError(f"unknown flag {_short_repr(name)} in {where}{self.suggest(name)}")
+
+    def suggest(self, name: str) -> str:
+        """``; did you mean 'ptp_bandwidth'?`` (the closest key, spelt as the user spells keys),
+        or a pointer to the list of flags when nothing is close."""
+        import difflib
+
+        key = flag_key(name)
+        spellings: dict[str, str] = {}
+        for spec in self.specs:
+            for option in (spec.dest, *spec.options):
+                spellings.setdefault(flag_key(option), spec.name)
+        close = difflib.get_close_matches(key, list(spellings), n=1, cutoff=0.75)
+        if not close:
+            return " (the keys are the flags of 'triosim run --help', without the dashes)"
+        spec_name = spellings[close[0]]
+        if "_" in name and "-" not in name:  # answer in the user's spelling: ptp_bandwith -> ptp_bandwidth
+            spec_name = spec_name.replace("-", "_")
+        return f"; did you mean {spec_name!r}?"
 
     def by_dest(self, dest: str) -> FlagSpec:
         for spec in self.specs:

@@ -21,4 +21,21 @@ def trace_dir_from_flag(value: str | os.PathLike | None) -> Path:
         return default_trace_dir()
     if not str(value).strip():
         raise ConfigError("-trace-dir is empty; leave it out to use the embedded sample trace")
+    check_path_length(value, "-trace-dir")
     return Path(value)
+
+
+NAME_MAX = 255  # bytes in one path component (Linux, macOS, Windows)
+PATH_MAX = 4096  # bytes in a whole path (Linux)
+
+
+def check_path_length(value: str | os.PathLike, flag: str) -> None:
+    """A path no file system can hold is a one-line error, not ``OSError: File name too long``
+    from whichever ``stat`` meets it first."""
+    raw = os.fsencode(value)
+    longest = max((len(part) for part in raw.split(b"/")), default=0)
+    if longest > NAME_MAX:
+        raise ConfigError(f"{flag}: a name of {longest:,} bytes in the path, above the limit of {NAME_MAX} "
+                          "bytes per file or directory name")
+    if len(raw) > PATH_MAX:
+        raise ConfigError(f"{flag}: a path of {len(raw):,} bytes, above the limit of {PATH_MAX:,} bytes")

@@ -18,9 +18,10 @@ Python use::
 from __future__ import annotations
 
 import argparse
+import sys
 import time
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -28,7 +29,7 @@ from rich.console import Console
 
 from ..checks import positive
 from ..errors import ConfigError, TriosimError
-from ..output import sigterm_as_interrupt
+from ..output import refuse_overwriting_inputs, sigterm_as_interrupt
 from .execute import (
     FAILED,
     INVALID,
@@ -42,17 +43,29 @@ from .execute import (
     run_inprocess,
     run_pool,
 )
-from .grid import FlagTable, Grid, Point, build_grid, format_value, read_grid_file, split_list
+from .grid import (
+    FlagTable,
+    Grid,
+    Point,
+    build_grid,
+    check_grid_size,
+    format_value,
+    read_grid_file,
+    split_list,
+)
 from .results import (
     RANK_COLUMNS,
     ResultFiles,
     Row,
     check_outputs,
     extra_columns,
+    partial_path,
     print_table,
     ranked,
+    result_columns,
     with_speedups,
 )
+from .resume import read_resumable
 
 __all__ = [
     "FAILED",
@@ -125,14 +138,22 @@ def run_sweep(
     on_row: Callable[[Row], None] | None = None,
     prepared: Prepared | None = None,
     on_start: Callable[[Prepared, Backend], None] | None = None,
+    finished: Mapping[int, Outcome] | None = None,
 ) -> SweepResult:
     """Simulate every point of ``grid``; Ctrl-C stops early and returns what had finished.
 
     ``on_row`` sees each row as it is settled (invalid ones first, then in completion order);
     ``on_start`` is called once the backend is up and every configuration is submitted.
+    ``finished`` (point index → outcome, from an interrupted sweep's rows: ``--resume``) are
+    taken as they are and not simulated again.
     """
+    check_grid_size(grid)
     points = grid.points()
     prepared = prepared if prepared is not None else prepare(points)
+    finished = {i: o for i, o in (finished or {}).items() if i not in {s.index for s in prepared.settled}}
+    if finished:
+        prepared = replace(prepared, tasks=[t for t in prepared.tasks if t.index not in finished],
+                           settled=sorted([*prepared.settled, *finished.values()], key=lambda o: o.index))
     backend = choose_backend(len(prepared.tasks), jobs, dask, dask_timeout_s)
     rows: dict[int, Row] = {}
 
@@ -206,6 +227,10 @@ def register(sub: Any) -> None:
                    help="how long to wait for the Dask scheduler to answer (20)")
     s.add_argument("--out", metavar="FILE", action="append", default=[],
                    help="results file, .csv or .json, kept valid while running (repeatable)")
+    s.add_argument("--resume", action="store_true",
+                   help="keep the finished rows an interrupted sweep left in each --out's NAME.partial file and "
+                        "simulate only the configurations missing (without it, such a file is moved aside to "
+                        "NAME.partial.1)")
     s.add_argument("--plot", metavar="FILE",
                    help="plot (.png/.svg/.pdf): --plot-y versus --plot-x, one line per other swept combination")
     s.add_argument("--plot-x", metavar="FLAG", default=None,
@@ -229,6 +254,12 @@ def grid_from_args(args: argparse.Namespace) -> Grid:
     file_entries = read_grid_file(args.grid) if args.grid else []
     cli_entries: list[tuple[str, Sequence[Any]]] = [(dest, split_list(raw)) for dest, raw in args.sweep_axes]
     return build_grid(table, file_entries, cli_entries, every_combination=args.every_combination)
+
+
+def setting_files(grid: Grid) -> list[Path]:
+    """The topology and device files the grid's configurations read (outputs must spare them)."""
+    return [Path(v) for a in grid.axes if a.spec.dest in ("topology_file", "gpu_file")
+            for v in a.values if isinstance(v, str) and v]
 
 
 def _title(traces: Sequence[str], rows: Sequence[Row] = ()) -> str:
@@ -271,10 +302,22 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     if not out.is_terminal:  # a pipe or file: room for the whole table rather than 80 columns
         out = Console(highlight=False, width=max(out.width, 132))
     args.out = list(dict.fromkeys(args.out))  # the same file named twice is written once
+    if args.resume and not args.out:
+        raise ConfigError("--resume needs --out FILE: it keeps the rows of FILE.partial")
     points = grid.points()
     prepared = prepare(points)
     protect = trace_inputs(prepared)
     check_outputs(args.out, protect)
+    refuse_overwriting_inputs(
+        [*(("--out", o) for o in args.out), *(("--out", partial_path(o)) for o in args.out), ("--plot", args.plot)],
+        [args.grid, *protect, *(Path(d) / "meta.json" for d in prepared.trace_dirs), *setting_files(grid)])
+    columns = result_columns(grid.columns, extra_columns(points))
+    resumed = read_resumable(args.out, columns, grid.columns, points) if args.resume else None
+    if resumed is not None:
+        settled = {o.index for o in prepared.settled}
+        resumed.outcomes = {i: o for i, o in resumed.outcomes.items() if i not in settled}
+        prepared.tasks = [t for t in prepared.tasks if t.index not in resumed.outcomes]
+        print(f"triosim: note: {resumed.describe()}", file=sys.stderr)
     meta = {"traces": list(prepared.trace_dirs), "grid": grid.to_dict(), "configurations": len(points)}
 
     from rich.progress import (
@@ -307,7 +350,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
 
     def started(prep: Prepared, backend: Backend) -> None:
         if not args.quiet:
-            settled = len(prep.settled)
+            settled = len(prep.settled) - (len(resumed.outcomes) if resumed else 0)  # resumed rows: not settled
             collapsed = (f" ({len(grid)} combinations; flags that do not apply to a configuration collapsed)"
                          if len(points) < len(grid) else "")
             err.print(f"sweep: {len(points)} configurations{collapsed}"
@@ -315,7 +358,12 @@ def cmd_sweep(args: argparse.Namespace) -> int:
                       + f"; {len(prep.tasks)} to simulate on {backend.describe()}")
         progress.start()
 
-    with ResultFiles(args.out, grid.columns, meta, protect, extra=extra_columns(points)) as files:
+    kept = [Row(points[i], o) for i, o in (resumed.outcomes if resumed else {}).items()]
+    with ResultFiles(args.out, grid.columns, meta, protect, extra=extra_columns(points), resumed=resumed,
+                     kept=kept) as files:
+        for old, new in files.moved:
+            print(f"triosim: note: {old} (rows of an earlier, interrupted sweep) moved to {new}; "
+                  "--resume keeps such rows", file=sys.stderr)
 
         def on_row(row: Row) -> None:
             nonlocal n_bad, n_done
@@ -330,7 +378,8 @@ def cmd_sweep(args: argparse.Namespace) -> int:
         try:
             with sigterm_as_interrupt():  # a killed sweep keeps its rows like Ctrl-C does
                 result = run_sweep(grid, jobs=args.jobs, dask=args.dask, dask_timeout_s=args.dask_timeout,
-                                   on_row=on_row, prepared=prepared, on_start=started)
+                                   on_row=on_row, prepared=prepared, on_start=started,
+                                   finished=resumed.outcomes if resumed else None)
         finally:
             progress.stop()
         if prepared.tasks:

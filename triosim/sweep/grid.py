@@ -18,11 +18,19 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ..config import DEFAULT_WORD, FlagSpec, FlagTable, parse_mapping_text
+from ..config import DEFAULT_WORD, FlagSpec, FlagTable
+from ..config.files import read_settings_mapping
 from ..errors import ConfigError
 
-__all__ = ["DEFAULT_WORD", "NOT_APPLICABLE", "Axis", "FlagSpec", "FlagTable", "Grid", "Point", "build_grid",
+__all__ = ["DEFAULT_WORD", "MAX_AXIS_VALUES", "MAX_SWEEP_POINTS", "NOT_APPLICABLE", "Axis", "FlagSpec", "FlagTable", "Grid", "Point", "build_grid",
            "display_value", "format_value", "inapplicable", "read_grid_file", "split_list"]
+
+# Each point is validated, then simulated (tens of ms to seconds): 100,000 points is hours of
+# work already, and checking them all before the first simulation takes about a minute. A grid
+# asking for more is refused at once, from the axes' lengths, before any point is built.
+MAX_SWEEP_POINTS = 100_000
+MAX_AXIS_VALUES = 10_000  # values of one flag (before duplicates are dropped)
+
 
 @dataclass(frozen=True)
 class Axis:
@@ -190,10 +198,19 @@ def split_list(raw: str) -> list[str]:
 
 
 def _dedupe(values: Iterable[Any]) -> tuple[Any, ...]:
+    """Values in first-seen order, each once (``4`` and ``4.0`` or ``True`` stay apart)."""
     out: list[Any] = []
+    seen: set[tuple[type, Any]] = set()
     for v in values:
-        if not any(v == o and type(v) is type(o) for o in out):
-            out.append(v)
+        try:
+            key: tuple[type, Any] = (type(v), v)
+            if key in seen:
+                continue
+            seen.add(key)
+        except TypeError:  # unhashable: compare by hand (never produced by FlagSpec.parse)
+            if any(v == o and type(v) is type(o) for o in out):
+                continue
+        out.append(v)
     return tuple(out)
 
 
@@ -201,16 +218,28 @@ def read_grid_file(path: str | Path) -> list[tuple[str, list[Any]]]:
     """A grid file: a mapping flag → list of values (swept) or scalar (fixed).
 
     ``fixed:`` may hold a sub-mapping of scalars. JSON when the name ends in ``.json``, YAML
-    otherwise (PyYAML is needed only then).
+    otherwise, read within the limits of :mod:`triosim.safe_yaml` (1 MiB, 32 levels, 100,000
+    values). One flag set twice in the file (``gpus`` and ``GPUnumber``, or a key of ``fixed:``
+    given at the top as well) is an error naming both keys.
     """
     p = Path(path)
-    try:
-        text = p.read_text(encoding="utf-8")
-    except OSError as exc:
-        raise ConfigError(f"--grid {p}: cannot read ({exc.strerror})") from None
-    data = parse_mapping_text(text, p, "--grid")
-    if not isinstance(data, dict):
-        raise ConfigError(f"--grid {p}: expected a mapping of flag names to lists of values")
+    data = read_settings_mapping(p, "--grid", "grid file")
+    table = FlagTable.from_cli()
+    keys: dict[str, str] = {}  # flag dest -> the key that set it
+
+    def entry(name: object, where: str, values: list[Any]) -> str:
+        spec = table.lookup(str(name), f"--grid {p}")
+        label = f"{where}{name}"
+        if spec.dest in keys:
+            raise ConfigError(f"--grid {p}: keys {keys[spec.dest]!r} and {label!r} both set --{spec.name}; keep one")
+        keys[spec.dest] = label
+        for v in values:  # checked here too, so that a bad value's message names the file
+            try:
+                spec.parse(v)
+            except ConfigError as exc:
+                raise ConfigError(f"--grid {p}: {exc}") from None
+        return str(name)
+
     entries: list[tuple[str, list[Any]]] = []
     for name, value in data.items():
         if str(name) == "fixed":
@@ -219,14 +248,17 @@ def read_grid_file(path: str | Path) -> list[tuple[str, list[Any]]]:
             for fname, fvalue in value.items():
                 if isinstance(fvalue, (list, dict)):
                     raise ConfigError(f"--grid {p}: fixed value of {fname!r} must be a single value")
-                entries.append((str(fname), [fvalue]))
+                entries.append((entry(fname, "fixed.", [fvalue]), [fvalue]))
             continue
         if isinstance(value, dict):
             raise ConfigError(f"--grid {p}: {name!r} must be a list of values or a single value")
         values = list(value) if isinstance(value, list) else [value]
         if not values:
             raise ConfigError(f"--grid {p}: {name!r} has an empty list of values")
-        entries.append((str(name), values))
+        if len(values) > MAX_AXIS_VALUES:
+            raise ConfigError(f"--grid {p}: {name!r} has {len(values):,} values, above the limit of "
+                              f"{MAX_AXIS_VALUES:,} values per flag")
+        entries.append((entry(name, "", values), values))
     return entries
 
 
@@ -243,9 +275,23 @@ def build_grid(
     specs: dict[str, FlagSpec] = {}
     for name, raw_values in (*file_entries, *cli_entries):
         spec = table.lookup(name)
+        if len(raw_values) > MAX_AXIS_VALUES:  # before parsing a million values one by one
+            raise ConfigError(f"--{spec.name}: {len(raw_values):,} values, above the limit of "
+                              f"{MAX_AXIS_VALUES:,} values per flag")
         parsed = _dedupe(spec.parse(v) for v in raw_values)
         if spec.dest not in values:
             order.append(spec.dest)
         values[spec.dest] = parsed
         specs[spec.dest] = spec
-    return Grid(tuple(Axis(specs[d], values[d]) for d in order), table, every_combination)
+    grid = Grid(tuple(Axis(specs[d], values[d]) for d in order), table, every_combination)
+    check_grid_size(grid)
+    return grid
+
+
+def check_grid_size(grid: Grid) -> None:
+    """Refuse, before a single point is built, a product of more than :data:`MAX_SWEEP_POINTS`."""
+    n = len(grid)
+    if n > MAX_SWEEP_POINTS:
+        sizes = " × ".join(f"{len(a.values):,} {a.spec.name}" for a in grid.swept)
+        raise ConfigError(f"the sweep has {n:,} configurations ({sizes}), above the limit of "
+                          f"{MAX_SWEEP_POINTS:,}: sweep fewer values")

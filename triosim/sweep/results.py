@@ -22,9 +22,10 @@ from rich.console import Console
 from rich.table import Table
 
 from ..errors import ConfigError
-from ..output import atomic_write_text
+from ..output import atomic_write_text, open_append_no_follow
 from .execute import OK, Outcome
 from .grid import NOT_APPLICABLE, Grid, Point, display_value, format_value
+from .resume import Resumed, move_aside, partial_path
 
 METRIC_COLUMNS = (
     "status",
@@ -177,13 +178,9 @@ def check_outputs(paths: Sequence[str], protect: Sequence[Path] = ()) -> None:
                 raise ConfigError(f"--out {p}: refusing to overwrite an input file with an output")
 
 
-PARTIAL_SUFFIX = ".partial"
-
-
-def partial_path(path: str | os.PathLike) -> Path:
-    """Where the rows of a running (or interrupted) sweep go: ``x.csv`` -> ``x.csv.partial``."""
-    p = Path(path)
-    return p.with_name(p.name + PARTIAL_SUFFIX)
+def result_columns(columns: Sequence[str], extra: Sequence[str] = ()) -> tuple[str, ...]:
+    """The columns of the result files: the grid's, the metrics, then the GPU/memory ones."""
+    return tuple(dict.fromkeys((*columns, *METRIC_COLUMNS, *extra)))
 
 
 class ResultFiles:
@@ -195,30 +192,48 @@ class ResultFiles:
     writes every row in grid order with the speed-ups: over the target (atomically, then the
     partial file is removed) when the sweep completed, else into the partial file, leaving the
     target as it was. A killed sweep thus never damages an earlier results file.
+
+    A partial file already there (an interrupted sweep's) is moved aside to ``NAME.partial.N``
+    (``moved`` lists them), unless ``resumed`` says its rows were read back for this sweep: then
+    the new partial file starts with those rows (``kept``). The CSV partial file is created
+    atomically (``O_EXCL | O_NOFOLLOW`` temp file, renamed into place) and appended to with
+    ``O_NOFOLLOW``: a symlink planted under its name is never followed.
     """
 
     def __init__(self, paths: Sequence[str], columns: Sequence[str], meta: dict[str, Any],
-                 protect: Sequence[Path] = (), json_every_s: float = 1.0, extra: Sequence[str] = ()) -> None:
-        self.columns = tuple(dict.fromkeys((*columns, *METRIC_COLUMNS, *extra)))
+                 protect: Sequence[Path] = (), json_every_s: float = 1.0, extra: Sequence[str] = (),
+                 resumed: Resumed | None = None, kept: Sequence[Row] = ()) -> None:
+        self.columns = result_columns(columns, extra)
         self.meta = meta
         self.protect = tuple(protect)
         self.csv_paths = [p for p in paths if Path(p).suffix.lower() == ".csv"]
         self.json_paths = [p for p in paths if Path(p).suffix.lower() == ".json"]
         self.json_every_s = json_every_s
-        self._rows: dict[int, Row] = {}
+        self._rows: dict[int, Row] = {r.point.index: r for r in kept}
         self._handles: list[io.TextIOBase] = []
         self._last_json = 0.0
+        self.resumed = resumed
+        self.moved: list[tuple[Path, Path]] = []
 
     def __enter__(self) -> ResultFiles:
-        header = _csv_line(self.columns)
+        # Rows an interrupted sweep left are never truncated: read back (--resume) or set aside.
+        replace_old = self.resumed is not None and not self.resumed.foreign
+        for p in (*self.csv_paths, *self.json_paths):
+            part = partial_path(p)
+            if os.path.lexists(part) and not (replace_old and part in self.resumed.read):
+                self.moved.append((part, move_aside(part)))
+        kept = [self._rows[i] for i in sorted(self._rows)]
+        text = _csv_line(self.columns) + "".join(_csv_line(r.record().get(c) for c in self.columns) for r in kept)
         for p in self.csv_paths:
             try:
-                fh = open(partial_path(p), "w", encoding="utf-8", newline="")
+                atomic_write_text(partial_path(p), text, protect=self.protect, flag="--out")
+                fh = open_append_no_follow(partial_path(p))
             except OSError as exc:
                 self.close()
                 raise ConfigError(f"--out {p}: cannot write {partial_path(p)} ({exc.strerror})") from None
-            fh.write(header)
-            fh.flush()
+            except BaseException:
+                self.close()
+                raise
             self._handles.append(fh)
         self._write_json(complete=False)
         return self
@@ -232,6 +247,9 @@ class ResultFiles:
         self._handles = []
 
     def add(self, row: Row) -> None:
+        if row.point.index in self._rows:  # a resumed row: already in the partial file
+            self._rows[row.point.index] = row
+            return
         self._rows[row.point.index] = row
         line = _csv_line(row.record().get(c) for c in self.columns)
         for fh in self._handles:
