@@ -51,6 +51,7 @@ from .results import (
     extra_columns,
     print_table,
     ranked,
+    shown_values,
     with_speedups,
 )
 
@@ -347,7 +348,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
         if ok:
             best = ranked(ok, args.rank_by)[0]
             swept = {a.spec.name for a in grid.swept}
-            label = " ".join(f"{k}={format_value(v)}" for k, v in best.point.values if k in swept)
+            label = " ".join(f"{k}={format_value(v)}" for k, v in shown_values(best.point).items() if k in swept)
             print(f"{best.outcome.makespan_ms:.4f} {label}".rstrip())
     else:
         print_table(out, grid, result.rows, args.top, title=title, rank_by=args.rank_by)
