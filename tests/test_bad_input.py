@@ -9,6 +9,7 @@ Run this file as a script to print the table with each case's exit code and mess
 from __future__ import annotations
 
 import csv
+import importlib.util
 import io
 import os
 import sys
@@ -422,6 +423,40 @@ CASES = [
          lambda d: scratch_file(d, "x.csv.partial", "case,gpus,status\n1,2,ok\n")),
     Case("trace convert, missing file", ("trace", "convert", "--graph", "{tmp}/g.json", "--profiler", "{tmp}/p.json",
                                          "--out", "{tmp}/o"), "g.json"),
+    # --- flag combinations that dropped something silently (issue 24)
+    Case("-case 3 with --dp 2", ("run", "-trace-dir", T, "-case", "3", "--dp", "2", "-q"),
+         "-case 3 and --dp 2 both choose the parallelism; give one of them (-case 3 is --tp N --tp-style per-op)"),
+    Case("-case 4 with --tp 2", ("run", "-trace-dir", T, "-case", "4", "--tp", "2", "-q"),
+         "-case 4 and --tp 2 both choose the parallelism; give one of them (-case 4 is --pp N)"),
+    Case("-case 0 typed with --dp 2", ("run", "-trace-dir", T, "-case", "0", "--dp", "2", "-q"),
+         "-case 0 and --dp 2 both choose the parallelism; give one of them (-case 0 is one GPU: leave -case out)"),
+    Case("dag -case 1 with --dp 2 --pp 2", ("dag", "-trace-dir", T, "-case", "1", "--dp", "2", "--pp", "2", "--export",
+                                           "{tmp}/d.dot"),
+         "-case 1 and --dp 2 --pp 2 both choose the parallelism"),
+    Case("--pp 2 -micro-batch-size 3 at batch 8", ("run", "-trace-dir", GPT, "--pp", "2", "-micro-batch-size", "3", "-q"),
+         "-micro-batch-size 3 does not divide the per-replica batch of 8: a --dp/--tp/--pp run cuts it into equal "
+         "micro-batches (use 1, 2, 4, 8)"),
+    Case("--dp 2 -micro-batch-size 3 -batch-size-sim 16", ("run", "-trace-dir", GPT, "--dp", "2", "-batch-size-sim",
+                                                          "16", "-micro-batch-size", "3", "-q"),
+         "-micro-batch-size 3 does not divide the per-replica batch of 16"),
+    Case("bad topology file with -case 0", ("run", "-trace-dir", T, "-case", "0", "--topology-file", TOPO, "-q"),
+         "spine: unknown field 'oversubscriptoin'",
+         lambda d: write_topology(d, SUPERPOD.replace("oversubscription: 1", "oversubscriptoin: 8"))),
+    Case("topology file of an unknown topology, -case 0", ("run", "-trace-dir", T, "--topology-file", TOPO, "-q"),
+         "topo.yaml: field 'topology' must be one of ring, fully-connected, switch, mesh, nvlink-cluster, got 'torus'",
+         lambda d: write_topology(d, "kind: preset\ntopology: torus\n")),
+    Case("missing topology file, -case 0", ("run", "-trace-dir", T, "--topology-file", "{tmp}/none.yaml", "-q"),
+         "--topology-file {tmp}/none.yaml: file not found"),
+    Case("--topology torus beside a topology file", ("run", "-trace-dir", T, "-case", "1", "--topology-file", TOPO,
+                                                     "--topology", "torus", "-q"),
+         "--topology must be one of ring, fully-connected, switch, mesh, nvlink-cluster, got 'torus'",
+         lambda d: write_topology(d, SUPERPOD)),
+    # --- the first hour (issue 24)
+    Case("-trace-dir a folder of trace folders", ("run", "-trace-dir", T + "/..", "-q"),
+         "/..: no trace.csv here, but it holds trace folders: trace; give one of them, e.g. -trace-dir {trace}/../trace"),
+    *([Case("trace collect --model mobilenetv2", ("trace", "collect", "--model", "mobilenetv2", "--batch-size", "2",
+                                                 "--out", "{tmp}/c"), "; did you mean mobilenet_v2?")]
+      if importlib.util.find_spec("torchvision") else []),
 ]
 
 

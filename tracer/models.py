@@ -78,6 +78,22 @@ def known_models() -> list[str]:
     return sorted(names)
 
 
+def closest_model(name: str) -> str:
+    """``; did you mean mobilenet_v2?`` for a near miss of a known model name, else "".
+
+    Names are compared without ``_``/``-`` and case first (``mobilenetv2``, ``ResNet-50``), then
+    by similarity (``resnt50``)."""
+    import difflib
+
+    known = known_models()
+    squash = {k.replace("_", "").replace("-", "").lower(): k for k in known}
+    key = name.replace("_", "").replace("-", "").lower()
+    hit = squash.get(key) or next(iter(difflib.get_close_matches(key, list(squash), n=1, cutoff=0.75)), None)
+    if hit is not None and hit in squash:
+        hit = squash[hit]
+    return f"; did you mean {hit}?" if hit and hit != name else ""
+
+
 def _gpt_module(cfg: GPTConfig) -> Any:
     import torch
     import torch.nn.functional as F
@@ -185,7 +201,7 @@ def build_model(name: str, image_size: int = 224, num_classes: int = 1000,
     if name not in set(tvm.list_models(module=tvm)):
         raise TracerError(f"unknown model '{name}' (choose a torchvision classifier such as "
                           f"{', '.join(FEATURED_MODELS)}, or one of "
-                          f"{', '.join(sorted(GPT_PRESETS) + list(LOCAL_MODELS))})")
+                          f"{', '.join(sorted(GPT_PRESETS) + list(LOCAL_MODELS))}){closest_model(name)}")
     kwargs: dict[str, Any] = {"weights": None, "num_classes": num_classes}
     if name.startswith("vit_"):
         kwargs["image_size"] = image_size

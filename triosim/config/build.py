@@ -15,10 +15,11 @@ from ..graph.layer_count import check_pipeline_depth
 from ..graph.strategy import Strategy
 from ..hardware.platform import Platform
 from ..hardware.presets import build_platform
+from ..hardware.topology_file import check as check_topology_file
 from ..limits import check_batch_limit, check_gpu_count
 from ..trace import Trace
 from ..trace.load import load_trace, trace_batch_size
-from .flags import sim_namespace
+from .flags import sim_namespace, typed
 from .gpu import GpuOptions, planning_capacity, time_trace_on_gpu
 from .notes import check_unused_platform_flags
 from .parallel_flags import degrees_given, parallel_options, resolve_gpus
@@ -105,9 +106,39 @@ def load_recorded_trace(trace_dir: str | Path, batch: int, time_column: str, num
     return trace
 
 
+# What each -case is as degrees, for the error that refuses both at once.
+_CASE_AS_DEGREES = {
+    0: "-case 0 is one GPU: leave -case out",
+    1: "-case 1 (one all-reduce after backward) has no degrees form: leave out the degrees",
+    2: "-case 2 is --dp N",
+    3: "-case 3 is --tp N --tp-style per-op",
+    4: "-case 4 is --pp N",
+}
+
+
 def check_case(args: argparse.Namespace) -> None:
+    """``-case`` is 0..4, and not given together with ``--dp/--tp/--pp``: both choose the
+    parallelism, and a run with degrees used to drop ``-case`` silently. ``-case 0`` counts as
+    given only when typed (it is every run's default, and a ``--json`` result's config block
+    records it for hybrid runs too)."""
     if args.case not in range(5):
         raise ConfigError(f"-case must be one of 0..4, got {args.case}")
+    if degrees_given(args) and (args.case != 0 or typed(args, "case")):
+        degrees = " ".join(f"--{k} {getattr(args, k)}" for k in ("dp", "tp", "pp") if getattr(args, k) is not None)
+        raise ConfigError(f"-case {args.case} and {degrees} both choose the parallelism; give one of them "
+                          f"({_CASE_AS_DEGREES[args.case]})")
+
+
+def check_hybrid_micro_batch(mb: int | None, batch: int) -> None:
+    """A hybrid run cuts each replica's batch into equal micro-batches, as Megatron-LM does
+    (its global batch must be micro-batch × micro-batches × dp); ``-case 4`` alone keeps GPipe's
+    smaller last micro-batch (docs/parallelism.md)."""
+    if mb is None or batch % mb == 0:
+        return
+    divisors = [d for d in range(1, batch + 1) if batch % d == 0]
+    near = sorted(sorted(divisors, key=lambda d: (abs(d - mb), d))[:6])
+    raise ConfigError(f"-micro-batch-size {mb} does not divide the per-replica batch of {batch}: a --dp/--tp/--pp "
+                      f"run cuts it into equal micro-batches (use {', '.join(map(str, near))})")
 
 
 def strategy_from_args(args: argparse.Namespace, sim_batch: int) -> Strategy:
@@ -116,6 +147,8 @@ def strategy_from_args(args: argparse.Namespace, sim_batch: int) -> Strategy:
         raise ConfigError(f"-micro-batch-size must be a positive integer, got {mb}")
     if mb is not None and mb > sim_batch:
         raise ConfigError(f"-micro-batch-size {mb} is larger than the simulated batch {sim_batch}")
+    if degrees_given(args):
+        check_hybrid_micro_batch(mb, sim_batch)
     strategy = Strategy(
         case=args.case,
         micro_batch_size=mb,
@@ -138,8 +171,10 @@ def platform_from_args(args: argparse.Namespace) -> Platform:
     check_gpu_count(gpus)
     # case 0 runs on one GPU whatever -GPUnumber says; a hybrid run on dp × tp × pp
     single = gpus == 1 if degrees_given(args) else args.case == 0
-    if single:
+    if single or args.topology_file is not None:
         check_unused_platform_flags(args)  # not used, but a wrong value is still an error
+    if single and args.topology_file is not None:
+        check_topology_file(args.topology_file)  # likewise: read and checked, not built
     platform = build_platform(
         num_gpus=1 if single else gpus,
         capacity_log2=args.capacity,

@@ -16,6 +16,27 @@ from .parallel_flags import add_parallel_flags
 DEFAULT_WORD = "default"  # a value spelling that means "the run default of this flag"
 _TRUE = frozenset({"1", "true", "yes", "on"})
 _FALSE = frozenset({"0", "false", "no", "off"})
+# The namespace attribute holding the dests of the flags typed on the command line (argparse
+# calls an action only for an option that is present; a default, or a --config value, is not).
+TYPED = "typed_flags"
+
+
+class StoreTyped(argparse.Action):
+    """Store the value, as argparse's plain ``store``, and remember that the flag was typed.
+
+    ``-case 0 --dp 2`` is a contradiction while ``--dp 2`` alone is not, though both leave 0 in
+    ``args.case``: only this mark tells them apart."""
+
+    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace, values: Any,
+                 option_string: str | None = None) -> None:
+        setattr(namespace, self.dest, values)
+        setattr(namespace, TYPED, frozenset(getattr(namespace, TYPED, frozenset())) | {self.dest})
+
+
+def typed(args: argparse.Namespace, dest: str) -> bool:
+    """Whether flag ``dest`` was typed on the command line (False for configure() and sweeps)."""
+    return dest in getattr(args, TYPED, ())
+
 
 def add_sim_flags(p: argparse.ArgumentParser) -> None:
     """The flags shared by ``run``, ``dag`` and ``sweep``: trace, platform and strategy.
@@ -54,7 +75,8 @@ def add_sim_flags(p: argparse.ArgumentParser) -> None:
     g.add_argument("--link-latency-us", type=float, default=None, help="per-link latency in µs (0; optical hop 0.02)")
     g.add_argument("--topology-file", default=None, metavar="FILE.yaml",
                    help="read the cluster from a YAML file (kind: preset or cluster; a shipped name such as "
-                        "dgx-h100-superpod works too); its links replace --topology and the bandwidth flags")
+                        "dgx-h100-superpod works too); its links replace --topology, -ptp-bandwidth, "
+                        "-interconnects, the mesh and node flags and --link-latency-us")
     g.add_argument("--network", choices=NETWORKS, default="flow",
                    help="link model: flow (concurrent transfers share links max-min fairly, default) or exclusive "
                         "(a transfer reserves its whole route, the original model)")
@@ -63,14 +85,18 @@ def add_sim_flags(p: argparse.ArgumentParser) -> None:
                         "one-way-ring (the original), tree, hierarchical or direct")
     g.add_argument("--collective-protocol", choices=COLLECTIVE_PROTOCOLS, default="simple",
                    help="NCCL protocol of every collective: simple (default), ll or ll128 (lower latency, less "
-                        "bandwidth), or auto (the fastest protocol and algorithm per collective, as NCCL's tuner)")
+                        "bandwidth), or auto (the fastest protocol and algorithm per collective, as NCCL's tuner); "
+                        "--reference-compat always runs the original's Simple")
     g.add_argument("--collective-latency-us", type=collective_latency, default=None, metavar="US|nccl",
                    help="per-step collective latency in µs (default nccl: NCCL's per-algorithm and per-link "
                         "constants plus its per-call latency; 0 turns collective latency off)")
     g = p.add_argument_group("strategy")
-    g.add_argument("--case", type=int, default=0,
-                   help="0 single GPU, 1 data parallel, 2 DDP, 3 tensor parallel, 4 pipeline parallel")
-    g.add_argument("--micro-batch-size", type=int, default=-1, help="pipeline micro-batch (default: the batch)")
+    g.add_argument("--case", type=int, default=0, action=StoreTyped,
+                   help="0 single GPU, 1 data parallel, 2 DDP, 3 tensor parallel, 4 pipeline parallel "
+                        "(not with --dp/--tp/--pp: -case 2 is --dp N, 3 is --tp N --tp-style per-op, 4 is --pp N)")
+    g.add_argument("--micro-batch-size", type=int, default=-1,
+                   help="pipeline micro-batch (default: the whole batch in one, so the stages run one after "
+                        "another). -case 4: the last one may be smaller; --dp/--tp/--pp: must divide the batch")
     g.add_argument("--bucket-mb", type=float, default=25.0, help="DDP gradient bucket size in MB (25)")
     g.add_argument("--schedule", default="gpipe", help="pipeline schedule: gpipe, 1f1b or interleaved")
     g.add_argument("--virtual-stages", type=int, default=1,

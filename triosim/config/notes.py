@@ -26,6 +26,26 @@ _PLATFORM = (
     ("ptp_bandwidth", "-ptp-bandwidth"),
     ("gpus_per_node", "--gpus-per-node"),
     ("node_bandwidth", "--node-bandwidth"),
+    ("topology_file", "--topology-file"),
+)
+# What a topology file's links replace (-bandwidth stays: the file may leave remote memory to it).
+_FILE_REPLACES = (
+    ("topology", "--topology"),
+    ("ptp_bandwidth", "-ptp-bandwidth"),
+    ("interconnects", "-interconnects"),
+    ("num_rows", "-numRows"),
+    ("num_cols", "-numCols"),
+    ("link_latency_us", "--link-latency-us"),
+    ("gpus_per_node", "--gpus-per-node"),
+    ("node_bandwidth", "--node-bandwidth"),
+)
+# --reference-compat runs the original's network whatever these say; a value equal to what it
+# runs is not worth a note.
+_COMPAT_NETWORK = (
+    ("network", "--network", "exclusive"),
+    ("collective_algo", "--collective-algo", "one-way-ring"),
+    ("collective_latency_us", "--collective-latency-us", 0.0),
+    ("collective_protocol", "--collective-protocol", "simple"),
 )
 _MESH = (("num_rows", "-numRows"), ("num_cols", "-numCols"))
 _CLUSTER = (("gpus_per_node", "--gpus-per-node"), ("node_bandwidth", "--node-bandwidth"))
@@ -57,16 +77,39 @@ def unused_flags(args: argparse.Namespace) -> list[tuple[str, list[str]]]:
         case = None  # a hybrid --dp/--tp/--pp run: the case presets' rules do not apply
     if case == 0:
         groups.append(("-case 0 simulates one GPU", _given(args, _PLATFORM, d)))
+    elif getattr(args, "topology_file", None) is not None:
+        groups.append(("the --topology-file's links replace them", _given(args, _FILE_REPLACES, d)))
     elif getattr(args, "gpus", None) != 1 or case is not None:
         if getattr(args, "interconnects", 0) == 0 and getattr(args, "topology", "ring") != "mesh":
             groups.append(("only the optical mesh (-interconnects 1) has rows and columns", _given(args, _MESH, d)))
         if getattr(args, "topology", "ring") != "nvlink-cluster":
             groups.append(("only --topology nvlink-cluster has nodes", _given(args, _CLUSTER, d)))
+    if getattr(args, "reference_compat", False):
+        groups.append(("--reference-compat runs the original's network (exclusive links, one-way ring, no "
+                       "latency, Simple protocol)",
+                       [f"{flag} {getattr(args, dest)}" for dest, flag, compat in _COMPAT_NETWORK
+                        if getattr(args, dest, d.get(dest)) not in (d.get(dest), compat)]))
+    if case is None:  # a hybrid run: options of an axis that is 1
+        groups.extend(_hybrid_unused(args))
     if case not in (2, None):
         groups.append(("buckets are DDP's (-case 2)", _given(args, _DDP, d)))
     if case not in (4, None):
         groups.append(("micro-batches are the pipeline's (-case 4)", _given(args, _PIPELINE, d)))
     return [(why, flags) for why, flags in groups if flags]
+
+
+def _hybrid_unused(args: argparse.Namespace) -> list[tuple[str, list[str]]]:
+    """ZeRO without a data-parallel group to shard over, sequence parallelism without tensor
+    parallelism: both build nothing different (same times, same memory)."""
+    from ..graph.strategy import ZERO_ALIASES
+
+    out = []
+    zero = str(getattr(args, "zero", "0")).strip()
+    if (getattr(args, "dp", None) or 1) == 1 and ZERO_ALIASES.get(zero.lower(), 0) > 0:
+        out.append(("ZeRO shards over the data-parallel group, and --dp is 1", [f"--zero {zero}"]))
+    if (getattr(args, "tp", None) or 1) == 1 and getattr(args, "sequence_parallel", False):
+        out.append(("sequence parallelism splits tensor-parallel blocks, and --tp is 1", ["--sequence-parallel"]))
+    return out
 
 
 def unused_flag_note(args: argparse.Namespace) -> str | None:

@@ -17,9 +17,11 @@ def add_parallel_flags(g: argparse._ArgumentGroup) -> None:
     g.add_argument("--dp", type=int, default=None, help="data-parallel degree (hybrid run; missing degrees are 1)")
     g.add_argument("--tp", type=int, default=None, help="tensor-parallel degree")
     g.add_argument("--pp", type=int, default=None, help="pipeline-parallel degree (stages)")
-    g.add_argument("--zero", default="0", help="ZeRO stage over the DP group: 0, 1, 2, 3 or fsdp (= 3)")
+    g.add_argument("--zero", default="0", help="ZeRO stage over the DP group: 0, 1, 2, 3 or fsdp (= 3); "
+                   "nothing to shard with --dp 1")
     g.add_argument("--sequence-parallel", action="store_true",
-                   help="megatron TP: split the replicated ops too (reduce-scatter + all-gather per block)")
+                   help="megatron TP: split the replicated ops too (reduce-scatter + all-gather per block); "
+                        "nothing to split with --tp 1")
     g.add_argument("--tp-style", default=None,
                    help="tensor parallel: megatron (default for --tp) or per-op (case 3's scheme)")
     g.add_argument("--rank-order", default="tp,pp,dp",

@@ -22,7 +22,9 @@ def trace_dir_from_flag(value: str | os.PathLike | None) -> Path:
     if not str(value).strip():
         raise ConfigError("-trace-dir is empty; leave it out to use the embedded sample trace")
     check_path_length(value, "-trace-dir")
-    return Path(value)
+    path = Path(value)
+    check_not_a_folder_of_traces(path)
+    return path
 
 
 NAME_MAX = 255  # bytes in one path component (Linux, macOS, Windows)
@@ -39,3 +41,18 @@ def check_path_length(value: str | os.PathLike, flag: str) -> None:
                           "bytes per file or directory name")
     if len(raw) > PATH_MAX:
         raise ConfigError(f"{flag}: a path of {len(raw):,} bytes, above the limit of {PATH_MAX:,} bytes")
+
+
+def check_not_a_folder_of_traces(path: Path, shown: int = 6) -> None:
+    """``-trace-dir traces`` where ``traces/`` holds trace folders rather than a trace: name
+    them (else the loader could only say that ``traces/trace.csv`` is not there)."""
+    try:
+        if not path.is_dir() or (path / "trace.csv").exists():
+            return
+        inside = sorted(p.name for p in path.iterdir() if p.is_dir() and (p / "trace.csv").is_file())
+    except OSError:  # unreadable: the loader reports it
+        return
+    if inside:
+        more = f", … ({len(inside)} in all)" if len(inside) > shown else ""
+        raise ConfigError(f"-trace-dir {path}: no trace.csv here, but it holds trace folders: "
+                          f"{', '.join(inside[:shown])}{more}; give one of them, e.g. -trace-dir {path / inside[0]}")

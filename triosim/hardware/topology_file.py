@@ -209,4 +209,22 @@ def preset_arguments(p: Path, data: dict) -> dict[str, Any]:
     return out
 
 
-__all__ = ["ClusterSpec", "LinkSpec", "cluster_spec", "packaged_dir", "preset_arguments", "read", "resolve"]
+def check(path: str | Path) -> Path:
+    """Read and check a topology file without building it: its YAML, keys and every number
+    (what a run that simulates one GPU does with a ``--topology-file`` it does not use, so that
+    a bad file is an error whatever the case)."""
+    from .platform import TOPOLOGIES
+
+    where, data = read(path)
+    if "gpus" in data:
+        _number(where, data, "gpus", integer=True)
+    if data["kind"] == "cluster":
+        cluster_spec(where, data)
+        return where
+    topology = preset_arguments(where, data)["topology"]
+    if topology not in TOPOLOGIES:
+        raise ConfigError(f"{where}: field 'topology' must be one of {', '.join(TOPOLOGIES)}, got {_shown(topology)}")
+    return where
+
+
+__all__ = ["ClusterSpec", "LinkSpec", "check", "cluster_spec", "packaged_dir", "preset_arguments", "read", "resolve"]

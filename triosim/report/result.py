@@ -23,6 +23,38 @@ from ..schedule.tasks import COMM_KINDS, TaskGraph
 STRATEGY_META = ("gradient_bytes", "buckets", "tensor_parallel", "pipeline", "parallel", "hybrid", "collectives")
 
 
+def case_of(strategy: Strategy) -> int | None:
+    """The run's ``case`` as the JSON result, the summary and sweep rows give it: a ``-case`` run's
+    number; for a run given as degrees (``--dp/--tp/--pp``), the preset its composition equals
+    exactly (``--dp N`` is case 2, ``--tp N --tp-style per-op`` case 3, ``--pp N`` case 4, all
+    degrees 1 case 0), else None: no case describes it, its ``case_name`` does."""
+    if not strategy.hybrid:
+        return strategy.case
+    if strategy.zero or strategy.sequence_parallel:
+        return None
+    wide = [axis for axis, n in (("dp", strategy.dp), ("tp", strategy.tp), ("pp", strategy.pp)) if (n or 1) > 1]
+    if len(wide) > 1:
+        return None
+    if wide == ["pp"]:
+        return 4  # case 4's preset keeps the micro-batches, schedule and partition
+    if strategy.micro_batch_size is not None:
+        return None  # the presets of cases 0, 2 and 3 run one micro-batch
+    if not wide:
+        return 0
+    if wide == ["dp"]:
+        return 2
+    return 3 if strategy.effective_tp_style == "per-op" else None
+
+
+def case_label(strategy: Strategy) -> str:
+    """How the summary's header names the run: ``case 2 · distributed data parallel (DDP)``, a
+    hybrid run by its composition (``hybrid dp2×tp4``), with the preset it equals if any."""
+    if not strategy.hybrid:
+        return f"case {strategy.case} · {strategy.name}"
+    case = case_of(strategy)
+    return strategy.name + (f" (= case {case})" if case is not None else "")
+
+
 @dataclass
 class GpuStats:
     gpu: int
@@ -65,7 +97,7 @@ class Result:
         mem = self.graph.meta.get("memory", {})
         return {
             "makespan_ms": r(self.makespan_ms),
-            "case": self.strategy.case,
+            "case": case_of(self.strategy),
             "case_name": self.strategy.name,
             "gpus": self.platform.num_gpus,
             "topology": self.platform.topology,

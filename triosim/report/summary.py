@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import re
+
 from rich.console import Console
 from rich.panel import Panel
 from rich.table import Table
 
 from .dot_export import human_bytes
 from .memory_verdict import verdict_line
-from .result import GpuStats, Result
+from .result import GpuStats, Result, case_label
 
 MAX_GPU_ROWS = 16
 
@@ -50,7 +52,7 @@ def print_summary(result: Result, console: Console, title: str = "") -> None:
     head = (
         f"[bold]{title}[/bold]\n" if title else ""
     ) + (
-        f"case {s.case} · {s.name} · {p.num_gpus} GPU{'s' if p.num_gpus > 1 else ''} ({p.topology})"
+        f"{case_label(s)} · {p.num_gpus} GPU{'s' if p.num_gpus > 1 else ''} ({p.topology})"
         f"{' · reference-compat' if s.reference_compat else ''}\n"
         f"[bold green]Iteration time: {result.makespan_ms:.4f} ms[/bold green]"
         f"   ({len(result.graph):,} tasks, {result.graph.num_edges:,} edges)"
@@ -98,17 +100,9 @@ def print_summary(result: Result, console: Console, title: str = "") -> None:
         else:
             console.print("Tensor parallel: per-op scheme")
     if hybrid_tp:
-        _print_hybrid(console, meta.get("parallel", {}), hybrid_tp)
+        _print_hybrid(console, meta.get("parallel", {}), hybrid_tp, result.extra.get("batch_size_sim"))
     if "pipeline" in meta:
-        pp = meta["pipeline"]
-        mbs = pp.get("micro_batches", [])
-        console.print(f"Pipeline: {pp.get('schedule')} schedule, {len(mbs)} micro-batch(es) of {mbs[:1] and mbs[0]}, "
-                      f"{pp.get('partition')} partition")
-        for st in pp.get("stages", []):
-            console.print(f"  stage {st['stage']} · GPU {st['gpu']} · ops {st['first_op']}–{st['last_op']} "
-                          f"({st['forward_ops']} fwd + {st['backward_ops']} bwd) · {st['compute_ms']:.3f} ms compute")
-        for note in pp.get("warnings", []):
-            console.print(f"  [yellow]warning:[/yellow] {note}")
+        _print_pipeline(console, result, meta["pipeline"])
     if meta.get("collectives"):
         parts = [f"{row['op'].replace('_', '-')} {row['algo']} ×{row['calls']}" for row in meta["collectives"].values()]
         console.print("Collectives: " + ", ".join(parts))
@@ -122,7 +116,7 @@ def print_summary(result: Result, console: Console, title: str = "") -> None:
         )
 
 
-def _print_hybrid(console: Console, parallel: dict, hybrid: dict) -> None:
+def _print_hybrid(console: Console, parallel: dict, hybrid: dict, batch: int | None = None) -> None:
     """A hybrid run's mesh, its collectives per group kind and each stage's memory by role."""
     built = "one representative pipeline" if hybrid.get("representatives") else "every GPU"
     console.print(f"Hybrid: dp {parallel.get('dp')} × tp {parallel.get('tp')} × pp {parallel.get('pp')} = "
@@ -131,7 +125,11 @@ def _print_hybrid(console: Console, parallel: dict, hybrid: dict) -> None:
     for kind, c in hybrid.get("collectives_dp0_tp0", {}).items():
         console.print(f"  {kind.upper()} groups (one pipeline): {c['collectives']} collective(s), "
                       f"{human_bytes(c['payload_bytes'])} payload, {human_bytes(c['wire_bytes_per_gpu'])} sent per GPU")
-    for warning in hybrid.get("pipeline_warnings", []):
+    stages = parallel.get("pp") or 1
+    one = stages > 1 and hybrid.get("micro_batches") == 1
+    if one:
+        console.print(f"  [yellow]hint:[/yellow] {one_micro_batch_hint(stages, batch)}")
+    for warning in fold_stage_warnings(hybrid.get("pipeline_warnings", []), drop_small=one):
         console.print(f"  [yellow]pipeline:[/yellow] {warning}")
     if hybrid.get("replica_warning"):
         console.print(f"  [yellow]representatives:[/yellow] {hybrid['replica_warning']}")
@@ -147,3 +145,98 @@ def _print_hybrid(console: Console, parallel: dict, hybrid: dict) -> None:
                       human_bytes(m["optimizer_bytes"]), *extra, human_bytes(m["activations_peak_bytes"]),
                       human_bytes(m["peak_bytes"]))
     console.print(table)
+
+
+def micro_batch_text(sizes: list[int], batch: int | None, compat: bool) -> str:
+    """What the micro-batches are, adding up to the batch: ``4 micro-batches: 3 of 5 and 1 of 1
+    (16 samples)``. Under --reference-compat, R = ⌊batch / micro-batch⌋ rounds, each 1/R of the
+    batch, as the original runs them."""
+    n = len(sizes)
+    if compat and batch and sum(sizes) != batch:
+        return (f"{n} micro-batches, each 1/{n} of the batch of {batch} (the original's ⌊{batch}/{sizes[0]}⌋ "
+                "rounds)")
+    counts: dict[int, int] = {}
+    for m in sizes:
+        counts[m] = counts.get(m, 0) + 1
+    total = sum(sizes)
+    if n == 1:
+        return f"1 micro-batch of {total}"
+    if len(counts) == 1:
+        return f"{n} micro-batches of {sizes[0]} ({total} samples)"
+    parts = " and ".join(f"{c} of {m}" for m, c in counts.items())
+    return f"{n} micro-batches: {parts} ({total} samples)"
+
+
+def one_micro_batch_hint(stages: int, batch: int | None) -> str:
+    """The hint of a pipeline run in one micro-batch (-micro-batch-size not given)."""
+    example = ""
+    if batch and batch > 1:
+        m = max(1, batch // stages)
+        example = f" (e.g. -micro-batch-size {m}: {-(-batch // m)} micro-batches)"
+    return ("one micro-batch, so the stages run one after another and no cut balances them: "
+            f"set -micro-batch-size to pipeline them{example}")
+
+
+_SMALL_STAGE = re.compile(r"^stage (\d+) holds ([\d.]+%) of the compute \(under ([\d.]+%)\): (.*)$")
+
+
+def fold_stage_warnings(warnings: list[str], drop_small: bool = False) -> list[str]:
+    """The plan's warnings with the small-stage ones (one per stage) folded into one line;
+    ``drop_small``: leave them out (the one-micro-batch hint says why they are small)."""
+    small = [m for m in map(_SMALL_STAGE.match, warnings) if m]
+    out = [w for w in warnings if not _SMALL_STAGE.match(w)]
+    if len(small) == 1 and not drop_small:
+        out.insert(0, small[0].group(0))
+    elif small and not drop_small:
+        ids = ", ".join(m.group(1) for m in small)
+        shares = ", ".join(m.group(2) for m in small)
+        out.insert(0, f"stages {ids} hold {shares} of the compute (each under {small[0].group(3)}): "
+                      f"{small[0].group(4)}")
+    return out
+
+
+def _stage_times(result: Result) -> dict[int, tuple[float, float]] | None:
+    """Per pipeline stage, (forward + backward, optimizer) compute in ms as scheduled (every
+    micro-batch at its own size); None where the graph does not mark its compute tasks' phase
+    (the --reference-compat replay)."""
+    graph = result.graph
+    out: dict[int, list[float]] = {}
+    for t, kind in enumerate(graph.kind):
+        if kind != "compute":
+            continue
+        attrs = graph.attrs[t] or {}
+        phase, stage = attrs.get("stage"), attrs.get("stage_index")
+        if phase is None or stage is None:
+            return None
+        span = (result.schedule.end[t] - result.schedule.start[t]) * 1e3
+        out.setdefault(stage, [0.0, 0.0])[1 if phase == "optimizer" else 0] += span
+    return {s: (v[0], v[1]) for s, v in out.items()}
+
+
+def _print_pipeline(console: Console, result: Result, pp: dict) -> None:
+    """Case 4's section: the micro-batches as run, each stage's compute split into forward +
+    backward and its share of the optimizer (the two add up to its GPU's compute in the Per-GPU
+    table), and the plan's warnings folded."""
+    mbs = list(pp.get("micro_batches", []))
+    compat = result.strategy.reference_compat
+    batch = result.extra.get("batch_size_sim") or (sum(mbs) if not compat else None)
+    console.print(f"Pipeline: {pp.get('schedule')} schedule, {micro_batch_text(mbs, batch, compat)}, "
+                  f"{pp.get('partition')} partition")
+    stages = pp.get("stages", [])
+    times = None if compat else _stage_times(result)
+    for st in stages:
+        head = f"  stage {st['stage']} · GPU {st['gpu']} · ops {st['first_op']}–{st['last_op']}"
+        if times is None:
+            console.print(head + f" ({st['forward_ops']} fwd + {st['backward_ops']} bwd) · "
+                                 f"{st['compute_ms']:.3f} ms compute")
+        else:
+            fb, opt = times.get(st["stage"], (0.0, 0.0))
+            console.print(head + f" · {st['forward_ops']} fwd + {st['backward_ops']} bwd: {fb:.3f} ms, "
+                                 f"optimizer {opt:.3f} ms")
+    if times is not None and stages:
+        console.print("  fwd + bwd (every micro-batch) + optimizer share = the GPU's compute in Per GPU")
+    one = len(mbs) == 1 and len(stages) > 1 and not compat
+    if one:
+        console.print(f"  [yellow]hint:[/yellow] {one_micro_batch_hint(len(stages), batch)}")
+    for note in fold_stage_warnings(pp.get("warnings", []), drop_small=one):
+        console.print(f"  [yellow]warning:[/yellow] {note}")

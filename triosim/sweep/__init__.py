@@ -63,6 +63,7 @@ from .results import (
     print_table,
     ranked,
     result_columns,
+    shown_values,
     with_speedups,
 )
 from .resume import read_resumable
@@ -396,7 +397,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
         if ok:
             best = ranked(ok, args.rank_by)[0]
             swept = {a.spec.name for a in grid.swept}
-            label = " ".join(f"{k}={format_value(v)}" for k, v in best.point.values if k in swept)
+            label = " ".join(f"{k}={format_value(v)}" for k, v in shown_values(best.point).items() if k in swept)
             print(f"{best.outcome.makespan_ms:.4f} {label}".rstrip())
     else:
         print_table(out, grid, result.rows, args.top, title=title, rank_by=args.rank_by)

@@ -143,6 +143,9 @@ def _has_collectives(c: Mapping[str, Any]) -> bool:
 # Which flags matter to which configurations (flag dest -> test on the run's config). A flag not
 # listed applies to every configuration. Case 0 runs on one GPU whatever --gpus says.
 APPLIES: dict[str, Callable[[Mapping[str, Any]], bool]] = {
+    # A point with degrees is a hybrid run: -case does not apply (results label it by its
+    # composition), and a grid of cases × degrees simulates each composition once.
+    "case": lambda c: all(c.get(d) is None for d in ("dp", "tp", "pp")),
     "gpus": _multi_gpu,
     "ptp_bandwidth": _multi_gpu,
     "interconnects": _multi_gpu,

@@ -71,7 +71,7 @@ class Row:
         """Column → value (JSON-ready; axis values as parsed, metrics rounded)."""
         o = self.outcome
         return {
-            **dict(self.point.values),
+            **shown_values(self.point),
             "status": o.status,
             "reason": o.reason,
             "makespan_ms": o.makespan_ms,
@@ -85,6 +85,36 @@ class Row:
             **({"gpu": o.gpu, "op_time_source": o.op_time_source} if o.gpu is not None else {}),
             **({"memory": "fits" if o.fits else INFEASIBLE} if o.fits is not None else {}),
         }
+
+
+def shown_values(point: Point) -> dict[str, Any]:
+    """A point's columns as tables and result files show them: a hybrid point's ``case`` (n/a:
+    -case does not apply to it) is the preset its composition equals, or the composition's name
+    (``hybrid dp2×tp2``), as ``triosim run``'s JSON and summary label it."""
+    values = dict(point.values)
+    if "case" in values:
+        label = _composition_label(point)
+        if label is not None:
+            values["case"] = label
+    return values
+
+
+def _composition_label(point: Point) -> int | str | None:
+    from ..config.parallel_flags import degrees_given, parallel_options
+    from ..errors import TriosimError
+    from ..graph.strategy import Strategy
+    from ..report.result import case_of
+
+    ns = point.namespace()
+    if not degrees_given(ns):
+        return None
+    mb = getattr(ns, "micro_batch_size", None)
+    try:
+        strategy = Strategy(micro_batch_size=None if mb in (None, -1) else mb, **parallel_options(ns))
+    except TriosimError:  # an invalid point: its row says why
+        return None
+    case = case_of(strategy)
+    return strategy.name if case is None else case
 
 
 # The flags that define the workload (model, batch, timing model): speed-ups compare
@@ -361,7 +391,7 @@ def print_table(console: Console, grid: Grid, rows: Sequence[Row], top: int, tit
         for col in metrics:
             table.add_column(col, justify="right", no_wrap=True)
         for rank, r in enumerate(ok[:top], start=1):
-            vals = dict(r.point.values)
+            vals = shown_values(r.point)
             cells = _metric_cells(r)
             infeasible = r.outcome.fits is False  # over a GPU's memory: a time, but no answer
             table.add_row(("★" if rank == 1 else "") + str(rank) + (" ✗" if infeasible else ""),
@@ -385,7 +415,7 @@ def print_table(console: Console, grid: Grid, rows: Sequence[Row], top: int, tit
         t2.add_column("status")
         t2.add_column("reason", overflow="fold")
         for r in bad[:top]:
-            vals = dict(r.point.values)
+            vals = shown_values(r.point)
             t2.add_row(*(_short(vals[n]) for n in shown), r.outcome.status, r.outcome.reason,
                        style="red" if r.outcome.status == "failed" else "yellow")
         if len(bad) > top:
@@ -398,7 +428,7 @@ def print_table(console: Console, grid: Grid, rows: Sequence[Row], top: int, tit
     counts = {s: sum(1 for r in rows if r.outcome.status == s) for s in ("ok", "invalid", "failed")}
     line = f"{len(rows)} configurations: {counts['ok']} ok, {counts['invalid']} invalid, {counts['failed']} failed"
     if ok:
-        best = " ".join(f"{n}={_short(dict(ok[0].point.values)[n])}" for n in shown) if grid.swept else "defaults"
+        best = " ".join(f"{n}={_short(shown_values(ok[0].point)[n])}" for n in shown) if grid.swept else "defaults"
         line += f"; best by {rank_by}: {best} → {best_figures(ok[0])}"
     console.print(line)
 
@@ -429,7 +459,7 @@ def _table_width(rows: Sequence[Row], axes: Sequence[str], metrics: Sequence[str
     """Characters the ranked table needs without wrapping a number (3 per column for rules)."""
     width = 3 + len(str(len(rows)))
     for name in axes:
-        cells = [len(_short(dict(r.point.values)[name])) for r in rows]
+        cells = [len(_short(shown_values(r.point)[name])) for r in rows]
         width += 3 + max([min(len(name), 12), *cells])
     for col in metrics:
         width += 3 + max([len(col), *(len(_metric_cells(r)[col]) for r in rows)])
