@@ -162,6 +162,8 @@ CASES = [
     Case("sweep --dask-timeout nan", ("sweep", "-trace-dir", T, "--dask", "tcp://127.0.0.1:9", "--dask-timeout", "nan"),
          "--dask-timeout must be a finite number, got nan"),
     Case("-trace-dir \"\"", ("run", "-trace-dir", "", "-q"), "-trace-dir is empty"),
+    Case("--json - and --timeline - together", ("run", "-trace-dir", T, "--json", "-", "--timeline", "-"),
+         "--json - and --timeline - both write to stdout"),
     Case("--json and --timeline on one path", ("run", "-trace-dir", T, "--json", "{tmp}/r.json", "--timeline",
                                                "{tmp}/r.json", "-q"), "--json and --timeline both name"),
     Case("duplicate tensor row, other size", ("run", "-trace-dir", T, "-q"),

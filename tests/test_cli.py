@@ -56,6 +56,16 @@ def test_json_to_stdout_and_summary(capsys, synthetic_dir):
     assert code == 0 and "Iteration time" in out and "Per GPU" in out
 
 
+def test_timeline_to_stdout_is_the_only_output(capsys, tmp_path, synthetic_dir, monkeypatch):
+    """``--timeline -`` prints the Chrome trace and nothing else (not the time, even with -q),
+    and writes no file named ``-``."""
+    monkeypatch.chdir(tmp_path)
+    for extra in ((), ("--quiet",)):
+        code, out, _ = run_cli(capsys, "run", "-trace-dir", str(synthetic_dir), "--timeline", "-", *extra)
+        assert code == 0 and json.loads(out)["traceEvents"]
+    assert not (tmp_path / "-").exists()
+
+
 def test_timeline_is_chrome_trace(capsys, tmp_path, synthetic_dir):
     path = tmp_path / "tl.json"
     code, _, _ = run_cli(capsys, "run", "-trace-dir", str(synthetic_dir), "--initial-placement", "remote",

@@ -50,7 +50,8 @@ def normalize_argv(argv: Sequence[str]) -> list[str]:
 
 def add_output_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--json", metavar="FILE", help="write the result as JSON ('-' for stdout)")
-    p.add_argument("--timeline", metavar="FILE", help="write a Chrome/Perfetto trace of the schedule")
+    p.add_argument("--timeline", metavar="FILE",
+                   help="write a Chrome/Perfetto trace of the schedule ('-' for stdout)")
     p.add_argument("--quiet", "-q", action="store_true", help="print only the iteration time in ms")
 
 
@@ -137,6 +138,9 @@ def build_parser(defaults: dict | None = None, run_only: bool = False) -> argpar
 def check_run_outputs(args: argparse.Namespace) -> None:
     """Refuse unusable output paths before simulating (a directory, a missing directory, the
     same file for two outputs)."""
+    if args.json == "-" and args.timeline == "-":
+        raise ConfigError("--json - and --timeline - both write to stdout, which would hold two JSON "
+                          "documents; send one of them to a file")
     outputs = [(flag, path) for flag, path in (("--json", args.json), ("--timeline", args.timeline))
                if path is not None and path != "-"]
     for flag, path in outputs:
@@ -226,12 +230,15 @@ def cmd_run(args: argparse.Namespace) -> int:
             sys.stdout.write(text)
         else:
             atomic_write_text(args.json, text, protect=protect, flag="--json")
-    if args.timeline:
+    if args.timeline == "-":
+        sys.stdout.write(timeline_json(graph, sched))
+    elif args.timeline:
         atomic_write_text(args.timeline, timeline_json(graph, sched), protect=protect, flag="--timeline")
+    to_stdout = "-" in (args.json, args.timeline)  # stdout holds one JSON document and nothing else
     if args.quiet:
-        if args.json != "-":
+        if not to_stdout:
             print(f"{result.makespan_ms:.4f}")
-    elif args.json != "-":
+    elif not to_stdout:
         print_to = Console(highlight=False)
         from ..report.summary import print_summary
 
