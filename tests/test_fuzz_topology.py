@@ -1,4 +1,5 @@
-"""Fuzzing topology files (``--topology-file``): whatever the YAML, ``triosim run`` exits 0 or 2,
+"""Fuzzing topology files (``--topology-file``) and GPU device files (``--gpu-file``): whatever
+the YAML, ``triosim run`` exits 0 or 2,
 exit 2 comes with exactly one line on stderr, nothing raises, and nothing takes long.
 
 Hypothesis mutates the shipped files (a value replaced by a hostile one — a 400-digit integer,
@@ -30,7 +31,9 @@ import triosim.hardware.topology_file as tf
 from triosim.cli.console import main
 from triosim.trace.synthetic import SyntheticModel, write_synthetic_trace
 
-SHIPPED = sorted((Path(__file__).resolve().parents[1] / "topologies").glob("*.yaml"))
+REPO = Path(__file__).resolve().parents[1]
+SHIPPED = sorted((REPO / "topologies").glob("*.yaml"))
+SHIPPED_DEVICES = sorted((REPO / "triosim" / "hardware" / "device_data").glob("*.yaml"))
 TIME_LIMIT_S = 20.0
 HOSTILE = ["9" * 400, "-" + "9" * 400, ".nan", ".inf", "-.inf", "1e400", "-1", "0", "0.5", "2", "8", "65536",
            "9223372036854775808", "abc", "[]", "{}", "null", "true", "[1, 2]", "{a: 1}", "''", "'8'", "0x10",
@@ -39,6 +42,9 @@ KEYS = ["kind", "name", "topology", "gpus", "gpus_per_node", "nvlink", "nic", "l
         "latency_us", "nodes_per_leaf", "oversubscription", "nics_per_gpu", "ptp_bandwidth_gbps",
         "remote_bandwidth_gbps", "link_latency_us", "interconnects", "num_rows", "num_cols", "description",
         "node_bandwidth_gbps"]
+DEVICE_KEYS = ["name", "display_name", "vendor", "aliases", "memory_gb", "hbm_gbps", "sm_count", "block_read_gbps",
+               "launch_floor_us", "matrix_tflops", "vector_tflops", "sources", "efficiency", "compute",
+               "compute_by_dtype", "memory", "bf16", "fp16", "fp32", "tf32", "fp8", "source"]
 
 
 def _value(text: str) -> object:
@@ -58,18 +64,19 @@ def _alarm(signum, frame):
 
 
 @st.composite
-def documents(draw) -> bytes:
-    """A topology file: a mutated shipped file, or random YAML."""
+def documents(draw, shipped: list[Path] = SHIPPED, keys: list[str] = KEYS) -> bytes:
+    """A settings file: a mutated shipped file (topology or device), or random YAML."""
     kind = draw(st.sampled_from(["value", "value", "key", "line", "bytes", "random", "special"]))
     if kind == "random":
         leaves = st.one_of(st.sampled_from(HOSTILE), st.integers(-10**6, 10**6).map(str),
                            st.floats(allow_nan=True).map(repr), st.text(max_size=8).map(repr))
         tree = st.recursive(leaves.map(_value),
                             lambda kids: st.one_of(st.lists(kids, max_size=4),
-                                                   st.dictionaries(st.sampled_from(KEYS), kids, max_size=5)),
+                                                   st.dictionaries(st.sampled_from(keys), kids, max_size=5)),
                             max_leaves=20)
-        doc = draw(st.dictionaries(st.sampled_from(KEYS), tree, max_size=8))
-        doc.setdefault("kind", draw(st.sampled_from(["preset", "cluster", "mesh"])))
+        doc = draw(st.dictionaries(st.sampled_from(keys), tree, max_size=8))
+        if keys is KEYS:
+            doc.setdefault("kind", draw(st.sampled_from(["preset", "cluster", "mesh"])))
         return yaml.safe_dump(doc).encode()
     if kind == "special":
         depth = draw(st.sampled_from([31, 33, 1000, 20_000]))
@@ -85,7 +92,7 @@ def documents(draw) -> bytes:
             b"\x00kind: preset\n",
             b"kind: preset\ntopology: ring\n" + b"#" * (2 << 20) + b"\n",
         ]))
-    text = SHIPPED[draw(st.integers(0, len(SHIPPED) - 1))].read_text()
+    text = shipped[draw(st.integers(0, len(shipped) - 1))].read_text()
     lines = text.split("\n")
     values = [i for i, line in enumerate(lines) if re.match(r"^\s*[a-z_]+:\s*\S", line)]
     if kind == "value":
@@ -98,7 +105,7 @@ def documents(draw) -> bytes:
         name = key.strip()
         j = draw(st.integers(0, len(name) - 1))
         typo = draw(st.sampled_from([name[:j] + name[j + 1:], name[:j] + name[j] * 2 + name[j + 1:],
-                                     name + "s", name.upper(), draw(st.sampled_from(KEYS))]))
+                                     name + "s", name.upper(), draw(st.sampled_from(keys))]))
         lines[i] = key.replace(name, typo) + ":" + rest
     elif kind == "line":
         i = draw(st.integers(0, len(lines) - 1))
@@ -114,7 +121,7 @@ def documents(draw) -> bytes:
     return raw
 
 
-def run_once(trace: Path, topo: Path, counts: Counter) -> None:
+def run_once(argv: list[str], counts: Counter) -> None:
     out, err = io.StringIO(), io.StringIO()
     previous = signal.signal(signal.SIGALRM, _alarm)
     signal.setitimer(signal.ITIMER_REAL, TIME_LIMIT_S)
@@ -122,8 +129,7 @@ def run_once(trace: Path, topo: Path, counts: Counter) -> None:
     try:
         with redirect_stdout(out), redirect_stderr(err):
             try:
-                code = main(["run", "-trace-dir", str(trace), "-case", "1", "-GPUnumber", "8", "--topology-file",
-                             str(topo), "-q"])
+                code = main(argv)
             except SystemExit as exc:
                 code = int(exc.code or 0)
     except Hang:
@@ -157,7 +163,8 @@ def _property(tmp_path_factory, counts: Counter, examples: int):
     @given(documents())
     def prop(doc: bytes) -> None:
         topo.write_bytes(doc)
-        run_once(trace, topo, counts)
+        run_once(["run", "-trace-dir", str(trace), "-case", "1", "-GPUnumber", "8", "--topology-file", str(topo),
+                  "-q"], counts)
 
     return prop
 
@@ -186,3 +193,32 @@ def test_topology_property_catches_an_overflow(tmp_path_factory, monkeypatch) ->
     monkeypatch.setattr(tf, "_number", float_first)
     with pytest.raises(AssertionError, match="traceback"):
         _property(tmp_path_factory, Counter(), 300)()
+
+
+def _device_property(tmp_path_factory, counts: Counter, examples: int):
+    base = tmp_path_factory.mktemp("devicefuzz")
+    trace = write_synthetic_trace(base / "t", SyntheticModel(layers=1, batch_size=4, seed=3))
+    device = base / "gpu.yaml"
+
+    @seed(20261204)
+    @settings(max_examples=examples, deadline=None, database=None, report_multiple_bugs=False,
+              suppress_health_check=list(HealthCheck))
+    @given(documents(SHIPPED_DEVICES, DEVICE_KEYS))
+    def prop(doc: bytes) -> None:
+        device.write_bytes(doc)
+        run_once(["run", "-trace-dir", str(trace), "-case", "2", "-GPUnumber", "2", "--gpu-file", str(device), "-q"],
+                 counts)
+
+    return prop
+
+
+@pytest.mark.skipif(os.name != "posix", reason="per-example time bound uses SIGALRM")
+def test_fuzzed_device_files_exit_0_or_2_with_one_line(tmp_path_factory) -> None:
+    counts: Counter = Counter()
+    examples = int(os.environ.get("TRIOSIM_FUZZ_EXAMPLES", "40"))
+    _device_property(tmp_path_factory, counts, examples)()
+    print(f"\nfuzz (device files): {counts[0] + counts[2]} runs, exit 0: {counts[0]}, exit 2: {counts[2]}, "
+          f"tracebacks: {counts['traceback']}, multi-line: {counts['multi-line']}, hangs: {counts['hang']}, "
+          f"slowest: {counts['slowest_ms']} ms")
+    assert counts[0] > 0 and counts[2] > 0
+    assert counts["traceback"] == counts["multi-line"] == counts["hang"] == 0

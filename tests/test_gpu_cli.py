@@ -62,6 +62,25 @@ def test_gpus_checks_a_device_file(tmp_path: Path) -> None:
     assert ms("-trace-dir", R18, "--gpu-file", str(mine)) == ms("-trace-dir", R18, "--gpu", "h100-sxm")
 
 
+def test_an_edited_device_file_is_read_again(tmp_path: Path) -> None:
+    """One process, the same --gpu-file path, the file edited between two runs (a sweep, the
+    Python API, a fuzz test): the second run times ops on the edited device, not a cached one."""
+    import os
+
+    from triosim.hardware.device_db import packaged_dir
+
+    mine = tmp_path / "my-gpu.yaml"
+    text = (packaged_dir() / "h100-sxm.yaml").read_text()
+    mine.write_text(text)
+    fast = ms("-trace-dir", R18, "--gpu-file", str(mine))
+    mine.write_text(text.replace("hbm_gbps: 3350", "hbm_gbps: 335"))
+    os.utime(mine, ns=(1, 1))  # a different stamp even on a coarse clock
+    assert ms("-trace-dir", R18, "--gpu-file", str(mine)) > fast
+    mine.write_text("name: my-gpu\n")
+    code, _, err = cli("run", "-trace-dir", R18, "--gpu-file", str(mine), "-q")
+    assert code == 2 and "missing field" in err
+
+
 def test_a_cpu_trace_on_an_h100_computes_at_least_20x_faster(tmp_path: Path) -> None:
     cpu = result(tmp_path, "-trace-dir", R18)["per_gpu"][0]["compute_ms"]
     gpu = result(tmp_path, "-trace-dir", R18, "--gpu", "h100-sxm")["per_gpu"][0]["compute_ms"]

@@ -11,6 +11,7 @@ given, and a peak over it is a verdict (``fits: false``) rather than a spill.
 from __future__ import annotations
 
 import argparse
+import os
 from dataclasses import dataclass
 from functools import lru_cache
 
@@ -120,16 +121,35 @@ class GpuOptions:
             lookup_gpu(self.trace_gpu, "--trace-gpu")
 
 
-@lru_cache(maxsize=16)
 def _device(gpu: str | None, gpu_file: str | None) -> Device | None:
     if gpu_file is not None:
-        try:
-            return read_device_file(gpu_file)
-        except ConfigError as exc:  # the file's own message, said to be --gpu-file's
-            raise ConfigError(f"--gpu-file {exc}") from None
+        return _device_file(gpu_file, *_stamp(gpu_file))
     if gpu is not None:
-        return lookup_gpu(gpu, "--gpu")
+        return _database_device(gpu)
     return None
+
+
+def _stamp(path: str) -> tuple[int, int]:
+    """(mtime, size) of a device file: a file edited between two runs of one process (a sweep,
+    the Python API) is read again, not taken from the cache."""
+    try:
+        st = os.stat(path)
+    except OSError:  # the reader words the problem
+        return (0, 0)
+    return (st.st_mtime_ns, st.st_size)
+
+
+@lru_cache(maxsize=16)
+def _device_file(path: str, mtime_ns: int, size: int) -> Device:
+    try:
+        return read_device_file(path)
+    except ConfigError as exc:  # the file's own message, said to be --gpu-file's
+        raise ConfigError(f"--gpu-file {exc}") from None
+
+
+@lru_cache(maxsize=16)
+def _database_device(gpu: str) -> Device:
+    return lookup_gpu(gpu, "--gpu")
 
 
 def time_trace_on_gpu(trace: Trace, options: GpuOptions) -> tuple[Trace, GpuTiming | None]:
