@@ -36,7 +36,7 @@ from ..trace.load import collector_paused
 from ..version import __version__
 from .argparsing import OneLineParser, typed_spelling
 
-SUBCOMMANDS = ("run", "dag", "trace", "sweep", "gpus")
+SUBCOMMANDS = ("run", "dag", "trace", "sweep", "gpus", "plan")
 _SINGLE_DASH = re.compile(r"^-[A-Za-z][A-Za-z0-9_-]+(=.*)?$")
 
 
@@ -126,9 +126,10 @@ def build_parser(defaults: dict | None = None, run_only: bool = False) -> argpar
         sweep = None
     if sweep is not None:
         sweep.register(sub)
-    from . import gpus
+    from . import gpus, plan
 
     gpus.register(sub)
+    plan.register(sub)
     return parser
 
 

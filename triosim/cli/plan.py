@@ -1,0 +1,229 @@
+"""``triosim plan``: the best way to train a model on N GPUs — every valid composition estimated
+in closed form, the best ``--top`` timed with the task DAG, ranked (:mod:`triosim.plan`)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shlex
+import sys
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+
+from ..config import add_sim_flags, resolve_batches, trace_dir_from_flag
+from ..config.build import gpu_timing_options, load_recorded_trace, op_time_options, platform_from_args
+from ..config.flags import FlagTable
+from ..config.gpu import GpuOptions, memory_capacity
+from ..errors import ConfigError
+from ..output import check_output_path, refuse_overwriting_inputs
+
+# Strategy flags the plan chooses itself: given to `plan`, they would be silently replaced.
+CHOSEN = ("case", "dp", "tp", "pp", "micro_batch_size", "schedule", "virtual_stages", "zero", "sequence_parallel",
+          "batch_size_sim", "gpus", "recompute")
+EXIT_NOTHING_FITS = 3
+
+
+def _has_option(p: argparse.ArgumentParser, option: str) -> bool:
+    return option in p._option_string_actions  # a flag another part may add to the simulation flags
+
+
+def register(sub: Any) -> None:
+    """Add ``triosim plan`` to the CLI's sub-parsers."""
+    p = sub.add_parser("plan", help="search every DP × TP × PP × micro-batch × schedule × ZeRO configuration "
+                                    "for the fastest, DAG-timing the best few")
+    add_sim_flags(p)
+    g = p.add_argument_group("plan")
+    if not _has_option(p, "--global-batch"):
+        g.add_argument("--global-batch", type=int, default=None, metavar="B",
+                       help="samples per iteration over all data-parallel replicas (required)")
+    if not _has_option(p, "--seq-len"):
+        g.add_argument("--seq-len", type=int, default=None, metavar="S",
+                       help="tokens per sample, for tokens/s and MFU (default: the trace's meta.json)")
+    g.add_argument("--top", type=int, default=20, metavar="K",
+                   help="DAG-time the K best estimates and rank them by the DAG (20; 0: estimates only)")
+    g.add_argument("--max-tp", type=int, default=None, metavar="T",
+                   help="largest tensor-parallel degree (default: the GPUs of a node, so a TP group stays on NVLink)")
+    g.add_argument("--out", metavar="FILE.csv", help="every candidate, infeasible ones with the reason (CSV)")
+    g.add_argument("--plot", metavar="FILE.png", help="throughput against peak memory (needs matplotlib)")
+    g.add_argument("--jobs", "-j", type=int, default=1,
+                   help="processes for the DAG timing (sweep executor; 1 = in this process)")
+    g.add_argument("--show", type=int, default=10, metavar="N", help="rows of the table (10)")
+    g.add_argument("--quiet", "-q", action="store_true", help="print only the best configuration's run line")
+    p.set_defaults(func=cmd_plan)
+
+
+def _check_flags(args: argparse.Namespace) -> None:
+    table = FlagTable.from_cli()
+    for dest in CHOSEN:
+        if dest in ("gpus",) or not hasattr(args, dest):
+            continue
+        try:
+            spec = table.by_dest(dest)
+        except KeyError:
+            continue
+        if getattr(args, dest) != spec.default:
+            raise ConfigError(f"plan chooses --{spec.name} itself; leave it out (give --gpus and --global-batch)")
+    if args.gpus is None or args.gpus < 1:
+        raise ConfigError("plan needs --gpus N, the GPUs to train on")
+    if args.global_batch is None or args.global_batch < 1:
+        raise ConfigError("plan needs --global-batch B, the samples per iteration over all replicas")
+    if args.top < 0:
+        raise ConfigError(f"--top must be 0 or more, got {args.top}")
+    if args.jobs < 1:
+        raise ConfigError(f"--jobs must be 1 or more, got {args.jobs}")
+    if args.max_tp is not None and args.max_tp < 1:
+        raise ConfigError(f"--max-tp must be 1 or more, got {args.max_tp}")
+    if args.seq_len is not None and args.seq_len < 1:
+        raise ConfigError(f"--seq-len must be 1 or more, got {args.seq_len}")
+    if args.out:
+        check_output_path(args.out, "--out")
+        if Path(args.out).suffix.lower() != ".csv":
+            raise ConfigError(f"--out {args.out}: the name must end in .csv")
+    if args.plot:
+        from ..sweep.plot import require_matplotlib
+
+        require_matplotlib(args.plot)
+
+
+def base_config(args: argparse.Namespace) -> tuple[dict, list[str]]:
+    """The simulation flags every candidate shares (dest → value) and their command-line form:
+    every simulation flag the user changed, the plan's own choices left out."""
+    table = FlagTable.from_cli()
+    config, flags = {}, []
+    for spec in table.specs:
+        value = getattr(args, spec.dest, spec.default)
+        config[spec.dest] = value
+        if spec.dest in CHOSEN or value == spec.default:
+            continue
+        option = f"--{spec.name}"
+        if spec.is_bool:
+            flags.append(option)
+        else:
+            flags += [option, str(value)]
+    return config, flags
+
+
+def _seq_len(args: argparse.Namespace, trace_dir: Path) -> int | None:
+    if args.seq_len is not None:
+        return args.seq_len
+    try:
+        meta = json.loads((trace_dir / "meta.json").read_text())
+    except (OSError, ValueError):
+        return None
+    value = meta.get("seq_len") if isinstance(meta, dict) else None
+    return value if isinstance(value, int) and value > 0 else None
+
+
+def _peak_flops(args: argparse.Namespace, trace) -> float | None:
+    device = GpuOptions.of(args).device()
+    if device is None:
+        return None
+    dtype = args.dtype if getattr(args, "dtype", "auto") != "auto" else None
+    if dtype is None:
+        sizes = [trace.tensors[k].each_byte for k in trace.parameters]
+        dtype = "fp32" if not sizes or max(set(sizes), key=sizes.count) >= 4 else "bf16"
+    try:
+        return device.matrix_peak(dtype)
+    except ConfigError:
+        return None
+
+
+def _progress(quiet: bool):
+    if quiet or not sys.stderr.isatty():
+        return None, None
+    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+
+    prog = Progress(TextColumn("{task.description}"), BarColumn(), TextColumn("{task.completed:,}/{task.total:,}"),
+                    TimeElapsedColumn(), console=Console(stderr=True), transient=True)
+    tasks: dict[str, int] = {}
+
+    def update(phase: str, done: int, total: int) -> None:
+        if phase not in tasks:
+            tasks[phase] = prog.add_task(phase, total=total)
+        prog.update(tasks[phase], completed=done)
+
+    return prog, update
+
+
+def cmd_plan(args: argparse.Namespace) -> int:
+    from ..plan import (
+        Figures,
+        ModelProfile,
+        PlanSettings,
+        SearchSpace,
+        enumerate_candidates,
+        explain_empty,
+        explain_infeasible,
+        mesh_shapes,
+        print_table,
+        run_line,
+        search,
+        write_csv,
+        write_plot,
+    )
+
+    _check_flags(args)
+    base, base_flags = base_config(args)
+    trace_dir = trace_dir_from_flag(args.trace_dir)
+    protect = [trace_dir / n for n in ("trace.csv", "tensor.csv", "meta.json")]
+    refuse_overwriting_inputs([(f, p) for f, p in (("--out", args.out), ("--plot", args.plot)) if p],
+                              [*protect, getattr(args, "topology_file", None)])
+    ns = argparse.Namespace(**{**base, "dp": args.gpus, "gpus": None})  # the platform of all N GPUs
+    platform = platform_from_args(ns)
+    batches = resolve_batches(ns)
+    raw = load_recorded_trace(batches.trace_dir, batches.batch, ns.time_column, ns.num_layers, *op_time_options(ns),
+                              gpu_timing_options(ns))
+    profile = ModelProfile(raw, platform, reference_compat=bool(ns.reference_compat))
+    node = platform.node_of.count(0) if platform.node_of else args.gpus_per_node
+    space = SearchSpace(args.gpus, args.global_batch, profile.layers, profile.heads, max(1, node), args.max_tp)
+    if not mesh_shapes(space):
+        raise ConfigError(explain_empty(space, profile.layer_unit))
+    candidates = list(enumerate_candidates(space))
+    settings = PlanSettings(args.global_batch, memory_capacity(ns), bucket_bytes=args.bucket_mb * 1024 * 1024,
+                            seq_len=_seq_len(args, batches.trace_dir),
+                            partition="count" if args.partition == "count" else "time")
+    figures = Figures(args.gpus, args.global_batch, settings.seq_len, profile.parameter_count, _peak_flops(args, raw))
+    prog, update = _progress(args.quiet)
+    if prog is not None:
+        with prog:
+            outcome = search(candidates, profile, settings, base, args.top, args.jobs, update)
+    else:
+        outcome = search(candidates, profile, settings, base, args.top, args.jobs)
+    if args.out:
+        write_csv(args.out, outcome.rows, outcome.ranked, figures, base_flags, protect=protect)
+    if args.plot and not outcome.interrupted:
+        write_plot(args.plot, outcome.rows, figures, protect=protect)
+    if outcome.interrupted:
+        done = sum(1 for r in outcome.rows if r.estimate is not None)
+        timed = sum(1 for r in outcome.rows if r.dag is not None)
+        kept = f"; {args.out} keeps them" if args.out else ""
+        print(f"triosim: interrupted after {done:,} estimates and {timed} DAG timings{kept}", file=sys.stderr)
+        return 130
+    if not outcome.ranked:
+        for line in explain_infeasible(outcome.rows):
+            print(f"triosim: {line}", file=sys.stderr)
+        return EXIT_NOTHING_FITS
+    if args.quiet:
+        print(run_line(base_flags, outcome.ranked[0], args.global_batch))
+        return 0
+    console = Console(highlight=False)
+    feasible = sum(1 for r in outcome.rows if r.feasible)
+    out_of_memory = sum(1 for r in outcome.rows if r.estimate is not None and not r.estimate.fits)
+    errors = sum(1 for r in outcome.rows if r.error is not None)
+    timed = sum(1 for r in outcome.rows if r.dag is not None)
+    console.print(f"{len(candidates):,} candidates on {args.gpus:,} GPUs ({len(mesh_shapes(space))} meshes), "
+                  f"global batch {args.global_batch}: {feasible:,} fit, {out_of_memory:,} do not fit in memory"
+                  + (f", {errors:,} refused" if errors else "")
+                  + f"; estimated in {outcome.estimate_s:.1f} s, {timed} DAG-timed in {outcome.dag_s:.1f} s")
+    title = f"{trace_dir.name}" + (f" × {args.num_layers} layers" if args.num_layers else "") + \
+        f" · {args.gpus} GPUs · global batch {args.global_batch}"
+    print_table(console, outcome.ranked, figures, base_flags, args.show, title)
+    for flag, path in (("CSV", args.out), ("plot", args.plot)):
+        if path:
+            console.print(f"{flag} written to {shlex.quote(path)}")
+    return 0
+
+
+__all__ = ["cmd_plan", "register"]

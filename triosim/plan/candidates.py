@@ -1,0 +1,136 @@
+"""The configurations a plan searches: every valid composition of tensor, pipeline and data
+parallelism on N GPUs with a micro-batch size, a pipeline schedule, a ZeRO stage, an activation
+recomputation mode and sequence parallelism on or off.
+
+Rules (Megatron-LM's): tp divides the attention heads (megatron splits whole heads) and, by
+default, the GPUs of a node (a TP group's all-reduces stay on NVLink); pp divides the layers;
+dp = N / (tp · pp) divides the global batch; the micro-batch divides the per-replica batch; the
+interleaved schedule needs pp ≥ 2, V · pp dividing the layers and the micro-batches a multiple
+of pp. Sequence parallelism needs tp ≥ 2, ZeRO ≥ 1 needs dp ≥ 2 (otherwise it is ZeRO-0 again).
+Recomputation modes are searched only when the strategy has a ``recompute`` field.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, fields
+
+from ..graph.strategy import Strategy
+
+SCHEDULES = ("1f1b", "interleaved")
+VIRTUAL_STAGES = (2, 3, 4)
+ZERO_STAGES = (0, 1, 2, 3)
+RECOMPUTE_MODES = ("none", "selective", "full")
+
+
+def strategy_has(name: str) -> bool:
+    """Whether the simulator's Strategy has the optional field ``name`` (features added later)."""
+    return any(f.name == name for f in fields(Strategy))
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """One configuration; ``virtual`` is 1 unless ``schedule`` is interleaved."""
+
+    tp: int
+    pp: int
+    dp: int
+    micro_batch: int
+    schedule: str = "1f1b"
+    virtual: int = 1
+    zero: int = 0
+    recompute: str = "none"
+    sequence_parallel: bool = False
+
+    @property
+    def mesh(self) -> str:
+        return f"dp{self.dp}×tp{self.tp}×pp{self.pp}"
+
+    @property
+    def schedule_label(self) -> str:
+        return f"interleaved V{self.virtual}" if self.schedule == "interleaved" else self.schedule
+
+    def run_flags(self, per_replica_batch: int) -> list[str]:
+        """The ``triosim run`` flags of this configuration (without the trace and platform's)."""
+        flags = ["--dp", str(self.dp), "--tp", str(self.tp), "--pp", str(self.pp),
+                 "-batch-size-sim", str(per_replica_batch), "-micro-batch-size", str(self.micro_batch),
+                 "--schedule", self.schedule]
+        if self.schedule == "interleaved":
+            flags += ["--virtual-stages", str(self.virtual)]
+        if self.zero:
+            flags += ["--zero", str(self.zero)]
+        if self.sequence_parallel:
+            flags.append("--sequence-parallel")
+        if self.recompute != "none":
+            flags += ["--recompute", self.recompute]
+        return flags
+
+
+@dataclass(frozen=True)
+class SearchSpace:
+    """What may vary. ``heads`` None: a trace without attention heads (any tp dividing the
+    node); ``max_tp`` caps tp (default: the GPUs of a node)."""
+
+    gpus: int
+    global_batch: int
+    layers: int
+    heads: int | None
+    gpus_per_node: int
+    max_tp: int | None = None
+    zero_stages: Sequence[int] = ZERO_STAGES
+    schedules: Sequence[str] = SCHEDULES
+    recompute_modes: Sequence[str] | None = None  # None: all when the strategy supports them
+    sequence_parallel: Sequence[bool] = (False, True)
+    micro_batches: Sequence[int] | None = None  # None: every divisor of the per-replica batch
+
+
+def divisors(n: int) -> list[int]:
+    return [d for d in range(1, n + 1) if n % d == 0]
+
+
+def mesh_shapes(space: SearchSpace) -> list[tuple[int, int, int]]:
+    """Every (tp, pp, dp) with tp · pp · dp = GPUs that the rules allow."""
+    cap = space.max_tp if space.max_tp is not None else space.gpus_per_node
+    out = []
+    for tp in divisors(space.gpus):
+        if tp > cap or (space.heads is not None and space.heads % tp):
+            continue
+        for pp in divisors(space.gpus // tp):
+            if space.layers % pp:
+                continue
+            dp = space.gpus // (tp * pp)
+            if space.global_batch % dp:
+                continue
+            out.append((tp, pp, dp))
+    return out
+
+
+def enumerate_candidates(space: SearchSpace) -> Iterator[Candidate]:
+    """Every configuration of ``space``, in a fixed order (mesh, micro-batch, schedule, ZeRO,
+    recomputation, sequence parallel)."""
+    recompute = space.recompute_modes
+    if recompute is None:
+        recompute = RECOMPUTE_MODES if strategy_has("recompute") else ("none",)
+    for tp, pp, dp in mesh_shapes(space):
+        batch = space.global_batch // dp
+        for mb in divisors(batch):
+            if space.micro_batches is not None and mb not in space.micro_batches:
+                continue
+            m = batch // mb
+            schedules: list[tuple[str, int]] = []
+            for sched in space.schedules:
+                if sched != "interleaved":
+                    schedules.append((sched, 1))
+                elif pp >= 2 and m % pp == 0:
+                    schedules += [(sched, v) for v in VIRTUAL_STAGES if space.layers % (pp * v) == 0]
+            zeros = [z for z in space.zero_stages if z == 0 or dp > 1]
+            sps = [s for s in space.sequence_parallel if not s or tp > 1]
+            for sched, v in schedules:
+                for z in zeros:
+                    for rc in recompute:
+                        for sp in sps:
+                            yield Candidate(tp, pp, dp, mb, sched, v, z, rc, sp)
+
+
+__all__ = ["RECOMPUTE_MODES", "SCHEDULES", "Candidate", "SearchSpace", "divisors", "enumerate_candidates",
+           "mesh_shapes", "strategy_has"]

@@ -1,0 +1,200 @@
+"""Closed-form iteration time and memory of one candidate configuration, from a model profile.
+
+Time. The model's forward positions are cut into S = pp · V contiguous stages of balanced
+weight (forward + backward + TP collectives); pipeline rank r holds stages r, r + pp, …
+(Megatron's interleaving). With F_j, B_j a stage's forward and backward time per micro-batch
+(compute + its TP collectives, which the ops wait for) and x_j, y_j the forward/backward transfer
+after stage j (each crossing buffer version: the route's latency + bytes / bandwidth), m
+micro-batches:
+
+- one stage: the backward of the last micro-batch ends at m · (F + B);
+- 1F1B: Σ_j (F_j + B_j + x_j + y_j) + (m − 1) · max_j (F_j + B_j) — the first micro-batch's
+  trip down and back, plus m − 1 cycles of the slowest stage (exact for equal stages);
+- interleaved (V chunks a rank): m · max_r (F_r + B_r) + (pp − 1) · max_j (F_j + B_j) + the
+  first round's transfers — Megatron's bubble (pp − 1)/V of a rank's work per micro-batch.
+
+Rank r's last backward ends Σ_{j<r} (B_j + y_j) before rank 0's. Its gradients (one TP shard) go
+into buckets of ``bucket_bytes`` in backward order, each ready when the last micro-batch's
+backward has produced it (spread over that backward in proportion to bytes) and reduced on the
+DP group one after another: t ← max(t, ready) + cost. Then its optimizer share (÷ dp at ZeRO ≥ 1)
+and, at ZeRO-1/2, the all-gather of the updated parameters. ZeRO-3 gathers every parameter in
+forward and backward of every micro-batch; a gather overlaps the previous unit's compute, so a
+pass is charged what exceeds its compute, plus the first unit. Collectives are charged their
+closed form on the group's links; the iteration ends when the last rank has done so.
+
+Memory per GPU: parameters, gradients (÷ dp at ZeRO ≥ 3 / ≥ 2) and optimizer state (÷ dp at
+ZeRO ≥ 1), one TP shard each, plus activations: a micro-batch's forward outputs, times the
+micro-batches a 1F1B rank holds at once (min(m, pp − r)), or Megatron's interleaved warm-up
+((pp − r − 1) · 2 + (V − 1) · pp + 1 chunks); full recomputation keeps only each stage's input
+per micro-batch (plus one micro-batch whole during its backward), selective drops the attention
+core's outputs. ZeRO-3 adds two gathered units.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from .candidates import Candidate
+from .pipeline_time import PipelineTimer
+from .profile import ModelProfile
+
+MIB = 1024 * 1024
+
+
+@dataclass(frozen=True)
+class PlanSettings:
+    """What every candidate of one plan shares."""
+
+    global_batch: int
+    capacity_bytes: int | None  # None: no memory verdict
+    bucket_bytes: float = 25.0 * MIB
+    seq_len: int | None = None
+    partition: str = "time"  # stage cuts: time (balanced weights) or count (equal positions, as --partition count)
+
+
+@dataclass(frozen=True)
+class Estimate:
+    """A candidate's closed-form figures (seconds, bytes per GPU)."""
+
+    candidate: Candidate
+    time_s: float
+    pipeline_s: float  # until rank 0's last backward
+    bubble_s: float  # pipeline_s − m · (F + B) of the busiest rank
+    tp_comm_s: float  # TP collectives on rank 0, whole iteration
+    dp_exposed_s: float  # from the last backward to the optimizer, slowest rank
+    optimizer_s: float
+    peak_bytes: int  # the fullest pipeline rank
+    fits: bool
+    reason: str | None = None  # why it does not fit
+
+
+def stage_starts(weights: np.ndarray, stages: int) -> list[int]:
+    """Starts of ``stages`` contiguous chunks of ``weights`` of about equal sums: position j goes
+    to the chunk its weight's midpoint falls in; each chunk keeps one position at least."""
+    n = len(weights)
+    total = float(weights.sum())
+    if stages <= 1 or n == 0:
+        return [0]
+    if total > 0:
+        mid = np.cumsum(weights) - weights / 2
+        starts = [int(np.searchsorted(mid, k * total / stages, side="left")) for k in range(stages)]
+    else:
+        starts = [k * n // stages for k in range(stages)]
+    starts[0] = 0
+    for k in range(1, stages):  # at least one position a stage, and room for the rest
+        starts[k] = min(max(starts[k], starts[k - 1] + 1), n - (stages - k))
+    return starts
+
+
+def _buckets(total: float, bucket: float) -> list[float]:
+    if total <= 0:
+        return []
+    k = max(1, math.ceil(total / bucket))
+    return [bucket] * (k - 1) + [total - bucket * (k - 1)]
+
+
+def _pipeline(c: Candidate, pt, profile: ModelProfile, settings: PlanSettings, timer: PipelineTimer, m: int):
+    """Stage starts, per-stage forward and backward seconds and each rank's end (module docstring)."""
+    S, P, V = c.pp * c.virtual, c.pp, c.virtual
+    fw = pt.fwd + pt.tp_fwd
+    bw = pt.bwd + pt.tp_bwd
+    if c.recompute == "full":
+        bw = bw + pt.fwd + pt.tp_fwd  # the forward runs again before each backward
+    elif c.recompute == "selective":
+        bw = bw + pt.attn_fwd
+    if settings.partition == "count":
+        starts = [k * profile.positions // S for k in range(S)]
+    else:
+        starts = stage_starts(pt.fwd + pt.bwd + pt.tp_fwd + pt.tp_bwd, S)
+    bounds = list(zip(starts, [*starts[1:], profile.positions]))
+    cf, cb = np.concatenate(([0.0], np.cumsum(fw))), np.concatenate(([0.0], np.cumsum(bw)))
+    F = np.array([cf[b] - cf[a] for a, b in bounds])
+    B = np.array([cb[b] - cb[a] for a, b in bounds])
+    cut_f = np.zeros(S)
+    cut_b = np.zeros(S)
+    for j in range(1, S):
+        cut_f[j] = pt.cut_fwd_bytes[starts[j] - 1]
+        cut_b[j] = pt.cut_bwd_bytes[starts[j] - 1]
+    ends = timer.rank_ends(c.schedule, P, V, m, c.tp, F, B, cut_f, cut_b)
+    return starts, F, B, ends
+
+
+def estimate(c: Candidate, profile: ModelProfile, settings: PlanSettings, timer: PipelineTimer) -> Estimate:
+    """The closed-form figures of ``c`` (see the module docstring)."""
+    batch = settings.global_batch // c.dp
+    m = batch // c.micro_batch
+    pt = profile.times(batch, c.tp, c.sequence_parallel, c.micro_batch)
+    S, P, V = c.pp * c.virtual, c.pp, c.virtual
+    key = (batch, c.tp, c.sequence_parallel, c.micro_batch, c.recompute, c.schedule, P, V, settings.partition)
+    starts, F, B, ends = timer.memo(key, lambda: _pipeline(c, pt, profile, settings, timer, m))
+    bounds = list(zip(starts, [*starts[1:], profile.positions]))
+    pipeline = float(ends.max())
+    rank_work = np.array([F[r::P].sum() + B[r::P].sum() for r in range(P)])
+    params = np.array([sum(pt.params[a:b].sum() for a, b in bounds[r::P]) for r in range(P)])
+    opt_state = np.array([sum(pt.opt_state[a:b].sum() for a, b in bounds[r::P]) for r in range(P)])
+    total_params = float(pt.params.sum()) or 1.0
+    dp_group = tuple(range(0, c.dp * c.tp * c.pp, c.tp * c.pp))
+    finish, dp_exposed, opt_max = 0.0, 0.0, 0.0
+    reduce_op = "all_reduce" if c.zero == 0 else "reduce_scatter"
+    for r in range(P):
+        t = float(ends[r])
+        last_b = float(B[r])  # a rank's last block: the backward of its first chunk
+        if c.dp > 1:
+            done = 0.0
+            for size in _buckets(float(params[r]), settings.bucket_bytes):
+                done += size
+                ready = float(ends[r]) - last_b + last_b * done / float(params[r])
+                t = max(t, ready) + profile.collective_s(reduce_op, dp_group, int(size))
+        dp_exposed = max(dp_exposed, t - float(ends[r]))
+        opt = pt.optimizer_s * float(params[r]) / total_params / (c.dp if c.zero >= 1 and c.dp > 1 else 1)
+        opt_max = max(opt_max, opt)
+        t += opt
+        if c.dp > 1 and c.zero in (1, 2):
+            t += profile.collective_s("all_gather", dp_group, int(params[r]))
+        if c.dp > 1 and c.zero == 3:
+            units = _buckets(float(params[r]), settings.bucket_bytes)
+            whole = sum(profile.collective_s("all_gather", dp_group, int(u)) for u in units)
+            first = profile.collective_s("all_gather", dp_group, int(units[0])) if units else 0.0
+            f_r, b_r = float(F[r::P].sum()), float(B[r::P].sum())
+            t += m * (max(0.0, whole - f_r) + max(0.0, whole - b_r) + 2 * first)
+        finish = max(finish, t)
+    # memory per GPU of each pipeline rank
+    div = c.dp if c.dp > 1 else 1
+    weights = params / (div if c.zero >= 3 else 1)
+    grads = params / (div if c.zero >= 2 else 1)
+    opt_b = opt_state / (div if c.zero >= 1 else 1)
+    peaks = []
+    for r in range(P):
+        chunks = bounds[r::P]
+        act = sum(float(pt.act[a:b].sum()) for a, b in chunks)
+        if c.recompute == "selective":
+            act -= sum(float(pt.attn_act[a:b].sum()) for a, b in chunks)
+        if V == 1:
+            held = min(m, P - r)
+        else:
+            held = min(m * V, (P - r - 1) * 2 + (V - 1) * P + 1) / V
+        if c.recompute == "full":
+            inputs = sum(float(pt.cut_fwd_bytes[a - 1]) if a > 0 else 0.0 for a, _ in chunks)
+            activations = held * inputs + act / V
+        else:
+            activations = held * act
+        gathered = 2 * min(settings.bucket_bytes, float(params[r])) if c.zero == 3 and c.dp > 1 else 0.0
+        peaks.append(float(weights[r] + grads[r] + opt_b[r]) + activations + gathered)
+    peak = int(max(peaks))
+    worst = int(np.argmax(peaks))
+    fits, reason = True, None
+    cap = settings.capacity_bytes
+    if cap is not None and peak > cap:
+        fits = False
+        reason = (f"memory: pipeline rank {worst} needs {peak / 1e9:.2f} GB, {(peak - cap) / 1e9:.2f} GB over "
+                  f"the {cap / 1e9:.2f} GB a GPU has")
+    tp_comm = m * float(pt.tp_fwd.sum() + pt.tp_bwd.sum()) / P  # rank 0's share, about
+    busiest = float(rank_work.max())
+    return Estimate(c, float(finish), pipeline, max(0.0, pipeline - m * busiest), tp_comm,
+                    dp_exposed, opt_max, peak, fits, reason)
+
+
+__all__ = ["Estimate", "PlanSettings", "estimate", "stage_starts"]

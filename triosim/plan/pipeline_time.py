@@ -1,0 +1,100 @@
+"""When each pipeline rank finishes its last backward block: the block-level pipeline recurrence
+of :mod:`triosim.graph.pipeline.estimate` (each GPU runs one stage's ops for one micro-batch as a
+block, in the schedule's order; a block waits for the previous block on its GPU and for the
+bytes from the neighbouring stage, sent over the boundary's route one micro-batch after another).
+
+It is the task DAG at block granularity, so the bubble comes out as the DAG has it, including
+the extra wait that transfers add in the steady state of 1F1B — which no single closed form
+captures for every (pp, micro-batches, forward/backward ratio). The block program (which block
+waits for which) depends only on (schedule, pp, V, micro-batches) and the boundary routes, so it
+is compiled once per such key and then evaluated with each candidate's stage times: a few numpy
+operations per level of independent blocks.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from ..graph.pipeline.estimate import BlockProgram, compile_program
+from ..hardware.platform import Platform, gpu_node
+
+
+@dataclass
+class PipelineTimer:
+    """Compiled block programs of one platform, cached by (schedule, pp, V, micro-batches, which
+    boundaries share a route)."""
+
+    platform: Platform
+    _programs: dict[tuple, BlockProgram] = field(default_factory=dict, repr=False)
+    _routes: dict[tuple[int, int, int], tuple] = field(default_factory=dict, repr=False)
+    _ends: dict[tuple, tuple] = field(default_factory=dict, repr=False)
+
+    def memo(self, key: tuple, compute):
+        """``compute()`` once per ``key``: candidates that differ only in what the pipeline does
+        not see (the ZeRO stage) share their stage times and rank ends."""
+        hit = self._ends.get(key)
+        if hit is None:
+            hit = self._ends[key] = compute()
+        return hit
+
+    def _boundaries(self, pp: int, virtual: int, tp: int) -> tuple:
+        """Which boundaries share a route, and each boundary's latency and bandwidth."""
+        key = (pp, virtual, tp)
+        hit = self._routes.get(key)
+        if hit is not None:
+            return hit
+        n = pp * virtual
+        gpu_of = [(j % pp) * tp for j in range(n)]  # rank (dp 0, tp 0, stage j mod pp)
+        lat, bw = np.zeros((2, n)), np.ones((2, n))
+        ids: dict[tuple[str, ...], int] = {}
+        pattern = [((), ())]  # which boundaries share a route: all the program depends on
+        for j in range(1, n):
+            a, b = gpu_node(gpu_of[j - 1]), gpu_node(gpu_of[j])
+            pair = (self.platform.route(a, b), self.platform.route(b, a))
+            pattern.append(tuple((f"route{ids.setdefault(r, len(ids))}",) if r else () for r in pair))
+            for d, route in enumerate(pair):
+                if route:
+                    lat[d, j] = self.platform.route_time(route, 0.0)
+                    bw[d, j] = min(self.platform.link(name)["bandwidth"] for name in route)
+        hit = self._routes[key] = (tuple(pattern), lat, bw)
+        return hit
+
+    def _program(self, schedule: str, pp: int, virtual: int, micro: int, tp: int):
+        pattern, lat, bw = self._boundaries(pp, virtual, tp)
+        key = (schedule if virtual == 1 else "interleaved", pp, virtual, micro, pattern)
+        prog = self._programs.get(key)
+        if prog is None:
+            prog = self._programs[key] = compile_program(key[0], pp, virtual, [0] * micro, list(pattern))
+        return prog, lat, bw
+
+    def rank_ends(self, schedule: str, pp: int, virtual: int, micro: int, tp: int, forward: np.ndarray,
+                  backward: np.ndarray, cut_fwd: np.ndarray, cut_bwd: np.ndarray) -> np.ndarray:
+        """Per pipeline rank, when its last block ends; ``forward``/``backward``: seconds of each of
+        the pp · V stages per micro-batch; ``cut_fwd``/``cut_bwd``: bytes crossing boundary j
+        (between stage j − 1 and j, j ≥ 1; index 0 unused) per micro-batch."""
+        n = pp * virtual
+        if n == 1:
+            return np.array([micro * (float(forward[0]) + float(backward[0]))])
+        prog, lat, bw = self._program(schedule, pp, virtual, micro, tp)
+        if not prog.runnable:
+            return np.full(pp, np.inf)
+        durations = np.concatenate((forward, backward))  # rows (phase, stage), forward first
+        transfers = np.zeros(2 * n + 1)  # rows (direction, boundary), then the zero row
+        for d, cut in ((0, cut_fwd), (1, cut_bwd)):
+            transfers[d * n + 1: d * n + n] = lat[d, 1:] + cut[1:] / bw[d, 1:]
+        nb = prog.num_blocks
+        dur = durations[prog.duration_row]
+        sent = transfers[prog.transfer_row]
+        times = np.zeros(2 * nb + 1)
+        for lv in prog.levels:
+            a, b = lv.start, lv.end
+            times[a:b] = np.maximum(times[lv.wait_gpu], times[lv.wait_data]) + dur[a:b]
+            if lv.sends:
+                e = a + lv.sends
+                times[nb + a: nb + e] = np.maximum(times[lv.wait_route], times[a:e]) + sent[a:e]
+        return times[prog.last]
+
+
+__all__ = ["PipelineTimer"]

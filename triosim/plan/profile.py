@@ -1,0 +1,287 @@
+"""What the planner's estimator weighs, per forward position of the trace, measured once per
+(per-replica batch, tensor-parallel degree, sequence parallel, micro-batch size).
+
+A *position* is a forward op of the trace; every backward op belongs to the position of its
+forward partner (as the pipeline partitioner counts them, :mod:`triosim.graph.pipeline.stages`).
+For one micro-batch a position weighs:
+
+- its forward and backward compute time: each op's time from the trace's op-time model at the
+  micro-batch size (:func:`triosim.compute.op_time.op_seconds`) times the tensor-parallel plan's
+  time scale — the very numbers the task DAG gives its compute tasks;
+- the tensor-parallel collectives the plan puts after its ops, each at its closed-form time on a
+  TP group's links (:func:`triosim.graph.collectives.cost.collective_cost`), as a representative
+  build charges them;
+- the bytes of every buffer version crossing the cut after it (forward and backward direction),
+  which the pipeline recurrence sends as one transfer per micro-batch and boundary;
+- parameter, gradient and optimizer-state bytes (one TP rank's shard) and the activation bytes
+  its forward ops write (what a micro-batch keeps until its backward).
+
+The figures are cached per key (:class:`ModelProfile.times`): the estimator looks them up for
+thousands of candidates and recomputing them per candidate was what made an earlier planner slow.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from ..compute.op_time import op_seconds
+from ..compute.scale import scale_trace
+from ..graph.collectives.cost import collective_cost
+from ..graph.data.zero import buffer_roles
+from ..graph.layer_count import count_layers
+from ..graph.pipeline.schedules import BACKWARD, FORWARD, OPTIMIZER
+from ..graph.pipeline.stage_costs import buffer_versions
+from ..graph.pipeline.stages import _positions, op_phases
+from ..graph.tensor.megatron import attention_heads
+from ..graph.tensor.plans import tensor_plan
+from ..hardware.platform import Platform
+from ..trace import Trace
+
+EXACT_GROUP = 8  # collectives on groups up to this size are costed exactly at every size
+
+# Ops of the attention core (scores, softmax, dropout on them, the product with V): what
+# selective recomputation re-runs instead of keeping (Korthikanti et al. 2022, section 4.2).
+_ATTENTION_CORE = re.compile(r"softmax|scaled_dot_product|_efficient_attention|flash_attention|baddbmm|bmm",
+                             re.IGNORECASE)
+
+
+@dataclass(frozen=True)
+class PositionTimes:
+    """Per-position arrays for one (batch, tp, sp, micro-batch) key; seconds and bytes of one
+    micro-batch on one GPU of the TP group."""
+
+    fwd: np.ndarray  # forward compute
+    bwd: np.ndarray  # backward compute
+    tp_fwd: np.ndarray  # TP collectives after forward ops
+    tp_bwd: np.ndarray  # TP collectives after backward ops
+    attn_fwd: np.ndarray  # forward compute of the attention core (selective recomputation re-runs it)
+    act: np.ndarray  # activation bytes written by forward ops
+    attn_act: np.ndarray  # of which the attention core's
+    cut_fwd_bytes: np.ndarray  # bytes crossing the cut after each position, forward (len n-1)
+    cut_bwd_bytes: np.ndarray
+    params: np.ndarray  # parameter bytes (one TP shard), by the position that first reads them
+    opt_state: np.ndarray  # optimizer-state bytes (one TP shard), following the parameters
+    optimizer_s: float  # the whole optimizer's time on one TP rank (split by parameter bytes)
+
+
+@dataclass
+class ModelProfile:
+    """The trace a plan searches over and the platform it runs on, with cached per-key figures."""
+
+    raw: Trace
+    platform: Platform
+    reference_compat: bool = False
+    _scaled: dict[int, Trace] = field(default_factory=dict, repr=False)
+    _plans: dict[tuple[int, int, bool], object] = field(default_factory=dict, repr=False)
+    _times: dict[tuple[int, int, bool, int], PositionTimes] = field(default_factory=dict, repr=False)
+    _coll: dict[tuple[str, tuple[int, ...], int], float] = field(default_factory=dict, repr=False)
+    _op_times: dict[tuple[int, int], np.ndarray] = field(default_factory=dict, repr=False)
+    _arrays: dict[tuple[int, int, bool], _PlanArrays] = field(default_factory=dict, repr=False)
+
+    def __post_init__(self) -> None:
+        trace = self.raw
+        self.phase = op_phases(trace)
+        self.fops = [i for i, p in enumerate(self.phase) if p == FORWARD]
+        self.pos = _positions(trace, self.phase, self.fops)
+        self.positions = len(self.fops)
+        layers = count_layers(trace)
+        self.layers, self.layer_unit = layers.count, layers.unit
+        self.heads = attention_heads(trace) if layers.unit == "transformer layers" else None
+        self.roles = buffer_roles(trace)
+        self.versions = buffer_versions(trace, self.phase)
+        self.parameter_count = sum(_numel(trace, k) for k in trace.parameters)
+        self.optimizer_buffers = tuple(k for k in trace.tensors if self.roles.role(k) == "optimizer")
+        self.attention_ops = frozenset(i for i, op in enumerate(trace.ops) if _ATTENTION_CORE.search(op.name))
+
+    # ------------------------------------------------------------------ cached inputs
+
+    def scaled(self, batch: int) -> Trace:
+        """The trace scaled to a per-replica batch, as ``triosim run -batch-size-sim`` scales it."""
+        hit = self._scaled.get(batch)
+        if hit is None:
+            hit = self._scaled[batch] = scale_trace(self.raw, batch, reference_compat=self.reference_compat)
+        return hit
+
+    def tensor_plan(self, batch: int, tp: int, sp: bool):
+        key = (batch, tp, sp)
+        hit = self._plans.get(key)
+        if hit is None:
+            hit = self._plans[key] = tensor_plan(self.scaled(batch), tp, "megatron", sp and tp > 1)
+        return hit
+
+    def collective_s(self, op: str, group: tuple[int, ...], nbytes: int) -> float:
+        """Seconds of one collective on ``group``'s links: its closed form (cached per size) on
+        groups of up to ``EXACT_GROUP`` GPUs. On larger groups, where one closed form takes tens
+        of milliseconds to work out, the closed forms at the powers of two around ``nbytes``,
+        joined by a straight line: exact while both use the same algorithm and protocol (the
+        time is then latency + bytes / bandwidth), a chord of the faster one's curve where the
+        choice changes in between."""
+        if len(group) < 2 or nbytes <= 0:
+            return 0.0
+        if len(group) <= EXACT_GROUP:
+            return self._exact(op, group, nbytes)
+        k = max(0, int(nbytes).bit_length() - 1)
+        lo, hi = 1 << k, 1 << (k + 1)
+        if lo == nbytes:
+            return self._exact(op, group, lo)
+        a, b = self._exact(op, group, lo), self._exact(op, group, hi)
+        return a + (b - a) * (nbytes - lo) / (hi - lo)
+
+    def _exact(self, op: str, group: tuple[int, ...], nbytes: int) -> float:
+        key = (op, group, int(nbytes))
+        hit = self._coll.get(key)
+        if hit is None:
+            hit = self._coll[key] = collective_cost(self.platform, group, op, int(nbytes)).seconds
+        return hit
+
+    # ------------------------------------------------------------------ per-key figures
+
+    def times(self, batch: int, tp: int, sp: bool, micro_batch: int) -> PositionTimes:
+        """Per-position figures of one micro-batch (cached per key)."""
+        sp = sp and tp > 1
+        key = (batch, tp, sp, micro_batch)
+        hit = self._times.get(key)
+        if hit is None:
+            hit = self._times[key] = self._measure(batch, tp, sp, micro_batch)
+        return hit
+
+    def op_times(self, batch: int, micro_batch: int) -> np.ndarray:
+        """Every op's seconds at ``micro_batch`` samples in the trace scaled to ``batch``."""
+        key = (batch, micro_batch)
+        hit = self._op_times.get(key)
+        if hit is None:
+            trace = self.scaled(batch)
+            hit = self._op_times[key] = np.array([op_seconds(trace, i, micro_batch) for i in range(len(trace.ops))])
+        return hit
+
+    def _plan_arrays(self, batch: int, tp: int, sp: bool) -> _PlanArrays:
+        key = (batch, tp, sp)
+        hit = self._arrays.get(key)
+        if hit is None:
+            hit = self._arrays[key] = _plan_arrays(self, self.scaled(batch), self.tensor_plan(batch, tp, sp))
+        return hit
+
+    def _measure(self, batch: int, tp: int, sp: bool, mb: int) -> PositionTimes:
+        trace = self.scaled(batch)
+        pa = self._plan_arrays(batch, tp, sp)
+        n = self.positions
+        frac = mb / trace.batch_size
+        t = self.op_times(batch, mb) * pa.scale
+        fwd = np.bincount(pa.f_pos, weights=t[pa.f_ops], minlength=n)
+        bwd = np.bincount(pa.b_pos, weights=t[pa.b_ops], minlength=n)
+        attn = np.bincount(pa.f_pos, weights=t[pa.f_ops] * pa.f_attn, minlength=n)
+        act_bytes = _sizes(pa.act_bytes, pa.act_invariant, pa.act_div, frac)
+        act = np.bincount(pa.act_pos, weights=act_bytes, minlength=n)
+        attn_act = np.bincount(pa.act_pos, weights=act_bytes * pa.act_attn, minlength=n)
+        tpf, tpb = np.zeros(n), np.zeros(n)
+        if tp > 1:
+            group = tuple(range(tp))  # rank order tp innermost: a TP group is tp consecutive GPUs
+            for (kind, nbytes, forward), positions in pa.collectives.items():
+                size = nbytes if frac == 1.0 else int(round(nbytes * frac))
+                np.add.at(tpf if forward else tpb, positions, self.collective_s(kind, group, size))
+        v_bytes = _sizes(pa.v_bytes, pa.v_invariant, pa.v_div, frac)
+        cf, cb = np.zeros(n + 1), np.zeros(n + 1)
+        ahead, behind = pa.v_hi > pa.v_pos, pa.v_lo < pa.v_pos
+        np.add.at(cf, pa.v_pos[ahead], v_bytes[ahead])
+        np.add.at(cf, pa.v_hi[ahead], -v_bytes[ahead])
+        np.add.at(cb, pa.v_lo[behind], v_bytes[behind])
+        np.add.at(cb, pa.v_pos[behind], -v_bytes[behind])
+        return PositionTimes(fwd, bwd, tpf, tpb, attn, act, attn_act, np.cumsum(cf)[:n - 1], np.cumsum(cb)[:n - 1],
+                             pa.params, pa.opt_state, pa.optimizer_s)
+
+
+@dataclass(frozen=True)
+class _PlanArrays:
+    """What a (batch, tp, sp) key fixes, as arrays over ops, written buffers and buffer versions."""
+
+    scale: np.ndarray
+    f_ops: np.ndarray
+    f_pos: np.ndarray
+    f_attn: np.ndarray
+    b_ops: np.ndarray
+    b_pos: np.ndarray
+    act_pos: np.ndarray
+    act_bytes: np.ndarray
+    act_invariant: np.ndarray
+    act_div: np.ndarray
+    act_attn: np.ndarray
+    v_pos: np.ndarray
+    v_hi: np.ndarray
+    v_lo: np.ndarray
+    v_bytes: np.ndarray
+    v_invariant: np.ndarray
+    v_div: np.ndarray
+    collectives: dict[tuple[str, int, bool], np.ndarray]  # (kind, bytes at the batch, forward) -> positions
+    params: np.ndarray
+    opt_state: np.ndarray
+    optimizer_s: float
+
+
+def _sizes(full: np.ndarray, invariant: np.ndarray, div: np.ndarray, frac: float) -> np.ndarray:
+    """One GPU's bytes per buffer in a micro-batch of ``frac``, as CompositionState.size."""
+    b = np.where(invariant, full, np.round(full * frac))
+    return -np.floor_divide(-b, div)
+
+
+def _plan_arrays(profile: ModelProfile, trace: Trace, plan) -> _PlanArrays:
+    phase, pos = profile.phase, profile.pos
+    shard = plan.shard_divisor
+    invariant = trace.batch_invariant
+    f_ops = [i for i in sorted(pos) if phase[i] == FORWARD]
+    b_ops = [i for i in sorted(pos) if phase[i] == BACKWARD]
+    acts = [(pos[i], float(trace.tensors[k].bytes), shard.get(k, 1), i in profile.attention_ops)
+            for i in f_ops for k in trace.writes[i] if k not in invariant]
+    vers = []
+    for v in profile.versions:
+        p = pos.get(v.writer)
+        cs = [pos[c] for c in v.readers if c in pos]
+        if p is not None and cs:
+            vers.append((p, max(cs), min(cs), float(trace.tensors[v.buffer].bytes), v.buffer in invariant,
+                         shard.get(v.buffer, 1)))
+    colls: dict[tuple[str, int, bool], list[int]] = {}
+    for c in plan.collectives if plan.degree > 1 else ():
+        k = pos.get(c.op)
+        if k is not None:
+            colls.setdefault((c.kind, int(c.nbytes), phase[c.op] == FORWARD), []).append(k)
+    n = profile.positions
+    params = np.zeros(n)
+    first: dict[str, int] = {}
+    for i in sorted(pos):
+        for b in trace.reads[i]:
+            first.setdefault(b, pos[i])
+    for prm in trace.parameters:
+        if prm in first:
+            params[first[prm]] += -(-trace.tensors[prm].bytes // shard.get(prm, 1))
+    opt_total = sum(-(-trace.tensors[b].bytes // shard.get(b, 1)) for b in profile.optimizer_buffers)
+    opt_state = params / params.sum() * opt_total if params.sum() > 0 else np.zeros(n)
+    scale = np.array(plan.time_scale, dtype=float)
+    optimizer_s = sum(op_seconds(trace, i, trace.batch_size) * scale[i]
+                      for i, p in enumerate(phase) if p == OPTIMIZER)
+
+    def arr(rows, k, dtype=float):
+        return np.array([r[k] for r in rows], dtype=dtype)
+
+    return _PlanArrays(
+        scale, np.array(f_ops, dtype=np.intp), np.array([pos[i] for i in f_ops], dtype=np.intp),
+        np.array([1.0 if i in profile.attention_ops else 0.0 for i in f_ops]),
+        np.array(b_ops, dtype=np.intp), np.array([pos[i] for i in b_ops], dtype=np.intp),
+        arr(acts, 0, np.intp), arr(acts, 1), np.zeros(len(acts), dtype=bool),
+        arr(acts, 2), arr(acts, 3),
+        arr(vers, 0, np.intp), arr(vers, 1, np.intp), arr(vers, 2, np.intp), arr(vers, 3), arr(vers, 4, bool),
+        arr(vers, 5), {k: np.array(v, dtype=np.intp) for k, v in colls.items()}, params, opt_state, float(optimizer_s))
+
+
+def _numel(trace: Trace, k: str) -> int:
+    shape = trace.tensors[k].shape
+    if not shape:
+        return max(1, trace.tensors[k].bytes // 4)
+    n = 1
+    for d in shape:
+        n *= int(d)
+    return n
+
+
+__all__ = ["ModelProfile", "PositionTimes"]

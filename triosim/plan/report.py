@@ -1,0 +1,177 @@
+"""What a plan shows and writes: the ranked table, the ``triosim run`` line reproducing each
+configuration, a CSV of every candidate (infeasible ones with the reason) and a plot of
+throughput against memory.
+
+Throughput is tokens per second (global batch × sequence length / iteration time; samples per
+second when the sequence length is unknown). MFU is model FLOPs utilisation: 6 · parameters ·
+tokens per iteration (forward 2, backward 4 FLOPs per parameter and token, recomputation not
+counted, as Narayanan et al. 2021 count it) over the GPUs' dense matrix peak × the time.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import shlex
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from rich.console import Console
+from rich.table import Table
+
+from ..output import atomic_write, atomic_write_text
+from ..sweep.execute import OK
+from .search import Row
+
+
+@dataclass(frozen=True)
+class Figures:
+    """What turns a time into throughput and MFU."""
+
+    gpus: int
+    global_batch: int
+    seq_len: int | None
+    parameters: int
+    peak_flops: float | None
+
+    def tokens_per_s(self, seconds: float) -> float | None:
+        if not seconds > 0:
+            return None
+        return self.global_batch * (self.seq_len or 1) / seconds
+
+    def mfu(self, seconds: float) -> float | None:
+        if not seconds > 0 or self.peak_flops is None or self.seq_len is None:
+            return None
+        return 6.0 * self.parameters * self.global_batch * self.seq_len / (self.gpus * self.peak_flops * seconds)
+
+    @property
+    def throughput_unit(self) -> str:
+        return "tokens/s" if self.seq_len else "samples/s"
+
+
+def run_line(base_flags: Sequence[str], row: Row, global_batch: int) -> str:
+    """``triosim run …`` reproducing ``row``'s configuration."""
+    c = row.candidate
+    return shlex.join(["triosim", "run", *base_flags, *c.run_flags(global_batch // c.dp)])
+
+
+def _ms(seconds: float | None) -> str:
+    return "—" if seconds is None else f"{seconds * 1e3:,.2f}"
+
+
+def _gb(nbytes: float | None) -> str:
+    return "—" if nbytes is None else f"{nbytes / 1e9:,.2f} GB"
+
+
+def dag_seconds(row: Row) -> float | None:
+    d = row.dag
+    return d.makespan_ms / 1e3 if d is not None and d.status == OK and d.makespan_ms is not None else None
+
+
+def print_table(console: Console, ranked: Sequence[Row], figures: Figures, base_flags: Sequence[str],
+                limit: int, title: str) -> None:
+    """The best ``limit`` rows with both times, then the command line of each."""
+    table = Table(title=title, title_justify="left")
+    for name in ("#", "mesh", "micro-batch", "schedule", "ZeRO", "recompute", "SP", "estimate ms", "DAG ms",
+                 "est. error", figures.throughput_unit, "MFU", "peak memory"):
+        table.add_column(name, justify="right" if name not in ("mesh", "schedule", "recompute") else "left")
+    shown = list(ranked[:limit])
+    for k, row in enumerate(shown, 1):
+        c, e = row.candidate, row.estimate
+        dag = dag_seconds(row)
+        t = dag if dag is not None else e.time_s
+        err = f"{(e.time_s / dag - 1) * 100:+.1f} %" if dag else "—"
+        tps = figures.tokens_per_s(t)
+        mfu = figures.mfu(t)
+        peak = row.dag.max_peak_memory_bytes if dag is not None and row.dag.max_peak_memory_bytes else e.peak_bytes
+        m = (figures.global_batch // c.dp) // c.micro_batch
+        table.add_row(str(k), c.mesh, f"{c.micro_batch} × {m}", c.schedule_label, str(c.zero), c.recompute,
+                      "on" if c.sequence_parallel else "off", _ms(e.time_s), _ms(dag), err,
+                      "—" if tps is None else f"{tps:,.0f}", "—" if mfu is None else f"{mfu * 100:.1f} %", _gb(peak))
+    console.print(table)
+    for k, row in enumerate(shown, 1):
+        console.print(f"{k:>3}  {run_line(base_flags, row, figures.global_batch)}", soft_wrap=True)
+
+
+CSV_COLUMNS = ("rank", "status", "reason", "dp", "tp", "pp", "micro_batch", "micro_batches", "schedule",
+               "virtual_stages", "zero", "recompute", "sequence_parallel", "estimate_ms", "pipeline_ms", "bubble_ms",
+               "dp_exposed_ms", "optimizer_ms", "estimate_peak_memory_bytes", "dag_ms", "dag_peak_memory_bytes",
+               "throughput", "mfu", "command")
+
+
+def _status(row: Row) -> str:
+    if row.error is not None:
+        return "error"
+    if row.estimate is None:
+        return "not estimated"
+    if not row.estimate.fits:
+        return "infeasible"
+    if row.dag is None:
+        return "estimated"
+    if row.dag.status != OK:
+        return f"dag {row.dag.status}"
+    return "dag" if row.dag.fits is not False else "dag: does not fit"
+
+
+def csv_text(rows: Sequence[Row], ranked: Sequence[Row], figures: Figures, base_flags: Sequence[str]) -> str:
+    """One line per candidate, in rank order, then the unranked (infeasible, failed) ones."""
+    position = {id(r): k for k, r in enumerate(ranked, 1)}
+    order = list(ranked) + [r for r in rows if id(r) not in position]
+    buf = io.StringIO()
+    w = csv.writer(buf, lineterminator="\n")
+    w.writerow(CSV_COLUMNS)
+
+    def num(x: float | None, scale: float = 1.0, digits: int = 6) -> str:
+        return "" if x is None else f"{x * scale:.{digits}f}"
+
+    for row in order:
+        c, e = row.candidate, row.estimate
+        dag = dag_seconds(row)
+        t = dag if dag is not None else (e.time_s if e is not None and e.fits else None)
+        w.writerow([
+            position.get(id(row), ""), _status(row), row.reason or "", c.dp, c.tp, c.pp, c.micro_batch,
+            (figures.global_batch // c.dp) // c.micro_batch, c.schedule, c.virtual, c.zero, c.recompute,
+            str(c.sequence_parallel).lower(),
+            num(e.time_s if e else None, 1e3), num(e.pipeline_s if e else None, 1e3),
+            num(e.bubble_s if e else None, 1e3), num(e.dp_exposed_s if e else None, 1e3),
+            num(e.optimizer_s if e else None, 1e3), e.peak_bytes if e else "",
+            num(dag, 1e3), row.dag.max_peak_memory_bytes if dag is not None else "",
+            num(figures.tokens_per_s(t) if t else None, 1.0, 1), num(figures.mfu(t) if t else None, 1.0, 4),
+            run_line(base_flags, row, figures.global_batch),
+        ])
+    return buf.getvalue()
+
+
+def write_csv(path: str, rows: Sequence[Row], ranked: Sequence[Row], figures: Figures, base_flags: Sequence[str],
+              protect: Sequence[Path] = ()) -> None:
+    atomic_write_text(path, csv_text(rows, ranked, figures, base_flags), protect=protect, flag="--out")
+
+
+def write_plot(path: str, rows: Sequence[Row], figures: Figures, protect: Sequence[Path] = ()) -> None:
+    """Throughput against peak memory per GPU: every feasible estimate, the DAG-timed ones marked."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    est = [(r.estimate.peak_bytes / 1e9, figures.tokens_per_s(r.estimate.time_s)) for r in rows if r.feasible]
+    timed = [((r.dag.max_peak_memory_bytes or r.estimate.peak_bytes) / 1e9, figures.tokens_per_s(dag_seconds(r)))
+             for r in rows if dag_seconds(r) is not None]
+    fig, ax = plt.subplots(figsize=(7, 4.5), dpi=120)
+    if est:
+        ax.scatter(*zip(*est), s=6, alpha=0.35, label="estimated")
+    if timed:
+        ax.scatter(*zip(*timed), s=28, marker="x", color="C3", label="DAG-timed")
+    ax.set_xlabel("peak memory per GPU (GB)")
+    ax.set_ylabel(figures.throughput_unit)
+    ax.set_title(f"triosim plan: {figures.gpus} GPUs, global batch {figures.global_batch}")
+    ax.grid(True, alpha=0.3)
+    ax.legend()
+    fig.tight_layout()
+    suffix = Path(path).suffix.lstrip(".").lower() or "png"
+    atomic_write(path, lambda fh: fig.savefig(fh, format=suffix), protect=protect, flag="--plot", binary=True)
+    plt.close(fig)
+
+
+__all__ = ["CSV_COLUMNS", "Figures", "csv_text", "dag_seconds", "print_table", "run_line", "write_csv", "write_plot"]

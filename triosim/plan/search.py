@@ -1,0 +1,164 @@
+"""The search: estimate every candidate in closed form, then time the best few with the full
+task-DAG simulation (the same path as ``triosim run``, through the sweep executor) and rank them
+by the simulated time.
+
+Interrupting (Ctrl-C) stops the search where it is: :class:`PlanOutcome` then holds the
+estimates and DAG times done so far (``interrupted`` True), for the report to keep.
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+from ..errors import ConfigError
+from ..sweep.execute import OK, Outcome, prepare, run_inprocess, run_pool
+from ..sweep.grid import Point
+from .candidates import Candidate
+from .estimate import Estimate, PlanSettings, estimate
+from .pipeline_time import PipelineTimer
+from .profile import ModelProfile
+
+Progress = Callable[[str, int, int], None]  # (phase, done, total)
+
+
+@dataclass
+class Row:
+    """One candidate's figures: its estimate (None when it could not be estimated: ``error``)
+    and, for the best few, its DAG outcome."""
+
+    candidate: Candidate
+    estimate: Estimate | None = None
+    error: str | None = None
+    dag: Outcome | None = None
+
+    @property
+    def feasible(self) -> bool:
+        return self.estimate is not None and self.estimate.fits and self.error is None
+
+    @property
+    def reason(self) -> str | None:
+        """Why the candidate is out (None: it is in)."""
+        if self.error is not None:
+            return self.error
+        if self.estimate is not None and not self.estimate.fits:
+            return self.estimate.reason
+        if self.dag is not None and self.dag.status != OK:
+            return f"DAG: {self.dag.reason}"
+        if self.dag is not None and self.dag.fits is False:
+            return "DAG: memory peak over the GPU's capacity"
+        return None
+
+    @property
+    def best_time_s(self) -> float:
+        """The DAG time where there is one, else the estimate (for the ranking)."""
+        if self.dag is not None and self.dag.status == OK and self.dag.makespan_ms is not None:
+            return self.dag.makespan_ms / 1e3
+        return self.estimate.time_s if self.estimate is not None else float("inf")
+
+
+@dataclass
+class PlanOutcome:
+    rows: list[Row]
+    ranked: list[Row] = field(default_factory=list)  # the DAG-timed ones, best first, then the rest estimated
+    estimate_s: float = 0.0
+    dag_s: float = 0.0
+    interrupted: bool = False
+
+
+def estimate_all(candidates: Sequence[Candidate], profile: ModelProfile, settings: PlanSettings,
+                 progress: Progress | None = None) -> tuple[list[Row], bool]:
+    """Every candidate's estimate; (rows, interrupted)."""
+    timer = PipelineTimer(profile.platform)
+    rows: list[Row] = []
+    try:
+        for k, c in enumerate(candidates):
+            row = Row(c)
+            try:
+                row.estimate = estimate(c, profile, settings, timer)
+            except ConfigError as exc:  # e.g. a tp the trace's tensor-parallel plan refuses
+                row.error = str(exc).splitlines()[0]
+            rows.append(row)
+            if progress is not None and k % 64 == 0:
+                progress("estimating", k + 1, len(candidates))
+    except KeyboardInterrupt:
+        return rows, True
+    return rows, False
+
+
+def best_estimated(rows: Sequence[Row], k: int) -> list[Row]:
+    """The ``k`` feasible rows of lowest estimated time (ties: enumeration order)."""
+    feasible = [r for r in rows if r.feasible]
+    feasible.sort(key=lambda r: r.estimate.time_s)
+    return feasible[:k]
+
+
+def candidate_config(base: dict, c: Candidate, per_replica_batch: int) -> dict:
+    """The run flags (dest → value) of candidate ``c`` on top of the plan's own ``base``."""
+    config = dict(base)
+    config.update(dp=c.dp, tp=c.tp, pp=c.pp, batch_size_sim=per_replica_batch, micro_batch_size=c.micro_batch,
+                  schedule=c.schedule, virtual_stages=c.virtual, zero=str(c.zero),
+                  sequence_parallel=c.sequence_parallel, gpus=None)
+    if c.recompute != "none":
+        config["recompute"] = c.recompute
+    return config
+
+
+def dag_time(rows: Sequence[Row], base: dict, global_batch: int, jobs: int = 1,
+             progress: Progress | None = None) -> bool:
+    """Simulate each row's configuration with the task DAG (sweep executor: in-process, or a
+    local process pool with ``jobs`` > 1); sets ``row.dag``. Returns True when interrupted."""
+    points = []
+    for k, row in enumerate(rows):
+        c = row.candidate
+        config = candidate_config(base, c, global_batch // c.dp)
+        points.append(Point(k, (), tuple(sorted(vars(argparse.Namespace(**config)).items()))))
+    prepared = prepare(points)
+    done = [0]
+
+    def on_outcome(o: Outcome) -> None:
+        rows[o.index].dag = o
+        done[0] += 1
+        if progress is not None:
+            progress("DAG-timing", done[0], len(rows))
+
+    for o in prepared.settled:
+        on_outcome(o)
+    try:
+        if jobs > 1 and len(prepared.tasks) > 1:
+            run_pool(prepared.traces, prepared.tasks, jobs, on_outcome)
+        else:
+            run_inprocess(prepared.traces, prepared.tasks, on_outcome)
+    except KeyboardInterrupt:
+        return True
+    return False
+
+
+def rank(rows: Sequence[Row]) -> list[Row]:
+    """DAG-timed rows that ran and fit, fastest first; then the other feasible ones by estimate."""
+    timed = [r for r in rows if r.dag is not None and r.reason is None]
+    timed.sort(key=lambda r: r.best_time_s)
+    rest = [r for r in rows if r.dag is None and r.feasible]
+    rest.sort(key=lambda r: r.estimate.time_s)
+    return timed + rest
+
+
+def search(candidates: Sequence[Candidate], profile: ModelProfile, settings: PlanSettings, base: dict,
+           top: int = 20, jobs: int = 1, progress: Progress | None = None) -> PlanOutcome:
+    """Estimate all, DAG-time the best ``top``, rank (module docstring)."""
+    t0 = time.perf_counter()
+    rows, interrupted = estimate_all(candidates, profile, settings, progress)
+    t1 = time.perf_counter()
+    out = PlanOutcome(rows, estimate_s=t1 - t0, interrupted=interrupted)
+    if not interrupted and top > 0:
+        best = best_estimated(rows, top)
+        if best:
+            out.interrupted = dag_time(best, base, settings.global_batch, jobs, progress)
+    out.dag_s = time.perf_counter() - t1
+    out.ranked = rank(rows)
+    return out
+
+
+__all__ = ["PlanOutcome", "Row", "best_estimated", "candidate_config", "dag_time", "estimate_all", "rank", "search"]
