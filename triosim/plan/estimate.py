@@ -135,21 +135,33 @@ def estimate(c: Candidate, profile: ModelProfile, settings: PlanSettings, timer:
     rank_work = np.array([F[r::P].sum() + B[r::P].sum() for r in range(P)])
     params = np.array([sum(pt.params[a:b].sum() for a, b in bounds[r::P]) for r in range(P)])
     opt_state = np.array([sum(pt.opt_state[a:b].sum() for a, b in bounds[r::P]) for r in range(P)])
-    total_params = float(pt.params.sum()) or 1.0
+    full = np.array([sum(pt.params_full[a:b].sum() for a, b in bounds[r::P]) for r in range(P)])
+    total_full = float(pt.params_full.sum()) or 1.0
     dp_group = tuple(range(0, c.dp * c.tp * c.pp, c.tp * c.pp))
     finish, dp_exposed, opt_max = 0.0, 0.0, 0.0
     reduce_op = "all_reduce" if c.zero == 0 else "reduce_scatter"
     for r in range(P):
         t = float(ends[r])
-        last_b = float(B[r])  # a rank's last block: the backward of its first chunk
         if c.dp > 1:
-            done = 0.0
-            for size in _buckets(float(params[r]), settings.bucket_bytes):
-                done += size
-                ready = float(ends[r]) - last_b + last_b * done / float(params[r])
-                t = max(t, ready) + profile.collective_s(reduce_op, dp_group, int(size))
+            a, b = bounds[r]  # the rank's last block: the backward of its first chunk
+            in_chunk = (pt.b_pos >= a) & (pt.b_pos < b)
+            ops = pt.b_ops[in_chunk]
+            after = np.concatenate((np.cumsum(pt.op_s[ops][::-1])[::-1][1:], [0.0]))  # time left after each op
+            owned = np.zeros(profile.positions, dtype=bool)
+            for x, y in bounds[r::P]:
+                owned[x:y] = True
+            buckets = timer.memo(("buckets", batch, c.tp, c.sequence_parallel, tuple(starts), r, P),
+                                 lambda: profile.rank_buckets(batch, c.tp, c.sequence_parallel, owned,
+                                                              settings.bucket_bytes))
+            synced = 0.0  # the buckets' collectives run one after another, each once its gradients are done
+            for bk in buckets:
+                k = int(np.searchsorted(ops, bk.ready_op))
+                ready = float(ends[r]) - (float(after[k]) if k < len(ops) and ops[k] == bk.ready_op
+                                          else float(B[r]))
+                synced = max(synced, ready) + profile.collective_s(reduce_op, dp_group, bk.nbytes)
+            t = max(t, synced)
         dp_exposed = max(dp_exposed, t - float(ends[r]))
-        opt = pt.optimizer_s * float(params[r]) / total_params / (c.dp if c.zero >= 1 and c.dp > 1 else 1)
+        opt = pt.optimizer_s * float(full[r]) / total_full / (c.dp if c.zero >= 1 and c.dp > 1 else 1)
         opt_max = max(opt_max, opt)
         t += opt
         if c.dp > 1 and c.zero in (1, 2):

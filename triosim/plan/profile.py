@@ -30,13 +30,14 @@ import numpy as np
 from ..compute.op_time import op_seconds
 from ..compute.scale import scale_trace
 from ..graph.collectives.cost import collective_cost
+from ..graph.data.data_parallel import Bucket, gradient_order, make_buckets
 from ..graph.data.zero import buffer_roles
 from ..graph.layer_count import count_layers
 from ..graph.pipeline.schedules import BACKWARD, FORWARD, OPTIMIZER
 from ..graph.pipeline.stage_costs import buffer_versions
 from ..graph.pipeline.stages import _positions, op_phases
 from ..graph.tensor.megatron import attention_heads
-from ..graph.tensor.plans import tensor_plan
+from ..graph.tensor.plans import tensor_plan, tp_waits
 from ..hardware.platform import Platform
 from ..trace import Trace
 
@@ -63,8 +64,12 @@ class PositionTimes:
     cut_fwd_bytes: np.ndarray  # bytes crossing the cut after each position, forward (len n-1)
     cut_bwd_bytes: np.ndarray
     params: np.ndarray  # parameter bytes (one TP shard), by the position that first reads them
+    params_full: np.ndarray  # the same unsharded (what a stage's share of the optimizer follows)
     opt_state: np.ndarray  # optimizer-state bytes (one TP shard), following the parameters
     optimizer_s: float  # the whole optimizer's time on one TP rank (split by parameter bytes)
+    op_s: np.ndarray  # every op's seconds, with the TP collectives after it
+    b_ops: np.ndarray  # backward ops in trace order
+    b_pos: np.ndarray  # and their positions
 
 
 @dataclass
@@ -93,6 +98,12 @@ class ModelProfile:
         self.roles = buffer_roles(trace)
         self.versions = buffer_versions(trace, self.phase)
         self.parameter_count = sum(_numel(trace, k) for k in trace.parameters)
+        self.gradient_order = gradient_order(trace)
+        first: dict[str, int] = {}
+        for i in sorted(self.pos):
+            for b in trace.reads[i]:
+                first.setdefault(b, self.pos[i])
+        self.first_reader = first  # buffer -> position of its first reader (a parameter's owner)
         self.optimizer_buffers = tuple(k for k in trace.tensors if self.roles.role(k) == "optimizer")
         self.attention_ops = frozenset(i for i, op in enumerate(trace.ops) if _ATTENTION_CORE.search(op.name))
 
@@ -177,11 +188,14 @@ class ModelProfile:
         act = np.bincount(pa.act_pos, weights=act_bytes, minlength=n)
         attn_act = np.bincount(pa.act_pos, weights=act_bytes * pa.act_attn, minlength=n)
         tpf, tpb = np.zeros(n), np.zeros(n)
+        op_s = t.copy()
         if tp > 1:
             group = tuple(range(tp))  # rank order tp innermost: a TP group is tp consecutive GPUs
-            for (kind, nbytes, forward), positions in pa.collectives.items():
+            for (kind, nbytes, forward), (positions, ops) in pa.collectives.items():
                 size = nbytes if frac == 1.0 else int(round(nbytes * frac))
-                np.add.at(tpf if forward else tpb, positions, self.collective_s(kind, group, size))
+                cost = self.collective_s(kind, group, size)
+                np.add.at(tpf if forward else tpb, positions, cost)
+                np.add.at(op_s, ops, cost)
         v_bytes = _sizes(pa.v_bytes, pa.v_invariant, pa.v_div, frac)
         cf, cb = np.zeros(n + 1), np.zeros(n + 1)
         ahead, behind = pa.v_hi > pa.v_pos, pa.v_lo < pa.v_pos
@@ -190,7 +204,15 @@ class ModelProfile:
         np.add.at(cb, pa.v_lo[behind], v_bytes[behind])
         np.add.at(cb, pa.v_pos[behind], -v_bytes[behind])
         return PositionTimes(fwd, bwd, tpf, tpb, attn, act, attn_act, np.cumsum(cf)[:n - 1], np.cumsum(cb)[:n - 1],
-                             pa.params, pa.opt_state, pa.optimizer_s)
+                             pa.params, pa.params_full, pa.opt_state, pa.optimizer_s, op_s, pa.b_ops, pa.b_pos)
+
+    def rank_buckets(self, batch: int, tp: int, sp: bool, owned: np.ndarray, bucket_bytes: float) -> list[Bucket]:
+        """The DDP buckets of the parameters whose first reader is at an ``owned`` position, in
+        the order their gradients complete, one TP shard each (as the composition packs them)."""
+        trace = self.scaled(batch)
+        shard = self.tensor_plan(batch, tp, sp and tp > 1).shard_divisor
+        params = [p for p in self.gradient_order if owned[self.first_reader.get(p, 0)]]
+        return make_buckets(trace, bucket_bytes, params, lambda p: -(-trace.tensors[p].bytes // shard.get(p, 1)))
 
 
 @dataclass(frozen=True)
@@ -214,8 +236,9 @@ class _PlanArrays:
     v_bytes: np.ndarray
     v_invariant: np.ndarray
     v_div: np.ndarray
-    collectives: dict[tuple[str, int, bool], np.ndarray]  # (kind, bytes at the batch, forward) -> positions
+    collectives: dict[tuple[str, int, bool], tuple[np.ndarray, np.ndarray]]  # (kind, bytes, fwd) -> positions, ops
     params: np.ndarray
+    params_full: np.ndarray
     opt_state: np.ndarray
     optimizer_s: float
 
@@ -241,20 +264,23 @@ def _plan_arrays(profile: ModelProfile, trace: Trace, plan) -> _PlanArrays:
         if p is not None and cs:
             vers.append((p, max(cs), min(cs), float(trace.tensors[v.buffer].bytes), v.buffer in invariant,
                          shard.get(v.buffer, 1)))
-    colls: dict[tuple[str, int, bool], list[int]] = {}
+    colls: dict[tuple[str, int, bool], list[tuple[int, int]]] = {}
+    # A TP collective holds up the stream only when a later op of the same pass reads what it
+    # carries; one nothing in the pass waits for (the last layer's input gradient) runs beside
+    # the ops.
+    waits = tp_waits(trace, plan.collectives)[0] if plan.degree > 1 else []
+    waited = {c for j, w in enumerate(waits) for c in w if phase[c] == phase[j]}
     for c in plan.collectives if plan.degree > 1 else ():
         k = pos.get(c.op)
-        if k is not None:
-            colls.setdefault((c.kind, int(c.nbytes), phase[c.op] == FORWARD), []).append(k)
+        if k is not None and c.op in waited:
+            colls.setdefault((c.kind, int(c.nbytes), phase[c.op] == FORWARD), []).append((k, c.op))
     n = profile.positions
-    params = np.zeros(n)
-    first: dict[str, int] = {}
-    for i in sorted(pos):
-        for b in trace.reads[i]:
-            first.setdefault(b, pos[i])
+    params, params_full = np.zeros(n), np.zeros(n)
+    first = profile.first_reader
     for prm in trace.parameters:
         if prm in first:
             params[first[prm]] += -(-trace.tensors[prm].bytes // shard.get(prm, 1))
+            params_full[first[prm]] += trace.tensors[prm].bytes
     opt_total = sum(-(-trace.tensors[b].bytes // shard.get(b, 1)) for b in profile.optimizer_buffers)
     opt_state = params / params.sum() * opt_total if params.sum() > 0 else np.zeros(n)
     scale = np.array(plan.time_scale, dtype=float)
@@ -271,7 +297,8 @@ def _plan_arrays(profile: ModelProfile, trace: Trace, plan) -> _PlanArrays:
         arr(acts, 0, np.intp), arr(acts, 1), np.zeros(len(acts), dtype=bool),
         arr(acts, 2), arr(acts, 3),
         arr(vers, 0, np.intp), arr(vers, 1, np.intp), arr(vers, 2, np.intp), arr(vers, 3), arr(vers, 4, bool),
-        arr(vers, 5), {k: np.array(v, dtype=np.intp) for k, v in colls.items()}, params, opt_state, float(optimizer_s))
+        arr(vers, 5), {k: (np.array([a for a, _ in v], dtype=np.intp), np.array([b for _, b in v], dtype=np.intp))
+                     for k, v in colls.items()}, params, params_full, opt_state, float(optimizer_s))
 
 
 def _numel(trace: Trace, k: str) -> int:
