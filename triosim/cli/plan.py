@@ -7,13 +7,19 @@ import argparse
 import json
 import shlex
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from rich.console import Console
 
 from ..config import add_sim_flags, resolve_batches, trace_dir_from_flag
-from ..config.build import gpu_timing_options, load_recorded_trace, op_time_options, platform_from_args
+from ..config.build import (
+    gpu_timing_options,
+    load_recorded_trace,
+    op_time_options,
+    platform_from_args,
+)
 from ..config.flags import FlagTable
 from ..config.gpu import GpuOptions, memory_capacity
 from ..errors import ConfigError
@@ -147,7 +153,23 @@ def _progress(quiet: bool):
     return prog, update
 
 
-def cmd_plan(args: argparse.Namespace) -> int:
+@dataclass
+class PlanInputs:
+    """What one plan searches with, from its flags."""
+
+    profile: object
+    space: object
+    candidates: list
+    settings: object
+    figures: object
+    base: dict  # every simulation flag (dest -> value) the candidates share
+    base_flags: list[str]  # those the user changed, as command-line flags
+    trace_dir: Path
+    protect: list[Path]
+
+
+def plan_inputs(args: argparse.Namespace) -> PlanInputs:
+    """Check the flags, build the platform of ``--gpus`` GPUs, load the trace and enumerate."""
     from ..plan import (
         Figures,
         ModelProfile,
@@ -155,13 +177,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
         SearchSpace,
         enumerate_candidates,
         explain_empty,
-        explain_infeasible,
         mesh_shapes,
-        print_table,
-        run_line,
-        search,
-        write_csv,
-        write_plot,
     )
 
     _check_flags(args)
@@ -180,11 +196,29 @@ def cmd_plan(args: argparse.Namespace) -> int:
     space = SearchSpace(args.gpus, args.global_batch, profile.layers, profile.heads, max(1, node), args.max_tp)
     if not mesh_shapes(space):
         raise ConfigError(explain_empty(space, profile.layer_unit))
-    candidates = list(enumerate_candidates(space))
     settings = PlanSettings(args.global_batch, memory_capacity(ns), bucket_bytes=args.bucket_mb * 1024 * 1024,
                             seq_len=_seq_len(args, batches.trace_dir),
                             partition="count" if args.partition == "count" else "time")
     figures = Figures(args.gpus, args.global_batch, settings.seq_len, profile.parameter_count, _peak_flops(args, raw))
+    return PlanInputs(profile, space, list(enumerate_candidates(space)), settings, figures, base, base_flags,
+                      trace_dir, protect)
+
+
+def cmd_plan(args: argparse.Namespace) -> int:
+    from ..plan import (
+        explain_infeasible,
+        mesh_shapes,
+        print_table,
+        run_line,
+        search,
+        write_csv,
+        write_plot,
+    )
+
+    inputs = plan_inputs(args)
+    profile, space, candidates, settings, figures = (inputs.profile, inputs.space, inputs.candidates,
+                                                     inputs.settings, inputs.figures)
+    base, base_flags, trace_dir, protect = inputs.base, inputs.base_flags, inputs.trace_dir, inputs.protect
     prog, update = _progress(args.quiet)
     if prog is not None:
         with prog:
@@ -208,7 +242,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
     if args.quiet:
         print(run_line(base_flags, outcome.ranked[0], args.global_batch))
         return 0
-    console = Console(highlight=False)
+    console = Console(highlight=False, width=None if sys.stdout.isatty() else 200)
     feasible = sum(1 for r in outcome.rows if r.feasible)
     out_of_memory = sum(1 for r in outcome.rows if r.estimate is not None and not r.estimate.fits)
     errors = sum(1 for r in outcome.rows if r.error is not None)

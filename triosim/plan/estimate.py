@@ -39,7 +39,7 @@ import numpy as np
 
 from .candidates import Candidate
 from .pipeline_time import PipelineTimer
-from .profile import ModelProfile
+from .profile import ModelProfile, PositionTimes
 
 MIB = 1024 * 1024
 
@@ -122,89 +122,101 @@ def _pipeline(c: Candidate, pt, profile: ModelProfile, settings: PlanSettings, t
     return starts, F, B, ends
 
 
+def _rank_sums(values: np.ndarray, bounds: list[tuple[int, int]], ranks: int) -> np.ndarray:
+    """Per pipeline rank, the sum of ``values`` over its stages' positions."""
+    prefix = np.concatenate(([0.0], np.cumsum(values)))
+    return np.array([sum(prefix[b] - prefix[a] for a, b in bounds[r::ranks]) for r in range(ranks)])
+
+
+def _synced(c: Candidate, r: int, end: float, last_block: float, bounds: list[tuple[int, int]], starts: list[int],
+            pt: PositionTimes, profile: ModelProfile, settings: PlanSettings, timer: PipelineTimer) -> float:
+    """When rank r's last DDP bucket is reduced on its DP group (its last block ends at ``end``):
+    each bucket once the op completing its last gradient has run in the last micro-batch's
+    backward, one after another."""
+    batch = settings.global_batch // c.dp
+    a, b = bounds[r]  # the rank's last block: the backward of its first chunk
+    ops = pt.b_ops[(pt.b_pos >= a) & (pt.b_pos < b)]
+    left = np.concatenate((np.cumsum(pt.op_s[ops][::-1])[::-1][1:], [0.0]))  # block time after each op
+    owned = np.zeros(profile.positions, dtype=bool)
+    for x, y in bounds[r::c.pp]:
+        owned[x:y] = True
+    key = ("buckets", batch, c.tp, c.sequence_parallel, tuple(starts), r, c.pp, settings.bucket_bytes)
+    buckets = timer.memo(key, lambda: profile.rank_buckets(batch, c.tp, c.sequence_parallel, owned,
+                                                           settings.bucket_bytes))
+    group = tuple(range(0, c.dp * c.tp * c.pp, c.tp * c.pp))  # rank order tp, pp, dp
+    op = "all_reduce" if c.zero == 0 else "reduce_scatter"
+    synced = 0.0
+    for bk in buckets:
+        k = int(np.searchsorted(ops, bk.ready_op))
+        # a gradient completed in an earlier chunk (interleaved) is ready when the last block starts
+        ready = end - (float(left[k]) if k < len(ops) and ops[k] == bk.ready_op else last_block)
+        synced = max(synced, ready) + profile.collective_s(op, group, bk.nbytes)
+    return synced
+
+
+def _activations(c: Candidate, r: int, m: int, bounds: list[tuple[int, int]], pt: PositionTimes) -> float:
+    """Activation bytes pipeline rank r holds at its peak (module docstring)."""
+    P, V = c.pp, c.virtual
+    chunks = bounds[r::P]
+    act = sum(float(pt.act[a:b].sum()) for a, b in chunks)
+    if c.recompute == "selective":
+        act -= sum(float(pt.attn_act[a:b].sum()) for a, b in chunks)
+    held = min(m, P - r) if V == 1 else min(m * V, (P - r - 1) * 2 + (V - 1) * P + 1) / V
+    if c.recompute == "full":
+        inputs = sum(float(pt.cut_fwd_bytes[a - 1]) if a > 0 else 0.0 for a, _ in chunks)
+        return held * inputs + act / V
+    return held * act
+
+
 def estimate(c: Candidate, profile: ModelProfile, settings: PlanSettings, timer: PipelineTimer) -> Estimate:
     """The closed-form figures of ``c`` (see the module docstring)."""
     batch = settings.global_batch // c.dp
     m = batch // c.micro_batch
+    P = c.pp
     pt = profile.times(batch, c.tp, c.sequence_parallel, c.micro_batch)
-    S, P, V = c.pp * c.virtual, c.pp, c.virtual
-    key = (batch, c.tp, c.sequence_parallel, c.micro_batch, c.recompute, c.schedule, P, V, settings.partition)
+    key = (batch, c.tp, c.sequence_parallel, c.micro_batch, c.recompute, c.schedule, P, c.virtual,
+           settings.partition)
     starts, F, B, ends = timer.memo(key, lambda: _pipeline(c, pt, profile, settings, timer, m))
     bounds = list(zip(starts, [*starts[1:], profile.positions]))
     pipeline = float(ends.max())
-    rank_work = np.array([F[r::P].sum() + B[r::P].sum() for r in range(P)])
-    params = np.array([sum(pt.params[a:b].sum() for a, b in bounds[r::P]) for r in range(P)])
-    opt_state = np.array([sum(pt.opt_state[a:b].sum() for a, b in bounds[r::P]) for r in range(P)])
-    full = np.array([sum(pt.params_full[a:b].sum() for a, b in bounds[r::P]) for r in range(P)])
-    total_full = float(pt.params_full.sum()) or 1.0
-    dp_group = tuple(range(0, c.dp * c.tp * c.pp, c.tp * c.pp))
+    params = _rank_sums(pt.params, bounds, P)
+    opt_state = _rank_sums(pt.opt_state, bounds, P)
+    share = _rank_sums(pt.params_full, bounds, P) / (float(pt.params_full.sum()) or 1.0)
+    dp_group = tuple(range(0, c.dp * c.tp * P, c.tp * P))
+    sharded = c.dp > 1 and c.zero >= 1
     finish, dp_exposed, opt_max = 0.0, 0.0, 0.0
-    reduce_op = "all_reduce" if c.zero == 0 else "reduce_scatter"
     for r in range(P):
-        t = float(ends[r])
-        if c.dp > 1:
-            a, b = bounds[r]  # the rank's last block: the backward of its first chunk
-            in_chunk = (pt.b_pos >= a) & (pt.b_pos < b)
-            ops = pt.b_ops[in_chunk]
-            after = np.concatenate((np.cumsum(pt.op_s[ops][::-1])[::-1][1:], [0.0]))  # time left after each op
-            owned = np.zeros(profile.positions, dtype=bool)
-            for x, y in bounds[r::P]:
-                owned[x:y] = True
-            buckets = timer.memo(("buckets", batch, c.tp, c.sequence_parallel, tuple(starts), r, P),
-                                 lambda: profile.rank_buckets(batch, c.tp, c.sequence_parallel, owned,
-                                                              settings.bucket_bytes))
-            synced = 0.0  # the buckets' collectives run one after another, each once its gradients are done
-            for bk in buckets:
-                k = int(np.searchsorted(ops, bk.ready_op))
-                ready = float(ends[r]) - (float(after[k]) if k < len(ops) and ops[k] == bk.ready_op
-                                          else float(B[r]))
-                synced = max(synced, ready) + profile.collective_s(reduce_op, dp_group, bk.nbytes)
-            t = max(t, synced)
-        dp_exposed = max(dp_exposed, t - float(ends[r]))
-        opt = pt.optimizer_s * float(full[r]) / total_full / (c.dp if c.zero >= 1 and c.dp > 1 else 1)
+        end = float(ends[r])
+        t = max(end, _synced(c, r, end, float(B[r]), bounds, starts, pt, profile, settings, timer)) \
+            if c.dp > 1 else end
+        dp_exposed = max(dp_exposed, t - end)
+        opt = pt.optimizer_s * float(share[r]) / (c.dp if sharded else 1)
         opt_max = max(opt_max, opt)
         t += opt
-        if c.dp > 1 and c.zero in (1, 2):
+        if sharded and c.zero < 3:  # ZeRO-1/2: every rank gathers the updated parameters
             t += profile.collective_s("all_gather", dp_group, int(params[r]))
-        if c.dp > 1 and c.zero == 3:
+        elif sharded:  # ZeRO-3: a gather per unit, pass and micro-batch, each hidden behind the last unit's ops
             units = _buckets(float(params[r]), settings.bucket_bytes)
             whole = sum(profile.collective_s("all_gather", dp_group, int(u)) for u in units)
             first = profile.collective_s("all_gather", dp_group, int(units[0])) if units else 0.0
             f_r, b_r = float(F[r::P].sum()), float(B[r::P].sum())
             t += m * (max(0.0, whole - f_r) + max(0.0, whole - b_r) + 2 * first)
         finish = max(finish, t)
-    # memory per GPU of each pipeline rank
     div = c.dp if c.dp > 1 else 1
-    weights = params / (div if c.zero >= 3 else 1)
-    grads = params / (div if c.zero >= 2 else 1)
-    opt_b = opt_state / (div if c.zero >= 1 else 1)
-    peaks = []
-    for r in range(P):
-        chunks = bounds[r::P]
-        act = sum(float(pt.act[a:b].sum()) for a, b in chunks)
-        if c.recompute == "selective":
-            act -= sum(float(pt.attn_act[a:b].sum()) for a, b in chunks)
-        if V == 1:
-            held = min(m, P - r)
-        else:
-            held = min(m * V, (P - r - 1) * 2 + (V - 1) * P + 1) / V
-        if c.recompute == "full":
-            inputs = sum(float(pt.cut_fwd_bytes[a - 1]) if a > 0 else 0.0 for a, _ in chunks)
-            activations = held * inputs + act / V
-        else:
-            activations = held * act
-        gathered = 2 * min(settings.bucket_bytes, float(params[r])) if c.zero == 3 and c.dp > 1 else 0.0
-        peaks.append(float(weights[r] + grads[r] + opt_b[r]) + activations + gathered)
-    peak = int(max(peaks))
-    worst = int(np.argmax(peaks))
+    held = params / (div if c.zero >= 3 else 1) + params / (div if c.zero >= 2 else 1) \
+        + opt_state / (div if c.zero >= 1 else 1)
+    peaks = [float(held[r]) + _activations(c, r, m, bounds, pt)
+             + (2 * min(settings.bucket_bytes, float(params[r])) if c.zero == 3 and c.dp > 1 else 0.0)
+             for r in range(P)]
+    peak, worst = int(max(peaks)), int(np.argmax(peaks))
     fits, reason = True, None
     cap = settings.capacity_bytes
     if cap is not None and peak > cap:
         fits = False
         reason = (f"memory: pipeline rank {worst} needs {peak / 1e9:.2f} GB, {(peak - cap) / 1e9:.2f} GB over "
                   f"the {cap / 1e9:.2f} GB a GPU has")
-    tp_comm = m * float(pt.tp_fwd.sum() + pt.tp_bwd.sum()) / P  # rank 0's share, about
-    busiest = float(rank_work.max())
+    tp_comm = m * float(pt.tp_fwd.sum() + pt.tp_bwd.sum()) / P  # one rank's share, about
+    busiest = max(float(F[r::P].sum() + B[r::P].sum()) for r in range(P))
     return Estimate(c, float(finish), pipeline, max(0.0, pipeline - m * busiest), tp_comm,
                     dp_exposed, opt_max, peak, fits, reason)
 

@@ -1,0 +1,131 @@
+"""Checks of ``triosim plan`` that print figures (no timed assertions):
+
+1. speed at 1,024 GPUs: the GPT sample repeated to 96 layers (16 heads) on the DGX H100
+   SuperPOD topology, H100 roofline times, global batch 1536 — candidates estimated and the wall
+   and CPU time of the estimator, then of DAG-timing the best ``--top``; the recomputation modes
+   are estimated too (the closed forms have them; the DAG will once the strategy does);
+2. the ranking at 64 GPUs: the 4-layer GPT sample on an NVLink cluster, global batch 64 — every
+   feasible candidate DAG-timed; the plan's best (the best of its top 20 by DAG time) against
+   the exhaustive best, which must be within 2 %.
+
+    python bench/plan_check.py [--skip-1024] [--skip-64] [--jobs 2] [--top 20]
+"""
+
+from __future__ import annotations
+
+import argparse
+import resource
+import statistics
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from triosim.cli.console import build_parser  # noqa: E402
+from triosim.cli.plan import plan_inputs  # noqa: E402
+from triosim.plan import SearchSpace, enumerate_candidates  # noqa: E402
+from triosim.plan.candidates import RECOMPUTE_MODES  # noqa: E402
+from triosim.plan.report import dag_seconds  # noqa: E402
+from triosim.plan.search import best_estimated, dag_time, estimate_all  # noqa: E402
+
+
+def _args(argv: list[str]) -> argparse.Namespace:
+    return build_parser().parse_args(["plan", *argv])
+
+
+def _cpu() -> float:
+    own = resource.getrusage(resource.RUSAGE_SELF)
+    kids = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return own.ru_utime + own.ru_stime + kids.ru_utime + kids.ru_stime
+
+
+def check_1024(jobs: int, top: int) -> None:
+    argv = ["--trace-dir", str(ROOT / "sample_trace" / "gpt-h16-cpu-bs8"), "--num-layers", "96", "--gpu", "h100-sxm",
+            "--topology-file", str(ROOT / "topologies" / "dgx-h100-superpod.yaml"), "--gpus", "1024",
+            "--global-batch", "1536"]
+    print("1,024 GPUs: triosim plan " + " ".join(argv[2:]))
+    w0, c0 = time.perf_counter(), _cpu()
+    inputs = plan_inputs(_args(argv))
+    w1, c1 = time.perf_counter(), _cpu()
+    rows, _ = estimate_all(inputs.candidates, inputs.profile, inputs.settings)
+    w2, c2 = time.perf_counter(), _cpu()
+    print(f"  load + enumerate: {w1 - w0:.1f} s wall, {c1 - c0:.1f} s CPU")
+    print(f"  {len(rows):,} candidates estimated: {w2 - w1:.1f} s wall, {c2 - c1:.1f} s CPU "
+          f"({sum(r.feasible for r in rows):,} fit)")
+    s = inputs.space
+    wide = SearchSpace(s.gpus, s.global_batch, s.layers, s.heads, s.gpus_per_node, s.max_tp,
+                       recompute_modes=RECOMPUTE_MODES)
+    more = list(enumerate_candidates(wide))
+    w3, c3 = time.perf_counter(), _cpu()
+    estimate_all(more, inputs.profile, inputs.settings)
+    w4, c4 = time.perf_counter(), _cpu()
+    print(f"  with recompute none/selective/full: {len(more):,} candidates estimated: {w4 - w3:.1f} s wall, "
+          f"{c4 - c3:.1f} s CPU (same profile, warm caches)")
+    best = best_estimated(rows, top)
+    w5, c5 = time.perf_counter(), _cpu()
+    dag_time(best, inputs.base, s.global_batch, jobs)
+    w6, c6 = time.perf_counter(), _cpu()
+    print(f"  top {len(best)} DAG-timed (--jobs {jobs}): {w6 - w5:.1f} s wall, {c6 - c5:.1f} s CPU")
+    errors = [r.estimate.time_s / dag_seconds(r) - 1 for r in best if dag_seconds(r)]
+    if errors:
+        print(f"  estimate vs DAG on the top {len(errors)}: median {statistics.median(errors) * 100:+.1f} %, "
+              f"range {min(errors) * 100:+.1f} % .. {max(errors) * 100:+.1f} %")
+    timed = sorted((r for r in best if dag_seconds(r)), key=dag_seconds)
+    if timed:
+        c = timed[0].candidate
+        print(f"  best: {c.mesh} micro-batch {c.micro_batch} {c.schedule_label} ZeRO-{c.zero}"
+              f"{' SP' if c.sequence_parallel else ''}: DAG {dag_seconds(timed[0]) * 1e3:.2f} ms")
+    total_wall = (w2 - w0) + (w6 - w5)
+    total_cpu = (c2 - c0) + (c6 - c5)
+    print(f"  plan total (load, estimate all, DAG top {len(best)}): {total_wall:.1f} s wall, {total_cpu:.1f} s CPU; "
+          f"peak RSS {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024:.0f} MiB (this process)")
+
+
+def check_64(jobs: int, top: int) -> None:
+    argv = ["--trace-dir", str(ROOT / "sample_trace" / "gpt-cpu-bs8"), "--topology", "nvlink-cluster", "--gpus", "64",
+            "--global-batch", "64"]
+    print("64 GPUs, exhaustive: triosim plan " + " ".join(argv[2:]))
+    inputs = plan_inputs(_args(argv))
+    rows, _ = estimate_all(inputs.candidates, inputs.profile, inputs.settings)
+    feasible = [r for r in rows if r.feasible]
+    w0 = time.perf_counter()
+    dag_time(feasible, inputs.base, inputs.space.global_batch, jobs)
+    print(f"  {len(rows)} candidates, {len(feasible)} feasible, all DAG-timed in {time.perf_counter() - w0:.0f} s wall")
+    timed = [r for r in feasible if dag_seconds(r)]
+    exhaustive = min(timed, key=dag_seconds)
+    plan_top = sorted(feasible, key=lambda r: r.estimate.time_s)[:top]
+    plans_best = min((r for r in plan_top if dag_seconds(r)), key=dag_seconds)
+    gap = dag_seconds(plans_best) / dag_seconds(exhaustive) - 1
+    errors = sorted(abs(r.estimate.time_s / dag_seconds(r) - 1) for r in timed)
+    by_estimate = sorted(feasible, key=lambda r: r.estimate.time_s)
+    where = by_estimate.index(exhaustive) + 1
+    for label, r in (("exhaustive best", exhaustive), (f"plan's best (of its top {top})", plans_best)):
+        c = r.candidate
+        print(f"  {label}: {c.mesh} micro-batch {c.micro_batch} {c.schedule_label} ZeRO-{c.zero}"
+              f"{' SP' if c.sequence_parallel else ''}: DAG {dag_seconds(r) * 1e3:.3f} ms, "
+              f"estimate {r.estimate.time_s * 1e3:.3f} ms")
+    print(f"  plan's best is {gap * 100:.2f} % slower than the exhaustive best (target <= 2 %): "
+          f"{'PASS' if gap <= 0.02 else 'FAIL'}")
+    print(f"  the exhaustive best is #{where} by estimate; |estimate / DAG - 1| over {len(errors)} candidates: "
+          f"median {statistics.median(errors) * 100:.2f} %, 90th percentile "
+          f"{errors[int(0.9 * (len(errors) - 1))] * 100:.2f} %, max {errors[-1] * 100:.2f} %")
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--skip-1024", action="store_true")
+    p.add_argument("--skip-64", action="store_true")
+    p.add_argument("--jobs", type=int, default=2)
+    p.add_argument("--top", type=int, default=20)
+    a = p.parse_args()
+    if not a.skip_1024:
+        check_1024(a.jobs, a.top)
+    if not a.skip_64:
+        check_64(a.jobs, a.top)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
