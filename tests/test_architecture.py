@@ -26,6 +26,7 @@ LAYERS = (
     ("simulation", ("simulation",)),
     ("config", ("config",)),
     ("sweep", ("sweep",)),
+    ("plan", ("plan",)),  # the planner: a shell over the simulation and the sweep executor
     ("cli", ("cli",)),
     ("api", ("",)),  # triosim/__init__.py: the public API over everything
 )
