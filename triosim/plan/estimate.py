@@ -71,6 +71,11 @@ class Estimate:
     reason: str | None = None  # why it does not fit
 
 
+def fmt_bytes(n: float) -> str:
+    """Bytes in GB (decimal) from 1 GB up, else MB."""
+    return f"{n / 1e9:,.2f} GB" if abs(n) >= 1e9 else f"{n / 1e6:,.2f} MB"
+
+
 def stage_starts(weights: np.ndarray, stages: int) -> list[int]:
     """Starts of ``stages`` contiguous chunks of ``weights`` of about equal sums: position j goes
     to the chunk its weight's midpoint falls in; each chunk keeps one position at least."""
@@ -213,12 +218,12 @@ def estimate(c: Candidate, profile: ModelProfile, settings: PlanSettings, timer:
     cap = settings.capacity_bytes
     if cap is not None and peak > cap:
         fits = False
-        reason = (f"memory: pipeline rank {worst} needs {peak / 1e9:.2f} GB, {(peak - cap) / 1e9:.2f} GB over "
-                  f"the {cap / 1e9:.2f} GB a GPU has")
+        reason = (f"memory: pipeline rank {worst} needs {fmt_bytes(peak)}, {fmt_bytes(peak - cap)} over "
+                  f"the {fmt_bytes(cap)} a GPU has")
     tp_comm = m * float(pt.tp_fwd.sum() + pt.tp_bwd.sum()) / P  # one rank's share, about
     busiest = max(float(F[r::P].sum() + B[r::P].sum()) for r in range(P))
     return Estimate(c, float(finish), pipeline, max(0.0, pipeline - m * busiest), tp_comm,
                     dp_exposed, opt_max, peak, fits, reason)
 
 
-__all__ = ["Estimate", "PlanSettings", "estimate", "stage_starts"]
+__all__ = ["Estimate", "PlanSettings", "estimate", "fmt_bytes", "stage_starts"]

@@ -22,6 +22,7 @@ from rich.table import Table
 
 from ..output import atomic_write, atomic_write_text
 from ..sweep.execute import OK
+from .estimate import fmt_bytes
 from .search import Row
 
 
@@ -61,7 +62,7 @@ def _ms(seconds: float | None) -> str:
 
 
 def _gb(nbytes: float | None) -> str:
-    return "—" if nbytes is None else f"{nbytes / 1e9:,.2f} GB"
+    return "—" if nbytes is None else fmt_bytes(nbytes)
 
 
 def dag_seconds(row: Row) -> float | None:
