@@ -19,6 +19,7 @@ from ..hardware.topology_file import check as check_topology_file
 from ..limits import check_batch_limit, check_gpu_count
 from ..trace import Trace
 from ..trace.load import load_trace, trace_batch_size
+from .batch_flags import global_batch_per_replica
 from .flags import sim_namespace, typed
 from .gpu import GpuOptions, planning_capacity, time_trace_on_gpu
 from .notes import check_unused_platform_flags
@@ -53,7 +54,9 @@ def resolve_batches(args: argparse.Namespace, info_cache: dict[str, tuple[int, s
                 info_cache[key] = (batch, source)
     if batch <= 0:
         raise ConfigError(f"-batch-size must be a positive integer, got {batch}")
-    sim = args.batch_size_sim if args.batch_size_sim not in (None, -1) else batch
+    sim = global_batch_per_replica(args)
+    if sim is None:
+        sim = args.batch_size_sim if args.batch_size_sim not in (None, -1) else batch
     if sim <= 0:
         raise ConfigError(f"-batch-size-sim must be a positive integer (or -1 for the trace's batch), got {sim}")
     check_batch_limit(batch, "-batch-size")
