@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 
 from ..errors import ConfigError
+from ..limits import MAX_BATCH
 from .parallel_flags import degrees_given
 
 
@@ -49,6 +50,9 @@ def global_batch_per_replica(args: argparse.Namespace) -> int | None:
     mb = None if mb in (None, -1) else mb
     if mb is not None and mb < 1:
         raise ConfigError(f"-micro-batch-size must be a positive integer, got {mb}")
+    if n // dp > MAX_BATCH:
+        shown = f"{n:,}" if n < 10**24 else f"an integer of {len(str(n))} digits"
+        raise ConfigError(f"--global-batch {shown} over --dp {dp} is above the limit of {MAX_BATCH:,} samples per replica")
     step = dp * (mb or 1)
     if n % step:
         what = f"--dp {dp} × -micro-batch-size {mb} = {step}" if mb is not None else f"--dp {dp}"
