@@ -65,10 +65,15 @@ def narayanan_gpt_flops(global_batch: int, seq_len: int, layers: int, hidden: in
 def forward_matrix_flops(trace: Trace) -> float:
     """FLOPs of the trace's forward ops on the matrix units, at the shapes it was recorded with."""
     total = 0.0
+    on_matrix: dict[str, bool] = {}  # a trace repeats a few op names thousands of times
     for op in trace.ops:
-        if op.stage != "forward" or classify(op.name, op.stage)[1] not in MATRIX_CLASSES:
+        if op.stage != "forward":
             continue
-        total += op_cost(op, trace.tensors).flops
+        hit = on_matrix.get(op.name)
+        if hit is None:
+            hit = on_matrix[op.name] = classify(op.name, op.stage)[1] in MATRIX_CLASSES
+        if hit:
+            total += op_cost(op, trace.tensors).flops
     return total
 
 
