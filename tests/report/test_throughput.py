@@ -80,6 +80,7 @@ def test_trace_dtype_peak_without_dtype_flag(capsys):
 
 @pytest.mark.parametrize("argv, expected", [
     (("-case", "2", "-GPUnumber", "4"), (32, 4, 8, 1)),  # a batch of 8 per GPU, one micro-batch
+    (("-case", "2", "-GPUnumber", "4", "-micro-batch-size", "4"), (32, 4, 8, 1)),  # case 2 has no micro-batches
     (("-case", "4", "-GPUnumber", "2", "-micro-batch-size", "3"), (8, 1, 3, 3)),  # 3 + 3 + 2
     (("--dp", "2", "-micro-batch-size", "4"), (16, 2, 4, 2)),
 ])
