@@ -353,6 +353,9 @@ def _bytes(n: int | None) -> str:
 # What the sweep can rank by: column -> True when larger is better.
 RANK_COLUMNS = {
     "samples_per_s": True,
+    "tokens_per_s": True,
+    "tflops_per_gpu": True,
+    "mfu": True,
     "makespan_ms": False,
     "max_peak_memory_bytes": False,
     "mean_exposed_comm_ms": False,
