@@ -50,6 +50,20 @@ def test_no_sequence_and_no_gpu_leave_tokens_and_mfu_out():
     assert [line.split(":")[0] for line in throughput_lines(t.to_dict())] == ["Batch", "Throughput", "Model FLOPs"]
 
 
+def test_no_shapes_means_no_flop_figures_not_zero():
+    t = Throughput(global_batch=8, data_parallel=1, micro_batch=8, micro_batches=1, iteration_s=0.5, gpus=1,
+                   model_flops=None, peak_flops=1e15, peak_dtype="bf16")
+    assert t.flops_per_gpu is None and t.mfu is None and t.to_dict()["model_tflops_per_s_per_gpu"] is None
+    assert [line.split(":")[0] for line in throughput_lines(t.to_dict())] == ["Batch", "Throughput"]
+    from triosim.graph.strategy import Strategy
+    from triosim.report.throughput import throughput_of
+    from triosim.trace.load import load_trace
+
+    trace = load_trace(GPT)
+    assert throughput_of(trace, Strategy(dp=2), 2, 1.0, 0.0).model_flops is None
+    assert throughput_of(trace, Strategy(dp=2), 2, 1.0, 5.0).model_flops == 5.0 * 16
+
+
 def test_hybrid_run_with_global_batch(capsys):
     d = _json(capsys, "--dp", "2", "--tp", "2", "--pp", "2", "--global-batch", "64", "-micro-batch-size", "2",
               "--schedule", "1f1b")
