@@ -12,6 +12,7 @@
   sample × the global batch, recomputation excluded. **TFLOP/s per GPU** = model FLOPs /
   iteration time / GPUs. **MFU** = that / the GPU's dense matrix peak in the run's math dtype
   (the dtype doing most of the matrix FLOPs), from the device database: only with ``--gpu``.
+  A trace whose forward has no matrix op with shapes to count gives no FLOP figures (None).
 """
 
 from __future__ import annotations
@@ -35,7 +36,7 @@ class Throughput:
     micro_batches: int  # per replica
     iteration_s: float
     gpus: int
-    model_flops: float  # per iteration, recomputation excluded
+    model_flops: float | None  # per iteration, recomputation excluded; None: the trace has no shapes to count
     seq_len: int | None = None
     peak_flops: float | None = None  # one GPU's dense matrix peak in ``peak_dtype`` (with --gpu)
     peak_dtype: str | None = None
@@ -53,7 +54,9 @@ class Throughput:
     @property
     def flops_per_gpu(self) -> float | None:
         """Model FLOP/s per GPU."""
-        return self.model_flops / self.iteration_s / self.gpus if self.iteration_s > 0 and self.gpus > 0 else None
+        if self.model_flops is None or not self.iteration_s > 0 or self.gpus < 1:
+            return None
+        return self.model_flops / self.iteration_s / self.gpus
 
     @property
     def mfu(self) -> float | None:
@@ -110,7 +113,9 @@ def throughput_of(trace: Trace, strategy: Strategy, num_gpus: int, iteration_s: 
         peak = timing.device.matrix_flops.get(dtype)  # a device without that matrix peak: no MFU
         name = timing.device.display_name
     return Throughput(global_batch=global_batch, data_parallel=dp, micro_batch=sizes[0], micro_batches=len(sizes),
-                      iteration_s=iteration_s, gpus=num_gpus, model_flops=flops_per_sample * global_batch,
+                      iteration_s=iteration_s, gpus=num_gpus,
+                      # a trace without shapes (or without matrix ops) has no count: unknown, not zero
+                      model_flops=flops_per_sample * global_batch if flops_per_sample > 0 else None,
                       seq_len=sequence_length(trace), peak_flops=peak, peak_dtype=dtype, gpu_name=name)
 
 
