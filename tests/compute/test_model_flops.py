@@ -79,6 +79,23 @@ def test_cnn_forward_matches_torchvision_published_counts(name, gmacs):
     assert per_sample_macs / 1e9 == pytest.approx(gmacs, abs=0.005)
 
 
+@pytest.mark.parametrize("fast", [True, False])  # tensors as columns (pyarrow) or as a dict (the checker)
+def test_each_kind_of_op_costed_once_equals_every_op_costed(tmp_path, fast):
+    """The count memoises per kind of op (name, shapes, categories, element counts); on a trace
+    of random layer widths it equals costing every forward matrix op one by one."""
+    from triosim.compute.op_cost import op_cost
+    from triosim.compute.op_kinds import MATRIX_CLASSES, classify
+    from triosim.trace.synthetic import SyntheticModel, write_synthetic_trace
+    from triosim.trace.tensor_table import TensorTable
+
+    trace = load_trace(write_synthetic_trace(tmp_path / "t", SyntheticModel(layers=40, batch_size=4, seed=3)),
+                       fast=fast)
+    assert isinstance(trace.tensors, TensorTable) == fast
+    every = sum(op_cost(op, trace.tensors).flops for op in trace.ops
+                if op.stage == "forward" and classify(op.name, op.stage)[1] in MATRIX_CLASSES)
+    assert every > 0 and forward_matrix_flops(trace) == every
+
+
 def test_shapes_batch_must_be_positive():
     trace = load_trace(SAMPLES / "gpt-h200-bs8")
     with pytest.raises(ValueError):
