@@ -44,6 +44,10 @@ class GraphBuilder:
         self.check()
         graph = self.compose()
         graph.meta.setdefault("parallel", self.strategy.parallel_dict(self.platform.num_gpus))
+        precision = self.trace.precision
+        if precision is not None:  # only under a training dtype: a run as traced writes what it always wrote
+            graph.meta["precision"] = {"dtype": precision.dtype, "grad_reduce_dtype": precision.grad_reduce_dtype,
+                                       "master_weights": precision.mixed}
         return attach_network(graph, self.platform)
 
     def check(self) -> None:
