@@ -24,6 +24,7 @@ from .flags import sim_namespace, typed
 from .gpu import GpuOptions, planning_capacity, time_trace_on_gpu
 from .notes import check_unused_platform_flags
 from .parallel_flags import degrees_given, parallel_options, resolve_gpus
+from .precision import training_precision, with_flag_precision
 from .trace_dirs import trace_dir_from_flag
 
 
@@ -215,8 +216,9 @@ def configure(args: argparse.Namespace | Mapping[str, Any] | None = None,
     elif options:
         raise TypeError("configure(): pass either a namespace or keyword options, not both")
     check_case(args)
+    training_precision(args)  # the flags' own errors before any file is read
     platform = platform_from_args(args)
-    trace = load_scaled_trace(args)
+    trace = with_flag_precision(load_scaled_trace(args), args)
     strategy = strategy_from_args(args, trace.batch_size)
     if strategy.hybrid:  # before any graph is built: a pipeline stage per layer at most
         check_pipeline_depth(trace, strategy.degrees(platform.num_gpus)[2],

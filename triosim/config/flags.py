@@ -13,6 +13,7 @@ from ..hardware.platform import COLLECTIVE_ALGOS, COLLECTIVE_PROTOCOLS, NETWORKS
 from .batch_flags import add_global_batch_flag
 from .gpu import add_gpu_flags
 from .parallel_flags import add_parallel_flags
+from .precision import add_precision_flags
 
 DEFAULT_WORD = "default"  # a value spelling that means "the run default of this flag"
 _TRUE = frozenset({"1", "true", "yes", "on"})
@@ -113,6 +114,7 @@ def add_sim_flags(p: argparse.ArgumentParser) -> None:
                    help="reproduce the original TrioSim's conventions (see docs/reference-compat.md)")
     add_parallel_flags(g)
     add_gpu_flags(p)
+    add_precision_flags(p)
 
 
 def collective_latency(text: str) -> float | None:

@@ -71,6 +71,11 @@ def print_summary(result: Result, console: Console, title: str = "") -> None:
         f"[bold green]Iteration time: {result.makespan_ms:.4f} ms[/bold green]"
         f"   ({len(result.graph):,} tasks, {result.graph.num_edges:,} edges)"
     )
+    precision = result.graph.meta.get("precision")
+    if precision:  # only under a training dtype
+        head = head.replace("\n[bold green]", f"\ntraining in {precision['dtype']}, gradients reduced in "
+                            f"{precision['grad_reduce_dtype']}"
+                            f"{', fp32 master weights' if precision['master_weights'] else ''}\n[bold green]", 1)
     gpu = result.extra.get("gpu")
     if gpu:  # only with --gpu: a run without it prints what it always printed
         head = head.replace("\n[bold green]", f"\n[bold]{gpu['header']}[/bold]\n[bold green]", 1)

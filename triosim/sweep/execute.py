@@ -33,6 +33,7 @@ from ..config import (
 )
 from ..config.build import gpu_timing_options
 from ..config.gpu import GpuOptions, verdict_capacity
+from ..config.precision import with_flag_precision
 from ..errors import ConfigError, TriosimError
 from ..trace import Trace
 from .grid import Point
@@ -130,7 +131,7 @@ def run_task(traces: TraceSet, task: Task) -> Outcome:
     ns = Namespace(**dict(task.config))
     try:
         platform = platform_from_args(ns)
-        trace = traces.scaled(task.trace_key, task.batch_size_sim, bool(ns.reference_compat))
+        trace = with_flag_precision(traces.scaled(task.trace_key, task.batch_size_sim, bool(ns.reference_compat)), ns)
         strategy = strategy_from_args(ns, trace.batch_size)
         result = run_simulation(trace, platform, strategy)
         timing = gpu_timing(trace)
