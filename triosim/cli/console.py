@@ -181,8 +181,11 @@ def _progress_callback(total: int, quiet: bool):
 
 
 def cmd_run(args: argparse.Namespace) -> int:
+    from ..compute.model_flops import model_flops_per_sample
+    from ..compute.op_time_source import gpu_timing
     from ..graph import build_graph
     from ..report.result import Result, summarize
+    from ..report.throughput import throughput_of
     from ..report.timeline import timeline_json
     from ..schedule.list_scheduler import schedule
 
@@ -217,12 +220,17 @@ def cmd_run(args: argparse.Namespace) -> int:
     for warning in check_config_facts(getattr(args, "config_facts", None) or {}, block):
         print(f"triosim: warning: --config {args.config}: {warning}", file=sys.stderr)
     verdict = gpu_outputs(args, trace, graph, strategy)
+    # Only when shown: counting a 200,000-op trace's FLOPs is a tenth of its whole -q run.
+    rates = throughput_of(trace, strategy, platform.num_gpus, sched.makespan,
+                          model_flops_per_sample(trace, batches.batch), gpu_timing(trace)) \
+        if args.json or not args.quiet else None
     result = Result(sched.makespan, strategy, platform, graph, sched, per_gpu, per_link,
                     extra={"trace": Path(trace.path).name, "batch_size": batches.batch,
                            "batch_source": batches.source, "batch_size_sim": trace.batch_size,
                            "time_source": trace.time_source,
                            **({"op_time_model": trace.op_time.describe()} if trace.op_time else {}),
                            **verdict,
+                           **({"throughput": rates.to_dict()} if rates is not None else {}),
                            "config": block})
     protect = (Path(trace.path) / "trace.csv", Path(trace.path) / "tensor.csv")
     if args.json:

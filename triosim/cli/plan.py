@@ -13,6 +13,7 @@ from typing import Any
 
 from rich.console import Console
 
+from ..compute.model_flops import model_flops_per_sample
 from ..config import add_sim_flags, resolve_batches, trace_dir_from_flag
 from ..config.build import (
     gpu_timing_options,
@@ -22,12 +23,13 @@ from ..config.build import (
 )
 from ..config.flags import FlagTable
 from ..config.gpu import GpuOptions, memory_capacity
+from ..config.precision import training_precision
 from ..errors import ConfigError
 from ..output import check_output_path, refuse_overwriting_inputs
 
 # Strategy flags the plan chooses itself: given to `plan`, they would be silently replaced.
 CHOSEN = ("case", "dp", "tp", "pp", "micro_batch_size", "schedule", "virtual_stages", "zero", "sequence_parallel",
-          "batch_size_sim", "gpus", "recompute")
+          "batch_size_sim", "gpus", "global_batch", "recompute")
 EXIT_NOTHING_FITS = 3
 
 
@@ -63,7 +65,7 @@ def register(sub: Any) -> None:
 def _check_flags(args: argparse.Namespace) -> None:
     table = FlagTable.from_cli()
     for dest in CHOSEN:
-        if dest in ("gpus",) or not hasattr(args, dest):
+        if dest in ("gpus", "global_batch") or not hasattr(args, dest):
             continue
         try:
             spec = table.by_dest(dest)
@@ -186,12 +188,14 @@ def plan_inputs(args: argparse.Namespace) -> PlanInputs:
     protect = [trace_dir / n for n in ("trace.csv", "tensor.csv", "meta.json")]
     refuse_overwriting_inputs([(f, p) for f, p in (("--out", args.out), ("--plot", args.plot)) if p],
                               [*protect, getattr(args, "topology_file", None)])
-    ns = argparse.Namespace(**{**base, "dp": args.gpus, "gpus": None})  # the platform of all N GPUs
+    # the platform of all N GPUs, and the trace at its recorded batch
+    ns = argparse.Namespace(**{**base, "dp": args.gpus, "gpus": None, "global_batch": None})
     platform = platform_from_args(ns)
     batches = resolve_batches(ns)
     raw = load_recorded_trace(batches.trace_dir, batches.batch, ns.time_column, ns.num_layers, *op_time_options(ns),
                               gpu_timing_options(ns))
-    profile = ModelProfile(raw, platform, reference_compat=bool(ns.reference_compat))
+    profile = ModelProfile(raw, platform, reference_compat=bool(ns.reference_compat),
+                           precision=training_precision(ns))
     node = platform.node_of.count(0) if platform.node_of else args.gpus_per_node
     space = SearchSpace(args.gpus, args.global_batch, profile.layers, profile.heads, max(1, node), args.max_tp)
     if not mesh_shapes(space):
@@ -199,7 +203,9 @@ def plan_inputs(args: argparse.Namespace) -> PlanInputs:
     settings = PlanSettings(args.global_batch, memory_capacity(ns), bucket_bytes=args.bucket_mb * 1024 * 1024,
                             seq_len=_seq_len(args, batches.trace_dir),
                             partition="count" if args.partition == "count" else "time")
-    figures = Figures(args.gpus, args.global_batch, settings.seq_len, profile.parameter_count, _peak_flops(args, raw))
+    flops = model_flops_per_sample(raw, raw.batch_size) * args.global_batch
+    figures = Figures(args.gpus, args.global_batch, settings.seq_len, flops, _peak_flops(args, raw),
+                      global_flag="global_batch" in base)
     return PlanInputs(profile, space, list(enumerate_candidates(space)), settings, figures, base, base_flags,
                       trace_dir, protect)
 
@@ -240,7 +246,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
             print(f"triosim: {line}", file=sys.stderr)
         return EXIT_NOTHING_FITS
     if args.quiet:
-        print(run_line(base_flags, outcome.ranked[0], args.global_batch))
+        print(run_line(base_flags, outcome.ranked[0], figures))
         return 0
     console = Console(highlight=False, width=None if sys.stdout.isatty() else 200)
     feasible = sum(1 for r in outcome.rows if r.feasible)

@@ -19,10 +19,12 @@ from ..hardware.topology_file import check as check_topology_file
 from ..limits import check_batch_limit, check_gpu_count
 from ..trace import Trace
 from ..trace.load import load_trace, trace_batch_size
+from .batch_flags import global_batch_per_replica
 from .flags import sim_namespace, typed
 from .gpu import GpuOptions, planning_capacity, time_trace_on_gpu
 from .notes import check_unused_platform_flags
 from .parallel_flags import degrees_given, parallel_options, resolve_gpus
+from .precision import training_precision, with_flag_precision
 from .trace_dirs import trace_dir_from_flag
 
 
@@ -53,7 +55,9 @@ def resolve_batches(args: argparse.Namespace, info_cache: dict[str, tuple[int, s
                 info_cache[key] = (batch, source)
     if batch <= 0:
         raise ConfigError(f"-batch-size must be a positive integer, got {batch}")
-    sim = args.batch_size_sim if args.batch_size_sim not in (None, -1) else batch
+    sim = global_batch_per_replica(args)
+    if sim is None:
+        sim = args.batch_size_sim if args.batch_size_sim not in (None, -1) else batch
     if sim <= 0:
         raise ConfigError(f"-batch-size-sim must be a positive integer (or -1 for the trace's batch), got {sim}")
     check_batch_limit(batch, "-batch-size")
@@ -212,8 +216,9 @@ def configure(args: argparse.Namespace | Mapping[str, Any] | None = None,
     elif options:
         raise TypeError("configure(): pass either a namespace or keyword options, not both")
     check_case(args)
+    training_precision(args)  # the flags' own errors before any file is read
     platform = platform_from_args(args)
-    trace = load_scaled_trace(args)
+    trace = with_flag_precision(load_scaled_trace(args), args)
     strategy = strategy_from_args(args, trace.batch_size)
     if strategy.hybrid:  # before any graph is built: a pipeline stage per layer at most
         check_pipeline_depth(trace, strategy.degrees(platform.num_gpus)[2],

@@ -12,6 +12,7 @@ from ..errors import ConfigError
 from ..safe_yaml import MAX_YAML_BYTES, MAX_YAML_DEPTH, parse_yaml_text, read_text_file
 from .flags import FlagTable
 from .gpu import GPU_FLAG_DEFAULTS
+from .precision import PRECISION_FLAG_DEFAULTS
 from .trace_dirs import check_path_length, trace_dir_from_flag
 
 
@@ -141,7 +142,8 @@ def config_block(args: argparse.Namespace) -> dict[str, Any]:
     block: dict[str, Any] = {}
     for spec in table.specs:
         value = getattr(args, spec.dest, spec.default)
-        if spec.dest in GPU_FLAG_DEFAULTS and value == GPU_FLAG_DEFAULTS[spec.dest]:
+        defaults = GPU_FLAG_DEFAULTS if spec.dest in GPU_FLAG_DEFAULTS else PRECISION_FLAG_DEFAULTS
+        if spec.dest in defaults and value == defaults[spec.dest]:
             continue  # a run without the GPU flags records the block it always did
         if spec.dest == "trace_dir":
             value = str(trace_dir.resolve())

@@ -50,11 +50,13 @@ class Candidate:
     def schedule_label(self) -> str:
         return f"interleaved V{self.virtual}" if self.schedule == "interleaved" else self.schedule
 
-    def run_flags(self, per_replica_batch: int) -> list[str]:
-        """The ``triosim run`` flags of this configuration (without the trace and platform's)."""
-        flags = ["--dp", str(self.dp), "--tp", str(self.tp), "--pp", str(self.pp),
-                 "-batch-size-sim", str(per_replica_batch), "-micro-batch-size", str(self.micro_batch),
-                 "--schedule", self.schedule]
+    def run_flags(self, global_batch: int, global_flag: bool = True) -> list[str]:
+        """The ``triosim run`` flags of this configuration (without the trace and platform's); the
+        batch as ``--global-batch`` (``global_flag``) or as one replica's ``--batch-size-sim``."""
+        batch = ["--global-batch", str(global_batch)] if global_flag else \
+            ["--batch-size-sim", str(global_batch // self.dp)]
+        flags = ["--dp", str(self.dp), "--tp", str(self.tp), "--pp", str(self.pp), *batch,
+                 "--micro-batch-size", str(self.micro_batch), "--schedule", self.schedule]
         if self.schedule == "interleaved":
             flags += ["--virtual-stages", str(self.virtual)]
         if self.zero:

@@ -31,6 +31,7 @@ from ..compute.op_time import op_seconds
 from ..compute.scale import scale_trace
 from ..graph.collectives.cost import collective_cost
 from ..graph.data.data_parallel import Bucket, gradient_order, make_buckets
+from ..graph.data.precision import with_training_precision
 from ..graph.data.zero import buffer_roles
 from ..graph.layer_count import count_layers
 from ..graph.pipeline.schedules import BACKWARD, FORWARD, OPTIMIZER
@@ -79,6 +80,7 @@ class ModelProfile:
     raw: Trace
     platform: Platform
     reference_compat: bool = False
+    precision: object = None  # the training precision of --dtype (None: sizes as traced)
     _scaled: dict[int, Trace] = field(default_factory=dict, repr=False)
     _plans: dict[tuple[int, int, bool], object] = field(default_factory=dict, repr=False)
     _times: dict[tuple[int, int, bool, int], PositionTimes] = field(default_factory=dict, repr=False)
@@ -97,7 +99,6 @@ class ModelProfile:
         self.heads = attention_heads(trace) if layers.unit == "transformer layers" else None
         self.roles = buffer_roles(trace)
         self.versions = buffer_versions(trace, self.phase)
-        self.parameter_count = sum(_numel(trace, k) for k in trace.parameters)
         self.gradient_order = gradient_order(trace)
         first: dict[str, int] = {}
         for i in sorted(self.pos):
@@ -110,10 +111,12 @@ class ModelProfile:
     # ------------------------------------------------------------------ cached inputs
 
     def scaled(self, batch: int) -> Trace:
-        """The trace scaled to a per-replica batch, as ``triosim run -batch-size-sim`` scales it."""
+        """The trace scaled to a per-replica batch and sized for the training precision, as
+        ``triosim run`` scales and sizes it."""
         hit = self._scaled.get(batch)
         if hit is None:
-            hit = self._scaled[batch] = scale_trace(self.raw, batch, reference_compat=self.reference_compat)
+            hit = scale_trace(self.raw, batch, reference_compat=self.reference_compat)
+            hit = self._scaled[batch] = with_training_precision(hit, self.precision)
         return hit
 
     def tensor_plan(self, batch: int, tp: int, sp: bool):
@@ -299,16 +302,6 @@ def _plan_arrays(profile: ModelProfile, trace: Trace, plan) -> _PlanArrays:
         arr(vers, 0, np.intp), arr(vers, 1, np.intp), arr(vers, 2, np.intp), arr(vers, 3), arr(vers, 4, bool),
         arr(vers, 5), {k: (np.array([a for a, _ in v], dtype=np.intp), np.array([b for _, b in v], dtype=np.intp))
                      for k, v in colls.items()}, params, params_full, opt_state, float(optimizer_s))
-
-
-def _numel(trace: Trace, k: str) -> int:
-    shape = trace.tensors[k].shape
-    if not shape:
-        return max(1, trace.tensors[k].bytes // 4)
-    n = 1
-    for d in shape:
-        n *= int(d)
-    return n
 
 
 __all__ = ["ModelProfile", "PositionTimes"]

@@ -3,9 +3,10 @@ configuration, a CSV of every candidate (infeasible ones with the reason) and a 
 throughput against memory.
 
 Throughput is tokens per second (global batch × sequence length / iteration time; samples per
-second when the sequence length is unknown). MFU is model FLOPs utilisation: 6 · parameters ·
-tokens per iteration (forward 2, backward 4 FLOPs per parameter and token, recomputation not
-counted, as Narayanan et al. 2021 count it) over the GPUs' dense matrix peak × the time.
+second when the sequence length is unknown). MFU is model FLOPs utilisation, as ``triosim run``
+reports it: model FLOPs of the iteration (3 × the forward's matrix-unit FLOPs per sample × the
+global batch, recomputation not counted: :mod:`triosim.compute.model_flops`) over the GPUs'
+dense matrix peak × the time.
 """
 
 from __future__ import annotations
@@ -33,8 +34,9 @@ class Figures:
     gpus: int
     global_batch: int
     seq_len: int | None
-    parameters: int
+    model_flops: float | None  # per iteration
     peak_flops: float | None
+    global_flag: bool = True  # `triosim run` has --global-batch (else the run lines give -batch-size-sim)
 
     def tokens_per_s(self, seconds: float) -> float | None:
         if not seconds > 0:
@@ -42,19 +44,19 @@ class Figures:
         return self.global_batch * (self.seq_len or 1) / seconds
 
     def mfu(self, seconds: float) -> float | None:
-        if not seconds > 0 or self.peak_flops is None or self.seq_len is None:
+        if not seconds > 0 or self.peak_flops is None or not self.model_flops:
             return None
-        return 6.0 * self.parameters * self.global_batch * self.seq_len / (self.gpus * self.peak_flops * seconds)
+        return self.model_flops / (self.gpus * self.peak_flops * seconds)
 
     @property
     def throughput_unit(self) -> str:
         return "tokens/s" if self.seq_len else "samples/s"
 
 
-def run_line(base_flags: Sequence[str], row: Row, global_batch: int) -> str:
+def run_line(base_flags: Sequence[str], row: Row, figures: Figures) -> str:
     """``triosim run …`` reproducing ``row``'s configuration."""
-    c = row.candidate
-    return shlex.join(["triosim", "run", *base_flags, *c.run_flags(global_batch // c.dp)])
+    flags = row.candidate.run_flags(figures.global_batch, figures.global_flag)
+    return shlex.join(["triosim", "run", *base_flags, *flags])
 
 
 def _ms(seconds: float | None) -> str:
@@ -92,7 +94,7 @@ def print_table(console: Console, ranked: Sequence[Row], figures: Figures, base_
                       "—" if tps is None else f"{tps:,.0f}", "—" if mfu is None else f"{mfu * 100:.1f} %", _gb(peak))
     console.print(table)
     for k, row in enumerate(shown, 1):
-        console.print(f"{k:>3}  {run_line(base_flags, row, figures.global_batch)}", soft_wrap=True)
+        console.print(f"{k:>3}  {run_line(base_flags, row, figures)}", soft_wrap=True)
 
 
 CSV_COLUMNS = ("rank", "status", "reason", "dp", "tp", "pp", "micro_batch", "micro_batches", "schedule",
@@ -139,7 +141,7 @@ def csv_text(rows: Sequence[Row], ranked: Sequence[Row], figures: Figures, base_
             num(e.optimizer_s if e else None, 1e3), e.peak_bytes if e else "",
             num(dag, 1e3), row.dag.max_peak_memory_bytes if dag is not None else "",
             num(figures.tokens_per_s(t) if t else None, 1.0, 1), num(figures.mfu(t) if t else None, 1.0, 4),
-            run_line(base_flags, row, figures.global_batch),
+            run_line(base_flags, row, figures),
         ])
     return buf.getvalue()
 

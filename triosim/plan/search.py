@@ -95,10 +95,15 @@ def best_estimated(rows: Sequence[Row], k: int) -> list[Row]:
     return feasible[:k]
 
 
-def candidate_config(base: dict, c: Candidate, per_replica_batch: int) -> dict:
-    """The run flags (dest → value) of candidate ``c`` on top of the plan's own ``base``."""
+def candidate_config(base: dict, c: Candidate, global_batch: int) -> dict:
+    """The run flags (dest → value) of candidate ``c`` on top of the plan's own ``base``; the
+    batch as ``--global-batch`` where the run has that flag."""
     config = dict(base)
-    config.update(dp=c.dp, tp=c.tp, pp=c.pp, batch_size_sim=per_replica_batch, micro_batch_size=c.micro_batch,
+    if "global_batch" in base:
+        config.update(global_batch=global_batch, batch_size_sim=-1)
+    else:
+        config.update(batch_size_sim=global_batch // c.dp)
+    config.update(dp=c.dp, tp=c.tp, pp=c.pp, micro_batch_size=c.micro_batch,
                   schedule=c.schedule, virtual_stages=c.virtual, zero=str(c.zero),
                   sequence_parallel=c.sequence_parallel, gpus=None)
     if c.recompute != "none":
@@ -113,7 +118,7 @@ def dag_time(rows: Sequence[Row], base: dict, global_batch: int, jobs: int = 1,
     points = []
     for k, row in enumerate(rows):
         c = row.candidate
-        config = candidate_config(base, c, global_batch // c.dp)
+        config = candidate_config(base, c, global_batch)
         points.append(Point(k, (), tuple(sorted(vars(argparse.Namespace(**config)).items()))))
     prepared = prepare(points)
     done = [0]
