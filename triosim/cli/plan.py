@@ -57,6 +57,8 @@ def register(sub: Any) -> None:
     g.add_argument("--plot", metavar="FILE.png", help="throughput against peak memory (needs matplotlib)")
     g.add_argument("--jobs", "-j", type=int, default=1,
                    help="processes for the DAG timing (sweep executor; 1 = in this process)")
+    g.add_argument("--dask", metavar="ADDRESS",
+                   help="DAG-time on a Dask cluster: scheduler address tcp://HOST:PORT or a scheduler file")
     g.add_argument("--show", type=int, default=10, metavar="N", help="rows of the table (10)")
     g.add_argument("--quiet", "-q", action="store_true", help="print only the best configuration's run line")
     p.set_defaults(func=cmd_plan)
@@ -79,6 +81,12 @@ def _check_flags(args: argparse.Namespace) -> None:
         raise ConfigError("plan needs --global-batch B, the samples per iteration over all replicas")
     if args.top < 0:
         raise ConfigError(f"--top must be 0 or more, got {args.top}")
+    if args.dask is not None:
+        if not args.dask.strip():
+            raise ConfigError("--dask is empty; give tcp://HOST:PORT or a scheduler file, or leave it out")
+        from ..sweep.execute import require_distributed
+
+        require_distributed()
     if args.jobs < 1:
         raise ConfigError(f"--jobs must be 1 or more, got {args.jobs}")
     if args.max_tp is not None and args.max_tp < 1:
@@ -228,9 +236,9 @@ def cmd_plan(args: argparse.Namespace) -> int:
     prog, update = _progress(args.quiet)
     if prog is not None:
         with prog:
-            outcome = search(candidates, profile, settings, base, args.top, args.jobs, update)
+            outcome = search(candidates, profile, settings, base, args.top, args.jobs, update, args.dask)
     else:
-        outcome = search(candidates, profile, settings, base, args.top, args.jobs)
+        outcome = search(candidates, profile, settings, base, args.top, args.jobs, dask=args.dask)
     if args.out:
         write_csv(args.out, outcome.rows, outcome.ranked, figures, base_flags, protect=protect)
     if args.plot and not outcome.interrupted:

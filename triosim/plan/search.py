@@ -14,7 +14,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from ..errors import ConfigError
-from ..sweep.execute import OK, Outcome, prepare, run_inprocess, run_pool
+from ..sweep.execute import OK, Outcome, prepare, run_dask, run_inprocess, run_pool
 from ..sweep.grid import Point
 from .candidates import Candidate
 from .estimate import Estimate, PlanSettings, estimate
@@ -112,9 +112,10 @@ def candidate_config(base: dict, c: Candidate, global_batch: int) -> dict:
 
 
 def dag_time(rows: Sequence[Row], base: dict, global_batch: int, jobs: int = 1,
-             progress: Progress | None = None) -> bool:
-    """Simulate each row's configuration with the task DAG (sweep executor: in-process, or a
-    local process pool with ``jobs`` > 1); sets ``row.dag``. Returns True when interrupted."""
+             progress: Progress | None = None, dask: str | None = None) -> bool:
+    """Simulate each row's configuration with the task DAG (sweep executor: in-process, a
+    local process pool with ``jobs`` > 1, or the Dask cluster at ``dask``); sets ``row.dag``.
+    Returns True when interrupted."""
     points = []
     for k, row in enumerate(rows):
         c = row.candidate
@@ -132,7 +133,9 @@ def dag_time(rows: Sequence[Row], base: dict, global_batch: int, jobs: int = 1,
     for o in prepared.settled:
         on_outcome(o)
     try:
-        if jobs > 1 and len(prepared.tasks) > 1:
+        if dask is not None:
+            run_dask(dask, prepared.traces, prepared.tasks, on_outcome)
+        elif jobs > 1 and len(prepared.tasks) > 1:
             run_pool(prepared.traces, prepared.tasks, jobs, on_outcome)
         else:
             run_inprocess(prepared.traces, prepared.tasks, on_outcome)
@@ -151,7 +154,7 @@ def rank(rows: Sequence[Row]) -> list[Row]:
 
 
 def search(candidates: Sequence[Candidate], profile: ModelProfile, settings: PlanSettings, base: dict,
-           top: int = 20, jobs: int = 1, progress: Progress | None = None) -> PlanOutcome:
+           top: int = 20, jobs: int = 1, progress: Progress | None = None, dask: str | None = None) -> PlanOutcome:
     """Estimate all, DAG-time the best ``top``, rank (module docstring)."""
     t0 = time.perf_counter()
     rows, interrupted = estimate_all(candidates, profile, settings, progress)
@@ -160,7 +163,7 @@ def search(candidates: Sequence[Candidate], profile: ModelProfile, settings: Pla
     if not interrupted and top > 0:
         best = best_estimated(rows, top)
         if best:
-            out.interrupted = dag_time(best, base, settings.global_batch, jobs, progress)
+            out.interrupted = dag_time(best, base, settings.global_batch, jobs, progress, dask)
     out.dag_s = time.perf_counter() - t1
     out.ranked = rank(rows)
     return out
