@@ -11,6 +11,7 @@ from typing import Any
 from ..errors import ConfigError
 from ..hardware.platform import COLLECTIVE_ALGOS, COLLECTIVE_PROTOCOLS, NETWORKS
 from .gpu import add_gpu_flags
+from .model_flags import add_model_flags
 from .parallel_flags import add_parallel_flags
 
 DEFAULT_WORD = "default"  # a value spelling that means "the run default of this flag"
@@ -58,6 +59,7 @@ def add_sim_flags(p: argparse.ArgumentParser) -> None:
                         "linear-floor), fit, linear-floor or linear (the original's; always under --reference-compat)")
     g.add_argument("--kernel-floor-us", type=float, default=2.0,
                    help="shortest op time in µs when scaling to a smaller batch or micro-batch (2)")
+    add_model_flags(g)
     g = p.add_argument_group("platform")
     g.add_argument("--GPUnumber", "--gpus", dest="gpus", type=int, default=None,
                    help="number of GPUs (8; a hybrid run: dp × tp × pp)")

@@ -24,6 +24,7 @@ from typing import Any
 from ..compute.scale import scale_trace
 from ..config import (
     check_case,
+    layers_to_repeat,
     load_recorded_trace,
     op_time_options,
     platform_from_args,
@@ -193,7 +194,7 @@ def prepare(points: Sequence[Point]) -> Prepared:
             settled.append(Outcome(point.index, FAILED,
                                    f"-case {ns.case} ({CASE_NAMES[ns.case]}) is not implemented yet"))
             continue
-        pending.append((point, (trace_dir, batch, ns.time_column, getattr(ns, "num_layers", None),
+        pending.append((point, (trace_dir, batch, ns.time_column, layers_to_repeat(ns),
                                 *op_time_options(ns), gpu_timing_options(ns)), sim))
 
     loaded: dict[TraceKey, Trace] = {}

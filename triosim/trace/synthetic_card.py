@@ -40,6 +40,8 @@ from .model_card import ModelCard
 from .synthetic import write_trace_csvs
 
 FP32 = 4
+# Bumped whenever the rows written for a card change: cached traces of older versions are not reused.
+CARD_TRACE_VERSION = 1
 
 
 @dataclass(frozen=True)
@@ -352,4 +354,4 @@ def write_card_trace(directory: str | os.PathLike, spec: CardTraceSpec) -> Path:
     return out
 
 
-__all__ = ["CardTraceSpec", "write_card_trace"]
+__all__ = ["CARD_TRACE_VERSION", "CardTraceSpec", "write_card_trace"]
