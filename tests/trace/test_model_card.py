@@ -8,7 +8,13 @@ from pathlib import Path
 import pytest
 
 from triosim.errors import ConfigError
-from triosim.trace.model_card import COUNT_FIELDS, get_card, packaged_dir, read_card_file, shipped_cards
+from triosim.trace.model_card import (
+    COUNT_FIELDS,
+    get_card,
+    packaged_dir,
+    read_card_file,
+    shipped_cards,
+)
 
 GOOD = (packaged_dir() / "megatron-22b.yaml").read_text(encoding="utf-8")
 NAMES = {"megatron-22b", "gpt3-175b", "turing-530b", "megatron-1t", "llama2-7b", "llama2-70b", "llama3-8b",
