@@ -483,7 +483,7 @@ CASES = [
     Case("--model-file missing", ("run", "--model-file", "{tmp}/none.yaml", "--gpu", "h100-sxm", "-q"),
          "--model-file {tmp}/none.yaml: model card not found"),
     Case("--model-file, a bad count", ("run", "--model-file", "{tmp}/card.yaml", "--gpu", "h100-sxm", "-q"),
-         "--model-file {tmp}/card.yaml: layers: must be between 1 and 100,000, got a number of 400 digits",
+         "--model-file {tmp}/card.yaml: layers: must be between 1 and 10,000, got a number of 400 digits",
          lambda d: scratch_file(d, "card.yaml", _card_text().replace("layers: 48", "layers: " + "9" * 400))),
     Case("--model-file, a misspelt key", ("run", "--model-file", "{tmp}/card.yaml", "--gpu", "h100-sxm", "-q"),
          "--model-file {tmp}/card.yaml: unknown key 'kv_head'; did you mean 'kv_heads'?",

@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import ConfigError
+from ..limits import MAX_LAYERS
 from ..safe_yaml import parse_yaml_text, read_text_file
 
 ACTIVATIONS = ("gelu", "swiglu")
@@ -39,8 +40,9 @@ NORMS = ("layernorm", "rmsnorm")
 ATTENTIONS = ("standard", "flash")
 POSITIONS = ("learned", "rope")
 # Counts a card gives, and the largest each may be: a model of 10^6 layers or a 10^7-wide
-# hidden size is a typo, and keeping them bounded keeps every shape product exact.
-COUNT_FIELDS = {"layers": 100_000, "hidden": 1_000_000, "heads": 100_000, "kv_heads": 100_000,
+# hidden size is a typo, and keeping them bounded keeps every shape product exact. Layers: as
+# many as a trace may be repeated to.
+COUNT_FIELDS = {"layers": MAX_LAYERS, "hidden": 1_000_000, "heads": 100_000, "kv_heads": 100_000,
                 "ffn": 10_000_000, "vocab": 100_000_000, "seq_len": 10_000_000}
 CHOICE_FIELDS = {"activation": ACTIVATIONS, "norm": NORMS, "attention": ATTENTIONS, "position": POSITIONS}
 BOOL_FIELDS = ("tied_embeddings", "bias")
