@@ -154,3 +154,15 @@ def test_element_sizes(tmp_path) -> None:
     assert cats["mask"] == {1} and cats["indices"] == {8} and cats["weight"] == {4}
     assert math.isclose(sum(op.duration_s for op in trace.ops), 0.0)
     assert trace.info["device"] == "synthetic" and trace.info["model_card"] == "megatron-22b"
+
+
+def test_tensor_parallel_shards_the_fp32_moments_of_16_bit_weights(tmp_path) -> None:
+    from triosim.graph.tensor.megatron import plan_tensor_parallel
+
+    trace = build(tmp_path, small(get_card("llama3-8b")))  # bf16 weights, fp32 Adam moments
+    plan = plan_tensor_parallel(trace, 2)
+    params = set(trace.parameters)
+    weights = [k for k in plan.shard_divisor if k in params]
+    moments = [k for k in plan.shard_divisor if trace.tensors[k].category == "input"]
+    assert weights and sum(trace.tensors[k].numel for k in moments) == 2 * sum(trace.tensors[k].numel for k in weights)
+    assert {trace.tensors[k].each_byte for k in moments} == {4} and {trace.tensors[k].each_byte for k in weights} == {2}
