@@ -123,7 +123,7 @@ def test_megatron_finds_the_blocks_and_heads_and_the_layer_repeats(name: str, tm
 
 @pytest.mark.parametrize("attention", ["standard", "flash"])
 def test_attention_core_flops(attention: str, tmp_path) -> None:
-    card = replace(small(get_card("gpt3-175b")), attention=attention)
+    card = replace(small(get_card("gpt3-175b"), seq_len=48), attention=attention)
     b, s, a, d = 2, card.seq_len, card.heads, card.head_dim
     trace = build(tmp_path, card, b, layers=1)
     costs = trace_op_costs(trace)
@@ -134,6 +134,8 @@ def test_attention_core_flops(attention: str, tmp_path) -> None:
     bwd = sum(f for n, f in core if "evaluate_function" in n)
     assert fwd == 4 * b * a * s * s * d
     assert bwd == (8 if attention == "standard" else 10) * b * a * s * s * d  # two products' dX, dW; flash 2.5x
+    bmm = [c.flops for op, c in zip(trace.ops, costs) if "BmmBackward0" in op.name]
+    assert bmm == ([4 * b * a * s * s * d] * 2 if attention == "standard" else [])
 
 
 def test_tied_embeddings_share_one_parameter(tmp_path) -> None:

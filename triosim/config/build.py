@@ -179,7 +179,7 @@ def strategy_from_args(args: argparse.Namespace, sim_batch: int) -> Strategy:
 
 
 def platform_from_args(args: argparse.Namespace) -> Platform:
-    check_model_flags(args)  # before the GPU flags: a card run's dtype default needs its --gpu
+    check_model_flags(args)  # first: "--model needs --gpu" says more than any GPU-flag error
     GpuOptions.of(args).check(bool(args.reference_compat))
     gpus = resolve_gpus(args)
     check_gpu_count(gpus)

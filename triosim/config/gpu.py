@@ -26,7 +26,6 @@ from ..compute.op_time_source import (
 from ..errors import ConfigError
 from ..hardware.device_db import Device, read_device_file
 from ..trace import Trace
-from .model_flags import default_model_dtype, model_given
 
 OVERFLOW_MODES = ("auto", "verdict", "spill")
 DEFAULT_CAPACITY_LOG2 = 40.0  # -capacity's default: 2^40 B, "not given"
@@ -75,12 +74,10 @@ class GpuOptions:
 
     @classmethod
     def of(cls, args: argparse.Namespace) -> GpuOptions:
-        gpu, gpu_file = getattr(args, "gpu", None), getattr(args, "gpu_file", None)
-        dtype = getattr(args, "dtype", "auto") or "auto"
-        if dtype == "auto" and model_given(args) and (gpu is not None or gpu_file is not None):
-            dtype = _card_dtype(gpu, gpu_file)
-        return cls(gpu, gpu_file, getattr(args, "op_time_source", "auto") or "auto", getattr(args, "trace_gpu", None),
-                   dtype, getattr(args, "memory_overflow", "auto") or "auto", bool(getattr(args, "require_fit", False)))
+        return cls(getattr(args, "gpu", None), getattr(args, "gpu_file", None),
+                   getattr(args, "op_time_source", "auto") or "auto", getattr(args, "trace_gpu", None),
+                   getattr(args, "dtype", "auto") or "auto", getattr(args, "memory_overflow", "auto") or "auto",
+                   bool(getattr(args, "require_fit", False)))
 
     @property
     def given(self) -> bool:
@@ -122,16 +119,6 @@ class GpuOptions:
         check_dtype(device, self.dtype)
         if self.trace_gpu is not None:
             lookup_gpu(self.trace_gpu, "--trace-gpu")
-
-
-def _card_dtype(gpu: str | None, gpu_file: str | None) -> str:
-    """A card run's dtype without --dtype (see :func:`default_model_dtype`); the device's own
-    errors are left to :meth:`GpuOptions.check`."""
-    try:
-        device = _device(gpu, gpu_file)
-    except ConfigError:
-        return "bf16"
-    return default_model_dtype(set(device.matrix_flops)) if device is not None else "bf16"
 
 
 def _device(gpu: str | None, gpu_file: str | None) -> Device | None:

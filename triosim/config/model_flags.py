@@ -7,7 +7,7 @@ A card run needs no trace directory: the training step's trace is built from the
 (the trace holds no measured times, so ``--op-time-source`` must be roofline or auto). It is
 built at the batch one pipeline stage computes at a time: ``-micro-batch-size`` when given, else
 ``-batch-size-sim``, else one sequence. Parameters, gradients and activations are in the run's
-``--dtype`` (bf16 when none is given; fp16 on a GPU without bf16).
+``--dtype`` (16-bit when none is given: bf16, or fp16 on a GPU without bf16).
 
 The built trace is cached, keyed by everything it depends on (the card's shapes, the sequence,
 the batch, the element size, the generator's version), under ``$TRIOSIM_CACHE_DIR``, else
@@ -31,7 +31,9 @@ from ..trace.model_card import COUNT_FIELDS, ModelCard, get_card, read_card_file
 from ..trace.synthetic_card import CARD_TRACE_VERSION, CardTraceSpec, write_card_trace
 
 TRACED_LAYERS = 2  # layers written; find_layers needs the layer at least twice to repeat it
-ELEMENT_BYTES = {"fp32": 4, "tf32": 4, "bf16": 2, "fp16": 2, "fp8": 2}  # fp8 math keeps 16-bit tensors
+# Bytes of parameters, gradients and activations per --dtype. auto (no --dtype): 16-bit, which
+# the roofline runs as bf16, or as fp16 on a GPU without bf16 (a V100). fp8 math keeps 16-bit tensors.
+ELEMENT_BYTES = {"auto": 2, "fp32": 4, "tf32": 4, "bf16": 2, "fp16": 2, "fp8": 2}
 
 
 def add_model_flags(g: argparse._ArgumentGroup) -> None:
@@ -46,12 +48,6 @@ def add_model_flags(g: argparse._ArgumentGroup) -> None:
 
 def model_given(args: argparse.Namespace) -> bool:
     return getattr(args, "model", None) is not None or getattr(args, "model_file", None) is not None
-
-
-def default_model_dtype(device_matrix_dtypes: frozenset[str] | set[str]) -> str:
-    """The dtype of a card run without ``--dtype``: bf16, as LLMs are trained; fp16 on a GPU
-    without bf16 matrix units (a V100)."""
-    return "bf16" if "bf16" in device_matrix_dtypes or "fp16" not in device_matrix_dtypes else "fp16"
 
 
 def check_model_flags(args: argparse.Namespace) -> None:
@@ -179,9 +175,9 @@ def model_trace(args: argparse.Namespace, dtype: str) -> ModelTrace:
     if depth < 1:
         raise ConfigError(f"--num-layers must be a positive integer, got {depth}")
     traced = min(depth, TRACED_LAYERS)
-    spec = CardTraceSpec(card, model_batch(args), ELEMENT_BYTES.get(dtype, 2), traced)
+    spec = CardTraceSpec(card, model_batch(args), ELEMENT_BYTES[dtype], traced)
     return ModelTrace(cached_card_trace(spec), spec.batch_size, depth if depth > traced else None, card)
 
 
 __all__ = ["ModelTrace", "add_model_flags", "cache_root", "cached_card_trace", "check_model_flags",
-           "default_model_dtype", "load_card", "model_batch", "model_given", "model_trace"]
+           "load_card", "model_batch", "model_given", "model_trace"]
