@@ -110,3 +110,24 @@ def test_unwritable_cache_is_one_line(tmp_path: Path, monkeypatch) -> None:
     monkeypatch.setenv("TRIOSIM_CACHE_DIR", str(blocker))
     code, _, err = run(["run", "--model", "gpt-neo-1.3b", "--gpu", "h100-sxm", "-q"])
     assert code == 2 and err.count("\n") == 1 and "set TRIOSIM_CACHE_DIR" in err, err
+
+
+def test_a_failed_build_leaves_no_entry(cache: Path, monkeypatch) -> None:
+    """The cache is written atomically: a build that fails half-way (disk full) leaves nothing
+    a later run could read, and the next run builds the entry whole."""
+    import triosim.config.model_flags as mf
+
+    real = mf.write_card_trace
+
+    def disk_full(directory, spec):
+        Path(directory, "trace.csv").write_text("OperatorID\n")
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(mf, "write_card_trace", disk_full)
+    code, _, err = run(["run", "--model", "gpt-neo-1.3b", "--gpu", "h100-sxm", "-q"])
+    assert code == 2 and err.count("\n") == 1 and "No space left on device" in err, err
+    assert list(cache.iterdir()) == []
+    monkeypatch.setattr(mf, "write_card_trace", real)
+    code, out, err = run(["run", "--model", "gpt-neo-1.3b", "--gpu", "h100-sxm", "-q"])
+    assert code == 0 and float(out) > 0, err
+    assert [p.name.startswith("gpt-neo-1.3b-") for p in cache.iterdir()] == [True]
