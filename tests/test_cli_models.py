@@ -131,3 +131,18 @@ def test_a_failed_build_leaves_no_entry(cache: Path, monkeypatch) -> None:
     code, out, err = run(["run", "--model", "gpt-neo-1.3b", "--gpu", "h100-sxm", "-q"])
     assert code == 0 and float(out) > 0, err
     assert [p.name.startswith("gpt-neo-1.3b-") for p in cache.iterdir()] == [True]
+
+
+def test_config_block_of_a_trace_run_is_unchanged_and_a_card_run_reruns(cache: Path, tmp_path: Path) -> None:
+    from triosim.trace.synthetic import SyntheticModel, write_synthetic_trace
+
+    trace = write_synthetic_trace(tmp_path / "t", SyntheticModel(layers=2, batch_size=4))
+    block = _result(["-trace-dir", str(trace)], tmp_path)["config"]
+    assert not {"model", "model-file", "seq-len"} & set(block)
+    card = tmp_path / "mine.yaml"
+    card.write_text((packaged_dir() / "gpt-neo-1.3b.yaml").read_text())
+    first = _result(["--model-file", str(card), "--gpu", "h100-sxm", "--seq-len", "512"], tmp_path)
+    assert first["config"]["model-file"] == str(card.resolve()) and first["config"]["seq-len"] == 512
+    (tmp_path / "again.json").write_text(json.dumps(first))
+    again = _result(["--config", str(tmp_path / "again.json")], tmp_path)
+    assert again["makespan_ms"] == first["makespan_ms"]

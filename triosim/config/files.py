@@ -12,7 +12,7 @@ from ..errors import ConfigError
 from ..safe_yaml import MAX_YAML_BYTES, MAX_YAML_DEPTH, parse_yaml_text, read_text_file
 from .flags import FlagTable
 from .gpu import GPU_FLAG_DEFAULTS, GpuOptions
-from .model_flags import model_given, model_trace
+from .model_flags import MODEL_FLAG_DEFAULTS, model_given, model_trace
 from .trace_dirs import check_path_length, trace_dir_from_flag
 
 
@@ -143,8 +143,11 @@ def config_block(args: argparse.Namespace) -> dict[str, Any]:
     block: dict[str, Any] = {}
     for spec in table.specs:
         value = getattr(args, spec.dest, spec.default)
-        if spec.dest in GPU_FLAG_DEFAULTS and value == GPU_FLAG_DEFAULTS[spec.dest]:
-            continue  # a run without the GPU flags records the block it always did
+        if (spec.dest in GPU_FLAG_DEFAULTS and value == GPU_FLAG_DEFAULTS[spec.dest]) or \
+                (spec.dest in MODEL_FLAG_DEFAULTS and value is None):
+            continue  # a run without the GPU or card flags records the block it always did
+        if spec.dest == "model_file":
+            value = str(Path(value).resolve())
         if spec.dest == "trace_dir":
             value = None if card_run else str(trace_dir.resolve())
         block[spec.name] = value

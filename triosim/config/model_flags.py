@@ -30,6 +30,9 @@ from ..errors import ConfigError
 from ..trace.model_card import COUNT_FIELDS, ModelCard, get_card, read_card_file
 from ..trace.synthetic_card import CARD_TRACE_VERSION, CardTraceSpec, write_card_trace
 
+# dest -> default of the card flags: a run's configuration block records them only when set, so
+# a run of a trace writes the block it always wrote.
+MODEL_FLAG_DEFAULTS = {"model": None, "model_file": None, "seq_len": None}
 TRACED_LAYERS = 2  # layers written; find_layers needs the layer at least twice to repeat it
 # Bytes of parameters, gradients and activations per --dtype. auto (no --dtype): 16-bit, which
 # the roofline runs as bf16, or as fp16 on a GPU without bf16 (a V100). fp8 math keeps 16-bit tensors.
@@ -179,5 +182,5 @@ def model_trace(args: argparse.Namespace, dtype: str) -> ModelTrace:
     return ModelTrace(cached_card_trace(spec), spec.batch_size, depth if depth > traced else None, card)
 
 
-__all__ = ["ModelTrace", "add_model_flags", "cache_root", "cached_card_trace", "check_model_flags",
+__all__ = ["MODEL_FLAG_DEFAULTS", "ModelTrace", "add_model_flags", "cache_root", "cached_card_trace", "check_model_flags",
            "load_card", "model_batch", "model_given", "model_trace"]
