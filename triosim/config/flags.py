@@ -12,6 +12,7 @@ from ..errors import ConfigError
 from ..hardware.platform import COLLECTIVE_ALGOS, COLLECTIVE_PROTOCOLS, NETWORKS
 from .batch_flags import add_global_batch_flag
 from .gpu import add_gpu_flags
+from .model_flags import add_model_flags
 from .parallel_flags import add_parallel_flags
 from .precision import add_precision_flags
 
@@ -61,6 +62,7 @@ def add_sim_flags(p: argparse.ArgumentParser) -> None:
                         "linear-floor), fit, linear-floor or linear (the original's; always under --reference-compat)")
     g.add_argument("--kernel-floor-us", type=float, default=2.0,
                    help="shortest op time in µs when scaling to a smaller batch or micro-batch (2)")
+    add_model_flags(g)
     g = p.add_argument_group("platform")
     g.add_argument("--GPUnumber", "--gpus", dest="gpus", type=int, default=None,
                    help="number of GPUs (8; a hybrid run: dp × tp × pp)")

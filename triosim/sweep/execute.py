@@ -25,6 +25,7 @@ from ..compute.model_flops import model_flops_per_sample
 from ..compute.scale import scale_trace
 from ..config import (
     check_case,
+    layers_to_repeat,
     load_recorded_trace,
     op_time_options,
     platform_from_args,
@@ -214,7 +215,7 @@ def prepare(points: Sequence[Point]) -> Prepared:
             settled.append(Outcome(point.index, FAILED,
                                    f"-case {ns.case} ({CASE_NAMES[ns.case]}) is not implemented yet"))
             continue
-        pending.append((point, (trace_dir, batch, ns.time_column, getattr(ns, "num_layers", None),
+        pending.append((point, (trace_dir, batch, ns.time_column, layers_to_repeat(ns),
                                 *op_time_options(ns), gpu_timing_options(ns)), sim))
 
     loaded: dict[TraceKey, Trace] = {}

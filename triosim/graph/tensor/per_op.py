@@ -108,7 +108,8 @@ def sharded_buffers(trace: Trace) -> set[str]:
 
 def optimizer_state_of(trace: Trace, sharded_params: set[str]) -> set[str]:
     """The optimizer state of ``sharded_params``, matched by size: the k-th state tensor of a
-    size the optimizer touches goes with the k-th parameter of that size."""
+    size the optimizer touches goes with the k-th parameter of that size. Sizes are element
+    counts, not bytes: mixed-precision training keeps fp32 moments of 16-bit parameters."""
     params = set(trace.parameters)
     sharded: set[str] = set()
     by_size: dict[int, list[bool]] = {}
