@@ -94,7 +94,7 @@ def run(cfg: Config, mode: str, timeout: int) -> dict:
         proc = subprocess.run(argv, cwd=REPO, capture_output=True, text=True, timeout=timeout)
         wall = time.perf_counter() - t0
         if proc.returncode != 0:
-            return {"error": (proc.stderr.strip().splitlines() or ["exit %d" % proc.returncode])[-1], "wall_s": wall}
+            return {"error": (proc.stderr.strip().splitlines() or [f"exit {proc.returncode}"])[-1], "wall_s": wall}
         data = json.loads(out.read_text())
         data["wall_s"] = wall
         return data
@@ -104,8 +104,12 @@ def llm_analysis_seconds(cfg: Config, mode: str) -> float | None:
     """llm-analysis's iteration time, computed when the package is importable."""
     try:
         from llm_analysis.analysis import ActivationRecomputation, DSZeRO, LLMAnalysis
-        from llm_analysis.config import (ModelConfig, ParallelismConfig, get_dtype_config_by_name,
-                                         get_gpu_config_by_name)
+        from llm_analysis.config import (
+            ModelConfig,
+            ParallelismConfig,
+            get_dtype_config_by_name,
+            get_gpu_config_by_name,
+        )
     except ImportError:
         return None
     import logging
