@@ -130,6 +130,10 @@ def llm_analysis_seconds(cfg: Config, mode: str) -> float | None:
     return float(out["latency_per_iter"])
 
 
+def f(v: float | None) -> str:
+    return f"{v:9.2f}" if v is not None else f"{'—':>9}"
+
+
 def pct(x: float | None, ref: float | None) -> str:
     return f"{(x - ref) / ref * 100:+.1f}%" if x is not None and ref else "—"
 
@@ -171,7 +175,6 @@ def main() -> int:
           f"{'llm-an.':>9} {'error':>7}")
     errs = []
     for model, mode, pub, sim, calc, lla, _ in rows:
-        f = (lambda v: f"{v:9.2f}" if v is not None else f"{'—':>9}")
         print(f"{model:14} {mode:7} {f(pub)} {f(sim)} {pct(sim, pub):>7} {f(calc)} {pct(calc, pub):>7} "
               f"{f(lla)} {pct(lla, pub):>7}")
         if pub and sim:
