@@ -13,9 +13,9 @@ import networkx as nx
 import pytest
 
 import triosim.graph.tensor.megatron as mg
-from triosim.graph.tensor import per_op
 from triosim.graph import build_graph
 from triosim.graph.strategy import Strategy
+from triosim.graph.tensor import per_op
 from triosim.hardware.presets import build_platform
 from triosim.schedule.list_scheduler import schedule
 from triosim.schedule.validate import schedule_violations
