@@ -203,3 +203,17 @@ def test_resume_sets_aside_rows_of_other_configurations(tmp_path: Path) -> None:
     assert main([*base, "-bandwidth", "1,2", "--resume"]) == 0
     assert (tmp_path / "x.csv.partial.1").read_text() == whole  # bandwidth 3's row is kept, aside
     assert out.read_text().splitlines() == whole.splitlines()[:3]
+
+
+def test_resume_without_a_partial_file_says_so(tmp_path: Path, capsys) -> None:
+    """--resume with nothing interrupted runs every configuration and names the file it looked
+    for (it said 'kept from ' with no file)."""
+    from triosim.cli.console import main
+
+    trace = write_synthetic_trace(tmp_path / "t", SyntheticModel(layers=2, batch_size=4, seed=3))
+    out = tmp_path / "x.csv"
+    assert main(["sweep", "-trace-dir", str(trace), "-j", "1", "-q", "--out", str(out), "-bandwidth", "1,2",
+                 "--resume"]) == 0
+    err = capsys.readouterr().err
+    assert f"triosim: note: resuming: no partial file ({out}.partial); every configuration runs" in err
+    assert len(out.read_text().splitlines()) == 3
