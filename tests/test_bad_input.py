@@ -407,6 +407,13 @@ CASES = [
     Case("grid: YAML list of 10^5 values", ("sweep", "-trace-dir", T, "--grid", "{tmp}/g.yaml", "-q"),
          "--grid {tmp}/g.yaml line 1: the document expands to more than 100,000 values",
          lambda d: scratch_file(d, "g.yaml", "bandwidth: [" + ",".join(str(i) for i in range(1, 100_001)) + "]\n")),
+    # a Client half-built on an unparsable address printed a traceback 40 s after the error
+    Case("sweep --dask abc (no port)", ("sweep", "-trace-dir", T, "-bandwidth", "1,2", "--dask", "abc", "-q",
+                                        "--out", "{tmp}/s.csv"),
+         "--dask: 'abc' is neither a scheduler file nor an address HOST:PORT",
+         lambda d: scratch_file(d, "s.csv.partial", "")),  # refused before the partial file is touched
+    Case("sweep --dask tcp://host:1e400", ("sweep", "-trace-dir", T, "-bandwidth", "1,2", "--dask", "tcp://h:1e400",
+                                           "-q"), "--dask: 'tcp://h:1e400' is neither a scheduler file"),
     Case("grid: non-UTF-8 byte", ("sweep", "-trace-dir", T, "--grid", "{tmp}/g.yaml", "-q"),
          "--grid {tmp}/g.yaml line 1: not UTF-8 text (byte 0xfe)",
          lambda d: scratch_file(d, "g.yaml", b"case: [0, \xfe]\n")),

@@ -185,7 +185,11 @@ class Composition(CompositionState):
     def add_programs(self, comm: GroupComm, waits) -> list[list[str]]:
         """Each pipeline rank's program, then its gradient sync and optimizer share; returns the
         parameters each rank owns."""
-        colls = {c.op: c for c in self.tpp.collectives} if self.ranks.tp > 1 else {}
+        # op -> its TP collectives in plan order: under sequence parallelism an op that ends one
+        # block and feeds the next carries a reduce-scatter and then an all-gather.
+        colls: dict[int, list] = {}
+        for c in self.tpp.collectives if self.ranks.tp > 1 else ():
+            colls.setdefault(c.op, []).append(c)
         params_of = gradient_sync.stage_params(self)
         for p in range(self.ranks.pp):
             last = add_rank_program(self, comm, p, waits, colls, params_of[p])

@@ -379,6 +379,19 @@ def require_distributed() -> None:
         raise ConfigError("--dask needs dask.distributed: pip install 'triosim[cluster]'") from None
 
 
+def check_dask_address(address: str) -> None:
+    """Refuse what is neither a scheduler file nor ``[PROTOCOL://]HOST:PORT``, before the sweep
+    opens its outputs and before a Client is built: a Client whose constructor fails on the
+    address is left half-built, and its finalizer printed a traceback 40 s later."""
+    if "://" not in address and Path(address).is_file():
+        return
+    rest = address.split("://", 1)[1] if "://" in address else address
+    host, sep, port = rest.rpartition(":")
+    if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
+        raise ConfigError(f"--dask: {address!r} is neither a scheduler file nor an address HOST:PORT "
+                          "(e.g. tcp://10.0.0.5:8786)")
+
+
 def connect_dask(address: str, timeout_s: float = 20.0) -> Any:
     require_distributed()
     from distributed import Client
@@ -387,6 +400,7 @@ def connect_dask(address: str, timeout_s: float = 20.0) -> Any:
     if "://" not in address and Path(address).is_file():
         kwargs = {"scheduler_file": address}
     else:
+        check_dask_address(address)
         kwargs = {"address": address}
     try:
         return Client(**kwargs, timeout=timeout_s, set_as_default=False)

@@ -35,6 +35,9 @@ class SyntheticTransformer:
     seed: int = 0
     min_us: float = 10.0
     max_us: float = 1000.0
+    # The MLP reads the attention's output projection directly (no residual add or LayerNorm
+    # between them): two blocks back to back, so one op ends the first and feeds the second.
+    chained_blocks: bool = False
 
 
 def write_synthetic_transformer(directory: str | os.PathLike,
@@ -100,11 +103,15 @@ def write_synthetic_transformer(directory: str | os.PathLike,
         L["ow"], L["ob"] = param((h, h)), param((h,), "bias")
         L["o"] = new(act)
         op("aten::linear", [L["att"], L["ow"], L["ob"]], [L["o"]], tp=1)
-        L["x1"] = new(act)
-        op("aten::add", [x, L["o"]], [L["x1"]])
-        L["ln2w"], L["ln2b"] = param((h,)), param((h,), "bias")
-        L["ln2"] = new(act)
-        op("aten::layer_norm", [L["x1"], L["ln2w"], L["ln2b"]], [L["ln2"]])
+        if model.chained_blocks:
+            L["x1"] = x  # the residual skips both blocks
+            L["ln2"] = L["o"]
+        else:
+            L["x1"] = new(act)
+            op("aten::add", [x, L["o"]], [L["x1"]])
+            L["ln2w"], L["ln2b"] = param((h,)), param((h,), "bias")
+            L["ln2"] = new(act)
+            op("aten::layer_norm", [L["x1"], L["ln2w"], L["ln2b"]], [L["ln2"]])
         L["f1w"], L["f1b"] = param((f, h)), param((f,), "bias")
         L["f1"] = new((b, s, f))
         op("aten::linear", [L["ln2"], L["f1w"], L["f1b"]], [L["f1"]], tp=1)
@@ -144,9 +151,12 @@ def write_synthetic_transformer(directory: str | os.PathLike,
         bwd("GeluBackward0", [g_g, L["f1"]], [g_f1])
         g_ln2 = new(act)
         bwd("AddmmBackward0", [g_f1, L["f1w"], L["ln2"]], [g_ln2, *grads(L["f1w"], L["f1b"])], tp=1)
-        res2 = new(act)
-        bwd("NativeLayerNormBackward0", [g_ln2, L["x1"], L["ln2w"], L["ln2b"], res],
-            [*grads(L["ln2w"], L["ln2b"]), res2])
+        if model.chained_blocks:
+            res2 = g_ln2  # the attention block's output gradient is the MLP's input gradient
+        else:
+            res2 = new(act)
+            bwd("NativeLayerNormBackward0", [g_ln2, L["x1"], L["ln2w"], L["ln2b"], res],
+                [*grads(L["ln2w"], L["ln2b"]), res2])
         g_att = new((b, model.heads, s, hd))
         bwd("AddmmBackward0", [res2, L["ow"], L["att"]], [g_att, *grads(L["ow"], L["ob"])], tp=1)
         gq, gk, gv = new(act), new(act), new(act)
@@ -171,7 +181,8 @@ def write_synthetic_transformer(directory: str | os.PathLike,
                     acc = summed
             g_ln1 = acc
         res3 = new(act)
-        bwd("NativeLayerNormBackward0", [g_ln1, L["x"], L["ln1w"], L["ln1b"], res2],
+        skip = res if model.chained_blocks else res2  # the residual gradient around the blocks
+        bwd("NativeLayerNormBackward0", [g_ln1, L["x"], L["ln1w"], L["ln1b"], skip],
             [*grads(L["ln1w"], L["ln1b"]), res3])
         res = res3
     bwd("EmbeddingBackward0", [res, ids], grads(emb), tp=1)

@@ -78,7 +78,7 @@ class TensorParallelPlan:
     style: str  # "megatron" | "per-op"
     degree: int
     time_scale: tuple[float, ...]  # per trace op: time on one rank / traced time
-    collectives: tuple[TpCollective, ...]  # in trace order
+    collectives: tuple[TpCollective, ...]  # in trace order; on one op a reduce before a gather
     shard_divisor: dict[str, int]  # buffer -> T: each rank holds ceil(bytes / T)
     blocks: tuple[MegatronBlock, ...] = ()
     fallback_reason: str | None = None
@@ -380,7 +380,10 @@ def _megatron_plan(trace: Trace, degree: int, blocks: list[MegatronBlock], heads
                                                   sum(nb(k) for k in b.output_grad))))
             if b.input_grad:
                 colls.append((last_bwd, 1, TpCollective(last_bwd, "reduce_scatter", b.input_grad, in_grad_bytes)))
-    colls.sort(key=lambda c: (c[0], c[1]))
+    # (op, tag): tag 1 reduces a block's result, tag 0 gathers a block's input. Where blocks
+    # follow each other directly one op ends the first and feeds the second: its reduce-scatter
+    # must come before the all-gather of what it reduced, in forward and in backward.
+    colls.sort(key=lambda c: (c[0], -c[1]))
     return TensorParallelPlan(
         style="megatron", degree=degree, time_scale=tuple(scale), collectives=tuple(c for _, _, c in colls),
         shard_divisor={k: degree for k in sorted(shards)}, blocks=tuple(blocks), heads=heads,

@@ -187,9 +187,13 @@ def build_from_plan(trace: Trace, platform: Platform, strategy: Strategy, plan: 
             )
             tasks[g].append(t)
             prev[g] = [t]
+        synced = None
         for c in colls.get(i, ()):
+            # a second collective on one op (a megatron plan's reduce-scatter, then the next
+            # block's all-gather of its result) starts when the first is done
             label = f"{_LABEL[c.kind]} {op_label(trace, i)}"
-            synced = add[c.kind](graph, platform, group, c.nbytes, label, after={g: [tasks[g][-1]] for g in devices},
+            after = {g: [tasks[g][-1] if synced is None else synced[g]] for g in devices}
+            synced = add[c.kind](graph, platform, group, c.nbytes, label, after=after,
                                   detail=strategy.collective_detail, op=i)
             if strategy.reference_compat:
                 prev = {g: [synced[g]] for g in devices}  # the original's compute waits for it
