@@ -21,6 +21,7 @@ from ..trace import Trace
 from ..trace.load import load_trace, trace_batch_size
 from .flags import sim_namespace, typed
 from .gpu import GpuOptions, planning_capacity, time_trace_on_gpu
+from .comm_flags import apply_link_efficiency
 from .notes import check_unused_platform_flags
 from .parallel_flags import degrees_given, parallel_options, resolve_gpus
 from .trace_dirs import trace_dir_from_flag
@@ -194,6 +195,7 @@ def platform_from_args(args: argparse.Namespace) -> Platform:
         collective_algo=args.collective_algo,
         collective_latency_us=args.collective_latency_us,
     )
+    platform = apply_link_efficiency(platform, getattr(args, "link_efficiency", None), args.reference_compat)
     protocol = getattr(args, "collective_protocol", "simple")
     if protocol != "simple" and not args.reference_compat:  # the original had Simple only
         platform = platform.with_network(collective_protocol=protocol)

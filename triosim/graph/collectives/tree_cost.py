@@ -1,7 +1,8 @@
 """Closed form of the ``tree`` algorithm: NCCL's double binary tree all-reduce, as one phase.
 
-Two binary trees, each carrying half the payload in chunks, reduce up and broadcast down,
-pipelined (:mod:`triosim.graph.collectives.double_tree`). The pipeline's time is not linear in
+Binary trees built over nodes with a chain through each node (two per channel; two over the
+GPUs of a flat group), each carrying its share of the payload in chunks, reduce up and
+broadcast down, pipelined (:mod:`triosim.graph.collectives.double_tree`). The pipeline's time is not linear in
 the payload (the chunk count and the critical path change with it), so it is the longest path
 of the pipeline, kept per payload size, rather than a formula scaled from one byte.
 """
@@ -14,24 +15,34 @@ from ...hardware.platform import Platform, gpu_node
 from . import double_tree
 from .phases import Phase, add_load
 from .protocols import base_latency_s, step_latency_s
+from .tree_shapes import tree_shapes
 
 
-def tree_edges(order: tuple[int, ...]) -> list[list[tuple[int, int]]]:
-    """NCCL-style double binary tree: (child, parent) edges of the two trees over ``order``
-    (:func:`~triosim.graph.collectives.double_tree.tree_orders`: the parent of position i is
-    (i−1)//2, the second tree over the reversed order)."""
-    n = len(order)
-    return [[(seq[i], seq[(i - 1) // 2]) for i in range(1, n)] for seq in double_tree.tree_orders(order)]
+def tree_edges(platform: Platform, group: tuple[int, ...]) -> list[list[tuple[int, int]]]:
+    """(child, parent) edges of every tree the all-reduce runs over ``group``
+    (:func:`~triosim.graph.collectives.tree_shapes.tree_shapes`)."""
+    return [shape.edges() for shape in tree_shapes(platform, group)]
 
 
 def tree_link_load(platform: Platform, group: tuple[int, ...], nbytes: float) -> dict[str, float]:
-    """Bytes per directed link of a double binary tree all-reduce: every edge carries S/2 up and S/2 down."""
+    """Bytes per directed link of the tree all-reduce: every edge of each of the T trees carries
+    S/T up and S/T down."""
     load: dict[str, float] = {}
-    for edges in tree_edges(group):
-        for child, parent in edges:
-            add_load(load, platform.route(gpu_node(child), gpu_node(parent)), nbytes / 2)
-            add_load(load, platform.route(gpu_node(parent), gpu_node(child)), nbytes / 2)
+    edges = tree_edges(platform, group)
+    share = nbytes / len(edges)
+    for tree in edges:
+        for child, parent in tree:
+            add_load(load, platform.route(gpu_node(child), gpu_node(parent)), share)
+            add_load(load, platform.route(gpu_node(parent), gpu_node(child)), share)
     return load
+
+
+def tree_lower_bound(platform: Platform, group: tuple[int, ...], nbytes: float) -> float:
+    """A time the tree all-reduce cannot beat: its busiest link's bytes at that link's bandwidth
+    (a link never carries more than its bandwidth, whatever the pipeline's order). ``auto`` skips
+    the pipeline's walk when this already loses (:mod:`~triosim.graph.collectives.choice`)."""
+    load = tree_link_load(platform, group, nbytes)
+    return max((b / platform.link_bandwidth(name) for name, b in load.items()), default=0.0)
 
 
 def _tree_step_latency(platform: Platform) -> Callable[[tuple[str, ...]], float]:

@@ -12,14 +12,16 @@ from ...hardware.platform import Platform, gpu_node
 from ...schedule.tasks import TaskGraph
 from . import double_tree, fragment, plans
 from .tree_cost import tree_plan
+from .tree_shapes import tree_shapes
 
 
 def tree(graph: TaskGraph, platform: Platform, group: tuple[int, ...], nbytes: int, label: str,
          pre: dict[int, list[int]], detail: str, attrs: dict[str, Any]) -> dict[int, int]:
     """Double binary tree all-reduce of ``nbytes`` on ``group``, expanded or macro."""
     n = len(group)
-    k = double_tree.chunks_per_tree(n, nbytes)
-    if fragment.resolve_detail(detail, 4 * (n - 1) * k) == "macro":
+    trees = len(tree_shapes(platform, group))
+    k = double_tree.chunks_per_tree(n, nbytes, trees)
+    if fragment.resolve_detail(detail, 2 * trees * (n - 1) * k) == "macro":
         phases = plans.plan(platform, group, "all_reduce", nbytes, "tree")
         return fragment.phase_macros(graph, platform, group, "all_reduce", nbytes, phases, label, pre, attrs)
     plan = tree_plan(platform, group, nbytes)
