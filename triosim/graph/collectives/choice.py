@@ -1,6 +1,8 @@
 """Which algorithm (and protocol) runs a collective: the one asked for when it can run the
 operation on the group, else its fallback; ``auto`` picks the fastest closed form, and with the
-protocol ``auto`` the fastest (protocol, algorithm) pair, as NCCL's tuner picks both.
+protocol ``auto`` the fastest (protocol, algorithm) pair, as NCCL's tuner picks both. The
+tree's pipeline is timed only when a bound on it does not already lose to the ring, so ``auto``
+costs about what the winner forced costs.
 """
 
 from __future__ import annotations
@@ -9,6 +11,7 @@ from ...hardware.platform import Platform
 from .hierarchical_cost import hierarchical_split
 from .plans import plan_seconds
 from .protocols import wire_bytes
+from .tree_cost import tree_lower_bound
 
 ALGOS = ("ring", "one-way-ring", "tree", "hierarchical", "direct")
 # "auto" tries the protocols in this order; a tie keeps the earlier one.
@@ -57,7 +60,16 @@ def _resolve_algo(platform: Platform, group: tuple[int, ...], op: str, nbytes: f
     if algo == "auto":
         best = None
         for a in candidates(platform, group, op):
-            t = plan_seconds(platform, group, op, wire_bytes(platform, a, group, op, nbytes), a, root)
+            wire = wire_bytes(platform, a, group, op, nbytes)
+            if a == "tree" and best is not None:
+                # The tree's time is its pipeline's longest path, a walk of every chunk transfer;
+                # a bound it cannot beat that already loses spares the walk (same choice).
+                # Skipped only where the tree could not have won the comparison below (the
+                # bound's own rounding is far under the 1e-9 margin).
+                beat = best[0] * (1 - 1e-12) / (1 - 1e-9)
+                if tree_lower_bound(platform, group, wire, beat) >= beat:
+                    continue
+            t = plan_seconds(platform, group, op, wire, a, root)
             if best is None or t < best[0] * (1 - 1e-12):  # ties keep the earlier (simpler) algorithm
                 best = (t, a)
         return (best[1], best[0]) if best else ("ring", None)

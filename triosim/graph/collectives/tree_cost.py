@@ -37,12 +37,67 @@ def tree_link_load(platform: Platform, group: tuple[int, ...], nbytes: float) ->
     return load
 
 
-def tree_lower_bound(platform: Platform, group: tuple[int, ...], nbytes: float) -> float:
-    """A time the tree all-reduce cannot beat: its busiest link's bytes at that link's bandwidth
-    (a link never carries more than its bandwidth, whatever the pipeline's order). ``auto`` skips
-    the pipeline's walk when this already loses (:mod:`~triosim.graph.collectives.choice`)."""
-    load = tree_link_load(platform, group, nbytes)
-    return max((b / platform.link_bandwidth(name) for name, b in load.items()), default=0.0)
+def tree_port_bound(platform: Platform, group: tuple[int, ...], nbytes: float) -> float:
+    """A time the tree all-reduce cannot beat, without a route: the bytes each GPU must send
+    (receive) over the summed bandwidth of its outgoing (incoming) GPU links, the largest."""
+    out: dict[int, float] = {}
+    edges = tree_edges(platform, group)
+    share = nbytes / len(edges)
+    for tree in edges:
+        for child, parent in tree:  # S/T up from the child and S/T down from the parent
+            out[child] = out.get(child, 0.0) + share
+            out[parent] = out.get(parent, 0.0) + share
+    g = platform.graph
+    worst = 0.0
+    for gpu, sent in out.items():  # every edge moves as much in as out: ins mirror outs
+        name = gpu_node(gpu)
+        cap_out = sum(a["bandwidth"] for _x, _y, a in g.out_edges(name, data=True) if a.get("kind") != "pcie")
+        cap_in = sum(a["bandwidth"] for _x, _y, a in g.in_edges(name, data=True) if a.get("kind") != "pcie")
+        worst = max(worst, sent / cap_out, sent / cap_in)
+    return worst
+
+
+def tree_volume_bound(platform: Platform, group: tuple[int, ...], nbytes: float) -> float:
+    """On the ``ring`` topology (links only between ring neighbours, so a route's hop count is
+    the cyclic distance in ring order), a time the tree all-reduce cannot beat without a route:
+    every byte crosses at least that many links, and all GPU links together carry at most their
+    summed bandwidth. 0 on other topologies."""
+    if platform.topology != "ring" or platform.router is not None or platform.num_gpus < 2:
+        return 0.0
+    n = platform.num_gpus
+    where = {g: i for i, g in enumerate(platform.ring)}
+    edges = tree_edges(platform, group)
+    share = nbytes / len(edges)
+    volume = 0.0
+    for tree in edges:
+        for child, parent in tree:
+            d = abs(where[child] - where[parent])
+            volume += 2 * share * min(d, n - d)  # up and down
+    capacity = sum(a["bandwidth"] for _x, _y, a in platform.graph.edges(data=True) if a.get("kind") != "pcie")
+    return volume / capacity
+
+
+def _link_bound(platform: Platform, group: tuple[int, ...], nbytes: float) -> float:
+    """The busiest link's bytes at its bandwidth; the per-byte load is kept per group (a DDP
+    run asks once per bucket)."""
+    key = ("tree-link-bound", group, platform.collective_protocol)
+    per_byte = platform._plans.get(key)
+    if per_byte is None:
+        load = tree_link_load(platform, group, 1.0)
+        per_byte = platform._plans[key] = max((b / platform.link_bandwidth(x) for x, b in load.items()), default=0.0)
+    return per_byte * nbytes
+
+
+def tree_lower_bound(platform: Platform, group: tuple[int, ...], nbytes: float, beat: float | None = None) -> float:
+    """A time the tree all-reduce cannot beat (``auto`` skips the pipeline's walk when this
+    already loses to another algorithm, :mod:`~triosim.graph.collectives.choice`): the bounds
+    that need no route (:func:`tree_port_bound`, :func:`tree_volume_bound`) and, unless they
+    already reach ``beat``, the busiest link's bytes at its bandwidth (a link never carries
+    more than its bandwidth, whatever the pipeline's order)."""
+    bound = max(tree_port_bound(platform, group, nbytes), tree_volume_bound(platform, group, nbytes))
+    if beat is not None and bound >= beat:
+        return bound
+    return max(bound, _link_bound(platform, group, nbytes))
 
 
 def _tree_step_latency(platform: Platform) -> Callable[[tuple[str, ...]], float]:
