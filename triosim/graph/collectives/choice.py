@@ -58,20 +58,22 @@ def _resolve_algo(platform: Platform, group: tuple[int, ...], op: str, nbytes: f
     """(algorithm, its time when ``auto`` computed it)."""
     algo = platform.collective_algo if algo is None else algo
     if algo == "auto":
-        best = None
-        for a in candidates(platform, group, op):
+        names = candidates(platform, group, op)
+        # The tree's time is its pipeline's longest path, a walk of every chunk transfer: it is
+        # timed last, and only when a bound it cannot beat does not already lose to the best of
+        # the others (then it could not have won; the choice is the same).
+        times: dict[str, float] = {}
+        for a in sorted(names, key=lambda a: a == "tree"):
             wire = wire_bytes(platform, a, group, op, nbytes)
-            if a == "tree" and best is not None:
-                # The tree's time is its pipeline's longest path, a walk of every chunk transfer;
-                # a bound it cannot beat that already loses spares the walk (same choice).
-                # Skipped only where the tree could not have won the comparison below (the
-                # bound's own rounding is far under the 1e-9 margin).
-                beat = best[0] * (1 - 1e-12) / (1 - 1e-9)
+            if a == "tree" and times:
+                beat = min(times.values()) * (1 - 1e-12) / (1 - 1e-9)  # the bound's rounding is far under 1e-9
                 if tree_lower_bound(platform, group, wire, beat) >= beat:
                     continue
-            t = plan_seconds(platform, group, op, wire, a, root)
-            if best is None or t < best[0] * (1 - 1e-12):  # ties keep the earlier (simpler) algorithm
-                best = (t, a)
+            times[a] = plan_seconds(platform, group, op, wire, a, root)
+        best = None
+        for a in names:  # in the candidates' order: ties keep the earlier (simpler) algorithm
+            if a in times and (best is None or times[a] < best[0] * (1 - 1e-12)):
+                best = (times[a], a)
         return (best[1], best[0]) if best else ("ring", None)
     if algo not in ALGOS:
         raise ValueError(f"unknown collective algorithm {algo!r}; choose from auto, {', '.join(ALGOS)}")

@@ -21,8 +21,10 @@ network models, and that time is this plan's longest path (:func:`longest_path`)
 form of the tree.
 
 Time of one transfer: its route's time for its chunk (link latencies included). The first
-chunk also pays the per-step collective latency λ on every hop: λ is the pipeline's start-up
-per hop, so a small message costs about 2·D·λ and a large one about (k + 2D − 1) chunk times.
+chunk also pays the per-step collective latency λ on every hop, before the transfer and on no
+link (λ is the pipeline's start-up per hop, not wire time, and every tree of every channel waits
+it out on its own connection, as NCCL's model charges 2·D·λ whatever the channel count): a
+small message costs about 2·D·λ and a large one about (k + 2D − 1) chunk times.
 
 Chunks: k = ⌈S / T / 512 KiB⌉ per tree (NCCL's Simple protocol moves a 4 MiB buffer in 8
 steps of 512 KiB), at least 1, at most :data:`MAX_CHUNKS`, and fewer on large groups so that a
@@ -82,6 +84,7 @@ class TreePlan:
     dst: list[int] = field(default_factory=list)
     route: list[tuple[str, ...]] = field(default_factory=list)
     nbytes: list[int] = field(default_factory=list)  # integer bytes; they add up to the payload per tree
+    delay: list[float] = field(default_factory=list)  # λ (and the call's latency) before it, on no link
     duration: list[float] = field(default_factory=list)  # computed from the nominal chunk S / (T·k)
     latency: list[float] = field(default_factory=list)
     data_preds: list[tuple[int, ...]] = field(default_factory=list)  # data it needs first
@@ -191,17 +194,20 @@ def _walk(platform: Platform, shapes: list[TreeShape], nbytes: float,
         if c:
             lam = 0.0
         first = base if (c == 0 and not feed) else 0.0
+        # The step's latency runs before the bytes and holds no link (each channel's own
+        # connection waits it out): the transfer starts once its data is there and λ is over.
         start = 0.0
         for f in feed:
             if end[f] > start:
                 start = end[f]
+        start += lam + first
         picks = []
         for heap in pops:
             at, lane, user = heapq.heappop(heap)
             picks.append((heap, lane, user))
             if at > start:
                 start = at
-        done = end[me] = start + chunk_s + lam + first
+        done = end[me] = start + chunk_s
         if done > last:
             last = done
         if plan is None:
@@ -221,8 +227,9 @@ def _walk(platform: Platform, shapes: list[TreeShape], nbytes: float,
         plan.dst.append(b)
         plan.route.append(route)
         plan.nbytes.append(sizes[t][c])
-        plan.duration.append(chunk_s + lam + first)
-        plan.latency.append(link_s + lam + first)
+        plan.delay.append(lam + first)
+        plan.duration.append(chunk_s)
+        plan.latency.append(link_s)
         plan.data_preds.append(tuple(pos[f] for f in feed))
         plan.link_preds.append(tuple(dict.fromkeys(u for _h, _l, u in picks if u >= 0)))
         plan.end.append(done)

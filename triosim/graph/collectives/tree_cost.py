@@ -14,7 +14,7 @@ from collections.abc import Callable
 from ...hardware.platform import Platform, gpu_node
 from . import double_tree
 from .phases import Phase, add_load
-from .protocols import base_latency_s, step_latency_s
+from .protocols import NCCL_PROTOCOL_STEP_LATENCY_US, base_latency_s, protocol, step_latency_s
 from .tree_shapes import tree_shapes
 
 
@@ -77,6 +77,20 @@ def tree_volume_bound(platform: Platform, group: tuple[int, ...], nbytes: float)
     return volume / capacity
 
 
+def tree_latency_bound(platform: Platform, group: tuple[int, ...]) -> float:
+    """A time the tree all-reduce cannot beat, without a route: its first chunk climbs from the
+    deepest leaf to the root and back down, a step of at least the smallest λ each, after the
+    call's base latency."""
+    lam = platform.collective_latency_us
+    if lam is not None:
+        lam *= 1e-6
+    else:
+        table = NCCL_PROTOCOL_STEP_LATENCY_US[protocol(platform)]
+        lam = min(v for (family, _kind), v in table.items() if family == "tree") * 1e-6
+    depth = max(max(shape.height_depth()[1]) for shape in tree_shapes(platform, group))
+    return base_latency_s(platform, "tree") + 2 * depth * lam
+
+
 def _link_bound(platform: Platform, group: tuple[int, ...], nbytes: float) -> float:
     """The busiest link's bytes at its bandwidth; the per-byte load is kept per group (a DDP
     run asks once per bucket)."""
@@ -91,10 +105,12 @@ def _link_bound(platform: Platform, group: tuple[int, ...], nbytes: float) -> fl
 def tree_lower_bound(platform: Platform, group: tuple[int, ...], nbytes: float, beat: float | None = None) -> float:
     """A time the tree all-reduce cannot beat (``auto`` skips the pipeline's walk when this
     already loses to another algorithm, :mod:`~triosim.graph.collectives.choice`): the bounds
-    that need no route (:func:`tree_port_bound`, :func:`tree_volume_bound`) and, unless they
+    that need no route (:func:`tree_port_bound`, :func:`tree_volume_bound`,
+    :func:`tree_latency_bound`) and, unless they
     already reach ``beat``, the busiest link's bytes at its bandwidth (a link never carries
     more than its bandwidth, whatever the pipeline's order)."""
-    bound = max(tree_port_bound(platform, group, nbytes), tree_volume_bound(platform, group, nbytes))
+    bound = max(tree_port_bound(platform, group, nbytes), tree_volume_bound(platform, group, nbytes),
+                tree_latency_bound(platform, group))
     if beat is not None and bound >= beat:
         return bound
     return max(bound, _link_bound(platform, group, nbytes))

@@ -29,10 +29,16 @@ def tree(graph: TaskGraph, platform: Platform, group: tuple[int, ...], nbytes: i
     finals: dict[int, list[int]] = {g: [] for g in group}
     for x in range(len(plan)):
         src, dst, c = plan.src[x], plan.dst[x], plan.chunk[x]
-        deps = [tasks[p] for p in plan.data_preds[x] + plan.link_preds[x]]
+        data = [tasks[p] for p in plan.data_preds[x]]
         if c == 0:
-            deps.extend(pre[src])  # a GPU's first send of a tree waits for its own predecessors
+            data.extend(pre[src])  # a GPU's first send of a tree waits for its own predecessors
         phase = "up" if plan.up[x] else "down"
+        if plan.delay[x] > 0:  # λ before the bytes, holding no link (double_tree's module doc)
+            data = [graph.add_task("transfer", f"{label} tree{plan.tree[x]} {phase}{c} latency gpu{src}->gpu{dst}",
+                                   plan.delay[x], (), (src, dst), 0, after=list(dict.fromkeys(data)),
+                                   latency_s=plan.delay[x], collective=label, phase=phase, chunk=c,
+                                   tree=plan.tree[x], **attrs)]
+        deps = data + [tasks[p] for p in plan.link_preds[x]]
         t = graph.add_task(
             "transfer", f"{label} tree{plan.tree[x]} {phase}{c} gpu{src}->gpu{dst}", plan.duration[x], plan.route[x],
             (src, dst), plan.nbytes[x], after=list(dict.fromkeys(deps)), latency_s=plan.latency[x],
