@@ -41,7 +41,7 @@ def test_superpod_routes():
     assert p.route("gpu0", "gpu9") == ("gpu0->nvsw0", "nvsw0->gpu1", "gpu1->leaf0r1", "leaf0r1->gpu9")
     assert p.route("gpu0", "gpu256") == ("gpu0->leaf0r0", "leaf0r0->spine", "spine->leaf1r0", "leaf1r0->gpu256")
     assert p.link_bandwidth("gpu0->nvsw0") == NV and p.link_bandwidth("gpu0->leaf0r0") == NIC
-    assert p.link(("gpu0->nvsw0"))["nominal_bandwidth"] == 450e9
+    assert p.link("gpu0->nvsw0")["nominal_bandwidth"] == 450e9
     assert p.link_bandwidth("leaf0r0->spine") == 32 * 50e9 * 0.92  # non-blocking: 32 nodes' ports
     assert p.route_kind(p.route("gpu0", "gpu8")) == "net" and p.route_kind(p.route("gpu0", "gpu1")) == "nvlink"
     assert p.node_of[255] == 31 and p.node_of[256] == 32

@@ -19,9 +19,9 @@ from ..hardware.topology_file import check as check_topology_file
 from ..limits import check_batch_limit, check_gpu_count
 from ..trace import Trace
 from ..trace.load import load_trace, trace_batch_size
+from .comm_flags import apply_link_efficiency
 from .flags import sim_namespace, typed
 from .gpu import GpuOptions, planning_capacity, time_trace_on_gpu
-from .comm_flags import apply_link_efficiency
 from .notes import check_unused_platform_flags
 from .parallel_flags import degrees_given, parallel_options, resolve_gpus
 from .trace_dirs import trace_dir_from_flag

@@ -10,8 +10,8 @@ from typing import Any
 
 from ..errors import ConfigError
 from ..hardware.platform import COLLECTIVE_ALGOS, COLLECTIVE_PROTOCOLS, NETWORKS
-from .gpu import add_gpu_flags
 from .comm_flags import add_comm_flags
+from .gpu import add_gpu_flags
 from .parallel_flags import add_parallel_flags
 
 DEFAULT_WORD = "default"  # a value spelling that means "the run default of this flag"
