@@ -215,3 +215,12 @@ def test_representatives_record_their_collectives(tmp_path):
     reps, exact = out["--representatives"]["collectives"], out["--exact"]["collectives"]
     assert reps and set(reps) == set(exact)
     assert all(0 < reps[k]["calls"] <= exact[k]["calls"] for k in reps)
+
+
+def test_groups_whose_rings_cross_other_gpus_are_named():
+    from triosim.graph.collectives.group_comm import collective_warning, crosses_other_gpus
+
+    p = build_platform(16, topology_file="dgx-h100-superpod")
+    assert crosses_other_gpus(p, (0, 9))  # GPU 0 reaches rail 1 over GPU 1's NVLink and NIC (PXN)
+    assert not crosses_other_gpus(p, (0, 8)) and not crosses_other_gpus(p, tuple(range(16)))
+    assert collective_warning(None) is None and "(0,9)" in collective_warning((0, 9))
