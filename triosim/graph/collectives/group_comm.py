@@ -95,6 +95,10 @@ class Charge:
     group_size: int
     algo: str = "ring"  # what the closed form ran (the JSON's ``collectives``)
     protocol: str = "simple"
+    # Bytes per directed link of that algorithm on the group (None: ``link_bytes`` on every link
+    # of ``links``): under the flow model the task's rate on each link follows them, so a
+    # hierarchical or tree charge does not squeeze a ring's bytes through the NICs in its time.
+    load: dict[str, float] | None = None
 
 
 class GroupComm:
@@ -202,8 +206,15 @@ class GroupComm:
                 seconds, algo, proto = self._closed_form(group, op, nbytes)
                 if self.crosses_other_gpus is None and crosses_other_gpus(self.platform, group):
                     self.crosses_other_gpus = group
+                load = None
+                # The ring in the group's order carries the same bytes on every link, except on
+                # rails (one channel per NIC) and for the other algorithms.
+                if algo != "ring" or self.platform.channel_style == "rails":
+                    load = dict(collective_cost(self.platform, group, op, nbytes,
+                                                algo=self.platform.collective_algo).link_bytes)
+                    links = tuple(load)
                 hit = Charge(op, seconds * self.sharing(group, parallel), links, int(nbytes),
-                             PHASES[op] * (n - 1) * int(nbytes) // n, n, algo, proto)
+                             PHASES[op] * (n - 1) * int(nbytes) // n, n, algo, proto, load)
             self._charges[key] = hit
         return hit
 
@@ -211,10 +222,11 @@ class GroupComm:
                     **attrs: Any) -> int:
         """One representative collective task of ``charge`` on the ``built`` members, after ``deps``."""
         algorithms.record_collective(self.graph, charge.op, charge.algo, charge.nbytes, charge.protocol)
+        bytes_on_links = {"link_load": charge.load} if charge.load else {"link_bytes": charge.link_bytes}
         return self.graph.add_task(
             "collective", label, charge.seconds, charge.links, built, charge.nbytes, after=deps,
-            op=charge.op, collective=label, link_bytes=charge.link_bytes, group_size=charge.group_size,
-            representative=True, **attrs,
+            op=charge.op, collective=label, group_size=charge.group_size, representative=True,
+            **bytes_on_links, **attrs,
         )
 
     def run(self, kind: str, group: Sequence[int], nbytes: int, label: str, after: Mapping[int, Iterable[int]],
