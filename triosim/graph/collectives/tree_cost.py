@@ -26,15 +26,19 @@ def tree_edges(platform: Platform, group: tuple[int, ...]) -> list[list[tuple[in
 
 def tree_link_load(platform: Platform, group: tuple[int, ...], nbytes: float) -> dict[str, float]:
     """Bytes per directed link of the tree all-reduce: every edge of each of the T trees carries
-    S/T up and S/T down."""
-    load: dict[str, float] = {}
-    edges = tree_edges(platform, group)
-    share = nbytes / len(edges)
-    for tree in edges:
-        for child, parent in tree:
-            add_load(load, platform.route(gpu_node(child), gpu_node(parent)), share)
-            add_load(load, platform.route(gpu_node(parent), gpu_node(child)), share)
-    return load
+    S/T up and S/T down (found for one byte once per group, then scaled)."""
+    key = ("tree-load", group)
+    unit = platform._plans.get(key)
+    if unit is None:
+        unit = {}
+        edges = tree_edges(platform, group)
+        share = 1.0 / len(edges)
+        for tree in edges:
+            for child, parent in tree:
+                add_load(unit, platform.route(gpu_node(child), gpu_node(parent)), share)
+                add_load(unit, platform.route(gpu_node(parent), gpu_node(child)), share)
+        platform._plans[key] = unit
+    return {x: b * nbytes for x, b in unit.items()}
 
 
 def tree_port_bound(platform: Platform, group: tuple[int, ...], nbytes: float) -> float:

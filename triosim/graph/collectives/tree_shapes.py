@@ -86,7 +86,16 @@ def chained_tree(chains: list[tuple[int, ...]]) -> TreeShape:
 
 
 def tree_shapes(platform: Platform, group: tuple[int, ...]) -> list[TreeShape]:
-    """The trees the ``tree`` all-reduce runs over ``group`` (see the module doc)."""
+    """The trees the ``tree`` all-reduce runs over ``group`` (see the module doc), kept per
+    group on the platform (``auto``'s bounds, the walk and the link load all ask)."""
+    key = ("tree-shapes", group)
+    hit = platform._plans.get(key)
+    if hit is None:
+        hit = platform._plans[key] = _shapes(platform, group)
+    return hit
+
+
+def _shapes(platform: Platform, group: tuple[int, ...]) -> list[TreeShape]:
     nodes = node_groups(platform, group)
     if nodes is None and platform.topology == "switch":
         nodes = [list(group)]  # every GPU on one switch: one node, whose tree is a chain
