@@ -35,3 +35,11 @@ def synthetic_dir(tmp_path: Path) -> Path:
     from triosim.trace.synthetic import SyntheticModel, write_synthetic_trace
 
     return write_synthetic_trace(tmp_path / "mlp", SyntheticModel(layers=4, batch_size=8, seed=1))
+
+
+@pytest.fixture(autouse=True, scope="session")
+def _model_trace_cache(tmp_path_factory):
+    """Card runs cache their built traces; the tests keep theirs out of the user's cache."""
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("TRIOSIM_CACHE_DIR", str(tmp_path_factory.mktemp("triosim-cache")))
+        yield

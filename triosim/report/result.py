@@ -20,7 +20,8 @@ from ..schedule.list_scheduler import Schedule
 from ..schedule.tasks import COMM_KINDS, TaskGraph
 
 # Facts builders record about their strategy that belong in the JSON result.
-STRATEGY_META = ("gradient_bytes", "buckets", "tensor_parallel", "pipeline", "parallel", "hybrid", "collectives")
+STRATEGY_META = ("gradient_bytes", "buckets", "tensor_parallel", "pipeline", "parallel", "hybrid", "collectives",
+                 "precision")
 
 
 def case_of(strategy: Strategy) -> int | None:

@@ -11,6 +11,7 @@ from rich.table import Table
 from .dot_export import human_bytes
 from .memory_verdict import verdict_line
 from .result import GpuStats, Result, case_label
+from .throughput import throughput_lines
 
 MAX_GPU_ROWS = 16
 
@@ -70,9 +71,16 @@ def print_summary(result: Result, console: Console, title: str = "") -> None:
         f"[bold green]Iteration time: {result.makespan_ms:.4f} ms[/bold green]"
         f"   ({len(result.graph):,} tasks, {result.graph.num_edges:,} edges)"
     )
+    precision = result.graph.meta.get("precision")
+    if precision:  # only under a training dtype
+        head = head.replace("\n[bold green]", f"\ntraining in {precision['dtype']}, gradients reduced in "
+                            f"{precision['grad_reduce_dtype']}"
+                            f"{', fp32 master weights' if precision['master_weights'] else ''}\n[bold green]", 1)
     gpu = result.extra.get("gpu")
     if gpu:  # only with --gpu: a run without it prints what it always printed
         head = head.replace("\n[bold green]", f"\n[bold]{gpu['header']}[/bold]\n[bold green]", 1)
+    if result.extra.get("throughput"):
+        head += "\n" + "\n".join(throughput_lines(result.extra["throughput"], gpu["display_name"] if gpu else None))
     notes = honesty_notes(result) + (list(gpu.get("notes", [])) if gpu else [])
     if notes:
         head += "\n" + "\n".join(f"[bold yellow]{n}[/bold yellow]" for n in notes)

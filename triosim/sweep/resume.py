@@ -134,6 +134,12 @@ def _outcome(index: int, cells: Mapping[str, Any]) -> Outcome | None:
             max_peak_memory_bytes=_number(cells.get("max_peak_memory_bytes"), int),
             tasks=_number(cells.get("tasks"), int),
             samples_per_s=_number(cells.get("samples_per_s"), float),
+            global_batch=_number(cells.get("global_batch"), int),
+            micro_batch=_number(cells.get("micro_batch"), int),
+            micro_batches=_number(cells.get("micro_batches"), int),
+            tokens_per_s=_number(cells.get("tokens_per_s"), float),
+            tflops_per_gpu=_number(cells.get("tflops_per_gpu"), float),
+            mfu=_number(cells.get("mfu"), float),
             gpu=str(cells["gpu"]) if cells.get("gpu") not in (None, "") else None,
             op_time_source=(str(cells["op_time_source"]) if cells.get("op_time_source") not in (None, "")
                             else None),

@@ -28,6 +28,7 @@ from dataclasses import dataclass, field, replace
 from ...errors import ConfigError
 from ...hardware.platform import Platform
 from ...trace import Trace
+from ...trace.precision import size_key
 from ..strategy import Strategy
 from .estimate import BatchEstimator
 from .partition import count_starts, optimal_search, time_partition
@@ -173,7 +174,7 @@ def _assign_optimizer(trace: Trace, phase: Sequence[str], stage: list[int], n: i
         s = stage[reader]
         owner[prm] = s
         param_bytes[s] += trace.tensors[prm].bytes
-        by_size.setdefault(trace.tensors[prm].bytes, []).append(s)
+        by_size.setdefault(size_key(trace, prm), []).append(s)
     total = sum(param_bytes)
     share = tuple(b / total for b in param_bytes) if total > 0 else tuple(1.0 / n for _ in range(n))
     fallback = max(range(n), key=lambda s: (share[s], -s))
@@ -187,7 +188,7 @@ def _assign_optimizer(trace: Trace, phase: Sequence[str], stage: list[int], n: i
             if k in last_writer:
                 owner[k] = stage[last_writer[k]]
                 continue
-            size = trace.tensors[k].bytes
+            size = size_key(trace, k)  # elements once resized by role (weights and state differ in bytes)
             stages = by_size.get(size)
             if stages:
                 owner[k] = stages[used.get(size, 0) % len(stages)]

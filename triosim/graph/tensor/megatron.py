@@ -41,6 +41,7 @@ from dataclasses import dataclass
 
 from ...errors import ConfigError
 from ...trace import Trace
+from ...trace.precision import size_key
 from . import per_op as case3
 from .per_op import TpCollective, optimizer_state_of
 
@@ -316,11 +317,11 @@ def _block_shards(trace: Trace, blocks: list[MegatronBlock], params: set[str]) -
             shards.update(k for k in trace.writes[j] if k not in params)
         handed = set(b.input_grad)
         for i in b.backward:
-            sizes = {trace.tensors[k].bytes for k in mine.get(trace.forward_partner[i], ())}
+            sizes = {size_key(trace, k) for k in mine.get(trace.forward_partner[i], ())}
             for k in trace.writes[i]:
                 if k in trace.batch_invariant:
                     # a parameter gradient: sharded when its linear's parameter of that size is
-                    if k not in params and trace.tensors[k].bytes in sizes:
+                    if k not in params and size_key(trace, k) in sizes:
                         shards.add(k)
                 elif k not in handed and k not in params:
                     shards.add(k)

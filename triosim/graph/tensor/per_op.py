@@ -39,6 +39,7 @@ from typing import Protocol
 from ...hardware.platform import Platform
 from ...schedule.tasks import TaskGraph
 from ...trace import Trace
+from ...trace.precision import size_key
 from ..collectives.algorithms import add_all_gather, add_all_reduce, add_reduce_scatter
 from ..memory.plan import plan_replicas
 from ..single import op_label, op_steps, persistent_buffers, record_memory
@@ -107,12 +108,13 @@ def sharded_buffers(trace: Trace) -> set[str]:
 
 def optimizer_state_of(trace: Trace, sharded_params: set[str]) -> set[str]:
     """The optimizer state of ``sharded_params``, matched by size: the k-th state tensor of a
-    size the optimizer touches goes with the k-th parameter of that size."""
+    size the optimizer touches goes with the k-th parameter of that size. Sizes are element
+    counts, not bytes: mixed-precision training keeps fp32 moments of 16-bit parameters."""
     params = set(trace.parameters)
     sharded: set[str] = set()
     by_size: dict[int, list[bool]] = {}
     for p in trace.parameters:
-        by_size.setdefault(trace.tensors[p].bytes, []).append(p in sharded_params)
+        by_size.setdefault(size_key(trace, p), []).append(p in sharded_params)
     written = {k for ks in trace.writes for k in ks}
     external = set(trace.external)  # a set: traces repeated to many layers have thousands
     used: dict[int, int] = {}
@@ -124,11 +126,12 @@ def optimizer_state_of(trace: Trace, sharded_params: set[str]) -> set[str]:
             if k in params or k in seen or (k in written and k not in external):
                 continue
             seen.add(k)
-            flags = by_size.get(trace.tensors[k].bytes)
+            size = size_key(trace, k)  # elements once resized by role: a bf16 weight's fp32 moments
+            flags = by_size.get(size)
             if flags:
-                if flags[used.get(trace.tensors[k].bytes, 0) % len(flags)]:
+                if flags[used.get(size, 0) % len(flags)]:
                     sharded.add(k)
-                used[trace.tensors[k].bytes] = used.get(trace.tensors[k].bytes, 0) + 1
+                used[size] = used.get(size, 0) + 1
     return sharded
 
 
