@@ -319,7 +319,7 @@ CASES = [
          "topology file larger than the limit of 1,048,576 bytes",
          lambda d: write_topology(d, "kind: preset\n" + "#" * (1 << 20) + "\n")),
     Case("topology: typo in spine", ("run", "-trace-dir", T, "-case", "1", "--topology-file", TOPO, "-q"),
-         "spine: unknown field 'oversubscriptoin' (known: latency_us, oversubscription); "
+         "spine: unknown field 'oversubscriptoin' (known: efficiency, latency_us, oversubscription); "
          "did you mean 'oversubscription'?",
          lambda d: write_topology(d, SUPERPOD.replace("oversubscription: 1", "oversubscriptoin: 8"))),
     Case("topology: typo in nvlink", ("run", "-trace-dir", T, "-case", "1", "--topology-file", TOPO, "-q"),

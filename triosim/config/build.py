@@ -20,6 +20,7 @@ from ..limits import check_batch_limit, check_gpu_count
 from ..trace import Trace
 from ..trace.load import load_trace, trace_batch_size
 from .batch_flags import global_batch_per_replica
+from .comm_flags import apply_link_efficiency
 from .flags import sim_namespace, typed
 from .gpu import GpuOptions, planning_capacity, time_trace_on_gpu
 from .model_flags import check_model_flags, model_given, model_trace
@@ -212,6 +213,7 @@ def platform_from_args(args: argparse.Namespace) -> Platform:
         collective_algo=args.collective_algo,
         collective_latency_us=args.collective_latency_us,
     )
+    platform = apply_link_efficiency(platform, getattr(args, "link_efficiency", None), args.reference_compat)
     protocol = getattr(args, "collective_protocol", "simple")
     if protocol != "simple" and not args.reference_compat:  # the original had Simple only
         platform = platform.with_network(collective_protocol=protocol)

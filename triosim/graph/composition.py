@@ -56,7 +56,7 @@ from ..hardware.platform import Platform
 from ..schedule.tasks import TaskGraph
 from ..trace import Trace
 from . import case_blocks
-from .collectives.group_comm import GroupComm
+from .collectives.group_comm import GroupComm, collective_warning
 from .collectives.star_routes import prime_routes
 from .composition_state import CompositionState
 from .data import gradient_sync
@@ -265,6 +265,7 @@ class Composition(CompositionState):
             "collectives_dp0_tp0": {k: {kk: (round(vv, 3) if isinstance(vv, float) else vv) for kk, vv in v.items()}
                                      for k, v in sorted(self.stats.items())},
             "link_sharing_unknown": comm.sharing_unknown,
+            "collective_warning": collective_warning(comm.crosses_other_gpus),
             "stage_parameters": [len(p) for p in params_of],
             "pipeline_warnings": list(self.plan.warnings),  # e.g. the partition search ran out of budget
             "memory": memory,

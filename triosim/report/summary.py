@@ -157,6 +157,8 @@ def _print_hybrid(console: Console, parallel: dict, hybrid: dict, batch: int | N
         console.print(f"  [yellow]pipeline:[/yellow] {warning}")
     if hybrid.get("replica_warning"):
         console.print(f"  [yellow]representatives:[/yellow] {hybrid['replica_warning']}")
+    if hybrid.get("representatives") and hybrid.get("collective_warning"):
+        console.print(f"  [yellow]representatives:[/yellow] {hybrid['collective_warning']}")
     table = Table(title="Memory per GPU by role", title_justify="left", show_edge=False)
     # ZeRO-3's gathered (whole) parameters at the peak get a column when there are any
     gathered = any(m.get("gathered_params_bytes") for m in hybrid.get("memory", []))
