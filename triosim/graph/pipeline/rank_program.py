@@ -161,27 +161,33 @@ def add_rank_program(b: CompositionState, comm: GroupComm, p: int, waits, colls,
                 name = f"{c_name}{mb_s} stage{s} dp"
                 if rep_only:  # one built GPU per group: the task its charge, found once, describes
                     charge, wire = _tp_charge(comm, charged, c, nbytes, tp_groups[0], tp_parallel)
-                    task = comm.add_charged(charge, f"{name}0", [task_of[(0, 0, i_last, r)]], built0,
-                                            op_index=i_last, microbatch=r, group_kind="tp")
+                    before = [task_of[(0, 0, i_last, r)]]
+                    for call in range(c.calls):  # back-to-back calls, each waiting for the previous
+                        task = comm.add_charged(charge, f"{name}0" + (f" call{call}" if call else ""), before,
+                                                built0, op_index=i_last, microbatch=r, group_kind="tp")
+                        before = [task]
                     tp_done[(i_last, r, 0)] = {gpu0: task}
                     tally = stats.get("tp")
                     if tally is None:
                         tally = stats["tp"] = {"collectives": 0, "payload_bytes": 0, "wire_bytes_per_gpu": 0.0}
-                    tally["collectives"] += 1  # as b.count, without looking the group up again
-                    tally["payload_bytes"] += nbytes
-                    tally["wire_bytes_per_gpu"] += wire
+                    tally["collectives"] += c.calls  # as b.count, without looking the group up again
+                    tally["payload_bytes"] += nbytes * c.calls
+                    tally["wire_bytes_per_gpu"] += wire * c.calls
                     continue
                 for d in ds:
                     group = tp_groups[d]
                     after = {gpu: [task_of[(d, t, i_last, r)]] for t, gpu in members[d]}
-                    if tagged:
-                        tp_done[(i_last, r, d)] = comm.run(c.kind, group, nbytes, f"{name}{d}", after,
-                                                           parallel=tp_parallel, op_index=i_last, microbatch=r,
-                                                           group_kind="tp")
-                    else:  # the tensor-parallel preset: as case 3 named it
-                        tp_done[(i_last, r, d)] = comm.run(c.kind, group, nbytes, c_name, after, op=i_last)
-                    if d == 0:
-                        b.count("tp", c.kind, group, nbytes)
+                    for call in range(c.calls):
+                        if tagged:
+                            done = comm.run(c.kind, group, nbytes, f"{name}{d}" + (f" call{call}" if call else ""),
+                                            after, parallel=tp_parallel, op_index=i_last, microbatch=r,
+                                            group_kind="tp")
+                        else:  # the tensor-parallel preset: as case 3 named it
+                            done = comm.run(c.kind, group, nbytes, c_name, after, op=i_last)
+                        after = {gpu: [task] for gpu, task in done.items()}
+                        if d == 0:
+                            b.count("tp", c.kind, group, nbytes)
+                    tp_done[(i_last, r, d)] = done
     return last
 
 

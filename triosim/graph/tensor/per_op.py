@@ -50,9 +50,10 @@ class TpCollective:
     """The collective that follows tpflag op ``op``: which buffers it carries and how many bytes."""
 
     op: int
-    kind: str  # "all_gather" | "all_reduce"
+    kind: str  # "all_gather" | "all_reduce" | "reduce_scatter"
     buffers: tuple[str, ...]
-    nbytes: int
+    nbytes: int  # per call
+    calls: int = 1  # back-to-back calls of nbytes each (vocab-parallel cross-entropy: 2)
 
 
 def op_time(trace: Trace, i: int, n: int) -> float:
@@ -186,8 +187,10 @@ def build_from_plan(trace: Trace, platform: Platform, strategy: Strategy, plan: 
             prev[g] = [t]
         for c in colls.get(i, ()):
             label = f"{_LABEL[c.kind]} {op_label(trace, i)}"
-            synced = add[c.kind](graph, platform, group, c.nbytes, label, after={g: [tasks[g][-1]] for g in devices},
-                                  detail=strategy.collective_detail, op=i)
+            synced = {g: tasks[g][-1] for g in devices}
+            for call in range(c.calls):  # back-to-back calls, each after the previous
+                synced = add[c.kind](graph, platform, group, c.nbytes, label + (f" call{call}" if call else ""),
+                                     after={g: [synced[g]] for g in devices}, detail=strategy.collective_detail, op=i)
             if strategy.reference_compat:
                 prev = {g: [synced[g]] for g in devices}  # the original's compute waits for it
             else:
@@ -209,9 +212,9 @@ def build_from_plan(trace: Trace, platform: Platform, strategy: Strategy, plan: 
 def tensor_parallel_block(trace: Trace, plan: TensorPlan) -> dict:
     """The JSON ``tensor_parallel`` block of a run over one TP group: the plan's collectives and
     bytes per kind, the ops it splits (and, for a megatron plan or a fallback, the plan)."""
-    by_kind = {kind: sum(c.nbytes for c in plan.collectives if c.kind == kind) for kind in _LABEL}
+    by_kind = {kind: sum(c.nbytes * c.calls for c in plan.collectives if c.kind == kind) for kind in _LABEL}
     meta = {
-        "collectives": len(plan.collectives),
+        "collectives": sum(c.calls for c in plan.collectives),
         "all_gather_bytes": by_kind["all_gather"],
         "all_reduce_bytes": by_kind["all_reduce"],
         "sharded_ops": sum(1 for op in trace.ops if op.stage != "optimizer" and (
