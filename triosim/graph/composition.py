@@ -69,6 +69,7 @@ from .pipeline.rank_program import add_rank_program
 from .pipeline.sends import send_hop_by_hop
 from .pipeline.stages import PipelinePlan, buffer_versions
 from .rank_map import RankMap
+from .recompute import activation_facts, carry_plan, recompute
 from .replica_symmetry import replicas_alike
 from .single import op_label, record_memory
 from .strategy import Preset, Strategy
@@ -113,6 +114,10 @@ def build(trace: Trace, platform: Platform, strategy: Strategy, fuse_runs: bool 
     virtual = strategy.virtual_stages if strategy.schedule == "interleaved" else 1
     if preset is None:  # case 4 keeps its own check: a forward op per stage (stages.candidate_plans)
         check_pipeline_depth(trace, pp, virtual)
+    original = trace  # the tensor-parallel plan is found on it, then carried to the re-runs
+    rec = recompute(trace, strategy.recompute) if preset is None else None
+    if rec is not None:
+        trace = rec.trace
     sizes = micro_batch_sizes(trace.batch_size, strategy.micro_batch_size)
     fractions = [m / trace.batch_size for m in sizes]
     exact = strategy.exact
@@ -134,7 +139,9 @@ def build(trace: Trace, platform: Platform, strategy: Strategy, fuse_runs: bool 
                             for s in range(pp) for e in (-1, 1) if 0 <= s + e < pp or (virtual > 1 and pp > 1)))
     plan, candidates = choose_stages(trace, platform, strategy, fractions, num_stages=pp,
                                      stage_gpus=tuple(ranks.stage_gpus(0, 0)))
-    tpp = tensor_plan(trace, tp, strategy.effective_tp_style, strategy.sequence_parallel)
+    tpp = tensor_plan(original, tp, strategy.effective_tp_style, strategy.sequence_parallel)
+    if rec is not None:
+        tpp = carry_plan(tpp, rec)
     # Fused runs of ops keep every time exact only while no memcpy can cut into a run (a run's
     # buffers all fit on the GPU); when the memory plan needs one, the graph is built op by op.
     fuse = fuse_runs and not exact and strategy.initial_placement == "gpu"
@@ -147,6 +154,7 @@ def build(trace: Trace, platform: Platform, strategy: Strategy, fuse_runs: bool 
         fuse = False
     if preset is None:
         g.meta["hybrid"]["replica_warning"] = replica_warning
+        g.meta["hybrid"]["recompute"] = activation_facts(original, rec, tpp, fractions[0])
     else:
         case_blocks.record(g, trace, strategy, preset, plan, tpp, sizes, candidates)
     return g
