@@ -69,7 +69,7 @@ from .pipeline.rank_program import add_rank_program
 from .pipeline.sends import send_hop_by_hop
 from .pipeline.stages import PipelinePlan, buffer_versions
 from .rank_map import RankMap
-from .recompute import activation_facts, carry_plan, recompute
+from .recompute import activation_facts, carry_plan, fit_to_stages, recompute
 from .replica_symmetry import replicas_alike
 from .single import op_label, record_memory
 from .strategy import Preset, Strategy
@@ -137,8 +137,14 @@ def build(trace: Trace, platform: Platform, strategy: Strategy, fuse_runs: bool 
     # interleaved: stage P−1 (last GPU) hands over to stage P (first GPU again)
     prime_routes(platform, ((ranks.rank(d, t, s), ranks.rank(d, t, (s + e) % pp)) for d, t in replicas
                             for s in range(pp) for e in (-1, 1) if 0 <= s + e < pp or (virtual > 1 and pp > 1)))
-    plan, candidates = choose_stages(trace, platform, strategy, fractions, num_stages=pp,
-                                     stage_gpus=tuple(ranks.stage_gpus(0, 0)))
+    def plan_for(t: Trace) -> tuple:
+        return choose_stages(t, platform, strategy, fractions, num_stages=pp, stage_gpus=tuple(ranks.stage_gpus(0, 0)))
+
+    if rec is not None and pp > 1:  # re-runs stay on their stage: split them at the cuts
+        rec, (plan, candidates) = fit_to_stages(original, rec, plan_for)
+        trace = rec.trace
+    else:
+        plan, candidates = plan_for(trace)
     tpp = tensor_plan(original, tp, strategy.effective_tp_style, strategy.sequence_parallel)
     if rec is not None:
         tpp = carry_plan(tpp, rec)

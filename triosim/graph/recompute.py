@@ -29,12 +29,13 @@ Megatron detection (:func:`triosim.graph.tensor.megatron.find_blocks`).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field, replace
 
 from ..errors import ConfigError, TraceError
 from ..trace import Trace
 from ..trace.layers import find_layers
+from .pipeline.schedules import FORWARD
 from .tensor.megatron import find_blocks
 from .tensor.per_op import TpCollective
 
@@ -46,8 +47,9 @@ class Recomputed:
     """A trace with its re-runs inserted, and how its ops map to the original's.
 
     ``origin[i]``: the original op new op ``i`` is (a re-run: the forward op it repeats);
-    ``rerun[i]``: the layer a re-run belongs to, None for an original op; ``renamed[k]``: layer
-    k's original buffer -> its re-made copy; ``layers``: per layer the original forward ops."""
+    ``rerun[i]``: the unit a re-run belongs to, None for an original op; ``renamed[u]``: unit
+    u's original buffer -> its re-made copy; ``layers``: per unit the original forward ops it
+    re-runs (a layer, its attention core, or a layer's part on one pipeline stage)."""
 
     trace: Trace
     mode: str
@@ -55,7 +57,13 @@ class Recomputed:
     rerun: tuple[int | None, ...]
     renamed: tuple[dict[str, str], ...]
     layers: tuple[tuple[int, ...], ...]
-    reads_from: tuple[int | None, ...] = ()  # per new op: the unit whose copies it reads (None: none)
+    made_by: dict[str, int] = field(default_factory=dict)  # re-made buffer -> its unit
+    inserted: tuple[int, ...] = ()  # per unit: the new index of its first re-run
+
+    def copy_at(self, k: str, n: int) -> str:
+        """What buffer ``k`` is at new op ``n``: its copy once its unit has been re-run."""
+        u = self.made_by.get(k)
+        return self.renamed[u][k] if u is not None and self.inserted[u] < n else k
 
     @property
     def rerun_ops(self) -> tuple[int, ...]:
@@ -72,22 +80,41 @@ class Recomputed:
 
     def summary(self) -> dict:
         """JSON-ready facts: the mode, how many layers and ops are re-run, their traced time."""
-        return {"mode": self.mode, "layers": len(self.layers), "rerun_ops": len(self.rerun_ops),
+        return {"mode": self.mode, "units": len(self.layers), "rerun_ops": len(self.rerun_ops),
                 "rerun_traced_s": round(self.rerun_seconds(), 9)}
 
 
-def _units(trace: Trace, mode: str) -> list[tuple[tuple[int, ...], int, frozenset[int]]]:
+def _split(ops: Sequence[int], cuts: frozenset[int]) -> list[tuple[int, ...]]:
+    """``ops`` (forward order) cut before every op in ``cuts``: one part per pipeline stage."""
+    parts: list[list[int]] = []
+    for j in ops:
+        if not parts or j in cuts:
+            parts.append([])
+        parts[-1].append(j)
+    return [tuple(p) for p in parts]
+
+
+def _units(trace: Trace, mode: str, cuts: frozenset[int]) -> list[tuple[tuple[int, ...], int, frozenset[int]]]:
     """(forward ops to re-run, the backward op to put them before, backward ops that keep reading
-    the stored originals) per layer, in forward order."""
+    the stored originals) per unit, in forward order. A layer that a pipeline cut (``cuts``:
+    the first forward op of each stage) splits is one unit per stage, each re-run right before
+    the first backward op of its own part, so that every re-run stays on its stage."""
     try:
         layout = find_layers(trace)
     except TraceError as e:
-        raise ConfigError(f"--recompute {mode} needs a transformer trace with repeated layers ({e.message})") from None
+        raise ConfigError(f"--recompute {mode} needs a transformer trace with repeated layers: {e}") from None
+    partner = trace.forward_partner
     units = []
     if mode == "full":
         for fwd, bwd in zip(layout.forward, layout.backward):
-            if bwd:
-                units.append((fwd, bwd[0], frozenset()))
+            if not bwd:
+                continue
+            parts = _split(fwd, cuts)
+            for k, part in enumerate(parts):
+                mine = set(part)
+                at = bwd[0] if k == len(parts) - 1 else next((i for i in bwd if partner[i] in mine), None)
+                if at is not None:
+                    units.append((part, at, frozenset()))
         return units
     blocks = [b for b in find_blocks(trace) if b.kind == "attention"]
     if not blocks:
@@ -96,12 +123,12 @@ def _units(trace: Trace, mode: str) -> list[tuple[tuple[int, ...], int, frozense
         # The row linear saved its input (the core's output) for its weight gradient, as
         # Megatron's does: its backward reads the stored copy. The core's own backward reads
         # what the re-run makes: re-run the core right before it.
-        core = set(b.middle)
-        made = {k for j in core for k in trace.writes[j]}
-        stored = frozenset(i for i in b.backward if trace.forward_partner[i] == b.row)
-        readers = [i for i in b.backward if i not in stored and made.intersection(trace.reads[i])]
-        if core and readers:
-            units.append((tuple(sorted(core)), readers[0], stored))
+        stored = frozenset(i for i in b.backward if partner[i] == b.row)
+        for part in _split(tuple(sorted(b.middle)), cuts):
+            made = {k for j in part for k in trace.writes[j]}
+            readers = [i for i in b.backward if i not in stored and made.intersection(trace.reads[i])]
+            if readers:
+                units.append((part, readers[0], stored))
     return units
 
 
@@ -109,49 +136,45 @@ def _activation(trace: Trace, k: str) -> bool:
     return k not in trace.batch_invariant
 
 
-def recompute(trace: Trace, mode: str) -> Recomputed | None:
-    """``trace`` with the re-runs of ``mode`` inserted (None for ``none``). A ConfigError when
+def recompute(trace: Trace, mode: str, cuts: frozenset[int] = frozenset()) -> Recomputed | None:
+    """``trace`` with the re-runs of ``mode`` inserted (None for ``none``); ``cuts``: forward ops
+    that begin a pipeline stage (a layer they split is re-run stage by stage). A ConfigError when
     the trace has no layers to recompute."""
     if mode not in MODES:
         raise ConfigError(f"--recompute must be none, selective or full, got {mode!r}")
     if mode == "none":
         return None
-    units = _units(trace, mode)
-    before: dict[int, int] = {at: u for u, (_, at, _) in enumerate(units)}
+    units = _units(trace, mode, cuts)
+    before: dict[int, list[int]] = {}
+    for u, (_, at, _) in enumerate(units):
+        before.setdefault(at, []).append(u)
     renamed: list[dict[str, str]] = []
+    made_by: dict[str, int] = {}  # re-made buffer -> its unit
     for u, (fwd, _, _) in enumerate(units):
         names: dict[str, str] = {}
         for j in fwd:
             for k in trace.writes[j]:
                 if _activation(trace, k):
                     names.setdefault(k, f"rc{u}:{k}")
+                    made_by[k] = u
         renamed.append(names)
-    # the backward ops each unit's copies replace the originals for: the unit's backward run
-    owner: dict[int, int] = {}
-    for u, (fwd, at, stored) in enumerate(units):
-        names = renamed[u]
-        end = units[u - 1][1] if u and units[u - 1][1] > at else len(trace.ops)
-        for i in range(at, end):
-            if trace.ops[i].stage != "backward" or i in owner or i in stored:
-                continue
-            if names.keys() & set(trace.reads[i]):
-                owner[i] = u
     tensors = dict(trace.tensors.items())
     for names in renamed:
         for k, new in names.items():
             tensors[new] = tensors[k]._replace(id=new)
     next_id = max((op.op_id for op in trace.ops), default=0) + 1
-    ops, reads, writes, origin, rerun, reads_from = [], [], [], [], [], []
+    ops, reads, writes, origin, rerun = [], [], [], [], []
     partner: list[int | None] = []
+    inserted: dict[int, int] = {}  # unit -> new index of its first re-run
     old_partner = trace.forward_partner
     for i, op in enumerate(trace.ops):
-        u = before.get(i)
-        if u is not None:
+        for u in before.get(i, ()):
             fwd = units[u][0]
             names = renamed[u]
+            inserted[u] = len(ops)
             for j in fwd:
                 src = trace.ops[j]
-                # a re-run reads the copies made by earlier re-runs, the originals from outside
+                # a re-run reads the copies made by earlier re-runs of its unit, the rest as stored
                 r = tuple(names[k] if k in names and trace.producer.get(k, -1) < j else k for k in trace.reads[j])
                 w = tuple(names.get(k, k) for k in trace.writes[j])
                 ops.append(src._replace(index=len(ops), op_id=next_id, name=f"rc{u}::{src.name}", inputs=r,
@@ -161,16 +184,18 @@ def recompute(trace: Trace, mode: str) -> Recomputed | None:
                 writes.append(w)
                 origin.append(j)
                 rerun.append(u)
-                reads_from.append(u)
                 partner.append(j)  # placed with the op it repeats (its stage)
-        names = renamed[owner[i]] if i in owner else {}
-        r = tuple(names.get(k, k) for k in trace.reads[i]) if names else trace.reads[i]
+        r = trace.reads[i]
+        if op.stage == "backward" and inserted:
+            # a backward op reads the copy of a buffer once its unit has been re-run (unless it
+            # is one that reads the stored original)
+            r = tuple(renamed[made_by[k]][k] if k in made_by and made_by[k] in inserted
+                      and i not in units[made_by[k]][2] else k for k in r)
         ops.append(op._replace(index=len(ops)))
         reads.append(r)
         writes.append(trace.writes[i])
         origin.append(i)
         rerun.append(None)
-        reads_from.append(owner.get(i))
         partner.append(old_partner[i])
     new_index = {o: n for n, (o, k) in enumerate(zip(origin, rerun)) if k is None}
     partner = [new_index[p] if p is not None else None for p in partner]
@@ -188,26 +213,30 @@ def recompute(trace: Trace, mode: str) -> Recomputed | None:
                   _columns=None, _op_codes=None)
     new._partner = tuple(partner)
     return Recomputed(trace=new, mode=mode, origin=tuple(origin), rerun=tuple(rerun), renamed=tuple(renamed),
-                      layers=tuple(u[0] for u in units), reads_from=tuple(reads_from))
+                      layers=tuple(u[0] for u in units), made_by=made_by,
+                      inserted=tuple(inserted[u] for u in range(len(units))))
 
 
 def carry_plan(plan, rec: Recomputed):
     """``plan`` (a tensor-parallel plan of the original trace) for the rewritten trace: every op
     at its original's time scale; a re-run followed by the collective its original is followed
-    by, carrying the re-made buffers; a backward op's collective carrying the copies it reads;
-    the copies sharded as their originals."""
+    by, carrying the re-made buffers; a backward op's collective carrying the copies made by
+    then; the copies sharded as their originals."""
     new_index = rec.new_index
     at: dict[int, list] = {}
     for c in plan.collectives:
         at.setdefault(c.op, []).append(c)
     colls = []
     for n, (o, u) in enumerate(zip(rec.origin, rec.rerun)):
-        names = rec.renamed[u] if u is not None else (rec.renamed[rec.reads_from[n]]
-                                                      if rec.reads_from[n] is not None else {})
         if u is None and new_index[o] != n:
             continue
         for c in at.get(o, ()):
-            colls.append(TpCollective(n, c.kind, tuple(names.get(k, k) for k in c.buffers), c.nbytes, c.calls))
+            if u is not None:
+                names = rec.renamed[u]
+                buffers = tuple(names.get(k, k) for k in c.buffers)
+            else:
+                buffers = tuple(rec.copy_at(k, n) for k in c.buffers)
+            colls.append(TpCollective(n, c.kind, buffers, c.nbytes, c.calls))
     shards = dict(plan.shard_divisor)
     for names in rec.renamed:
         for k, copy in names.items():
@@ -215,6 +244,42 @@ def carry_plan(plan, rec: Recomputed):
                 shards[copy] = shards[k]
     return replace(plan, time_scale=tuple(plan.time_scale[o] for o in rec.origin), collectives=tuple(colls),
                    shard_divisor=shards)
+
+
+# How often the stages are chosen again after splitting the re-runs at the chosen cuts.
+STAGE_FIT_TRIES = 4
+
+
+def fit_to_stages(original: Trace, rec: Recomputed, plan_for: Callable[[Trace], tuple]) -> tuple[Recomputed, tuple]:
+    """The re-runs and the pipeline plan (``plan_for(trace)`` -> (plan, candidates)) chosen on
+    them, with every unit on one stage: while a chosen cut splits a unit, the re-runs are split
+    at every cut seen so far and the stages chosen again. A plan still split after
+    ``STAGE_FIT_TRIES`` tries says so in its warnings."""
+    cuts: frozenset[int] = frozenset()
+    chosen = plan_for(rec.trace)
+    for _ in range(STAGE_FIT_TRIES):
+        plan = chosen[0]
+        if not straddling(rec, plan.stage):
+            return rec, chosen
+        forward = [i for i, ph in enumerate(plan.phase) if ph == FORWARD]
+        cuts |= {forward[s] for s in plan.starts[1:]}  # the forward prefix keeps its indices
+        rec = recompute(original, rec.mode, cuts)
+        chosen = plan_for(rec.trace)
+    plan = chosen[0]
+    if straddling(rec, plan.stage):
+        plan = replace(plan, warnings=(*plan.warnings, "a layer's re-runs span two pipeline stages (the stage cut "
+                                       "moved each time the re-runs were split)"))
+        chosen = (plan, *chosen[1:])
+    return rec, chosen
+
+
+def straddling(rec: Recomputed, stage: Sequence[int]) -> bool:
+    """Whether some unit's re-runs would run on two stages (``stage``: per op of ``rec.trace``,
+    taken from the op each re-run repeats)."""
+    for part in rec.layers:
+        if len({stage[rec.new_index[j]] for j in part}) > 1:
+            return True
+    return False
 
 
 def activations_into_backward_bytes(trace: Trace, layers: Sequence[Sequence[int]],
@@ -242,7 +307,7 @@ def activation_facts(original: Trace, rec: Recomputed | None, plan, fraction: fl
     the activation bytes one micro-batch (``fraction`` of the batch) keeps into backward on one
     tensor-parallel rank; ``layers`` None when the trace has no repeated layer."""
     trace = rec.trace if rec is not None else original
-    facts = rec.summary() if rec is not None else {"mode": "none", "layers": 0, "rerun_ops": 0, "rerun_traced_s": 0.0}
+    facts = rec.summary() if rec is not None else {"mode": "none", "units": 0, "rerun_ops": 0, "rerun_traced_s": 0.0}
     try:
         layout = find_layers(original)
     except TraceError:
@@ -253,4 +318,5 @@ def activation_facts(original: Trace, rec: Recomputed | None, plan, fraction: fl
     return {**facts, "activations_into_backward_bytes": [int(round(b * fraction)) for b in per_layer]}
 
 
-__all__ = ["MODES", "Recomputed", "activation_facts", "activations_into_backward_bytes", "carry_plan", "recompute"]
+__all__ = ["MODES", "STAGE_FIT_TRIES", "Recomputed", "activation_facts", "activations_into_backward_bytes",
+           "carry_plan", "fit_to_stages", "recompute", "straddling"]
