@@ -37,7 +37,6 @@ from ..trace import Trace
 from ..trace.layers import find_layers
 from .pipeline.schedules import FORWARD
 from .tensor.megatron import find_blocks
-from .tensor.per_op import TpCollective
 
 MODES = ("none", "selective", "full")
 
@@ -236,7 +235,7 @@ def carry_plan(plan, rec: Recomputed):
                 buffers = tuple(names.get(k, k) for k in c.buffers)
             else:
                 buffers = tuple(rec.copy_at(k, n) for k in c.buffers)
-            colls.append(TpCollective(n, c.kind, buffers, c.nbytes, c.calls))
+            colls.append(replace(c, op=n, buffers=buffers))
     shards = dict(plan.shard_divisor)
     for names in rec.renamed:
         for k, copy in names.items():

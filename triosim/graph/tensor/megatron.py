@@ -415,7 +415,7 @@ def _megatron_plan(trace: Trace, degree: int, blocks: list[MegatronBlock], heads
                 at = _regather_slot(trace, b, taken)
                 if at is not None:
                     taken.add(at)
-                    colls.append((at, 1, TpCollective(at, "all_gather", (b.input,), nb(b.input))))
+                    colls.append((at, 1, TpCollective(at, "all_gather", (b.input,), nb(b.input), redo=True)))
     colls.sort(key=lambda c: (c[0], c[1]))
     return TensorParallelPlan(
         style="megatron", degree=degree, time_scale=tuple(scale), collectives=tuple(c for _, _, c in colls),

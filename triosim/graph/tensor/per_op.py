@@ -54,6 +54,9 @@ class TpCollective:
     buffers: tuple[str, ...]
     nbytes: int  # per call
     calls: int = 1  # back-to-back calls of nbytes each (vocab-parallel cross-entropy: 2)
+    # True for a gather of a buffer that an earlier collective completed (sequence parallelism's
+    # backward re-gather): its readers wait for it, but the buffer's version stays that one's.
+    redo: bool = False
 
 
 def op_time(trace: Trace, i: int, n: int) -> float:
