@@ -68,6 +68,7 @@ from .pipeline.builder import choose_stages, micro_batch_sizes
 from .pipeline.rank_program import add_rank_program
 from .pipeline.sends import send_hop_by_hop
 from .pipeline.stages import PipelinePlan, buffer_versions
+from .pipeline.tied_embedding import TiedEmbedding, add_tied_allreduce, find_tied
 from .rank_map import RankMap
 from .recompute import activation_facts, carry_plan, fit_to_stages, recompute
 from .replica_symmetry import replicas_alike
@@ -152,9 +153,10 @@ def build(trace: Trace, platform: Platform, strategy: Strategy, fuse_runs: bool 
     # buffers all fit on the GPU); when the memory plan needs one, the graph is built op by op.
     fuse = fuse_runs and not exact and strategy.initial_placement == "gpu"
     roles = buffer_roles(trace)
+    tied = find_tied(original) if preset is None and pp > 1 else None
     while True:
         g = Composition(trace, platform, strategy, ranks, plan, tpp, fractions, replicas, roles, fuse=fuse,
-                        preset=preset, exact=exact).assemble()
+                        preset=preset, exact=exact, tied=tied).assemble()
         if not g.meta.pop("needs_memcpy") or not fuse:
             break
         fuse = False
@@ -172,6 +174,7 @@ class Composition(CompositionState):
     is built and collectives are simulated on their links, not charged in closed form."""
 
     exact: bool = False
+    tied: TiedEmbedding | None = None  # tied input/output embeddings (their all-reduce when pp > 1)
 
     def assemble(self) -> TaskGraph:
         """The steps in order; the graph's ``needs_memcpy`` says whether a memory plan needed a
@@ -201,6 +204,12 @@ class Composition(CompositionState):
         parameters each rank owns."""
         colls = {c.op: c for c in self.tpp.collectives} if self.ranks.tp > 1 else {}
         params_of = gradient_sync.stage_params(self)
+        if self.tied is not None and self.ranks.pp > 1:  # both embedding stages first, then their all-reduce
+            lasts = [add_rank_program(self, comm, p, waits, colls, params_of[p]) for p in range(self.ranks.pp)]
+            add_tied_allreduce(self, comm, self.tied, lasts)
+            for p in range(self.ranks.pp):
+                gradient_sync.add_gradient_sync(self, comm, p, params_of[p], lasts[p])
+            return params_of
         for p in range(self.ranks.pp):
             last = add_rank_program(self, comm, p, waits, colls, params_of[p])
             gradient_sync.add_gradient_sync(self, comm, p, params_of[p], last)
@@ -211,7 +220,10 @@ class Composition(CompositionState):
         plan, ranks = self.plan, self.ranks
         if ranks.pp < 2:
             return
+        handed = set(self.tied.head_part) if self.tied is not None else set()
         for v in self.versions:
+            if v.buffer in handed:  # the tied embedding's all-reduce replaces this hand-over
+                continue
             src = plan.stage[v.writer]
             readers = [(c, plan.stage[c]) for c in v.readers if plan.stage[c] != src]
             if not readers:
