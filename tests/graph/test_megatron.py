@@ -15,6 +15,7 @@ from hypothesis import strategies as st
 
 import triosim.graph.tensor.megatron as mg
 import triosim.graph.tensor.per_op as tp
+import triosim.graph.tensor.vocab as vocab
 from triosim import build_platform
 from triosim.errors import ConfigError
 from triosim.graph import build_graph
@@ -196,7 +197,7 @@ def check_megatron_plan(model: SyntheticTransformer, degree: int, sp: bool) -> N
     assert plan.heads == model.heads
     assert all(0.0 < s <= 1.0 for s in plan.time_scale), "time scale outside (0, 1]"
     split = {j for b in plan.blocks for j in (*b.forward, *b.backward)} | set(plan.vocab.split_ops)
-    assert all(plan.time_scale[j] == 1.0 / degree for j in split)
+    assert all(plan.time_scale[j] == 1.0 / degree for j in split), "an op of a block or of the head not at 1/T"
     # The head's forward and backward FLOPs split by T: its ops take exactly 1/T of the traced time.
     head = [plan.vocab.head, *(i for i in plan.vocab.backward if trace.forward_partner[i] == plan.vocab.head)]
     assert len(head) == 2 and all(plan.op_time(i, trace.ops[i].duration_s) == trace.ops[i].duration_s / degree
@@ -261,6 +262,24 @@ def test_catches_unsummed_input_gradient(monkeypatch):
     monkeypatch.setattr(mg, "_backward_run", buggy)
     with pytest.raises(AssertionError, match="closed form"):
         check_megatron_plan(*PLANTED)
+
+
+def test_catches_head_left_whole(monkeypatch):
+    """Bug: the LM head and the loss run whole on every rank (the vocabulary not split)."""
+    monkeypatch.setattr(vocab.VocabParallel, "split_ops", property(lambda self: ()))
+    with pytest.raises(AssertionError, match="head FLOPs not split by T"):
+        check_megatron_plan(*PLANTED)
+
+
+def test_planted_sp_model_passes():
+    check_megatron_plan(PLANTED[0], 2, True)
+
+
+def test_catches_missing_backward_regather(monkeypatch):
+    """Bug: sequence parallelism keeps the gathered block input for backward (no re-gather)."""
+    monkeypatch.setattr(mg, "_regather_slot", lambda trace, b, taken: None)
+    with pytest.raises(AssertionError, match="closed form"):
+        check_megatron_plan(PLANTED[0], 2, True)
 
 
 def test_catches_inverted_optimizer_scale(monkeypatch):

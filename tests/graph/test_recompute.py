@@ -65,6 +65,17 @@ def test_one_forward_per_layer_synthetic(fused):
     check_one_forward_per_layer(trace)
 
 
+def test_catches_rerun_missing_an_op(monkeypatch, gpt):
+    """Bug: each layer's re-run leaves out its last forward op."""
+    import triosim.graph.recompute as rc
+
+    real = rc._units
+    monkeypatch.setattr(rc, "_units", lambda trace, mode, cuts: [(f[:-1], at, st) for f, at, st in
+                                                                 real(trace, mode, cuts)])
+    with pytest.raises(AssertionError, match="not one forward per layer"):
+        check_one_forward_per_layer(gpt)
+
+
 def test_rerun_forward_collectives(gpt):
     """The re-run forward communicates as the first: 2 all-reduces per layer (4 with sequence
     parallelism: an all-gather and a reduce-scatter per block); selective re-runs the attention
