@@ -405,7 +405,7 @@ def test_dag_planted_model_passes():
 
 def test_dag_catches_collective_forgetting_its_buffers(monkeypatch):
     real = mg.TpCollective
-    monkeypatch.setattr(mg, "TpCollective", lambda op, kind, buffers, nbytes: real(op, kind, (), nbytes))
+    monkeypatch.setattr(mg, "TpCollective", lambda op, kind, buffers, nbytes, **kw: real(op, kind, (), nbytes, **kw))
     with pytest.raises(AssertionError, match="before its input's collective"):
         check_megatron_dag(*DAG_PLANTED)
 
