@@ -3,7 +3,7 @@
     python bench/activation_memory.py                       # GPT sample, 8 layers, tp 4, pp 2, 4 micro-batches
     python bench/activation_memory.py --layers 16 --pp 4
 
-Korthikanti et al. 2022 ("Reducing Activation Recomputation in Large Transformer Models", §4,
+Korthikanti et al. 2022 ("Reducing Activation Recomputation in Large Transformer Models", section 4,
 Table 2) count the bytes one transformer layer keeps for its backward, in fp16 with 1-byte dropout
 masks: sbh(34 + 5as/h) without recomputation and tensor parallelism — 16 sbh values of 2 bytes,
 two sbh dropout masks, and the attention scores, softmax output and its dropout mask (5as²b);
@@ -37,7 +37,7 @@ S, B, H, A, BYTES = 128, 8, 256, 4, 4  # the sample: sequence, batch, hidden, he
 
 
 def korthikanti_fp16_bytes(mode: str, t: int, sp: bool) -> float:
-    """Per-layer bytes in fp16 (Korthikanti et al. 2022, Table 2 and §5), in units of sbh."""
+    """Per-layer bytes in fp16 (Korthikanti et al. 2022, Table 2 and section 5), in units of sbh."""
     scores = 5 * A * S / H
     if mode == "full":
         return 2 / (t if sp else 1)

@@ -2,7 +2,7 @@
 become new op rows right before the backward ops that need them.
 
 What it models (Korthikanti et al. 2022, "Reducing Activation Recomputation in Large
-Transformer Models", §4 and §5):
+Transformer Models", section 4 and section 5):
 
 - **full**: before each transformer layer's backward, every forward op of that layer runs again
   (a *re-run*), and the layer's backward reads the re-made activations. The forward pass then

@@ -2,7 +2,7 @@
 and the last stage.
 
 What it models (Megatron-LM, ``finalize_model_grads`` → ``_allreduce_embedding_grads``;
-Narayanan et al. 2021, §2.2's placement): when the LM head reads the word embedding's own table
+Narayanan et al. 2021, section 2.2's placement): when the LM head reads the word embedding's own table
 and the pipeline has several stages, the first stage (embedding) and the last (head) each hold a
 copy of the table and each computes its own part of the gradient. After the backward pass and
 the data-parallel gradient reduction, the two parts are summed by an all-reduce over the two

@@ -409,7 +409,7 @@ def _megatron_plan(trace: Trace, degree: int, blocks: list[MegatronBlock], heads
             colls.extend(vocab_collectives(trace, vp, sequence_parallel))
         if sequence_parallel:
             # Megatron keeps only the sequence shard of a block's input for backward and gathers
-            # it again for the column linears' weight gradients (Korthikanti et al. 2022, §4.2.2).
+            # it again for the column linears' weight gradients (Korthikanti et al. 2022, section 4.2.2).
             taken = {op for op, _, _ in colls}
             for b in blocks:
                 at = _regather_slot(trace, b, taken)

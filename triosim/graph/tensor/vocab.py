@@ -1,6 +1,6 @@
 """Megatron's vocabulary-parallel embedding, LM head and cross-entropy under tensor parallelism.
 
-What it models (Shoeybi et al. 2019, "Megatron-LM", §3; Megatron-LM's ``VocabParallelEmbedding``,
+What it models (Shoeybi et al. 2019, "Megatron-LM", section 3; Megatron-LM's ``VocabParallelEmbedding``,
 ``ColumnParallelLinear`` output layer and ``vocab_parallel_cross_entropy``):
 
 - **Word embedding.** Each of the T ranks holds V/T rows of the table (and of its gradient and
