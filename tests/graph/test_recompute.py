@@ -159,3 +159,20 @@ def test_cli_refuses_recompute_without_degrees(capsys):
     assert main(["run", "--trace-dir", str(RESNET), "--dp", "2", "--recompute", "full", "-q"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "needs a transformer trace" in err[0] and "resnet18-cpu-bs16" in err[0]
+
+
+@pytest.mark.parametrize("mode", ["full", "selective"])
+def test_representatives_equal_exact(mode, capsys):
+    """Re-runs and their collectives on one representative replica time as on every GPU (the
+    original network model, where the two agree exactly)."""
+    from triosim.cli.console import main
+
+    base = ["run", "--trace-dir", str(GPT), "--dp", "2", "--tp", "2", "--pp", "2", "-micro-batch-size", "2",
+            "--schedule", "1f1b", "--recompute", mode, "--sequence-parallel", "--topology", "nvlink-cluster",
+            "--gpus-per-node", "4", "--collective-detail", "macro", "--network", "exclusive", "--collective-algo",
+            "one-way-ring", "--collective-latency-us", "0", "-q"]
+    times = []
+    for flag in ("--exact", "--representatives"):
+        assert main([*base, flag]) == 0
+        times.append(float(capsys.readouterr().out))
+    assert times[0] == times[1]
