@@ -36,6 +36,7 @@ from ..errors import ConfigError, TraceError
 from ..trace import Trace
 from ..trace.layers import find_layers
 from .pipeline.schedules import FORWARD
+from .pipeline.stages import with_same_cuts
 from .tensor.megatron import find_blocks
 
 MODES = ("none", "selective", "full")
@@ -245,31 +246,17 @@ def carry_plan(plan, rec: Recomputed):
                    shard_divisor=shards)
 
 
-# How often the stages are chosen again after splitting the re-runs at the chosen cuts.
-STAGE_FIT_TRIES = 4
-
-
 def fit_to_stages(original: Trace, rec: Recomputed, plan_for: Callable[[Trace], tuple]) -> tuple[Recomputed, tuple]:
     """The re-runs and the pipeline plan (``plan_for(trace)`` -> (plan, candidates)) chosen on
-    them, with every unit on one stage: while a chosen cut splits a unit, the re-runs are split
-    at every cut seen so far and the stages chosen again. A plan still split after
-    ``STAGE_FIT_TRIES`` tries says so in its warnings."""
-    cuts: frozenset[int] = frozenset()
+    them, with every unit on one stage: where a chosen cut splits a unit, the re-runs are split
+    at the chosen cuts and the plan's cuts kept (the forward phase is the same)."""
     chosen = plan_for(rec.trace)
-    for _ in range(STAGE_FIT_TRIES):
-        plan = chosen[0]
-        if not straddling(rec, plan.stage):
-            return rec, chosen
-        forward = [i for i, ph in enumerate(plan.phase) if ph == FORWARD]
-        cuts |= {forward[s] for s in plan.starts[1:]}  # the forward prefix keeps its indices
-        rec = recompute(original, rec.mode, cuts)
-        chosen = plan_for(rec.trace)
     plan = chosen[0]
-    if straddling(rec, plan.stage):
-        plan = replace(plan, warnings=(*plan.warnings, "a layer's re-runs span two pipeline stages (the stage cut "
-                                       "moved each time the re-runs were split)"))
-        chosen = (plan, *chosen[1:])
-    return rec, chosen
+    if not straddling(rec, plan.stage):
+        return rec, chosen
+    forward = [i for i, ph in enumerate(plan.phase) if ph == FORWARD]
+    rec = recompute(original, rec.mode, frozenset(forward[s] for s in plan.starts[1:]))
+    return rec, (with_same_cuts(rec.trace, plan), *chosen[1:])
 
 
 def straddling(rec: Recomputed, stage: Sequence[int]) -> bool:
@@ -317,5 +304,5 @@ def activation_facts(original: Trace, rec: Recomputed | None, plan, fraction: fl
     return {**facts, "activations_into_backward_bytes": [int(round(b * fraction)) for b in per_layer]}
 
 
-__all__ = ["MODES", "STAGE_FIT_TRIES", "Recomputed", "activation_facts", "activations_into_backward_bytes",
+__all__ = ["MODES", "Recomputed", "activation_facts", "activations_into_backward_bytes",
            "carry_plan", "fit_to_stages", "recompute", "straddling"]
