@@ -176,3 +176,25 @@ def test_representatives_equal_exact(mode, capsys):
         assert main([*base, flag]) == 0
         times.append(float(capsys.readouterr().out))
     assert times[0] == times[1]
+
+
+@pytest.mark.parametrize("build", ["--exact", "--representatives"])
+def test_breakdown_counts_reruns_as_recompute(build, capsys):
+    """The time breakdown's recompute part is the re-runs' time: on one GPU the layers' forward
+    ops; on a mesh the same with every GPU built or one representative (re-runs are never fused
+    with the backward ops after them)."""
+    import json
+
+    from triosim.cli.console import main
+
+    gpt = load_trace(GPT, batch_size=8)
+    forward_ms = sum(gpt.ops[i].duration_s for f in find_layers(gpt).forward for i in f) * 1e3
+    assert main(["run", "--trace-dir", str(GPT), "--pp", "1", "--recompute", "full", "--json", "-"]) == 0
+    mean = json.loads(capsys.readouterr().out)["breakdown"]["mean"]
+    assert mean["recompute_ms"] == pytest.approx(forward_ms, abs=1e-6)
+    assert main(["run", "--trace-dir", str(GPT), "--dp", "2", "--tp", "2", "--pp", "2", "-micro-batch-size", "2",
+                 "--schedule", "1f1b", "--recompute", "full", build, "--json", "-"]) == 0
+    mean = json.loads(capsys.readouterr().out)["breakdown"]["mean"]
+    # tp 2: each re-run at half its time (every layer op is in a block or, whole, in between)
+    assert 0 < mean["recompute_ms"] < forward_ms
+    assert mean["recompute_ms"] == pytest.approx(11.8190, abs=1e-3), "re-runs fused with other ops"

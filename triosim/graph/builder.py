@@ -44,6 +44,8 @@ class GraphBuilder:
         self.check()
         graph = self.compose()
         graph.meta.setdefault("parallel", self.strategy.parallel_dict(self.platform.num_gpus))
+        # Each compute task names its trace op; the time breakdown reads the op's phase here.
+        graph.meta.setdefault("op_stages", tuple(op.stage for op in self.trace.ops))
         return attach_network(graph, self.platform)
 
     def check(self) -> None:

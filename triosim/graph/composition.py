@@ -156,13 +156,17 @@ def build(trace: Trace, platform: Platform, strategy: Strategy, fuse_runs: bool 
     tied = find_tied(original) if preset is None and pp > 1 else None
     while True:
         g = Composition(trace, platform, strategy, ranks, plan, tpp, fractions, replicas, roles, fuse=fuse,
-                        preset=preset, exact=exact, tied=tied).assemble()
+                        preset=preset, exact=exact, tied=tied,
+                        reruns=frozenset(rec.rerun_ops) if rec is not None else frozenset()).assemble()
         if not g.meta.pop("needs_memcpy") or not fuse:
             break
         fuse = False
     if preset is None:
         g.meta["hybrid"]["replica_warning"] = replica_warning
         g.meta["hybrid"]["recompute"] = activation_facts(original, rec, tpp, fractions[0])
+        if rec is not None:  # the time breakdown's phases, by the ops of the rewritten trace
+            g.meta["op_stages"] = tuple(op.stage for op in trace.ops)
+            g.meta["recompute_ops"] = frozenset(rec.rerun_ops)
     else:
         case_blocks.record(g, trace, strategy, preset, plan, tpp, sizes, candidates)
     return g
@@ -175,6 +179,7 @@ class Composition(CompositionState):
 
     exact: bool = False
     tied: TiedEmbedding | None = None  # tied input/output embeddings (their all-reduce when pp > 1)
+    reruns: frozenset[int] = frozenset()  # re-run forward ops (activation recomputation)
 
     def assemble(self) -> TaskGraph:
         """The steps in order; the graph's ``needs_memcpy`` says whether a memory plan needed a

@@ -83,6 +83,15 @@ class Result:
     per_gpu: list[GpuStats]
     per_link: list[LinkStats]
     extra: dict[str, Any] = field(default_factory=dict)
+    _breakdown: dict[str, Any] | None = field(default=None, repr=False, compare=False)
+
+    def time_breakdown(self) -> dict[str, Any]:
+        """Where each GPU's iteration goes (see :mod:`triosim.report.breakdown`); computed once."""
+        if self._breakdown is None:
+            from .breakdown import breakdown_dict  # the breakdown reads this module's Result
+
+            self._breakdown = breakdown_dict(self)
+        return self._breakdown
 
     @property
     def makespan_ms(self) -> float:
@@ -121,6 +130,7 @@ class Result:
                 for k in self.per_link
             ],
             **{k: self.graph.meta[k] for k in STRATEGY_META if k in self.graph.meta},
+            "breakdown": self.time_breakdown(),
             **self.extra,
         }
 

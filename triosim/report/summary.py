@@ -47,6 +47,19 @@ def honesty_notes(result: Result) -> list[str]:
     return notes
 
 
+def breakdown_line(result: Result) -> str:
+    """One line: where the mean GPU's iteration goes (the parts that are not zero)."""
+    block = result.time_breakdown()
+    mean = block.get("mean") if block else None
+    if not mean:
+        return ""
+    names = {"exposed_tp_ms": "exposed TP", "exposed_pp_ms": "exposed PP", "exposed_dp_ms": "exposed DP",
+             "exposed_memory_ms": "exposed memory", "exposed_other_ms": "exposed other comm",
+             "idle_ms": "idle/bubble"}
+    parts = [f"{names.get(k, k[:-3])} {v:.4f}" for k, v in mean.items() if v > 0]
+    return "Time per GPU, mean (ms): " + " · ".join(parts)
+
+
 def print_summary(result: Result, console: Console, title: str = "") -> None:
     s, p = result.strategy, result.platform
     head = (
@@ -72,6 +85,9 @@ def print_summary(result: Result, console: Console, title: str = "") -> None:
                         if memory.get("worst") else "memory fits")
     console.print(Panel(head, title="triosim", expand=False))
     console.print(_gpu_table(result.per_gpu))
+    line = breakdown_line(result)
+    if line:
+        console.print(line)
     if result.per_link:
         busiest = sorted(result.per_link, key=lambda k: (-k.busy_ms, k.link))[:6]
         table = Table(title="Busiest links", title_justify="left", show_edge=False)

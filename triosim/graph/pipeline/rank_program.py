@@ -260,6 +260,11 @@ def _segment_cuts(b: CompositionState, s: int, params: list[str], waits_here, co
     if units is not None:
         for phase_units in units.values():
             before.update(u.first_op for u in phase_units)
+    # A run of re-runs (activation recomputation) is a task of its own, so that the time
+    # breakdown tells recomputation from the backward ops it precedes.
+    reruns = getattr(b, "reruns", frozenset())
+    before.update(i for i in reruns if i - 1 not in reruns)
+    before.update(i + 1 for i in reruns if i + 1 not in reruns)
     return before, after
 
 
