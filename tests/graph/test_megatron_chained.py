@@ -63,10 +63,16 @@ def test_reduce_scatter_before_the_all_gather_of_its_result(chained):
 
 def test_chained_plan_closed_form(chained):
     """4 collectives per block of b·s·h·4 bytes, half reduce-scatters, half all-gathers."""
+    from triosim.graph.tensor.vocab import vocab_collectives
+
     plan = mg.plan_tensor_parallel(chained, 2, sequence_parallel=True)
     act = MODEL.batch_size * MODEL.seq_len * MODEL.hidden * 4
-    assert Counter(c.kind for c in plan.collectives) == {"all_gather": 4 * LAYERS, "reduce_scatter": 4 * LAYERS}
-    assert {c.nbytes for c in plan.collectives} == {act}
+    vocab = {(c.op, c.kind) for _, _, c in vocab_collectives(chained, plan.vocab, True)} if plan.vocab else set()
+    blocks = [c for c in plan.collectives if not c.redo and (c.op, c.kind) not in vocab]
+    assert Counter(c.kind for c in blocks) == {"all_gather": 4 * LAYERS, "reduce_scatter": 4 * LAYERS}
+    assert {c.nbytes for c in blocks} == {act}
+    # sequence parallelism's backward re-gather: one per block's input (two blocks a layer)
+    assert [c.kind for c in plan.collectives if c.redo] == ["all_gather"] * (2 * LAYERS)
 
 
 @pytest.mark.parametrize("exact", [True, False])
@@ -82,12 +88,12 @@ def test_every_collective_of_the_plan_is_built(chained, dp, tp, pp, mb, exact):
     g = build_graph(chained, build_platform(num_gpus=dp * tp * pp), strategy)
     assert schedule_violations(g, schedule(g)) == []
     stats = g.meta["hybrid"]["collectives_dp0_tp0"]["tp"]
-    assert stats["collectives"] == len(plan.collectives) * micro == 16 * micro
-    frac_bytes = sum(int(round(c.nbytes / micro)) if micro > 1 else c.nbytes for c in plan.collectives)
+    assert stats["collectives"] == sum(c.calls for c in plan.collectives) * micro
+    frac_bytes = sum(c.calls * (int(round(c.nbytes / micro)) if micro > 1 else c.nbytes) for c in plan.collectives)
     assert stats["payload_bytes"] == frac_bytes * micro
     # Each collective task is charged as its own kind (a charge found once per op and size
     # would hand the all-gather the reduce-scatter's charge).
-    named = {"allgather": "all_gather", "reducescatter": "reduce_scatter"}
+    named = {"allgather": "all_gather", "reducescatter": "reduce_scatter", "allreduce": "all_reduce"}
     for t, label in enumerate(g.label):
         a = g.attrs[t] or {}
         if a.get("group_kind") == "tp" and a.get("representative"):

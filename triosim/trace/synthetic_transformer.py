@@ -2,8 +2,8 @@
 
 Forward: token embedding, then per layer LayerNorm → Q, K, V linears (or one fused QKV linear
 and a split) → scaled-dot-product attention → output projection → residual add → LayerNorm →
-fc1 → GELU → fc2 → residual add; a final LayerNorm, the LM head and the loss. Backward mirrors
-it in reverse, with the Q/K/V input gradients summed by partner-less accumulation ops and each
+fc1 → GELU → fc2 → residual add; a final LayerNorm, the LM head and the loss. With ``tied`` the head reads the embedding's table, and
+the embedding's backward adds the head's part of its gradient. Backward mirrors it in reverse, with the Q/K/V input gradients summed by partner-less accumulation ops and each
 LayerNorm backward writing the new residual gradient, as PyTorch's autograd does. One
 ``_foreach`` optimizer op (or one in-place op per parameter) reads every parameter, gradient
 and two optimizer-state tensors. Written in TrioSim's CSV format, so it goes through the same
@@ -31,6 +31,7 @@ class SyntheticTransformer:
     ffn_mult: int = 4
     vocab: int = 64
     fused_qkv: bool = False
+    tied: bool = False  # the LM head reads the embedding's table (tied input/output embeddings)
     foreach_optimizer: bool = True
     seed: int = 0
     min_us: float = 10.0
@@ -126,7 +127,7 @@ def write_synthetic_transformer(directory: str | os.PathLike,
     lnfw, lnfb = param((h,)), param((h,), "bias")
     lnf = new(act)
     op("aten::layer_norm", [x, lnfw, lnfb], [lnf])
-    headw = param((model.vocab, h))
+    headw = emb if model.tied else param((model.vocab, h))
     logits = new((b, s, model.vocab))
     op("aten::linear", [lnf, headw], [logits], tp=1)
     target = new((b, s), "target")
@@ -141,7 +142,9 @@ def write_synthetic_transformer(directory: str | os.PathLike,
     g_logits = new((b, s, model.vocab))
     bwd("NllLossBackward0", [loss, logits, target], [g_logits])
     g_lnf = new(act)
-    bwd("MmBackward0", [g_logits, lnf, headw], [g_lnf, *grads(headw)], tp=1)
+    # tied: the head's part of the table gradient, which autograd accumulates with the embedding's
+    head_part = new((model.vocab, h), "grad") if model.tied else None
+    bwd("MmBackward0", [g_logits, lnf, headw], [g_lnf, *([head_part] if model.tied else grads(headw))], tp=1)
     res = new(act)
     bwd("NativeLayerNormBackward0", [g_lnf, x, lnfw, lnfb], [*grads(lnfw, lnfb), res])
     for L in reversed(layers):
@@ -185,7 +188,7 @@ def write_synthetic_transformer(directory: str | os.PathLike,
         bwd("NativeLayerNormBackward0", [g_ln1, L["x"], L["ln1w"], L["ln1b"], skip],
             [*grads(L["ln1w"], L["ln1b"]), res3])
         res = res3
-    bwd("EmbeddingBackward0", [res, ids], grads(emb), tp=1)
+    bwd("EmbeddingBackward0", [res, ids, *([head_part] if model.tied else [])], grads(emb), tp=1)
 
     state = {p: (new(tensors[p - 1][1], "input"), new(tensors[p - 1][1], "input")) for p in params}
     if model.foreach_optimizer:

@@ -163,32 +163,37 @@ def add_rank_program(b: CompositionState, comm: GroupComm, p: int, waits, colls,
                 name = f"{c_name}{mb_s} stage{s} dp"
                 if rep_only:  # one built GPU per group: the task its charge, found once, describes
                     charge, wire = _tp_charge(comm, charged, c, nbytes, tp_groups[0], tp_parallel)
-                    deps = [task_of[(0, 0, i_last, r)]] if k_c == 0 else [tp_done[(i_last, r, 0)][gpu0]]
-                    task = comm.add_charged(charge, f"{name}0", deps, built0,
-                                            op_index=i_last, microbatch=r, group_kind="tp")
+                    before = [task_of[(0, 0, i_last, r)]] if k_c == 0 else [tp_done[(i_last, r, 0)][gpu0]]
+                    for call in range(c.calls):  # back-to-back calls, each waiting for the previous
+                        task = comm.add_charged(charge, f"{name}0" + (f" call{call}" if call else ""), before,
+                                                built0, op_index=i_last, microbatch=r, group_kind="tp")
+                        before = [task]
                     tp_done[(i_last, r, 0)] = {gpu0: task}
                     tally = stats.get("tp")
                     if tally is None:
                         tally = stats["tp"] = {"collectives": 0, "payload_bytes": 0, "wire_bytes_per_gpu": 0.0}
-                    tally["collectives"] += 1  # as b.count, without looking the group up again
-                    tally["payload_bytes"] += nbytes
-                    tally["wire_bytes_per_gpu"] += wire
+                    tally["collectives"] += c.calls  # as b.count, without looking the group up again
+                    tally["payload_bytes"] += nbytes * c.calls
+                    tally["wire_bytes_per_gpu"] += wire * c.calls
                     continue
                 for d in ds:
                     group = tp_groups[d]
                     if k_c == 0:
                         after = {gpu: [task_of[(d, t, i_last, r)]] for t, gpu in members[d]}
-                    else:
+                    else:  # a second collective on one op starts when the first is done
                         prev = tp_done[(i_last, r, d)]
                         after = {gpu: [prev[gpu]] for _, gpu in members[d]}
-                    if tagged:
-                        tp_done[(i_last, r, d)] = comm.run(c.kind, group, nbytes, f"{name}{d}", after,
-                                                           parallel=tp_parallel, op_index=i_last, microbatch=r,
-                                                           group_kind="tp")
-                    else:  # the tensor-parallel preset: as case 3 named it
-                        tp_done[(i_last, r, d)] = comm.run(c.kind, group, nbytes, c_name, after, op=i_last)
-                    if d == 0:
-                        b.count("tp", c.kind, group, nbytes)
+                    for call in range(c.calls):
+                        if tagged:
+                            done = comm.run(c.kind, group, nbytes, f"{name}{d}" + (f" call{call}" if call else ""),
+                                            after, parallel=tp_parallel, op_index=i_last, microbatch=r,
+                                            group_kind="tp")
+                        else:  # the tensor-parallel preset: as case 3 named it
+                            done = comm.run(c.kind, group, nbytes, c_name, after, op=i_last)
+                        after = {gpu: [task] for gpu, task in done.items()}
+                        if d == 0:
+                            b.count("tp", c.kind, group, nbytes)
+                    tp_done[(i_last, r, d)] = done
     return last
 
 
@@ -262,6 +267,11 @@ def _segment_cuts(b: CompositionState, s: int, params: list[str], waits_here, co
     if units is not None:
         for phase_units in units.values():
             before.update(u.first_op for u in phase_units)
+    # A run of re-runs (activation recomputation) is a task of its own, so that the time
+    # breakdown tells recomputation from the backward ops it precedes.
+    reruns = getattr(b, "reruns", frozenset())
+    before.update(i for i in reruns if i - 1 not in reruns)
+    before.update(i + 1 for i in reruns if i + 1 not in reruns)
     return before, after
 
 
