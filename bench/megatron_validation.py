@@ -89,7 +89,7 @@ def run(cfg: Config, mode: str, timeout: int) -> dict:
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp) / "r.json"
         cmd = command(cfg, mode)
-        argv = [sys.executable, "-m", "triosim", *cmd[1:], "--json", str(out)]
+        argv = [sys.executable, "-m", "triosim.cli", *cmd[1:], "--json", str(out)]
         t0 = time.perf_counter()
         proc = subprocess.run(argv, cwd=REPO, capture_output=True, text=True, timeout=timeout)
         wall = time.perf_counter() - t0

@@ -32,6 +32,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 
+from ..compute.op_time import reindex_op_time
 from ..errors import ConfigError, TraceError
 from ..trace import Trace
 from ..trace.layers import find_layers
@@ -204,11 +205,7 @@ def recompute(trace: Trace, mode: str, cuts: frozenset[int] = frozenset()) -> Re
         if k is not None:
             for b in w:
                 producer.setdefault(b, n)
-    model = trace.op_time
-    if model is not None:
-        pick = lambda xs: tuple(xs[o] for o in origin)  # noqa: E731
-        model = replace(model, measured=pick(model.measured), fixed=pick(model.fixed),
-                        per_sample=pick(model.per_sample), floor=pick(model.floor))
+    model = reindex_op_time(trace.op_time, tuple(origin))
     new = replace(trace, ops=ops, tensors=tensors, reads=reads, writes=writes, producer=producer, op_time=model,
                   _columns=None, _op_codes=None)
     new._partner = tuple(partner)
