@@ -137,3 +137,18 @@ def test_single_gpu_and_presets_hold_the_gradient_buffer_from_the_start(small):
     one = build_single(trace, build_platform(num_gpus=1), Strategy())
     composed = composition.build(trace, build_platform(num_gpus=1), Strategy(dp=1))
     assert one.meta["memory"][0]["peak_bytes"] == composed.meta["memory"][0]["peak_bytes"]
+
+
+def test_a_model_card_trains_at_18_bytes_per_parameter(tmp_path, monkeypatch) -> None:
+    """A card's trace keeps Adam's moments in fp32 beside 16-bit weights: the master copy still
+    lands on them (2 + 4 + 12 bytes per parameter)."""
+    from triosim import simulate
+    from triosim.config import configure
+
+    monkeypatch.setenv("TRIOSIM_CACHE_DIR", str(tmp_path))
+    result = simulate(*configure({"model": "gpt-neo-1.3b", "gpu": "a100-80gb", "tp": 1, "num-layers": 2,
+                                  "seq-len": 128, "global-batch": 1, "micro-batch-size": 1}))
+    stage = result.graph.meta["hybrid"]["memory"][0]
+    params = stage["weights_bytes"] / 2
+    assert stage["gradients_bytes"] / params == 4
+    assert stage["optimizer_bytes"] / params == pytest.approx(12, abs=1e-6)

@@ -36,7 +36,7 @@ from ..trace.load import collector_paused
 from ..version import __version__
 from .argparsing import OneLineParser, typed_spelling
 
-SUBCOMMANDS = ("run", "dag", "trace", "sweep", "gpus", "plan")
+SUBCOMMANDS = ("run", "dag", "trace", "sweep", "gpus", "models", "plan")
 _SINGLE_DASH = re.compile(r"^-[A-Za-z][A-Za-z0-9_-]+(=.*)?$")
 
 
@@ -126,9 +126,10 @@ def build_parser(defaults: dict | None = None, run_only: bool = False) -> argpar
         sweep = None
     if sweep is not None:
         sweep.register(sub)
-    from . import gpus, plan
+    from . import gpus, models, plan
 
     gpus.register(sub)
+    models.register(sub)
     plan.register(sub)
     return parser
 
@@ -149,9 +150,11 @@ def check_run_outputs(args: argparse.Namespace) -> None:
     if len(outputs) == 2 and Path(outputs[0][1]).resolve() == Path(outputs[1][1]).resolve():
         raise ConfigError(f"--json and --timeline both name {args.json}; give them different files")
     # No output may replace a file the run reads (by path or, through a hard link, by inode).
-    trace_dir = trace_dir_from_flag(args.trace_dir)
-    refuse_overwriting_inputs(outputs, [*(trace_dir / n for n in ("trace.csv", "tensor.csv", "meta.json")),
-                                        getattr(args, "config", None), getattr(args, "topology_file", None)])
+    inputs = [getattr(args, "config", None), getattr(args, "topology_file", None), getattr(args, "model_file", None)]
+    if getattr(args, "model", None) is None and getattr(args, "model_file", None) is None:
+        trace_dir = trace_dir_from_flag(args.trace_dir)
+        inputs += [trace_dir / n for n in ("trace.csv", "tensor.csv", "meta.json")]
+    refuse_overwriting_inputs(outputs, inputs)
 
 
 def check_file_flags_not_empty(args: argparse.Namespace) -> None:

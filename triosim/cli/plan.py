@@ -17,12 +17,14 @@ from ..compute.model_flops import model_flops_per_sample
 from ..config import add_sim_flags, resolve_batches, trace_dir_from_flag
 from ..config.build import (
     gpu_timing_options,
+    layers_to_repeat,
     load_recorded_trace,
     op_time_options,
     platform_from_args,
 )
 from ..config.flags import FlagTable
 from ..config.gpu import GpuOptions, memory_capacity
+from ..config.model_flags import check_model_flags
 from ..config.precision import training_precision
 from ..errors import ConfigError
 from ..output import check_output_path, refuse_overwriting_inputs
@@ -91,8 +93,6 @@ def _check_flags(args: argparse.Namespace) -> None:
         raise ConfigError(f"--jobs must be 1 or more, got {args.jobs}")
     if args.max_tp is not None and args.max_tp < 1:
         raise ConfigError(f"--max-tp must be 1 or more, got {args.max_tp}")
-    if args.seq_len is not None and args.seq_len < 1:
-        raise ConfigError(f"--seq-len must be 1 or more, got {args.seq_len}")
     if args.out:
         check_output_path(args.out, "--out")
         if Path(args.out).suffix.lower() != ".csv":
@@ -122,14 +122,16 @@ def base_config(args: argparse.Namespace) -> tuple[dict, list[str]]:
 
 
 def _seq_len(args: argparse.Namespace, trace_dir: Path) -> int | None:
-    if args.seq_len is not None:
-        return args.seq_len
+    """Tokens per sample: the trace's meta.json (a model card's trace writes its own), else
+    ``--seq-len``."""
     try:
         meta = json.loads((trace_dir / "meta.json").read_text())
     except (OSError, ValueError):
-        return None
+        meta = None
     value = meta.get("seq_len") if isinstance(meta, dict) else None
-    return value if isinstance(value, int) and value > 0 else None
+    if isinstance(value, int) and value > 0:
+        return value
+    return getattr(args, "seq_len", None)
 
 
 def _peak_flops(args: argparse.Namespace, trace) -> float | None:
@@ -198,10 +200,11 @@ def plan_inputs(args: argparse.Namespace) -> PlanInputs:
                               [*protect, getattr(args, "topology_file", None)])
     # the platform of all N GPUs, and the trace at its recorded batch
     ns = argparse.Namespace(**{**base, "dp": args.gpus, "gpus": None, "global_batch": None})
+    check_model_flags(ns)
     platform = platform_from_args(ns)
-    batches = resolve_batches(ns)
-    raw = load_recorded_trace(batches.trace_dir, batches.batch, ns.time_column, ns.num_layers, *op_time_options(ns),
-                              gpu_timing_options(ns))
+    batches = resolve_batches(ns)  # a model card's trace is built here, at one sequence per op
+    raw = load_recorded_trace(batches.trace_dir, batches.batch, ns.time_column, layers_to_repeat(ns),
+                              *op_time_options(ns), gpu_timing_options(ns))
     profile = ModelProfile(raw, platform, reference_compat=bool(ns.reference_compat),
                            precision=training_precision(ns))
     node = platform.node_of.count(0) if platform.node_of else args.gpus_per_node
@@ -265,7 +268,8 @@ def cmd_plan(args: argparse.Namespace) -> int:
                   f"global batch {args.global_batch}: {feasible:,} fit, {out_of_memory:,} do not fit in memory"
                   + (f", {errors:,} refused" if errors else "")
                   + f"; estimated in {outcome.estimate_s:.1f} s, {timed} DAG-timed in {outcome.dag_s:.1f} s")
-    title = f"{trace_dir.name}" + (f" × {args.num_layers} layers" if args.num_layers else "") + \
+    name = getattr(args, "model", None) or getattr(args, "model_file", None) or trace_dir.name
+    title = f"{name}" + (f" × {args.num_layers} layers" if args.num_layers else "") + \
         f" · {args.gpus} GPUs · global batch {args.global_batch}"
     print_table(console, outcome.ranked, figures, base_flags, args.show, title)
     for flag, path in (("CSV", args.out), ("plot", args.plot)):

@@ -11,7 +11,9 @@ from typing import Any
 from ..errors import ConfigError
 from ..hardware.platform import COLLECTIVE_ALGOS, COLLECTIVE_PROTOCOLS, NETWORKS
 from .batch_flags import add_global_batch_flag
+from .comm_flags import add_comm_flags
 from .gpu import add_gpu_flags
+from .model_flags import add_model_flags
 from .parallel_flags import add_parallel_flags
 from .precision import add_precision_flags
 
@@ -61,6 +63,7 @@ def add_sim_flags(p: argparse.ArgumentParser) -> None:
                         "linear-floor), fit, linear-floor or linear (the original's; always under --reference-compat)")
     g.add_argument("--kernel-floor-us", type=float, default=2.0,
                    help="shortest op time in µs when scaling to a smaller batch or micro-batch (2)")
+    add_model_flags(g)
     g = p.add_argument_group("platform")
     g.add_argument("--GPUnumber", "--gpus", dest="gpus", type=int, default=None,
                    help="number of GPUs (8; a hybrid run: dp × tp × pp)")
@@ -93,6 +96,7 @@ def add_sim_flags(p: argparse.ArgumentParser) -> None:
     g.add_argument("--collective-latency-us", type=collective_latency, default=None, metavar="US|nccl",
                    help="per-step collective latency in µs (default nccl: NCCL's per-algorithm and per-link "
                         "constants plus its per-call latency; 0 turns collective latency off)")
+    add_comm_flags(g)
     g = p.add_argument_group("strategy")
     g.add_argument("--case", type=int, default=0, action=StoreTyped,
                    help="0 single GPU, 1 data parallel, 2 DDP, 3 tensor parallel, 4 pipeline parallel "

@@ -36,6 +36,8 @@ def training_precision(args: argparse.Namespace) -> TrainingPrecision | None:
     """The training precision of the flags (None: sizes as traced), checked."""
     dtype = getattr(args, "dtype", "auto") or "auto"
     reduce = getattr(args, "grad_reduce_dtype", DEFAULT_GRAD_REDUCE_DTYPE) or DEFAULT_GRAD_REDUCE_DTYPE
+    if dtype == "auto" and (getattr(args, "model", None) or getattr(args, "model_file", None)):
+        dtype = "bf16"  # a model card trains in mixed precision unless told otherwise, as Megatron-LM runs
     if reduce not in GRAD_REDUCE_DTYPES:
         raise ConfigError(f"--grad-reduce-dtype must be one of {', '.join(GRAD_REDUCE_DTYPES)}, got {reduce!r}")
     if dtype not in TRAINING_DTYPES:

@@ -142,21 +142,28 @@ def _synced(c: Candidate, r: int, end: float, last_block: float, bounds: list[tu
     a, b = bounds[r]  # the rank's last block: the backward of its first chunk
     ops = pt.b_ops[(pt.b_pos >= a) & (pt.b_pos < b)]
     left = np.concatenate((np.cumsum(pt.op_s[ops][::-1])[::-1][1:], [0.0]))  # block time after each op
-    owned = np.zeros(profile.positions, dtype=bool)
-    for x, y in bounds[r::c.pp]:
-        owned[x:y] = True
+
+    def buckets() -> tuple[np.ndarray, np.ndarray]:
+        owned = np.zeros(profile.positions, dtype=bool)
+        for x, y in bounds[r::c.pp]:
+            owned[x:y] = True
+        found = profile.rank_buckets(batch, c.tp, c.sequence_parallel, owned, settings.bucket_bytes)
+        return np.array([b.nbytes for b in found], dtype=np.int64), np.array([b.ready_op for b in found], dtype=np.intp)
+
     key = ("buckets", batch, c.tp, c.sequence_parallel, tuple(starts), r, c.pp, settings.bucket_bytes)
-    buckets = timer.memo(key, lambda: profile.rank_buckets(batch, c.tp, c.sequence_parallel, owned,
-                                                           settings.bucket_bytes))
+    sizes, ready_ops = timer.memo(key, buckets)
+    if not len(sizes):
+        return 0.0
     group = tuple(range(0, c.dp * c.tp * c.pp, c.tp * c.pp))  # rank order tp, pp, dp
     op = "all_reduce" if c.zero == 0 else "reduce_scatter"
-    synced = 0.0
-    for bk in buckets:
-        k = int(np.searchsorted(ops, bk.ready_op))
-        # a gradient completed in an earlier chunk (interleaved) is ready when the last block starts
-        ready = end - (float(left[k]) if k < len(ops) and ops[k] == bk.ready_op else last_block)
-        synced = max(synced, ready) + profile.collective_s(op, group, bk.nbytes)
-    return synced
+    costs = timer.memo(("bucket costs", key, op, group),
+                       lambda: np.array([profile.collective_s(op, group, int(n)) for n in sizes]))
+    k = np.minimum(np.searchsorted(ops, ready_ops), max(0, len(ops) - 1))
+    found = (ops[k] == ready_ops) if len(ops) else np.zeros(len(ready_ops), dtype=bool)
+    # a gradient completed in an earlier chunk (interleaved) is ready when the last block starts
+    ready = end - np.where(found, left[k] if len(ops) else 0.0, last_block)
+    # t <- max(t, ready_i) + cost_i over the buckets in order ends at max_i(ready_i + costs from i on)
+    return float((ready + np.cumsum(costs[::-1])[::-1]).max())
 
 
 def _activations(c: Candidate, r: int, m: int, bounds: list[tuple[int, int]], pt: PositionTimes) -> float:
@@ -202,8 +209,9 @@ def estimate(c: Candidate, profile: ModelProfile, settings: PlanSettings, timer:
             t += profile.collective_s("all_gather", dp_group, int(params[r]))
         elif sharded:  # ZeRO-3: a gather per unit, pass and micro-batch, each hidden behind the last unit's ops
             units = _buckets(float(params[r]), settings.bucket_bytes)
-            whole = sum(profile.collective_s("all_gather", dp_group, int(u)) for u in units)
             first = profile.collective_s("all_gather", dp_group, int(units[0])) if units else 0.0
+            whole = first * (len(units) - 1) + profile.collective_s("all_gather", dp_group, int(units[-1])) \
+                if units else 0.0  # all units but the last are one bucket's size
             f_r, b_r = float(F[r::P].sum()), float(B[r::P].sum())
             t += m * (max(0.0, whole - f_r) + max(0.0, whole - b_r) + 2 * first)
         finish = max(finish, t)

@@ -111,6 +111,9 @@ class Result:
             "case_name": self.strategy.name,
             "gpus": self.platform.num_gpus,
             "topology": self.platform.topology,
+            # The achieved share of nominal bandwidth per link class, when not every link is nominal.
+            **({"link_efficiency": dict(sorted(self.platform.link_efficiency.items()))}
+               if self.platform.link_efficiency else {}),
             "tasks": len(self.graph),
             "edges": self.graph.num_edges,
             "fetched_bytes": sum(m.get("fetched_bytes", 0) for m in mem.values()),

@@ -123,6 +123,10 @@ def print_summary(result: Result, console: Console, title: str = "") -> None:
                           "split column-then-row")
         else:
             console.print("Tensor parallel: per-op scheme")
+    rec = hybrid_tp.get("recompute") or {}
+    if rec.get("mode", "none") != "none":
+        console.print(f"Recomputation: {rec['mode']}, {rec['rerun_ops']} forward op(s) re-run in "
+                      f"{rec['units']} unit(s), {rec['rerun_traced_s'] * 1e3:.2f} ms traced")
     if hybrid_tp:
         _print_hybrid(console, meta.get("parallel", {}), hybrid_tp, result.extra.get("batch_size_sim"))
     if "pipeline" in meta:
@@ -157,6 +161,8 @@ def _print_hybrid(console: Console, parallel: dict, hybrid: dict, batch: int | N
         console.print(f"  [yellow]pipeline:[/yellow] {warning}")
     if hybrid.get("replica_warning"):
         console.print(f"  [yellow]representatives:[/yellow] {hybrid['replica_warning']}")
+    if hybrid.get("representatives") and hybrid.get("collective_warning"):
+        console.print(f"  [yellow]representatives:[/yellow] {hybrid['collective_warning']}")
     table = Table(title="Memory per GPU by role", title_justify="left", show_edge=False)
     # ZeRO-3's gathered (whole) parameters at the peak get a column when there are any
     gathered = any(m.get("gathered_params_bytes") for m in hybrid.get("memory", []))

@@ -25,6 +25,7 @@ from ..compute.model_flops import model_flops_per_sample
 from ..compute.scale import scale_trace
 from ..config import (
     check_case,
+    layers_to_repeat,
     load_recorded_trace,
     op_time_options,
     platform_from_args,
@@ -214,7 +215,7 @@ def prepare(points: Sequence[Point]) -> Prepared:
             settled.append(Outcome(point.index, FAILED,
                                    f"-case {ns.case} ({CASE_NAMES[ns.case]}) is not implemented yet"))
             continue
-        pending.append((point, (trace_dir, batch, ns.time_column, getattr(ns, "num_layers", None),
+        pending.append((point, (trace_dir, batch, ns.time_column, layers_to_repeat(ns),
                                 *op_time_options(ns), gpu_timing_options(ns)), sim))
 
     loaded: dict[TraceKey, Trace] = {}
@@ -378,6 +379,19 @@ def require_distributed() -> None:
         raise ConfigError("--dask needs dask.distributed: pip install 'triosim[cluster]'") from None
 
 
+def check_dask_address(address: str) -> None:
+    """Refuse what is neither a scheduler file nor ``[PROTOCOL://]HOST:PORT``, before the sweep
+    opens its outputs and before a Client is built: a Client whose constructor fails on the
+    address is left half-built, and its finalizer printed a traceback 40 s later."""
+    if "://" not in address and Path(address).is_file():
+        return
+    rest = address.split("://", 1)[1] if "://" in address else address
+    host, sep, port = rest.rpartition(":")
+    if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
+        raise ConfigError(f"--dask: {address!r} is neither a scheduler file nor an address HOST:PORT "
+                          "(e.g. tcp://10.0.0.5:8786)")
+
+
 def connect_dask(address: str, timeout_s: float = 20.0) -> Any:
     require_distributed()
     from distributed import Client
@@ -386,6 +400,7 @@ def connect_dask(address: str, timeout_s: float = 20.0) -> Any:
     if "://" not in address and Path(address).is_file():
         kwargs = {"scheduler_file": address}
     else:
+        check_dask_address(address)
         kwargs = {"address": address}
     try:
         return Client(**kwargs, timeout=timeout_s, set_as_default=False)

@@ -157,8 +157,12 @@ class Resumed:
     outcomes: dict[int, Outcome] = field(default_factory=dict)
     read: list[Path] = field(default_factory=list)
     foreign: int = 0
+    sought: list[Path] = field(default_factory=list)  # the partial files looked for
 
     def describe(self) -> str:
+        if not self.read:  # nothing was interrupted: the sweep runs whole (no file to name as read)
+            names = ", ".join(str(p) for p in self.sought)
+            return f"resuming: no partial file ({names}); every configuration runs"
         files = ", ".join(str(p) for p in self.read)
         extra = f"; {self.foreign} rows of other configurations set aside" if self.foreign else ""
         return f"resuming: {len(self.outcomes)} finished configurations kept from {files}{extra}"
@@ -182,6 +186,7 @@ def read_resumable(outs: Sequence[str], columns: Sequence[str], axes: Sequence[s
     found = Resumed()
     for out in outs:
         part = partial_path(out)
+        found.sought.append(Path(part))
         if not os.path.lexists(part):
             continue
         text = _read_no_follow(part, f"--out {out}")

@@ -90,9 +90,16 @@ def size_key(trace: Trace, tensor_id: str) -> int:
     trace as traced (all share its dtype), the element count once the buffers are resized by
     role (a bf16 weight, its fp32 gradient and its fp32 moments differ in bytes)."""
     t = trace.tensors[tensor_id]
-    if trace.precision is None:
+    if trace.precision is None and not _narrow_parameters(trace):
         return t.bytes
     return elements(t)
+
+
+def _narrow_parameters(trace: Trace) -> bool:
+    """16-bit parameters as traced (a model card's trace): their fp32 moments differ in bytes."""
+    for p in trace.parameters:
+        return trace.tensors[p].each_byte < 4
+    return False
 
 
 def elements(t: Tensor) -> int:

@@ -64,15 +64,22 @@ class _RoleSizer:
     def __init__(self, trace: Trace, roles: BufferRoles, precision: TrainingPrecision, width: int) -> None:
         self.trace, self.roles, self.precision, self.width = trace, roles, precision, width
         tensors = trace.tensors
-        state = [k for k in roles.optimizer if tensors[k].each_byte == width]
+        # Optimizer state of the traced width or already fp32 (a model card's trace keeps Adam's
+        # moments in fp32 beside 16-bit weights): both take the fp32 moments plus the master copy.
+        state = [k for k in roles.optimizer if self._float_state(tensors[k])]
         # The master copy (and fp32 gradient copy) per parameter, spread over the state's elements.
         self.extra_numerator = precision.master_bytes * sum(elements(tensors[p]) for p in roles.weights)
         self.state_elements = sum(elements(tensors[k]) for k in state)
 
+    def _float_state(self, t: Tensor) -> bool:
+        return t.each_byte in (self.width, OPTIMIZER_STATE_BYTES) and t.category not in NOT_FLOAT_CATEGORIES
+
     def resize(self, tid: str, t: Tensor) -> Tensor:
-        if t.each_byte != self.width or t.category in NOT_FLOAT_CATEGORIES or t.bytes == 0:
+        if t.category in NOT_FLOAT_CATEGORIES or t.bytes == 0:
             return t
         role = self.roles.role(self.trace.base(tid))
+        if t.each_byte != self.width and not (role == "optimizer" and self._float_state(t)):
+            return t
         p = self.precision
         if role == "weights":
             return _sized(t, p.weight_bytes)
@@ -83,7 +90,7 @@ class _RoleSizer:
                 return _sized(t, OPTIMIZER_STATE_BYTES)
             # elements × (4 + extra · P / S), rounded up
             num = t.bytes * (OPTIMIZER_STATE_BYTES * self.state_elements + self.extra_numerator)
-            den = self.width * self.state_elements
+            den = t.each_byte * self.state_elements
             return t._replace(bytes=-(-num // den), each_byte=OPTIMIZER_STATE_BYTES)
         return _sized(t, p.weight_bytes)
 

@@ -241,6 +241,20 @@ def _plan_from_starts(trace: Trace, phase: tuple[str, ...], fops: list[int], pos
     return with_warnings(trace, plan)
 
 
+def with_same_cuts(trace: Trace, plan: PipelinePlan) -> PipelinePlan:
+    """``plan``'s cuts on ``trace``, a trace whose forward phase is ``plan``'s (ops inserted or
+    changed after it only, as activation recomputation does): its backward and optimizer ops
+    placed by the rules above."""
+    phase = op_phases(trace)
+    fops = [i for i, p in enumerate(phase) if p == FORWARD]
+    if fops != [i for i, p in enumerate(plan.phase) if p == FORWARD]:
+        raise ValueError("the forward phase differs from the plan's")
+    pos = _positions(trace, phase, fops)
+    new = _plan_from_starts(trace, phase, fops, pos, plan.starts, plan.partition, plan.gpus, plan.virtual,
+                            plan.estimate_s)
+    return replace(new, warnings=tuple(dict.fromkeys((*plan.warnings, *new.warnings))))
+
+
 def stage_compute(trace: Trace, plan: PipelinePlan) -> list[float]:
     """Forward + backward time of each stage (at the trace's batch)."""
     out = [0.0] * plan.num_stages
@@ -377,5 +391,5 @@ def compat_chunks(trace: Trace, n: int) -> list[tuple[int, list[int]]]:
 
 __all__ = [
     "BACKWARD", "FORWARD", "OPTIMIZER", "PipelinePlan", "block_order", "buffer_versions", "candidate_plans",
-    "compat_chunks", "op_phases", "optimizer_buffers",
+    "compat_chunks", "op_phases", "optimizer_buffers", "with_same_cuts",
 ]
