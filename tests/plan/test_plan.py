@@ -23,6 +23,7 @@ from triosim.plan import (
     estimate,
     mesh_shapes,
 )
+from triosim.plan.candidates import strategy_has
 from triosim.simulation import simulate
 from triosim.trace.synthetic import SyntheticModel, write_synthetic_trace
 
@@ -48,7 +49,7 @@ def _both(trace_dir: Path, c: Candidate, bucket_mb: float) -> tuple[float, float
     trace, platform, strategy = configure(
         trace_dir=str(trace_dir), dp=c.dp, tp=c.tp, pp=c.pp, topology="switch", representatives=True,
         partition="count", bucket_mb=bucket_mb, micro_batch_size=c.micro_batch, schedule=c.schedule,
-        virtual_stages=c.virtual, batch_size_sim=per_replica, zero=str(c.zero))
+        virtual_stages=c.virtual, batch_size_sim=per_replica, zero=str(c.zero), recompute=c.recompute)
     dag = simulate(trace, platform, strategy).makespan_s
     raw = load_recorded_trace(trace_dir, BATCH, "nooverlap", None, "auto", 2.0)
     settings = PlanSettings(BATCH, None, bucket_bytes=bucket_mb * 1024 * 1024, partition="count")
@@ -74,10 +75,11 @@ EXACT = [
     Candidate(tp=1, pp=1, dp=2, micro_batch=8, zero=2),
     Candidate(tp=2, pp=1, dp=2, micro_batch=4, zero=1),
     Candidate(tp=2, pp=2, dp=1, micro_batch=16),
+    Candidate(tp=1, pp=1, dp=2, micro_batch=4, recompute="full"),  # the re-runs as backward ops
 ]
 
 
-@pytest.mark.parametrize("c", EXACT, ids=lambda c: f"{c.mesh}-mb{c.micro_batch}-{c.schedule_label}-z{c.zero}")
+@pytest.mark.parametrize("c", EXACT, ids=lambda c: f"{c.mesh}-mb{c.micro_batch}-{c.schedule_label}-z{c.zero}-{c.recompute}")
 @pytest.mark.parametrize("bucket_mb", [1000.0, 0.01])
 def test_estimate_equals_dag_where_exact(uniform: Path, c: Candidate, bucket_mb: float) -> None:
     dag, est = _both(uniform, c, bucket_mb)
@@ -126,7 +128,8 @@ def test_candidate_rules() -> None:
         assert not c.sequence_parallel or c.tp > 1
     one = [c for c in cands if (c.tp, c.pp, c.dp, c.micro_batch) == (2, 2, 4, 1)]
     # 1F1B + interleaved V2, V4 (V3 does not divide 8 layers / 2) × ZeRO 0-3 × SP on/off
-    assert len(one) == 3 * 4 * 2
+    # × recomputation none/selective/full where the strategy has it
+    assert len(one) == 3 * 4 * 2 * (3 if strategy_has("recompute") else 1)
 
 
 def _plan(*args: str, cwd: Path) -> subprocess.CompletedProcess:

@@ -105,11 +105,7 @@ def _pipeline(c: Candidate, pt, profile: ModelProfile, settings: PlanSettings, t
     """Stage starts, per-stage forward and backward seconds and each rank's end (module docstring)."""
     S, P, V = c.pp * c.virtual, c.pp, c.virtual
     fw = pt.fwd + pt.tp_fwd
-    bw = pt.bwd + pt.tp_bwd
-    if c.recompute == "full":
-        bw = bw + pt.fwd + pt.tp_fwd  # the forward runs again before each backward
-    elif c.recompute == "selective":
-        bw = bw + pt.attn_fwd
+    bw = pt.bwd + pt.tp_bwd  # with recomputation, the re-runs are backward ops (profile.for_recompute)
     if settings.partition == "count":
         starts = [k * profile.positions // S for k in range(S)]
     else:
@@ -185,6 +181,7 @@ def estimate(c: Candidate, profile: ModelProfile, settings: PlanSettings, timer:
     batch = settings.global_batch // c.dp
     m = batch // c.micro_batch
     P = c.pp
+    profile = profile.for_recompute(c.recompute)
     pt = profile.times(batch, c.tp, c.sequence_parallel, c.micro_batch)
     key = (batch, c.tp, c.sequence_parallel, c.micro_batch, c.recompute, c.schedule, P, c.virtual,
            settings.partition)

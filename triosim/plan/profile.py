@@ -37,6 +37,7 @@ from ..graph.layer_count import count_layers
 from ..graph.pipeline.schedules import BACKWARD, FORWARD, OPTIMIZER
 from ..graph.pipeline.stage_costs import buffer_versions
 from ..graph.pipeline.stages import _positions, op_phases
+from ..graph.recompute import carry_plan, recompute
 from ..graph.tensor.megatron import attention_heads
 from ..graph.tensor.plans import tensor_plan, tp_waits
 from ..hardware.platform import Platform
@@ -87,6 +88,10 @@ class ModelProfile:
     _coll: dict[tuple[str, tuple[int, ...], int], float] = field(default_factory=dict, repr=False)
     _op_times: dict[tuple[int, int], np.ndarray] = field(default_factory=dict, repr=False)
     _arrays: dict[tuple[int, int, bool], _PlanArrays] = field(default_factory=dict, repr=False)
+    recompute: str = "none"  # the activation recomputation this profile's trace carries
+    parent: ModelProfile | None = field(default=None, repr=False)
+    _children: dict[str, ModelProfile] = field(default_factory=dict, repr=False)
+    _rewrites: dict[int, object] = field(default_factory=dict, repr=False)  # batch -> its Recomputed
 
     def __post_init__(self) -> None:
         trace = self.raw
@@ -110,20 +115,48 @@ class ModelProfile:
 
     # ------------------------------------------------------------------ cached inputs
 
+    def for_recompute(self, mode: str) -> ModelProfile:
+        """The profile of the trace with ``mode``'s re-runs inserted, as the simulation rewrites
+        it (:mod:`triosim.graph.recompute`: the re-runs are backward ops of their layer's
+        position, so its backward time includes them); built once per mode."""
+        if mode == self.recompute:
+            return self
+        root = self.parent or self
+        if mode == "none":
+            return root
+        hit = root._children.get(mode)
+        if hit is None:
+            hit = root._children[mode] = ModelProfile(
+                recompute(root.raw, mode).trace, root.platform, root.reference_compat, root.precision,
+                recompute=mode, parent=root)
+        return hit
+
     def scaled(self, batch: int) -> Trace:
-        """The trace scaled to a per-replica batch and sized for the training precision, as
-        ``triosim run`` scales and sizes it."""
+        """The trace scaled to a per-replica batch, sized for the training precision and with
+        its re-runs, as ``triosim run`` scales, sizes and rewrites it."""
         hit = self._scaled.get(batch)
         if hit is None:
-            hit = scale_trace(self.raw, batch, reference_compat=self.reference_compat)
-            hit = self._scaled[batch] = with_training_precision(hit, self.precision)
+            if self.parent is not None:
+                rec = self._rewrites[batch] = recompute(self.parent.scaled(batch), self.recompute)
+                hit = rec.trace
+            else:
+                hit = scale_trace(self.raw, batch, reference_compat=self.reference_compat)
+                hit = with_training_precision(hit, self.precision)
+            self._scaled[batch] = hit
         return hit
 
     def tensor_plan(self, batch: int, tp: int, sp: bool):
+        """The tensor-parallel plan (cached); with recomputation, found on the trace without the
+        re-runs and carried to them, as the simulation does."""
         key = (batch, tp, sp)
         hit = self._plans.get(key)
         if hit is None:
-            hit = self._plans[key] = tensor_plan(self.scaled(batch), tp, "megatron", sp and tp > 1)
+            if self.parent is not None:
+                self.scaled(batch)
+                hit = carry_plan(self.parent.tensor_plan(batch, tp, sp), self._rewrites[batch])
+            else:
+                hit = tensor_plan(self.scaled(batch), tp, "megatron", sp and tp > 1)
+            self._plans[key] = hit
         return hit
 
     def collective_s(self, op: str, group: tuple[int, ...], nbytes: int) -> float:
