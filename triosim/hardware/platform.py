@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 import networkx as nx
 
 from ..errors import ConfigError
+from .ring_routes import ring_path
 
 REMOTE = "remote"
 TOPOLOGIES = ("ring", "fully-connected", "switch", "mesh", "nvlink-cluster")
@@ -76,6 +77,7 @@ class Platform:
     _route_params: dict[tuple[str, ...], tuple[float, float]] = field(default_factory=dict, repr=False)
     _routes_graph: dict[str, nx.DiGraph] = field(default_factory=dict, repr=False)
     _route_kinds: dict[tuple[str, ...], str] = field(default_factory=dict, repr=False)
+    _link_attrs: dict[str, dict] = field(default_factory=dict, repr=False)
     # Collective plans per (group, op, algorithm, root, latency setting), for a 1-byte payload.
     _plans: dict = field(default_factory=dict, repr=False)
     # Closed-form routing for large generated clusters (src, dst) -> node path, or None.
@@ -103,6 +105,10 @@ class Platform:
             elif self.router is not None:
                 path = self.router(src, dst)
                 hit = tuple(link_name(a, b) for a, b in zip(path, path[1:]))
+            elif self.topology == "ring" and REMOTE not in (src, dst) and self.num_gpus > 1:
+                # The built-in ring: the search's own answer in closed form (hardware/ring_routes.py).
+                path = ring_path(self.num_gpus, int(src[3:]), int(dst[3:]))
+                hit = tuple(link_name(gpu_node(a), gpu_node(b)) for a, b in zip(path, path[1:]))
             else:
                 # GPU-to-GPU traffic never detours through remote memory.
                 g = self.graph
@@ -119,8 +125,13 @@ class Platform:
         return hit
 
     def link(self, name: str) -> dict:
-        a, b = name.split("->")
-        return self.graph.edges[a, b]
+        # Looked up millions of times by the collectives' closed forms on large rings: a dict of
+        # the edge attribute dicts themselves (so attributes read later are the graph's own).
+        hit = self._link_attrs.get(name)
+        if hit is None:
+            a, b = name.split("->")
+            hit = self._link_attrs[name] = self.graph.edges[a, b]
+        return hit
 
     def route_time(self, route: tuple[str, ...], nbytes: float) -> float:
         """Latency of every hop plus the bytes at the slowest link's bandwidth."""

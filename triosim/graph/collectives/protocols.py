@@ -56,8 +56,8 @@ def base_latency_s(platform: Platform, family: str) -> float:
 
 
 def route_latency(platform: Platform, route: tuple[str, ...]) -> float:
-    """The summed latency of the links of ``route`` (s)."""
-    return sum(platform.link(name)["latency"] for name in route)
+    """The summed latency of the links of ``route`` (s), found once per route by the platform."""
+    return platform.route_time(route, 0.0)
 
 
 def protocol_efficiency(platform: Platform, algo: str, group: tuple[int, ...], op: str) -> float:
