@@ -35,6 +35,7 @@ from ..report.memory_verdict import verdict_line
 from ..trace.load import collector_paused
 from ..version import __version__
 from .argparsing import OneLineParser, typed_spelling
+from .notices import run_notices
 from .progress import RunProgress
 
 SUBCOMMANDS = ("run", "dag", "trace", "sweep", "gpus")
@@ -182,6 +183,8 @@ def cmd_run(args: argparse.Namespace) -> int:
     with RunProgress(args.quiet) as progress, collector_paused():
         trace, platform, strategy = configure(args)
         note_unused_flags(args)
+        for line in run_notices(args, trace, platform, strategy):
+            print(line, file=sys.stderr)
         progress.phase("building the task graph")
         graph = build_graph(trace, platform, strategy)
         progress.phase("scheduling", total=len(graph))
