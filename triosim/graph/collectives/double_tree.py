@@ -109,6 +109,32 @@ def _lanes(platform: Platform, routes: list[tuple[str, ...]]) -> dict[str, int]:
     return {x: max(1, int(bandwidth[x] / rate * (1 + 1e-12))) for x, rate in widest.items()}
 
 
+def _shared_heaps(routes: dict, lanes: dict[str, int]) -> dict:
+    """Per transfer key, the lane heaps it takes, one per group of its route's links.
+
+    A link's heap holds its lanes (when free, lane, last transfer); a transfer takes the lane
+    free first. Links crossed by exactly the same routes, with as many lanes, see the same
+    transfers in the same order, so their heaps stay equal: one heap stands for the group. On a
+    ring a route crosses thousands of links but few groups, and each transfer pops one heap per
+    group instead of one per link (the times and the lane picks are the same).
+    """
+    crossing: dict[str, list[int]] = {}
+    distinct = list(dict.fromkeys(routes.values()))
+    for r, route in enumerate(distinct):
+        for x in route:
+            crossing.setdefault(x, []).append(r)
+    free: dict[tuple, list[tuple[float, int, int]]] = {}
+    group_of: dict[str, list[tuple[float, int, int]]] = {}
+    for x, users in crossing.items():
+        key = (lanes[x], tuple(users))
+        heap = free.get(key)
+        if heap is None:
+            heap = free[key] = [(0.0, j, -1) for j in range(lanes[x])]
+        group_of[x] = heap
+    per_route = {route: list({id(h): h for h in map(group_of.__getitem__, route)}.values()) for route in distinct}
+    return {key: per_route[route] for key, route in routes.items()}
+
+
 def build_plan(platform: Platform, group: tuple[int, ...], nbytes: float,
                step_latency: Callable[[tuple[str, ...]], float], base: float = 0.0) -> TreePlan:
     """The pipelined transfers of an all-reduce of ``nbytes`` over ``group`` (≥ 2 GPUs), timed.
@@ -147,11 +173,7 @@ def _walk(platform: Platform, group: tuple[int, ...], nbytes: float, step_latenc
     # Per route: (time of a chunk, link latency, λ).
     times = {r: (platform.route_time(r, nominal), platform.route_time(r, 0.0), step_latency(r))
              for r in set(routes.values())}
-    lanes = _lanes(platform, list(routes.values()))
-    # Per link, a heap of its lanes (when free, lane, last transfer): a transfer takes the lane
-    # free first. Each route keeps the heaps of its links.
-    free: dict[str, list[tuple[float, int, int]]] = {x: [(0.0, j, -1) for j in range(m)] for x, m in lanes.items()}
-    heaps = {key: [free[x] for x in route] for key, route in routes.items()}
+    heaps = _shared_heaps(routes, _lanes(platform, list(routes.values())))
     # (slot, tree, direction, position, chunk): sorting gives the topological order.
     keys = []
     for t in range(2):
