@@ -109,30 +109,44 @@ def _lanes(platform: Platform, routes: list[tuple[str, ...]]) -> dict[str, int]:
     return {x: max(1, int(bandwidth[x] / rate * (1 + 1e-12))) for x, rate in widest.items()}
 
 
-def _shared_heaps(routes: dict, lanes: dict[str, int]) -> dict:
-    """Per transfer key, the lane heaps it takes, one per group of its route's links.
+def _links_of(platform: Platform, group: tuple[int, ...]) -> tuple[dict, list[int], dict]:
+    """The routes of the two trees' edges, and the lane heaps each transfer takes: (route per
+    (tree, direction, position), lanes of each heap, heap indices per (tree, direction, position)).
 
     A link's heap holds its lanes (when free, lane, last transfer); a transfer takes the lane
     free first. Links crossed by exactly the same routes, with as many lanes, see the same
     transfers in the same order, so their heaps stay equal: one heap stands for the group. On a
     ring a route crosses thousands of links but few groups, and each transfer pops one heap per
-    group instead of one per link (the times and the lane picks are the same).
+    group instead of one per link (the times and the lane picks are the same). None of this
+    depends on the payload, so it is found once per group and platform, for every payload size.
     """
+    key = ("tree-links", group)
+    hit = platform._plans.get(key)
+    if hit is not None:
+        return hit
+    orders = tree_orders(group)
+    n = len(group)
+    routes: dict[tuple[int, int, int], tuple[str, ...]] = {}
+    for t in range(2):
+        seq = orders[t]
+        for i in range(1, n):
+            a, b = gpu_node(seq[i]), gpu_node(seq[(i - 1) // 2])
+            routes[(t, 0, i)] = platform.route(a, b)
+            routes[(t, 1, i)] = platform.route(b, a)
+    lanes = _lanes(platform, list(routes.values()))
     crossing: dict[str, list[int]] = {}
     distinct = list(dict.fromkeys(routes.values()))
     for r, route in enumerate(distinct):
         for x in route:
             crossing.setdefault(x, []).append(r)
-    free: dict[tuple, list[tuple[float, int, int]]] = {}
-    group_of: dict[str, list[tuple[float, int, int]]] = {}
+    heap_of_key: dict[tuple, int] = {}
+    heap_of_link: dict[str, int] = {}
     for x, users in crossing.items():
-        key = (lanes[x], tuple(users))
-        heap = free.get(key)
-        if heap is None:
-            heap = free[key] = [(0.0, j, -1) for j in range(lanes[x])]
-        group_of[x] = heap
-    per_route = {route: list({id(h): h for h in map(group_of.__getitem__, route)}.values()) for route in distinct}
-    return {key: per_route[route] for key, route in routes.items()}
+        heap_of_link[x] = heap_of_key.setdefault((lanes[x], tuple(users)), len(heap_of_key))
+    lane_counts = [m for m, _users in heap_of_key]
+    per_route = {route: tuple(dict.fromkeys(map(heap_of_link.__getitem__, route))) for route in distinct}
+    hit = platform._plans[key] = (routes, lane_counts, {k: per_route[route] for k, route in routes.items()})
+    return hit
 
 
 def build_plan(platform: Platform, group: tuple[int, ...], nbytes: float,
@@ -163,17 +177,12 @@ def _walk(platform: Platform, group: tuple[int, ...], nbytes: float, step_latenc
     top = height[0]
     nominal = nbytes / (2 * k)
     orders = tree_orders(group)
-    routes: dict[tuple[int, int, int], tuple[str, ...]] = {}
-    for t in range(2):
-        seq = orders[t]
-        for i in range(1, n):
-            a, b = gpu_node(seq[i]), gpu_node(seq[(i - 1) // 2])
-            routes[(t, 0, i)] = platform.route(a, b)
-            routes[(t, 1, i)] = platform.route(b, a)
+    routes, lane_counts, heap_index = _links_of(platform, group)
     # Per route: (time of a chunk, link latency, λ).
     times = {r: (platform.route_time(r, nominal), platform.route_time(r, 0.0), step_latency(r))
              for r in set(routes.values())}
-    heaps = _shared_heaps(routes, _lanes(platform, list(routes.values())))
+    free = [[(0.0, j, -1) for j in range(m)] for m in lane_counts]
+    heaps = {key: [free[h] for h in idx] for key, idx in heap_index.items()}
     # (slot, tree, direction, position, chunk): sorting gives the topological order.
     keys = []
     for t in range(2):
