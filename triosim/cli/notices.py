@@ -8,6 +8,7 @@ import argparse
 
 from ..config.flags import typed
 from ..graph.build_size import unalike_build_note
+from ..graph.builder import GraphBuilder
 from ..hardware.platform import Platform
 
 # Above this many GPUs the built-in ring is rarely what a user means (a server has 8).
@@ -27,7 +28,9 @@ def single_ring_notice(args: argparse.Namespace, platform: Platform, strategy) -
 
 
 def run_notices(args: argparse.Namespace, trace, platform: Platform, strategy) -> list[str]:
-    """The notes to print before building (see the module docstring)."""
+    """The notes to print before building (see the module docstring); a run the builder refuses
+    (a bad strategy, a graph over the size limit) gets its error alone, before any note."""
+    GraphBuilder(trace, platform, strategy).check()
     out = [single_ring_notice(args, platform, strategy)]
     note = unalike_build_note(trace, platform, strategy)
     out.append(f"triosim: note: {note}" if note else None)
