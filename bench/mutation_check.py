@@ -1,8 +1,8 @@
-"""Mutation check: plant each of nine known bugs in a copy of the source and run its test.
+"""Mutation check: plant each of ten known bugs in a copy of the source and run its test.
 
     python bench/mutation_check.py          # every mutation; exit 1 if a test misses its bug
 
-The bugs once went unnoticed by the whole suite (the last six are issue 24's):
+The bugs once went unnoticed by the whole suite (4-8 and 10 are issue 24's six):
 
 1. the memory planner's re-fetch does not wait for the write-back of its own buffer;
 2. a DDP bucket closes at ``>`` its size instead of ``>=``;
@@ -12,7 +12,8 @@ The bugs once went unnoticed by the whole suite (the last six are issue 24's):
 6. replica symmetry without the DP-group check;
 7. the fitted op-time model's kernel floor 10x too small;
 8. the checker's count limit ``>=`` written as ``>``;
-9. the pyarrow reader's time limit ``<`` written as ``<=``.
+9. the pyarrow reader's time limit ``<`` written as ``<=``;
+10. megatron's collectives sorted by op only (the order of the two on one op lost).
 
 For each, the source file is copied into a scratch directory with one line changed, and the
 matching property test of ``tests/test_mutations.py`` runs against that copy: it must fail.
@@ -59,8 +60,8 @@ MUTATIONS = (
              "        if buffer not in self.trace.batch_invariant:\n            t = int(round(t * fraction))\n",
              "        t = int(round(t * (fraction if buffer not in self.trace.batch_invariant else self.fractions[0])))\n",
              "tests/test_mutations.py::test_pipeline_parameters_are_not_scaled_by_the_micro_batch"),
-    # Issue 24: six planted bugs the suite missed (tests/test_planted_bugs.py); the sixth,
-    # megatron's collectives sorted by row only, changes nothing on any shipped trace.
+    # Issue 24: six planted bugs the suite missed (tests/test_planted_bugs.py; the sixth,
+    # megatron's collectives sorted by op only, is the last below).
     Mutation("flows frozen at a residual of 1e-3", "triosim/hardware/flow_network.py",
              "if d > 0 and residual[r] <= 1e-12:", "if d > 0 and residual[r] <= 1e-3:",
              "tests/test_planted_bugs.py::test_a_link_with_a_little_capacity_left_is_not_full"),
@@ -81,6 +82,11 @@ MUTATIONS = (
     Mutation("pyarrow reader's time limit < written as <=", "triosim/trace/arrow_reader.py",
              "values.max() < MAX_TIME_US", "values.max() <= MAX_TIME_US",
              "tests/test_planted_bugs.py::test_an_op_time_at_the_time_limit_is_refused"),
+    # No shipped trace has two collectives on one op; blocks back to back under sequence
+    # parallelism do (a reduce-scatter, then the next block's all-gather of its result).
+    Mutation("megatron's collectives sorted by op only", "triosim/graph/tensor/megatron.py",
+             "    colls.sort(key=lambda c: (c[0], -c[1]))", "    colls.sort(key=lambda c: c[0])",
+             "tests/graph/test_megatron_chained.py::test_reduce_scatter_before_the_all_gather_of_its_result"),
 )
 
 
@@ -118,6 +124,7 @@ def main() -> int:
             caught = run(m, Path(tmp))
             print(f"  -> {'caught: the test fails on the bug' if caught else 'MISSED: the test passes on the bug'}")
             missed += not caught
+    print(f"{len(MUTATIONS) - missed}/{len(MUTATIONS)} planted bugs caught")
     return 1 if missed else 0
 
 

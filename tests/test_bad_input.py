@@ -89,6 +89,12 @@ def scratch_file(d: Path, name: str, data: str | bytes) -> None:
     (scratch / name).write_bytes(data if isinstance(data, bytes) else data.encode("utf-8"))
 
 
+def _card_text() -> str:
+    from triosim.trace.model_card import packaged_dir
+
+    return (packaged_dir() / "megatron-22b.yaml").read_text(encoding="utf-8")
+
+
 BOMB = "a: &a [x, x, x, x, x, x, x, x, x]\n" + "".join(
     f"b{i}: &b{i} [{', '.join([('*a' if i == 0 else f'*b{i - 1}')] * 9)}]\n" for i in range(9))
 NUMBERS = ",".join(str(i) for i in range(1, 1001))
@@ -232,8 +238,13 @@ CASES = [
          lambda d: write_meta(d, '{"batch_size": 4, "device": "cuda", "device_name": "NVIDIA T4"}')),
     Case("unknown --trace-gpu", ("run", "-trace-dir", T, "--gpu", "h100-sxm", "--trace-gpu", "t4", "-q"),
          "--trace-gpu t4: unknown GPU (known: a100-40gb"),
-    Case("--dtype without --gpu", ("run", "-trace-dir", T, "--dtype", "bf16", "-q"),
-         "--dtype bf16 needs the GPU to time the ops on: give --gpu NAME"),
+    Case("a math-only --dtype without --gpu", ("run", "-trace-dir", T, "--dtype", "tf32", "-q"),
+         "--dtype tf32 needs the GPU to time the ops on: give --gpu NAME"),
+    Case("--grad-reduce-dtype without a training dtype", ("run", "-trace-dir", T, "--grad-reduce-dtype", "bf16", "-q"),
+         "--grad-reduce-dtype bf16 needs a training dtype: give --dtype bf16|fp16|fp32"),
+    Case("a training dtype under --reference-compat", ("run", "-trace-dir", T, "--dtype", "bf16", "--reference-compat",
+                                                       "-q"),
+         "--dtype bf16 cannot be combined with --reference-compat"),
     Case("--gpu-file missing", ("run", "-trace-dir", T, "--gpu-file", "{tmp}/no.yaml", "-q"),
          "--gpu-file {tmp}/no.yaml: file not found"),
     Case("--gpu-file not UTF-8", ("run", "-trace-dir", T, "--gpu-file", "{tmp}/bin.yaml", "-q"),
@@ -308,7 +319,7 @@ CASES = [
          "topology file larger than the limit of 1,048,576 bytes",
          lambda d: write_topology(d, "kind: preset\n" + "#" * (1 << 20) + "\n")),
     Case("topology: typo in spine", ("run", "-trace-dir", T, "-case", "1", "--topology-file", TOPO, "-q"),
-         "spine: unknown field 'oversubscriptoin' (known: latency_us, oversubscription); "
+         "spine: unknown field 'oversubscriptoin' (known: efficiency, latency_us, oversubscription); "
          "did you mean 'oversubscription'?",
          lambda d: write_topology(d, SUPERPOD.replace("oversubscription: 1", "oversubscriptoin: 8"))),
     Case("topology: typo in nvlink", ("run", "-trace-dir", T, "-case", "1", "--topology-file", TOPO, "-q"),
@@ -397,6 +408,13 @@ CASES = [
     Case("grid: YAML list of 10^5 values", ("sweep", "-trace-dir", T, "--grid", "{tmp}/g.yaml", "-q"),
          "--grid {tmp}/g.yaml line 1: the document expands to more than 100,000 values",
          lambda d: scratch_file(d, "g.yaml", "bandwidth: [" + ",".join(str(i) for i in range(1, 100_001)) + "]\n")),
+    # a Client half-built on an unparsable address printed a traceback 40 s after the error
+    Case("sweep --dask abc (no port)", ("sweep", "-trace-dir", T, "-bandwidth", "1,2", "--dask", "abc", "-q",
+                                        "--out", "{tmp}/s.csv"),
+         "--dask: 'abc' is neither a scheduler file nor an address HOST:PORT",
+         lambda d: scratch_file(d, "s.csv.partial", "")),  # refused before the partial file is touched
+    Case("sweep --dask tcp://host:1e400", ("sweep", "-trace-dir", T, "-bandwidth", "1,2", "--dask", "tcp://h:1e400",
+                                           "-q"), "--dask: 'tcp://h:1e400' is neither a scheduler file"),
     Case("grid: non-UTF-8 byte", ("sweep", "-trace-dir", T, "--grid", "{tmp}/g.yaml", "-q"),
          "--grid {tmp}/g.yaml line 1: not UTF-8 text (byte 0xfe)",
          lambda d: scratch_file(d, "g.yaml", b"case: [0, \xfe]\n")),
@@ -442,6 +460,22 @@ CASES = [
     Case("--dp 2 -micro-batch-size 3 -batch-size-sim 16", ("run", "-trace-dir", GPT, "--dp", "2", "-batch-size-sim",
                                                           "16", "-micro-batch-size", "3", "-q"),
          "-micro-batch-size 3 does not divide the per-replica batch of 16"),
+    # --- --global-batch (samples per iteration over the data-parallel replicas)
+    Case("--global-batch 32 --dp 3", ("run", "-trace-dir", GPT, "--dp", "3", "--global-batch", "32", "-q"),
+         "--global-batch 32 is not a multiple of --dp 3: every data-parallel replica trains the same number of "
+         "equal micro-batches (use --global-batch 30 or 33)"),
+    Case("--global-batch 36 --dp 2 -micro-batch-size 8", ("run", "-trace-dir", GPT, "--dp", "2", "--global-batch",
+                                                          "36", "-micro-batch-size", "8", "-q"),
+         "--global-batch 36 is not a multiple of --dp 2 × -micro-batch-size 8 = 16"),
+    Case("--global-batch 32 --dp 2 -batch-size-sim 8", ("run", "-trace-dir", GPT, "--dp", "2", "--global-batch", "32",
+                                                        "-batch-size-sim", "8", "-q"),
+         "--global-batch 32 over --dp 2 is 16 samples per replica, but -batch-size-sim is 8: give one of them"),
+    Case("--global-batch with -case 2", ("run", "-trace-dir", GPT, "-case", "2", "--global-batch", "32", "-q"),
+         "--global-batch needs the degrees of a hybrid run: give --dp/--tp/--pp"),
+    Case("--global-batch 0", ("run", "-trace-dir", GPT, "--dp", "2", "--global-batch", "0", "-q"),
+         "--global-batch must be a positive integer, got 0"),
+    Case("--global-batch 2.5", ("run", "-trace-dir", GPT, "--dp", "2", "--global-batch", "2.5", "-q"),
+         "--global-batch: invalid int value: '2.5'"),
     Case("bad topology file with -case 0", ("run", "-trace-dir", T, "-case", "0", "--topology-file", TOPO, "-q"),
          "spine: unknown field 'oversubscriptoin'",
          lambda d: write_topology(d, SUPERPOD.replace("oversubscription: 1", "oversubscriptoin: 8"))),
@@ -454,6 +488,35 @@ CASES = [
                                                      "--topology", "torus", "-q"),
          "--topology must be one of ring, fully-connected, switch, mesh, nvlink-cluster, got 'torus'",
          lambda d: write_topology(d, SUPERPOD)),
+    # --- model cards (--model, --model-file, --seq-len)
+    Case("--model without --gpu", ("run", "--model", "gpt3-175b", "-q"),
+         "--model needs the GPU to time the card's ops on: give --gpu NAME"),
+    Case("--model unknown name", ("run", "--model", "gpt3-17b", "--gpu", "a100-80gb", "-q"),
+         "--model 'gpt3-17b': no such model card; did you mean gpt3-175b?"),
+    Case("--model and --model-file", ("run", "--model", "gpt3-175b", "--model-file", "{tmp}/c.yaml", "--gpu",
+                                      "a100-80gb", "-q"), "--model and --model-file exclude each other"),
+    Case("--model with -trace-dir", ("run", "-trace-dir", T, "--model", "gpt3-175b", "--gpu", "a100-80gb", "-q"),
+         "--model builds the trace from the card: leave out -trace-dir"),
+    Case("--model with -batch-size", ("run", "--model", "gpt3-175b", "-batch-size", "8", "--gpu", "a100-80gb", "-q"),
+         "-batch-size is the batch a trace was recorded at; --model builds its trace at -micro-batch-size"),
+    Case("--seq-len without a card", ("run", "-trace-dir", T, "--seq-len", "128", "-q"),
+         "--seq-len sets a model card's sequence: give --model NAME or --model-file FILE"),
+    Case("--seq-len 0", ("run", "--model", "gpt3-175b", "--gpu", "a100-80gb", "--seq-len", "0", "-q"),
+         "--seq-len must be between 1 and 10,000,000, got 0"),
+    Case("--seq-len past learned positions", ("run", "--model", "gpt3-175b", "--gpu", "a100-80gb", "--seq-len",
+                                              "4096", "-q"),
+         "--seq-len 4096: gpt3-175b learns one position embedding per position, 2048 of them (use at most 2048)"),
+    Case("--model with --op-time-source trace", ("run", "--model", "llama3-8b", "--gpu", "h100-sxm",
+                                                 "--op-time-source", "trace", "-q"),
+         "--op-time-source trace: a model card's trace holds no measured times; use roofline"),
+    Case("--model-file missing", ("run", "--model-file", "{tmp}/none.yaml", "--gpu", "h100-sxm", "-q"),
+         "--model-file {tmp}/none.yaml: model card not found"),
+    Case("--model-file, a bad count", ("run", "--model-file", "{tmp}/card.yaml", "--gpu", "h100-sxm", "-q"),
+         "--model-file {tmp}/card.yaml: layers: must be between 1 and 10,000, got a number of 400 digits",
+         lambda d: scratch_file(d, "card.yaml", _card_text().replace("layers: 48", "layers: " + "9" * 400))),
+    Case("--model-file, a misspelt key", ("run", "--model-file", "{tmp}/card.yaml", "--gpu", "h100-sxm", "-q"),
+         "--model-file {tmp}/card.yaml: unknown key 'kv_head'; did you mean 'kv_heads'?",
+         lambda d: scratch_file(d, "card.yaml", "name: x\nkv_head: 2\n")),
     # --- the first hour (issue 24)
     Case("-trace-dir a folder of trace folders", ("run", "-trace-dir", T + "/..", "-q"),
          "/..: no trace.csv here, but it holds trace folders: trace; give one of them, e.g. -trace-dir {trace}/../trace"),

@@ -1,6 +1,7 @@
 """Tests that kill five of the six planted bugs the suite once missed (issue 24; the sixth,
-megatron's collectives sorted by row only, changes nothing on any shipped trace: no row there
-holds both an all-gather and a reduce-scatter). Each test states the fact
+megatron's collectives sorted by op only, shows on no shipped trace, where no op holds both an
+all-gather and a reduce-scatter: ``tests/graph/test_megatron_chained.py`` builds one that does).
+Each test states the fact
 the bug breaks; ``python bench/mutation_check.py`` plants each bug in a copy of the source and
 shows its test failing, and the ``*_catches_*`` tests here plant it with monkeypatch."""
 

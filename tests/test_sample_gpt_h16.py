@@ -34,9 +34,13 @@ def test_megatron_finds_two_layers_and_sixteen_heads(h16):
     assert plan.style == "megatron" and plan.fallback_reason is None
     assert [b.kind for b in plan.blocks] == ["attention", "mlp"] * 2
     assert plan.heads == 16
-    # one all-reduce forward and one backward per block
-    assert [c.kind for c in plan.collectives] == ["all_reduce"] * 8
-    assert plan.summary() == "megatron tensor parallel: 4 blocks (2 attention, 2 mlp), 16 attention heads"
+    # one all-reduce forward and one backward per block; the vocabulary-parallel embedding's
+    # output, the cross-entropy's max and (two calls) target logit and sum, the head's input gradient
+    assert [(c.kind, c.calls) for c in plan.collectives] == [("all_reduce", 1)] * 6 + [("all_reduce", 2)] \
+        + [("all_reduce", 1)] * 5
+    assert sum(c.calls for c in plan.collectives) == 8 + 5
+    assert plan.summary() == ("megatron tensor parallel: 4 blocks (2 attention, 2 mlp), 16 attention heads, "
+                              "vocabulary-parallel head (4096 words)")
 
 
 def test_tp8_accepted_here_but_not_on_the_four_head_sample(capsys):

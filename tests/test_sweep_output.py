@@ -98,11 +98,15 @@ def _sweep_cmd(trace: Path, n: int, *extra: str) -> list[str]:
             "-bandwidth", bandwidths, "-j", "1", "-q", *extra]
 
 
-def test_sigint_then_resume_gives_the_uninterrupted_csv_byte_for_byte(tmp_path: Path) -> None:
+def test_sigint_then_resume_gives_the_uninterrupted_csv_byte_for_byte(tmp_path: Path, capsys) -> None:
+    from triosim.cli.console import main
+
     trace = write_synthetic_trace(tmp_path / "t", SyntheticModel(layers=3, batch_size=4, seed=3))
     n = 300  # about 3 s in one process: the interrupt comes after a few rows, long before the end
     full = tmp_path / "full.csv"
-    subprocess.run(_sweep_cmd(trace, n, "--out", str(full)), check=True, capture_output=True, timeout=300)
+    # The uninterrupted sweep and the resumed one run in this process (two interpreter starts
+    # fewer); only the interrupted one needs a process of its own to receive the SIGINT.
+    assert main(_sweep_cmd(trace, n, "--out", str(full))[3:]) == 0
     out, partial = tmp_path / "x.csv", tmp_path / "x.csv.partial"
     proc = subprocess.Popen(_sweep_cmd(trace, n, "--out", str(out)), stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True)
@@ -112,10 +116,9 @@ def test_sigint_then_resume_gives_the_uninterrupted_csv_byte_for_byte(tmp_path: 
     assert proc.returncode == 130, err
     kept = len(list(csv.DictReader(partial.open())))
     assert 4 <= kept < n and not out.exists()
-    done = subprocess.run(_sweep_cmd(trace, n, "--out", str(out), "--resume"), capture_output=True, text=True,
-                          timeout=300)
-    assert done.returncode == 0, done.stderr
-    assert f"resuming: {kept} finished configurations kept from {partial}" in done.stderr
+    capsys.readouterr()
+    assert main(_sweep_cmd(trace, n, "--out", str(out), "--resume")[3:]) == 0
+    assert f"resuming: {kept} finished configurations kept from {partial}" in capsys.readouterr().err
     assert out.read_bytes() == full.read_bytes()
     assert not partial.exists() and not list(tmp_path.glob("x.csv.partial.*"))
 
@@ -200,3 +203,17 @@ def test_resume_sets_aside_rows_of_other_configurations(tmp_path: Path) -> None:
     assert main([*base, "-bandwidth", "1,2", "--resume"]) == 0
     assert (tmp_path / "x.csv.partial.1").read_text() == whole  # bandwidth 3's row is kept, aside
     assert out.read_text().splitlines() == whole.splitlines()[:3]
+
+
+def test_resume_without_a_partial_file_says_so(tmp_path: Path, capsys) -> None:
+    """--resume with nothing interrupted runs every configuration and names the file it looked
+    for (it said 'kept from ' with no file)."""
+    from triosim.cli.console import main
+
+    trace = write_synthetic_trace(tmp_path / "t", SyntheticModel(layers=2, batch_size=4, seed=3))
+    out = tmp_path / "x.csv"
+    assert main(["sweep", "-trace-dir", str(trace), "-j", "1", "-q", "--out", str(out), "-bandwidth", "1,2",
+                 "--resume"]) == 0
+    err = capsys.readouterr().err
+    assert f"triosim: note: resuming: no partial file ({out}.partial); every configuration runs" in err
+    assert len(out.read_text().splitlines()) == 3

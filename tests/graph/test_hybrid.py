@@ -332,13 +332,23 @@ def test_megatron_tp_volume_matches_the_closed_form(sequence_parallel):
     """Per layer and iteration, Megatron TP moves 4 all-reduces of the activation b·s·h (2 forward,
     2 backward), i.e. 8·(T−1)/T·b·s·h bytes per GPU; sequence parallelism turns each into a
     reduce-scatter + all-gather of the same total volume. The GPT sample: 4 layers, h = 256,
-    s = 128, b = 8, fp32."""
+    s = 128, b = 8, fp32. Sequence parallelism also gathers each block's input again in backward
+    (2 per layer). The vocabulary-parallel embedding and head add two b·s·h collectives (three
+    with sequence parallelism: the head's input is gathered), and the cross-entropy three
+    all-reduces of b·s fp32 values."""
     layers, h, s, b, t = 4, 256, 128, 8, 4
     act = b * s * h * 4
+    loss = 3 * b * s * 4
     trace = load_trace(GPT, batch_size=8)
     g, _ = _run(trace, t, Strategy(tp=t, sequence_parallel=sequence_parallel))
     tp = g.meta["hybrid"]["collectives_dp0_tp0"]["tp"]
     assert g.meta["hybrid"]["tp_style"] == "megatron" and g.meta["hybrid"]["tp_blocks"] == 2 * layers
-    assert tp["collectives"] == 4 * layers * (2 if sequence_parallel else 1)
-    assert tp["payload_bytes"] == 4 * layers * act * (2 if sequence_parallel else 1)
-    assert tp["wire_bytes_per_gpu"] == pytest.approx(8 * layers * (t - 1) / t * act, rel=1e-12)
+    if sequence_parallel:
+        big = 8 * layers + 2 * layers + 3
+        assert tp["collectives"] == big + 3
+        assert tp["payload_bytes"] == big * act + loss
+        assert tp["wire_bytes_per_gpu"] == pytest.approx(big * (t - 1) / t * act + 2 * (t - 1) / t * loss, rel=1e-12)
+    else:
+        assert tp["collectives"] == 4 * layers + 2 + 3
+        assert tp["payload_bytes"] == (4 * layers + 2) * act + loss
+        assert tp["wire_bytes_per_gpu"] == pytest.approx(2 * (t - 1) / t * ((4 * layers + 2) * act + loss), rel=1e-12)

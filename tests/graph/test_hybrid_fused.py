@@ -105,7 +105,7 @@ def test_vectorised_stage_memory_catches_a_planted_bug(traces, monkeypatch):
     name, kw, n, plat = CONFIGS[0]
     good = _peaks(_build(traces[name], n, kw, plat, fuse=False)[0])
     real = stage_memory.stage_occupancy
-    monkeypatch.setattr(composed_memory, "stage_occupancy", lambda *a: real(*a[:5], set(), *a[6:]))
+    monkeypatch.setattr(composed_memory, "stage_occupancy", lambda *a, **k: real(*a[:5], set(), *a[6:], **k))
     bad = _peaks(_build(traces[name], n, kw, plat, fuse=False)[0])
     assert bad != good
 

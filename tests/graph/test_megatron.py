@@ -15,6 +15,7 @@ from hypothesis import strategies as st
 
 import triosim.graph.tensor.megatron as mg
 import triosim.graph.tensor.per_op as tp
+import triosim.graph.tensor.vocab as vocab
 from triosim import build_platform
 from triosim.errors import ConfigError
 from triosim.graph import build_graph
@@ -59,44 +60,59 @@ def test_gpt_sample_blocks(gpt):
     names = {gpt.ops[j].name for b in plan.blocks for j in b.middle}
     assert names == {"aten::scaled_dot_product_attention", "aten::gelu"}
     assert all(len(b.column) == 3 for b in plan.blocks if b.kind == "attention")  # separate Q, K, V
-    assert plan.summary() == "megatron tensor parallel: 8 blocks (4 attention, 4 mlp), 4 attention heads"
+    assert plan.summary() == ("megatron tensor parallel: 8 blocks (4 attention, 4 mlp), 4 attention heads, "
+                              "vocabulary-parallel head (4096 words)")
 
 
 def test_gpt_sample_megatron_closed_form(gpt):
-    """4 layers × 2 blocks × (1 forward + 1 backward) all-reduce of b·s·h·4 bytes = 8·128·256·4."""
+    """4 layers × 2 blocks × (1 forward + 1 backward) all-reduce of b·s·h·4 bytes = 8·128·256·4;
+    the vocabulary-parallel embedding's output and the head's input gradient, b·s·h·4 bytes each;
+    the cross-entropy's three all-reduces of one fp32 per token (max, then target logit and sum)."""
     b, s, h, layers, t = 8, 128, 256, 4, 4
     plan = mg.plan_tensor_parallel(gpt, t)
-    assert Counter(c.kind for c in plan.collectives) == {"all_reduce": 4 * layers}
-    assert {c.nbytes for c in plan.collectives} == {b * s * h * 4}
-    total = sum(c.nbytes for c in plan.collectives)
-    assert total == 16 * MiB
-    # A ring all-reduce sends 2(T-1)/T of its payload from each GPU: 24 MiB per GPU.
-    assert total * 2 * (t - 1) / t == 24 * MiB
+    assert Counter(c.kind for c in plan.collectives) == {"all_reduce": 4 * layers + 4}
+    blocks = [c for c in plan.collectives if c.op not in (1, 53, 54, 58)]
+    assert {c.nbytes for c in blocks} == {b * s * h * 4} and len(blocks) == 4 * layers
+    vocab = {c.op: (c.nbytes, c.calls) for c in plan.collectives if c.op in (1, 53, 54, 58)}
+    assert vocab == {1: (MiB, 1), 53: (b * s * 4, 1), 54: (b * s * 4, 2), 58: (MiB, 1)}
+    total = sum(c.nbytes * c.calls for c in plan.collectives)
+    assert total == 18 * MiB + 3 * 4096
+    # A ring all-reduce sends 2(T-1)/T of its payload from each GPU.
+    assert total * 2 * (t - 1) / t == 27 * MiB + 18432
     ops = [c.op for c in plan.collectives]
     assert ops == sorted(ops), "collectives must be in trace order"
     fwd = [c for c in plan.collectives if gpt.ops[c.op].stage == "forward"]
-    assert [c.op for c in fwd] == [blk.row for blk in plan.blocks]
+    # the embedding's all-reduce, one per block's row linear, the max logit after the head and
+    # the target-logit and sum-of-exponentials calls after the loss
+    assert [c.op for c in fwd] == [1, *(blk.row for blk in plan.blocks), 53, 54]
 
 
 def test_gpt_sample_sequence_parallel_closed_form(gpt):
     """Each all-reduce becomes a reduce-scatter + an all-gather of the same payload."""
     plan = mg.plan_tensor_parallel(gpt, 4, sequence_parallel=True)
-    assert Counter(c.kind for c in plan.collectives) == {"all_gather": 16, "reduce_scatter": 16}
-    assert {c.nbytes for c in plan.collectives} == {MiB}
+    # + the backward re-gather of each block's input (8), the head's input gathered (1), the
+    # embedding's output and the head's input gradient reduce-scattered (2); the cross-entropy's
+    # all-reduces stay
+    assert Counter(c.kind for c in plan.collectives) == {"all_gather": 16 + 8 + 1, "reduce_scatter": 16 + 2,
+                                                         "all_reduce": 2}
+    assert {c.nbytes for c in plan.collectives if c.kind != "all_reduce"} == {MiB}
     plain = mg.plan_tensor_parallel(gpt, 4)
     by_kind = Counter()
     for c in plan.collectives:
-        by_kind[c.kind] += c.nbytes
-    assert by_kind["all_gather"] == by_kind["reduce_scatter"] == sum(c.nbytes for c in plain.collectives)
-    # LayerNorms and residual adds between blocks now run at 1/T, the ones outside the stack do not.
+        by_kind[c.kind] += c.nbytes * c.calls
+    big = sum(c.nbytes for c in plain.collectives if c.nbytes == MiB)
+    assert by_kind["reduce_scatter"] == big and by_kind["all_gather"] == big + 7 * MiB  # 16 + 8 + 1 vs 16 + 2
+    # Every LayerNorm and residual add from the embedding to the head runs at 1/T under sequence
+    # parallelism (the whole residual stream is sequence-sharded), none without it.
     ln = [op.index for op in gpt.ops if op.name == "aten::layer_norm"]
-    assert [plan.time_scale[i] for i in ln] == [1.0] + [0.25] * 7 + [1.0]
+    assert [plan.time_scale[i] for i in ln] == [0.25] * 9
     assert [plain.time_scale[i] for i in ln] == [1.0] * 9
 
 
 def test_gpt_sample_time_and_shards(gpt):
     plan = mg.plan_tensor_parallel(gpt, 4)
-    split = {j for b in plan.blocks for j in (*b.forward, *b.backward)}
+    split = {j for b in plan.blocks for j in (*b.forward, *b.backward)} | set(plan.vocab.split_ops)
+    assert plan.vocab.split_ops == (53, 54, 56, 57, 58)  # head, cross-entropy, their backward
     for op in gpt.ops:
         want = 0.25 if op.index in split else 1.0
         if op.stage == "optimizer":
@@ -104,10 +120,11 @@ def test_gpt_sample_time_and_shards(gpt):
         else:
             assert plan.time_scale[op.index] == want, op.name
     # Per layer the sharded parameters are the Q/K/V weights and biases, the output projection's
-    # weight, fc1's weight and bias and fc2's weight: 4h² + 3h + 2hf + f elements.
-    h, f = 256, 1024
+    # weight, fc1's weight and bias and fc2's weight: 4h² + 3h + 2hf + f elements; and the word
+    # embedding and the head, V·h each (the position embedding is not split).
+    h, f, v = 256, 1024, 4096
     sharded_params = [p for p in gpt.parameters if p in plan.shard_divisor]
-    assert sum(gpt.bytes_of(p) for p in sharded_params) == 4 * 4 * (4 * h * h + 3 * h + 2 * h * f + f)
+    assert sum(gpt.bytes_of(p) for p in sharded_params) == 4 * (4 * (4 * h * h + 3 * h + 2 * h * f + f) + 2 * v * h)
     assert set(plan.shard_divisor.values()) == {4}
 
 
@@ -179,23 +196,45 @@ def check_megatron_plan(model: SyntheticTransformer, degree: int, sp: bool) -> N
     assert [b.kind for b in plan.blocks] == ["attention", "mlp"] * model.layers
     assert plan.heads == model.heads
     assert all(0.0 < s <= 1.0 for s in plan.time_scale), "time scale outside (0, 1]"
-    split = {j for b in plan.blocks for j in (*b.forward, *b.backward)}
-    assert all(plan.time_scale[j] == 1.0 / degree for j in split)
+    split = {j for b in plan.blocks for j in (*b.forward, *b.backward)} | set(plan.vocab.split_ops)
+    assert all(plan.time_scale[j] == 1.0 / degree for j in split), "an op of a block or of the head not at 1/T"
+    # The head's forward and backward FLOPs split by T: its ops take exactly 1/T of the traced time.
+    head = [plan.vocab.head, *(i for i in plan.vocab.backward if trace.forward_partner[i] == plan.vocab.head)]
+    assert len(head) == 2 and all(plan.op_time(i, trace.ops[i].duration_s) == trace.ops[i].duration_s / degree
+                                  for i in head), "head FLOPs not split by T"
     # Megatron's closed form: per block one forward and one backward collective of b·s·h·4 bytes
-    # (with sequence parallelism a reduce-scatter and an all-gather of that payload each way).
+    # (with sequence parallelism a reduce-scatter and an all-gather of that payload each way, and
+    # the block input gathered again for the weight gradients); the embedding's output and the
+    # head's input gradient (with sequence parallelism also the head's input), b·s·h·4 bytes; the
+    # cross-entropy's max, target-logit and sum all-reduces of b·s fp32 values.
     act = model.batch_size * model.seq_len * model.hidden * 4
-    per_block = 0 if degree == 1 else (4 if sp else 2)
-    assert len(plan.collectives) == per_block * len(plan.blocks)
-    assert all(c.nbytes == act and c.buffers for c in plan.collectives), "bytes per block off the closed form"
-    kinds = Counter(c.kind for c in plan.collectives)
+    tokens = model.batch_size * model.seq_len
+    per_block, vocab = (0, 0) if degree == 1 else ((5, 3) if sp else (2, 2))
+    small = [c for c in plan.collectives if c.kind == "all_reduce" and c.nbytes == tokens * 4]
+    big = [c for c in plan.collectives if c not in small]
+    assert len(big) == per_block * len(plan.blocks) + vocab, "collective count off the closed form"
+    assert all(c.nbytes == act and c.buffers for c in big), "bytes per block off the closed form"
+    assert [(c.op, c.calls) for c in small] == ([] if degree == 1 else
+                                                 [(plan.vocab.head, 1), (plan.vocab.loss[0], 2)])
+    kinds = Counter(c.kind for c in big)
     if degree > 1:
-        assert kinds == ({"all_gather": 2 * len(plan.blocks), "reduce_scatter": 2 * len(plan.blocks)} if sp
-                         else {"all_reduce": 2 * len(plan.blocks)})
+        n = len(plan.blocks)
+        assert kinds == ({"all_gather": 3 * n + 1, "reduce_scatter": 2 * n + 2} if sp
+                         else {"all_reduce": 2 * n + 2})
+    if sp and degree > 1:
+        # the backward re-gather: one all-gather of each block's input inside its backward, before
+        # the first op that reads it (the column linears' weight gradients)
+        for b in plan.blocks:
+            regather = [c for c in big if c.kind == "all_gather" and c.op in b.backward]
+            first_reader = next(i for i in b.backward if b.input in trace.reads[i])
+            assert [(c.buffers, c.op < first_reader) for c in regather] == [((b.input,), True)], \
+                "no backward re-gather of the block input"
     assert [c.op for c in plan.collectives] == sorted(c.op for c in plan.collectives)
-    # Sharded weights: 4h² + 3h + 2hf + f elements per layer, nothing when degree is 1.
-    h, f = model.hidden, model.hidden * model.ffn_mult
+    # Sharded weights: 4h² + 3h + 2hf + f elements per layer, the embedding and the head V·h each,
+    # nothing when degree is 1.
+    h, f, v = model.hidden, model.hidden * model.ffn_mult, model.vocab
     sharded = sum(trace.bytes_of(p) for p in trace.parameters if p in plan.shard_divisor)
-    assert sharded == (0 if degree == 1 else model.layers * 4 * (4 * h * h + 3 * h + 2 * h * f + f))
+    assert sharded == (0 if degree == 1 else model.layers * 4 * (4 * h * h + 3 * h + 2 * h * f + f) + 2 * v * h * 4)
 
 
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -223,6 +262,24 @@ def test_catches_unsummed_input_gradient(monkeypatch):
     monkeypatch.setattr(mg, "_backward_run", buggy)
     with pytest.raises(AssertionError, match="closed form"):
         check_megatron_plan(*PLANTED)
+
+
+def test_catches_head_left_whole(monkeypatch):
+    """Bug: the LM head and the loss run whole on every rank (the vocabulary not split)."""
+    monkeypatch.setattr(vocab.VocabParallel, "split_ops", property(lambda self: ()))
+    with pytest.raises(AssertionError, match="head FLOPs not split by T"):
+        check_megatron_plan(*PLANTED)
+
+
+def test_planted_sp_model_passes():
+    check_megatron_plan(PLANTED[0], 2, True)
+
+
+def test_catches_missing_backward_regather(monkeypatch):
+    """Bug: sequence parallelism keeps the gathered block input for backward (no re-gather)."""
+    monkeypatch.setattr(mg, "_regather_slot", lambda trace, b, taken: None)
+    with pytest.raises(AssertionError, match="closed form"):
+        check_megatron_plan(PLANTED[0], 2, True)
 
 
 def test_catches_inverted_optimizer_scale(monkeypatch):
@@ -267,10 +324,13 @@ def wire_mib_per_gpu(trace: Trace, style: str, sp: bool = False, gpus: int = 4) 
 
 
 def test_gpt_sample_bytes_on_the_wire(gpt):
-    """Per GPU on the ring: 24 MiB with Megatron's pairs (with or without sequence parallelism)
-    against 107.3 MiB for the per-op scheme of case 3."""
-    assert wire_mib_per_gpu(gpt, "megatron") == 24.0
-    assert wire_mib_per_gpu(gpt, "megatron", sp=True) == 24.0
+    """Per GPU on the ring: 24 MiB with Megatron's pairs (with or without sequence parallelism),
+    + 3 MiB for the embedding's and the head's b·s·h payloads and 3 × 4 KiB × 3/2 for the
+    cross-entropy's; with sequence parallelism 18 MiB reduce-scattered and 25 MiB all-gathered
+    (+ 8 backward re-gathers and the head's input), 3/4 of each on the wire; against 107.3 MiB for
+    the per-op scheme of case 3."""
+    assert wire_mib_per_gpu(gpt, "megatron") == 27.0 + 18432 / MiB
+    assert wire_mib_per_gpu(gpt, "megatron", sp=True) == (18 + 25) * 0.75 + 18432 / MiB
     assert wire_mib_per_gpu(gpt, "per-op") == pytest.approx(107.34375)
 
 
@@ -279,7 +339,7 @@ def test_gpt_sample_summary_in_the_result(gpt):
     graph = tp.build_from_plan(gpt, build_platform(4), Strategy(case=3), plan)
     meta = graph.meta["tensor_parallel"]
     assert meta["summary"] == plan.summary() and meta["blocks"] == 8
-    assert meta["collectives"] == 16 and meta["all_reduce_bytes"] == 16 * MiB
+    assert meta["collectives"] == 16 + 5 and meta["all_reduce_bytes"] == 18 * MiB + 3 * 4096
     # case 3 itself keeps its JSON as it was
     case3 = build_graph(gpt, build_platform(4), Strategy(case=3)).meta["tensor_parallel"]
     assert set(case3) == {"collectives", "all_gather_bytes", "all_reduce_bytes", "sharded_ops"}
@@ -308,7 +368,7 @@ def check_megatron_dag(model: SyntheticTransformer, degree: int, sp: bool, detai
             moved[graph.attrs[t]["op"]] += graph.nbytes[t]
     want: Counter = Counter()
     for c in plan.collectives:
-        want[c.op] += c.nbytes * (steps[c.kind] if detail == "expanded" else 1)
+        want[c.op] += c.nbytes * c.calls * (steps[c.kind] if detail == "expanded" else 1)
     assert moved == want, "collective bytes differ from the plan"
     # An op reading a buffer a collective completes starts after that collective on its GPU
     # (until some op writes the buffer again).
@@ -345,7 +405,7 @@ def test_dag_planted_model_passes():
 
 def test_dag_catches_collective_forgetting_its_buffers(monkeypatch):
     real = mg.TpCollective
-    monkeypatch.setattr(mg, "TpCollective", lambda op, kind, buffers, nbytes: real(op, kind, (), nbytes))
+    monkeypatch.setattr(mg, "TpCollective", lambda op, kind, buffers, nbytes, **kw: real(op, kind, (), nbytes, **kw))
     with pytest.raises(AssertionError, match="before its input's collective"):
         check_megatron_dag(*DAG_PLANTED)
 

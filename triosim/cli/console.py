@@ -38,7 +38,7 @@ from .argparsing import OneLineParser, typed_spelling
 from .notices import run_notices
 from .progress import RunProgress
 
-SUBCOMMANDS = ("run", "dag", "trace", "sweep", "gpus")
+SUBCOMMANDS = ("run", "dag", "trace", "sweep", "gpus", "models")
 _SINGLE_DASH = re.compile(r"^-[A-Za-z][A-Za-z0-9_-]+(=.*)?$")
 
 
@@ -128,9 +128,10 @@ def build_parser(defaults: dict | None = None, run_only: bool = False) -> argpar
         sweep = None
     if sweep is not None:
         sweep.register(sub)
-    from . import gpus
+    from . import gpus, models
 
     gpus.register(sub)
+    models.register(sub)
     return parser
 
 
@@ -150,9 +151,11 @@ def check_run_outputs(args: argparse.Namespace) -> None:
     if len(outputs) == 2 and Path(outputs[0][1]).resolve() == Path(outputs[1][1]).resolve():
         raise ConfigError(f"--json and --timeline both name {args.json}; give them different files")
     # No output may replace a file the run reads (by path or, through a hard link, by inode).
-    trace_dir = trace_dir_from_flag(args.trace_dir)
-    refuse_overwriting_inputs(outputs, [*(trace_dir / n for n in ("trace.csv", "tensor.csv", "meta.json")),
-                                        getattr(args, "config", None), getattr(args, "topology_file", None)])
+    inputs = [getattr(args, "config", None), getattr(args, "topology_file", None), getattr(args, "model_file", None)]
+    if getattr(args, "model", None) is None and getattr(args, "model_file", None) is None:
+        trace_dir = trace_dir_from_flag(args.trace_dir)
+        inputs += [trace_dir / n for n in ("trace.csv", "tensor.csv", "meta.json")]
+    refuse_overwriting_inputs(outputs, inputs)
 
 
 def check_file_flags_not_empty(args: argparse.Namespace) -> None:
@@ -170,8 +173,11 @@ def note_unused_flags(args: argparse.Namespace) -> None:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
+    from ..compute.model_flops import model_flops_per_sample
+    from ..compute.op_time_source import gpu_timing
     from ..graph import build_graph
     from ..report.result import Result, summarize
+    from ..report.throughput import throughput_of
     from ..report.timeline import timeline_json
     from ..schedule.list_scheduler import schedule
 
@@ -196,12 +202,17 @@ def cmd_run(args: argparse.Namespace) -> int:
     for warning in check_config_facts(getattr(args, "config_facts", None) or {}, block):
         print(f"triosim: warning: --config {args.config}: {warning}", file=sys.stderr)
     verdict = gpu_outputs(args, trace, graph, strategy)
+    # Only when shown: counting a 200,000-op trace's FLOPs is a tenth of its whole -q run.
+    rates = throughput_of(trace, strategy, platform.num_gpus, sched.makespan,
+                          model_flops_per_sample(trace, batches.batch), gpu_timing(trace)) \
+        if args.json or not args.quiet else None
     result = Result(sched.makespan, strategy, platform, graph, sched, per_gpu, per_link,
                     extra={"trace": Path(trace.path).name, "batch_size": batches.batch,
                            "batch_source": batches.source, "batch_size_sim": trace.batch_size,
                            "time_source": trace.time_source,
                            **({"op_time_model": trace.op_time.describe()} if trace.op_time else {}),
                            **verdict,
+                           **({"throughput": rates.to_dict()} if rates is not None else {}),
                            "config": block})
     protect = (Path(trace.path) / "trace.csv", Path(trace.path) / "tensor.csv")
     if args.json:

@@ -9,6 +9,9 @@ distinct tensor counted once per pass):
   (b, in) -> (b, out) is ``2·b·in·out``. Its backward (AddmmBackward0, MmBackward0, ...) is the two
   products dX = dY·W and dW = dYᵀ·X: twice that. The original's traces list only the weight's
   transpose for AddmmBackward0; the rows then come from the forward op the backward belongs to.
+  A batched product's backward (BmmBackward0 over [..., M, N] = [..., M, K]·[..., K, N], as an
+  attention core's QKᵀ and ·V) has no 2-D weight: its (B·M, N, K) comes from its own grad_output
+  and operands, ``4·B·M·N·K``.
 - convolution: ``2·numel(out)·(Cin/groups)·kh·kw`` = ``2·numel(out)·numel(weight)/Cout``
   (groups are in the weight's shape). Its backward (ConvolutionBackward0) is the weight-gradient
   product plus, when the op writes one (the first layer's input needs none), the
@@ -138,6 +141,19 @@ def _matmul_backward(ins: list[Tensor], hint: tuple[int, int, int] | None, rows:
     return (rows, weight.shape[0], weight.shape[1]) if rows else None
 
 
+def _batched_backward(ins: list[Tensor]) -> tuple[int, int, int] | None:
+    """(B·M, N, K) of a batched product's backward from [grad_out [..., M, N], a [..., M, K],
+    b [..., K, N]] (None when the three do not fit together)."""
+    data = [t for t in ins if t.category not in _NOT_DATA and t.shape and len(t.shape) >= 3 and t.numel > 0]
+    if len(data) < 3:
+        return None
+    g, a, b = data[0], data[1], data[2]
+    n, k = g.shape[-1], a.shape[-1]
+    if a.shape[-2] != g.shape[-2] or b.shape[-2:] != (k, n):
+        return None
+    return (g.numel // n, n, k)
+
+
 def _conv_flops(out: Tensor | None, weight: Tensor | None) -> float:
     if out is None or weight is None or not weight.shape or not weight.shape[0]:
         return 0.0
@@ -198,7 +214,8 @@ def op_cost(op: Op, tensors: Mapping[str, Tensor], gemm_hint: tuple[int, int, in
         if gemm is not None:
             flops = 2.0 * gemm[0] * gemm[1] * gemm[2]
     elif kind == "matmul_backward":
-        gemm = _matmul_backward(live_ins, gemm_hint, rows)
+        batched = not any(t.shape and len(t.shape) == 2 for t in live_ins) and _batched_backward(live_ins)
+        gemm = batched or _matmul_backward(live_ins, gemm_hint, rows)
         if gemm is not None:
             m, n, k = gemm
             flops = 4.0 * m * n * k

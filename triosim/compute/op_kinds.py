@@ -68,7 +68,7 @@ ELEMENTWISE = {
     "MulBackward0": 2, "div": 1, "div_": 1, "DivBackward0": 3, "neg": 1, "exp": 4, "log": 4, "sqrt": 2, "rsqrt": 2,
     "pow": 2, "PowBackward0": 3, "where": 1, "masked_fill": 1, "masked_fill_": 1, "clamp": 1, "clamp_": 1,
     "dropout": 2, "native_dropout": 2, "dropout_": 2, "NativeDropoutBackward0": 1, "feature_dropout": 2,
-    "ones_like": 0, "zeros_like": 0, "empty_like": 0, "fill_": 0, "zero_": 0, "copy_": 0, "clone": 0,
+    "repeat_interleave": 0, "ones_like": 0, "zeros_like": 0, "empty_like": 0, "fill_": 0, "zero_": 0, "copy_": 0, "clone": 0,
     "contiguous": 0, "to": 0, "_to_copy": 0, "ToCopyBackward0": 0, "arange": 0, "cat": 0, "stack": 0,
     "CatBackward0": 0, "ViewBackward0": 1, "UnsafeViewBackward0": 1, "TransposeBackward0": 0, "PermuteBackward0": 0,
     "ExpandBackward0": 1, "CloneBackward0": 0, "mean": 1, "sum": 1, "MeanBackward0": 1, "MeanBackward1": 1,

@@ -29,6 +29,7 @@ import re
 from dataclasses import dataclass, replace
 from operator import attrgetter
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -214,3 +215,39 @@ def attach_op_time_model(trace: Trace, model: str = "auto", floor_us: float = DE
         return replace(trace, op_time=linear_floor_model(trace, floor_us))
     others = [load_trace(d, batch_size=b, time_column=time_column) for b, d in others_at]
     return replace(trace, op_time=fit_model(trace, others, floor_us))
+
+
+@dataclass
+class ReindexedTimes:
+    """An op-time model seen through a rewrite of the trace: op ``i`` of the new trace takes the
+    time of op ``origin[i]`` of the old one (a re-run forward op costs what its original costs)."""
+
+    base: Any
+    origin: tuple[int, ...]
+
+    @property
+    def batch(self) -> int:
+        return self.base.batch
+
+    def seconds(self, index: int, batch: int) -> float:
+        return self.base.seconds(self.origin[index], batch)
+
+    def times(self, batch: int) -> list[float]:
+        base = self.base.times(batch)
+        return [base[o] for o in self.origin]
+
+    def __getattr__(self, name: str) -> Any:  # name, gpu, describe, summary: the base model's
+        if name in ("base", "origin"):
+            raise AttributeError(name)
+        return getattr(self.base, name)
+
+
+def reindex_op_time(model: Any, origin: tuple[int, ...]) -> Any:
+    """``model`` for a trace whose op ``i`` repeats op ``origin[i]`` of the model's trace."""
+    if model is None:
+        return None
+    if isinstance(model, OpTimeModel):
+        pick = lambda xs: tuple(xs[o] for o in origin)  # noqa: E731
+        return replace(model, measured=pick(model.measured), fixed=pick(model.fixed),
+                       per_sample=pick(model.per_sample), floor=pick(model.floor))
+    return ReindexedTimes(model, tuple(origin))

@@ -17,6 +17,7 @@ from .build import (
     BatchSizes,
     check_case,
     configure,
+    layers_to_repeat,
     load_recorded_trace,
     load_scaled_trace,
     op_time_options,
@@ -30,7 +31,7 @@ from .trace_dirs import default_trace_dir, trace_dir_from_flag
 
 __all__ = [
     "DEFAULT_WORD", "BatchSizes", "FlagSpec", "FlagTable", "add_sim_flags", "check_case", "check_config_facts",
-    "config_block", "configure", "default_trace_dir", "load_recorded_trace", "load_scaled_trace",
+    "config_block", "configure", "default_trace_dir", "layers_to_repeat", "load_recorded_trace", "load_scaled_trace",
     "op_time_options", "parse_mapping_text", "platform_from_args", "read_config_file", "resolve_batches",
     "sim_namespace", "strategy_from_args", "trace_dir_from_flag",
 ]

@@ -19,10 +19,14 @@ from ..hardware.topology_file import check as check_topology_file
 from ..limits import check_batch_limit, check_gpu_count
 from ..trace import Trace
 from ..trace.load import load_trace, trace_batch_size
+from .batch_flags import global_batch_per_replica
+from .comm_flags import apply_link_efficiency
 from .flags import sim_namespace, typed
 from .gpu import GpuOptions, planning_capacity, time_trace_on_gpu
+from .model_flags import check_model_flags, model_given, model_trace
 from .notes import check_unused_platform_flags
 from .parallel_flags import degrees_given, parallel_options, resolve_gpus
+from .precision import training_precision, with_flag_precision
 from .trace_dirs import trace_dir_from_flag
 
 
@@ -41,8 +45,12 @@ def resolve_batches(args: argparse.Namespace, info_cache: dict[str, tuple[int, s
 
     ``info_cache`` (trace directory → (batch, source)) lets a sweep read each meta.json once.
     """
-    trace_dir = trace_dir_from_flag(args.trace_dir)
-    batch, source = args.batch_size, "flag"
+    if model_given(args):  # no trace directory: the card's trace, built at the micro-batch
+        built = model_trace(args, GpuOptions.of(args).dtype)
+        trace_dir, batch, source = built.trace_dir, built.batch, "model card"
+    else:
+        trace_dir = trace_dir_from_flag(args.trace_dir)
+        batch, source = args.batch_size, "flag"
     if batch is None:
         key = str(trace_dir)
         if info_cache is not None and key in info_cache:
@@ -53,7 +61,9 @@ def resolve_batches(args: argparse.Namespace, info_cache: dict[str, tuple[int, s
                 info_cache[key] = (batch, source)
     if batch <= 0:
         raise ConfigError(f"-batch-size must be a positive integer, got {batch}")
-    sim = args.batch_size_sim if args.batch_size_sim not in (None, -1) else batch
+    sim = global_batch_per_replica(args)
+    if sim is None:
+        sim = args.batch_size_sim if args.batch_size_sim not in (None, -1) else batch
     if sim <= 0:
         raise ConfigError(f"-batch-size-sim must be a positive integer (or -1 for the trace's batch), got {sim}")
     check_batch_limit(batch, "-batch-size")
@@ -64,10 +74,18 @@ def resolve_batches(args: argparse.Namespace, info_cache: dict[str, tuple[int, s
 def load_scaled_trace(args: argparse.Namespace) -> Trace:
     """The trace of ``--trace-dir`` recorded at its batch, scaled to ``--batch-size-sim``."""
     b = resolve_batches(args)
-    trace = load_recorded_trace(b.trace_dir, b.batch, args.time_column, getattr(args, "num_layers", None),
+    trace = load_recorded_trace(b.trace_dir, b.batch, args.time_column, layers_to_repeat(args),
                                 *op_time_options(args), gpu_timing_options(args))
     trace = trace.with_batch_source(b.source)
     return scale_trace(trace, b.sim, reference_compat=args.reference_compat)
+
+
+def layers_to_repeat(args: argparse.Namespace) -> int | None:
+    """The depth the trace's layer is repeated to: ``--num-layers``, or a card's depth when its
+    trace holds fewer layers (None: as loaded)."""
+    if model_given(args):
+        return model_trace(args, GpuOptions.of(args).dtype).repeat_to
+    return getattr(args, "num_layers", None)
 
 
 def op_time_options(args: argparse.Namespace) -> tuple[str, float]:
@@ -166,6 +184,7 @@ def strategy_from_args(args: argparse.Namespace, sim_batch: int) -> Strategy:
 
 
 def platform_from_args(args: argparse.Namespace) -> Platform:
+    check_model_flags(args)  # first: "--model needs --gpu" says more than any GPU-flag error
     GpuOptions.of(args).check(bool(args.reference_compat))
     gpus = resolve_gpus(args)
     check_gpu_count(gpus)
@@ -194,6 +213,7 @@ def platform_from_args(args: argparse.Namespace) -> Platform:
         collective_algo=args.collective_algo,
         collective_latency_us=args.collective_latency_us,
     )
+    platform = apply_link_efficiency(platform, getattr(args, "link_efficiency", None), args.reference_compat)
     protocol = getattr(args, "collective_protocol", "simple")
     if protocol != "simple" and not args.reference_compat:  # the original had Simple only
         platform = platform.with_network(collective_protocol=protocol)
@@ -212,8 +232,9 @@ def configure(args: argparse.Namespace | Mapping[str, Any] | None = None,
     elif options:
         raise TypeError("configure(): pass either a namespace or keyword options, not both")
     check_case(args)
+    training_precision(args)  # the flags' own errors before any file is read
     platform = platform_from_args(args)
-    trace = load_scaled_trace(args)
+    trace = with_flag_precision(load_scaled_trace(args), args)
     strategy = strategy_from_args(args, trace.batch_size)
     if strategy.hybrid:  # before any graph is built: a pipeline stage per layer at most
         check_pipeline_depth(trace, strategy.degrees(platform.num_gpus)[2],

@@ -11,7 +11,9 @@ from typing import Any
 from ..errors import ConfigError
 from ..safe_yaml import MAX_YAML_BYTES, MAX_YAML_DEPTH, parse_yaml_text, read_text_file
 from .flags import FlagTable
-from .gpu import GPU_FLAG_DEFAULTS
+from .gpu import GPU_FLAG_DEFAULTS, GpuOptions
+from .model_flags import MODEL_FLAG_DEFAULTS, model_given, model_trace
+from .precision import PRECISION_FLAG_DEFAULTS
 from .trace_dirs import check_path_length, trace_dir_from_flag
 
 
@@ -137,14 +139,19 @@ def config_block(args: argparse.Namespace) -> dict[str, Any]:
     from ..version import __version__
 
     table = FlagTable.from_cli()
-    trace_dir = trace_dir_from_flag(args.trace_dir)
+    card_run = model_given(args)  # the trace is the card's, rebuilt from the card by a rerun
+    trace_dir = model_trace(args, GpuOptions.of(args).dtype).trace_dir if card_run else trace_dir_from_flag(args.trace_dir)
     block: dict[str, Any] = {}
     for spec in table.specs:
         value = getattr(args, spec.dest, spec.default)
-        if spec.dest in GPU_FLAG_DEFAULTS and value == GPU_FLAG_DEFAULTS[spec.dest]:
-            continue  # a run without the GPU flags records the block it always did
+        if (spec.dest in GPU_FLAG_DEFAULTS and value == GPU_FLAG_DEFAULTS[spec.dest]) or \
+                (spec.dest in PRECISION_FLAG_DEFAULTS and value == PRECISION_FLAG_DEFAULTS[spec.dest]) or \
+                (spec.dest in MODEL_FLAG_DEFAULTS and value is None):
+            continue  # a run without the GPU, precision or card flags records the block it always did
+        if spec.dest == "model_file":
+            value = str(Path(value).resolve())
         if spec.dest == "trace_dir":
-            value = str(trace_dir.resolve())
+            value = None if card_run else str(trace_dir.resolve())
         block[spec.name] = value
     block["triosim_version"] = __version__
     block["trace_sha256"] = file_sha256(trace_dir / "trace.csv")

@@ -10,8 +10,12 @@ from typing import Any
 
 from ..errors import ConfigError
 from ..hardware.platform import COLLECTIVE_ALGOS, COLLECTIVE_PROTOCOLS, NETWORKS
+from .batch_flags import add_global_batch_flag
+from .comm_flags import add_comm_flags
 from .gpu import add_gpu_flags
+from .model_flags import add_model_flags
 from .parallel_flags import add_parallel_flags
+from .precision import add_precision_flags
 
 DEFAULT_WORD = "default"  # a value spelling that means "the run default of this flag"
 _TRUE = frozenset({"1", "true", "yes", "on"})
@@ -48,7 +52,8 @@ def add_sim_flags(p: argparse.ArgumentParser) -> None:
     g.add_argument("--trace-dir", help="trace directory with trace.csv + tensor.csv (default: the embedded sample)")
     g.add_argument("--batch-size", type=int, default=None,
                    help="batch the trace was recorded at (default: from meta.json, else 128)")
-    g.add_argument("--batch-size-sim", type=int, default=-1, help="per-GPU simulated batch (default: = batch-size)")
+    g.add_argument("--batch-size-sim", type=int, default=-1, help="per-GPU simulated batch (default: = batch-size); a --dp/--tp/--pp run: "
+                        "per data-parallel replica (or give --global-batch)")
     g.add_argument("--time-column", choices=("nooverlap", "span"), default="nooverlap",
                    help="op time: kernel-time sum (default, as the original) or first-to-last kernel span")
     g.add_argument("--num-layers", type=int, default=None, metavar="L",
@@ -58,6 +63,7 @@ def add_sim_flags(p: argparse.ArgumentParser) -> None:
                         "linear-floor), fit, linear-floor or linear (the original's; always under --reference-compat)")
     g.add_argument("--kernel-floor-us", type=float, default=2.0,
                    help="shortest op time in µs when scaling to a smaller batch or micro-batch (2)")
+    add_model_flags(g)
     g = p.add_argument_group("platform")
     g.add_argument("--GPUnumber", "--gpus", dest="gpus", type=int, default=None,
                    help="number of GPUs (8; a hybrid run: dp × tp × pp)")
@@ -90,6 +96,7 @@ def add_sim_flags(p: argparse.ArgumentParser) -> None:
     g.add_argument("--collective-latency-us", type=collective_latency, default=None, metavar="US|nccl",
                    help="per-step collective latency in µs (default nccl: NCCL's per-algorithm and per-link "
                         "constants plus its per-call latency; 0 turns collective latency off)")
+    add_comm_flags(g)
     g = p.add_argument_group("strategy")
     g.add_argument("--case", type=int, default=0, action=StoreTyped,
                    help="0 single GPU, 1 data parallel, 2 DDP, 3 tensor parallel, 4 pipeline parallel "
@@ -97,6 +104,7 @@ def add_sim_flags(p: argparse.ArgumentParser) -> None:
     g.add_argument("--micro-batch-size", type=int, default=-1,
                    help="pipeline micro-batch (default: the whole batch in one, so the stages run one after "
                         "another). -case 4: the last one may be smaller; --dp/--tp/--pp: must divide the batch")
+    add_global_batch_flag(g)
     g.add_argument("--bucket-mb", type=float, default=25.0, help="DDP gradient bucket size in MB (25)")
     g.add_argument("--schedule", default="gpipe", help="pipeline schedule: gpipe, 1f1b or interleaved")
     g.add_argument("--virtual-stages", type=int, default=1,
@@ -110,6 +118,7 @@ def add_sim_flags(p: argparse.ArgumentParser) -> None:
                    help="reproduce the original TrioSim's conventions (see docs/reference-compat.md)")
     add_parallel_flags(g)
     add_gpu_flags(p)
+    add_precision_flags(p)
 
 
 def collective_latency(text: str) -> float | None:

@@ -26,6 +26,7 @@ from ..compute.op_time_source import (
 from ..errors import ConfigError
 from ..hardware.device_db import Device, read_device_file
 from ..trace import Trace
+from ..trace.precision import TRAINING_DTYPES
 
 OVERFLOW_MODES = ("auto", "verdict", "spill")
 DEFAULT_CAPACITY_LOG2 = 40.0  # -capacity's default: 2^40 B, "not given"
@@ -52,7 +53,10 @@ def add_gpu_flags(p: argparse.ArgumentParser) -> None:
     g.add_argument("--trace-gpu", default=None, metavar="NAME",
                    help="the GPU the trace was timed on, when meta.json does not say")
     g.add_argument("--dtype", default="auto", choices=DTYPE_CHOICES,
-                   help="math dtype of the matrix-unit ops under roofline/retarget (auto: the trace's)")
+                   help="bf16, fp16 or fp32: the training dtype (weights, activations and gradients resized "
+                        "from the trace's, fp32 master weights and Adam moments; see docs/precision.md) and, with "
+                        "--gpu, the math dtype of the matrix-unit ops; tf32, fp8: the math dtype only; auto: the "
+                        "trace's sizes and dtypes")
     g.add_argument("--memory-overflow", default="auto", choices=OVERFLOW_MODES,
                    help="a peak over capacity: verdict (fits: false, no spill; default with --gpu) or spill "
                         "(remote-memory traffic; default without)")
@@ -106,8 +110,10 @@ class GpuOptions:
         if self.require_fit and self.overflow == "spill":
             raise ConfigError("--require-fit needs a verdict, not --memory-overflow spill")
         if not self.given:
+            # a training dtype (bf16, fp16, fp32) sizes the buffers without a GPU; a math-only one does not
+            math_only = "auto" if self.dtype in TRAINING_DTYPES else self.dtype
             for flag, value, default in (("--op-time-source", self.source, "auto"), ("--trace-gpu", self.trace_gpu, None),
-                                         ("--dtype", self.dtype, "auto")):
+                                         ("--dtype", math_only, "auto")):
                 if value != default:
                     raise ConfigError(f"{flag} {value} needs the GPU to time the ops on: give --gpu NAME "
                                       "(`triosim gpus` lists them) or --gpu-file FILE")

@@ -27,6 +27,7 @@ _PLATFORM = (
     ("gpus_per_node", "--gpus-per-node"),
     ("node_bandwidth", "--node-bandwidth"),
     ("topology_file", "--topology-file"),
+    ("link_efficiency", "--link-efficiency"),
 )
 # What a topology file's links replace (-bandwidth stays: the file may leave remote memory to it).
 _FILE_REPLACES = (

@@ -1,5 +1,5 @@
-"""The flags of a hybrid run (``--dp --tp --pp --zero --sequence-parallel --tp-style
---rank-order --exact``): their argparse definitions and what they become in a Strategy."""
+"""The flags of a hybrid run (``--dp --tp --pp --zero --sequence-parallel --recompute
+--tp-style --rank-order --exact``): their argparse definitions and what they become in a Strategy."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import argparse
 import math
 
 from ..errors import ConfigError
-from ..graph.strategy import parse_rank_order, parse_zero
+from ..graph.strategy import RECOMPUTE_MODES, parse_rank_order, parse_zero
 
 DEFAULT_GPUS = 8
 
@@ -22,6 +22,9 @@ def add_parallel_flags(g: argparse._ArgumentGroup) -> None:
     g.add_argument("--sequence-parallel", action="store_true",
                    help="megatron TP: split the replicated ops too (reduce-scatter + all-gather per block); "
                         "nothing to split with --tp 1")
+    g.add_argument("--recompute", default="none", choices=RECOMPUTE_MODES,
+                   help="activation recomputation (hybrid runs): none, selective (re-run the attention core "
+                        "before its backward) or full (re-run each layer's forward, keep only layer inputs)")
     g.add_argument("--tp-style", default=None,
                    help="tensor parallel: megatron (default for --tp) or per-op (case 3's scheme)")
     g.add_argument("--rank-order", default="tp,pp,dp",
@@ -60,7 +63,8 @@ def parallel_options(args: argparse.Namespace) -> dict:
     """Strategy keyword arguments of the hybrid flags."""
     if not degrees_given(args):
         for flag, bad in (("--zero", str(getattr(args, "zero", "0")).strip() not in ("0", "")),
-                          ("--sequence-parallel", getattr(args, "sequence_parallel", False))):
+                          ("--sequence-parallel", getattr(args, "sequence_parallel", False)),
+                          ("--recompute", str(getattr(args, "recompute", "none")) != "none")):
             if bad:
                 raise ConfigError(f"{flag} needs the degrees of a hybrid run: give --dp/--tp/--pp (not -case)")
     return {
@@ -72,6 +76,7 @@ def parallel_options(args: argparse.Namespace) -> dict:
         "tp_style": getattr(args, "tp_style", None),
         "rank_order": parse_rank_order(getattr(args, "rank_order", "tp,pp,dp")),
         "exact": _exact(args),
+        "recompute": str(getattr(args, "recompute", "none")),
     }
 
 

@@ -44,6 +44,12 @@ class GraphBuilder:
         self.check()
         graph = self.compose()
         graph.meta.setdefault("parallel", self.strategy.parallel_dict(self.platform.num_gpus))
+        precision = self.trace.precision
+        if precision is not None:  # only under a training dtype: a run as traced writes what it always wrote
+            graph.meta["precision"] = {"dtype": precision.dtype, "grad_reduce_dtype": precision.grad_reduce_dtype,
+                                       "master_weights": precision.mixed}
+        # Each compute task names its trace op; the time breakdown reads the op's phase here.
+        graph.meta.setdefault("op_stages", tuple(op.stage for op in self.trace.ops))
         return attach_network(graph, self.platform)
 
     def check(self) -> None:

@@ -56,7 +56,7 @@ from ..hardware.platform import Platform
 from ..schedule.tasks import TaskGraph
 from ..trace import Trace
 from . import case_blocks
-from .collectives.group_comm import GroupComm
+from .collectives.group_comm import GroupComm, collective_warning
 from .collectives.star_routes import prime_routes
 from .composition_state import CompositionState
 from .data import gradient_sync
@@ -68,7 +68,9 @@ from .pipeline.builder import choose_stages, micro_batch_sizes
 from .pipeline.rank_program import add_rank_program
 from .pipeline.sends import send_hop_by_hop
 from .pipeline.stages import PipelinePlan, buffer_versions
+from .pipeline.tied_embedding import TiedEmbedding, add_tied_allreduce, find_tied
 from .rank_map import RankMap
+from .recompute import activation_facts, carry_plan, fit_to_stages, recompute
 from .replica_symmetry import replicas_alike
 from .ring_symmetry import group_comm
 from .single import op_label, record_memory
@@ -114,6 +116,10 @@ def build(trace: Trace, platform: Platform, strategy: Strategy, fuse_runs: bool 
     virtual = strategy.virtual_stages if strategy.schedule == "interleaved" else 1
     if preset is None:  # case 4 keeps its own check: a forward op per stage (stages.candidate_plans)
         check_pipeline_depth(trace, pp, virtual)
+    original = trace  # the tensor-parallel plan is found on it, then carried to the re-runs
+    rec = recompute(trace, strategy.recompute) if preset is None else None
+    if rec is not None:
+        trace = rec.trace
     sizes = micro_batch_sizes(trace.batch_size, strategy.micro_batch_size)
     fractions = [m / trace.batch_size for m in sizes]
     exact = strategy.exact
@@ -133,21 +139,35 @@ def build(trace: Trace, platform: Platform, strategy: Strategy, fuse_runs: bool 
     # interleaved: stage P−1 (last GPU) hands over to stage P (first GPU again)
     prime_routes(platform, ((ranks.rank(d, t, s), ranks.rank(d, t, (s + e) % pp)) for d, t in replicas
                             for s in range(pp) for e in (-1, 1) if 0 <= s + e < pp or (virtual > 1 and pp > 1)))
-    plan, candidates = choose_stages(trace, platform, strategy, fractions, num_stages=pp,
-                                     stage_gpus=tuple(ranks.stage_gpus(0, 0)))
-    tpp = tensor_plan(trace, tp, strategy.effective_tp_style, strategy.sequence_parallel)
+    def plan_for(t: Trace) -> tuple:
+        return choose_stages(t, platform, strategy, fractions, num_stages=pp, stage_gpus=tuple(ranks.stage_gpus(0, 0)))
+
+    if rec is not None and pp > 1:  # re-runs stay on their stage: split them at the cuts
+        rec, (plan, candidates) = fit_to_stages(original, rec, plan_for)
+        trace = rec.trace
+    else:
+        plan, candidates = plan_for(trace)
+    tpp = tensor_plan(original, tp, strategy.effective_tp_style, strategy.sequence_parallel)
+    if rec is not None:
+        tpp = carry_plan(tpp, rec)
     # Fused runs of ops keep every time exact only while no memcpy can cut into a run (a run's
     # buffers all fit on the GPU); when the memory plan needs one, the graph is built op by op.
     fuse = fuse_runs and not exact and strategy.initial_placement == "gpu"
     roles = buffer_roles(trace)
+    tied = find_tied(original) if preset is None and pp > 1 else None
     while True:
         g = Composition(trace, platform, strategy, ranks, plan, tpp, fractions, replicas, roles, fuse=fuse,
-                        preset=preset, exact=exact).assemble()
+                        preset=preset, exact=exact, tied=tied,
+                        reruns=frozenset(rec.rerun_ops) if rec is not None else frozenset()).assemble()
         if not g.meta.pop("needs_memcpy") or not fuse:
             break
         fuse = False
     if preset is None:
         g.meta["hybrid"]["replica_warning"] = replica_warning
+        g.meta["hybrid"]["recompute"] = activation_facts(original, rec, tpp, fractions[0])
+        if rec is not None:  # the time breakdown's phases, by the ops of the rewritten trace
+            g.meta["op_stages"] = tuple(op.stage for op in trace.ops)
+            g.meta["recompute_ops"] = frozenset(rec.rerun_ops)
     else:
         case_blocks.record(g, trace, strategy, preset, plan, tpp, sizes, candidates)
     return g
@@ -159,6 +179,8 @@ class Composition(CompositionState):
     is built and collectives are simulated on their links, not charged in closed form."""
 
     exact: bool = False
+    tied: TiedEmbedding | None = None  # tied input/output embeddings (their all-reduce when pp > 1)
+    reruns: frozenset[int] = frozenset()  # re-run forward ops (activation recomputation)
 
     def assemble(self) -> TaskGraph:
         """The steps in order; the graph's ``needs_memcpy`` says whether a memory plan needed a
@@ -186,8 +208,18 @@ class Composition(CompositionState):
     def add_programs(self, comm: GroupComm, waits) -> list[list[str]]:
         """Each pipeline rank's program, then its gradient sync and optimizer share; returns the
         parameters each rank owns."""
-        colls = {c.op: c for c in self.tpp.collectives} if self.ranks.tp > 1 else {}
+        # op -> its TP collectives in plan order: under sequence parallelism an op that ends one
+        # block and feeds the next carries a reduce-scatter and then an all-gather.
+        colls: dict[int, list] = {}
+        for c in self.tpp.collectives if self.ranks.tp > 1 else ():
+            colls.setdefault(c.op, []).append(c)
         params_of = gradient_sync.stage_params(self)
+        if self.tied is not None and self.ranks.pp > 1:  # both embedding stages first, then their all-reduce
+            lasts = [add_rank_program(self, comm, p, waits, colls, params_of[p]) for p in range(self.ranks.pp)]
+            add_tied_allreduce(self, comm, self.tied, lasts)
+            for p in range(self.ranks.pp):
+                gradient_sync.add_gradient_sync(self, comm, p, params_of[p], lasts[p])
+            return params_of
         for p in range(self.ranks.pp):
             last = add_rank_program(self, comm, p, waits, colls, params_of[p])
             gradient_sync.add_gradient_sync(self, comm, p, params_of[p], last)
@@ -198,7 +230,10 @@ class Composition(CompositionState):
         plan, ranks = self.plan, self.ranks
         if ranks.pp < 2:
             return
+        handed = set(self.tied.head_part) if self.tied is not None else set()
         for v in self.versions:
+            if v.buffer in handed:  # the tied embedding's all-reduce replaces this hand-over
+                continue
             src = plan.stage[v.writer]
             readers = [(c, plan.stage[c]) for c in v.readers if plan.stage[c] != src]
             if not readers:
@@ -262,6 +297,7 @@ class Composition(CompositionState):
             "collectives_dp0_tp0": {k: {kk: (round(vv, 3) if isinstance(vv, float) else vv) for kk, vv in v.items()}
                                      for k, v in sorted(self.stats.items())},
             "link_sharing_unknown": comm.sharing_unknown,
+            "collective_warning": collective_warning(comm.crosses_other_gpus),
             "stage_parameters": [len(p) for p in params_of],
             "pipeline_warnings": list(self.plan.warnings),  # e.g. the partition search ran out of budget
             "memory": memory,

@@ -79,12 +79,21 @@ def op_steps(trace: Trace, op_indices: Sequence[int], tasks: Sequence[int], key_
 
 
 def persistent_buffers(trace: Trace) -> set[str]:
-    """External buffers that outlive the iteration: parameters and optimizer state."""
+    """External buffers that outlive the iteration: parameters and optimizer state; and the
+    buffers a training precision allocates before the iteration (the gradient buffer)."""
     touched_by_optimizer = {
         k for i, op in enumerate(trace.ops) if op.stage == "optimizer" for k in (*trace.reads[i], *trace.writes[i])
     }
     params = set(trace.parameters)
-    return {k for k in trace.external if k in params or k in touched_by_optimizer}
+    return {k for k in trace.external if k in params or k in touched_by_optimizer} | set(trace.preallocated)
+
+
+def resident_from_start(trace: Trace) -> tuple[str, ...]:
+    """Buffers that exist before the first op: the trace's external ones and, under a training
+    precision, the gradient buffer (Megatron allocates it once, for every iteration)."""
+    if not trace.preallocated:
+        return trace.external
+    return (*trace.external, *sorted(trace.preallocated - set(trace.external)))
 
 
 def plan_program_memory(
@@ -111,7 +120,7 @@ def plan_program_memory(
         device,
         steps,
         sizes,
-        external=trace.external,
+        external=resident_from_start(trace),
         persistent=persistent_buffers(trace),
         placement=strategy.initial_placement,
     )
@@ -132,12 +141,13 @@ def whole_trace_fitting(trace: Trace, capacity: int, device: int, tasks: Sequenc
     live = (last >= 0) & (cols.nbytes > 0)
     if int(cols.nbytes[live].sum()) > capacity:
         return None
-    external = cols.mask(trace.external)
+    external = cols.mask(resident_from_start(trace))
     optimizer = np.fromiter(map("optimizer".__eq__, map(attrgetter("stage"), trace.ops)), dtype=bool, count=n)
     touched_by_optimizer = np.zeros(count, dtype=bool)
     touched_by_optimizer[cols.read_code[optimizer[cols.read_op]]] = True
     touched_by_optimizer[cols.write_code[optimizer[cols.write_op]]] = True
-    persistent = external & (cols.mask(trace.parameters) | touched_by_optimizer)  # as persistent_buffers()
+    persistent = external & (cols.mask(trace.parameters) | touched_by_optimizer | cols.mask(trace.preallocated))
+    # as persistent_buffers()
     first[external] = 0
     end = last + 1
     end[persistent] = n

@@ -51,6 +51,7 @@ PRESETS = {
     4: Preset("pp"),
 }  # default rank order, innermost first
 TP_STYLES = ("megatron", "per-op")
+RECOMPUTE_MODES = ("none", "selective", "full")
 ZERO_ALIASES = {"0": 0, "1": 1, "2": 2, "3": 3, "fsdp": 3}
 
 
@@ -84,6 +85,9 @@ class Strategy:
     ``rank_order``: which axis varies fastest in the rank numbering (tp innermost by default, so
     a TP group sits inside one NVSwitch node). ``exact`` True builds every GPU, False one
     representative per distinct role, None (default) every GPU while that graph stays small.
+    ``recompute``: activation recomputation (:mod:`triosim.graph.recompute`): ``none``,
+    ``selective`` (the attention core re-run before its backward) or ``full`` (each layer's
+    forward re-run before its backward, only layer inputs kept).
     """
 
     case: int = 0
@@ -103,6 +107,7 @@ class Strategy:
     tp_style: str | None = None
     rank_order: tuple[str, ...] = AXES
     exact: bool | None = None
+    recompute: str = "none"
 
     @property
     def preset(self) -> Preset:
@@ -170,6 +175,10 @@ class Strategy:
                     f"--dp {dp} × --tp {tp} × --pp {pp} = {dp * tp * pp} GPUs, but -GPUnumber is {num_gpus}: "
                     "make them agree or leave -GPUnumber out"
                 )
+        if self.recompute not in RECOMPUTE_MODES:
+            raise ConfigError(f"--recompute must be none, selective or full, got {self.recompute!r}")
+        if self.recompute != "none" and not self.hybrid:
+            raise ConfigError("--recompute needs the degrees of a hybrid run: give --dp/--tp/--pp (not -case)")
         if (self.zero or self.sequence_parallel) and not self.hybrid:
             raise ConfigError("--zero and --sequence-parallel need the degrees: give --dp/--tp/--pp instead of -case")
 
@@ -195,4 +204,5 @@ class Strategy:
             "tp_style": self.effective_tp_style if tp > 1 else None,
             "rank_order": ",".join(self.rank_order),
             "exact": self.exact,
+            "recompute": self.recompute,
         }

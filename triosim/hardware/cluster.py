@@ -10,6 +10,7 @@ import networkx as nx
 
 from ..errors import ConfigError
 from ..limits import check_link_count
+from .link_efficiency import scale_links
 from .platform import GB, REMOTE, Platform, add_link, gpu_node
 from .topology_file import ClusterSpec
 
@@ -80,10 +81,12 @@ def build_cluster(spec: ClusterSpec, path: Path, num_gpus: int, capacity_log2: f
             up = in_unit * nic_bw / spec.oversubscription
             for rail in range(per):
                 add_link(g, f"leaf{su}r{rail}", "spine", up, spec.spine_latency_us * 1e-6, kind="net")
+    # Collectives reach only a share of each link's nominal rate (the file's ``efficiency``).
+    scale_links(g, spec.efficiency())
     return Platform(
         num_gpus=num_gpus, capacity_bytes=int(2**capacity_log2), graph=g, ring=tuple(range(num_gpus)),
         topology=spec.name, remote_bandwidth=remote, ptp_bandwidth=nv_bw, ptp_bandwidth_nominal=nv_bw,
         network=network, collective_algo=collective_algo, collective_latency_us=collective_latency_us,
         node_of=tuple(i // per for i in range(num_gpus)), channel_style="rails",
-        router=ClusterRouter(per, spec.nodes_per_leaf),
+        router=ClusterRouter(per, spec.nodes_per_leaf), link_efficiency=spec.efficiency(),
     )

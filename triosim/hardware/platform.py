@@ -73,6 +73,9 @@ class Platform:
     # How the "ring" algorithm spreads a group over the topology's links (CHANNEL_STYLES).
     channel_style: str = "single"
     collective_protocol: str = "simple"
+    # Achieved share of nominal bandwidth per link class (triosim.hardware.link_efficiency); the
+    # links' bandwidths already include it. Empty: every link at its nominal rate.
+    link_efficiency: dict[str, float] = field(default_factory=dict)
     _routes: dict[tuple[str, str], tuple[str, ...]] = field(default_factory=dict, repr=False)
     _route_params: dict[tuple[str, ...], tuple[float, float]] = field(default_factory=dict, repr=False)
     _routes_graph: dict[str, nx.DiGraph] = field(default_factory=dict, repr=False)

@@ -10,6 +10,7 @@ from ..errors import ConfigError
 from ..limits import check_link_count
 from . import topology_file as tf
 from .cluster import build_cluster
+from .link_efficiency import LINK_CLASSES, with_link_efficiency
 from .platform import (
     GB,
     MAX_LINK_LATENCY_US,
@@ -34,8 +35,11 @@ def _from_file(path: str, num_gpus: int, capacity_log2: float, bandwidth_gbps: f
         return build_platform(num_gpus, capacity_log2=capacity_log2, reference_compat=reference_compat,
                               network=network, collective_algo=collective_algo,
                               collective_latency_us=collective_latency_us, **kwargs)
-    return build_cluster(tf.cluster_spec(where, data), where, num_gpus, capacity_log2, bandwidth_gbps,
-                            network, collective_algo, collective_latency_us)
+    platform = build_cluster(tf.cluster_spec(where, data), where, num_gpus, capacity_log2, bandwidth_gbps,
+                             network, collective_algo, collective_latency_us)
+    if reference_compat:  # the original's network: every link at its nominal rate
+        platform = with_link_efficiency(platform, dict.fromkeys(LINK_CLASSES, 1.0))
+    return platform
 
 
 def build_platform(

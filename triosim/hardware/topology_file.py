@@ -13,7 +13,9 @@ Two kinds of file:
   NIC ports below them. Routes take the cheapest path (NVLink 1, a NIC hop 2, a leaf↔spine hop
   4), so traffic between rails crosses NVLink to the rail's GPU first, as NCCL's PXN does.
 
-Bandwidths are GB/s per direction, latencies µs per link. The GPU count comes from
+Bandwidths are GB/s per direction, latencies µs per link. ``nvlink``, ``nic`` and ``spine`` may
+give an ``efficiency`` (0 < e ≤ 1): the share of the nominal bandwidth NCCL achieves on that link
+class (defaults :data:`~triosim.hardware.link_efficiency.DEFAULT_CLUSTER_EFFICIENCY`). The GPU count comes from
 ``-GPUnumber``; ``gpus`` in the file, if present, must agree with it.
 
 The file is read by :func:`triosim.safe_yaml.load_yaml_file` (at most 1 MiB, nested at most 32
@@ -36,6 +38,7 @@ from typing import Any
 from ..errors import ConfigError
 from ..limits import MAX_GPUS
 from ..safe_yaml import load_yaml_file
+from .link_efficiency import DEFAULT_CLUSTER_EFFICIENCY
 
 KINDS = ("preset", "cluster")
 PRESET_KEYS = {"kind", "name", "description", "source", "gpus", "topology", "ptp_bandwidth_gbps",
@@ -43,9 +46,9 @@ PRESET_KEYS = {"kind", "name", "description", "source", "gpus", "topology", "ptp
                "num_rows", "num_cols", "interconnects"}
 CLUSTER_KEYS = {"kind", "name", "description", "source", "gpus", "gpus_per_node", "nvlink", "nics_per_gpu", "nic",
                 "leaf", "spine", "remote_bandwidth_gbps"}
-LINK_KEYS = {"bandwidth_gbps", "latency_us"}
+LINK_KEYS = {"bandwidth_gbps", "latency_us", "efficiency"}
 NESTED_KEYS = {"nvlink": LINK_KEYS, "nic": LINK_KEYS, "leaf": {"nodes_per_leaf"},
-               "spine": {"oversubscription", "latency_us"}}
+               "spine": {"oversubscription", "latency_us", "efficiency"}}
 
 # The largest value each field may take (the smallest is 0 or just above it). Far above any
 # real cluster, and low enough that products of them stay finite and exact.
@@ -57,6 +60,7 @@ RANGES = {
     "latency_us": MAX_LATENCY_US, "link_latency_us": MAX_LATENCY_US,
     "gpus": MAX_GPUS, "gpus_per_node": MAX_GPUS, "nodes_per_leaf": MAX_GPUS, "num_rows": MAX_GPUS,
     "num_cols": MAX_GPUS, "nics_per_gpu": 64, "oversubscription": 1024, "interconnects": 1,
+    "efficiency": 1,  # achieved share of the nominal rate (triosim.hardware.link_efficiency)
 }
 
 
@@ -72,6 +76,7 @@ def _unknown_key(where: str, key: object, allowed: set[str], what: str = "") -> 
 class LinkSpec:
     bandwidth_gbps: float
     latency_us: float = 0.0
+    efficiency: float = 1.0  # achieved share of bandwidth_gbps (see triosim.hardware.link_efficiency)
 
 
 @dataclass(frozen=True)
@@ -88,6 +93,11 @@ class ClusterSpec:
     spine_latency_us: float
     remote_bandwidth_gbps: float | None
     gpus: int | None
+    spine_efficiency: float = DEFAULT_CLUSTER_EFFICIENCY["spine"]
+
+    def efficiency(self) -> dict[str, float]:
+        """The achieved share of nominal bandwidth per link class."""
+        return {"nvlink": self.nvlink.efficiency, "nic": self.nic.efficiency, "spine": self.spine_efficiency}
 
 
 def packaged_dir() -> Path:
@@ -170,7 +180,8 @@ def _link(p: Path, data: dict, key: str) -> LinkSpec:
     if not isinstance(sub, dict):
         raise ConfigError(f"{p}: field {key!r} must be a mapping with bandwidth_gbps (and latency_us)")
     q = Path(f"{p}: {key}")
-    return LinkSpec(_number(q, sub, "bandwidth_gbps"), _number(q, sub, "latency_us", 0.0, positive=False))
+    return LinkSpec(_number(q, sub, "bandwidth_gbps"), _number(q, sub, "latency_us", 0.0, positive=False),
+                    _number(q, sub, "efficiency", DEFAULT_CLUSTER_EFFICIENCY[key]))
 
 
 def cluster_spec(p: Path, data: dict) -> ClusterSpec:
@@ -189,6 +200,7 @@ def cluster_spec(p: Path, data: dict) -> ClusterSpec:
         spine_latency_us=_number(Path(f"{p}: spine"), spine, "latency_us", 0.0, positive=False),
         remote_bandwidth_gbps=_number(p, data, "remote_bandwidth_gbps") if "remote_bandwidth_gbps" in data else None,
         gpus=_number(p, data, "gpus", integer=True) if "gpus" in data else None,
+        spine_efficiency=_number(Path(f"{p}: spine"), spine, "efficiency", DEFAULT_CLUSTER_EFFICIENCY["spine"]),
     )
 
 

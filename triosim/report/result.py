@@ -21,7 +21,8 @@ from ..schedule.list_scheduler import Schedule
 from ..schedule.tasks import COMM_KINDS, TaskGraph
 
 # Facts builders record about their strategy that belong in the JSON result.
-STRATEGY_META = ("gradient_bytes", "buckets", "tensor_parallel", "pipeline", "parallel", "hybrid", "collectives")
+STRATEGY_META = ("gradient_bytes", "buckets", "tensor_parallel", "pipeline", "parallel", "hybrid", "collectives",
+                 "precision")
 
 
 def case_of(strategy: Strategy) -> int | None:
@@ -84,6 +85,15 @@ class Result:
     per_gpu: list[GpuStats]
     per_link: list[LinkStats]
     extra: dict[str, Any] = field(default_factory=dict)
+    _breakdown: dict[str, Any] | None = field(default=None, repr=False, compare=False)
+
+    def time_breakdown(self) -> dict[str, Any]:
+        """Where each GPU's iteration goes (see :mod:`triosim.report.breakdown`); computed once."""
+        if self._breakdown is None:
+            from .breakdown import breakdown_dict  # the breakdown reads this module's Result
+
+            self._breakdown = breakdown_dict(self)
+        return self._breakdown
 
     @property
     def makespan_ms(self) -> float:
@@ -102,6 +112,9 @@ class Result:
             "case_name": self.strategy.name,
             "gpus": self.platform.num_gpus,
             "topology": self.platform.topology,
+            # The achieved share of nominal bandwidth per link class, when not every link is nominal.
+            **({"link_efficiency": dict(sorted(self.platform.link_efficiency.items()))}
+               if self.platform.link_efficiency else {}),
             "tasks": len(self.graph),
             "edges": self.graph.num_edges,
             "fetched_bytes": sum(m.get("fetched_bytes", 0) for m in mem.values()),
@@ -122,6 +135,7 @@ class Result:
                 for k in self.per_link
             ],
             **{k: self.graph.meta[k] for k in STRATEGY_META if k in self.graph.meta},
+            "breakdown": self.time_breakdown(),
             **self.extra,
         }
 

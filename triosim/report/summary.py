@@ -11,6 +11,7 @@ from rich.table import Table
 from .dot_export import human_bytes
 from .memory_verdict import verdict_line
 from .result import GpuStats, Result, case_label
+from .throughput import throughput_lines
 
 MAX_GPU_ROWS = 16
 
@@ -47,6 +48,19 @@ def honesty_notes(result: Result) -> list[str]:
     return notes
 
 
+def breakdown_line(result: Result) -> str:
+    """One line: where the mean GPU's iteration goes (the parts that are not zero)."""
+    block = result.time_breakdown()
+    mean = block.get("mean") if block else None
+    if not mean:
+        return ""
+    names = {"exposed_tp_ms": "exposed TP", "exposed_pp_ms": "exposed PP", "exposed_dp_ms": "exposed DP",
+             "exposed_memory_ms": "exposed memory", "exposed_other_ms": "exposed other comm",
+             "idle_ms": "idle/bubble"}
+    parts = [f"{names.get(k, k[:-3])} {v:.4f}" for k, v in mean.items() if v > 0]
+    return "Time per GPU, mean (ms): " + " · ".join(parts)
+
+
 def print_summary(result: Result, console: Console, title: str = "") -> None:
     s, p = result.strategy, result.platform
     head = (
@@ -57,9 +71,16 @@ def print_summary(result: Result, console: Console, title: str = "") -> None:
         f"[bold green]Iteration time: {result.makespan_ms:.4f} ms[/bold green]"
         f"   ({len(result.graph):,} tasks, {result.graph.num_edges:,} edges)"
     )
+    precision = result.graph.meta.get("precision")
+    if precision:  # only under a training dtype
+        head = head.replace("\n[bold green]", f"\ntraining in {precision['dtype']}, gradients reduced in "
+                            f"{precision['grad_reduce_dtype']}"
+                            f"{', fp32 master weights' if precision['master_weights'] else ''}\n[bold green]", 1)
     gpu = result.extra.get("gpu")
     if gpu:  # only with --gpu: a run without it prints what it always printed
         head = head.replace("\n[bold green]", f"\n[bold]{gpu['header']}[/bold]\n[bold green]", 1)
+    if result.extra.get("throughput"):
+        head += "\n" + "\n".join(throughput_lines(result.extra["throughput"], gpu["display_name"] if gpu else None))
     notes = honesty_notes(result) + (list(gpu.get("notes", [])) if gpu else [])
     if notes:
         head += "\n" + "\n".join(f"[bold yellow]{n}[/bold yellow]" for n in notes)
@@ -72,6 +93,9 @@ def print_summary(result: Result, console: Console, title: str = "") -> None:
                         if memory.get("worst") else "memory fits")
     console.print(Panel(head, title="triosim", expand=False))
     console.print(_gpu_table(result.per_gpu))
+    line = breakdown_line(result)
+    if line:
+        console.print(line)
     if result.per_link:
         busiest = sorted(result.per_link, key=lambda k: (-k.busy_ms, k.link))[:6]
         table = Table(title="Busiest links", title_justify="left", show_edge=False)
@@ -99,6 +123,10 @@ def print_summary(result: Result, console: Console, title: str = "") -> None:
                           "split column-then-row")
         else:
             console.print("Tensor parallel: per-op scheme")
+    rec = hybrid_tp.get("recompute") or {}
+    if rec.get("mode", "none") != "none":
+        console.print(f"Recomputation: {rec['mode']}, {rec['rerun_ops']} forward op(s) re-run in "
+                      f"{rec['units']} unit(s), {rec['rerun_traced_s'] * 1e3:.2f} ms traced")
     if hybrid_tp:
         _print_hybrid(console, meta.get("parallel", {}), hybrid_tp, result.extra.get("batch_size_sim"))
     if "pipeline" in meta:
@@ -133,6 +161,8 @@ def _print_hybrid(console: Console, parallel: dict, hybrid: dict, batch: int | N
         console.print(f"  [yellow]pipeline:[/yellow] {warning}")
     if hybrid.get("replica_warning"):
         console.print(f"  [yellow]representatives:[/yellow] {hybrid['replica_warning']}")
+    if hybrid.get("representatives") and hybrid.get("collective_warning"):
+        console.print(f"  [yellow]representatives:[/yellow] {hybrid['collective_warning']}")
     table = Table(title="Memory per GPU by role", title_justify="left", show_edge=False)
     # ZeRO-3's gathered (whole) parameters at the peak get a column when there are any
     gathered = any(m.get("gathered_params_bytes") for m in hybrid.get("memory", []))

@@ -36,6 +36,7 @@ from .execute import (
     OK,
     Outcome,
     Prepared,
+    check_dask_address,
     default_jobs,
     prepare,
     require_distributed,
@@ -296,6 +297,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     positive(args.dask_timeout, "--dask-timeout", "seconds")  # NaN would wait forever
     if args.dask:
         require_distributed()
+        check_dask_address(args.dask)  # before NAME.partial is created
     if args.jobs is not None and args.jobs < 1:
         raise ConfigError(f"--jobs must be >= 1, got {args.jobs}")
     err = Console(stderr=True, highlight=False)

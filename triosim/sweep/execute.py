@@ -21,9 +21,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ..compute.model_flops import model_flops_per_sample
 from ..compute.scale import scale_trace
 from ..config import (
     check_case,
+    layers_to_repeat,
     load_recorded_trace,
     op_time_options,
     platform_from_args,
@@ -32,8 +34,8 @@ from ..config import (
 )
 from ..config.build import gpu_timing_options
 from ..config.gpu import GpuOptions, verdict_capacity
+from ..config.precision import with_flag_precision
 from ..errors import ConfigError, TriosimError
-from ..graph.strategy import Strategy
 from ..trace import Trace
 from .grid import Point
 
@@ -52,9 +54,17 @@ class TraceSet:
 
     traces: dict[TraceKey, Trace]
     _scaled: dict[tuple[TraceKey, int, bool], Trace] = field(default_factory=dict, repr=False, compare=False)
+    _flops: dict[TraceKey, float] = field(default_factory=dict, repr=False, compare=False)
 
     def __getstate__(self) -> dict[str, Any]:
-        return {"traces": self.traces, "_scaled": {}}
+        return {"traces": self.traces, "_scaled": {}, "_flops": {}}
+
+    def flops_per_sample(self, key: TraceKey) -> float:
+        """Model FLOPs of one sample of the trace of ``key`` (recorded at batch ``key[1]``)."""
+        hit = self._flops.get(key)
+        if hit is None:
+            hit = self._flops[key] = model_flops_per_sample(self.traces[key], key[1])
+        return hit
 
     def scaled(self, key: TraceKey, batch_size_sim: int, reference_compat: bool) -> Trace:
         ck = (key, batch_size_sim, reference_compat)
@@ -88,6 +98,12 @@ class Outcome:
     max_peak_memory_bytes: int | None = None
     tasks: int | None = None
     samples_per_s: float | None = None  # training throughput: samples of one iteration / its time
+    global_batch: int | None = None  # samples of one iteration over all data-parallel replicas
+    micro_batch: int | None = None
+    micro_batches: int | None = None  # per replica
+    tokens_per_s: float | None = None  # with a sequence length (meta.json's seq_len)
+    tflops_per_gpu: float | None = None  # model FLOP/s per GPU / 1e12 (recomputation excluded)
+    mfu: float | None = None  # with --gpu: model FLOPs utilisation against its dense peak
     gpu: str | None = None  # with --gpu: the device and the op-time source used
     op_time_source: str | None = None
     fits: bool | None = None  # under a memory verdict: whether every GPU's peak fits its capacity
@@ -110,17 +126,20 @@ def run_task(traces: TraceSet, task: Task) -> Outcome:
 
     from ..compute.op_time_source import gpu_timing
     from ..report.memory_verdict import memory_verdict
+    from ..report.throughput import throughput_of
     from ..simulation import simulate as run_simulation
 
     ns = Namespace(**dict(task.config))
     try:
         platform = platform_from_args(ns)
-        trace = traces.scaled(task.trace_key, task.batch_size_sim, bool(ns.reference_compat))
+        trace = with_flag_precision(traces.scaled(task.trace_key, task.batch_size_sim, bool(ns.reference_compat)), ns)
         strategy = strategy_from_args(ns, trace.batch_size)
         result = run_simulation(trace, platform, strategy)
         timing = gpu_timing(trace)
         judged = verdict_capacity(ns)
         fits = memory_verdict(result.graph, trace, strategy, *judged).fits if judged is not None else None
+        rates = throughput_of(trace, strategy, platform.num_gpus, result.makespan_s,
+                              traces.flops_per_sample(task.trace_key), timing)
     except ConfigError as exc:
         return Outcome(task.index, INVALID, _reason(exc))
     except Exception as exc:  # a failed configuration is data, not the end of the sweep
@@ -135,18 +154,21 @@ def run_task(traces: TraceSet, task: Task) -> Outcome:
         mean_exposed_comm_ms=_r(sum(g.exposed_comm_ms for g in gpus) / n),
         max_peak_memory_bytes=max((g.peak_memory_bytes for g in gpus), default=0),
         tasks=len(result.graph),
-        samples_per_s=_r(samples_per_iteration(strategy, platform.num_gpus, trace.batch_size)
-                         / result.makespan_s) if result.makespan_s > 0 else None,
+        samples_per_s=_rounded(rates.samples_per_s),
+        global_batch=rates.global_batch,
+        micro_batch=rates.micro_batch,
+        micro_batches=rates.micro_batches,
+        tokens_per_s=_rounded(rates.tokens_per_s),
+        tflops_per_gpu=_rounded(rates.flops_per_gpu / 1e12 if rates.flops_per_gpu is not None else None),
+        mfu=_rounded(rates.mfu),
         gpu=timing.device.name if timing is not None else None,
         op_time_source=timing.source if timing is not None else None,
         fits=fits,
     )
 
 
-def samples_per_iteration(strategy: Strategy, gpus: int, batch_sim: int) -> int:
-    """Data-parallel replicas each train their own batch; tensor and pipeline parallel GPUs
-    share one: batch × the data-parallel degree."""
-    return batch_sim * strategy.degrees(gpus)[0]
+def _rounded(x: float | None) -> float | None:
+    return None if x is None else _r(x)
 
 
 # ----------------------------------------------------------------------------- preparation
@@ -193,7 +215,7 @@ def prepare(points: Sequence[Point]) -> Prepared:
             settled.append(Outcome(point.index, FAILED,
                                    f"-case {ns.case} ({CASE_NAMES[ns.case]}) is not implemented yet"))
             continue
-        pending.append((point, (trace_dir, batch, ns.time_column, getattr(ns, "num_layers", None),
+        pending.append((point, (trace_dir, batch, ns.time_column, layers_to_repeat(ns),
                                 *op_time_options(ns), gpu_timing_options(ns)), sim))
 
     loaded: dict[TraceKey, Trace] = {}
@@ -357,6 +379,19 @@ def require_distributed() -> None:
         raise ConfigError("--dask needs dask.distributed: pip install 'triosim[cluster]'") from None
 
 
+def check_dask_address(address: str) -> None:
+    """Refuse what is neither a scheduler file nor ``[PROTOCOL://]HOST:PORT``, before the sweep
+    opens its outputs and before a Client is built: a Client whose constructor fails on the
+    address is left half-built, and its finalizer printed a traceback 40 s later."""
+    if "://" not in address and Path(address).is_file():
+        return
+    rest = address.split("://", 1)[1] if "://" in address else address
+    host, sep, port = rest.rpartition(":")
+    if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
+        raise ConfigError(f"--dask: {address!r} is neither a scheduler file nor an address HOST:PORT "
+                          "(e.g. tcp://10.0.0.5:8786)")
+
+
 def connect_dask(address: str, timeout_s: float = 20.0) -> Any:
     require_distributed()
     from distributed import Client
@@ -365,6 +400,7 @@ def connect_dask(address: str, timeout_s: float = 20.0) -> Any:
     if "://" not in address and Path(address).is_file():
         kwargs = {"scheduler_file": address}
     else:
+        check_dask_address(address)
         kwargs = {"address": address}
     try:
         return Client(**kwargs, timeout=timeout_s, set_as_default=False)

@@ -136,6 +136,10 @@ def _pipelined(c: Mapping[str, Any]) -> bool:
     return c.get("case") == 4 or _degree(c, "pp") > 1
 
 
+def _hybrid(c: Mapping[str, Any]) -> bool:
+    return any(c.get(d) is not None for d in ("dp", "tp", "pp"))
+
+
 def _has_collectives(c: Mapping[str, Any]) -> bool:
     return c.get("case") in (1, 2, 3) or _degree(c, "dp") > 1 or _degree(c, "tp") > 1
 
@@ -161,7 +165,9 @@ APPLIES: dict[str, Callable[[Mapping[str, Any]], bool]] = {
     "collective_latency_us": _has_collectives,
     "collective_protocol": _has_collectives,
     "bucket_mb": lambda c: c.get("case") == 2 or _degree(c, "dp") > 1,
-    "micro_batch_size": _pipelined,
+    # A hybrid run cuts each replica's batch into micro-batches whatever its pp (gradient
+    # accumulation): the micro-batch applies to every point given as degrees.
+    "micro_batch_size": lambda c: _pipelined(c) or _hybrid(c),
     "schedule": _pipelined,
     "partition": _pipelined,
     "virtual_stages": _pipelined,

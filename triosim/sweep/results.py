@@ -38,11 +38,16 @@ METRIC_COLUMNS = (
     "max_peak_memory_bytes",
     "tasks",
     "samples_per_s",
+    "global_batch",
+    "micro_batch",
+    "micro_batches",
+    "tokens_per_s",
+    "tflops_per_gpu",
 )
 OUTPUT_SUFFIXES = (".csv", ".json")
 # Columns only a sweep with --gpu (GPU_COLUMNS) or a memory verdict (MEMORY_COLUMNS) has: a sweep
 # without them writes the files it always wrote.
-GPU_COLUMNS = ("gpu", "op_time_source")
+GPU_COLUMNS = ("gpu", "op_time_source", "mfu")
 MEMORY_COLUMNS = ("memory",)
 INFEASIBLE = "infeasible"
 
@@ -82,7 +87,12 @@ class Row:
             "max_peak_memory_bytes": o.max_peak_memory_bytes,
             "tasks": o.tasks,
             "samples_per_s": o.samples_per_s,
-            **({"gpu": o.gpu, "op_time_source": o.op_time_source} if o.gpu is not None else {}),
+            "global_batch": o.global_batch,
+            "micro_batch": o.micro_batch,
+            "micro_batches": o.micro_batches,
+            "tokens_per_s": o.tokens_per_s,
+            "tflops_per_gpu": o.tflops_per_gpu,
+            **({"gpu": o.gpu, "op_time_source": o.op_time_source, "mfu": o.mfu} if o.gpu is not None else {}),
             **({"memory": "fits" if o.fits else INFEASIBLE} if o.fits is not None else {}),
         }
 
@@ -119,7 +129,7 @@ def _composition_label(point: Point) -> int | str | None:
 
 # The flags that define the workload (model, batch, timing model): speed-ups compare
 # configurations of one workload only.
-WORKLOAD_FLAGS = ("trace_dir", "batch_size", "batch_size_sim", "time_column", "reference_compat")
+WORKLOAD_FLAGS = ("trace_dir", "batch_size", "batch_size_sim", "global_batch", "time_column", "reference_compat")
 
 
 def _gpus_used(row: Row) -> int:
@@ -343,6 +353,9 @@ def _bytes(n: int | None) -> str:
 # What the sweep can rank by: column -> True when larger is better.
 RANK_COLUMNS = {
     "samples_per_s": True,
+    "tokens_per_s": True,
+    "tflops_per_gpu": True,
+    "mfu": True,
     "makespan_ms": False,
     "max_peak_memory_bytes": False,
     "mean_exposed_comm_ms": False,

@@ -134,6 +134,12 @@ def _outcome(index: int, cells: Mapping[str, Any]) -> Outcome | None:
             max_peak_memory_bytes=_number(cells.get("max_peak_memory_bytes"), int),
             tasks=_number(cells.get("tasks"), int),
             samples_per_s=_number(cells.get("samples_per_s"), float),
+            global_batch=_number(cells.get("global_batch"), int),
+            micro_batch=_number(cells.get("micro_batch"), int),
+            micro_batches=_number(cells.get("micro_batches"), int),
+            tokens_per_s=_number(cells.get("tokens_per_s"), float),
+            tflops_per_gpu=_number(cells.get("tflops_per_gpu"), float),
+            mfu=_number(cells.get("mfu"), float),
             gpu=str(cells["gpu"]) if cells.get("gpu") not in (None, "") else None,
             op_time_source=(str(cells["op_time_source"]) if cells.get("op_time_source") not in (None, "")
                             else None),
@@ -151,8 +157,12 @@ class Resumed:
     outcomes: dict[int, Outcome] = field(default_factory=dict)
     read: list[Path] = field(default_factory=list)
     foreign: int = 0
+    sought: list[Path] = field(default_factory=list)  # the partial files looked for
 
     def describe(self) -> str:
+        if not self.read:  # nothing was interrupted: the sweep runs whole (no file to name as read)
+            names = ", ".join(str(p) for p in self.sought)
+            return f"resuming: no partial file ({names}); every configuration runs"
         files = ", ".join(str(p) for p in self.read)
         extra = f"; {self.foreign} rows of other configurations set aside" if self.foreign else ""
         return f"resuming: {len(self.outcomes)} finished configurations kept from {files}{extra}"
@@ -176,6 +186,7 @@ def read_resumable(outs: Sequence[str], columns: Sequence[str], axes: Sequence[s
     found = Resumed()
     for out in outs:
         part = partial_path(out)
+        found.sought.append(Path(part))
         if not os.path.lexists(part):
             continue
         text = _read_no_follow(part, f"--out {out}")

@@ -27,6 +27,7 @@ from .buffer_columns import (
     tensor_bytes,
 )
 from .model import PARAMETER_CATEGORIES, Op, Tensor
+from .precision import TrainingPrecision
 from .tensor_table import column_or_none
 
 if TYPE_CHECKING:
@@ -60,6 +61,11 @@ class Trace:
     batch_source: str = "argument"
     # The optional meta.json beside the CSVs ({} when there is none): device, time source, …
     info: dict = field(default_factory=dict)
+    # The dtype the run trains in when its buffers were resized by role (None: as traced), and
+    # the buffers that then exist for the whole iteration though the trace first writes them
+    # (the gradient buffer); see triosim.graph.data.precision.
+    precision: TrainingPrecision | None = None
+    preallocated: frozenset[str] = frozenset()
     # Derived on first use (``consumers``, ``forward_partner``, ``grad_ready_op``): most runs never ask, and on a trace of
     # hundreds of thousands of ops they took a fifth of the loading time.
     _partner: tuple[int | None, ...] | None = field(default=None, init=False, repr=False, compare=False)

@@ -14,7 +14,7 @@ import csv
 import json
 import os
 import random
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -43,20 +43,25 @@ def _numel(shape: tuple[int, ...]) -> int:
 
 
 def write_trace_csvs(out: Path, tensors: list[tuple], ops: list[tuple], storage_base: int = 0,
-                     each_byte: Callable[[str], int] = lambda category: 4) -> None:
+                     each_byte: Callable[[str], int] = lambda category: 4,
+                     element_bytes: Mapping[int, int] | None = None, storage: Mapping[int, int] | None = None) -> None:
     """Write ``tensor.csv`` and ``trace.csv`` into ``out`` in TrioSim's format.
 
     ``tensors``: (id, shape, category) in creation order; ``ops``: (name, inputs, outputs, µs,
-    stage, tpflag). Every tensor gets its own storage, ``storage_base + id``.
+    stage, tpflag). Every tensor gets its own storage, ``storage_base + id``, unless ``storage``
+    names another tensor's (a view shares its base's storage); ``element_bytes`` overrides
+    ``each_byte`` per tensor.
     """
+    element_bytes = element_bytes or {}
+    storage = storage or {}
     shape_of = {tid: shape for tid, shape, _ in tensors}
     with open(out / "tensor.csv", "w", newline="") as fh:
         wr = csv.writer(fh)
         wr.writerow(["Index", "TensorID", "TensorShape", "TensorNumElement", "TensorEachByte", "TensorType",
                      "TensorStorgeid", "gpuid"])
         for idx, (tid, shape, cat) in enumerate(tensors):
-            wr.writerow([idx, tid, "[" + ", ".join(map(str, shape)) + "]", _numel(shape), each_byte(cat), cat,
-                         storage_base + tid, 0])
+            wr.writerow([idx, tid, "[" + ", ".join(map(str, shape)) + "]", _numel(shape),
+                         element_bytes.get(tid, each_byte(cat)), cat, storage_base + storage.get(tid, tid), 0])
     with open(out / "trace.csv", "w", newline="") as fh:
         wr = csv.writer(fh)
         wr.writerow(["OperatorID", "OperatorName", "Operator_input", "Operator_output", "Operator_cudatime",

@@ -2,8 +2,8 @@
 
 Forward: token embedding, then per layer LayerNorm → Q, K, V linears (or one fused QKV linear
 and a split) → scaled-dot-product attention → output projection → residual add → LayerNorm →
-fc1 → GELU → fc2 → residual add; a final LayerNorm, the LM head and the loss. Backward mirrors
-it in reverse, with the Q/K/V input gradients summed by partner-less accumulation ops and each
+fc1 → GELU → fc2 → residual add; a final LayerNorm, the LM head and the loss. With ``tied`` the head reads the embedding's table, and
+the embedding's backward adds the head's part of its gradient. Backward mirrors it in reverse, with the Q/K/V input gradients summed by partner-less accumulation ops and each
 LayerNorm backward writing the new residual gradient, as PyTorch's autograd does. One
 ``_foreach`` optimizer op (or one in-place op per parameter) reads every parameter, gradient
 and two optimizer-state tensors. Written in TrioSim's CSV format, so it goes through the same
@@ -31,10 +31,14 @@ class SyntheticTransformer:
     ffn_mult: int = 4
     vocab: int = 64
     fused_qkv: bool = False
+    tied: bool = False  # the LM head reads the embedding's table (tied input/output embeddings)
     foreach_optimizer: bool = True
     seed: int = 0
     min_us: float = 10.0
     max_us: float = 1000.0
+    # The MLP reads the attention's output projection directly (no residual add or LayerNorm
+    # between them): two blocks back to back, so one op ends the first and feeds the second.
+    chained_blocks: bool = False
 
 
 def write_synthetic_transformer(directory: str | os.PathLike,
@@ -100,11 +104,15 @@ def write_synthetic_transformer(directory: str | os.PathLike,
         L["ow"], L["ob"] = param((h, h)), param((h,), "bias")
         L["o"] = new(act)
         op("aten::linear", [L["att"], L["ow"], L["ob"]], [L["o"]], tp=1)
-        L["x1"] = new(act)
-        op("aten::add", [x, L["o"]], [L["x1"]])
-        L["ln2w"], L["ln2b"] = param((h,)), param((h,), "bias")
-        L["ln2"] = new(act)
-        op("aten::layer_norm", [L["x1"], L["ln2w"], L["ln2b"]], [L["ln2"]])
+        if model.chained_blocks:
+            L["x1"] = x  # the residual skips both blocks
+            L["ln2"] = L["o"]
+        else:
+            L["x1"] = new(act)
+            op("aten::add", [x, L["o"]], [L["x1"]])
+            L["ln2w"], L["ln2b"] = param((h,)), param((h,), "bias")
+            L["ln2"] = new(act)
+            op("aten::layer_norm", [L["x1"], L["ln2w"], L["ln2b"]], [L["ln2"]])
         L["f1w"], L["f1b"] = param((f, h)), param((f,), "bias")
         L["f1"] = new((b, s, f))
         op("aten::linear", [L["ln2"], L["f1w"], L["f1b"]], [L["f1"]], tp=1)
@@ -119,7 +127,7 @@ def write_synthetic_transformer(directory: str | os.PathLike,
     lnfw, lnfb = param((h,)), param((h,), "bias")
     lnf = new(act)
     op("aten::layer_norm", [x, lnfw, lnfb], [lnf])
-    headw = param((model.vocab, h))
+    headw = emb if model.tied else param((model.vocab, h))
     logits = new((b, s, model.vocab))
     op("aten::linear", [lnf, headw], [logits], tp=1)
     target = new((b, s), "target")
@@ -134,7 +142,9 @@ def write_synthetic_transformer(directory: str | os.PathLike,
     g_logits = new((b, s, model.vocab))
     bwd("NllLossBackward0", [loss, logits, target], [g_logits])
     g_lnf = new(act)
-    bwd("MmBackward0", [g_logits, lnf, headw], [g_lnf, *grads(headw)], tp=1)
+    # tied: the head's part of the table gradient, which autograd accumulates with the embedding's
+    head_part = new((model.vocab, h), "grad") if model.tied else None
+    bwd("MmBackward0", [g_logits, lnf, headw], [g_lnf, *([head_part] if model.tied else grads(headw))], tp=1)
     res = new(act)
     bwd("NativeLayerNormBackward0", [g_lnf, x, lnfw, lnfb], [*grads(lnfw, lnfb), res])
     for L in reversed(layers):
@@ -144,9 +154,12 @@ def write_synthetic_transformer(directory: str | os.PathLike,
         bwd("GeluBackward0", [g_g, L["f1"]], [g_f1])
         g_ln2 = new(act)
         bwd("AddmmBackward0", [g_f1, L["f1w"], L["ln2"]], [g_ln2, *grads(L["f1w"], L["f1b"])], tp=1)
-        res2 = new(act)
-        bwd("NativeLayerNormBackward0", [g_ln2, L["x1"], L["ln2w"], L["ln2b"], res],
-            [*grads(L["ln2w"], L["ln2b"]), res2])
+        if model.chained_blocks:
+            res2 = g_ln2  # the attention block's output gradient is the MLP's input gradient
+        else:
+            res2 = new(act)
+            bwd("NativeLayerNormBackward0", [g_ln2, L["x1"], L["ln2w"], L["ln2b"], res],
+                [*grads(L["ln2w"], L["ln2b"]), res2])
         g_att = new((b, model.heads, s, hd))
         bwd("AddmmBackward0", [res2, L["ow"], L["att"]], [g_att, *grads(L["ow"], L["ob"])], tp=1)
         gq, gk, gv = new(act), new(act), new(act)
@@ -171,10 +184,11 @@ def write_synthetic_transformer(directory: str | os.PathLike,
                     acc = summed
             g_ln1 = acc
         res3 = new(act)
-        bwd("NativeLayerNormBackward0", [g_ln1, L["x"], L["ln1w"], L["ln1b"], res2],
+        skip = res if model.chained_blocks else res2  # the residual gradient around the blocks
+        bwd("NativeLayerNormBackward0", [g_ln1, L["x"], L["ln1w"], L["ln1b"], skip],
             [*grads(L["ln1w"], L["ln1b"]), res3])
         res = res3
-    bwd("EmbeddingBackward0", [res, ids], grads(emb), tp=1)
+    bwd("EmbeddingBackward0", [res, ids, *([head_part] if model.tied else [])], grads(emb), tp=1)
 
     state = {p: (new(tensors[p - 1][1], "input"), new(tensors[p - 1][1], "input")) for p in params}
     if model.foreach_optimizer:

@@ -49,9 +49,10 @@ from .protocols import base_latency_s, protocol, wire_bytes
 from .tree_tasks import tree
 
 
-def _record(graph: TaskGraph, op: str, algo: str, nbytes: int, proto: str = "simple") -> None:
+def record_collective(graph: TaskGraph, op: str, algo: str, nbytes: int, proto: str = "simple") -> None:
     """Which algorithm (and protocol, when not Simple) ran each collective, for the summary and
-    the JSON result; ``bytes`` is the payload."""
+    the JSON result (``collectives``); ``bytes`` is the payload. A representative build records
+    the collectives of the GPUs it builds."""
     stats = graph.meta.setdefault("collectives", {})
     label = algo if proto == "simple" else f"{algo}/{proto}"
     extra = {} if proto == "simple" else {"protocol": proto}
@@ -74,7 +75,7 @@ def _collective(graph: TaskGraph, platform: Platform, op: str, group: Sequence[i
         return fragment.done_syncs(graph, label, attrs, {g: pre[g] for g in order})
     platform, chosen = resolve(platform, order, op, nbytes, algo, root)
     proto = protocol(platform)
-    _record(graph, op, chosen, nbytes, proto)
+    record_collective(graph, op, chosen, nbytes, proto)
     tags = {**attrs, "algo": chosen} if proto == "simple" else {**attrs, "algo": chosen, "protocol": proto}
     nbytes = wire_bytes(platform, chosen, order, op, nbytes)  # what the links carry under the protocol
     base = base_latency_s(platform, "tree" if chosen == "tree" else "ring")

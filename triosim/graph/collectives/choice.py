@@ -1,6 +1,8 @@
 """Which algorithm (and protocol) runs a collective: the one asked for when it can run the
 operation on the group, else its fallback; ``auto`` picks the fastest closed form, and with the
-protocol ``auto`` the fastest (protocol, algorithm) pair, as NCCL's tuner picks both.
+protocol ``auto`` the fastest (protocol, algorithm) pair, as NCCL's tuner picks both. The
+tree's pipeline is timed only when a bound on it does not already lose to the ring, so ``auto``
+costs about what the winner forced costs.
 """
 
 from __future__ import annotations
@@ -9,6 +11,7 @@ from ...hardware.platform import Platform
 from .hierarchical_cost import hierarchical_split
 from .plans import plan_seconds
 from .protocols import wire_bytes
+from .tree_cost import tree_lower_bound
 
 ALGOS = ("ring", "one-way-ring", "tree", "hierarchical", "direct")
 # "auto" tries the protocols in this order; a tie keeps the earlier one.
@@ -55,11 +58,22 @@ def _resolve_algo(platform: Platform, group: tuple[int, ...], op: str, nbytes: f
     """(algorithm, its time when ``auto`` computed it)."""
     algo = platform.collective_algo if algo is None else algo
     if algo == "auto":
+        names = candidates(platform, group, op)
+        # The tree's time is its pipeline's longest path, a walk of every chunk transfer: it is
+        # timed last, and only when a bound it cannot beat does not already lose to the best of
+        # the others (then it could not have won; the choice is the same).
+        times: dict[str, float] = {}
+        for a in sorted(names, key=lambda a: a == "tree"):
+            wire = wire_bytes(platform, a, group, op, nbytes)
+            if a == "tree" and times:
+                beat = min(times.values()) * (1 - 1e-12) / (1 - 1e-9)  # the bound's rounding is far under 1e-9
+                if tree_lower_bound(platform, group, wire, beat) >= beat:
+                    continue
+            times[a] = plan_seconds(platform, group, op, wire, a, root)
         best = None
-        for a in candidates(platform, group, op):
-            t = plan_seconds(platform, group, op, wire_bytes(platform, a, group, op, nbytes), a, root)
-            if best is None or t < best[0] * (1 - 1e-12):  # ties keep the earlier (simpler) algorithm
-                best = (t, a)
+        for a in names:  # in the candidates' order: ties keep the earlier (simpler) algorithm
+            if a in times and (best is None or times[a] < best[0] * (1 - 1e-12)):
+                best = (times[a], a)
         return (best[1], best[0]) if best else ("ring", None)
     if algo not in ALGOS:
         raise ValueError(f"unknown collective algorithm {algo!r}; choose from auto, {', '.join(ALGOS)}")

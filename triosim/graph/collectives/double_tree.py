@@ -1,11 +1,13 @@
 """NCCL's double binary tree all-reduce as a pipelined schedule of chunk transfers, and its time.
 
-Two binary trees span the group: tree 0 is heap-ordered over the group's order (the parent of
-position i is (i − 1) // 2), tree 1 is the same over the reversed order, so the leaves of one are
-mostly inner GPUs of the other. Each tree carries half of the payload, cut into k chunks. Chunk
-c is reduced **up** its tree (a GPU sends it to its parent once it has received it from its
-children) and broadcast **down** (the root starts as soon as it has reduced it; a GPU forwards
-it to its children once it has it). An edge sends its chunks in order, so chunks pipeline.
+The trees are :func:`~triosim.graph.collectives.tree_shapes.tree_shapes`: on a node-structured
+group, per channel two binary trees over the nodes with a chain through each node's GPUs, as
+NCCL builds them; on a flat group two heap-ordered trees over the group's order and its reverse,
+so the leaves of one are mostly inner GPUs of the other. Each of the T trees carries 1/T of the
+payload, cut into k chunks. Chunk c is reduced **up** its tree (a GPU sends it to its parent
+once it has received it from its children) and broadcast **down** (the root starts as soon as
+it has reduced it; a GPU forwards it to its children once it has it). An edge sends its chunks
+in order, so chunks pipeline.
 
 Links carry one transfer at a time (under the flow model, a link m times wider than every
 route crossing it carries m at once). Transfers that share a directed link (two children sending
@@ -19,10 +21,12 @@ network models, and that time is this plan's longest path (:func:`longest_path`)
 form of the tree.
 
 Time of one transfer: its route's time for its chunk (link latencies included). The first
-chunk also pays the per-step collective latency λ on every hop: λ is the pipeline's start-up
-per hop, so a small message costs about 2·D·λ and a large one about (k + 2D − 1) chunk times.
+chunk also pays the per-step collective latency λ on every hop, before the transfer and on no
+link (λ is the pipeline's start-up per hop, not wire time, and every tree of every channel waits
+it out on its own connection, as NCCL's model charges 2·D·λ whatever the channel count): a
+small message costs about 2·D·λ and a large one about (k + 2D − 1) chunk times.
 
-Chunks: k = ⌈S / 2 / 512 KiB⌉ per tree (NCCL's Simple protocol moves a 4 MiB buffer in 8
+Chunks: k = ⌈S / T / 512 KiB⌉ per tree (NCCL's Simple protocol moves a 4 MiB buffer in 8
 steps of 512 KiB), at least 1, at most :data:`MAX_CHUNKS`, and fewer on large groups so that a
 plan has at most :data:`TRANSFER_BUDGET` transfers.
 """
@@ -36,6 +40,7 @@ from dataclasses import dataclass, field
 
 from ...hardware.platform import Platform, gpu_node
 from .fragment import chunk_sizes
+from .tree_shapes import TreeShape, tree_shapes
 
 CHUNK_BYTES = 512 * 1024
 MAX_CHUNKS = 64
@@ -44,12 +49,12 @@ MAX_CHUNKS = 64
 TRANSFER_BUDGET = 1 << 14
 
 
-def chunks_per_tree(n: int, nbytes: float) -> int:
-    """k, the number of chunks each tree cuts its half of the payload into (see the module doc)."""
+def chunks_per_tree(n: int, nbytes: float, trees: int = 2) -> int:
+    """k, the number of chunks each of ``trees`` trees cuts its share of the payload into."""
     if n < 2:
         return 1
-    want = max(1, math.ceil(nbytes / 2 / CHUNK_BYTES))
-    return max(1, min(want, MAX_CHUNKS, TRANSFER_BUDGET // (4 * (n - 1))))
+    want = max(1, math.ceil(nbytes / trees / CHUNK_BYTES))
+    return max(1, min(want, MAX_CHUNKS, TRANSFER_BUDGET // (2 * trees * (n - 1))))
 
 
 def heap_shape(n: int) -> tuple[list[int], list[int]]:
@@ -63,7 +68,7 @@ def heap_shape(n: int) -> tuple[list[int], list[int]]:
 
 
 def tree_orders(group: tuple[int, ...]) -> tuple[tuple[int, ...], tuple[int, ...]]:
-    """The GPU order each of the two trees is heap-ordered over."""
+    """The GPU order each of the two heap trees of a flat group is heap-ordered over."""
     return group, group[::-1]
 
 
@@ -79,7 +84,8 @@ class TreePlan:
     dst: list[int] = field(default_factory=list)
     route: list[tuple[str, ...]] = field(default_factory=list)
     nbytes: list[int] = field(default_factory=list)  # integer bytes; they add up to the payload per tree
-    duration: list[float] = field(default_factory=list)  # computed from the nominal chunk S / (2k)
+    delay: list[float] = field(default_factory=list)  # λ (and the call's latency) before it, on no link
+    duration: list[float] = field(default_factory=list)  # computed from the nominal chunk S / (T·k)
     latency: list[float] = field(default_factory=list)
     data_preds: list[tuple[int, ...]] = field(default_factory=list)  # data it needs first
     link_preds: list[tuple[int, ...]] = field(default_factory=list)  # earlier users of its links' lanes
@@ -109,8 +115,8 @@ def _lanes(platform: Platform, routes: list[tuple[str, ...]]) -> dict[str, int]:
     return {x: max(1, int(bandwidth[x] / rate * (1 + 1e-12))) for x, rate in widest.items()}
 
 
-def _links_of(platform: Platform, group: tuple[int, ...]) -> tuple[dict, list[int], dict]:
-    """The routes of the two trees' edges, and the lane heaps each transfer takes: (route per
+def _links_of(platform: Platform, shapes: list[TreeShape]) -> tuple[dict, list[int], dict]:
+    """The routes of the trees' edges, and the lane heaps each transfer takes: (route per
     (tree, direction, position), lanes of each heap, heap indices per (tree, direction, position)).
 
     A link's heap holds its lanes (when free, lane, last transfer); a transfer takes the lane
@@ -118,21 +124,19 @@ def _links_of(platform: Platform, group: tuple[int, ...]) -> tuple[dict, list[in
     transfers in the same order, so their heaps stay equal: one heap stands for the group. On a
     ring a route crosses thousands of links but few groups, and each transfer pops one heap per
     group instead of one per link (the times and the lane picks are the same). None of this
-    depends on the payload, so it is found once per group and platform, for every payload size.
+    depends on the payload, so it is found once per tree shape and platform, for every payload.
     """
-    key = ("tree-links", group)
+    key = ("tree-links", tuple((sh.gpu, sh.parent) for sh in shapes))
     hit = platform._plans.get(key)
     if hit is not None:
         return hit
-    orders = tree_orders(group)
-    n = len(group)
     routes: dict[tuple[int, int, int], tuple[str, ...]] = {}
-    for t in range(2):
-        seq = orders[t]
-        for i in range(1, n):
-            a, b = gpu_node(seq[i]), gpu_node(seq[(i - 1) // 2])
-            routes[(t, 0, i)] = platform.route(a, b)
-            routes[(t, 1, i)] = platform.route(b, a)
+    for t, sh in enumerate(shapes):
+        for i, p in enumerate(sh.parent):
+            if p >= 0:
+                a, b = gpu_node(sh.gpu[i]), gpu_node(sh.gpu[p])
+                routes[(t, 0, i)] = platform.route(a, b)
+                routes[(t, 1, i)] = platform.route(b, a)
     lanes = _lanes(platform, list(routes.values()))
     crossing: dict[str, list[int]] = {}
     distinct = list(dict.fromkeys(routes.values()))
@@ -156,56 +160,61 @@ def build_plan(platform: Platform, group: tuple[int, ...], nbytes: float,
     ``step_latency(route)``: λ of a step over that route; ``base``: the per-call latency, added
     to each GPU's first send of the first chunk.
     """
-    plan = TreePlan(chunks_per_tree(len(group), nbytes))
-    _walk(platform, group, nbytes, step_latency, base, plan)
+    shapes = tree_shapes(platform, group)
+    plan = TreePlan(chunks_per_tree(len(group), nbytes, len(shapes)))
+    _walk(platform, shapes, nbytes, step_latency, base, plan)
     return plan
 
 
 def plan_seconds(platform: Platform, group: tuple[int, ...], nbytes: float,
                  step_latency: Callable[[tuple[str, ...]], float], base: float = 0.0) -> float:
     """The time of :func:`build_plan`'s plan run alone (its longest path), without keeping the plan."""
-    return _walk(platform, group, nbytes, step_latency, base, None)
+    return _walk(platform, tree_shapes(platform, group), nbytes, step_latency, base, None)
 
 
-def _walk(platform: Platform, group: tuple[int, ...], nbytes: float, step_latency: Callable[[tuple[str, ...]], float],
-          base: float, plan: TreePlan | None) -> float:
+def _walk(platform: Platform, shapes: list[TreeShape], nbytes: float,
+          step_latency: Callable[[tuple[str, ...]], float], base: float, plan: TreePlan | None) -> float:
     """Time the transfers in topological order (each starts when its data and its link lanes
     are free); with ``plan``, record them. Returns the time of the last one."""
-    n = len(group)
-    k = chunks_per_tree(n, nbytes)
-    height, depth = heap_shape(n)
-    top = height[0]
-    nominal = nbytes / (2 * k)
-    orders = tree_orders(group)
-    routes, lane_counts, heap_index = _links_of(platform, group)
+    n = len(shapes[0].gpu)
+    trees = len(shapes)
+    k = chunks_per_tree(n, nbytes, trees)
+    nominal = nbytes / (trees * k)
+    shape_info = [(sh, sh.children(), *sh.height_depth()) for sh in shapes]
+    routes, lane_counts, heap_index = _links_of(platform, shapes)
     # Per route: (time of a chunk, link latency, λ).
     times = {r: (platform.route_time(r, nominal), platform.route_time(r, 0.0), step_latency(r))
              for r in set(routes.values())}
     free = [[(0.0, j, -1) for j in range(m)] for m in lane_counts]
     heaps = {key: [free[h] for h in idx] for key, idx in heap_index.items()}
-    # (slot, tree, direction, position, chunk): sorting gives the topological order.
+    # (slot, tree, direction, position, chunk): sorting gives the topological order. The up
+    # transfer from a position of height h goes in slot c + h, the down transfer to a position
+    # of depth d in slot c + D + d − 1 (D: the root's height).
     keys = []
-    for t in range(2):
+    for t, (sh, _ch, height, depth) in enumerate(shape_info):
+        top = max(height)
         for c in range(k):
-            for i in range(1, n):
-                keys.append((c + height[i], t, 0, i, c))
-                keys.append((c + top + depth[i] - 1, t, 1, i, c))
+            for i, p in enumerate(sh.parent):
+                if p >= 0:
+                    keys.append((c + height[i], t, 0, i, c))
+                    keys.append((c + top + depth[i] - 1, t, 1, i, c))
     keys.sort()
     # Transfer (tree t, direction d, chunk c, position i) is number ((t·2 + d)·k + c)·n + i.
-    end = [0.0] * (4 * k * n)
-    pos = [0] * (4 * k * n) if plan is not None else None
-    sizes = [chunk_sizes(h, k) for h in chunk_sizes(int(nbytes), 2)] if plan is not None else None
+    end = [0.0] * (2 * trees * k * n)
+    pos = [0] * (2 * trees * k * n) if plan is not None else None
+    sizes = [chunk_sizes(h, k) for h in chunk_sizes(int(nbytes), trees)] if plan is not None else None
     last = 0.0
     for _slot, t, down, i, c in keys:
+        sh, children, _height, _depth = shape_info[t]
         me = ((t * 2 + down) * k + c) * n + i
         if down:
-            parent = (i - 1) // 2
-            if parent == 0:
-                feed = [((t * 2) * k + c) * n + j for j in (1, 2) if j < n]
+            parent = sh.parent[i]
+            if sh.parent[parent] < 0:  # the root sends chunk c down once it has reduced it
+                feed = [((t * 2) * k + c) * n + j for j in children[parent]]
             else:
                 feed = [((t * 2 + 1) * k + c) * n + parent]
         else:
-            feed = [((t * 2) * k + c) * n + j for j in (2 * i + 1, 2 * i + 2) if j < n]
+            feed = [((t * 2) * k + c) * n + j for j in children[i]]
         if c > 0:
             feed.append(me - n)
         route = routes[(t, down, i)]
@@ -214,17 +223,20 @@ def _walk(platform: Platform, group: tuple[int, ...], nbytes: float, step_latenc
         if c:
             lam = 0.0
         first = base if (c == 0 and not feed) else 0.0
+        # The step's latency runs before the bytes and holds no link (each channel's own
+        # connection waits it out): the transfer starts once its data is there and λ is over.
         start = 0.0
         for f in feed:
             if end[f] > start:
                 start = end[f]
+        start += lam + first
         picks = []
         for heap in pops:
             at, lane, user = heapq.heappop(heap)
             picks.append((heap, lane, user))
             if at > start:
                 start = at
-        done = end[me] = start + chunk_s + lam + first
+        done = end[me] = start + chunk_s
         if done > last:
             last = done
         if plan is None:
@@ -234,8 +246,9 @@ def _walk(platform: Platform, group: tuple[int, ...], nbytes: float, step_latenc
         index = pos[me] = len(plan.src)
         for heap, lane, _user in picks:
             heapq.heappush(heap, (done, lane, index))
-        seq = orders[t]
-        a, b = (seq[(i - 1) // 2], seq[i]) if down else (seq[i], seq[(i - 1) // 2])
+        a, b = sh.gpu[i], sh.gpu[sh.parent[i]]
+        if down:
+            a, b = b, a
         plan.tree.append(t)
         plan.up.append(not down)
         plan.chunk.append(c)
@@ -243,8 +256,9 @@ def _walk(platform: Platform, group: tuple[int, ...], nbytes: float, step_latenc
         plan.dst.append(b)
         plan.route.append(route)
         plan.nbytes.append(sizes[t][c])
-        plan.duration.append(chunk_s + lam + first)
-        plan.latency.append(link_s + lam + first)
+        plan.delay.append(lam + first)
+        plan.duration.append(chunk_s)
+        plan.latency.append(link_s)
         plan.data_preds.append(tuple(pos[f] for f in feed))
         plan.link_preds.append(tuple(dict.fromkeys(u for _h, _l, u in picks if u >= 0)))
         plan.end.append(done)

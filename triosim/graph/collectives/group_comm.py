@@ -22,10 +22,11 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from ...hardware.platform import Platform
+from ...hardware.platform import Platform, gpu_node
 from ...schedule.tasks import TaskGraph
 from . import algorithms
 from .cost import collective_cost
+from .ring_cost import ring_orders
 from .ring_tasks import make_ring
 from .star_routes import prime_routes
 
@@ -47,9 +48,37 @@ def wire_bytes_per_gpu(op: str, n: int, nbytes: int) -> float:
 def closed_form_seconds(platform: Platform, group: Sequence[int], op: str, nbytes: int) -> float:
     """Time of ``op`` on ``group`` alone: :func:`~triosim.graph.collectives.cost.collective_cost`
     with the platform's algorithm."""
+    return closed_form(platform, group, op, nbytes)[0]
+
+
+def closed_form(platform: Platform, group: Sequence[int], op: str, nbytes: int) -> tuple[float, str, str]:
+    """(time, algorithm, protocol) of ``op`` on ``group`` alone, as :func:`closed_form_seconds`."""
     if len(group) < 2:
-        return 0.0
-    return float(collective_cost(platform, tuple(group), op, nbytes, algo=platform.collective_algo).seconds)
+        return 0.0, "none", "simple"
+    cost = collective_cost(platform, tuple(group), op, nbytes, algo=platform.collective_algo)
+    return float(cost.seconds), cost.algo, cost.protocol
+
+
+def crosses_other_gpus(platform: Platform, group: tuple[int, ...]) -> bool:
+    """Whether the rings of ``group`` (every channel) route through a GPU outside it."""
+    members = {gpu_node(g) for g in group}
+    for order in ring_orders(platform, group):
+        for j, a in enumerate(order):
+            for link in platform.route(gpu_node(a), gpu_node(order[(j + 1) % len(order)])):
+                x, y = link.split("->")
+                if (x.startswith("gpu") and x not in members) or (y.startswith("gpu") and y not in members):
+                    return True
+    return False
+
+
+def collective_warning(example: tuple[int, ...] | None) -> str | None:
+    """The summary's line when a representative collective crosses other GPUs' links."""
+    if example is None:
+        return None
+    shown = ",".join(map(str, example[:4])) + (",…" if len(example) > 4 else "")
+    return (f"collectives of group ({shown}) route through other GPUs' NVLink and NIC links, where other groups' "
+            "traffic meets them; representatives charge each group alone (within about 1 % of --exact on the "
+            "shipped SuperPOD files), --exact builds every GPU")
 
 
 @dataclass(frozen=True)
@@ -64,6 +93,12 @@ class Charge:
     nbytes: int
     link_bytes: int  # bytes each ring link carries: PHASES·(n−1)·S/n
     group_size: int
+    algo: str = "ring"  # what the closed form ran (the JSON's ``collectives``)
+    protocol: str = "simple"
+    # Bytes per directed link of that algorithm on the group (None: ``link_bytes`` on every link
+    # of ``links``): under the flow model the task's rate on each link follows them, so a
+    # hierarchical or tree charge does not squeeze a ring's bytes through the NICs in its time.
+    load: dict[str, float] | None = None
 
 
 class GroupComm:
@@ -75,11 +110,15 @@ class GroupComm:
         self.detail = detail
         self.exact = exact
         self._links: dict[tuple[int, ...], tuple[str, ...]] = {}
-        self._base_cost: dict[tuple[str, tuple[int, ...], int], float] = {}  # per canonical group
+        self._base_cost: dict[tuple[str, tuple[int, ...], int], tuple[float, str, str]] = {}  # per canonical group
         self._primed: set[tuple[int, ...]] = set()  # canonical groups whose routes are known
         self._sharing: dict[tuple[int, ...], int] = {}
         self._charges: dict[tuple[str, tuple[int, ...], int], Charge | None] = {}
         self.sharing_unknown = False
+        # A charged group whose algorithm's routes cross another GPU's links (NCCL's PXN: NVLink
+        # to the GPU on the destination's rail, then its NIC): the other groups' traffic there
+        # meets it only in an exact build. One example group, or None.
+        self.crosses_other_gpus: tuple[int, ...] | None = None
 
     def ordered(self, group: Sequence[int]) -> tuple[int, ...]:
         if len(group) == self.platform.num_gpus and len(group) > 1:
@@ -131,7 +170,7 @@ class GroupComm:
             low -= low % per_node
         return group if low == 0 else tuple(g - low for g in group)
 
-    def _closed_form(self, group: tuple[int, ...], op: str, nbytes: int) -> float:
+    def _closed_form(self, group: tuple[int, ...], op: str, nbytes: int) -> tuple[float, str, str]:
         base = self.canonical(group)
         key = (op, base, int(nbytes))
         hit = self._base_cost.get(key)
@@ -139,7 +178,7 @@ class GroupComm:
             if base not in self._primed:  # routes between every two members, once per group
                 prime_routes(self.platform, ((a, b) for a in base for b in base if a != b))
                 self._primed.add(base)
-            hit = self._base_cost[key] = closed_form_seconds(self.platform, base, op, nbytes)
+            hit = self._base_cost[key] = closed_form(self.platform, base, op, nbytes)
         return hit
 
     def _prime(self, group: tuple[int, ...]) -> tuple[str, ...]:
@@ -164,18 +203,30 @@ class GroupComm:
             links = self._prime(group)
             n = len(group)
             if not self.exact and n > 1:
-                seconds = self._closed_form(group, op, nbytes) * self.sharing(group, parallel)
-                hit = Charge(op, seconds, links, int(nbytes), PHASES[op] * (n - 1) * int(nbytes) // n, n)
+                seconds, algo, proto = self._closed_form(group, op, nbytes)
+                if self.crosses_other_gpus is None and crosses_other_gpus(self.platform, group):
+                    self.crosses_other_gpus = group
+                load = None
+                # The ring in the group's order carries the same bytes on every link, except on
+                # rails (one channel per NIC) and for the other algorithms.
+                if algo != "ring" or self.platform.channel_style == "rails":
+                    load = dict(collective_cost(self.platform, group, op, nbytes,
+                                                algo=self.platform.collective_algo).link_bytes)
+                    links = tuple(load)
+                hit = Charge(op, seconds * self.sharing(group, parallel), links, int(nbytes),
+                             PHASES[op] * (n - 1) * int(nbytes) // n, n, algo, proto, load)
             self._charges[key] = hit
         return hit
 
     def add_charged(self, charge: Charge, label: str, deps: Iterable[int], built: tuple[int, ...],
                     **attrs: Any) -> int:
         """One representative collective task of ``charge`` on the ``built`` members, after ``deps``."""
+        algorithms.record_collective(self.graph, charge.op, charge.algo, charge.nbytes, charge.protocol)
+        bytes_on_links = {"link_load": charge.load} if charge.load else {"link_bytes": charge.link_bytes}
         return self.graph.add_task(
             "collective", label, charge.seconds, charge.links, built, charge.nbytes, after=deps,
-            op=charge.op, collective=label, link_bytes=charge.link_bytes, group_size=charge.group_size,
-            representative=True, **attrs,
+            op=charge.op, collective=label, group_size=charge.group_size, representative=True,
+            **bytes_on_links, **attrs,
         )
 
     def run(self, kind: str, group: Sequence[int], nbytes: int, label: str, after: Mapping[int, Iterable[int]],

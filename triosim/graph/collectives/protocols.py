@@ -10,6 +10,7 @@ instead is λ per step for every algorithm, with no per-call latency; 0 turns th
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 
 from ...hardware.platform import Platform
 from .groups import node_groups
@@ -58,6 +59,35 @@ def base_latency_s(platform: Platform, family: str) -> float:
 def route_latency(platform: Platform, route: tuple[str, ...]) -> float:
     """The summed latency of the links of ``route`` (s), found once per route by the platform."""
     return platform.route_time(route, 0.0)
+
+
+def ring_step_latency_s(platform: Platform, routes: Sequence[tuple[str, ...]], steps: int) -> float:
+    """The mean latency of one of ``steps`` ring steps over a ring whose hops are ``routes``.
+
+    NCCL's model (``src/graph/tuning.cc``, ``nInterSteps``): a chunk travelling ``steps`` hops
+    round a ring pays the network's latency only on the hops that leave a node (a ring through
+    ``m`` nodes crosses the network ``m − 1`` times in ``N − 1`` steps, so an all-reduce's
+    2(N−1) steps have 2(m−1) network steps) and the intra-node latency on the others. A step's
+    latency is its hops' link latency plus λ of their kind, the slowest hop of each kind.
+    A ring inside one node, or whose every hop crosses the network, keeps one kind on every step.
+    """
+    intra = inter = None
+    net_hops = 0
+    for route in routes:
+        lat = route_latency(platform, route) + step_latency_s(platform, "ring", route)
+        if platform.route_kind(route) == "net":
+            net_hops += 1
+            inter = lat if inter is None else max(inter, lat)
+        else:
+            intra = lat if intra is None else max(intra, lat)
+    if steps <= 0 or (intra is None and inter is None):
+        return 0.0
+    if inter is None:
+        return intra
+    if intra is None:
+        return inter
+    on_net = min(steps, max(0, net_hops - 1))
+    return ((steps - on_net) * intra + on_net * inter) / steps
 
 
 def protocol_efficiency(platform: Platform, algo: str, group: tuple[int, ...], op: str) -> float:

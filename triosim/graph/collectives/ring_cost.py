@@ -8,7 +8,8 @@
 - ``ring``: the rings the topology offers (``Platform.channel_style``): both directions of a
   ring, one ring per stride of a fully connected group, one ring per NIC rail of a cluster.
   The payload is split evenly over the channels; a broadcast is a pipelined chain per channel
-  in at least :data:`BROADCAST_CHUNKS` chunks.
+  in at least :data:`BROADCAST_CHUNKS` chunks. A step's latency follows NCCL: the network's
+  only on the steps that leave a node (:func:`~triosim.graph.collectives.protocols.ring_step_latency_s`).
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ import math
 from ...hardware.platform import Platform, gpu_node
 from .groups import node_groups, spans_even_nodes
 from .phases import Phase, add_load
-from .protocols import base_latency_s, route_latency, step_latency_s
+from .protocols import base_latency_s, ring_step_latency_s, route_latency, step_latency_s
 
 # A pipelined ring broadcast cuts the payload into at least this many chunks, so it takes
 # ≈ S/W (k + N − 2 chunk times of S/k), as NCCL's chunked broadcast does.
@@ -105,10 +106,13 @@ def ring_orders(platform: Platform, group: tuple[int, ...]) -> list[tuple[int, .
 
 
 def _ring_phase(platform: Platform, orders: list[tuple[int, ...]], nbytes: float, steps: int, name: str,
-                chunks_per_channel: int | None = None, hops: list[list[int]] | None = None) -> Phase:
+                chunks_per_channel: int | None = None, hops: list[list[int]] | None = None,
+                nccl_steps: bool = False) -> Phase:
     """``steps`` ring steps on every channel; each step a hop carries its channel's chunk.
 
     With ``hops`` (a chain broadcast) each hop carries all ``chunks_per_channel`` chunks once.
+    ``nccl_steps``: a step's latency by NCCL's count of network steps
+    (:func:`~triosim.graph.collectives.protocols.ring_step_latency_s`), else the slowest hop's.
     """
     n = len(orders[0])
     share = nbytes / len(orders)
@@ -118,10 +122,14 @@ def _ring_phase(platform: Platform, orders: list[tuple[int, ...]], nbytes: float
     per_hop = share if hops is not None else steps * share / k
     for ci, order in enumerate(orders):
         idx = hops[ci] if hops is not None else range(n)
-        for i in idx:
-            route = platform.route(gpu_node(order[i]), gpu_node(order[(i + 1) % n]))
+        routes = [platform.route(gpu_node(order[i]), gpu_node(order[(i + 1) % n])) for i in idx]
+        for route in routes:
             add_load(load, route, per_hop)
-            lat = max(lat, route_latency(platform, route) + step_latency_s(platform, "ring", route))
+        if nccl_steps:  # network latency only on the steps that leave a node
+            lat = max(lat, ring_step_latency_s(platform, routes, steps))
+        else:
+            for route in routes:
+                lat = max(lat, route_latency(platform, route) + step_latency_s(platform, "ring", route))
     return Phase(name, steps, lat, load, fill=steps / k if hops is not None else 1.0)
 
 
@@ -148,5 +156,6 @@ def ring_phases(platform: Platform, group: tuple[int, ...], op: str, nbytes: flo
         hops = [chain_positions(n, o.index(r)) for o in orders]
         return [_ring_phase(platform, orders, nbytes, k + n - 2, "chain", chunks_per_channel=k, hops=hops)]
     if op == "all_reduce":
-        return [_ring_phase(platform, orders, nbytes, n - 1, "rs"), _ring_phase(platform, orders, nbytes, n - 1, "ag")]
-    return [_ring_phase(platform, orders, nbytes, n - 1, op)]
+        return [_ring_phase(platform, orders, nbytes, n - 1, "rs", nccl_steps=True),
+                _ring_phase(platform, orders, nbytes, n - 1, "ag", nccl_steps=True)]
+    return [_ring_phase(platform, orders, nbytes, n - 1, op, nccl_steps=True)]

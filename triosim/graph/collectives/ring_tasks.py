@@ -25,7 +25,7 @@ from ...schedule.tasks import TaskGraph
 from . import fragment, plans
 from .groups import check_group
 from .phases import Phase
-from .protocols import step_latency_s
+from .protocols import ring_step_latency_s, step_latency_s
 from .ring_cost import (
     BROADCAST_CHUNKS,
     chain_positions,
@@ -107,7 +107,7 @@ def _macro(graph: TaskGraph, ring: Ring, op: str, nbytes: int, duration: float, 
 def _ring_steps(graph: TaskGraph, platform: Platform, ring: Ring, nbytes: int, label: str,
                 pre: dict[int, list[int]], attrs: dict[str, Any], phases: Sequence[tuple[str, int]],
                 nominal: float | None = None, lam: float = 0.0, base: float = 0.0,
-                ) -> dict[int, int]:
+                step_latency: float | None = None) -> dict[int, int]:
     """Expanded ring phases, back to back. ``phases``: (name, chunk offset) per phase of N−1 steps.
 
     In step k of a phase with offset o, the GPU at ring position i sends chunk (i + o − k) mod N
@@ -117,13 +117,17 @@ def _ring_steps(graph: TaskGraph, platform: Platform, ring: Ring, nbytes: int, l
 
     ``nominal``: the payload durations are computed from (default ``nbytes``: a channel's share
     of a multi-channel ring is fractional); ``lam``: per-step collective latency; ``base``: the
-    per-call latency, added to every GPU's first send.
+    per-call latency, added to every GPU's first send; ``step_latency``: the latency of every
+    hop's step (link latency and λ together) instead of each hop's own.
     """
     n = ring.n
     chunks = fragment.chunk_sizes(nbytes, n)
     size = nbytes if nominal is None else nominal
-    step_s = [platform.route_time(ring.hops[i], size / n) + lam for i in range(n)]
     step_lat = [platform.route_time(ring.hops[i], 0.0) + lam for i in range(n)]
+    if step_latency is not None:  # one latency per step for every hop, as the closed form charges
+        step_lat = [step_latency] * n
+    step_s = [platform.route_time(ring.hops[i], size / n) - platform.route_time(ring.hops[i], 0.0) + step_lat[i]
+              for i in range(n)]
     last = [list(pre[g]) for g in ring.group]  # position i's latest send (or its predecessors)
     sent: list[int | None] = [None] * n
     k_total = 0
@@ -265,5 +269,6 @@ def multi_ring(graph: TaskGraph, platform: Platform, group: tuple[int, ...], op:
                                 label, pre, tags, lam, base))
         else:
             parts.append(_ring_steps(graph, platform, ring, shares[ci], label, pre, tags, RING_PHASES[op],
-                                     nominal=size / nch, lam=lam, base=base))
+                                     nominal=size / nch, lam=lam, base=base,
+                                     step_latency=ring_step_latency_s(platform, ring.hops, n - 1)))
     return _join(graph, parts, group, label, attrs)

@@ -1,7 +1,8 @@
 """Closed form of the ``tree`` algorithm: NCCL's double binary tree all-reduce, as one phase.
 
-Two binary trees, each carrying half the payload in chunks, reduce up and broadcast down,
-pipelined (:mod:`triosim.graph.collectives.double_tree`). The pipeline's time is not linear in
+Binary trees built over nodes with a chain through each node (two per channel; two over the
+GPUs of a flat group), each carrying its share of the payload in chunks, reduce up and
+broadcast down, pipelined (:mod:`triosim.graph.collectives.double_tree`). The pipeline's time is not linear in
 the payload (the chunk count and the critical path change with it), so it is the longest path
 of the pipeline, kept per payload size, rather than a formula scaled from one byte.
 """
@@ -13,25 +14,110 @@ from collections.abc import Callable
 from ...hardware.platform import Platform, gpu_node
 from . import double_tree
 from .phases import Phase, add_load
-from .protocols import base_latency_s, step_latency_s
+from .protocols import NCCL_PROTOCOL_STEP_LATENCY_US, base_latency_s, protocol, step_latency_s
+from .tree_shapes import tree_shapes
 
 
-def tree_edges(order: tuple[int, ...]) -> list[list[tuple[int, int]]]:
-    """NCCL-style double binary tree: (child, parent) edges of the two trees over ``order``
-    (:func:`~triosim.graph.collectives.double_tree.tree_orders`: the parent of position i is
-    (i−1)//2, the second tree over the reversed order)."""
-    n = len(order)
-    return [[(seq[i], seq[(i - 1) // 2]) for i in range(1, n)] for seq in double_tree.tree_orders(order)]
+def tree_edges(platform: Platform, group: tuple[int, ...]) -> list[list[tuple[int, int]]]:
+    """(child, parent) edges of every tree the all-reduce runs over ``group``
+    (:func:`~triosim.graph.collectives.tree_shapes.tree_shapes`)."""
+    return [shape.edges() for shape in tree_shapes(platform, group)]
 
 
 def tree_link_load(platform: Platform, group: tuple[int, ...], nbytes: float) -> dict[str, float]:
-    """Bytes per directed link of a double binary tree all-reduce: every edge carries S/2 up and S/2 down."""
-    load: dict[str, float] = {}
-    for edges in tree_edges(group):
-        for child, parent in edges:
-            add_load(load, platform.route(gpu_node(child), gpu_node(parent)), nbytes / 2)
-            add_load(load, platform.route(gpu_node(parent), gpu_node(child)), nbytes / 2)
-    return load
+    """Bytes per directed link of the tree all-reduce: every edge of each of the T trees carries
+    S/T up and S/T down (found for one byte once per group, then scaled)."""
+    key = ("tree-load", group)
+    unit = platform._plans.get(key)
+    if unit is None:
+        unit = {}
+        edges = tree_edges(platform, group)
+        share = 1.0 / len(edges)
+        for tree in edges:
+            for child, parent in tree:
+                add_load(unit, platform.route(gpu_node(child), gpu_node(parent)), share)
+                add_load(unit, platform.route(gpu_node(parent), gpu_node(child)), share)
+        platform._plans[key] = unit
+    return {x: b * nbytes for x, b in unit.items()}
+
+
+def tree_port_bound(platform: Platform, group: tuple[int, ...], nbytes: float) -> float:
+    """A time the tree all-reduce cannot beat, without a route: the bytes each GPU must send
+    (receive) over the summed bandwidth of its outgoing (incoming) GPU links, the largest."""
+    out: dict[int, float] = {}
+    edges = tree_edges(platform, group)
+    share = nbytes / len(edges)
+    for tree in edges:
+        for child, parent in tree:  # S/T up from the child and S/T down from the parent
+            out[child] = out.get(child, 0.0) + share
+            out[parent] = out.get(parent, 0.0) + share
+    g = platform.graph
+    worst = 0.0
+    for gpu, sent in out.items():  # every edge moves as much in as out: ins mirror outs
+        name = gpu_node(gpu)
+        cap_out = sum(a["bandwidth"] for _x, _y, a in g.out_edges(name, data=True) if a.get("kind") != "pcie")
+        cap_in = sum(a["bandwidth"] for _x, _y, a in g.in_edges(name, data=True) if a.get("kind") != "pcie")
+        worst = max(worst, sent / cap_out, sent / cap_in)
+    return worst
+
+
+def tree_volume_bound(platform: Platform, group: tuple[int, ...], nbytes: float) -> float:
+    """On the ``ring`` topology (links only between ring neighbours, so a route's hop count is
+    the cyclic distance in ring order), a time the tree all-reduce cannot beat without a route:
+    every byte crosses at least that many links, and all GPU links together carry at most their
+    summed bandwidth. 0 on other topologies."""
+    if platform.topology != "ring" or platform.router is not None or platform.num_gpus < 2:
+        return 0.0
+    n = platform.num_gpus
+    where = {g: i for i, g in enumerate(platform.ring)}
+    edges = tree_edges(platform, group)
+    share = nbytes / len(edges)
+    volume = 0.0
+    for tree in edges:
+        for child, parent in tree:
+            d = abs(where[child] - where[parent])
+            volume += 2 * share * min(d, n - d)  # up and down
+    capacity = sum(a["bandwidth"] for _x, _y, a in platform.graph.edges(data=True) if a.get("kind") != "pcie")
+    return volume / capacity
+
+
+def tree_latency_bound(platform: Platform, group: tuple[int, ...]) -> float:
+    """A time the tree all-reduce cannot beat, without a route: its first chunk climbs from the
+    deepest leaf to the root and back down, a step of at least the smallest λ each, after the
+    call's base latency."""
+    lam = platform.collective_latency_us
+    if lam is not None:
+        lam *= 1e-6
+    else:
+        table = NCCL_PROTOCOL_STEP_LATENCY_US[protocol(platform)]
+        lam = min(v for (family, _kind), v in table.items() if family == "tree") * 1e-6
+    depth = max(max(shape.height_depth()[1]) for shape in tree_shapes(platform, group))
+    return base_latency_s(platform, "tree") + 2 * depth * lam
+
+
+def _link_bound(platform: Platform, group: tuple[int, ...], nbytes: float) -> float:
+    """The busiest link's bytes at its bandwidth; the per-byte load is kept per group (a DDP
+    run asks once per bucket)."""
+    key = ("tree-link-bound", group, platform.collective_protocol)
+    per_byte = platform._plans.get(key)
+    if per_byte is None:
+        load = tree_link_load(platform, group, 1.0)
+        per_byte = platform._plans[key] = max((b / platform.link_bandwidth(x) for x, b in load.items()), default=0.0)
+    return per_byte * nbytes
+
+
+def tree_lower_bound(platform: Platform, group: tuple[int, ...], nbytes: float, beat: float | None = None) -> float:
+    """A time the tree all-reduce cannot beat (``auto`` skips the pipeline's walk when this
+    already loses to another algorithm, :mod:`~triosim.graph.collectives.choice`): the bounds
+    that need no route (:func:`tree_port_bound`, :func:`tree_volume_bound`,
+    :func:`tree_latency_bound`) and, unless they
+    already reach ``beat``, the busiest link's bytes at its bandwidth (a link never carries
+    more than its bandwidth, whatever the pipeline's order)."""
+    bound = max(tree_port_bound(platform, group, nbytes), tree_volume_bound(platform, group, nbytes),
+                tree_latency_bound(platform, group))
+    if beat is not None and bound >= beat:
+        return bound
+    return max(bound, _link_bound(platform, group, nbytes))
 
 
 def _tree_step_latency(platform: Platform) -> Callable[[tuple[str, ...]], float]:

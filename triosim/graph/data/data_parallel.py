@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from ...hardware.platform import Platform
 from ...schedule.tasks import TaskGraph
 from ...trace import Trace
+from ...trace.precision import reduced_gradient_bytes
 from ..collectives.algorithms import add_all_reduce
 from ..memory.plan import plan_replicas
 from ..single import add_op_chain, op_steps, persistent_buffers, record_memory
@@ -70,7 +71,7 @@ def make_buckets(trace: Trace, bucket_bytes: float, params: Sequence[str] | None
 
     for p in gradient_order(trace) if params is None else params:
         cur.append(p)
-        size += trace.tensors[p].bytes if nbytes is None else nbytes(p)
+        size += reduced_gradient_bytes(trace, p) if nbytes is None else nbytes(p)
         if size >= bucket_bytes:
             close()
     close()
@@ -81,7 +82,15 @@ def whole_gradient(trace: Trace) -> list[Bucket]:
     """Case 1's one bucket: every gradient (the trace's parameter bytes), ready after the last
     backward op; none when the trace has no parameters."""
     params = tuple(trace.parameters)
-    return [Bucket(0, params, trace.parameter_bytes, trace.last_backward_index())] if params else []
+    return [Bucket(0, params, gradient_bytes(trace), trace.last_backward_index())] if params else []
+
+
+def gradient_bytes(trace: Trace) -> int:
+    """Every gradient's bytes as data parallelism reduces them: the trace's parameter bytes, or
+    under a training precision its parameters' elements in the gradient-reduce dtype."""
+    if trace.precision is None:
+        return trace.parameter_bytes
+    return sum(reduced_gradient_bytes(trace, p) for p in trace.parameters)
 
 
 def build_reference(trace: Trace, platform: Platform, strategy: Strategy) -> TaskGraph:
@@ -93,7 +102,7 @@ def build_reference(trace: Trace, platform: Platform, strategy: Strategy) -> Tas
     program = list(range(len(trace.ops)))
     tasks = {g: add_op_chain(graph, trace, g, program) for g in devices}
     params = tuple(trace.parameters)
-    buckets = [Bucket(0, params, trace.parameter_bytes, program[-1])] if params else []
+    buckets = [Bucket(0, params, gradient_bytes(trace), program[-1])] if params else []
     for b in buckets:
         add_all_reduce(graph, platform, platform.ring, b.nbytes, "allreduce gradients",
                        after={g: [tasks[g][-1]] for g in devices}, detail=strategy.collective_detail, bucket=b.index)

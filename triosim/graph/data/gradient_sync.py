@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from ...trace.precision import reduced_gradient_bytes
 from ..collectives.group_comm import GroupComm
 from ..composition_state import CompositionState
 from ..pipeline.schedules import FORWARD, OPTIMIZER
@@ -39,9 +40,9 @@ def sync_buckets(b: CompositionState, params: Sequence[str], s: int) -> list[Buc
 def _buckets(b: CompositionState, params: Sequence[str], s: int) -> list[Bucket]:
     """DDP buckets of one stage's gradients ``params``, each counted at its per-GPU shard bytes
     under TP (:func:`~triosim.graph.data.data_parallel.make_buckets`)."""
-    tensors, divisor = b.trace.tensors, b.tpp.shard_divisor
-    return make_buckets(b.trace, b.strategy.bucket_mb * MIB, params,
-                        lambda p: -(-tensors[p].bytes // divisor.get(p, 1)))
+    trace, divisor = b.trace, b.tpp.shard_divisor
+    return make_buckets(trace, b.strategy.bucket_mb * MIB, params,
+                        lambda p: -(-reduced_gradient_bytes(trace, p) // divisor.get(p, 1)))
 
 
 def gather_unit(b: CompositionState, comm: GroupComm, s: int, units, k: int, ph: str, r: int, last, gathered, ts) -> None:

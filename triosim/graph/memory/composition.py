@@ -22,6 +22,7 @@ def _plan_memory(b: CompositionState) -> list[MemoryReport]:
     one stage run the same program, so one plan serves them all when it needs no memcpy."""
     trace = b.trace
     persistent = persistent_buffers(trace)
+    pre = trace.preallocated
     received = _received(b)
     reports: list[MemoryReport] = []
     for s in range(b.ranks.pp):
@@ -71,7 +72,8 @@ def _plan_memory(b: CompositionState) -> list[MemoryReport]:
         if b.gathered_sizes:
             b.gathered_at[s] = bytes_per_step([(rd, wr) for rd, wr, _ in program], b.gathered_sizes)
         delivered = _delivered(b, received.get(s, []))
-        external = [k for k, is_read in touched.items() if is_read and k not in delivered]
+        # Read first, or allocated before the iteration (a training precision's gradient buffer).
+        external = [k for k, is_read in touched.items() if (is_read or k in pre) and k not in delivered]
 
         def steps(gpu: int, program=program) -> list[Step]:
             return [Step(task=task, reads=rd, writes=wr, label=lb)
@@ -125,7 +127,7 @@ def _stage_memory_fits(b: CompositionState, s: int, persistent: set[str], receiv
     gpus = b.gpus(s)
     runs = b.seq[gpus[0]]
     got = stage_occupancy(runs, template, size_of, b.fractions, nb, delivered, b.persistent_ids,
-                          b.platform.capacity_bytes)
+                          b.platform.capacity_bytes, resident={ids[k] for k in trace.preallocated if k in ids})
     if got is None:
         return None
     occ, _total = got

@@ -30,6 +30,7 @@ def stage_occupancy(
     delivered: set[int],
     persistent: set[int],
     capacity: int,
+    resident: set[int] = frozenset(),
 ) -> tuple[np.ndarray, int] | None:
     """Bytes resident during each op step and the total of every buffer, or ``None`` if that
     total exceeds ``capacity``.
@@ -40,7 +41,8 @@ def stage_occupancy(
     ``r`` but ``None``). ``size_of(buffer id, fraction)``: its bytes in a micro-batch of
     ``fraction`` of the batch (``fractions[r]`` for micro-batch ``r``; 1.0 for keys without a
     micro-batch). ``delivered``: keys another stage sends (not external even when first read
-    here). ``persistent``: buffer ids alive to the end once touched.
+    here). ``persistent``: buffer ids alive to the end once touched. ``resident``: buffer ids
+    allocated before the program even when it first writes them (a preallocated gradient buffer).
     """
     m = len(runs)
     # Templates: one per (ops of a run, optimizer share or not), with each entry's op position.
@@ -122,6 +124,8 @@ def stage_occupancy(
     raw = uniq < num_buffers
     live_to_end = raw & np.isin(uniq, np.fromiter(persistent, dtype=np.int64, count=len(persistent)))
     external = first_is_read & ~np.isin(uniq, np.fromiter(delivered, dtype=np.int64, count=len(delivered)))
+    if resident:
+        external |= raw & np.isin(uniq, np.fromiter(resident, dtype=np.int64, count=len(resident)))
     begin = np.where(external, 0, first_step)
     end = np.where(live_to_end, n - 1, last_step)
     delta = np.zeros(n + 1, dtype=np.int64)

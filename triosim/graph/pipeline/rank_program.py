@@ -1,6 +1,6 @@
 """One pipeline rank's program in the composition (:mod:`triosim.graph.composition`): its
 forward and backward blocks in the schedule's order on every built replica, each op at the TP
-plan's time scale for the micro-batch, the TP collectives after the ops the plan names, and
+plan's time scale for the micro-batch, the TP collectives after the ops the plan names (two on one op run one after the other), and
 ZeRO-3's unit gathers before the units' first ops.
 
 A ``-case`` preset keeps its case's task names and attributes: no micro-batch or stage on cases
@@ -62,11 +62,11 @@ def add_rank_program(b: CompositionState, comm: GroupComm, p: int, waits, colls,
     add_compute, task_of, tp_done, seq = g.add_compute, b.task, b.tp_done, b.seq
     r_count = len(b.fractions)
     # A representative build (replica (0, 0) only, each TP collective a closed-form task) charges
-    # each distinct (op, bytes) once: the same collective recurs in every micro-batch.
+    # each distinct (op, kind, bytes) once: the same collective recurs in every micro-batch.
     gpu0 = gpus[0]
     built0 = (gpu0,)
     rep_only = _charges_once(b, comm, tp_groups[0])
-    charged: dict[tuple[int, int], tuple[Charge, float]] = {}
+    charged: dict[tuple[int, str, int], tuple[Charge, float]] = {}
     tagged = b.tagged
     # The tensor-parallel preset times an op as case 3 did, t / N (t × 1/N is another float when
     # N is not a power of two); a typed composition scales by the plan's factor.
@@ -80,21 +80,21 @@ def add_rank_program(b: CompositionState, comm: GroupComm, p: int, waits, colls,
             segments[(st, ph)] = _segments(ops[(st, ph)], cut_before, cut_after, b.fuse)
     # Each segment's fixed facts, once per (stage, phase): the loop below runs once per segment,
     # micro-batch and replica. (first op, last op, label, attributes, ops, TP collectives it
-    # waits for, phase, the TP collective after it or None, that collective's label start)
+    # waits for, phase, the TP collectives after it, their labels' start)
     seg_facts: dict[tuple[int, str], list[tuple]] = {}
     for key, segs in segments.items():
         facts = seg_facts[key] = []
         for seg in segs:
             i, i_last = seg[0], seg[-1]
-            c = colls.get(i_last)
+            cs = tuple(colls.get(i_last, ()))
             # a run of ops nothing outside the GPU waits for or feeds: one task, same times
             label, extra = (labels[i], {}) if len(seg) == 1 else \
                 (f"{labels[i]} .. {labels[i_last]}", {"ops": tuple(seg)})
             if case3_time and ranks.tp > 1 and scale[i] != 1.0:
                 extra = {**extra, "shard": ranks.tp}  # as case 3 marked a split op
-            c_name = None if c is None else f"{c.kind.replace('_', '')} {labels[i_last]}"
-            facts.append((i, i_last, label, extra, tuple(seg), waits_here[i], trace.ops[i].stage, c,
-                          f"tp {c_name}" if tagged and c is not None else c_name))
+            c_names = tuple(f"{c.kind.replace('_', '')} {labels[i_last]}" for c in cs)
+            facts.append((i, i_last, label, extra, tuple(seg), waits_here[i], trace.ops[i].stage, cs,
+                          tuple(f"tp {n}" for n in c_names) if tagged else c_names))
     seg_time: dict[tuple[int, str, float], list[float]] = {}  # (stage, phase, fraction) -> seconds per segment
 
     def seconds(s: int, ph: str, frac: float) -> list[float]:
@@ -130,7 +130,7 @@ def add_rank_program(b: CompositionState, comm: GroupComm, p: int, waits, colls,
             gradient_sync.gather_unit(b, comm, s, units[ph], 0, ph, r, last, gathered, ts)
         durs = seconds(s, ph, frac)
         mb_s = f" mb{r}" if tagged else ""
-        for (i, i_last, base, extra, seg_ops, w, phase, c, c_name), dur in zip(seg_facts[(s, ph)], durs):
+        for (i, i_last, base, extra, seg_ops, w, phase, cs, c_names), dur in zip(seg_facts[(s, ph)], durs):
             k = unit_at.get(i) if unit_at else None
             if k is not None and k + 1 < len(units[ph]):
                 gradient_sync.gather_unit(b, comm, s, units[ph], k + 1, ph, r, last, gathered, ts)
@@ -156,32 +156,44 @@ def add_rank_program(b: CompositionState, comm: GroupComm, p: int, waits, colls,
                 task_of[(*rep, i, r)] = task_of[(*rep, i_last, r)] = task
                 seq[gpu].append((task, seg_ops, r))
                 last[rep] = [task]
-            if c is not None:
+            for k_c, (c, c_name) in enumerate(zip(cs, c_names)):
+                # a second collective on the op (sequence parallel, blocks back to back) gathers
+                # what the first reduced: it starts when the first is done
                 nbytes = c.nbytes if frac == 1.0 else int(round(c.nbytes * frac))
                 name = f"{c_name}{mb_s} stage{s} dp"
                 if rep_only:  # one built GPU per group: the task its charge, found once, describes
                     charge, wire = _tp_charge(comm, charged, c, nbytes, tp_groups[0], tp_parallel)
-                    task = comm.add_charged(charge, f"{name}0", [task_of[(0, 0, i_last, r)]], built0,
-                                            op_index=i_last, microbatch=r, group_kind="tp")
+                    before = [task_of[(0, 0, i_last, r)]] if k_c == 0 else [tp_done[(i_last, r, 0)][gpu0]]
+                    for call in range(c.calls):  # back-to-back calls, each waiting for the previous
+                        task = comm.add_charged(charge, f"{name}0" + (f" call{call}" if call else ""), before,
+                                                built0, op_index=i_last, microbatch=r, group_kind="tp")
+                        before = [task]
                     tp_done[(i_last, r, 0)] = {gpu0: task}
                     tally = stats.get("tp")
                     if tally is None:
                         tally = stats["tp"] = {"collectives": 0, "payload_bytes": 0, "wire_bytes_per_gpu": 0.0}
-                    tally["collectives"] += 1  # as b.count, without looking the group up again
-                    tally["payload_bytes"] += nbytes
-                    tally["wire_bytes_per_gpu"] += wire
+                    tally["collectives"] += c.calls  # as b.count, without looking the group up again
+                    tally["payload_bytes"] += nbytes * c.calls
+                    tally["wire_bytes_per_gpu"] += wire * c.calls
                     continue
                 for d in ds:
                     group = tp_groups[d]
-                    after = {gpu: [task_of[(d, t, i_last, r)]] for t, gpu in members[d]}
-                    if tagged:
-                        tp_done[(i_last, r, d)] = comm.run(c.kind, group, nbytes, f"{name}{d}", after,
-                                                           parallel=tp_parallel, op_index=i_last, microbatch=r,
-                                                           group_kind="tp")
-                    else:  # the tensor-parallel preset: as case 3 named it
-                        tp_done[(i_last, r, d)] = comm.run(c.kind, group, nbytes, c_name, after, op=i_last)
-                    if d == 0:
-                        b.count("tp", c.kind, group, nbytes)
+                    if k_c == 0:
+                        after = {gpu: [task_of[(d, t, i_last, r)]] for t, gpu in members[d]}
+                    else:  # a second collective on one op starts when the first is done
+                        prev = tp_done[(i_last, r, d)]
+                        after = {gpu: [prev[gpu]] for _, gpu in members[d]}
+                    for call in range(c.calls):
+                        if tagged:
+                            done = comm.run(c.kind, group, nbytes, f"{name}{d}" + (f" call{call}" if call else ""),
+                                            after, parallel=tp_parallel, op_index=i_last, microbatch=r,
+                                            group_kind="tp")
+                        else:  # the tensor-parallel preset: as case 3 named it
+                            done = comm.run(c.kind, group, nbytes, c_name, after, op=i_last)
+                        after = {gpu: [task] for gpu, task in done.items()}
+                        if d == 0:
+                            b.count("tp", c.kind, group, nbytes)
+                    tp_done[(i_last, r, d)] = done
     return last
 
 
@@ -225,13 +237,14 @@ def _charges_once(b: CompositionState, comm: GroupComm, tp_group: tuple[int, ...
 def _tp_charge(comm: GroupComm, charged: dict, c, nbytes: int, group: tuple[int, ...],
                parallel) -> tuple[Charge, float]:
     """The charge of TP collective ``c`` with ``nbytes`` on ``group`` and the bytes each GPU
-    sends, found once per (op, bytes) (``charged`` keeps them): micro-batches of one size repeat
-    the same collective."""
-    hit = charged.get((c.op, nbytes))
+    sends, found once per (op, kind, bytes) (``charged`` keeps them): micro-batches of one size
+    repeat the same collective; one op may carry a reduce-scatter and an all-gather."""
+    key = (c.op, c.kind, nbytes)
+    hit = charged.get(key)
     if hit is None:
         charge = comm.charge(c.kind, group, nbytes, parallel)
         assert charge is not None  # representative, group of 2 or more (_charges_once)
-        hit = charged[(c.op, nbytes)] = (charge, wire_bytes_per_gpu(c.kind, len(group), nbytes))
+        hit = charged[key] = (charge, wire_bytes_per_gpu(c.kind, len(group), nbytes))
     return hit
 
 
@@ -254,6 +267,11 @@ def _segment_cuts(b: CompositionState, s: int, params: list[str], waits_here, co
     if units is not None:
         for phase_units in units.values():
             before.update(u.first_op for u in phase_units)
+    # A run of re-runs (activation recomputation) is a task of its own, so that the time
+    # breakdown tells recomputation from the backward ops it precedes.
+    reruns = getattr(b, "reruns", frozenset())
+    before.update(i for i in reruns if i - 1 not in reruns)
+    before.update(i + 1 for i in reruns if i + 1 not in reruns)
     return before, after
 
 

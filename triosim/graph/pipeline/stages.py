@@ -28,6 +28,7 @@ from dataclasses import dataclass, field, replace
 from ...errors import ConfigError
 from ...hardware.platform import Platform
 from ...trace import Trace
+from ...trace.precision import size_key
 from ..strategy import Strategy
 from .estimate import BatchEstimator
 from .partition import count_starts, optimal_search, time_partition
@@ -173,7 +174,7 @@ def _assign_optimizer(trace: Trace, phase: Sequence[str], stage: list[int], n: i
         s = stage[reader]
         owner[prm] = s
         param_bytes[s] += trace.tensors[prm].bytes
-        by_size.setdefault(trace.tensors[prm].bytes, []).append(s)
+        by_size.setdefault(size_key(trace, prm), []).append(s)
     total = sum(param_bytes)
     share = tuple(b / total for b in param_bytes) if total > 0 else tuple(1.0 / n for _ in range(n))
     fallback = max(range(n), key=lambda s: (share[s], -s))
@@ -187,7 +188,7 @@ def _assign_optimizer(trace: Trace, phase: Sequence[str], stage: list[int], n: i
             if k in last_writer:
                 owner[k] = stage[last_writer[k]]
                 continue
-            size = trace.tensors[k].bytes
+            size = size_key(trace, k)  # elements once resized by role (weights and state differ in bytes)
             stages = by_size.get(size)
             if stages:
                 owner[k] = stages[used.get(size, 0) % len(stages)]
@@ -238,6 +239,20 @@ def _plan_from_starts(trace: Trace, phase: tuple[str, ...], fops: list[int], pos
     plan = PipelinePlan(n, partition, phase, tuple(stage), tuple(starts), share, {}, owner, buffers, gpus, virtual,
                         estimate_s)
     return with_warnings(trace, plan)
+
+
+def with_same_cuts(trace: Trace, plan: PipelinePlan) -> PipelinePlan:
+    """``plan``'s cuts on ``trace``, a trace whose forward phase is ``plan``'s (ops inserted or
+    changed after it only, as activation recomputation does): its backward and optimizer ops
+    placed by the rules above."""
+    phase = op_phases(trace)
+    fops = [i for i, p in enumerate(phase) if p == FORWARD]
+    if fops != [i for i, p in enumerate(plan.phase) if p == FORWARD]:
+        raise ValueError("the forward phase differs from the plan's")
+    pos = _positions(trace, phase, fops)
+    new = _plan_from_starts(trace, phase, fops, pos, plan.starts, plan.partition, plan.gpus, plan.virtual,
+                            plan.estimate_s)
+    return replace(new, warnings=tuple(dict.fromkeys((*plan.warnings, *new.warnings))))
 
 
 def stage_compute(trace: Trace, plan: PipelinePlan) -> list[float]:
@@ -376,5 +391,5 @@ def compat_chunks(trace: Trace, n: int) -> list[tuple[int, list[int]]]:
 
 __all__ = [
     "BACKWARD", "FORWARD", "OPTIMIZER", "PipelinePlan", "block_order", "buffer_versions", "candidate_plans",
-    "compat_chunks", "op_phases", "optimizer_buffers",
+    "compat_chunks", "op_phases", "optimizer_buffers", "with_same_cuts",
 ]

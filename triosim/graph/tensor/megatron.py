@@ -41,8 +41,10 @@ from dataclasses import dataclass
 
 from ...errors import ConfigError
 from ...trace import Trace
+from ...trace.precision import size_key
 from . import per_op as case3
 from .per_op import TpCollective, optimizer_state_of
+from .vocab import VocabParallel, find_vocab, sequence_ends, vocab_collectives, vocab_shards
 
 STYLES = ("megatron", "per-op")
 _LINEAR_NAMES = frozenset({"linear", "addmm", "mm"})
@@ -77,12 +79,13 @@ class TensorParallelPlan:
     style: str  # "megatron" | "per-op"
     degree: int
     time_scale: tuple[float, ...]  # per trace op: time on one rank / traced time
-    collectives: tuple[TpCollective, ...]  # in trace order
+    collectives: tuple[TpCollective, ...]  # in trace order; on one op a reduce before a gather
     shard_divisor: dict[str, int]  # buffer -> T: each rank holds ceil(bytes / T)
     blocks: tuple[MegatronBlock, ...] = ()
     fallback_reason: str | None = None
     heads: int | None = None  # attention heads the trace implies (None: none found)
     sequence_parallel: bool = False
+    vocab: VocabParallel | None = None  # the vocabulary-parallel embedding/head/loss (None: no head found)
 
     def op_time(self, i: int, duration_s: float) -> float:
         """Seconds op ``i`` takes on one rank when its traced time is ``duration_s`` (an op split
@@ -100,8 +103,9 @@ class TensorParallelPlan:
             att = sum(1 for b in self.blocks if b.kind == "attention")
             heads = f", {self.heads} attention heads" if self.heads else ""
             sp = ", sequence parallel" if self.sequence_parallel else ""
+            vocab = f", vocabulary-parallel head ({self.vocab.vocab} words)" if self.vocab else ""
             return (f"megatron tensor parallel: {len(self.blocks)} blocks ({att} attention, "
-                    f"{len(self.blocks) - att} mlp){heads}{sp}")
+                    f"{len(self.blocks) - att} mlp){heads}{vocab}{sp}")
         if self.fallback_reason:
             return f"per-op tensor parallel ({self.fallback_reason})"
         return "per-op tensor parallel"
@@ -316,11 +320,11 @@ def _block_shards(trace: Trace, blocks: list[MegatronBlock], params: set[str]) -
             shards.update(k for k in trace.writes[j] if k not in params)
         handed = set(b.input_grad)
         for i in b.backward:
-            sizes = {trace.tensors[k].bytes for k in mine.get(trace.forward_partner[i], ())}
+            sizes = {size_key(trace, k) for k in mine.get(trace.forward_partner[i], ())}
             for k in trace.writes[i]:
                 if k in trace.batch_invariant:
                     # a parameter gradient: sharded when its linear's parameter of that size is
-                    if k not in params and trace.tensors[k].bytes in sizes:
+                    if k not in params and size_key(trace, k) in sizes:
                         shards.add(k)
                 elif k not in handed and k not in params:
                     shards.add(k)
@@ -334,13 +338,36 @@ def _optimizer_scale(trace: Trace, shards: set[str], t: float) -> float:
     return kept / total if total > 0 else 1.0
 
 
+def _regather_slot(trace: Trace, b: MegatronBlock, taken: set[int]) -> int | None:
+    """The op after which sequence parallelism's backward re-gathers ``b``'s input: the last op
+    before the first backward op reading it (the column linears' weight-gradient GEMMs), within
+    the block's backward and on an op no other collective follows; None when there is none."""
+    readers = [i for i in b.backward if b.input in trace.reads[i]]
+    if not readers:
+        return None
+    at = readers[0] - 1
+    while at >= b.backward[0] and at in taken:
+        at -= 1
+    return at if at >= b.backward[0] else None
+
+
 def _megatron_plan(trace: Trace, degree: int, blocks: list[MegatronBlock], heads: int | None,
                    sequence_parallel: bool) -> TensorParallelPlan:
     params = set(trace.parameters)
     t = float(degree)
+    vp = find_vocab(trace, blocks)
     split: set[int] = {j for b in blocks for j in (*b.forward, *b.backward)}
     region = _sequence_region(trace, blocks) if sequence_parallel else set()
+    if vp is not None:
+        split.update(vp.split_ops)
+        if sequence_parallel:
+            ends = sequence_ends(trace, vp, blocks)
+            region |= ends | {i for i, p in enumerate(trace.forward_partner) if p in ends
+                              and trace.ops[i].stage == "backward"}
+            region -= split
     shards = _block_shards(trace, blocks, params) if degree > 1 else set()
+    if degree > 1 and vp is not None:
+        shards |= vocab_shards(trace, vp)
     if degree > 1:
         shards |= optimizer_state_of(trace, shards & params)
         for j in region:
@@ -379,11 +406,25 @@ def _megatron_plan(trace: Trace, degree: int, blocks: list[MegatronBlock], heads
                                                   sum(nb(k) for k in b.output_grad))))
             if b.input_grad:
                 colls.append((last_bwd, 1, TpCollective(last_bwd, "reduce_scatter", b.input_grad, in_grad_bytes)))
-    colls.sort(key=lambda c: (c[0], c[1]))
+        if vp is not None:
+            colls.extend(vocab_collectives(trace, vp, sequence_parallel))
+        if sequence_parallel:
+            # Megatron keeps only the sequence shard of a block's input for backward and gathers
+            # it again for the column linears' weight gradients (Korthikanti et al. 2022, section 4.2.2).
+            taken = {op for op, _, _ in colls}
+            for b in blocks:
+                at = _regather_slot(trace, b, taken)
+                if at is not None:
+                    taken.add(at)
+                    colls.append((at, 1, TpCollective(at, "all_gather", (b.input,), nb(b.input), redo=True)))
+    # (op, tag): tag 1 reduces a block's result, tag 0 gathers a block's input. Where blocks
+    # follow each other directly one op ends the first and feeds the second: its reduce-scatter
+    # must come before the all-gather of what it reduced, in forward and in backward.
+    colls.sort(key=lambda c: (c[0], -c[1]))
     return TensorParallelPlan(
         style="megatron", degree=degree, time_scale=tuple(scale), collectives=tuple(c for _, _, c in colls),
         shard_divisor={k: degree for k in sorted(shards)}, blocks=tuple(blocks), heads=heads,
-        sequence_parallel=sequence_parallel,
+        sequence_parallel=sequence_parallel, vocab=vp,
     )
 
 

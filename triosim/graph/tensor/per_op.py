@@ -39,6 +39,7 @@ from typing import Protocol
 from ...hardware.platform import Platform
 from ...schedule.tasks import TaskGraph
 from ...trace import Trace
+from ...trace.precision import size_key
 from ..collectives.algorithms import add_all_gather, add_all_reduce, add_reduce_scatter
 from ..memory.plan import plan_replicas
 from ..single import op_label, op_steps, persistent_buffers, record_memory
@@ -50,9 +51,13 @@ class TpCollective:
     """The collective that follows tpflag op ``op``: which buffers it carries and how many bytes."""
 
     op: int
-    kind: str  # "all_gather" | "all_reduce"
+    kind: str  # "all_gather" | "all_reduce" | "reduce_scatter"
     buffers: tuple[str, ...]
-    nbytes: int
+    nbytes: int  # per call
+    calls: int = 1  # back-to-back calls of nbytes each (vocab-parallel cross-entropy: 2)
+    # True for a gather of a buffer that an earlier collective completed (sequence parallelism's
+    # backward re-gather): its readers wait for it, but the buffer's version stays that one's.
+    redo: bool = False
 
 
 def op_time(trace: Trace, i: int, n: int) -> float:
@@ -107,12 +112,13 @@ def sharded_buffers(trace: Trace) -> set[str]:
 
 def optimizer_state_of(trace: Trace, sharded_params: set[str]) -> set[str]:
     """The optimizer state of ``sharded_params``, matched by size: the k-th state tensor of a
-    size the optimizer touches goes with the k-th parameter of that size."""
+    size the optimizer touches goes with the k-th parameter of that size. Sizes are element
+    counts, not bytes: mixed-precision training keeps fp32 moments of 16-bit parameters."""
     params = set(trace.parameters)
     sharded: set[str] = set()
     by_size: dict[int, list[bool]] = {}
     for p in trace.parameters:
-        by_size.setdefault(trace.tensors[p].bytes, []).append(p in sharded_params)
+        by_size.setdefault(size_key(trace, p), []).append(p in sharded_params)
     written = {k for ks in trace.writes for k in ks}
     external = set(trace.external)  # a set: traces repeated to many layers have thousands
     used: dict[int, int] = {}
@@ -124,11 +130,12 @@ def optimizer_state_of(trace: Trace, sharded_params: set[str]) -> set[str]:
             if k in params or k in seen or (k in written and k not in external):
                 continue
             seen.add(k)
-            flags = by_size.get(trace.tensors[k].bytes)
+            size = size_key(trace, k)  # elements once resized by role: a bf16 weight's fp32 moments
+            flags = by_size.get(size)
             if flags:
-                if flags[used.get(trace.tensors[k].bytes, 0) % len(flags)]:
+                if flags[used.get(size, 0) % len(flags)]:
                     sharded.add(k)
-                used[trace.tensors[k].bytes] = used.get(trace.tensors[k].bytes, 0) + 1
+                used[size] = used.get(size, 0) + 1
     return sharded
 
 
@@ -184,10 +191,16 @@ def build_from_plan(trace: Trace, platform: Platform, strategy: Strategy, plan: 
             )
             tasks[g].append(t)
             prev[g] = [t]
+        synced = None
         for c in colls.get(i, ()):
+            # a second collective on one op (a megatron plan's reduce-scatter, then the next
+            # block's all-gather of its result) starts when the first is done
             label = f"{_LABEL[c.kind]} {op_label(trace, i)}"
-            synced = add[c.kind](graph, platform, group, c.nbytes, label, after={g: [tasks[g][-1]] for g in devices},
-                                  detail=strategy.collective_detail, op=i)
+            after = {g: [tasks[g][-1] if synced is None else synced[g]] for g in devices}
+            for call in range(c.calls):  # back-to-back calls, each after the previous
+                synced = add[c.kind](graph, platform, group, c.nbytes, label + (f" call{call}" if call else ""),
+                                     after=after, detail=strategy.collective_detail, op=i)
+                after = {g: [synced[g]] for g in devices}
             if strategy.reference_compat:
                 prev = {g: [synced[g]] for g in devices}  # the original's compute waits for it
             else:
@@ -209,9 +222,9 @@ def build_from_plan(trace: Trace, platform: Platform, strategy: Strategy, plan: 
 def tensor_parallel_block(trace: Trace, plan: TensorPlan) -> dict:
     """The JSON ``tensor_parallel`` block of a run over one TP group: the plan's collectives and
     bytes per kind, the ops it splits (and, for a megatron plan or a fallback, the plan)."""
-    by_kind = {kind: sum(c.nbytes for c in plan.collectives if c.kind == kind) for kind in _LABEL}
+    by_kind = {kind: sum(c.nbytes * c.calls for c in plan.collectives if c.kind == kind) for kind in _LABEL}
     meta = {
-        "collectives": len(plan.collectives),
+        "collectives": sum(c.calls for c in plan.collectives),
         "all_gather_bytes": by_kind["all_gather"],
         "all_reduce_bytes": by_kind["all_reduce"],
         "sharded_ops": sum(1 for op in trace.ops if op.stage != "optimizer" and (

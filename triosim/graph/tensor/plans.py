@@ -66,6 +66,6 @@ def tp_waits(trace: Trace, collectives) -> tuple[list[tuple[int, ...]], dict[tup
         for c in at.get(i, ()):
             for k in c.buffers:
                 covered[k] = i
-                if k in last_writer:
+                if k in last_writer and not c.redo:
                     cover[(last_writer[k], k)] = i
     return waits, cover

@@ -1,0 +1,186 @@
+"""The model-card flags of a run: ``--model NAME`` (a shipped card), ``--model-file FILE.yaml``
+(your own) and ``--seq-len N`` (the card's sequence, overridden), and the trace they stand for.
+
+A card run needs no trace directory: the training step's trace is built from the card's shapes
+(:mod:`triosim.trace.synthetic_card`) with a few layers, repeated to the card's depth (or
+``--num-layers``) as ``trace repeat`` does, and timed on the GPU of ``--gpu``/``--gpu-file``
+(the trace holds no measured times, so ``--op-time-source`` must be roofline or auto). It is
+built at the batch one pipeline stage computes at a time: ``-micro-batch-size`` when given, else
+``-batch-size-sim``, else one sequence. Parameters, gradients and activations are in the run's
+``--dtype`` (16-bit when none is given: bf16, or fp16 on a GPU without bf16).
+
+The built trace is cached, keyed by everything it depends on (the card's shapes, the sequence,
+the batch, the element size, the generator's version), under ``$TRIOSIM_CACHE_DIR``, else
+``$XDG_CACHE_HOME/triosim``, else ``~/.cache/triosim``; each entry is written into a temporary
+directory and renamed into place, so a run never reads half an entry.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import os
+import shutil
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+from ..errors import ConfigError
+from ..trace.model_card import COUNT_FIELDS, ModelCard, get_card, read_card_file
+from ..trace.synthetic_card import CARD_TRACE_VERSION, CardTraceSpec, write_card_trace
+
+# dest -> default of the card flags: a run's configuration block records them only when set, so
+# a run of a trace writes the block it always wrote.
+MODEL_FLAG_DEFAULTS = {"model": None, "model_file": None, "seq_len": None}
+TRACED_LAYERS = 2  # layers written; find_layers needs the layer at least twice to repeat it
+# Bytes of parameters, gradients and activations per --dtype. auto (no --dtype): 16-bit, which
+# the roofline runs as bf16, or as fp16 on a GPU without bf16 (a V100). fp8 math keeps 16-bit tensors.
+ELEMENT_BYTES = {"auto": 2, "fp32": 4, "tf32": 4, "bf16": 2, "fp16": 2, "fp8": 2}
+
+
+def add_model_flags(g: argparse._ArgumentGroup) -> None:
+    g.add_argument("--model", default=None, metavar="NAME",
+                   help="simulate a model card instead of a trace (`triosim models` lists them): the training "
+                        "step is built from its shapes; needs --gpu")
+    g.add_argument("--model-file", default=None, metavar="FILE.yaml",
+                   help="a model card of your own (the fields of docs/models.md) instead of --model")
+    g.add_argument("--seq-len", type=int, default=None, metavar="N",
+                   help="with --model/--model-file: the training sequence length instead of the card's")
+
+
+def model_given(args: argparse.Namespace) -> bool:
+    return getattr(args, "model", None) is not None or getattr(args, "model_file", None) is not None
+
+
+def check_model_flags(args: argparse.Namespace) -> None:
+    """The flag combinations a card run refuses, before anything is read or built."""
+    model, model_file, seq = getattr(args, "model", None), getattr(args, "model_file", None), getattr(args, "seq_len", None)
+    for flag, value in (("--model", model), ("--model-file", model_file)):
+        if value is not None and not str(value).strip():
+            raise ConfigError(f"{flag} is empty; give a name or leave the flag out")
+    if not model_given(args):
+        if seq is not None:
+            raise ConfigError("--seq-len sets a model card's sequence: give --model NAME or --model-file FILE")
+        return
+    if model is not None and model_file is not None:
+        raise ConfigError("--model and --model-file exclude each other: name a shipped card or give your own file")
+    flag = "--model" if model is not None else "--model-file"
+    if getattr(args, "trace_dir", None) is not None:
+        raise ConfigError(f"{flag} builds the trace from the card: leave out -trace-dir (or leave out {flag})")
+    if getattr(args, "batch_size", None) is not None:
+        raise ConfigError(f"-batch-size is the batch a trace was recorded at; {flag} builds its trace at "
+                          "-micro-batch-size (or -batch-size-sim): leave -batch-size out")
+    if getattr(args, "gpu", None) is None and getattr(args, "gpu_file", None) is None:
+        raise ConfigError(f"{flag} needs the GPU to time the card's ops on: give --gpu NAME (`triosim gpus` lists "
+                          "them) or --gpu-file FILE")
+    source = getattr(args, "op_time_source", "auto")
+    if source not in ("auto", "roofline"):
+        raise ConfigError(f"--op-time-source {source}: a model card's trace holds no measured times; use roofline "
+                          "(or leave the flag out)")
+    if getattr(args, "trace_gpu", None) is not None:
+        raise ConfigError(f"--trace-gpu names the GPU a trace was timed on; {flag}'s trace was timed on none")
+    if seq is not None and not 1 <= seq <= COUNT_FIELDS["seq_len"]:
+        raise ConfigError(f"--seq-len must be between 1 and {COUNT_FIELDS['seq_len']:,}, got {seq}")
+
+
+def load_card(args: argparse.Namespace) -> ModelCard:
+    """The card of ``--model``/``--model-file``, at ``--seq-len`` when given."""
+    model_file = getattr(args, "model_file", None)
+    if model_file is not None:
+        try:
+            card = read_card_file(model_file)
+        except ConfigError as exc:
+            raise ConfigError(f"--model-file {exc}") from None
+    else:
+        card = get_card(args.model)
+    seq = getattr(args, "seq_len", None)
+    if seq is None or seq == card.seq_len:
+        return card
+    if card.position == "learned" and seq > card.seq_len:
+        raise ConfigError(f"--seq-len {seq}: {card.name} learns one position embedding per position, "
+                          f"{card.seq_len} of them (use at most {card.seq_len})")
+    return card.with_seq_len(seq)
+
+
+def model_batch(args: argparse.Namespace) -> int:
+    """Sequences per op in the built trace: the micro-batch, else the simulated batch, else 1."""
+    for dest in ("micro_batch_size", "batch_size_sim"):
+        value = getattr(args, dest, None)
+        if value not in (None, -1):
+            if not 1 <= value <= 2**31:
+                flag = "-micro-batch-size" if dest == "micro_batch_size" else "-batch-size-sim"
+                raise ConfigError(f"{flag} must be a positive integer, got {value}")
+            return int(value)
+    return 1
+
+
+def model_depth(args: argparse.Namespace, card: ModelCard) -> int:
+    """Layers simulated: ``--num-layers`` when given, else the card's."""
+    layers = getattr(args, "num_layers", None)
+    return card.layers if layers is None else layers
+
+
+@dataclass(frozen=True)
+class ModelTrace:
+    """A card run's trace: its directory, the batch it was built at, and the depth to repeat
+    its layers to (None: the directory already has every layer)."""
+
+    trace_dir: Path
+    batch: int
+    repeat_to: int | None
+    card: ModelCard
+
+
+def cache_root() -> Path:
+    """``$TRIOSIM_CACHE_DIR``, else ``$XDG_CACHE_HOME/triosim``, else ``~/.cache/triosim``."""
+    given = os.environ.get("TRIOSIM_CACHE_DIR")
+    if given:
+        return Path(given)
+    xdg = os.environ.get("XDG_CACHE_HOME")
+    return (Path(xdg) if xdg else Path.home() / ".cache") / "triosim"
+
+
+def _entry_name(spec: CardTraceSpec) -> str:
+    key = json.dumps({"card": spec.card.shape_key(), "batch": spec.batch_size, "element_bytes": spec.element_bytes,
+                      "layers": spec.layers, "generator": CARD_TRACE_VERSION}, sort_keys=True)
+    return f"{spec.card.name[:40]}-{hashlib.sha256(key.encode()).hexdigest()[:16]}"
+
+
+def cached_card_trace(spec: CardTraceSpec) -> Path:
+    """The directory holding ``spec``'s trace, built (atomically) on first use."""
+    root = cache_root() / "model-traces"
+    final = root / _entry_name(spec)
+    if (final / "meta.json").is_file():
+        return final
+    try:
+        root.mkdir(parents=True, exist_ok=True)
+        tmp = Path(tempfile.mkdtemp(prefix=".partial-", dir=root))
+    except OSError as exc:
+        raise ConfigError(f"cannot write the model-trace cache {root} ({exc.strerror or exc}); set TRIOSIM_CACHE_DIR "
+                          "to a writable directory") from None
+    try:
+        write_card_trace(tmp, spec)
+        os.rename(tmp, final)
+    except OSError as exc:
+        shutil.rmtree(tmp, ignore_errors=True)
+        if (final / "meta.json").is_file():  # another process built the same entry first
+            return final
+        raise ConfigError(f"cannot write the model-trace cache {root} ({exc.strerror or exc}); set TRIOSIM_CACHE_DIR "
+                          "to a writable directory") from None
+    return final
+
+
+def model_trace(args: argparse.Namespace, dtype: str) -> ModelTrace:
+    """The trace of a card run (built and cached on first use); ``dtype`` is the run's --dtype."""
+    card = load_card(args)
+    depth = model_depth(args, card)
+    if depth < 1:
+        raise ConfigError(f"--num-layers must be a positive integer, got {depth}")
+    traced = min(depth, TRACED_LAYERS)
+    spec = CardTraceSpec(card, model_batch(args), ELEMENT_BYTES[dtype], traced)
+    return ModelTrace(cached_card_trace(spec), spec.batch_size, depth if depth > traced else None, card)
+
+
+__all__ = ["MODEL_FLAG_DEFAULTS", "ModelTrace", "add_model_flags", "cache_root", "cached_card_trace", "check_model_flags",
+           "load_card", "model_batch", "model_given", "model_trace"]

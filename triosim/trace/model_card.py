@@ -1,0 +1,238 @@
+"""Model cards: a transformer's shapes as data (one YAML file per model), read strictly.
+
+A card names what the training step of a decoder-only transformer computes: ``layers``,
+``hidden`` (d_model), ``heads`` and ``kv_heads`` (fewer key/value heads than query heads is
+grouped-query attention), ``ffn`` (the MLP's inner width), ``vocab``, ``seq_len`` (the training
+sequence), ``activation`` (``gelu``: fc1 → GELU → fc2; ``swiglu``: gate and up projections, SiLU
+of the gate times up, down projection), ``norm`` (``layernorm`` with a bias, ``rmsnorm``
+without), ``tied_embeddings`` (the LM head reuses the token embedding), ``attention``
+(``standard``: QKᵀ, softmax, dropout and ·V as separate kernels that keep the s×s scores for
+the backward pass; ``flash``: one fused kernel that keeps only its output and the row
+log-sum-exp), ``position`` (``learned``: a position-embedding table of ``seq_len`` rows;
+``rope``: rotary, no parameters), ``bias`` (the linear layers have biases) and ``dropout``
+(probability of the hidden and attention dropout; 0 means none, and no dropout ops). The
+shipped cards cite the public source of each number under ``sources`` and the published
+parameter count under ``published_params``.
+
+Every problem in a card is one :class:`~triosim.errors.ConfigError` line naming the file and
+the key (a misspelt key gets a "did you mean").
+"""
+
+from __future__ import annotations
+
+import difflib
+import hashlib
+import importlib.resources
+import json
+import math
+import os
+from dataclasses import asdict, dataclass, field, replace
+from functools import lru_cache
+from pathlib import Path
+from typing import Any
+
+from ..errors import ConfigError
+from ..limits import MAX_LAYERS
+from ..safe_yaml import parse_yaml_text, read_text_file
+
+ACTIVATIONS = ("gelu", "swiglu")
+NORMS = ("layernorm", "rmsnorm")
+ATTENTIONS = ("standard", "flash")
+POSITIONS = ("learned", "rope")
+# Counts a card gives, and the largest each may be: a model of 10^6 layers or a 10^7-wide
+# hidden size is a typo, and keeping them bounded keeps every shape product exact. Layers: as
+# many as a trace may be repeated to.
+COUNT_FIELDS = {"layers": MAX_LAYERS, "hidden": 1_000_000, "heads": 100_000, "kv_heads": 100_000,
+                "ffn": 10_000_000, "vocab": 100_000_000, "seq_len": 10_000_000}
+CHOICE_FIELDS = {"activation": ACTIVATIONS, "norm": NORMS, "attention": ATTENTIONS, "position": POSITIONS}
+BOOL_FIELDS = ("tied_embeddings", "bias")
+REQUIRED = (*COUNT_FIELDS, *CHOICE_FIELDS, *BOOL_FIELDS)
+OPTIONAL = ("name", "description", "dropout", "published_params", "sources")
+KEYS = frozenset((*REQUIRED, *OPTIONAL))
+
+
+@dataclass(frozen=True)
+class ModelCard:
+    """One decoder-only transformer's shapes (see the module docstring for each field)."""
+
+    name: str
+    layers: int
+    hidden: int
+    heads: int
+    kv_heads: int
+    ffn: int
+    vocab: int
+    seq_len: int
+    activation: str
+    norm: str
+    tied_embeddings: bool
+    attention: str
+    position: str
+    bias: bool
+    dropout: float = 0.0
+    description: str = ""
+    published_params: float | None = None
+    sources: dict[str, str] = field(default_factory=dict, compare=False, hash=False)
+    path: str = field(default="", compare=False, hash=False)
+
+    @property
+    def head_dim(self) -> int:
+        return self.hidden // self.heads
+
+    def with_seq_len(self, seq_len: int) -> ModelCard:
+        """The card trained at another sequence length (``--seq-len``)."""
+        return replace(self, seq_len=seq_len)
+
+    def shape_key(self) -> dict[str, Any]:
+        """What the generated trace depends on (not the name, description or sources)."""
+        data = asdict(self)
+        for k in ("name", "description", "published_params", "sources", "path"):
+            data.pop(k)
+        return data
+
+    def digest(self) -> str:
+        """A hash of :meth:`shape_key`: two cards with the same shapes build the same trace."""
+        text = json.dumps(self.shape_key(), sort_keys=True)
+        return hashlib.sha256(text.encode()).hexdigest()
+
+    def parameter_count(self) -> int:
+        """Parameters implied by the shapes (the closed form the generated trace must match)."""
+        h, f, kv = self.hidden, self.ffn, self.kv_heads * self.head_dim
+        norm = 2 * h if self.norm == "layernorm" else h
+        attn = h * h + 2 * h * kv + h * h + ((h + 2 * kv + h) if self.bias else 0)
+        if self.activation == "gelu":
+            mlp = 2 * h * f + ((f + h) if self.bias else 0)
+        else:
+            mlp = 3 * h * f + ((2 * f + h) if self.bias else 0)
+        layer = 2 * norm + attn + mlp
+        embed = self.vocab * h + (self.seq_len * h if self.position == "learned" else 0)
+        head = 0 if self.tied_embeddings else self.vocab * h
+        return self.layers * layer + embed + norm + head
+
+
+# ----------------------------------------------------------------------------- reading
+
+
+def _close(key: str, known: list[str]) -> str:
+    close = difflib.get_close_matches(key, known, n=1, cutoff=0.6)
+    return f"; did you mean {close[0]!r}?" if close else f" (known: {', '.join(known)})"
+
+
+def _count(where: str, key: str, value: Any) -> int:
+    limit = COUNT_FIELDS[key]
+    if isinstance(value, bool) or not isinstance(value, int):
+        shown = repr(value) if len(repr(value)) <= 40 else repr(value)[:37] + "..."
+        raise ConfigError(f"{where}: {key}: must be a whole number, got {shown}")
+    if not 1 <= value <= limit:
+        shown = str(value) if len(str(value)) <= 24 else f"a number of {len(str(value))} digits"
+        raise ConfigError(f"{where}: {key}: must be between 1 and {limit:,}, got {shown}")
+    return value
+
+
+def _number(where: str, key: str, value: Any, low: float, high: float) -> float:
+    ok = isinstance(value, (int, float)) and not isinstance(value, bool)
+    x = math.nan
+    if ok:
+        try:
+            x = float(value)
+        except OverflowError:
+            ok = False
+    if not ok or not math.isfinite(x) or not low <= x <= high:
+        shown = repr(value) if len(repr(value)) <= 40 else repr(value)[:37] + "..."
+        raise ConfigError(f"{where}: {key}: must be a number from {low:g} to {high:g}, got {shown}")
+    return x
+
+
+def _text(where: str, key: str, value: Any) -> str:
+    if not isinstance(value, str) or not value.strip() or len(value) > 2000:
+        raise ConfigError(f"{where}: {key}: must be a non-empty line of text")
+    return " ".join(value.split())
+
+
+def parse_card(where: str, data: Any, default_name: str = "") -> ModelCard:
+    """Check a card's mapping and build the ModelCard (``where`` names the file in errors)."""
+    if not isinstance(data, dict):
+        raise ConfigError(f"{where}: expected a mapping of model fields (layers, hidden, heads, ...) at the top level")
+    for key in data:
+        if not isinstance(key, str) or key not in KEYS:
+            raise ConfigError(f"{where}: unknown key {str(key)[:40]!r}{_close(str(key), sorted(KEYS))}")
+    for key in REQUIRED:
+        if key not in data:
+            raise ConfigError(f"{where}: missing key {key!r}")
+    counts = {k: _count(where, k, data[k]) for k in COUNT_FIELDS}
+    choices = {}
+    for key, allowed in CHOICE_FIELDS.items():
+        value = data[key]
+        word = value.strip().lower() if isinstance(value, str) else None
+        if word not in allowed:
+            shown = repr(value) if len(repr(value)) <= 40 else repr(value)[:37] + "..."
+            raise ConfigError(f"{where}: {key}: must be one of {', '.join(allowed)}, got {shown}")
+        choices[key] = word
+    flags = {}
+    for key in BOOL_FIELDS:
+        if not isinstance(data[key], bool):
+            raise ConfigError(f"{where}: {key}: must be true or false, got {str(data[key])[:40]!r}")
+        flags[key] = data[key]
+    if counts["hidden"] % counts["heads"]:
+        raise ConfigError(f"{where}: heads: {counts['heads']} does not divide hidden {counts['hidden']} "
+                          "(each head is hidden / heads wide)")
+    if counts["kv_heads"] > counts["heads"] or counts["heads"] % counts["kv_heads"]:
+        raise ConfigError(f"{where}: kv_heads: must divide heads {counts['heads']} (grouped-query attention shares "
+                          f"each key/value head among heads / kv_heads query heads), got {counts['kv_heads']}")
+    dropout = _number(where, "dropout", data.get("dropout", 0.0), 0.0, 0.99)
+    published = data.get("published_params")
+    if published is not None:
+        published = _number(where, "published_params", published, 1.0, 1e15)
+    sources = data.get("sources", {})
+    if not isinstance(sources, dict):
+        raise ConfigError(f"{where}: sources: must map a field name to the public source of its number")
+    for key, text in sources.items():
+        if not isinstance(key, str) or key not in KEYS - {"sources", "name", "description"}:
+            raise ConfigError(f"{where}: sources: unknown key {str(key)[:40]!r}{_close(str(key), sorted(REQUIRED))}")
+        _text(where, f"sources.{key}", text)
+    name = _text(where, "name", data["name"]).lower() if "name" in data else default_name
+    if not name:
+        raise ConfigError(f"{where}: missing key 'name'")
+    description = _text(where, "description", data["description"]) if "description" in data else ""
+    return ModelCard(name=name, **counts, **choices, **flags, dropout=dropout, description=description,
+                     published_params=published, sources={k: " ".join(v.split()) for k, v in sources.items()},
+                     path=where)
+
+
+def read_card_file(path: str | os.PathLike) -> ModelCard:
+    """Read and check one card file (``--model-file``)."""
+    p = Path(path)
+    return parse_card(str(p), parse_yaml_text(read_text_file(p, "model card"), str(p)), p.stem.lower())
+
+
+def packaged_dir() -> Path:
+    """Where the shipped cards live."""
+    return Path(str(importlib.resources.files("triosim.trace"))) / "model_cards"
+
+
+@lru_cache(maxsize=1)
+def shipped_cards() -> dict[str, ModelCard]:
+    """The packaged cards by name (read and checked once)."""
+    cards: dict[str, ModelCard] = {}
+    for f in sorted(packaged_dir().glob("*.yaml")):
+        card = read_card_file(f)
+        if card.name in cards:
+            raise ConfigError(f"{f}: name: {card.name} is also defined in {cards[card.name].path}")
+        cards[card.name] = card
+    return cards
+
+
+def get_card(name: str) -> ModelCard:
+    """The shipped card called ``name`` (case-insensitive); an unknown name lists the known ones."""
+    cards = shipped_cards()
+    key = str(name).strip().lower()
+    if key in cards:
+        return cards[key]
+    close = difflib.get_close_matches(key, list(cards), n=1, cutoff=0.5)
+    hint = f"; did you mean {close[0]}?" if close else ""
+    raise ConfigError(f"--model {str(name)[:60]!r}: no such model card{hint} (known: {', '.join(sorted(cards))}; "
+                      "`triosim models` lists them, --model-file FILE.yaml reads your own)")
+
+
+__all__ = ["ACTIVATIONS", "ATTENTIONS", "ModelCard", "NORMS", "POSITIONS", "get_card", "packaged_dir", "parse_card",
+           "read_card_file", "shipped_cards"]

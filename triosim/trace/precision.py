@@ -1,0 +1,121 @@
+"""Training precision: the facts of mixed-precision training that size a trace's buffers.
+
+A trace records each tensor in the dtype it was traced in (fp32 for the shipped traces). A run
+may train in another dtype (``--dtype bf16|fp16|fp32``); then every buffer is resized by its role
+(:mod:`triosim.graph.data.precision`), following Megatron-LM's mixed precision
+(``Float16OptimizerWithFloat16Params``, Megatron's ``--bf16``/``--fp16``):
+
+- weights and activations in the training dtype (2 bytes for bf16/fp16);
+- gradients accumulated and reduced over data parallelism in the gradient-reduce dtype
+  (``--grad-reduce-dtype``, fp32 by default as Megatron's ``main_grad`` buffer: 4 bytes);
+- the optimizer keeps an fp32 master copy of every weight (4 bytes) beside Adam's two fp32
+  moments (4 + 4 bytes) when the training dtype is 16-bit, and an fp32 copy of a 16-bit
+  reduced gradient (4 bytes); an fp32 run has neither.
+
+So a parameter costs 2 + 4 + 4 + 4 + 4 = 18 bytes under bf16 with fp32 gradients, 2 + 2 + 16 = 20
+with 16-bit gradients, 16 under fp32, and with the optimizer state sharded over N data-parallel
+ranks (ZeRO-1, Megatron's distributed optimizer) 6 + 12/N, 4 + 16/N and 8 + 8/N
+(:func:`bytes_per_parameter`).
+
+Source: Megatron Core developer guide, "Distributed Optimizer"
+(https://docs.nvidia.com/megatron-core/developer-guide/latest/distrib_optimizer.html): bytes per
+parameter 18 / 6 + 12/d (bf16 parameters, fp32 gradients), 20 / 4 + 16/d (16-bit parameters and
+gradients), 16 / 8 + 8/d (fp32), without / with the distributed optimizer.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from .model import Tensor
+
+if TYPE_CHECKING:
+    from .dataflow import Trace
+
+# Bytes per element of each dtype a run may train or reduce gradients in.
+DTYPE_BYTES = {"fp32": 4, "bf16": 2, "fp16": 2}
+TRAINING_DTYPES = ("bf16", "fp16", "fp32")
+GRAD_REDUCE_DTYPES = ("fp32", "bf16", "fp16")
+DEFAULT_GRAD_REDUCE_DTYPE = "fp32"  # Megatron's main_grad (accumulate_allreduce_grads_in_fp32)
+MASTER_WEIGHT_BYTES = 4  # the fp32 copy a 16-bit run's optimizer updates
+OPTIMIZER_STATE_BYTES = 4  # each Adam moment, fp32 in every precision
+ADAM_MOMENTS = 2
+# Tensors that hold indices, masks or labels keep their size whatever the training dtype.
+NOT_FLOAT_CATEGORIES = frozenset({"indices", "target", "mask", "total_weight"})
+
+
+@dataclass(frozen=True)
+class TrainingPrecision:
+    """The dtype a run trains in and the dtype its gradients are reduced (and accumulated) in."""
+
+    dtype: str
+    grad_reduce_dtype: str = DEFAULT_GRAD_REDUCE_DTYPE
+
+    @property
+    def mixed(self) -> bool:
+        """A 16-bit training dtype: the optimizer keeps an fp32 master copy of the weights."""
+        return DTYPE_BYTES[self.dtype] < MASTER_WEIGHT_BYTES
+
+    @property
+    def weight_bytes(self) -> int:
+        return DTYPE_BYTES[self.dtype]
+
+    @property
+    def gradient_bytes(self) -> int:
+        return DTYPE_BYTES[self.grad_reduce_dtype]
+
+    @property
+    def master_bytes(self) -> int:
+        """Optimizer bytes per parameter beside the moments: the fp32 master weight of a 16-bit
+        run, and the fp32 copy of a 16-bit reduced gradient the optimizer steps with."""
+        if not self.mixed:
+            return 0
+        return MASTER_WEIGHT_BYTES + (MASTER_WEIGHT_BYTES if self.gradient_bytes < MASTER_WEIGHT_BYTES else 0)
+
+
+def bytes_per_parameter(precision: TrainingPrecision, zero: int = 0, dp: int = 1,
+                        moments: int = ADAM_MOMENTS) -> float:
+    """Weights + gradients + optimizer state per parameter on one GPU (the closed form the
+    simulated memory must meet): ZeRO-1 shards the optimizer state (master copy included) over
+    ``dp`` ranks, ZeRO-2 the gradients too, ZeRO-3 the weights too."""
+    n = dp if dp > 1 else 1
+    w, g = float(precision.weight_bytes), float(precision.gradient_bytes)
+    o = float(precision.master_bytes + moments * OPTIMIZER_STATE_BYTES)
+    return w / (n if zero >= 3 else 1) + g / (n if zero >= 2 else 1) + o / (n if zero >= 1 else 1)
+
+
+def size_key(trace: Trace, tensor_id: str) -> int:
+    """What matches a parameter with its gradient or optimizer state by size: the bytes of the
+    trace as traced (all share its dtype), the element count once the buffers are resized by
+    role (a bf16 weight, its fp32 gradient and its fp32 moments differ in bytes)."""
+    t = trace.tensors[tensor_id]
+    if trace.precision is None and not _narrow_parameters(trace):
+        return t.bytes
+    return elements(t)
+
+
+def _narrow_parameters(trace: Trace) -> bool:
+    """16-bit parameters as traced (a model card's trace): their fp32 moments differ in bytes."""
+    for p in trace.parameters:
+        return trace.tensors[p].each_byte < 4
+    return False
+
+
+def elements(t: Tensor) -> int:
+    """A tensor's element count (from its bytes where tensor.csv gave none)."""
+    return t.numel if t.numel > 0 else t.bytes // max(1, t.each_byte)
+
+
+def reduced_gradient_bytes(trace: Trace, parameter: str) -> int:
+    """Bytes of ``parameter``'s gradient as data parallelism reduces it: the parameter's bytes as
+    traced, its element count × the gradient-reduce dtype's bytes under a training precision."""
+    t = trace.tensors[parameter]
+    if trace.precision is None:
+        return t.bytes
+    return elements(t) * trace.precision.gradient_bytes
+
+
+__all__ = ["ADAM_MOMENTS", "DEFAULT_GRAD_REDUCE_DTYPE", "DTYPE_BYTES", "GRAD_REDUCE_DTYPES", "MASTER_WEIGHT_BYTES",
+           "NOT_FLOAT_CATEGORIES", "OPTIMIZER_STATE_BYTES", "TRAINING_DTYPES", "TrainingPrecision",
+           "bytes_per_parameter", "elements", "reduced_gradient_bytes", "size_key"]
