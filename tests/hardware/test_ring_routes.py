@@ -37,3 +37,15 @@ def test_path_walks_the_shorter_arc():
     assert ring_path(10, 8, 1) == [8, 9, 0, 1]
     assert ring_path(10, 1, 8) == [1, 0, 9, 8]
     assert ring_path(10, 3, 3) == [3]
+
+
+@pytest.mark.parametrize("kw", [dict(num_gpus=12, topology="switch"),
+                                dict(num_gpus=12, topology="nvlink-cluster", gpus_per_node=4)])
+def test_star_routes_as_the_search_finds_them(kw):
+    p = build_platform(**kw)
+    weight = "cost" if p.topology == "nvlink-cluster" else None
+    for a in range(p.num_gpus):
+        for b in range(p.num_gpus):
+            if a != b:
+                path = nx.shortest_path(p._gpu_graph(), gpu_node(a), gpu_node(b), weight=weight)
+                assert p.route(gpu_node(a), gpu_node(b)) == tuple(link_name(x, y) for x, y in zip(path, path[1:]))

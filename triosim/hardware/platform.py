@@ -112,6 +112,8 @@ class Platform:
                 # The built-in ring: the search's own answer in closed form (hardware/ring_routes.py).
                 path = ring_path(self.num_gpus, int(src[3:]), int(dst[3:]))
                 hit = tuple(link_name(gpu_node(a), gpu_node(b)) for a, b in zip(path, path[1:]))
+            elif (hub := self._star_hub(src, dst)) is not None:
+                hit = (link_name(src, hub), link_name(hub, dst))
             else:
                 # GPU-to-GPU traffic never detours through remote memory.
                 g = self.graph
@@ -126,6 +128,19 @@ class Platform:
                 hit = tuple(link_name(a, b) for a, b in zip(path, path[1:]))
             self._routes[key] = hit
         return hit
+
+    def _star_hub(self, src: str, dst: str) -> str | None:
+        """The switch between two GPUs of the built-in ``switch`` or ``nvlink-cluster`` (their
+        node's NVSwitch when they share a node, else the cluster network): the only shortest path
+        there, found without a search over 10^4 nodes (None: search)."""
+        if self.router is not None or not (src.startswith("gpu") and dst.startswith("gpu")):
+            return None
+        if self.topology == "switch":
+            return "switch"
+        if self.topology != "nvlink-cluster" or self.node_of is None:
+            return None
+        a, b = self.node_of[int(src[3:])], self.node_of[int(dst[3:])]
+        return f"nvsw{a}" if a == b else "net"
 
     def link(self, name: str) -> dict:
         # Looked up millions of times by the collectives' closed forms on large rings: a dict of
