@@ -80,7 +80,7 @@ class Platform:
     _route_params: dict[tuple[str, ...], tuple[float, float]] = field(default_factory=dict, repr=False)
     _routes_graph: dict[str, nx.DiGraph] = field(default_factory=dict, repr=False)
     _route_kinds: dict[tuple[str, ...], str] = field(default_factory=dict, repr=False)
-    _link_attrs: dict[str, dict] = field(default_factory=dict, repr=False)
+    _link_attrs: dict = field(default_factory=dict, repr=False)  # link name -> attributes; None -> graph
     # Collective plans per (group, op, algorithm, root, latency setting), for a 1-byte payload.
     _plans: dict = field(default_factory=dict, repr=False)
     # Closed-form routing for large generated clusters (src, dst) -> node path, or None.
@@ -144,11 +144,15 @@ class Platform:
 
     def link(self, name: str) -> dict:
         # Looked up millions of times by the collectives' closed forms on large rings: a dict of
-        # the edge attribute dicts themselves (so attributes read later are the graph's own).
-        hit = self._link_attrs.get(name)
+        # the edge attribute dicts themselves (so attributes read later are the graph's own),
+        # kept with the graph it reads: a copy made with another graph (``replace``) starts afresh.
+        cache = self._link_attrs
+        if cache.get(None) is not self.graph:
+            cache = self._link_attrs = {None: self.graph}
+        hit = cache.get(name)
         if hit is None:
             a, b = name.split("->")
-            hit = self._link_attrs[name] = self.graph.edges[a, b]
+            hit = cache[name] = self.graph.edges[a, b]
         return hit
 
     def route_time(self, route: tuple[str, ...], nbytes: float) -> float:
