@@ -192,7 +192,7 @@ CASES = [
     Case("bad choice", ("dag", "--render", "gif"), "argument --render: invalid choice: 'gif'"),
     Case("missing required flag", ("trace", "convert"), "the following arguments are required: --graph"),
     Case("-GPUnumber 1000000", ("run", "-trace-dir", T, "-case", "1", "-GPUnumber", "1000000", "-q"),
-         "-GPUnumber 1,000,000 is above the limit of 65,536 GPUs"),
+         "-GPUnumber 1,000,000 is above the limit of 131,072 GPUs"),
     Case("graph over the task limit", ("run", "-trace-dir", T, "-case", "1", "-GPUnumber", "65536", "-q"),
          "on 65,536 GPUs would build a task graph of at least 11,927,552 tasks",  # 182 ops x 65,536 GPUs
          lambda d: write_synthetic_trace(d, SyntheticModel(layers=60, batch_size=4))),
@@ -288,11 +288,11 @@ CASES = [
            f"field '{key}' must be <= {limit}, got an integer of 400 digits",
            lambda d, old=old, key=key: write_topology(d, SUPERPOD.replace(old, f"{key}: {'9' * 400}")))
       for key, old, limit in (("bandwidth_gbps", "bandwidth_gbps: 450", "1,000,000,000"),
-                              ("gpus_per_node", "gpus_per_node: 8", "65,536"),
+                              ("gpus_per_node", "gpus_per_node: 8", "131,072"),
                               ("nics_per_gpu", "nics_per_gpu: 1", "64"),
                               ("oversubscription", "oversubscription: 1", "1,024"))],
     Case("topology: 400-digit gpus", ("run", "-trace-dir", T, "-case", "1", "--topology-file", TOPO, "-q"),
-         "field 'gpus' must be <= 65,536, got an integer of 400 digits",
+         "field 'gpus' must be <= 131,072, got an integer of 400 digits",
          lambda d: write_topology(d, SUPERPOD + f"gpus: {'9' * 400}\n")),
     Case("topology: 400-digit ptp_bandwidth_gbps", ("run", "-trace-dir", T, "-case", "1", "--topology-file", TOPO,
                                                     "-q"),
@@ -330,11 +330,12 @@ CASES = [
     Case("--topology-file /nonexistent/ring.yaml", ("run", "-trace-dir", T, "-case", "1", "--topology-file",
                                                     "/nonexistent/ring.yaml", "-q"),
          "--topology-file /nonexistent/ring.yaml: file not found"),
-    Case("cluster file of 65,536 GPUs, one a node", ("run", "-trace-dir", T, "-case", "1", "-GPUnumber", "65536",
-                                                     "--topology-file", TOPO, "-q"),
-         "nodes of 1 GPU on 65,536 GPUs would build an interconnect graph of 397,312 links (about 1.0 GB), above "
-         "the limit of 300,000 links", lambda d: write_topology(d, SUPERPOD.replace("gpus_per_node: 8",
-                                                                                    "gpus_per_node: 1"))),
+    Case("cluster file of 131,072 GPUs, one a node, one node a leaf",
+         ("run", "-trace-dir", T, "-case", "1", "-GPUnumber", "131072", "--topology-file", TOPO, "-q"),
+         "nodes of 1 GPU on 131,072 GPUs would build an interconnect graph of 1,048,576 links (about 2.5 GB), above "
+         "the limit of 800,000 links", lambda d: write_topology(d, SUPERPOD.replace("gpus_per_node: 8",
+                                                                                    "gpus_per_node: 1").replace(
+                                                                    "nodes_per_leaf: 32", "nodes_per_leaf: 1"))),
     # --- trace repeat and layer counts
     Case("trace repeat --layers 1000000", ("trace", "repeat", "--layers", "1000000", "--in", GPT, "--out", "{tmp}/r"),
          "--layers 1,000,000 is above the limit of 10,000 layers"),

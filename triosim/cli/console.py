@@ -35,6 +35,8 @@ from ..report.memory_verdict import verdict_line
 from ..trace.load import collector_paused
 from ..version import __version__
 from .argparsing import OneLineParser, typed_spelling
+from .notices import run_notices
+from .progress import RunProgress
 
 SUBCOMMANDS = ("run", "dag", "trace", "sweep", "gpus", "models", "plan")
 _SINGLE_DASH = re.compile(r"^-[A-Za-z][A-Za-z0-9_-]+(=.*)?$")
@@ -171,18 +173,6 @@ def note_unused_flags(args: argparse.Namespace) -> None:
         print(note, file=sys.stderr)
 
 
-def _progress_callback(total: int, quiet: bool):
-    """A rich progress bar on stderr for big graphs (never with --quiet)."""
-    if quiet or total < 200_000:
-        return None, None
-    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
-
-    prog = Progress(TextColumn("scheduling"), BarColumn(), TextColumn("{task.completed:,}/{task.total:,} tasks"),
-                    TimeElapsedColumn(), console=Console(stderr=True), transient=True)
-    task = prog.add_task("schedule", total=total)
-    return prog, (lambda done: prog.update(task, completed=done))
-
-
 def cmd_run(args: argparse.Namespace) -> int:
     from ..compute.model_flops import model_flops_per_sample
     from ..compute.op_time_source import gpu_timing
@@ -194,29 +184,19 @@ def cmd_run(args: argparse.Namespace) -> int:
 
     check_file_flags_not_empty(args)
     check_run_outputs(args)
-    status = None if args.quiet else Console(stderr=True).status("loading trace…")
-    if status is not None:
-        status.start()
-    try:
-        # The trace, the platform and the task graph are 10^5 long-lived objects, none of them
-        # cyclic garbage: the cyclic collector would only walk them again and again (about 7 %
-        # of a large run).
-        with collector_paused():
-            trace, platform, strategy = configure(args)
-            note_unused_flags(args)
-            if status is not None:
-                status.update(f"building the task graph ({strategy.name}, {platform.num_gpus} GPUs)…")
-            graph = build_graph(trace, platform, strategy)
-    finally:
-        if status is not None:
-            status.stop()
-    prog, cb = _progress_callback(len(graph), args.quiet)
-    with collector_paused():
-        if prog is not None:
-            with prog:
-                sched = schedule(graph, progress=cb)
-        else:
-            sched = schedule(graph)
+    # The trace, the platform and the task graph are 10^5 long-lived objects, none of them
+    # cyclic garbage: the cyclic collector would only walk them again and again (about 7 %
+    # of a large run).
+    with RunProgress(args.quiet) as progress, collector_paused():
+        trace, platform, strategy = configure(args)
+        note_unused_flags(args)
+        for line in run_notices(args, trace, platform, strategy):
+            print(line, file=sys.stderr)
+        progress.phase("building the task graph")
+        graph = build_graph(trace, platform, strategy)
+        progress.phase("scheduling", total=len(graph))
+        sched = schedule(graph, progress=progress.scheduled if progress.enabled else None)
+        progress.phase("writing the report")
         per_gpu, per_link = summarize(graph, sched, platform)
     batches = resolve_batches(args)
     block = config_block(args)

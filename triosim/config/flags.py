@@ -73,7 +73,7 @@ def add_sim_flags(p: argparse.ArgumentParser) -> None:
     g.add_argument("--interconnects", type=int, default=0, help="0 electrical, 1 optical mesh")
     g.add_argument("--numRows", dest="num_rows", type=int, default=1, help="optical mesh rows (1)")
     g.add_argument("--numCols", dest="num_cols", type=int, default=None, help="optical mesh columns (= GPUnumber)")
-    g.add_argument("--topology", default="ring",
+    g.add_argument("--topology", default="ring", action=StoreTyped,
                    help="electrical topology: ring, fully-connected, switch, nvlink-cluster")
     g.add_argument("--gpus-per-node", type=int, default=8, help="nvlink-cluster: GPUs per NVSwitch node (8)")
     g.add_argument("--node-bandwidth", type=float, default=50.0,

@@ -72,6 +72,7 @@ from .pipeline.tied_embedding import TiedEmbedding, add_tied_allreduce, find_tie
 from .rank_map import RankMap
 from .recompute import activation_facts, carry_plan, fit_to_stages, recompute
 from .replica_symmetry import replicas_alike
+from .ring_symmetry import group_comm
 from .single import op_label, record_memory
 from .strategy import Preset, Strategy
 from .tensor.plans import tensor_plan, tp_waits
@@ -188,7 +189,7 @@ class Composition(CompositionState):
         self.labels = [op_label(trace, i) for i in range(len(trace.ops))]
         self.prefixes = [f"mb{r}:" for r in range(len(self.fractions))]
         self.versions = buffer_versions(trace, self.plan.phase) if ranks.pp > 1 else []
-        comm = GroupComm(self.graph, self.platform, self.strategy.collective_detail, self.exact)
+        comm = group_comm(self.graph, self.platform, self.strategy.collective_detail, self.exact)
         waits, cover = tp_waits(trace, tpp.collectives if ranks.tp > 1 else ())
         params_of = self.add_programs(comm, waits)
         self.add_crossings(cover)

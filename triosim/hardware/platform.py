@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 import networkx as nx
 
 from ..errors import ConfigError
+from .ring_routes import ring_path
 
 REMOTE = "remote"
 TOPOLOGIES = ("ring", "fully-connected", "switch", "mesh", "nvlink-cluster")
@@ -79,6 +80,7 @@ class Platform:
     _route_params: dict[tuple[str, ...], tuple[float, float]] = field(default_factory=dict, repr=False)
     _routes_graph: dict[str, nx.DiGraph] = field(default_factory=dict, repr=False)
     _route_kinds: dict[tuple[str, ...], str] = field(default_factory=dict, repr=False)
+    _link_attrs: dict = field(default_factory=dict, repr=False)  # link name -> attributes; None -> graph
     # Collective plans per (group, op, algorithm, root, latency setting), for a 1-byte payload.
     _plans: dict = field(default_factory=dict, repr=False)
     # Closed-form routing for large generated clusters (src, dst) -> node path, or None.
@@ -106,6 +108,12 @@ class Platform:
             elif self.router is not None:
                 path = self.router(src, dst)
                 hit = tuple(link_name(a, b) for a, b in zip(path, path[1:]))
+            elif self.topology == "ring" and REMOTE not in (src, dst) and self.num_gpus > 1:
+                # The built-in ring: the search's own answer in closed form (hardware/ring_routes.py).
+                path = ring_path(self.num_gpus, int(src[3:]), int(dst[3:]))
+                hit = tuple(link_name(gpu_node(a), gpu_node(b)) for a, b in zip(path, path[1:]))
+            elif (hub := self._star_hub(src, dst)) is not None:
+                hit = (link_name(src, hub), link_name(hub, dst))
             else:
                 # GPU-to-GPU traffic never detours through remote memory.
                 g = self.graph
@@ -121,9 +129,31 @@ class Platform:
             self._routes[key] = hit
         return hit
 
+    def _star_hub(self, src: str, dst: str) -> str | None:
+        """The switch between two GPUs of the built-in ``switch`` or ``nvlink-cluster`` (their
+        node's NVSwitch when they share a node, else the cluster network): the only shortest path
+        there, found without a search over 10^4 nodes (None: search)."""
+        if self.router is not None or not (src.startswith("gpu") and dst.startswith("gpu")):
+            return None
+        if self.topology == "switch":
+            return "switch"
+        if self.topology != "nvlink-cluster" or self.node_of is None:
+            return None
+        a, b = self.node_of[int(src[3:])], self.node_of[int(dst[3:])]
+        return f"nvsw{a}" if a == b else "net"
+
     def link(self, name: str) -> dict:
-        a, b = name.split("->")
-        return self.graph.edges[a, b]
+        # Looked up millions of times by the collectives' closed forms on large rings: a dict of
+        # the edge attribute dicts themselves (so attributes read later are the graph's own),
+        # kept with the graph it reads: a copy made with another graph (``replace``) starts afresh.
+        cache = self._link_attrs
+        if cache.get(None) is not self.graph:
+            cache = self._link_attrs = {None: self.graph}
+        hit = cache.get(name)
+        if hit is None:
+            a, b = name.split("->")
+            hit = cache[name] = self.graph.edges[a, b]
+        return hit
 
     def route_time(self, route: tuple[str, ...], nbytes: float) -> float:
         """Latency of every hop plus the bytes at the slowest link's bandwidth."""

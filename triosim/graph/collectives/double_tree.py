@@ -115,6 +115,44 @@ def _lanes(platform: Platform, routes: list[tuple[str, ...]]) -> dict[str, int]:
     return {x: max(1, int(bandwidth[x] / rate * (1 + 1e-12))) for x, rate in widest.items()}
 
 
+def _links_of(platform: Platform, shapes: list[TreeShape]) -> tuple[dict, list[int], dict]:
+    """The routes of the trees' edges, and the lane heaps each transfer takes: (route per
+    (tree, direction, position), lanes of each heap, heap indices per (tree, direction, position)).
+
+    A link's heap holds its lanes (when free, lane, last transfer); a transfer takes the lane
+    free first. Links crossed by exactly the same routes, with as many lanes, see the same
+    transfers in the same order, so their heaps stay equal: one heap stands for the group. On a
+    ring a route crosses thousands of links but few groups, and each transfer pops one heap per
+    group instead of one per link (the times and the lane picks are the same). None of this
+    depends on the payload, so it is found once per tree shape and platform, for every payload.
+    """
+    key = ("tree-links", tuple((sh.gpu, sh.parent) for sh in shapes))
+    hit = platform._plans.get(key)
+    if hit is not None:
+        return hit
+    routes: dict[tuple[int, int, int], tuple[str, ...]] = {}
+    for t, sh in enumerate(shapes):
+        for i, p in enumerate(sh.parent):
+            if p >= 0:
+                a, b = gpu_node(sh.gpu[i]), gpu_node(sh.gpu[p])
+                routes[(t, 0, i)] = platform.route(a, b)
+                routes[(t, 1, i)] = platform.route(b, a)
+    lanes = _lanes(platform, list(routes.values()))
+    crossing: dict[str, list[int]] = {}
+    distinct = list(dict.fromkeys(routes.values()))
+    for r, route in enumerate(distinct):
+        for x in route:
+            crossing.setdefault(x, []).append(r)
+    heap_of_key: dict[tuple, int] = {}
+    heap_of_link: dict[str, int] = {}
+    for x, users in crossing.items():
+        heap_of_link[x] = heap_of_key.setdefault((lanes[x], tuple(users)), len(heap_of_key))
+    lane_counts = [m for m, _users in heap_of_key]
+    per_route = {route: tuple(dict.fromkeys(map(heap_of_link.__getitem__, route))) for route in distinct}
+    hit = platform._plans[key] = (routes, lane_counts, {k: per_route[route] for k, route in routes.items()})
+    return hit
+
+
 def build_plan(platform: Platform, group: tuple[int, ...], nbytes: float,
                step_latency: Callable[[tuple[str, ...]], float], base: float = 0.0) -> TreePlan:
     """The pipelined transfers of an all-reduce of ``nbytes`` over ``group`` (≥ 2 GPUs), timed.
@@ -143,21 +181,12 @@ def _walk(platform: Platform, shapes: list[TreeShape], nbytes: float,
     k = chunks_per_tree(n, nbytes, trees)
     nominal = nbytes / (trees * k)
     shape_info = [(sh, sh.children(), *sh.height_depth()) for sh in shapes]
-    routes: dict[tuple[int, int, int], tuple[str, ...]] = {}
-    for t, (sh, _ch, _h, _d) in enumerate(shape_info):
-        for i, p in enumerate(sh.parent):
-            if p >= 0:
-                a, b = gpu_node(sh.gpu[i]), gpu_node(sh.gpu[p])
-                routes[(t, 0, i)] = platform.route(a, b)
-                routes[(t, 1, i)] = platform.route(b, a)
+    routes, lane_counts, heap_index = _links_of(platform, shapes)
     # Per route: (time of a chunk, link latency, λ).
     times = {r: (platform.route_time(r, nominal), platform.route_time(r, 0.0), step_latency(r))
              for r in set(routes.values())}
-    lanes = _lanes(platform, list(routes.values()))
-    # Per link, a heap of its lanes (when free, lane, last transfer): a transfer takes the lane
-    # free first. Each route keeps the heaps of its links.
-    free: dict[str, list[tuple[float, int, int]]] = {x: [(0.0, j, -1) for j in range(m)] for x, m in lanes.items()}
-    heaps = {key: [free[x] for x in route] for key, route in routes.items()}
+    free = [[(0.0, j, -1) for j in range(m)] for m in lane_counts]
+    heaps = {key: [free[h] for h in idx] for key, idx in heap_index.items()}
     # (slot, tree, direction, position, chunk): sorting gives the topological order. The up
     # transfer from a position of height h goes in slot c + h, the down transfer to a position
     # of depth d in slot c + D + d − 1 (D: the root's height).
