@@ -43,7 +43,16 @@ def tree_link_load(platform: Platform, group: tuple[int, ...], nbytes: float) ->
 
 def tree_port_bound(platform: Platform, group: tuple[int, ...], nbytes: float) -> float:
     """A time the tree all-reduce cannot beat, without a route: the bytes each GPU must send
-    (receive) over the summed bandwidth of its outgoing (incoming) GPU links, the largest."""
+    (receive) over the summed bandwidth of its outgoing (incoming) GPU links, the largest.
+    Linear in ``nbytes``: found once per group for one byte (a run asks once per op)."""
+    key = ("tree-port-bound", group)
+    unit = platform._plans.get(key)
+    if unit is None:
+        unit = platform._plans[key] = _port_bound(platform, group, 1.0)
+    return unit * nbytes
+
+
+def _port_bound(platform: Platform, group: tuple[int, ...], nbytes: float) -> float:
     out: dict[int, float] = {}
     edges = tree_edges(platform, group)
     share = nbytes / len(edges)
@@ -65,7 +74,15 @@ def tree_volume_bound(platform: Platform, group: tuple[int, ...], nbytes: float)
     """On the ``ring`` topology (links only between ring neighbours, so a route's hop count is
     the cyclic distance in ring order), a time the tree all-reduce cannot beat without a route:
     every byte crosses at least that many links, and all GPU links together carry at most their
-    summed bandwidth. 0 on other topologies."""
+    summed bandwidth. 0 on other topologies. Linear in ``nbytes``: found once per group."""
+    key = ("tree-volume-bound", group)
+    unit = platform._plans.get(key)
+    if unit is None:
+        unit = platform._plans[key] = _volume_bound(platform, group, 1.0)
+    return unit * nbytes
+
+
+def _volume_bound(platform: Platform, group: tuple[int, ...], nbytes: float) -> float:
     if platform.topology != "ring" or platform.router is not None or platform.num_gpus < 2:
         return 0.0
     n = platform.num_gpus
