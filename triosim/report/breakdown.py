@@ -18,6 +18,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..schedule.tasks import COMM_KINDS
+from .intervals import length as _length
+from .intervals import union as _union
 
 COMPUTE_PARTS = ("forward", "backward", "recompute", "optimizer")
 COMM_PARTS = ("tp", "pp", "dp", "memory", "other")
@@ -34,19 +36,6 @@ class Breakdown:
 
     def to_dict(self) -> dict[str, float]:
         return {f"{k}_ms": round(v * 1e3, 9) for k, v in self.parts.items()}
-
-
-def _union(intervals: list[tuple[float, float]]) -> list[tuple[float, float]]:
-    out: list[tuple[float, float]] = []
-    for s, e in sorted(intervals):
-        if e <= s:
-            continue
-        if out and s <= out[-1][1]:
-            if e > out[-1][1]:
-                out[-1] = (out[-1][0], e)
-        else:
-            out.append((s, e))
-    return out
 
 
 def _subtract(a: list[tuple[float, float]], b: list[tuple[float, float]]) -> list[tuple[float, float]]:
@@ -68,10 +57,6 @@ def _subtract(a: list[tuple[float, float]], b: list[tuple[float, float]]) -> lis
         if cur < e:
             out.append((cur, e))
     return out
-
-
-def _length(intervals: list[tuple[float, float]]) -> float:
-    return sum(e - s for s, e in intervals)
 
 
 def comm_purpose(kind: str, attrs: dict | None, default: str) -> str:

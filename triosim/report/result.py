@@ -19,6 +19,8 @@ from ..graph.strategy import Strategy
 from ..hardware.platform import Platform
 from ..schedule.list_scheduler import Schedule
 from ..schedule.tasks import COMM_KINDS, TaskGraph
+from .intervals import length as _length
+from .intervals import union as _union
 
 # Facts builders record about their strategy that belong in the JSON result.
 STRATEGY_META = ("gradient_bytes", "buckets", "tensor_parallel", "pipeline", "parallel", "hybrid", "collectives",
@@ -138,23 +140,6 @@ class Result:
             "breakdown": self.time_breakdown(),
             **self.extra,
         }
-
-
-def _union(intervals: list[tuple[float, float]]) -> list[tuple[float, float]]:
-    out: list[tuple[float, float]] = []
-    for s, e in sorted(intervals):
-        if e <= s:
-            continue
-        if out and s <= out[-1][1]:
-            if e > out[-1][1]:
-                out[-1] = (out[-1][0], e)
-        else:
-            out.append((s, e))
-    return out
-
-
-def _length(intervals: list[tuple[float, float]]) -> float:
-    return sum(e - s for s, e in intervals)
 
 
 def _minus(a: list[tuple[float, float]], b: list[tuple[float, float]]) -> float:

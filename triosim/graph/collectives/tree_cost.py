@@ -45,11 +45,17 @@ def tree_port_bound(platform: Platform, group: tuple[int, ...], nbytes: float) -
     """A time the tree all-reduce cannot beat, without a route: the bytes each GPU must send
     (receive) over the summed bandwidth of its outgoing (incoming) GPU links, the largest.
     Linear in ``nbytes``: found once per group for one byte (a run asks once per op)."""
-    key = ("tree-port-bound", group)
+    return _per_byte(platform, "tree-port-bound", _port_bound, group) * nbytes
+
+
+def _per_byte(platform: Platform, name: str, bound: Callable[[Platform, tuple[int, ...], float], float],
+              group: tuple[int, ...]) -> float:
+    """``bound`` for one byte, found once per group (the bounds are linear in the payload)."""
+    key = (name, group)
     unit = platform._plans.get(key)
     if unit is None:
-        unit = platform._plans[key] = _port_bound(platform, group, 1.0)
-    return unit * nbytes
+        unit = platform._plans[key] = bound(platform, group, 1.0)
+    return unit
 
 
 def _port_bound(platform: Platform, group: tuple[int, ...], nbytes: float) -> float:
@@ -75,11 +81,7 @@ def tree_volume_bound(platform: Platform, group: tuple[int, ...], nbytes: float)
     the cyclic distance in ring order), a time the tree all-reduce cannot beat without a route:
     every byte crosses at least that many links, and all GPU links together carry at most their
     summed bandwidth. 0 on other topologies. Linear in ``nbytes``: found once per group."""
-    key = ("tree-volume-bound", group)
-    unit = platform._plans.get(key)
-    if unit is None:
-        unit = platform._plans[key] = _volume_bound(platform, group, 1.0)
-    return unit * nbytes
+    return _per_byte(platform, "tree-volume-bound", _volume_bound, group) * nbytes
 
 
 def _volume_bound(platform: Platform, group: tuple[int, ...], nbytes: float) -> float:
