@@ -19,6 +19,7 @@ from dataclasses import dataclass
 
 from ..schedule.tasks import COMM_KINDS
 from .intervals import length as _length
+from .intervals import subtract as _subtract
 from .intervals import union as _union
 
 COMPUTE_PARTS = ("forward", "backward", "recompute", "optimizer")
@@ -36,27 +37,6 @@ class Breakdown:
 
     def to_dict(self) -> dict[str, float]:
         return {f"{k}_ms": round(v * 1e3, 9) for k, v in self.parts.items()}
-
-
-def _subtract(a: list[tuple[float, float]], b: list[tuple[float, float]]) -> list[tuple[float, float]]:
-    """The parts of union ``a`` outside union ``b`` (both sorted and disjoint)."""
-    out: list[tuple[float, float]] = []
-    j = 0
-    for s, e in a:
-        cur = s
-        while j < len(b) and b[j][1] <= cur:
-            j += 1
-        k = j
-        while k < len(b) and b[k][0] < e:
-            if b[k][0] > cur:
-                out.append((cur, b[k][0]))
-            cur = max(cur, b[k][1])
-            if cur >= e:
-                break
-            k += 1
-        if cur < e:
-            out.append((cur, e))
-    return out
 
 
 def comm_purpose(kind: str, attrs: dict | None, default: str) -> str:

@@ -18,3 +18,24 @@ def union(intervals: list[tuple[float, float]]) -> list[tuple[float, float]]:
 
 def length(intervals: list[tuple[float, float]]) -> float:
     return sum(e - s for s, e in intervals)
+
+
+def subtract(a: list[tuple[float, float]], b: list[tuple[float, float]]) -> list[tuple[float, float]]:
+    """The parts of union ``a`` outside union ``b`` (both sorted and disjoint)."""
+    out: list[tuple[float, float]] = []
+    j = 0
+    for s, e in a:
+        cur = s
+        while j < len(b) and b[j][1] <= cur:
+            j += 1
+        k = j
+        while k < len(b) and b[k][0] < e:
+            if b[k][0] > cur:
+                out.append((cur, b[k][0]))
+            cur = max(cur, b[k][1])
+            if cur >= e:
+                break
+            k += 1
+        if cur < e:
+            out.append((cur, e))
+    return out

@@ -20,6 +20,7 @@ from ..hardware.platform import Platform
 from ..schedule.list_scheduler import Schedule
 from ..schedule.tasks import COMM_KINDS, TaskGraph
 from .intervals import length as _length
+from .intervals import subtract as _subtract
 from .intervals import union as _union
 
 # Facts builders record about their strategy that belong in the JSON result.
@@ -144,23 +145,7 @@ class Result:
 
 def _minus(a: list[tuple[float, float]], b: list[tuple[float, float]]) -> float:
     """Length of union ``a`` not covered by union ``b`` (both sorted, disjoint)."""
-    total = 0.0
-    j = 0
-    for s, e in a:
-        cur = s
-        while j < len(b) and b[j][1] <= cur:
-            j += 1
-        k = j
-        while k < len(b) and b[k][0] < e:
-            if b[k][0] > cur:
-                total += b[k][0] - cur
-            cur = max(cur, b[k][1])
-            if cur >= e:
-                break
-            k += 1
-        if cur < e:
-            total += e - cur
-    return total
+    return _length(_subtract(a, b))
 
 
 def _union_of_columns(start: np.ndarray, end: np.ndarray) -> list[tuple[float, float]]:
