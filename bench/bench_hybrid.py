@@ -26,6 +26,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from calibration import calibration_seconds  # bench/calibration.py (bench/ is on the path)
+
 REPO = Path(__file__).resolve().parents[1]
 GPT = REPO / "sample_trace" / "gpt-h16-cpu-bs8"
 GPT4 = REPO / "sample_trace" / "gpt-cpu-bs8"  # 4 heads: the agreement table
@@ -47,15 +49,6 @@ def run(argv: list[str], env: dict[str, str] | None = None) -> tuple[float, floa
     rss = max(before.ru_maxrss, after.ru_maxrss) / 2**20  # KiB -> GiB
     cpu = (after.ru_utime + after.ru_stime) - (before.ru_utime + before.ru_stime)
     return wall, rss, json.loads(proc.stdout), cpu
-
-
-def calibration_seconds() -> float:
-    """CPU seconds of a fixed pure-Python loop (3·10⁶ dict updates): the machine's speed now."""
-    t = time.process_time()
-    d: dict[int, int] = {}
-    for i in range(3_000_000):
-        d[i & 1023] = i
-    return time.process_time() - t
 
 
 def spread(values: list[float]) -> str:

@@ -27,6 +27,8 @@ import sys
 import time
 from pathlib import Path
 
+from calibration import calibration_seconds  # bench/calibration.py (bench/ is on the path)
+
 REPO = Path(__file__).resolve().parents[1]
 GPT = REPO / "sample_trace" / "gpt-h16-cpu-bs8"
 CLI = "import sys; from triosim.cli.console import main; sys.exit(main())"
@@ -37,15 +39,6 @@ CONFIGS = {
     "175B interleaved": (["--num-layers", "96", "--tp", "8", "--pp", "8", "-batch-size-sim", "64", "--schedule",
                           "interleaved", "--virtual-stages", "3"], "<= 10 s"),
 }
-
-
-def calibration_seconds() -> float:
-    """CPU seconds of a fixed pure-Python loop (3·10⁶ dict updates): the machine's speed now."""
-    t = time.process_time()
-    d: dict[int, int] = {}
-    for i in range(3_000_000):
-        d[i & 1023] = i
-    return time.process_time() - t
 
 
 def run(argv: list[str], code: Path) -> tuple[float, float, float, dict]:

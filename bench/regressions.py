@@ -22,8 +22,9 @@ import resource
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
+
+from calibration import calibration_seconds  # bench/calibration.py (bench/ is on the path)
 
 REPO = Path(__file__).resolve().parents[1]
 REFERENCE = REPO.parent / "shared" / "reference" / "sample_trace" / "trace2-h100-bs128"
@@ -47,15 +48,6 @@ RUNS: dict[str, list[str]] = {
     "GPT 96 layers, dp 8 x tp 8 x pp 16, ring": ["-trace-dir", str(GPT), *HYBRID, "--dp", "8", "--tp", "8", "--pp",
                                                  "16"],
 }
-
-
-def calibration_seconds() -> float:
-    """CPU seconds of a fixed pure-Python loop (3·10⁶ dict updates): the machine's speed now."""
-    t = time.process_time()
-    d: dict[int, int] = {}
-    for i in range(3_000_000):
-        d[i & 1023] = i
-    return time.process_time() - t
 
 
 def run_once(argv: list[str], code: Path) -> tuple[float, str]:
