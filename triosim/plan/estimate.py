@@ -129,37 +129,50 @@ def _rank_sums(values: np.ndarray, bounds: list[tuple[int, int]], ranks: int) ->
     return np.array([sum(prefix[b] - prefix[a] for a, b in bounds[r::ranks]) for r in range(ranks)])
 
 
-def _synced(c: Candidate, r: int, end: float, last_block: float, bounds: list[tuple[int, int]], starts: list[int],
-            pt: PositionTimes, profile: ModelProfile, settings: PlanSettings, timer: PipelineTimer) -> float:
-    """When rank r's last DDP bucket is reduced on its DP group (its last block ends at ``end``):
-    each bucket once the op completing its last gradient has run in the last micro-batch's
-    backward, one after another."""
-    batch = settings.global_batch // c.dp
-    a, b = bounds[r]  # the rank's last block: the backward of its first chunk
-    ops = pt.b_ops[(pt.b_pos >= a) & (pt.b_pos < b)]
-    left = np.concatenate((np.cumsum(pt.op_s[ops][::-1])[::-1][1:], [0.0]))  # block time after each op
-
-    def buckets() -> tuple[np.ndarray, np.ndarray]:
-        owned = np.zeros(profile.positions, dtype=bool)
-        for x, y in bounds[r::c.pp]:
-            owned[x:y] = True
-        found = profile.rank_buckets(batch, c.tp, c.sequence_parallel, owned, settings.bucket_bytes)
-        return np.array([b.nbytes for b in found], dtype=np.int64), np.array([b.ready_op for b in found], dtype=np.intp)
-
-    key = ("buckets", batch, c.tp, c.sequence_parallel, tuple(starts), r, c.pp, settings.bucket_bytes)
-    sizes, ready_ops = timer.memo(key, buckets)
-    if not len(sizes):
-        return 0.0
-    group = tuple(range(0, c.dp * c.tp * c.pp, c.tp * c.pp))  # rank order tp, pp, dp
+def _dp_synced(c: Candidate, key: tuple, starts: list[int], B: np.ndarray, ends: np.ndarray, pt: PositionTimes,
+               profile: ModelProfile, settings: PlanSettings, timer: PipelineTimer) -> np.ndarray:
+    """Per pipeline rank, when its last DDP bucket is reduced on its DP group (its last block,
+    the backward of its first chunk, ends at ``ends[r]``): each bucket once the op completing its
+    last gradient has run in the last micro-batch's backward, one after another. Worked out once
+    per pipeline (``key``), DP degree and reduce op: ZeRO-1, 2 and 3 share it."""
     op = "all_reduce" if c.zero == 0 else "reduce_scatter"
-    costs = timer.memo(("bucket costs", key, op, group),
-                       lambda: np.array([profile.collective_s(op, group, int(n)) for n in sizes]))
-    k = np.minimum(np.searchsorted(ops, ready_ops), max(0, len(ops) - 1))
-    found = (ops[k] == ready_ops) if len(ops) else np.zeros(len(ready_ops), dtype=bool)
-    # a gradient completed in an earlier chunk (interleaved) is ready when the last block starts
-    ready = end - np.where(found, left[k] if len(ops) else 0.0, last_block)
-    # t <- max(t, ready_i) + cost_i over the buckets in order ends at max_i(ready_i + costs from i on)
-    return float((ready + np.cumsum(costs[::-1])[::-1]).max())
+    return timer.memo(("synced", key, c.dp, op, settings.bucket_bytes),
+                      lambda: _dp_synced_all(c, op, starts, B, ends, pt, profile, settings, timer))
+
+
+def _dp_synced_all(c: Candidate, op: str, starts: list[int], B: np.ndarray, ends: np.ndarray, pt: PositionTimes,
+                   profile: ModelProfile, settings: PlanSettings, timer: PipelineTimer) -> np.ndarray:
+    batch = settings.global_batch // c.dp
+    bounds = list(zip(starts, [*starts[1:], profile.positions]))
+
+    def buckets() -> list[tuple[np.ndarray, np.ndarray]]:
+        out = []
+        for r in range(c.pp):
+            owned = np.zeros(profile.positions, dtype=bool)
+            for x, y in bounds[r::c.pp]:
+                owned[x:y] = True
+            out.append(profile.rank_buckets(batch, c.tp, c.sequence_parallel, owned, settings.bucket_bytes))
+        return out
+
+    bkey = ("buckets", batch, c.tp, c.sequence_parallel, tuple(starts), c.pp, settings.bucket_bytes)
+    per_rank = timer.memo(bkey, buckets)
+    group = tuple(range(0, c.dp * c.tp * c.pp, c.tp * c.pp))  # rank order tp, pp, dp
+    costs = timer.memo(("bucket costs", bkey, op, c.dp),
+                       lambda: [profile.collective_many(op, group, sizes) for sizes, _ in per_rank])
+    synced = np.zeros(c.pp)
+    for r, ((sizes, ready_ops), cost) in enumerate(zip(per_rank, costs)):
+        if not len(sizes):
+            continue
+        a, b = bounds[r]  # the rank's last block: the backward of its first chunk
+        ops = pt.b_ops[(pt.b_pos >= a) & (pt.b_pos < b)]
+        left = np.concatenate((np.cumsum(pt.op_s[ops][::-1])[::-1][1:], [0.0]))  # block time after each op
+        k = np.minimum(np.searchsorted(ops, ready_ops), max(0, len(ops) - 1))
+        found = (ops[k] == ready_ops) if len(ops) else np.zeros(len(ready_ops), dtype=bool)
+        # a gradient completed in an earlier chunk (interleaved) is ready when the last block starts
+        ready = float(ends[r]) - np.where(found, left[k] if len(ops) else 0.0, float(B[r]))
+        # t <- max(t, ready_i) + cost_i over the buckets in order ends at max_i(ready_i + costs from i on)
+        synced[r] = float((ready + np.cumsum(cost[::-1])[::-1]).max())
+    return synced
 
 
 def _activations(c: Candidate, r: int, m: int, bounds: list[tuple[int, int]], pt: PositionTimes) -> float:
@@ -194,10 +207,10 @@ def estimate(c: Candidate, profile: ModelProfile, settings: PlanSettings, timer:
     dp_group = tuple(range(0, c.dp * c.tp * P, c.tp * P))
     sharded = c.dp > 1 and c.zero >= 1
     finish, dp_exposed, opt_max = 0.0, 0.0, 0.0
+    synced = _dp_synced(c, key, starts, B, ends, pt, profile, settings, timer) if c.dp > 1 else None
     for r in range(P):
         end = float(ends[r])
-        t = max(end, _synced(c, r, end, float(B[r]), bounds, starts, pt, profile, settings, timer)) \
-            if c.dp > 1 else end
+        t = max(end, float(synced[r])) if synced is not None else end
         dp_exposed = max(dp_exposed, t - end)
         opt = pt.optimizer_s * float(share[r]) / (c.dp if sharded else 1)
         opt_max = max(opt_max, opt)

@@ -30,7 +30,7 @@ import numpy as np
 from ..compute.op_time import op_seconds
 from ..compute.scale import scale_trace
 from ..graph.collectives.cost import collective_cost
-from ..graph.data.data_parallel import Bucket, gradient_order, make_buckets
+from ..graph.data.data_parallel import gradient_order
 from ..graph.data.precision import with_training_precision
 from ..graph.data.zero import buffer_roles
 from ..graph.layer_count import count_layers
@@ -85,7 +85,8 @@ class ModelProfile:
     _scaled: dict[int, Trace] = field(default_factory=dict, repr=False)
     _plans: dict[tuple[int, int, bool], object] = field(default_factory=dict, repr=False)
     _times: dict[tuple[int, int, bool, int], PositionTimes] = field(default_factory=dict, repr=False)
-    _coll: dict[tuple[str, tuple[int, ...], int], float] = field(default_factory=dict, repr=False)
+    _coll: dict[tuple[str, tuple[int, ...]], dict[int, float]] = field(default_factory=dict, repr=False)
+    _grads: dict[tuple[int, int, bool], _Gradients] = field(default_factory=dict, repr=False)
     _op_times: dict[tuple[int, int], np.ndarray] = field(default_factory=dict, repr=False)
     _arrays: dict[tuple[int, int, bool], _PlanArrays] = field(default_factory=dict, repr=False)
     recompute: str = "none"  # the activation recomputation this profile's trace carries
@@ -168,21 +169,55 @@ class ModelProfile:
         choice changes in between."""
         if len(group) < 2 or nbytes <= 0:
             return 0.0
+        exact = self._exact_costs(op, group)
         if len(group) <= EXACT_GROUP:
-            return self._exact(op, group, nbytes)
+            return exact(nbytes)
         k = max(0, int(nbytes).bit_length() - 1)
         lo, hi = 1 << k, 1 << (k + 1)
         if lo == nbytes:
-            return self._exact(op, group, lo)
-        a, b = self._exact(op, group, lo), self._exact(op, group, hi)
+            return exact(lo)
+        a, b = exact(lo), exact(hi)
         return a + (b - a) * (nbytes - lo) / (hi - lo)
 
-    def _exact(self, op: str, group: tuple[int, ...], nbytes: int) -> float:
-        key = (op, group, int(nbytes))
-        hit = self._coll.get(key)
-        if hit is None:
-            hit = self._coll[key] = collective_cost(self.platform, group, op, int(nbytes)).seconds
-        return hit
+    def collective_many(self, op: str, group: tuple[int, ...], sizes: np.ndarray) -> np.ndarray:
+        """:meth:`collective_s` of every size in ``sizes`` (integer bytes), the same floats: the
+        group is looked up once (hashing a 1,000-GPU tuple per bucket was a hot spot) and, on
+        large groups, the straight lines are drawn with numpy."""
+        sizes = np.asarray(sizes, dtype=np.int64)
+        out = np.zeros(len(sizes))
+        live = sizes > 0
+        if len(group) < 2 or not live.any():
+            return out
+        exact = self._exact_costs(op, group)
+        if len(group) <= EXACT_GROUP:
+            return np.array([exact(int(n)) if n > 0 else 0.0 for n in sizes.tolist()])
+        n = sizes[live]
+        k = np.frexp(n.astype(float))[1] - 1  # bit_length - 1, exact below 2**53
+        lo = np.left_shift(np.int64(1), k.astype(np.int64))
+        between = n != lo  # a power of two is its own closed form: no line to draw
+        a_of = {int(e): exact(1 << int(e)) for e in np.unique(k)}
+        b_of = {int(e): exact(1 << (int(e) + 1)) for e in np.unique(k[between])}
+        a = np.array([a_of[e] for e in k.tolist()])
+        b = np.array([b_of[e] if inside else a_of[e] for e, inside in zip(k.tolist(), between.tolist())])
+        # the same operations, in the same order, as the scalar form (n - lo is 0 at a power of two)
+        out[live] = a + (b - a) * (n - lo).astype(float) / lo.astype(float)
+        return out
+
+    def _exact_costs(self, op: str, group: tuple[int, ...]):
+        """The exact closed form on ``group`` as a function of bytes, cached per size."""
+        key = (op, group)
+        costs = self._coll.get(key)
+        if costs is None:
+            costs = self._coll[key] = {}
+        platform = self.platform
+
+        def exact(nbytes: int) -> float:
+            hit = costs.get(nbytes)
+            if hit is None:
+                hit = costs[nbytes] = collective_cost(platform, group, op, int(nbytes)).seconds
+            return hit
+
+        return exact
 
     # ------------------------------------------------------------------ per-key figures
 
@@ -242,13 +277,55 @@ class ModelProfile:
         return PositionTimes(fwd, bwd, tpf, tpb, attn, act, attn_act, np.cumsum(cf)[:n - 1], np.cumsum(cb)[:n - 1],
                              pa.params, pa.params_full, pa.opt_state, pa.optimizer_s, op_s, pa.b_ops, pa.b_pos)
 
-    def rank_buckets(self, batch: int, tp: int, sp: bool, owned: np.ndarray, bucket_bytes: float) -> list[Bucket]:
+    def gradients(self, batch: int, tp: int, sp: bool) -> _Gradients:
+        """Every gradient in the order backward completes it (cached per key)."""
+        sp = sp and tp > 1
+        key = (batch, tp, sp)
+        hit = self._grads.get(key)
+        if hit is None:
+            trace = self.scaled(batch)
+            shard = self.tensor_plan(batch, tp, sp).shard_divisor
+            last = trace.last_backward_index()
+            ready, order = trace.grad_ready_op, self.gradient_order
+            hit = self._grads[key] = _Gradients(
+                np.array([self.first_reader.get(p, 0) for p in order], dtype=np.intp),
+                [-(-trace.tensors[p].bytes // shard.get(p, 1)) for p in order],
+                [ready.get(p, last) for p in order])
+        return hit
+
+    def rank_buckets(self, batch: int, tp: int, sp: bool, owned: np.ndarray,
+                     bucket_bytes: float) -> tuple[np.ndarray, np.ndarray]:
         """The DDP buckets of the parameters whose first reader is at an ``owned`` position, in
-        the order their gradients complete, one TP shard each (as the composition packs them)."""
-        trace = self.scaled(batch)
-        shard = self.tensor_plan(batch, tp, sp and tp > 1).shard_divisor
-        params = [p for p in self.gradient_order if owned[self.first_reader.get(p, 0)]]
-        return make_buckets(trace, bucket_bytes, params, lambda p: -(-trace.tensors[p].bytes // shard.get(p, 1)))
+        the order their gradients complete, one TP shard each, packed as the composition packs
+        them (:func:`triosim.graph.data.data_parallel.make_buckets`: close a bucket once it
+        holds ``bucket_bytes`` or more): each bucket's bytes and the backward op completing it."""
+        g = self.gradients(batch, tp, sp)
+        nbytes, ready_op = g.nbytes, g.ready_op
+        sizes: list[int] = []
+        readies: list[int] = []
+        size, ready, count = 0, -1, 0
+        for i in np.flatnonzero(owned[g.owner]).tolist():
+            size += nbytes[i]
+            ready = max(ready, ready_op[i])
+            count += 1
+            if size >= bucket_bytes:
+                sizes.append(size)
+                readies.append(ready)
+                size, ready, count = 0, -1, 0
+        if count:
+            sizes.append(size)
+            readies.append(ready)
+        return np.array(sizes, dtype=np.int64), np.array(readies, dtype=np.intp)
+
+
+@dataclass(frozen=True)
+class _Gradients:
+    """The parameters in gradient order: each one's owner (the position of its first reader),
+    the bytes of its gradient on one GPU (a TP shard) and the backward op completing it."""
+
+    owner: np.ndarray
+    nbytes: list[int]
+    ready_op: list[int]
 
 
 @dataclass(frozen=True)
