@@ -57,8 +57,9 @@ def register(sub: Any) -> None:
                    help="largest tensor-parallel degree (default: the GPUs of a node, so a TP group stays on NVLink)")
     g.add_argument("--out", metavar="FILE.csv", help="every candidate, infeasible ones with the reason (CSV)")
     g.add_argument("--plot", metavar="FILE.png", help="throughput against peak memory (needs matplotlib)")
-    g.add_argument("--jobs", "-j", type=int, default=1,
-                   help="processes for the DAG timing (sweep executor; 1 = in this process)")
+    g.add_argument("--jobs", "-j", type=int, default=None,
+                   help="processes for the DAG timing (sweep executor's local pool; default: the CPUs this "
+                        "process may use; 1 = in this process)")
     g.add_argument("--dask", metavar="ADDRESS",
                    help="DAG-time on a Dask cluster: scheduler address tcp://HOST:PORT or a scheduler file")
     g.add_argument("--show", type=int, default=10, metavar="N", help="rows of the table (10)")
@@ -89,7 +90,7 @@ def _check_flags(args: argparse.Namespace) -> None:
         from ..sweep.execute import require_distributed
 
         require_distributed()
-    if args.jobs < 1:
+    if args.jobs is not None and args.jobs < 1:
         raise ConfigError(f"--jobs must be 1 or more, got {args.jobs}")
     if args.max_tp is not None and args.max_tp < 1:
         raise ConfigError(f"--max-tp must be 1 or more, got {args.max_tp}")
@@ -236,12 +237,15 @@ def cmd_plan(args: argparse.Namespace) -> int:
     profile, space, candidates, settings, figures = (inputs.profile, inputs.space, inputs.candidates,
                                                      inputs.settings, inputs.figures)
     base, base_flags, trace_dir, protect = inputs.base, inputs.base_flags, inputs.trace_dir, inputs.protect
+    from ..sweep.execute import default_jobs
+
+    jobs = default_jobs() if args.jobs is None else args.jobs
     prog, update = _progress(args.quiet)
     if prog is not None:
         with prog:
-            outcome = search(candidates, profile, settings, base, args.top, args.jobs, update, args.dask)
+            outcome = search(candidates, profile, settings, base, args.top, jobs, update, args.dask)
     else:
-        outcome = search(candidates, profile, settings, base, args.top, args.jobs, dask=args.dask)
+        outcome = search(candidates, profile, settings, base, args.top, jobs, dask=args.dask)
     if args.out:
         write_csv(args.out, outcome.rows, outcome.ranked, figures, base_flags, protect=protect)
     if args.plot and not outcome.interrupted:
