@@ -41,11 +41,14 @@ def test_collective_many_equals_one_at_a_time(gpt_profile: ModelProfile, group, 
     assert many.tolist() == one  # the same floats, not merely close
 
 
-@pytest.mark.parametrize("bucket_bytes", [1.0, 40_000.5, 25 * 2**20])
-def test_rank_buckets_pack_as_make_buckets(gpt_profile: ModelProfile, bucket_bytes: float) -> None:
+@pytest.mark.parametrize("bucket_bytes", [1.0, 40_000.5, 25 * 2**20, None])
+def test_rank_buckets_pack_as_make_buckets(gpt_profile: ModelProfile, bucket_bytes: float | None) -> None:
     batch, tp = 4, 2
     trace = gpt_profile.scaled(batch)
     shard = gpt_profile.tensor_plan(batch, tp, False).shard_divisor
+    if bucket_bytes is None:  # two gradients' bytes: a bucket that closes at exactly its size
+        first, second = gpt_profile.gradient_order[:2]
+        bucket_bytes = float(sum(-(-trace.tensors[p].bytes // shard.get(p, 1)) for p in (first, second)))
     n = gpt_profile.positions
     for owned in (np.ones(n, dtype=bool), np.arange(n) < n // 2, np.arange(n) % 3 == 1):
         sizes, ready = gpt_profile.rank_buckets(batch, tp, False, owned, bucket_bytes)
