@@ -114,3 +114,14 @@ def test_jobs_default_is_the_cpu_count(tmp_path: Path, monkeypatch) -> None:
         code = main(["plan", "-trace-dir", str(GPT), "--gpus", "2", "--global-batch", "4", "--top", "0", "-q", *extra])
         assert code == 0
     assert seen == [3, 1]
+
+
+def test_one_timer_keeps_the_recompute_modes_apart(gpt_profile: ModelProfile) -> None:
+    """The re-runs shift the backward ops' indices: a bucket's ready op found on one mode's trace
+    must not be looked up on another's (one timer serves every candidate of a plan)."""
+    settings = PlanSettings(16, None, bucket_bytes=2**20)
+    shared = PipelineTimer(gpt_profile.platform)
+    for rc in ("none", "selective", "full"):
+        c = Candidate(tp=1, pp=1, dp=4, micro_batch=1, recompute=rc)
+        assert estimate(c, gpt_profile, settings, shared) == \
+            estimate(c, gpt_profile, settings, PipelineTimer(gpt_profile.platform))

@@ -154,7 +154,8 @@ def _dp_synced_all(c: Candidate, op: str, starts: list[int], B: np.ndarray, ends
             out.append(profile.rank_buckets(batch, c.tp, c.sequence_parallel, owned, settings.bucket_bytes))
         return out
 
-    bkey = ("buckets", batch, c.tp, c.sequence_parallel, tuple(starts), c.pp, settings.bucket_bytes)
+    bkey = ("buckets", profile.recompute, batch, c.tp, c.sequence_parallel, tuple(starts), c.pp,
+            settings.bucket_bytes)
     per_rank = timer.memo(bkey, buckets)
     group = tuple(range(0, c.dp * c.tp * c.pp, c.tp * c.pp))  # rank order tp, pp, dp
     costs = timer.memo(("bucket costs", bkey, op, c.dp),
