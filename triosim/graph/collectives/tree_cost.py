@@ -15,6 +15,7 @@ from ...hardware.platform import Platform, gpu_node
 from . import double_tree
 from .phases import Phase, add_load
 from .protocols import NCCL_PROTOCOL_STEP_LATENCY_US, base_latency_s, protocol, step_latency_s
+from .ring_tree_links import UniformRing, arc_counts, repeated_sums, uniform_ring
 from .tree_shapes import tree_shapes
 
 
@@ -119,10 +120,25 @@ def _link_bound(platform: Platform, group: tuple[int, ...], nbytes: float) -> fl
     run asks once per bucket)."""
     key = ("tree-link-bound", group, platform.collective_protocol)
     per_byte = platform._plans.get(key)
+    if per_byte is None and (ring := uniform_ring(platform)) is not None:
+        per_byte = platform._plans[key] = _ring_link_bound(platform, ring, group)
     if per_byte is None:
         load = tree_link_load(platform, group, 1.0)
         per_byte = platform._plans[key] = max((b / platform.link_bandwidth(x) for x, b in load.items()), default=0.0)
     return per_byte * nbytes
+
+
+def _ring_link_bound(platform: Platform, ring: UniformRing, group: tuple[int, ...]) -> float:
+    """:func:`_link_bound`'s per-byte load on a ring of alike links: a link's load is the
+    per-tree share added once per route crossing it (:func:`tree_link_load` adds it route by
+    route, the same sum), at the one bandwidth."""
+    edges = tree_edges(platform, group)
+    pairs = [pair for tree in edges for child, parent in tree for pair in ((child, parent), (parent, child))]
+    counts = {c for direction in arc_counts(ring, pairs) for c in direction if c}
+    if not counts:
+        return 0.0
+    sums = repeated_sums(1.0 / len(edges), max(counts))
+    return max(sums[c] * 1.0 / ring.bandwidth for c in counts)
 
 
 def tree_lower_bound(platform: Platform, group: tuple[int, ...], nbytes: float, beat: float | None = None) -> float:
