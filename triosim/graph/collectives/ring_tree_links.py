@@ -45,7 +45,10 @@ class UniformRing:
         return sums[hops]
 
     def route_time(self, hops: int, nbytes: float) -> float:
-        """The platform's time of a route of ``hops`` links for ``nbytes``."""
+        """The platform's time of a route of ``hops`` links for ``nbytes`` (0 for none, as the
+        platform's empty route from a GPU to itself)."""
+        if not hops:
+            return 0.0
         return self.route_latency(hops) + nbytes / self.bandwidth
 
     def spans(self, src: int, dst: int) -> list[tuple[int, int, int]]:
