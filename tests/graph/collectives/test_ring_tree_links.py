@@ -1,7 +1,8 @@
 """The tree all-reduce's bookkeeping by arcs on a ring of alike links
 (``triosim.graph.collectives.ring_tree_links``) equals the walk over every route's link names:
 the links each route crosses and its time, the pipeline's time (the walk that keeps a plan
-always goes route by route) and the busiest link's per-byte load, bit for bit, on random rings
+always goes route by route), every link's load (its keys in the walk's order) and the busiest
+link's per-byte load, bit for bit, on random rings
 and on the all-reduces that resnet50's ``-case 3`` asks for."""
 
 from __future__ import annotations
@@ -11,7 +12,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from triosim.graph.collectives import double_tree, ring_tree_links, tree_cost
-from triosim.graph.collectives.ring_tree_links import arc_counts, uniform_ring
+from triosim.graph.collectives.phases import add_load
+from triosim.graph.collectives.ring_tree_links import arc_counts, arc_load, uniform_ring
 from triosim.hardware.platform import gpu_node, link_name
 from triosim.hardware.presets import build_platform
 
@@ -41,6 +43,11 @@ def check_arcs(n: int, latency_us: float, pairs: list[tuple[int, int]]) -> None:
             assert ring.route_time(len(route), nbytes) == p.route_time(route, nbytes)
         for x in route:
             walked[x] = walked.get(x, 0) + 1
+    for share in (1.0, 0.5, 1 / 3):
+        load: dict[str, float] = {}
+        for src, dst in pairs:
+            add_load(load, p.route(gpu_node(src), gpu_node(dst)), share)
+        assert list(arc_load(ring, pairs, share).items()) == list(load.items())  # same keys, order, sums
     up, down = arc_counts(ring, pairs)
     by_arcs = {}
     for j in range(n):
@@ -74,9 +81,14 @@ def check_tree(p, group: tuple[int, ...], nbytes: float) -> None:
                                        tree_cost.base_latency_s(p, "tree"))
     walked = double_tree.longest_path(tree_cost.tree_plan(p, group, nbytes))  # a plan walks the routes
     assert by_arcs == walked
-    bound = tree_cost._link_bound(p, group, 1.0)
-    load = tree_cost.tree_link_load(p, group, 1.0)
-    assert bound == max(b / p.link_bandwidth(x) for x, b in load.items())
+    edges = tree_cost.tree_edges(p, group)
+    load: dict[str, float] = {}
+    for tree in edges:
+        for child, parent in tree:
+            add_load(load, p.route(gpu_node(child), gpu_node(parent)), 1.0 / len(edges))
+            add_load(load, p.route(gpu_node(parent), gpu_node(child)), 1.0 / len(edges))
+    assert list(tree_cost.tree_link_load(p, group, 1.0).items()) == list(load.items())
+    assert tree_cost._link_bound(p, group, 1.0) == max(b / p.link_bandwidth(x) for x, b in load.items())
 
 
 @PROPS

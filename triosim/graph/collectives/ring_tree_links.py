@@ -12,7 +12,8 @@ bookkeeping then needs no route's link names:
   the transfer ends: a link's free time is a float per link, and a transfer waits for the
   largest over its arc (a slice of a list, not a heap per link group);
 - a link's load is the tree's per-tree share times the number of arcs crossing it, found with a
-  difference array, and summed share by share as the route-by-route sum adds it.
+  difference array, and summed share by share as the route-by-route sum adds it; the links come
+  in the order the routes first cross them, as the route-by-route dict has them.
 
 A route's λ depends only on the kinds of its links, all alike here, so one one-hop route
 stands for all. Anything else (a topology file, remote memory, unlike links) is None: the
@@ -22,6 +23,8 @@ callers walk the routes.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+
+import numpy as np
 
 from ...hardware.platform import Platform, gpu_node, link_name
 from ...hardware.ring_routes import ring_arc
@@ -113,6 +116,36 @@ def arc_counts(ring: UniformRing, pairs: list[tuple[int, int]]) -> list[list[int
     return out
 
 
+def arc_load(ring: UniformRing, pairs: list[tuple[int, int]], share: float) -> dict[str, float]:
+    """Bytes per link when each route from ``src`` to ``dst`` (``pairs``) carries ``share``: what
+    adding ``share`` on every link of every route, route by route, gives (the walk), keyed in the
+    order the routes first cross the links as the walk's dict is, without a route's link names.
+    A link crossed c times holds ``share`` added c times from 0.0 (:func:`repeated_sums`)."""
+    counts = arc_counts(ring, pairs)
+    crossed = sum(1 for direction in counts for c in direction if c)
+    if not crossed:
+        return {}
+    sums = repeated_sums(share, max(max(direction) for direction in counts))
+    seen = [np.zeros(ring.n, dtype=bool), np.zeros(ring.n, dtype=bool)]
+    order: list[tuple[int, int]] = []
+    for src, dst in pairs:
+        spans = ring.spans(src, dst)
+        if spans[0][0] == 1:  # down the ring: from src to the arc's low end, wrapping below 0
+            runs = [np.arange(hi - 1, lo - 1, -1) for _d, lo, hi in reversed(spans)]
+        else:
+            runs = [np.arange(lo, hi) for _d, lo, hi in spans]
+        direction = spans[0][0]
+        for run in runs:
+            new = run[~seen[direction][run]]
+            seen[direction][new] = True
+            order.extend((direction, j) for j in new.tolist())
+        if len(order) == crossed:  # every crossed link met: later routes add no new key
+            break
+    n = ring.n
+    return {link_name(gpu_node(j), gpu_node((j + 1) % n if d == 0 else (j - 1) % n)): sums[counts[d][j]]
+            for d, j in order}
+
+
 def repeated_sums(value: float, most: int) -> list[float]:
     """``value`` added to 0.0 one time, two times, … ``most`` times: the sums, index = times."""
     out = [0.0]
@@ -121,4 +154,4 @@ def repeated_sums(value: float, most: int) -> list[float]:
     return out
 
 
-__all__ = ["UniformRing", "arc_counts", "repeated_sums", "uniform_ring"]
+__all__ = ["UniformRing", "arc_counts", "arc_load", "repeated_sums", "uniform_ring"]

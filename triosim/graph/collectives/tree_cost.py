@@ -15,7 +15,7 @@ from ...hardware.platform import Platform, gpu_node
 from . import double_tree
 from .phases import Phase, add_load
 from .protocols import NCCL_PROTOCOL_STEP_LATENCY_US, base_latency_s, protocol, step_latency_s
-from .ring_tree_links import UniformRing, arc_counts, repeated_sums, uniform_ring
+from .ring_tree_links import UniformRing, arc_counts, arc_load, repeated_sums, uniform_ring
 from .tree_shapes import tree_shapes
 
 
@@ -34,10 +34,14 @@ def tree_link_load(platform: Platform, group: tuple[int, ...], nbytes: float) ->
         unit = {}
         edges = tree_edges(platform, group)
         share = 1.0 / len(edges)
-        for tree in edges:
-            for child, parent in tree:
-                add_load(unit, platform.route(gpu_node(child), gpu_node(parent)), share)
-                add_load(unit, platform.route(gpu_node(parent), gpu_node(child)), share)
+        ring = uniform_ring(platform)
+        if ring is not None:  # by arcs: 4,096 GPUs' routes name 1.6e7 links
+            unit = arc_load(ring, _pairs(edges), share)
+        else:
+            for tree in edges:
+                for child, parent in tree:
+                    add_load(unit, platform.route(gpu_node(child), gpu_node(parent)), share)
+                    add_load(unit, platform.route(gpu_node(parent), gpu_node(child)), share)
         platform._plans[key] = unit
     return {x: b * nbytes for x, b in unit.items()}
 
@@ -133,12 +137,17 @@ def _ring_link_bound(platform: Platform, ring: UniformRing, group: tuple[int, ..
     per-tree share added once per route crossing it (:func:`tree_link_load` adds it route by
     route, the same sum), at the one bandwidth."""
     edges = tree_edges(platform, group)
-    pairs = [pair for tree in edges for child, parent in tree for pair in ((child, parent), (parent, child))]
-    counts = {c for direction in arc_counts(ring, pairs) for c in direction if c}
+    counts = {c for direction in arc_counts(ring, _pairs(edges)) for c in direction if c}
     if not counts:
         return 0.0
     sums = repeated_sums(1.0 / len(edges), max(counts))
     return max(sums[c] * 1.0 / ring.bandwidth for c in counts)
+
+
+def _pairs(edges: list[list[tuple[int, int]]]) -> list[tuple[int, int]]:
+    """(source, destination) of each transfer route of the trees, in the order the walk takes
+    them: tree by tree, edge by edge, up then down."""
+    return [pair for tree in edges for child, parent in tree for pair in ((child, parent), (parent, child))]
 
 
 def tree_lower_bound(platform: Platform, group: tuple[int, ...], nbytes: float, beat: float | None = None) -> float:
