@@ -48,6 +48,7 @@ class TaskGraph:
         self._rid: dict[str, int] = {}
         self._rtuples: dict[tuple[str, ...], tuple[int, ...]] = {}
         self._dtuples: dict[tuple[int, ...], tuple[int, ...]] = {}
+        self._streams: dict[int, tuple[tuple[int, ...], tuple[int, ...]]] = {}  # GPU -> (its stream's rids, (GPU,))
         # Facts builders know and reports need (peak memory per GPU, fetched bytes, ...).
         self.meta: dict[str, Any] = {}
 
@@ -139,9 +140,31 @@ class TaskGraph:
 
     def add_compute_tagged(self, device: int, duration_s: float, label: str, attrs: dict[str, Any] | None,
                            after: Iterable[int] = ()) -> int:
-        """:meth:`add_compute` with a shared attribute dict (:meth:`add_tagged`)."""
-        return self.add_tagged("compute", label, duration_s, (compute_resource(device),), (device,), attrs,
-                               after=after)
+        """:meth:`add_compute` with a shared attribute dict (:meth:`add_tagged`), its GPU's
+        stream and device tuple resolved once per GPU: a case-3 run on 4,096 GPUs adds 1.6e6."""
+        if not duration_s >= 0.0:
+            raise ValueError(f"task {label!r} has negative or NaN duration {duration_s}")
+        stream = self._streams.get(device)
+        if stream is None:
+            name = (compute_resource(device),)
+            rids = self._rtuples.get(name)
+            if rids is None:
+                rids = self._rtuples[name] = (self.resource_id(name[0]),)
+            stream = self._streams[device] = (rids, self._dtuples.setdefault((device,), (device,)))
+        tid = len(self.kind)
+        self.kind.append("compute")
+        self.label.append(label)
+        self.duration.append(float(duration_s))
+        self.resources.append(stream[0])
+        self.devices.append(stream[1])
+        self.nbytes.append(0)
+        self.latency.append(0.0)  # min(0.0, duration) as add_task's
+        self.attrs.append(attrs)
+        self.succ.append([])
+        self.npred.append(0)
+        for p in after:
+            self.add_edge(p, tid)
+        return tid
 
     def add_compute_chain(self, device: int, durations: Sequence[float], labels: Sequence[str],
                           attrs: Sequence[dict[str, Any]], after: Iterable[int] = ()) -> list[int]:
