@@ -4,9 +4,13 @@ An op of F FLOPs that moves B bytes takes, on device D,
 
     t = max(F / (peak · eff_compute(F)), B / (HBM · eff_mem(B)), R / rate(blocks)) + launch_floor
 
+(with ``processing_mode: no_overlap`` in the device file, the first two terms are added instead:
+the op does not hide its memory traffic behind its math),
+
 with ``peak`` the dense matrix-unit rate for the matmul, conv and attention classes and the
 vector rate for every other op, in the op's math dtype (:func:`math_dtype`), and the efficiency
-curves the device file's (:mod:`triosim.hardware.device_db`). The third term is for kernels
+curves the device file's (:mod:`triosim.hardware.device_db`; vector-unit ops use its ``vector``
+curve where it has one). The third term is for kernels
 whose parallelism the op's shape limits (cuDNN's training batch norm: one thread block per
 channel): R bytes read at ``min(blocks, SMs) × the device's single-block read rate``; it applies
 only when both the op (:attr:`OpCost.blocks`) and the device file give it. Since every
@@ -85,11 +89,12 @@ def roofline_seconds(cost: OpCost, device: Device, precision: Precision = DEFAUL
     nbytes = moved_bytes(cost, precision)
     dtype = math_dtype(cost, device, precision)
     peak = device.matrix_peak(dtype) if cost.on_matrix_units else device.vector_peak(dtype)
-    compute = flops / (peak * device.compute_curve(dtype).at(flops)) if flops > 0 else 0.0
+    curve = device.compute_curve(dtype) if cost.on_matrix_units else device.vector_curve(dtype)
+    compute = flops / (peak * curve.at(flops)) if flops > 0 else 0.0
     memory = nbytes / (device.hbm_bytes_per_s * device.memory_efficiency.at(nbytes)) if nbytes > 0 else 0.0
     rate = device.block_limited_rate(cost.blocks)
     parallel = cost.bytes_read * nbytes / cost.bytes / rate if rate and cost.bytes > 0 else 0.0
-    return max(compute, memory, parallel) + device.launch_floor_s
+    return max(device.combine(compute, memory), parallel) + device.launch_floor_s
 
 
 def trace_roofline(trace: Trace, device: Device, precision: Precision = DEFAULT_PRECISION,
