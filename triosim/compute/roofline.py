@@ -18,9 +18,11 @@ efficiency is at most 1 and the floor is positive, t ≥ F/peak and t ≥ B/HBM 
 
 Math dtype: the trace's element size (4 bytes: fp32, 2: bf16, 1: fp8) unless :class:`Precision`
 names one (``bf16`` for mixed precision: the matrix-unit ops then run and move their tensors
-in bf16, the others as traced, as under autocast). An fp32 convolution runs in TF32 where the
-device has it, an fp32 matmul does not: PyTorch's defaults (``torch.backends.cudnn.allow_tf32``
-is True, ``torch.backends.cuda.matmul.allow_tf32`` is False since 1.12).
+in bf16, the others as traced, as under autocast; a traced 2-byte type is read as the named
+16-bit type, which a trace's element size cannot tell from the other). An fp32 convolution runs
+in TF32 where the device has it, an fp32 matmul does not: PyTorch's defaults
+(``torch.backends.cudnn.allow_tf32`` is True, ``torch.backends.cuda.matmul.allow_tf32`` is False
+since 1.12).
 
 Retarget: a trace measured on device S keeps what the measurement knows (kernel choice, fusion)
 and moves only what the hardware changes: op i on T takes ``measured_i · t_T(i) / t_S(i)``. On
@@ -37,6 +39,7 @@ from ..hardware.device_db import DTYPES, Device
 from ..trace import Trace
 from .op_cost import OpCost, trace_op_costs
 
+HALF = ("bf16", "fp16")  # the 2-byte float types, which a trace's element size cannot tell apart
 ELEMENT_BYTES = {"fp64": 8, "fp32": 4, "tf32": 4, "bf16": 2, "fp16": 2, "fp8": 1}
 
 
@@ -59,6 +62,8 @@ DEFAULT_PRECISION = Precision()
 def math_dtype(cost: OpCost, device: Device, precision: Precision = DEFAULT_PRECISION) -> str:
     """The dtype whose peak times ``cost`` on ``device``."""
     if not cost.on_matrix_units:
+        if precision.dtype in HALF and cost.dtype in HALF:
+            return precision.dtype  # a traced 2-byte type may be either: the run's says which
         return cost.dtype
     dtype = precision.dtype or cost.dtype
     if precision.dtype is None and dtype == "bf16" and "bf16" not in device.matrix_flops:
