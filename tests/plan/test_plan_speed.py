@@ -143,3 +143,20 @@ def test_ctrl_c_while_forked_keeps_the_groups_done(monkeypatch) -> None:
     assert len(dps) == 1 and len(rows) == sum(1 for c in i.candidates if c.dp in dps)
     assert all(r.estimate is not None or r.error for r in rows)
     assert [r.candidate for r in rows] == [c for c in i.candidates if c.dp in dps]  # enumeration order
+
+
+def test_progress_bar_starts_no_thread(monkeypatch) -> None:
+    """In a terminal the progress bar is drawn on updates: a refresh thread would stop the plan
+    from forking its estimate workers (it estimates in one process then)."""
+    import sys
+    import threading
+
+    from triosim.cli import plan as plan_cli
+
+    monkeypatch.setattr(sys.stderr, "isatty", lambda: True, raising=False)
+    prog, update = plan_cli._progress(False)
+    assert prog is not None
+    before = threading.active_count()
+    with prog:
+        update("estimating", 1, 10)
+        assert threading.active_count() == before and can_fork()
