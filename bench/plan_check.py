@@ -45,10 +45,10 @@ def check_1024(jobs: int, top: int) -> None:
     w0, c0 = time.perf_counter(), _cpu()
     inputs = plan_inputs(_args(argv))
     w1, c1 = time.perf_counter(), _cpu()
-    rows, _ = estimate_all(inputs.candidates, inputs.profile, inputs.settings)
+    rows, _ = estimate_all(inputs.candidates, inputs.profile, inputs.settings, jobs=jobs)
     w2, c2 = time.perf_counter(), _cpu()
     print(f"  load + enumerate: {w1 - w0:.1f} s wall, {c1 - c0:.1f} s CPU")
-    print(f"  {len(rows):,} candidates estimated: {w2 - w1:.1f} s wall, {c2 - c1:.1f} s CPU "
+    print(f"  {len(rows):,} candidates estimated (--jobs {jobs}): {w2 - w1:.1f} s wall, {c2 - c1:.1f} s CPU "
           f"({sum(r.feasible for r in rows):,} fit)")
     s = inputs.space
     best = best_estimated(rows, top)

@@ -1,7 +1,8 @@
 """The planner's shortcuts give the very numbers of the long way: batched collective costs equal
 the one-at-a-time closed forms, the per-rank DDP buckets equal ``make_buckets``, the DP sync is
-worked out once for ZeRO-1/2/3; and the DAG timing on a process pool (the default, one worker
-per CPU) ranks as in-process and keeps what it timed when interrupted."""
+worked out once for ZeRO-1/2/3, estimates on forked workers equal one process's; and the DAG
+timing on a process pool (the default, one worker per CPU) ranks as in-process; both keep what
+they did when interrupted."""
 
 from __future__ import annotations
 
@@ -17,9 +18,11 @@ from triosim.config import configure
 from triosim.config.build import load_recorded_trace
 from triosim.graph.data.data_parallel import make_buckets
 from triosim.plan import Candidate, ModelProfile, PipelineTimer, PlanSettings, estimate
+from triosim.plan.forked_estimate import can_fork
 from triosim.plan.search import search
 
 estimate_module = importlib.import_module("triosim.plan.estimate")
+search_module = importlib.import_module("triosim.plan.search")
 ROOT = Path(__file__).resolve().parents[2]
 GPT = ROOT / "sample_trace" / "gpt-cpu-bs8"
 
@@ -125,3 +128,46 @@ def test_one_timer_keeps_the_recompute_modes_apart(gpt_profile: ModelProfile) ->
         c = Candidate(tp=1, pp=1, dp=4, micro_batch=1, recompute=rc)
         assert estimate(c, gpt_profile, settings, shared) == \
             estimate(c, gpt_profile, settings, PipelineTimer(gpt_profile.platform))
+
+
+def test_forked_estimates_equal_one_process(monkeypatch) -> None:
+    """Groups by dp on forked workers: the same rows, in enumeration order, as one process."""
+    monkeypatch.setattr(search_module, "FORK_MIN", 0)
+    i = _inputs()
+    assert can_fork() and len({c.dp for c in i.candidates}) > 2
+    one, _ = search_module.estimate_all(i.candidates, i.profile, i.settings)
+    forked, interrupted = search_module.estimate_all(i.candidates, _inputs().profile, i.settings, jobs=2)
+    assert not interrupted
+    assert [(r.candidate, r.estimate, r.error) for r in forked] == [(r.candidate, r.estimate, r.error) for r in one]
+
+
+def test_ctrl_c_while_forked_keeps_the_groups_done(monkeypatch) -> None:
+    monkeypatch.setattr(search_module, "FORK_MIN", 0)
+    i = _inputs()
+
+    def stop_after_first_group(phase: str, done: int, total: int) -> None:
+        raise KeyboardInterrupt
+
+    rows, interrupted = search_module.estimate_all(i.candidates, i.profile, i.settings, stop_after_first_group, 2)
+    assert interrupted
+    dps = {r.candidate.dp for r in rows}
+    assert len(dps) == 1 and len(rows) == sum(1 for c in i.candidates if c.dp in dps)
+    assert all(r.estimate is not None or r.error for r in rows)
+    assert [r.candidate for r in rows] == [c for c in i.candidates if c.dp in dps]  # enumeration order
+
+
+def test_progress_bar_starts_no_thread(monkeypatch) -> None:
+    """In a terminal the progress bar is drawn on updates: a refresh thread would stop the plan
+    from forking its estimate workers (it estimates in one process then)."""
+    import sys
+    import threading
+
+    from triosim.cli import plan as plan_cli
+
+    monkeypatch.setattr(sys.stderr, "isatty", lambda: True, raising=False)
+    prog, update = plan_cli._progress(False)
+    assert prog is not None
+    before = threading.active_count()
+    with prog:
+        update("estimating", 1, 10)
+        assert threading.active_count() == before and can_fork()

@@ -58,8 +58,8 @@ def register(sub: Any) -> None:
     g.add_argument("--out", metavar="FILE.csv", help="every candidate, infeasible ones with the reason (CSV)")
     g.add_argument("--plot", metavar="FILE.png", help="throughput against peak memory (needs matplotlib)")
     g.add_argument("--jobs", "-j", type=int, default=None,
-                   help="processes for the DAG timing (sweep executor's local pool; default: the CPUs this "
-                        "process may use; 1 = in this process)")
+                   help="processes for estimating a large search and for the DAG timing (default: the CPUs "
+                        "this process may use; 1 = in this process)")
     g.add_argument("--dask", metavar="ADDRESS",
                    help="DAG-time on a Dask cluster: scheduler address tcp://HOST:PORT or a scheduler file")
     g.add_argument("--show", type=int, default=10, metavar="N", help="rows of the table (10)")
@@ -154,14 +154,17 @@ def _progress(quiet: bool):
         return None, None
     from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
+    # Redrawn on each update, not by rich's refresh thread: with no other thread running, the
+    # estimate and the DAG timing can fork their worker processes (triosim.plan.forked_estimate).
     prog = Progress(TextColumn("{task.description}"), BarColumn(), TextColumn("{task.completed:,}/{task.total:,}"),
-                    TimeElapsedColumn(), console=Console(stderr=True), transient=True)
+                    TimeElapsedColumn(), console=Console(stderr=True), transient=True, auto_refresh=False)
     tasks: dict[str, int] = {}
 
     def update(phase: str, done: int, total: int) -> None:
         if phase not in tasks:
             tasks[phase] = prog.add_task(phase, total=total)
         prog.update(tasks[phase], completed=done)
+        prog.refresh()
 
     return prog, update
 

@@ -1,6 +1,6 @@
-"""The search: estimate every candidate in closed form, then time the best few with the full
-task-DAG simulation (the same path as ``triosim run``, through the sweep executor) and rank them
-by the simulated time.
+"""The search: estimate every candidate in closed form (on forked workers for large searches),
+then time the best few with the full task-DAG simulation (the same path as ``triosim run``,
+through the sweep executor) and rank them by the simulated time.
 
 Interrupting (Ctrl-C) stops the search where it is: :class:`PlanOutcome` then holds the
 estimates and DAG times done so far (``interrupted`` True), for the report to keep.
@@ -18,6 +18,7 @@ from ..sweep.execute import OK, Outcome, prepare, run_dask, run_inprocess, run_p
 from ..sweep.grid import Point
 from .candidates import Candidate
 from .estimate import Estimate, PlanSettings, estimate
+from .forked_estimate import Estimated, can_fork, estimate_forked
 from .pipeline_time import PipelineTimer
 from .profile import ModelProfile
 
@@ -68,9 +69,17 @@ class PlanOutcome:
     interrupted: bool = False
 
 
+FORK_MIN = 1000  # candidates from which forked workers pay off (each warms its own caches)
+
+
 def estimate_all(candidates: Sequence[Candidate], profile: ModelProfile, settings: PlanSettings,
-                 progress: Progress | None = None) -> tuple[list[Row], bool]:
-    """Every candidate's estimate; (rows, interrupted)."""
+                 progress: Progress | None = None, jobs: int = 1) -> tuple[list[Row], bool]:
+    """Every candidate's estimate; (rows, interrupted). With ``jobs`` > 1 and ``FORK_MIN``
+    candidates or more, on forked worker processes where forking is safe
+    (:mod:`triosim.plan.forked_estimate`: the same figures); interrupted, the rows estimated so
+    far, in enumeration order."""
+    if jobs > 1 and len(candidates) >= FORK_MIN and can_fork():
+        return _estimate_forked(candidates, profile, settings, progress, jobs)
     timer = PipelineTimer(profile.platform)
     rows: list[Row] = []
     try:
@@ -86,6 +95,24 @@ def estimate_all(candidates: Sequence[Candidate], profile: ModelProfile, setting
     except KeyboardInterrupt:
         return rows, True
     return rows, False
+
+
+def _estimate_forked(candidates: Sequence[Candidate], profile: ModelProfile, settings: PlanSettings,
+                     progress: Progress | None, jobs: int) -> tuple[list[Row], bool]:
+    done: dict[int, Row] = {}
+
+    def on_group(group: list[Estimated]) -> None:
+        for k, est, error in group:
+            done[k] = Row(candidates[k], est, error)
+        if progress is not None:
+            progress("estimating", len(done), len(candidates))
+
+    interrupted = False
+    try:
+        estimate_forked(candidates, profile, settings, jobs, on_group)
+    except KeyboardInterrupt:
+        interrupted = True
+    return [done[k] for k in sorted(done)], interrupted
 
 
 def best_estimated(rows: Sequence[Row], k: int) -> list[Row]:
@@ -157,7 +184,7 @@ def search(candidates: Sequence[Candidate], profile: ModelProfile, settings: Pla
            top: int = 20, jobs: int = 1, progress: Progress | None = None, dask: str | None = None) -> PlanOutcome:
     """Estimate all, DAG-time the best ``top``, rank (module docstring)."""
     t0 = time.perf_counter()
-    rows, interrupted = estimate_all(candidates, profile, settings, progress)
+    rows, interrupted = estimate_all(candidates, profile, settings, progress, jobs if dask is None else 1)
     t1 = time.perf_counter()
     out = PlanOutcome(rows, estimate_s=t1 - t0, interrupted=interrupted)
     if not interrupted and top > 0:
