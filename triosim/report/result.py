@@ -184,6 +184,7 @@ def summarize(graph: TaskGraph, sched: Schedule, platform: Platform) -> tuple[li
     # of a tuple gets the same spans, so spans and uniform bytes are gathered once per tuple.
     spans_of: dict[tuple[int, ...], list[tuple[float, float]]] = {}
     bytes_of: dict[tuple[int, ...], int] = {}
+    loads: dict[tuple[tuple[int, ...], int], list] = {}  # (links, id of the load dict) -> [load, tasks]
     # One pass over the other tasks' columns together.
     others = np.flatnonzero(~is_compute).tolist()
     for kind, s, e, devs, rids, attrs, nbytes in zip(map(kinds.__getitem__, others), map(sched.start.__getitem__, others),
@@ -200,12 +201,20 @@ def summarize(graph: TaskGraph, sched: Schedule, platform: Platform) -> tuple[li
             attrs = attrs or {}
             load = attrs.get("link_load")  # macro collectives whose links carry different bytes
             if load:
-                for rid in rids:
-                    name = names[rid]
-                    link_bytes[name] = link_bytes.get(name, 0) + int(round(load[name]))
+                # one dict per charge, shared by its tasks: counted here, added once per link below
+                key = (rids, id(load))
+                hit = loads.get(key)
+                if hit is None:
+                    loads[key] = [load, 1]
+                else:
+                    hit[1] += 1
             else:
                 bytes_of[rids] = bytes_of.get(rids, 0) + int(attrs.get("link_bytes", nbytes))
             spans_of.setdefault(rids, []).append((s, e))
+    for (rids, _), (load, calls) in loads.items():
+        for rid in rids:
+            name = names[rid]
+            link_bytes[name] = link_bytes.get(name, 0) + calls * int(round(load[name]))
     link_busy = _links_busy(spans_of, bytes_of, names, link_bytes)
     makespan = sched.makespan
     mem = graph.meta.get("memory", {})
