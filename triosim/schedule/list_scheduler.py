@@ -27,6 +27,7 @@ from ..errors import TriosimError
 from ..hardware.flow_network import ActiveFlows, maxmin_rates
 from .flows import flow_of
 from .network import BANDWIDTH_META, NETWORK_META
+from .private_links import private_tuples
 from .tasks import TaskGraph
 
 
@@ -129,7 +130,11 @@ def _schedule_flows(graph: TaskGraph, progress: Callable[[int], None] | None, re
     bw_by_name = graph.meta.get(BANDWIDTH_META, {})
     bandwidth = {r: bw_by_name[name] for r, name in enumerate(names) if name in bw_by_name}
     link_ids = frozenset(bandwidth)
-    is_flow = [bool(link_ids.intersection(rs)) if rs else False for rs in res]
+    flow_tuples = {rs for rs in set(res) if not link_ids.isdisjoint(rs)}
+    is_flow = [rs in flow_tuples for rs in res]
+    # Flows on links no other tuple holds skip the per-link sets while alone (record=False only:
+    # the rate log is kept the general way).
+    private = set() if record else private_tuples(flow_tuples, link_ids)
     latency = graph.latency
     indeg = list(graph.npred)
     ready_at = [0.0] * n
@@ -165,14 +170,17 @@ def _schedule_flows(graph: TaskGraph, progress: Callable[[int], None] | None, re
             if indeg[j] == 0:
                 push(events, (ready_at[j], 0, j))
 
-    while events or active:
-        t_next = active.next_finish() if active else float("inf")
-        if active and (not events or t_next < events[0][0]):
-            note(t_next)
-            done = active.due(t_next)
-            active.remove(done, t_next, maxmin_rates)
+    flows = active.flows
+    t_next = float("inf")  # the next flow's end: it changes only when flows start or end
+    while events or flows:
+        if flows and (not events or t_next < events[0][0]):
+            t = t_next
+            note(t)
+            done = active.due(t)
+            active.remove(done, t, maxmin_rates)
+            t_next = active.next_finish()
             for i in done:
-                release(i, t_next)
+                release(i, t)
             placed += len(done)
             if progress is not None and placed // tick != (placed - len(done)) // tick:
                 progress(placed)
@@ -191,8 +199,19 @@ def _schedule_flows(graph: TaskGraph, progress: Callable[[int], None] | None, re
                     placed += 1
                 else:
                     joining.append(f)
+            if len(joining) == 1 and res[joining[0].task] in private:
+                f = joining[0]
+                key = res[f.task]
+                if key not in active.alone and f.coefs[0][0] not in active.on_link:
+                    active.add_alone(f, key, t, maxmin_rates)
+                    t_next = active.next_finish()
+                    continue
             if joining:
+                if active.alone:  # a flow alone on links a joining flow holds: enter them first
+                    for f in joining:
+                        active.link(res[f.task])
                 active.add(joining, t, maxmin_rates)
+                t_next = active.next_finish()
             continue
         if is_flow[i]:
             start[i] = t
