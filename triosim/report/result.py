@@ -19,6 +19,7 @@ from ..graph.strategy import Strategy
 from ..hardware.platform import Platform
 from ..schedule.list_scheduler import Schedule
 from ..schedule.tasks import COMM_KINDS, TaskGraph
+from ..trace.load import collector_paused
 from .intervals import length as _length
 from .intervals import subtract as _subtract
 from .intervals import union as _union
@@ -165,6 +166,12 @@ def _union_of_columns(start: np.ndarray, end: np.ndarray) -> list[tuple[float, f
 
 
 def summarize(graph: TaskGraph, sched: Schedule, platform: Platform) -> tuple[list[GpuStats], list[LinkStats]]:
+    """Per-GPU and per-link figures of ``sched`` (the cyclic collector paused: as the build)."""
+    with collector_paused():
+        return _summarize(graph, sched, platform)
+
+
+def _summarize(graph: TaskGraph, sched: Schedule, platform: Platform) -> tuple[list[GpuStats], list[LinkStats]]:
     devices = graph.meta.get("devices") or list(range(platform.num_gpus))
     comm: dict[int, list[tuple[float, float]]] = {d: [] for d in devices}
     link_bytes: dict[str, int] = {}

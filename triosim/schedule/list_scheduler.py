@@ -25,6 +25,7 @@ import numpy as np
 
 from ..errors import TriosimError
 from ..hardware.flow_network import ActiveFlows, maxmin_rates
+from ..trace.load import collector_paused
 from .flows import flow_of
 from .network import BANDWIDTH_META, NETWORK_META
 from .private_links import private_tuples
@@ -50,7 +51,13 @@ class Schedule:
 
 def schedule(graph: TaskGraph, progress: Callable[[int], None] | None = None,
              record_rates: bool = False) -> Schedule:
-    """Place every task of ``graph``; raises if the graph has a cycle."""
+    """Place every task of ``graph``; raises if the graph has a cycle. The cyclic collector is
+    paused meanwhile (the start and end lists and the flows are no cyclic garbage)."""
+    with collector_paused():
+        return _schedule(graph, progress, record_rates)
+
+
+def _schedule(graph: TaskGraph, progress: Callable[[int], None] | None, record_rates: bool) -> Schedule:
     if graph.meta.get(NETWORK_META) == "flow" and _has_link_tasks(graph):
         return _schedule_flows(graph, progress, record_rates)
     # Without link tasks the flow model's event loop places every task exactly as this one
