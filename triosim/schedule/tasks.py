@@ -47,6 +47,7 @@ class TaskGraph:
         self.resource_names: list[str] = []
         self._rid: dict[str, int] = {}
         self._rtuples: dict[tuple[str, ...], tuple[int, ...]] = {}
+        self._streams: dict[int, tuple[tuple[int, ...], tuple[int]]] = {}  # GPU -> (stream's resource ids, (GPU,))
         # Facts builders know and reports need (peak memory per GPU, fetched bytes, ...).
         self.meta: dict[str, Any] = {}
 
@@ -114,9 +115,31 @@ class TaskGraph:
     # -- convenience constructors ------------------------------------------------------------
 
     def add_compute(self, device: int, duration_s: float, label: str, after: Iterable[int] = (), **attrs: Any) -> int:
-        return self.add_task(
-            "compute", label, duration_s, (compute_resource(device),), (device,), after=after, **attrs
-        )
+        """What ``add_task("compute", …)`` adds on ``device``'s stream, without its generic steps: a
+        large mesh adds 10^6 of them (the stream's resource and device tuples are shared)."""
+        if not duration_s >= 0.0:
+            raise ValueError(f"task {label!r} has negative or NaN duration {duration_s}")
+        stream = self._streams.get(device)
+        if stream is None:
+            names = (compute_resource(device),)
+            rids = self._rtuples.get(names)
+            if rids is None:
+                rids = self._rtuples[names] = (self.resource_id(names[0]),)
+            stream = self._streams[device] = (rids, (device,))
+        tid = len(self.kind)
+        self.kind.append("compute")
+        self.label.append(label)
+        self.duration.append(float(duration_s))
+        self.resources.append(stream[0])
+        self.devices.append(stream[1])
+        self.nbytes.append(0)
+        self.latency.append(0.0)
+        self.attrs.append(attrs or None)
+        self.succ.append([])
+        self.npred.append(0)
+        for p in after:
+            self.add_edge(p, tid)
+        return tid
 
     def add_compute_chain(self, device: int, durations: Sequence[float], labels: Sequence[str],
                           attrs: Sequence[dict[str, Any]], after: Iterable[int] = ()) -> list[int]:
