@@ -231,7 +231,13 @@ def _schedule_flows(graph: TaskGraph, progress: Callable[[int], None] | None, re
         for r in res[i]:
             free[r] = e
         start[i] = t
-        release(i, e)
+        end[i] = e  # release(i, e), inline: most tasks are compute tasks
+        for j in succ[i]:
+            if e > ready_at[j]:
+                ready_at[j] = e
+            indeg[j] -= 1
+            if indeg[j] == 0:
+                push(events, (ready_at[j], 0, j))
         placed += 1
         if progress is not None and placed % tick == 0:
             progress(placed)
