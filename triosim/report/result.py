@@ -23,6 +23,7 @@ from ..trace.load import collector_paused
 from .intervals import length as _length
 from .intervals import subtract as _subtract
 from .intervals import union as _union
+from .intervals import union_of_columns as _union_of_columns
 
 # Facts builders record about their strategy that belong in the JSON result.
 STRATEGY_META = ("gradient_bytes", "buckets", "tensor_parallel", "pipeline", "parallel", "hybrid", "collectives",
@@ -147,22 +148,6 @@ class Result:
 def _minus(a: list[tuple[float, float]], b: list[tuple[float, float]]) -> float:
     """Length of union ``a`` not covered by union ``b`` (both sorted, disjoint)."""
     return _length(_subtract(a, b))
-
-
-def _union_of_columns(start: np.ndarray, end: np.ndarray) -> list[tuple[float, float]]:
-    """:func:`_union` of the intervals ``zip(start, end)``, with numpy: the same merged intervals
-    (the same floats: no arithmetic, only comparisons), for the 10^5 compute spans of a GPU."""
-    keep = end > start
-    start, end = start[keep], end[keep]
-    if len(start) == 0:
-        return []
-    order = np.lexsort((end, start))  # as sorted() orders the (start, end) tuples
-    start, end = start[order], end[order]
-    reach = np.maximum.accumulate(end)
-    # A new interval begins where a start lies beyond everything so far.
-    first = np.flatnonzero(np.concatenate(([True], start[1:] > reach[:-1])))
-    last = np.concatenate((first[1:] - 1, [len(start) - 1]))
-    return list(zip(start[first].tolist(), reach[last].tolist()))
 
 
 def summarize(graph: TaskGraph, sched: Schedule, platform: Platform) -> tuple[list[GpuStats], list[LinkStats]]:
