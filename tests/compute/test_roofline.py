@@ -153,3 +153,22 @@ def test_a_one_block_per_channel_kernel_is_bounded_by_what_its_blocks_read():
         2e9 / (dev.sm_count * dev.block_read_bytes_per_s),
         3e9 / (dev.hbm_bytes_per_s * dev.memory_efficiency.at(3e9))) + dev.launch_floor_s)
     assert roofline_seconds(OpCost(5e8, 2e9, 1e9, "norm", "norm", "fp32"), dev) < roofline_seconds(cost, dev)
+
+
+def test_no_overlap_adds_math_and_memory_time_and_vector_ops_use_the_vector_curve():
+    a100 = get_device("a100-80gb")
+    gemm = OpCost(77.31e9, 88.1e6, 6.3e6, "matmul", "matmul", "bf16")
+    want = 77.31e9 / (312e12 * 0.9) + 94.4e6 / (2039e9 * 0.75) + 1.5e-6
+    assert roofline_seconds(gemm, a100) == pytest.approx(want)
+    softmax = OpCost(0.25e9, 100.7e6, 100.7e6, "norm", "norm", "fp16")
+    assert roofline_seconds(softmax, a100) == pytest.approx(0.25e9 / (78e12 * 0.1) + 201.4e6 / (2039e9 * 0.9) + 1.5e-6)
+
+
+def test_a_2_byte_vector_op_runs_in_the_named_16_bit_type():
+    """A trace's 2-byte elements cannot say bf16 or fp16: --dtype fp16 runs them at A100's fp16
+    vector rate (78 TFLOP/s), not bf16's (39); fp32 elementwise ops stay fp32 under autocast."""
+    a100 = get_device("a100-80gb")
+    gelu = OpCost(4e9, 1, 1, "elementwise", "elementwise", "bf16")
+    assert math_dtype(gelu, a100, Precision("fp16")) == "fp16" and math_dtype(gelu, a100) == "bf16"
+    assert peak_flops(gelu, a100, Precision("fp16")) == 78e12 and peak_flops(gelu, a100, Precision("bf16")) == 39e12
+    assert math_dtype(OpCost(4e9, 1, 1, "elementwise", "elementwise", "fp32"), a100, Precision("fp16")) == "fp32"

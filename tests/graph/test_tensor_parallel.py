@@ -127,14 +127,14 @@ def test_planted_scenario_passes():
 
 
 def test_op_count_property_catches_a_duplicate(monkeypatch):
-    real = TaskGraph.add_compute
+    real = TaskGraph.add_compute_tagged  # what the builder adds an op's task with
 
-    def buggy(self, device, duration_s, label, after=(), **attrs):
+    def buggy(self, device, duration_s, label, attrs, after=()):
         if device == 0 and attrs.get("op") == 2:  # the op is issued twice on GPU 0
-            real(self, device, duration_s, label, after, **attrs)
-        return real(self, device, duration_s, label, after, **attrs)
+            real(self, device, duration_s, label, attrs, after)
+        return real(self, device, duration_s, label, attrs, after)
 
-    monkeypatch.setattr(TaskGraph, "add_compute", buggy)
+    monkeypatch.setattr(TaskGraph, "add_compute_tagged", buggy)
     with pytest.raises(AssertionError, match="twice"):
         check_tensor_parallel_properties(*PLANTED)
 

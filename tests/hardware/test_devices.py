@@ -112,3 +112,44 @@ def test_sm_count_and_block_rate_are_optional_checked_and_sourced(tmp_path):
     (tmp_path / "nosrc.yaml").write_text(nosrc)
     with pytest.raises(ConfigError, match="missing field sources.block_read_gbps"):
         read_device_file(tmp_path / "nosrc.yaml")
+
+
+def test_step_curves_read_as_calculon_reads_its_tables():
+    c = Curve(((1.0, 0.1), (1e9, 0.6), (1.6e10, 0.9), (1.28e11, 0.95)), step=True)
+    assert c.at(0.5) == 0.1 and c.at(5e8) == 0.1 and c.at(1e9) == 0.6
+    assert c.at(7.7e10) == 0.9  # log-linear would give 0.938 between 16 and 128 GFLOP
+    assert c.at(1.28e11) == 0.95 and c.at(1e15) == 0.95
+    assert Curve(c.points).at(7.7e10) == pytest.approx(0.9 + 0.05 * math.log(7.7e10 / 1.6e10) / math.log(8))
+
+
+def test_a100_80gb_is_calculons_a100_description():
+    a100 = get_device("a100-80gb")
+    assert a100.processing_mode == "no_overlap"
+    assert a100.compute_curve("fp16").at(77.3e9) == 0.9 and a100.compute_curve("bf16").at(309e9) == 0.95
+    assert a100.vector_curve("fp16").at(0.25e9) == 0.1 and a100.vector_curve("fp16").at(2e9) == 0.5
+    assert a100.memory_efficiency.at(94.4e6) == 0.75 and a100.memory_efficiency.at(201e6) == 0.9
+    assert a100.combine(2.0, 1.0) == 3.0 and get_device("h100-sxm").combine(2.0, 1.0) == 2.0
+    h100 = get_device("h100-sxm")
+    assert h100.vector_curve("bf16") is h100.compute_curve("bf16")  # no vector curve: the compute curves
+
+
+@pytest.mark.parametrize("edit, message", [
+    (lambda s: s + "processing_mode: overlap\n", r"field 'processing_mode' must be one of roofline, no_overlap"),
+    (lambda s: s.replace("  memory:\n", "  memory:\n    interpolation: cubic\n    points:\n"),
+     r"field efficiency.memory.interpolation must be one of log-linear, step"),
+    (lambda s: s.replace("  memory:\n", "  memory:\n    kind: step\n    points:\n"), r"unknown field efficiency.memory.kind"),
+    (lambda s: s.replace("  memory:\n", "  vector: 3\n  memory:\n"), r"field 'efficiency.vector' must be a list"),
+])
+def test_bad_processing_mode_and_curve_forms_are_one_line(tmp_path, edit, message):
+    p = write(tmp_path, edit(GOOD))
+    with pytest.raises(ConfigError, match=message) as err:
+        read_device_file(p)
+    assert str(p) in str(err.value) and "\n" not in str(err.value)
+
+
+def test_a_step_curve_and_no_overlap_in_a_users_file(tmp_path):
+    text = GOOD.replace("  memory:\n", "  vector:\n    interpolation: step\n    points: [[1, 0.2], [1.0e+9, 0.5]]\n"
+                        "  memory:\n") + "processing_mode: no_overlap\n"
+    dev = read_device_file(write(tmp_path, text))
+    assert dev.processing_mode == "no_overlap" and dev.vector_curve("fp32").at(5e9) == 0.5
+    assert dev.vector_curve("fp32").step and not dev.memory_efficiency.step

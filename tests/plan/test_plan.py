@@ -140,14 +140,15 @@ def _plan(*args: str, cwd: Path) -> subprocess.CompletedProcess:
 def test_plan_writes_every_candidate(tmp_path: Path) -> None:
     out = tmp_path / "plan.csv"
     # 40 MB a GPU: the ZeRO-0 single-stage meshes do not fit, the sharded ones do
-    r = _plan("--gpus", "4", "--global-batch", "8", "--topology", "switch", "--top", "2", "--capacity",
+    # (four DAG-timed: the best three estimates peak a few % above the capacity in the DAG)
+    r = _plan("--gpus", "4", "--global-batch", "8", "--topology", "switch", "--top", "4", "--capacity",
               "25.3", "--gpu", "h100-sxm", "--out", str(out), cwd=tmp_path)
     assert r.returncode == 0, r.stderr
     rows = list(csv.DictReader(out.open()))
     statuses = {row["status"] for row in rows}
     assert "dag" in statuses and "infeasible" in statuses
     assert all(row["reason"].startswith("memory:") for row in rows if row["status"] == "infeasible")
-    assert sum(1 for row in rows if row["status"].startswith("dag")) == 2
+    assert sum(1 for row in rows if row["status"].startswith("dag")) == 4
     assert "triosim run" in r.stdout and "--dp" in rows[0]["command"]
 
 

@@ -35,6 +35,7 @@ def device_record(d: Device) -> dict[str, Any]:
         "hbm_gbps": round(d.hbm_bytes_per_s / 1e9, 4),
         "memory_gb": round(d.memory_bytes / 1e9, 4),
         "launch_floor_us": round(d.launch_floor_s * 1e6, 4),
+        "processing_mode": d.processing_mode,
         "sources": dict(d.sources),
         "file": d.path,
     }

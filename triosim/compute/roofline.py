@@ -4,9 +4,13 @@ An op of F FLOPs that moves B bytes takes, on device D,
 
     t = max(F / (peak · eff_compute(F)), B / (HBM · eff_mem(B)), R / rate(blocks)) + launch_floor
 
+(with ``processing_mode: no_overlap`` in the device file, the first two terms are added instead:
+the op does not hide its memory traffic behind its math),
+
 with ``peak`` the dense matrix-unit rate for the matmul, conv and attention classes and the
 vector rate for every other op, in the op's math dtype (:func:`math_dtype`), and the efficiency
-curves the device file's (:mod:`triosim.hardware.device_db`). The third term is for kernels
+curves the device file's (:mod:`triosim.hardware.device_db`; vector-unit ops use its ``vector``
+curve where it has one). The third term is for kernels
 whose parallelism the op's shape limits (cuDNN's training batch norm: one thread block per
 channel): R bytes read at ``min(blocks, SMs) × the device's single-block read rate``; it applies
 only when both the op (:attr:`OpCost.blocks`) and the device file give it. Since every
@@ -14,9 +18,11 @@ efficiency is at most 1 and the floor is positive, t ≥ F/peak and t ≥ B/HBM 
 
 Math dtype: the trace's element size (4 bytes: fp32, 2: bf16, 1: fp8) unless :class:`Precision`
 names one (``bf16`` for mixed precision: the matrix-unit ops then run and move their tensors
-in bf16, the others as traced, as under autocast). An fp32 convolution runs in TF32 where the
-device has it, an fp32 matmul does not: PyTorch's defaults (``torch.backends.cudnn.allow_tf32``
-is True, ``torch.backends.cuda.matmul.allow_tf32`` is False since 1.12).
+in bf16, the others as traced, as under autocast; a traced 2-byte type is read as the named
+16-bit type, which a trace's element size cannot tell from the other). An fp32 convolution runs
+in TF32 where the device has it, an fp32 matmul does not: PyTorch's defaults
+(``torch.backends.cudnn.allow_tf32`` is True, ``torch.backends.cuda.matmul.allow_tf32`` is False
+since 1.12).
 
 Retarget: a trace measured on device S keeps what the measurement knows (kernel choice, fusion)
 and moves only what the hardware changes: op i on T takes ``measured_i · t_T(i) / t_S(i)``. On
@@ -33,6 +39,7 @@ from ..hardware.device_db import DTYPES, Device
 from ..trace import Trace
 from .op_cost import OpCost, trace_op_costs
 
+HALF = ("bf16", "fp16")  # the 2-byte float types, which a trace's element size cannot tell apart
 ELEMENT_BYTES = {"fp64": 8, "fp32": 4, "tf32": 4, "bf16": 2, "fp16": 2, "fp8": 1}
 
 
@@ -55,6 +62,8 @@ DEFAULT_PRECISION = Precision()
 def math_dtype(cost: OpCost, device: Device, precision: Precision = DEFAULT_PRECISION) -> str:
     """The dtype whose peak times ``cost`` on ``device``."""
     if not cost.on_matrix_units:
+        if precision.dtype in HALF and cost.dtype in HALF:
+            return precision.dtype  # a traced 2-byte type may be either: the run's says which
         return cost.dtype
     dtype = precision.dtype or cost.dtype
     if precision.dtype is None and dtype == "bf16" and "bf16" not in device.matrix_flops:
@@ -85,11 +94,12 @@ def roofline_seconds(cost: OpCost, device: Device, precision: Precision = DEFAUL
     nbytes = moved_bytes(cost, precision)
     dtype = math_dtype(cost, device, precision)
     peak = device.matrix_peak(dtype) if cost.on_matrix_units else device.vector_peak(dtype)
-    compute = flops / (peak * device.compute_curve(dtype).at(flops)) if flops > 0 else 0.0
+    curve = device.compute_curve(dtype) if cost.on_matrix_units else device.vector_curve(dtype)
+    compute = flops / (peak * curve.at(flops)) if flops > 0 else 0.0
     memory = nbytes / (device.hbm_bytes_per_s * device.memory_efficiency.at(nbytes)) if nbytes > 0 else 0.0
     rate = device.block_limited_rate(cost.blocks)
     parallel = cost.bytes_read * nbytes / cost.bytes / rate if rate and cost.bytes > 0 else 0.0
-    return max(compute, memory, parallel) + device.launch_floor_s
+    return max(device.combine(compute, memory), parallel) + device.launch_floor_s
 
 
 def trace_roofline(trace: Trace, device: Device, precision: Precision = DEFAULT_PRECISION,

@@ -14,9 +14,16 @@ schema) holds what the roofline op-time model needs to know about a GPU:
 - ``efficiency``: achieved fraction of peak, ``compute`` as a function of an op's FLOPs (with
   optional ``compute_by_dtype`` curves for dtypes whose kernels behave differently) and
   ``memory`` as a function of the bytes it moves, as tables of ``[x, fraction]`` points
-  interpolated linearly in log(x) and held constant past either end (the shape of Calculon's
-  ``gflops_efficiency`` / ``MB_efficiency`` tables). They are device-level defaults, to be
-  calibrated on measured traces; ``efficiency.source`` says where their shape comes from.
+  interpolated linearly in log(x) and held constant past either end. A curve may instead be
+  written ``{interpolation: step, points: [...]}``: the fraction of the largest point at or
+  below x (the first point's below it), which is how Calculon reads its ``gflops_efficiency`` /
+  ``MB_efficiency`` tables. Optional ``vector``: the curve for vector-unit ops (elementwise,
+  norms, softmax) when they differ from the matrix units; without it they use the compute
+  curves. They are device-level defaults, to be calibrated on measured traces;
+  ``efficiency.source`` says where their shape comes from.
+- optional ``processing_mode``: ``roofline`` (the default: an op's time is the larger of its
+  compute and memory times, the two overlap) or ``no_overlap`` (their sum, as Calculon's
+  system files may say: a kernel that does not hide its memory traffic behind its math).
 - ``sources``: the public document behind every peak number (one entry per peak field).
 - optional, for kernels whose parallelism the op's shape limits (cuDNN's training batch norm
   runs one thread block per channel): ``sm_count`` (streaming multiprocessors, from the spec
@@ -48,18 +55,22 @@ DTYPES = ("fp64", "fp32", "tf32", "bf16", "fp16", "fp8")
 PEAK_FIELDS = ("matrix_tflops", "vector_tflops", "hbm_gbps", "memory_gb")
 REQUIRED = ("name", "memory_gb", "hbm_gbps", "launch_floor_us", "matrix_tflops", "vector_tflops", "efficiency",
             "sources")
-KEYS = frozenset((*REQUIRED, "display_name", "vendor", "aliases", "notes", "sm_count", "block_read_gbps"))
+KEYS = frozenset((*REQUIRED, "display_name", "vendor", "aliases", "notes", "sm_count", "block_read_gbps",
+                  "processing_mode"))
 EFFICIENCY_KEYS = frozenset(("compute", "memory", "source"))
-EFFICIENCY_OPTIONAL = frozenset(("compute_by_dtype",))
+EFFICIENCY_OPTIONAL = frozenset(("compute_by_dtype", "vector"))
+PROCESSING_MODES = ("roofline", "no_overlap")
+INTERPOLATIONS = ("log-linear", "step")
 
 
 @dataclass(frozen=True)
 class Curve:
     """Achieved fraction of peak at a given size: ``points`` are (size, fraction) with sizes
-    strictly increasing; between points the fraction is linear in log(size), outside them it is
-    the end point's."""
+    strictly increasing; between points the fraction is linear in log(size) (``step``: the
+    lower point's fraction), outside them it is the end point's."""
 
     points: tuple[tuple[float, float], ...]
+    step: bool = False
 
     def at(self, x: float) -> float:
         pts = self.points
@@ -69,6 +80,8 @@ class Curve:
             return pts[-1][1]
         i = bisect_right([p[0] for p in pts], x)
         (x0, f0), (x1, f1) = pts[i - 1], pts[i]
+        if self.step:
+            return f0
         w = (math.log(x) - math.log(x0)) / (math.log(x1) - math.log(x0))
         return f0 + w * (f1 - f0)
 
@@ -92,6 +105,8 @@ class Device:
     path: str = field(default="", compare=False)
     sm_count: int | None = None  # streaming multiprocessors (compute units)
     block_read_bytes_per_s: float | None = None  # one thread block's read rate alone on an SM
+    vector_efficiency: Curve | None = None  # vector-unit ops; None: the compute curves
+    processing_mode: str = "roofline"  # how an op's compute and memory times combine
 
     def block_limited_rate(self, blocks: int | None) -> float | None:
         """Read rate (B/s) of a kernel that runs ``blocks`` thread blocks, each streaming its own
@@ -104,6 +119,14 @@ class Device:
     def compute_curve(self, dtype: str) -> Curve:
         """The compute efficiency curve for math in ``dtype`` (its own, else the default)."""
         return self.compute_by_dtype.get(dtype, self.compute_efficiency)
+
+    def vector_curve(self, dtype: str) -> Curve:
+        """The efficiency curve for vector-unit math in ``dtype``."""
+        return self.vector_efficiency if self.vector_efficiency is not None else self.compute_curve(dtype)
+
+    def combine(self, compute_s: float, memory_s: float) -> float:
+        """An op's time from its compute and memory times under the device's processing mode."""
+        return compute_s + memory_s if self.processing_mode == "no_overlap" else max(compute_s, memory_s)
 
     def matrix_peak(self, dtype: str) -> float:
         """Dense matrix-unit peak in FLOP/s for ``dtype`` (ConfigError when the device has none)."""
@@ -162,6 +185,17 @@ def _peaks(where: str, data: dict, key: str) -> dict[str, float]:
 
 
 def _curve(where: str, key: str, raw: Any) -> Curve:
+    step = False
+    if isinstance(raw, dict):
+        unknown = sorted(set(map(str, raw)) - {"interpolation", "points"})
+        if unknown:
+            raise ConfigError(f"{where}: unknown field {key}.{unknown[0]} (known: interpolation, points)")
+        mode = raw.get("interpolation", "log-linear")
+        if mode not in INTERPOLATIONS:
+            raise ConfigError(f"{where}: field {key}.interpolation must be one of {', '.join(INTERPOLATIONS)}, "
+                              f"got {mode!r}")
+        step, raw = mode == "step", raw.get("points")
+        key = f"{key}.points"
     if not isinstance(raw, list) or not raw:
         raise ConfigError(f"{where}: field {key!r} must be a list of [size, fraction] points")
     points = []
@@ -175,7 +209,7 @@ def _curve(where: str, key: str, raw: Any) -> Curve:
         if points and not x > points[-1][0]:
             raise ConfigError(f"{where}: field {key}[{n}]: sizes must increase, got {pt[0]!r} after {points[-1][0]!r}")
         points.append((x, f))
-    return Curve(tuple(points))
+    return Curve(tuple(points), step)
 
 
 def parse_device(where: str, data: Any) -> Device:
@@ -204,7 +238,7 @@ def parse_device(where: str, data: Any) -> Device:
     bad = sorted(set(map(str, eff)) - EFFICIENCY_KEYS - EFFICIENCY_OPTIONAL)
     if bad:
         raise ConfigError(f"{where}: unknown field efficiency.{bad[0]} (known: compute, compute_by_dtype, memory, "
-                          "source)")
+                          "source, vector)")
     by_dtype = eff.get("compute_by_dtype", {})
     if not isinstance(by_dtype, dict):
         raise ConfigError(f"{where}: field efficiency.compute_by_dtype must map a dtype to a curve")
@@ -234,6 +268,10 @@ def parse_device(where: str, data: Any) -> Device:
         block_rate = _positive(where, "block_read_gbps", data["block_read_gbps"]) * 1e9
         if not isinstance(sources.get("block_read_gbps"), str) or not sources["block_read_gbps"].strip():
             raise ConfigError(f"{where}: missing field sources.block_read_gbps (where that number comes from)")
+    mode = data.get("processing_mode", "roofline")
+    if mode not in PROCESSING_MODES:
+        raise ConfigError(f"{where}: field 'processing_mode' must be one of {', '.join(PROCESSING_MODES)}, "
+                          f"got {mode!r}")
     return Device(
         name=name.strip().lower(),
         display_name=str(data.get("display_name", name)),
@@ -250,6 +288,8 @@ def parse_device(where: str, data: Any) -> Device:
         path=where,
         sm_count=sm_count,
         block_read_bytes_per_s=block_rate,
+        vector_efficiency=_curve(where, "efficiency.vector", eff["vector"]) if "vector" in eff else None,
+        processing_mode=mode,
     )
 
 

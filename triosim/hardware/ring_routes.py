@@ -33,10 +33,16 @@ def _forward(n: int, src: int, dst: int) -> bool:
     return src == 0  # met on a forward step: the source's first successor
 
 
+def ring_arc(n: int, src: int, dst: int) -> tuple[int, int]:
+    """(step, hops) of the route from ``src`` to ``dst`` on a ring of ``n``: it goes ``hops``
+    links up the ring (step 1: src, src + 1, …) or down it (step −1)."""
+    if src == dst:
+        return 1, 0
+    step = 1 if _forward(n, src, dst) else -1
+    return step, (dst - src) % n if step == 1 else (src - dst) % n
+
+
 def ring_path(n: int, src: int, dst: int) -> list[int]:
     """GPU indices from ``src`` to ``dst`` (both included) along the route on a ring of ``n``."""
-    if src == dst:
-        return [src]
-    step = 1 if _forward(n, src, dst) else -1
-    hops = (dst - src) % n if step == 1 else (src - dst) % n
+    step, hops = ring_arc(n, src, dst)
     return [(src + step * k) % n for k in range(hops + 1)]

@@ -169,8 +169,12 @@ def _summarize(graph: TaskGraph, sched: Schedule, platform: Platform) -> tuple[l
                          count=len(at))
     starts, ends = np.asarray(sched.start, dtype=np.float64), np.asarray(sched.end, dtype=np.float64)
     compute_union: dict[int, list[tuple[float, float]]] = {d: [] for d in devices}
-    for d in np.unique(gpu_of).tolist():
-        mine = at[gpu_of == d]
+    # Grouped by one stable sort (each GPU's tasks keep their order), not a mask per GPU: that
+    # scanned every compute task once per GPU, 4,096 × 1.6e6 at 4,096 GPUs.
+    by_gpu = np.argsort(gpu_of, kind="stable")
+    gpus, firsts = np.unique(gpu_of[by_gpu], return_index=True)
+    for d, lo, hi in zip(gpus.tolist(), firsts.tolist(), [*firsts[1:].tolist(), len(by_gpu)]):
+        mine = at[by_gpu[lo:hi]]
         compute_union[d] = _union_of_columns(starts[mine], ends[mine])
     # Tasks are grouped by the tuple of links they hold (a collective's ring, a route): each link
     # of a tuple gets the same spans, so spans and uniform bytes are gathered once per tuple.

@@ -40,6 +40,7 @@ from dataclasses import dataclass, field
 
 from ...hardware.platform import Platform, gpu_node
 from .fragment import chunk_sizes
+from .ring_tree_links import UniformRing, uniform_ring
 from .tree_shapes import TreeShape, tree_shapes
 
 CHUNK_BYTES = 512 * 1024
@@ -181,24 +182,16 @@ def _walk(platform: Platform, shapes: list[TreeShape], nbytes: float,
     k = chunks_per_tree(n, nbytes, trees)
     nominal = nbytes / (trees * k)
     shape_info = [(sh, sh.children(), *sh.height_depth()) for sh in shapes]
+    ring = uniform_ring(platform) if plan is None else None
+    if ring is not None:
+        return _walk_ring(ring, shape_info, k, nominal, step_latency, base)
     routes, lane_counts, heap_index = _links_of(platform, shapes)
     # Per route: (time of a chunk, link latency, λ).
     times = {r: (platform.route_time(r, nominal), platform.route_time(r, 0.0), step_latency(r))
              for r in set(routes.values())}
     free = [[(0.0, j, -1) for j in range(m)] for m in lane_counts]
     heaps = {key: [free[h] for h in idx] for key, idx in heap_index.items()}
-    # (slot, tree, direction, position, chunk): sorting gives the topological order. The up
-    # transfer from a position of height h goes in slot c + h, the down transfer to a position
-    # of depth d in slot c + D + d − 1 (D: the root's height).
-    keys = []
-    for t, (sh, _ch, height, depth) in enumerate(shape_info):
-        top = max(height)
-        for c in range(k):
-            for i, p in enumerate(sh.parent):
-                if p >= 0:
-                    keys.append((c + height[i], t, 0, i, c))
-                    keys.append((c + top + depth[i] - 1, t, 1, i, c))
-    keys.sort()
+    keys = _slot_order(shape_info, k)
     # Transfer (tree t, direction d, chunk c, position i) is number ((t·2 + d)·k + c)·n + i.
     end = [0.0] * (2 * trees * k * n)
     pos = [0] * (2 * trees * k * n) if plan is not None else None
@@ -262,6 +255,73 @@ def _walk(platform: Platform, shapes: list[TreeShape], nbytes: float,
         plan.data_preds.append(tuple(pos[f] for f in feed))
         plan.link_preds.append(tuple(dict.fromkeys(u for _h, _l, u in picks if u >= 0)))
         plan.end.append(done)
+    return last
+
+
+def _slot_order(shape_info: list, k: int) -> list[tuple[int, int, int, int, int]]:
+    """(slot, tree, direction, position, chunk) of every transfer, sorted: a topological order.
+    The up transfer from a position of height h goes in slot c + h, the down transfer to a
+    position of depth d in slot c + D + d − 1 (D: the root's height)."""
+    keys = []
+    for t, (sh, _ch, height, depth) in enumerate(shape_info):
+        top = max(height)
+        for c in range(k):
+            for i, p in enumerate(sh.parent):
+                if p >= 0:
+                    keys.append((c + height[i], t, 0, i, c))
+                    keys.append((c + top + depth[i] - 1, t, 1, i, c))
+    keys.sort()
+    return keys
+
+
+def _walk_ring(ring: UniformRing, shape_info: list, k: int, nominal: float,
+               step_latency: Callable[[tuple[str, ...]], float], base: float) -> float:
+    """:func:`_walk`'s time on a ring of alike links (:mod:`.ring_tree_links`): each link has
+    one lane, so a lane heap holds one entry, the end of the link's last transfer; a transfer
+    waits for the largest over its arc's links, and leaves them all busy until it ends. The
+    same maxima in the same order as the heaps: the same time, in O(arc) list slices."""
+    n = len(shape_info[0][0].gpu)
+    lam0 = step_latency(ring.probe)
+    free = [[0.0] * ring.n, [0.0] * ring.n]
+    arcs = {}
+    for t, (sh, _ch, _h, _d) in enumerate(shape_info):
+        for i, p in enumerate(sh.parent):
+            if p >= 0:
+                a, b = sh.gpu[i], sh.gpu[p]
+                for down, (src, dst) in ((0, (a, b)), (1, (b, a))):
+                    spans = [(free[d], lo, hi) for d, lo, hi in ring.spans(src, dst)]
+                    arcs[(t, down, i)] = (spans, ring.route_time(ring.hops(src, dst), nominal))
+    end = [0.0] * (2 * len(shape_info) * k * n)
+    last = 0.0
+    for _slot, t, down, i, c in _slot_order(shape_info, k):
+        sh, children, _height, _depth = shape_info[t]
+        me = ((t * 2 + down) * k + c) * n + i
+        if down:
+            parent = sh.parent[i]
+            if sh.parent[parent] < 0:  # the root sends chunk c down once it has reduced it
+                feed = [((t * 2) * k + c) * n + j for j in children[parent]]
+            else:
+                feed = [((t * 2 + 1) * k + c) * n + parent]
+        else:
+            feed = [((t * 2) * k + c) * n + j for j in children[i]]
+        if c > 0:
+            feed.append(me - n)
+        spans, chunk_s = arcs[(t, down, i)]
+        first = base if (c == 0 and not feed) else 0.0
+        start = 0.0
+        for f in feed:
+            if end[f] > start:
+                start = end[f]
+        start += (0.0 if c else lam0) + first
+        for links, lo, hi in spans:
+            at = max(links[lo:hi])
+            if at > start:
+                start = at
+        done = end[me] = start + chunk_s
+        if done > last:
+            last = done
+        for links, lo, hi in spans:
+            links[lo:hi] = [done] * (hi - lo)
     return last
 
 

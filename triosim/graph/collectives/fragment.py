@@ -51,8 +51,8 @@ def preds(graph: TaskGraph, group: tuple[int, ...], after: After, label: str) ->
 
 def done_syncs(graph: TaskGraph, label: str, attrs: dict[str, Any], deps: Mapping[int, Iterable[int]]) -> dict[int, int]:
     """One ``done`` sync per GPU of ``deps`` (in its order), after that GPU's tasks in it."""
-    tags = {"collective": label, **attrs}
-    return {g: graph.add_sync(f"{label} done gpu{g}", after, devices=(g,), **tags) for g, after in deps.items()}
+    tags = {"collective": label, **attrs}  # one dict for every GPU's sync
+    return {g: graph.add_sync_tagged(f"{label} done gpu{g}", after, (g,), tags) for g, after in deps.items()}
 
 
 def phase_macros(graph: TaskGraph, platform: Platform, group: tuple[int, ...], op: str, nbytes: int,

@@ -15,6 +15,7 @@ from ...hardware.platform import Platform, gpu_node
 from . import double_tree
 from .phases import Phase, add_load
 from .protocols import NCCL_PROTOCOL_STEP_LATENCY_US, base_latency_s, protocol, step_latency_s
+from .ring_tree_links import UniformRing, arc_counts, arc_load, repeated_sums, uniform_ring
 from .tree_shapes import tree_shapes
 
 
@@ -33,10 +34,14 @@ def tree_link_load(platform: Platform, group: tuple[int, ...], nbytes: float) ->
         unit = {}
         edges = tree_edges(platform, group)
         share = 1.0 / len(edges)
-        for tree in edges:
-            for child, parent in tree:
-                add_load(unit, platform.route(gpu_node(child), gpu_node(parent)), share)
-                add_load(unit, platform.route(gpu_node(parent), gpu_node(child)), share)
+        ring = uniform_ring(platform)
+        if ring is not None:  # by arcs: 4,096 GPUs' routes name 1.6e7 links
+            unit = arc_load(ring, _pairs(edges), share)
+        else:
+            for tree in edges:
+                for child, parent in tree:
+                    add_load(unit, platform.route(gpu_node(child), gpu_node(parent)), share)
+                    add_load(unit, platform.route(gpu_node(parent), gpu_node(child)), share)
         platform._plans[key] = unit
     return {x: b * nbytes for x, b in unit.items()}
 
@@ -119,10 +124,30 @@ def _link_bound(platform: Platform, group: tuple[int, ...], nbytes: float) -> fl
     run asks once per bucket)."""
     key = ("tree-link-bound", group, platform.collective_protocol)
     per_byte = platform._plans.get(key)
+    if per_byte is None and (ring := uniform_ring(platform)) is not None:
+        per_byte = platform._plans[key] = _ring_link_bound(platform, ring, group)
     if per_byte is None:
         load = tree_link_load(platform, group, 1.0)
         per_byte = platform._plans[key] = max((b / platform.link_bandwidth(x) for x, b in load.items()), default=0.0)
     return per_byte * nbytes
+
+
+def _ring_link_bound(platform: Platform, ring: UniformRing, group: tuple[int, ...]) -> float:
+    """:func:`_link_bound`'s per-byte load on a ring of alike links: a link's load is the
+    per-tree share added once per route crossing it (:func:`tree_link_load` adds it route by
+    route, the same sum), at the one bandwidth."""
+    edges = tree_edges(platform, group)
+    counts = {c for direction in arc_counts(ring, _pairs(edges)) for c in direction if c}
+    if not counts:
+        return 0.0
+    sums = repeated_sums(1.0 / len(edges), max(counts))
+    return max(sums[c] * 1.0 / ring.bandwidth for c in counts)
+
+
+def _pairs(edges: list[list[tuple[int, int]]]) -> list[tuple[int, int]]:
+    """(source, destination) of each transfer route of the trees, in the order the walk takes
+    them: tree by tree, edge by edge, up then down."""
+    return [pair for tree in edges for child, parent in tree for pair in ((child, parent), (parent, child))]
 
 
 def tree_lower_bound(platform: Platform, group: tuple[int, ...], nbytes: float, beat: float | None = None) -> float:

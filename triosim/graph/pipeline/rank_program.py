@@ -59,7 +59,7 @@ def add_rank_program(b: CompositionState, comm: GroupComm, p: int, waits, colls,
     tp_groups = {d: comm.ordered(ranks.tp_group(d, p)) for d in ds}
     members = {d: [(t, ranks.rank(d, t, p)) for t in ts] for d in ds}
     tp_parallel = partial(_tp_groups, ranks, p)
-    add_compute, task_of, tp_done, seq = g.add_compute, b.task, b.tp_done, b.seq
+    add_compute, task_of, tp_done, seq = g.add_compute_tagged, b.task, b.tp_done, b.seq
     r_count = len(b.fractions)
     # A representative build (replica (0, 0) only, each TP collective a closed-form task) charges
     # each distinct (op, kind, bytes) once: the same collective recurs in every micro-batch.
@@ -137,6 +137,9 @@ def add_rank_program(b: CompositionState, comm: GroupComm, p: int, waits, colls,
             if k is not None and k + 1 < len(units[ph]):
                 gradient_sync.gather_unit(b, comm, s, units[ph], k + 1, ph, r, last, gathered, ts)
             label = base + mb_s
+            # one attribute dict for the segment's task on every GPU (in add_compute's key order)
+            tags = {"op": i, "stage": phase, "microbatch": r, "stage_index": s, **extra} if tagged \
+                else {"op": i, "stage": phase, **extra}
             for rep, gpu in reps:
                 after = last[rep]
                 if w or k is not None:
@@ -148,11 +151,7 @@ def add_rank_program(b: CompositionState, comm: GroupComm, p: int, waits, colls,
                     if k is not None:
                         after.append(gathered[(*rep, "unit", k)])
                     after = list(dict.fromkeys(after))
-                if tagged:
-                    task = add_compute(gpu, dur, f"{label} gpu{gpu}", after=after, op=i, stage=phase, microbatch=r,
-                                       stage_index=s, **extra)
-                else:
-                    task = add_compute(gpu, dur, f"{label} gpu{gpu}", after=after, op=i, stage=phase, **extra)
+                task = add_compute(gpu, dur, f"{label} gpu{gpu}", tags, after)
                 # Only a run's ends are looked up (a crossing buffer's writer or reader, a bucket's
                 # last gradient, the op a TP collective follows): the cuts put them there, and only
                 # the cut ones are kept (a 1T mesh would otherwise hold 10^6 keys).

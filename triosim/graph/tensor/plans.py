@@ -9,13 +9,14 @@ the data flow the plan's collectives impose (which op waits for which collective
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from ...errors import ConfigError
 from ...trace import Trace
 from . import per_op
 from .megatron import plan_tensor_parallel
 from .per_op import TpCollective
+from .split_time import block_edges, split_time_scale
 
 
 @dataclass(frozen=True)
@@ -45,7 +46,12 @@ def tensor_plan(trace: Trace, degree: int, style: str, sequence_parallel: bool =
         raise ConfigError("--sequence-parallel needs --tp-style megatron")
     if style == "per-op" or degree < 2:
         return per_op_plan(trace, degree)
-    return plan_tensor_parallel(trace, degree, style=style, sequence_parallel=sequence_parallel)
+    plan = plan_tensor_parallel(trace, degree, style=style, sequence_parallel=sequence_parallel)
+    if plan.style != "megatron":
+        return plan
+    # a shape-timed trace: each split op at its size on one rank (graph/tensor/split_time.py)
+    return replace(plan, time_scale=split_time_scale(trace, plan.time_scale, plan.shard_divisor,
+                                                     block_edges(plan.blocks)))
 
 
 def tp_waits(trace: Trace, collectives) -> tuple[list[tuple[int, ...]], dict[tuple[int, str], int]]:
