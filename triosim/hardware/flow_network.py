@@ -96,15 +96,47 @@ def maxmin_rates(flows: list[Flow]) -> None:
 
 
 class ActiveFlows:
-    """The active flows, the flows on each link, and the heap of their finish times."""
+    """The active flows, the flows on each link, and the heap of their finish times.
+
+    A flow added with :meth:`add_alone` (alone on links only flows of its ``key`` may hold) is
+    left out of the per-link sets, which only serve to find who shares a link: until another
+    flow of that key joins (:meth:`link` enters it then), no flow can share one with it.
+    """
 
     def __init__(self) -> None:
         self.flows: dict[int, Flow] = {}
         self.on_link: dict[int, set[int]] = {}
         self.finish: list[tuple[float, int, int]] = []  # (time, version, task)
+        self.alone: dict[object, int] = {}  # key -> the flow added alone on its links
+        self.key_of: dict[int, object] = {}  # that flow -> its key
 
     def __bool__(self) -> bool:
         return bool(self.flows)
+
+    def add_alone(self, f: Flow, key: object, t: float, rates: Callable[[list[Flow]], None]) -> None:
+        """``f`` starts at ``t`` on links that only flows of ``key`` hold, none of them active:
+        the rate and finish time :meth:`add` gives a flow alone, without entering its links."""
+        f.since = t
+        self.flows[f.task] = f
+        self.alone[key] = f.task
+        self.key_of[f.task] = key
+        rates([f])
+        f.version += 1
+        heapq.heappush(self.finish, (t + f.remaining / f.rate, f.version, f.task))
+
+    def link(self, key: object) -> None:
+        """Enter the links of ``key``'s lone flow, if one is active (another flow of ``key`` joins)."""
+        task = self.alone.pop(key, None)
+        if task is None:
+            return
+        del self.key_of[task]
+        on_link = self.on_link
+        for r, _c in self.flows[task].coefs:
+            users = on_link.get(r)
+            if users is None:
+                on_link[r] = {task}
+            else:
+                users.add(task)
 
     def add(self, new: list[Flow], t: float, rates: Callable[[list[Flow]], None]) -> None:
         """Flows starting together at ``t``: one re-rate for all of them."""
@@ -134,6 +166,9 @@ class ActiveFlows:
         links: list[int] = []
         for task in tasks:
             f = self.flows.pop(task)
+            if self.key_of and task in self.key_of:  # alone on its links: no per-link sets to update
+                del self.alone[self.key_of.pop(task)]
+                continue
             for r, _c in f.coefs:
                 users = self.on_link[r]
                 users.discard(task)

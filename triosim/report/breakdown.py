@@ -16,11 +16,17 @@ The sum of the parts is the makespan on every GPU, so the mean over GPUs sums to
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import reduce
+from itertools import chain
+from operator import add
+
+import numpy as np
 
 from ..schedule.tasks import COMM_KINDS
 from .intervals import length as _length
 from .intervals import subtract as _subtract
 from .intervals import union as _union
+from .intervals import union_of_columns
 
 COMPUTE_PARTS = ("forward", "backward", "recompute", "optimizer")
 COMM_PARTS = ("tp", "pp", "dp", "memory", "other")
@@ -61,34 +67,21 @@ def compute_phase(stage: str, recomputed: bool) -> str:
 def breakdown(result) -> list[Breakdown]:
     """One :class:`Breakdown` per built GPU, in GPU order, from the schedule of ``result``."""
     graph, sched = result.graph, result.schedule
-    stages = graph.meta.get("op_stages", ())
-    recomputed = graph.meta.get("recompute_ops", frozenset())
     preset = getattr(result.strategy, "preset", None)
     axis = getattr(preset, "axis", None) if not getattr(result.strategy, "hybrid", False) else None
     default = axis if axis in ("tp", "pp", "dp") else "other"
-    compute: dict[int, dict[str, float]] = {}
-    busy: dict[int, list[tuple[float, float]]] = {}
+    compute, busy = _compute_parts(graph, sched)
     comm: dict[int, dict[str, list[tuple[float, float]]]] = {}
-    for i, kind in enumerate(graph.kind):
-        s, e = sched.start[i], sched.end[i]
-        if kind == "compute":
-            attrs = graph.attrs[i] or {}
-            op = attrs.get("op")
-            stage = stages[op] if isinstance(op, int) and 0 <= op < len(stages) else "forward"
-            phase = compute_phase(stage, op in recomputed)
-            for d in graph.devices[i]:
-                parts = compute.setdefault(d, dict.fromkeys(COMPUTE_PARTS, 0.0))
-                parts[phase] += e - s
-                busy.setdefault(d, []).append((s, e))
-        elif kind in COMM_KINDS:
-            purpose = comm_purpose(kind, graph.attrs[i], default)
-            for d in graph.devices[i]:
-                comm.setdefault(d, {}).setdefault(purpose, []).append((s, e))
+    kinds, attrs, devices, start, end = graph.kind, graph.attrs, graph.devices, sched.start, sched.end
+    for i in [i for i, kind in enumerate(kinds) if kind in COMM_KINDS]:
+        purpose = comm_purpose(kinds[i], attrs[i], default)
+        for d in devices[i]:
+            comm.setdefault(d, {}).setdefault(purpose, []).append((start[i], end[i]))
     makespan = sched.makespan
     rows = []
     for d in sorted(compute):
         parts = dict(compute[d])
-        covered = _union(busy.get(d, []))
+        covered = busy[d]
         for purpose in COMM_PARTS:
             spans = _union(comm.get(d, {}).get(purpose, []))
             exposed = _subtract(spans, covered)
@@ -97,6 +90,48 @@ def breakdown(result) -> list[Breakdown]:
         parts["idle"] = max(0.0, makespan - _length(covered))
         rows.append(Breakdown(gpu=d, parts={k: parts[k] for k in PARTS}))
     return rows
+
+
+def _compute_parts(graph, sched) -> tuple[dict[int, dict[str, float]], dict[int, list[tuple[float, float]]]]:
+    """Per GPU: seconds of compute by phase, and the union of its compute spans.
+
+    A large mesh has 10^6 compute tasks, so they are grouped with numpy; each phase's seconds are
+    still the sum of its tasks' ``end - start`` in task order (the floats of a running sum)."""
+    stages = graph.meta.get("op_stages", ())
+    recomputed = graph.meta.get("recompute_ops", frozenset())
+    kinds = graph.kind
+    at = np.flatnonzero(np.fromiter(map("compute".__eq__, kinds), dtype=bool, count=len(kinds)))
+    at_list = at.tolist()
+    devs = list(map(graph.devices.__getitem__, at_list))
+    counts = np.fromiter(map(len, devs), dtype=np.int64, count=len(devs))
+    task = np.repeat(at, counts)  # one row per (compute task, GPU), tasks in order
+    gpu = np.fromiter(chain.from_iterable(devs), dtype=np.int64, count=int(counts.sum()))
+    phase_of: dict = {}  # op -> index in COMPUTE_PARTS
+    codes = []
+    for a in map(graph.attrs.__getitem__, at_list):
+        op = a.get("op") if a else None
+        code = phase_of.get(op)
+        if code is None:
+            stage = stages[op] if isinstance(op, int) and 0 <= op < len(stages) else "forward"
+            code = phase_of[op] = COMPUTE_PARTS.index(compute_phase(stage, op in recomputed))
+        codes.append(code)
+    phase = np.repeat(np.asarray(codes, dtype=np.int64), counts)
+    starts = np.asarray(sched.start, dtype=np.float64)[task]
+    ends = np.asarray(sched.end, dtype=np.float64)[task]
+    took = ends - starts
+    compute: dict[int, dict[str, float]] = {}
+    busy: dict[int, list[tuple[float, float]]] = {}
+    by_gpu = np.argsort(gpu, kind="stable")
+    cuts = np.flatnonzero(np.diff(gpu[by_gpu])) + 1
+    for rows in np.split(by_gpu, cuts) if len(by_gpu) else []:
+        d = int(gpu[rows[0]])
+        busy[d] = union_of_columns(starts[rows], ends[rows])
+        parts = compute[d] = dict.fromkeys(COMPUTE_PARTS, 0.0)
+        for k, name in enumerate(COMPUTE_PARTS):
+            mine = took[rows[phase[rows] == k]]
+            if len(mine):
+                parts[name] = reduce(add, mine.tolist(), 0.0)  # left to right, as += added them
+    return compute, busy
 
 
 def mean_breakdown(rows: list[Breakdown]) -> Breakdown:

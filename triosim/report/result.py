@@ -19,9 +19,11 @@ from ..graph.strategy import Strategy
 from ..hardware.platform import Platform
 from ..schedule.list_scheduler import Schedule
 from ..schedule.tasks import COMM_KINDS, TaskGraph
+from ..trace.load import collector_paused
 from .intervals import length as _length
 from .intervals import subtract as _subtract
 from .intervals import union as _union
+from .intervals import union_of_columns as _union_of_columns
 
 # Facts builders record about their strategy that belong in the JSON result.
 STRATEGY_META = ("gradient_bytes", "buckets", "tensor_parallel", "pipeline", "parallel", "hybrid", "collectives",
@@ -148,23 +150,13 @@ def _minus(a: list[tuple[float, float]], b: list[tuple[float, float]]) -> float:
     return _length(_subtract(a, b))
 
 
-def _union_of_columns(start: np.ndarray, end: np.ndarray) -> list[tuple[float, float]]:
-    """:func:`_union` of the intervals ``zip(start, end)``, with numpy: the same merged intervals
-    (the same floats: no arithmetic, only comparisons), for the 10^5 compute spans of a GPU."""
-    keep = end > start
-    start, end = start[keep], end[keep]
-    if len(start) == 0:
-        return []
-    order = np.lexsort((end, start))  # as sorted() orders the (start, end) tuples
-    start, end = start[order], end[order]
-    reach = np.maximum.accumulate(end)
-    # A new interval begins where a start lies beyond everything so far.
-    first = np.flatnonzero(np.concatenate(([True], start[1:] > reach[:-1])))
-    last = np.concatenate((first[1:] - 1, [len(start) - 1]))
-    return list(zip(start[first].tolist(), reach[last].tolist()))
-
-
 def summarize(graph: TaskGraph, sched: Schedule, platform: Platform) -> tuple[list[GpuStats], list[LinkStats]]:
+    """Per-GPU and per-link figures of ``sched`` (the cyclic collector paused: as the build)."""
+    with collector_paused():
+        return _summarize(graph, sched, platform)
+
+
+def _summarize(graph: TaskGraph, sched: Schedule, platform: Platform) -> tuple[list[GpuStats], list[LinkStats]]:
     devices = graph.meta.get("devices") or list(range(platform.num_gpus))
     comm: dict[int, list[tuple[float, float]]] = {d: [] for d in devices}
     link_bytes: dict[str, int] = {}
@@ -188,6 +180,7 @@ def summarize(graph: TaskGraph, sched: Schedule, platform: Platform) -> tuple[li
     # of a tuple gets the same spans, so spans and uniform bytes are gathered once per tuple.
     spans_of: dict[tuple[int, ...], list[tuple[float, float]]] = {}
     bytes_of: dict[tuple[int, ...], int] = {}
+    loads: dict[tuple[tuple[int, ...], int], list] = {}  # (links, id of the load dict) -> [load, tasks]
     # One pass over the other tasks' columns together.
     others = np.flatnonzero(~is_compute).tolist()
     for kind, s, e, devs, rids, attrs, nbytes in zip(map(kinds.__getitem__, others), map(sched.start.__getitem__, others),
@@ -204,12 +197,20 @@ def summarize(graph: TaskGraph, sched: Schedule, platform: Platform) -> tuple[li
             attrs = attrs or {}
             load = attrs.get("link_load")  # macro collectives whose links carry different bytes
             if load:
-                for rid in rids:
-                    name = names[rid]
-                    link_bytes[name] = link_bytes.get(name, 0) + int(round(load[name]))
+                # one dict per charge, shared by its tasks: counted here, added once per link below
+                key = (rids, id(load))
+                hit = loads.get(key)
+                if hit is None:
+                    loads[key] = [load, 1]
+                else:
+                    hit[1] += 1
             else:
                 bytes_of[rids] = bytes_of.get(rids, 0) + int(attrs.get("link_bytes", nbytes))
             spans_of.setdefault(rids, []).append((s, e))
+    for (rids, _), (load, calls) in loads.items():
+        for rid in rids:
+            name = names[rid]
+            link_bytes[name] = link_bytes.get(name, 0) + calls * int(round(load[name]))
     link_busy = _links_busy(spans_of, bytes_of, names, link_bytes)
     makespan = sched.makespan
     mem = graph.meta.get("memory", {})

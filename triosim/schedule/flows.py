@@ -8,24 +8,26 @@ from .tasks import TaskGraph
 
 
 def flow_of(graph: TaskGraph, task: int, bandwidth: dict[int, float],
-            memo: dict[tuple, tuple[float, float, list[tuple[int, float]]]] | None = None) -> Flow:
+            memo: dict[tuple, tuple] | None = None) -> Flow:
     """The flow of link task ``task`` (see :mod:`triosim.hardware.flow_network`). ``memo`` remembers the flow of
-    tasks with the same links, bytes per link and transfer time (a collective repeated per
-    micro-batch): their flows differ only in the task."""
+    tasks with the same links, bytes per link (uniform, or one charge's per-link load) and
+    transfer time (a collective repeated per micro-batch): their flows differ only in the task."""
     xfer = graph.duration[task] - graph.latency[task]
     attrs = graph.attrs[task] or {}
     load = attrs.get("link_load")
     uniform = attrs.get("link_bytes")
     key = None
-    if memo is not None and load is None:
-        key = (graph.resources[task], uniform, xfer)
+    if memo is not None:
+        # A per-link load is one dict per charge, shared by every task of that charge: its
+        # identity stands for its contents (the memo holds it, so the id is never reused).
+        key = (graph.resources[task], uniform, xfer, None if load is None else id(load))
         hit = memo.get(key)
         if hit is not None:
             return Flow(task, hit[0], hit[1], hit[2], alone=hit[3])
     f = _new_flow(graph, task, bandwidth, xfer, load, uniform)
     if key is not None:
         f.alone = alone_rate(f)
-        memo[key] = (f.remaining, f.solo_rate, f.coefs, f.alone)
+        memo[key] = (f.remaining, f.solo_rate, f.coefs, f.alone, load)
     return f
 
 

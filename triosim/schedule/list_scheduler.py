@@ -25,8 +25,10 @@ import numpy as np
 
 from ..errors import TriosimError
 from ..hardware.flow_network import ActiveFlows, maxmin_rates
+from ..trace.load import collector_paused
 from .flows import flow_of
 from .network import BANDWIDTH_META, NETWORK_META
+from .private_links import private_tuples
 from .tasks import TaskGraph
 
 
@@ -49,7 +51,13 @@ class Schedule:
 
 def schedule(graph: TaskGraph, progress: Callable[[int], None] | None = None,
              record_rates: bool = False) -> Schedule:
-    """Place every task of ``graph``; raises if the graph has a cycle."""
+    """Place every task of ``graph``; raises if the graph has a cycle. The cyclic collector is
+    paused meanwhile (the start and end lists and the flows are no cyclic garbage)."""
+    with collector_paused():
+        return _schedule(graph, progress, record_rates)
+
+
+def _schedule(graph: TaskGraph, progress: Callable[[int], None] | None, record_rates: bool) -> Schedule:
     if graph.meta.get(NETWORK_META) == "flow" and _has_link_tasks(graph):
         return _schedule_flows(graph, progress, record_rates)
     # Without link tasks the flow model's event loop places every task exactly as this one
@@ -129,7 +137,11 @@ def _schedule_flows(graph: TaskGraph, progress: Callable[[int], None] | None, re
     bw_by_name = graph.meta.get(BANDWIDTH_META, {})
     bandwidth = {r: bw_by_name[name] for r, name in enumerate(names) if name in bw_by_name}
     link_ids = frozenset(bandwidth)
-    is_flow = [bool(link_ids.intersection(rs)) if rs else False for rs in res]
+    flow_tuples = {rs for rs in set(res) if not link_ids.isdisjoint(rs)}
+    is_flow = [rs in flow_tuples for rs in res]
+    # Flows on links no other tuple holds skip the per-link sets while alone (record=False only:
+    # the rate log is kept the general way).
+    private = set() if record else private_tuples(flow_tuples, link_ids)
     latency = graph.latency
     indeg = list(graph.npred)
     ready_at = [0.0] * n
@@ -165,14 +177,17 @@ def _schedule_flows(graph: TaskGraph, progress: Callable[[int], None] | None, re
             if indeg[j] == 0:
                 push(events, (ready_at[j], 0, j))
 
-    while events or active:
-        t_next = active.next_finish() if active else float("inf")
-        if active and (not events or t_next < events[0][0]):
-            note(t_next)
-            done = active.due(t_next)
-            active.remove(done, t_next, maxmin_rates)
+    flows = active.flows
+    t_next = float("inf")  # the next flow's end: it changes only when flows start or end
+    while events or flows:
+        if flows and (not events or t_next < events[0][0]):
+            t = t_next
+            note(t)
+            done = active.due(t)
+            active.remove(done, t, maxmin_rates)
+            t_next = active.next_finish()
             for i in done:
-                release(i, t_next)
+                release(i, t)
             placed += len(done)
             if progress is not None and placed // tick != (placed - len(done)) // tick:
                 progress(placed)
@@ -191,8 +206,19 @@ def _schedule_flows(graph: TaskGraph, progress: Callable[[int], None] | None, re
                     placed += 1
                 else:
                     joining.append(f)
+            if len(joining) == 1 and res[joining[0].task] in private:
+                f = joining[0]
+                key = res[f.task]
+                if key not in active.alone and f.coefs[0][0] not in active.on_link:
+                    active.add_alone(f, key, t, maxmin_rates)
+                    t_next = active.next_finish()
+                    continue
             if joining:
+                if active.alone:  # a flow alone on links a joining flow holds: enter them first
+                    for f in joining:
+                        active.link(res[f.task])
                 active.add(joining, t, maxmin_rates)
+                t_next = active.next_finish()
             continue
         if is_flow[i]:
             start[i] = t
@@ -205,7 +231,13 @@ def _schedule_flows(graph: TaskGraph, progress: Callable[[int], None] | None, re
         for r in res[i]:
             free[r] = e
         start[i] = t
-        release(i, e)
+        end[i] = e  # release(i, e), inline: most tasks are compute tasks
+        for j in succ[i]:
+            if e > ready_at[j]:
+                ready_at[j] = e
+            indeg[j] -= 1
+            if indeg[j] == 0:
+                push(events, (ready_at[j], 0, j))
         placed += 1
         if progress is not None and placed % tick == 0:
             progress(placed)

@@ -134,9 +134,9 @@ class TaskGraph:
     # -- convenience constructors ------------------------------------------------------------
 
     def add_compute(self, device: int, duration_s: float, label: str, after: Iterable[int] = (), **attrs: Any) -> int:
-        return self.add_task(
-            "compute", label, duration_s, (compute_resource(device),), (device,), after=after, **attrs
-        )
+        """What ``add_task("compute", …)`` adds on ``device``'s stream, without its generic steps: a
+        large mesh adds 10^6 of them (see :meth:`add_compute_tagged`)."""
+        return self.add_compute_tagged(device, duration_s, label, attrs or None, after)
 
     def add_compute_tagged(self, device: int, duration_s: float, label: str, attrs: dict[str, Any] | None,
                            after: Iterable[int] = ()) -> int:

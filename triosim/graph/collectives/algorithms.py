@@ -49,16 +49,17 @@ from .protocols import base_latency_s, protocol, wire_bytes
 from .tree_tasks import tree
 
 
-def record_collective(graph: TaskGraph, op: str, algo: str, nbytes: int, proto: str = "simple") -> None:
+def record_collective(graph: TaskGraph, op: str, algo: str, nbytes: int, proto: str = "simple") -> dict[str, Any]:
     """Which algorithm (and protocol, when not Simple) ran each collective, for the summary and
     the JSON result (``collectives``); ``bytes`` is the payload. A representative build records
-    the collectives of the GPUs it builds."""
+    the collectives of the GPUs it builds. Returns the row counted in."""
     stats = graph.meta.setdefault("collectives", {})
     label = algo if proto == "simple" else f"{algo}/{proto}"
     extra = {} if proto == "simple" else {"protocol": proto}
     row = stats.setdefault(f"{op} {label}", {"op": op, "algo": label, **extra, "calls": 0, "bytes": 0})
     row["calls"] += 1
     row["bytes"] += int(nbytes)
+    return row
 
 
 def _collective(graph: TaskGraph, platform: Platform, op: str, group: Sequence[int], nbytes: int, label: str,

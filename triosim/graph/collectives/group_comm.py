@@ -114,6 +114,7 @@ class GroupComm:
         self._primed: set[tuple[int, ...]] = set()  # canonical groups whose routes are known
         self._sharing: dict[tuple[int, ...], int] = {}
         self._charges: dict[tuple[str, tuple[int, ...], int], Charge | None] = {}
+        self._rows: dict[int, tuple[Charge, dict[str, Any]]] = {}  # id(charge) -> (charge, its collectives row)
         self.sharing_unknown = False
         # A charged group whose algorithm's routes cross another GPU's links (NCCL's PXN: NVLink
         # to the GPU on the destination's rail, then its NIC): the other groups' traffic there
@@ -221,7 +222,14 @@ class GroupComm:
     def add_charged(self, charge: Charge, label: str, deps: Iterable[int], built: tuple[int, ...],
                     **attrs: Any) -> int:
         """One representative collective task of ``charge`` on the ``built`` members, after ``deps``."""
-        algorithms.record_collective(self.graph, charge.op, charge.algo, charge.nbytes, charge.protocol)
+        # A charge recurs per layer and micro-batch: its row of the graph's collectives is found once.
+        hit = self._rows.get(id(charge))
+        if hit is not None and hit[0] is charge:
+            hit[1]["calls"] += 1
+            hit[1]["bytes"] += int(charge.nbytes)
+        else:
+            self._rows[id(charge)] = (charge, algorithms.record_collective(
+                self.graph, charge.op, charge.algo, charge.nbytes, charge.protocol))
         bytes_on_links = {"link_load": charge.load} if charge.load else {"link_bytes": charge.link_bytes}
         return self.graph.add_task(
             "collective", label, charge.seconds, charge.links, built, charge.nbytes, after=deps,

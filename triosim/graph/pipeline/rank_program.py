@@ -94,7 +94,8 @@ def add_rank_program(b: CompositionState, comm: GroupComm, p: int, waits, colls,
                 extra = {**extra, "shard": ranks.tp}  # as case 3 marked a split op
             c_names = tuple(f"{c.kind.replace('_', '')} {labels[i_last]}" for c in cs)
             facts.append((i, i_last, label, extra, tuple(seg), waits_here[i], trace.ops[i].stage, cs,
-                          tuple(f"tp {n}" for n in c_names) if tagged else c_names))
+                          tuple(f"tp {n}" for n in c_names) if tagged else c_names,
+                          i in looked_up, i_last in looked_up or bool(cs)))  # its collectives look it up
     seg_time: dict[tuple[int, str, float], list[float]] = {}  # (stage, phase, fraction) -> seconds per segment
 
     def seconds(s: int, ph: str, frac: float) -> list[float]:
@@ -130,7 +131,8 @@ def add_rank_program(b: CompositionState, comm: GroupComm, p: int, waits, colls,
             gradient_sync.gather_unit(b, comm, s, units[ph], 0, ph, r, last, gathered, ts)
         durs = seconds(s, ph, frac)
         mb_s = f" mb{r}" if tagged else ""
-        for (i, i_last, base, extra, seg_ops, w, phase, cs, c_names), dur in zip(seg_facts[(s, ph)], durs):
+        for (i, i_last, base, extra, seg_ops, w, phase, cs, c_names, keep_i, keep_last), dur in \
+                zip(seg_facts[(s, ph)], durs):
             k = unit_at.get(i) if unit_at else None
             if k is not None and k + 1 < len(units[ph]):
                 gradient_sync.gather_unit(b, comm, s, units[ph], k + 1, ph, r, last, gathered, ts)
@@ -151,8 +153,12 @@ def add_rank_program(b: CompositionState, comm: GroupComm, p: int, waits, colls,
                     after = list(dict.fromkeys(after))
                 task = add_compute(gpu, dur, f"{label} gpu{gpu}", tags, after)
                 # Only a run's ends are looked up (a crossing buffer's writer or reader, a bucket's
-                # last gradient, the op a TP collective follows): the cuts put them there.
-                task_of[(*rep, i, r)] = task_of[(*rep, i_last, r)] = task
+                # last gradient, the op a TP collective follows): the cuts put them there, and only
+                # the cut ones are kept (a 1T mesh would otherwise hold 10^6 keys).
+                if keep_i:
+                    task_of[(*rep, i, r)] = task
+                if keep_last:
+                    task_of[(*rep, i_last, r)] = task
                 seq[gpu].append((task, seg_ops, r))
                 last[rep] = [task]
             for k_c, (c, c_name) in enumerate(zip(cs, c_names)):

@@ -1,0 +1,42 @@
+"""``TaskGraph.add_compute`` appends what the generic ``add_task("compute", …)`` does, field for
+field (it skips the generic steps because a large mesh adds 10^6 compute tasks)."""
+
+from __future__ import annotations
+
+import pytest
+
+from triosim.schedule.tasks import TaskGraph, compute_resource
+
+FIELDS = ("kind", "label", "duration", "resources", "devices", "nbytes", "latency", "attrs", "succ", "npred",
+          "resource_names")
+
+
+def _fill(g: TaskGraph, compute) -> None:
+    a = compute(g, 3, 1e-3, "a", ())
+    g.add_task("transfer", "x", 2e-3, ("gpu3->switch", "switch->gpu1"), (3, 1), 100, after=[a], latency_s=1e-4)
+    b = compute(g, 1, 0.0, "b", (a, 1), op=7, stage="forward")
+    compute(g, 3, 5e-4, "c", (b,), microbatch=2)
+    compute(g, 0, 2.5e-4, "d", ())
+
+
+def _generic(g, device, dur, label, after, **attrs):
+    return g.add_task("compute", label, dur, (compute_resource(device),), (device,), after=after, **attrs)
+
+
+def _fast(g, device, dur, label, after, **attrs):
+    return g.add_compute(device, dur, label, after=after, **attrs)
+
+
+def test_add_compute_appends_what_add_task_appends():
+    slow, fast = TaskGraph(), TaskGraph()
+    _fill(slow, _generic)
+    _fill(fast, _fast)
+    for field in FIELDS:
+        assert getattr(fast, field) == getattr(slow, field), field
+    assert fast.to_networkx().nodes(data=True) == slow.to_networkx().nodes(data=True)
+
+
+@pytest.mark.parametrize("bad", [-1e-9, float("nan")])
+def test_add_compute_refuses_a_negative_or_nan_duration(bad):
+    with pytest.raises(ValueError, match="negative or NaN"):
+        TaskGraph().add_compute(0, bad, "op")
