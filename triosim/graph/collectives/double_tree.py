@@ -35,7 +35,7 @@ from __future__ import annotations
 
 import heapq
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from ...hardware.platform import Platform, gpu_node
@@ -173,6 +173,23 @@ def plan_seconds(platform: Platform, group: tuple[int, ...], nbytes: float,
     return _walk(platform, tree_shapes(platform, group), nbytes, step_latency, base, None)
 
 
+
+def _feeds(parent: Sequence[int], children, t: int, down: int, i: int, c: int, k: int, n: int) -> list[int]:
+    """The transfers that transfer (tree t, direction down, chunk c, position i) waits for, numbered
+    ((t·2 + d)·k + c)·n + i: its children's up-transfers (or its parent's down-transfer), and its
+    own previous chunk."""
+    if down:
+        p = parent[i]
+        if parent[p] < 0:  # the root sends chunk c down once it has reduced it
+            feed = [((t * 2) * k + c) * n + j for j in children[p]]
+        else:
+            feed = [((t * 2 + 1) * k + c) * n + p]
+    else:
+        feed = [((t * 2) * k + c) * n + j for j in children[i]]
+    if c > 0:
+        feed.append(((t * 2 + down) * k + c) * n + i - n)
+    return feed
+
 def _walk(platform: Platform, shapes: list[TreeShape], nbytes: float,
           step_latency: Callable[[tuple[str, ...]], float], base: float, plan: TreePlan | None) -> float:
     """Time the transfers in topological order (each starts when its data and its link lanes
@@ -200,16 +217,7 @@ def _walk(platform: Platform, shapes: list[TreeShape], nbytes: float,
     for _slot, t, down, i, c in keys:
         sh, children, _height, _depth = shape_info[t]
         me = ((t * 2 + down) * k + c) * n + i
-        if down:
-            parent = sh.parent[i]
-            if sh.parent[parent] < 0:  # the root sends chunk c down once it has reduced it
-                feed = [((t * 2) * k + c) * n + j for j in children[parent]]
-            else:
-                feed = [((t * 2 + 1) * k + c) * n + parent]
-        else:
-            feed = [((t * 2) * k + c) * n + j for j in children[i]]
-        if c > 0:
-            feed.append(me - n)
+        feed = _feeds(sh.parent, children, t, down, i, c, k, n)
         route = routes[(t, down, i)]
         chunk_s, link_s, lam = times[route]
         pops = heaps[(t, down, i)]
@@ -296,16 +304,7 @@ def _walk_ring(ring: UniformRing, shape_info: list, k: int, nominal: float,
     for _slot, t, down, i, c in _slot_order(shape_info, k):
         sh, children, _height, _depth = shape_info[t]
         me = ((t * 2 + down) * k + c) * n + i
-        if down:
-            parent = sh.parent[i]
-            if sh.parent[parent] < 0:  # the root sends chunk c down once it has reduced it
-                feed = [((t * 2) * k + c) * n + j for j in children[parent]]
-            else:
-                feed = [((t * 2 + 1) * k + c) * n + parent]
-        else:
-            feed = [((t * 2) * k + c) * n + j for j in children[i]]
-        if c > 0:
-            feed.append(me - n)
+        feed = _feeds(sh.parent, children, t, down, i, c, k, n)
         spans, chunk_s = arcs[(t, down, i)]
         first = base if (c == 0 and not feed) else 0.0
         start = 0.0
