@@ -74,6 +74,51 @@ class TrainingPrecision:
         return MASTER_WEIGHT_BYTES + (MASTER_WEIGHT_BYTES if self.gradient_bytes < MASTER_WEIGHT_BYTES else 0)
 
 
+@dataclass(frozen=True)
+class OptimizerStepBytes:
+    """HBM bytes one optimizer step reads and writes per parameter (its kernels are memory-bound)."""
+
+    read: int
+    written: int
+
+    @property
+    def total(self) -> int:
+        return self.read + self.written
+
+
+def optimizer_step_bytes(precision: TrainingPrecision) -> OptimizerStepBytes:
+    """Bytes per parameter of Megatron-LM's optimizer step with Adam, kernel by kernel.
+
+    A 16-bit run (``Float16OptimizerWithFloat16Params.step``):
+
+    - a 16-bit gradient is first copied to its fp32 main gradient (read g, write 4);
+    - fp16 only (bf16 runs have no loss scaler): unscale and check for inf/NaN in place
+      (``_amp_foreach_non_finite_check_and_unscale_``: read 4, write 4);
+    - the gradient norm for clipping (``multi_tensor_l2norm``: read 4; the default
+      ``--clip-grad 1.0`` rescales only when the norm exceeds it, not counted);
+    - Adam on the fp32 master weights (apex ``multi_tensor_adam``: read weight, gradient and
+      both moments, 16; write weight and moments, 12);
+    - the master weights copied to the 16-bit model weights (``multi_tensor_scale``: read 4,
+      write w);
+    - the gradient buffer zeroed for the next iteration (write g).
+
+    An fp32 run (``FP32Optimizer``): gradient norm, Adam, zeroing (read 20, write 16).
+    So 50 bytes for fp16 with fp32 gradients, 42 for bf16, 36 for fp32.
+    """
+    g, w = precision.gradient_bytes, precision.weight_bytes
+    state = ADAM_MOMENTS * OPTIMIZER_STATE_BYTES
+    adam_read, adam_written = MASTER_WEIGHT_BYTES + 4 + state, MASTER_WEIGHT_BYTES + state
+    norm = 4
+    if not precision.mixed:
+        return OptimizerStepBytes(norm + adam_read, adam_written + g)
+    read, written = norm + adam_read + MASTER_WEIGHT_BYTES, adam_written + w + g
+    if g < MASTER_WEIGHT_BYTES:  # the 16-bit gradient's fp32 copy
+        read, written = read + g, written + 4
+    if precision.dtype == "fp16":  # loss scaling: unscale in place
+        read, written = read + 4, written + 4
+    return OptimizerStepBytes(read, written)
+
+
 def bytes_per_parameter(precision: TrainingPrecision, zero: int = 0, dp: int = 1,
                         moments: int = ADAM_MOMENTS) -> float:
     """Weights + gradients + optimizer state per parameter on one GPU (the closed form the
@@ -117,5 +162,5 @@ def reduced_gradient_bytes(trace: Trace, parameter: str) -> int:
 
 
 __all__ = ["ADAM_MOMENTS", "DEFAULT_GRAD_REDUCE_DTYPE", "DTYPE_BYTES", "GRAD_REDUCE_DTYPES", "MASTER_WEIGHT_BYTES",
-           "NOT_FLOAT_CATEGORIES", "OPTIMIZER_STATE_BYTES", "TRAINING_DTYPES", "TrainingPrecision",
-           "bytes_per_parameter", "elements", "reduced_gradient_bytes", "size_key"]
+           "NOT_FLOAT_CATEGORIES", "OPTIMIZER_STATE_BYTES", "OptimizerStepBytes", "TRAINING_DTYPES", "TrainingPrecision",
+           "bytes_per_parameter", "elements", "optimizer_step_bytes", "reduced_gradient_bytes", "size_key"]

@@ -17,7 +17,9 @@ precision (the facts: :mod:`triosim.trace.precision`):
 - every other float buffer (activations, temporaries): the training dtype.
 
 Tensors of other element sizes (int64 indices, bool masks) and index-like categories keep their
-size. Op times are not changed here: they come from the trace or the GPU model (``--gpu``).
+size. Op times come from the trace or the GPU model (``--gpu``); of them only the optimizer
+step's follow the precision, when the GPU model times the ops from their shapes: it then moves
+the bytes per parameter Megatron-LM's step moves (:mod:`triosim.compute.optimizer_step`).
 """
 
 from __future__ import annotations
@@ -25,12 +27,14 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import replace
 
+from ...compute.optimizer_step import with_optimizer_step
 from ...trace import Tensor, Trace
 from ...trace.precision import (
     NOT_FLOAT_CATEGORIES,
     OPTIMIZER_STATE_BYTES,
     TrainingPrecision,
     elements,
+    optimizer_step_bytes,
 )
 from .zero import BufferRoles, buffer_roles
 
@@ -55,7 +59,10 @@ def with_training_precision(trace: Trace, precision: TrainingPrecision | None) -
                   preallocated=frozenset(k for k in roles.gradients if tensors[k].bytes > 0))
     # The data flow is the trace's: keep what it already derived.
     out._partner, out._consumers, out._grad_ready = trace._partner, trace._consumers, trace._grad_ready
-    return out
+    stepped = with_optimizer_step(out, optimizer_step_bytes(precision))
+    if stepped is not out:
+        stepped._partner, stepped._consumers, stepped._grad_ready = out._partner, out._consumers, out._grad_ready
+    return stepped
 
 
 class _RoleSizer:
