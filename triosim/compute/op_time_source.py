@@ -281,7 +281,8 @@ class MeasuredTimes:
         return f"{self.measured.summary()} (measured times, taken as {self.device.display_name}'s)"
 
 
-def _with_times(trace: Trace, model: Any, times: Sequence[float], source: str) -> Trace:
+def with_op_times(trace: Trace, model: Any, times: Sequence[float], source: str) -> Trace:
+    """``trace`` with its ops taking ``times`` (at its recorded batch) and ``model`` as its op-time model."""
     ops = [op._replace(duration_s=t, span_s=op.span_s * t / op.duration_s if op.duration_s > 0 else t)
            for op, t in zip(trace.ops, times)]
     return replace(trace, ops=ops, op_time=model, info={**trace.info, "time_source": source})
@@ -319,7 +320,7 @@ class RooflineSource(OpTimeSource):
 
     def apply(self, trace: Trace, shapes: ShapeCosts | None = None) -> Trace:
         model = RooflineTimes(self.device, self.precision, shapes or ShapeCosts.of(trace))
-        return _with_times(trace, model, model.times(trace.batch_size), "roofline")
+        return with_op_times(trace, model, model.times(trace.batch_size), "roofline")
 
 
 @dataclass(frozen=True)
@@ -339,7 +340,7 @@ class RetargetSource(OpTimeSource):
         shapes = ShapeCosts.of(trace)
         model = RetargetTimes(trace.op_time, RooflineTimes(self.source, self.precision, shapes),
                               RooflineTimes(self.target, self.precision, shapes))
-        return _with_times(trace, model, model.times(trace.batch_size), "retarget")
+        return with_op_times(trace, model, model.times(trace.batch_size), "retarget")
 
 
 # ----------------------------------------------------------------------------- what the outputs say
@@ -437,4 +438,4 @@ def gpu_timing(trace: Trace) -> GpuTiming | None:
 
 __all__ = ["DTYPE_CHOICES", "SOURCES", "GpuTiming", "MeasuredSource", "OpTimeSource", "RetargetSource",
            "RooflineSource", "ShapeCosts", "check_dtype", "choose_source", "device_from_name", "gpu_timing", "lookup_gpu",
-           "source_device", "time_on_device", "trace_origin"]
+           "source_device", "time_on_device", "trace_origin", "with_op_times"]

@@ -17,7 +17,7 @@ from dataclasses import replace
 
 from ..trace import Trace
 from ..trace.precision import OptimizerStepBytes, elements
-from .op_time_source import RooflineTimes, ShapeCosts, _with_times
+from .op_time_source import RooflineTimes, ShapeCosts, with_op_times
 
 
 def optimizer_ops(trace: Trace) -> list[int]:
@@ -53,7 +53,7 @@ def with_optimizer_step(trace: Trace, step: OptimizerStepBytes) -> Trace:
     if shapes is model.shapes:
         return trace
     timed = replace(model, shapes=shapes, _times={})
-    return _with_times(trace, timed, timed.times(trace.batch_size), trace.info.get("time_source", "roofline"))
+    return with_op_times(trace, timed, timed.times(trace.batch_size), trace.info.get("time_source", "roofline"))
 
 
 __all__ = ["optimizer_ops", "step_costs", "with_optimizer_step"]
