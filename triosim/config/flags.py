@@ -109,8 +109,11 @@ def add_sim_flags(p: argparse.ArgumentParser) -> None:
     g.add_argument("--schedule", default="gpipe", help="pipeline schedule: gpipe, 1f1b or interleaved")
     g.add_argument("--virtual-stages", type=int, default=1,
                    help="interleaved schedule: pipeline stages per GPU (V >= 2; needs --schedule interleaved)")
-    g.add_argument("--partition", default="optimal",
-                   help="pipeline stage cuts: optimal (searched, then re-timed), time (balanced) or count (equal ops)")
+    g.add_argument("--partition", default="auto",
+                   help="pipeline stage cuts: auto (layers for a --model run whose layers split equally over "
+                        "the stages, else optimal), layers (Megatron-LM's: equal transformer layers per stage, "
+                        "the embedding on the first, the head and loss on the last), optimal (searched, then "
+                        "re-timed), time (balanced) or count (equal ops)")
     g.add_argument("--initial-placement", default="gpu",
                    help="where parameters/optimizer state/inputs start: gpu (if they fit) or remote")
     g.add_argument("--collective-detail", default="auto", help="collectives: auto, expanded or macro")

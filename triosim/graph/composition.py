@@ -299,6 +299,7 @@ class Composition(CompositionState):
             "link_sharing_unknown": comm.sharing_unknown,
             "collective_warning": collective_warning(comm.crosses_other_gpus),
             "stage_parameters": [len(p) for p in params_of],
+            "partition": self.plan.partition if ranks.pp > 1 else None,  # how the stages were cut
             "pipeline_warnings": list(self.plan.warnings),  # e.g. the partition search ran out of budget
             "memory": memory,
         }

@@ -52,6 +52,9 @@ PRESETS = {
 }  # default rank order, innermost first
 TP_STYLES = ("megatron", "per-op")
 RECOMPUTE_MODES = ("none", "selective", "full")
+# Pipeline stage cuts (graph.pipeline.stages.candidate_plans): auto picks layers for a model
+# card's trace, optimal for any other.
+PARTITIONS = ("auto", "layers", "optimal", "time", "count")
 ZERO_ALIASES = {"0": 0, "1": 1, "2": 2, "3": 3, "fsdp": 3}
 
 
@@ -141,8 +144,8 @@ class Strategy:
         positive(self.bucket_mb, "--bucket-mb")  # NaN would otherwise mean one endless bucket
         if self.schedule not in ("gpipe", "1f1b", "interleaved"):
             raise ConfigError(f"--schedule must be gpipe, 1f1b or interleaved, got {self.schedule!r}")
-        if self.partition not in ("optimal", "time", "count"):
-            raise ConfigError(f"--partition must be optimal, time or count, got {self.partition!r}")
+        if self.partition not in PARTITIONS:
+            raise ConfigError(f"--partition must be auto, layers, optimal, time or count, got {self.partition!r}")
         if self.schedule == "interleaved":
             if self.virtual_stages < 2:
                 raise ConfigError(f"--schedule interleaved needs --virtual-stages 2 or more, got {self.virtual_stages}")

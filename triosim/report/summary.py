@@ -154,6 +154,9 @@ def _print_hybrid(console: Console, parallel: dict, hybrid: dict, batch: int | N
         console.print(f"  {kind.upper()} groups (one pipeline): {c['collectives']} collective(s), "
                       f"{human_bytes(c['payload_bytes'])} payload, {human_bytes(c['wire_bytes_per_gpu'])} sent per GPU")
     stages = parallel.get("pp") or 1
+    if stages > 1 and hybrid.get("partition"):
+        console.print(f"  stage cuts: {hybrid['partition']}"
+                      + (" (Megatron-LM's: equal transformer layers per stage)" if hybrid["partition"] == "layers" else ""))
     one = stages > 1 and hybrid.get("micro_batches") == 1
     if one:
         console.print(f"  [yellow]hint:[/yellow] {one_micro_batch_hint(stages, batch)}")

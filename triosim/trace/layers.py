@@ -89,6 +89,14 @@ def _forward_layers(trace: Trace) -> tuple[list[int], int, int, int]:
                      "with a linear layer at least twice)")
 
 
+def forward_layers(trace: Trace) -> tuple[tuple[int, ...], ...]:
+    """The forward ops of each repeated layer, in order (a TraceError when none repeats). Unlike
+    :func:`find_layers` it reads only the forward ops, so it also holds for a trace whose
+    backward pass was rearranged (activation recomputation inserts re-runs there)."""
+    fwd, p, n, s = _forward_layers(trace)
+    return tuple(tuple(fwd[s + k * p: s + (k + 1) * p]) for k in range(n))
+
+
 def find_layers(trace: Trace) -> LayerLayout:
     """The repeated layers of ``trace`` (see the module docstring's rule)."""
     fwd, p, n, s = _forward_layers(trace)
@@ -149,4 +157,4 @@ def find_layers(trace: Trace) -> LayerLayout:
                        order, tuple(slots))
 
 
-__all__ = ["LayerLayout", "find_layers"]
+__all__ = ["LayerLayout", "find_layers", "forward_layers"]

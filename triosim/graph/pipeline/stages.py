@@ -25,9 +25,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 
-from ...errors import ConfigError
+from ...errors import ConfigError, TraceError
 from ...hardware.platform import Platform
 from ...trace import Trace
+from ...trace.layers import forward_layers
 from ...trace.precision import size_key
 from ..strategy import Strategy
 from .estimate import BatchEstimator
@@ -280,6 +281,7 @@ def with_warnings(trace: Trace, plan: PipelinePlan) -> PipelinePlan:
         "optimal": "no cut gave it more without a slower iteration (larger boundary transfers or a busier stage "
                    "elsewhere)",
         "time": "the time split cuts where few bytes cross; --partition optimal weighs the whole iteration",
+        "layers": "Megatron-LM's equal layers per stage; --partition optimal balances the stages' times",
     }.get(plan.partition, "equal op counts ignore op times; --partition optimal weighs the whole iteration")
     for s, t in enumerate(compute):
         if total > 0 and t < SMALL_STAGE_SHARE * total:
@@ -314,11 +316,15 @@ def candidate_plans(trace: Trace, platform: Platform, strategy: Strategy, fracti
     if strategy.reference_compat:
         return [_compat_plan(trace, phase, n)]
     pos = _positions(trace, phase, fops)
-    if strategy.partition == "count":
+    partition = resolve_partition(trace, strategy.partition, n)
+    if partition == "layers":
+        starts = layer_starts(trace, fops, n)
+        return [_plan_from_starts(trace, phase, fops, pos, starts, "layers", gpus, virtual)]
+    if partition == "count":
         return [_plan_from_starts(trace, phase, fops, pos, count_starts(len(fops), n), "count", gpus, virtual)]
     costs = stage_costs(trace, phase, fops, pos, sizes)
     layout = Layout(gpus, virtual)
-    if strategy.partition == "time":
+    if partition == "time":
         starts = time_partition(costs, platform, strategy.schedule, layout)
         return [_plan_from_starts(trace, phase, fops, pos, starts, "time", gpus, virtual)]
     # One estimator (the block program, the stage sums seen) for the time split and the search.
@@ -351,6 +357,43 @@ def candidate_plans(trace: Trace, platform: Platform, strategy: Strategy, fracti
         if first_only:
             break
     return chosen or lacking[:1 if first_only else None]
+
+
+def resolve_partition(trace: Trace, partition: str, n: int) -> str:
+    """``auto``: Megatron-LM's ``layers`` for a model card's trace (a Megatron-style transformer)
+    whose layers split equally over the ``n`` stages, else ``optimal``; other values as given."""
+    if partition != "auto":
+        return partition
+    count = layer_count(trace) if trace.info.get("model_card") else 0
+    return "layers" if count and count % n == 0 else "optimal"
+
+
+def layer_starts(trace: Trace, fops: Sequence[int], n: int) -> list[int]:
+    """Megatron-LM's split: each of the ``n`` (virtual) stages runs L/n consecutive transformer
+    layers; what comes before the first layer (the embedding) runs on the first stage, what comes
+    after the last (the final norm, the head, the loss) on the last. Megatron requires L to be a
+    multiple of the stages (pipeline size × virtual stages per GPU)."""
+    layers = _layers(trace)
+    count = len(layers)
+    if count == 0:
+        raise ConfigError("--partition layers: the trace has no repeated layers to place")
+    if count % n:
+        raise ConfigError(f"--partition layers: {count} layers do not split equally over {n} pipeline stages "
+                          "(Megatron-LM needs them to); use --partition optimal")
+    first = {op: k for k, op in enumerate(fops)}
+    return [0] + [first[layers[s * count // n][0]] for s in range(1, n)]
+
+
+def layer_count(trace: Trace) -> int:
+    """The trace's repeated layers (0 when it has none)."""
+    return len(_layers(trace))
+
+
+def _layers(trace: Trace) -> tuple[tuple[int, ...], ...]:
+    try:
+        return forward_layers(trace)
+    except TraceError:
+        return ()
 
 
 def _compat_plan(trace: Trace, phase: Sequence[str], n: int) -> PipelinePlan:
