@@ -190,3 +190,24 @@ def test_ctrl_c_keeps_what_was_estimated(tmp_path: Path, monkeypatch) -> None:
     assert code == 130
     rows = list(csv.DictReader(out.open()))
     assert len(rows) == 25 and all(row["estimate_ms"] for row in rows)
+
+
+def test_layer_cuts_follow_megatrons_placement(tmp_path, uniform: Path) -> None:
+    """The estimator cuts a model card's pipeline where the DAG does (``--partition auto``: equal
+    layers per stage); a trace that is not a card's keeps the balanced cuts."""
+    from dataclasses import replace as changed
+
+    from triosim.graph.pipeline.stages import layer_starts
+    from triosim.trace.model_card import get_card
+    from triosim.trace.synthetic_card import CardTraceSpec, write_card_trace
+
+    card = changed(get_card("gpt3-175b"), layers=4, hidden=64, heads=4, kv_heads=4, ffn=256, vocab=100, seq_len=16)
+    d = write_card_trace(tmp_path / "card", CardTraceSpec(card, 2, 2, 4))
+    _, platform, _ = configure(trace_dir=str(uniform), dp=4, topology="switch")
+    profile = ModelProfile(load_recorded_trace(d, 2, "nooverlap", None, "auto", 2.0), platform)
+    cuts = profile.layer_cuts("auto", 4)
+    assert cuts == layer_starts(profile.raw, profile.fops, 4) and cuts[0] == 0 and len(set(cuts)) == 4
+    assert profile.layer_cuts("layers", 2) == layer_starts(profile.raw, profile.fops, 2)
+    assert profile.layer_cuts("auto", 3) is None  # 4 layers do not split over 3 stages
+    synthetic = ModelProfile(load_recorded_trace(uniform, BATCH, "nooverlap", None, "auto", 2.0), platform)
+    assert synthetic.layer_cuts("auto", 2) is None

@@ -52,7 +52,9 @@ class PlanSettings:
     capacity_bytes: int | None  # None: no memory verdict
     bucket_bytes: float = 25.0 * MIB
     seq_len: int | None = None
-    partition: str = "time"  # stage cuts: time (balanced weights) or count (equal positions, as --partition count)
+    # stage cuts: time (balanced weights), count (equal positions, as --partition count), layers
+    # (Megatron's equal layers) or auto (layers for a model card's trace, else time)
+    partition: str = "time"
 
 
 @dataclass(frozen=True)
@@ -109,7 +111,9 @@ def _pipeline(c: Candidate, pt, profile: ModelProfile, settings: PlanSettings, t
     if settings.partition == "count":
         starts = [k * profile.positions // S for k in range(S)]
     else:
-        starts = stage_starts(pt.fwd + pt.bwd + pt.tp_fwd + pt.tp_bwd, S)
+        starts = profile.layer_cuts(settings.partition, S) if settings.partition in ("layers", "auto") else None
+        if starts is None:
+            starts = stage_starts(pt.fwd + pt.bwd + pt.tp_fwd + pt.tp_bwd, S)
     bounds = list(zip(starts, [*starts[1:], profile.positions]))
     cf, cb = np.concatenate(([0.0], np.cumsum(fw))), np.concatenate(([0.0], np.cumsum(bw)))
     F = np.array([cf[b] - cf[a] for a, b in bounds])
