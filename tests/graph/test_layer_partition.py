@@ -75,6 +75,6 @@ def test_layers_that_do_not_split_are_refused(card_trace):
 
 def test_catches_a_planted_bug(card_trace, monkeypatch):
     """Equal op counts instead of equal layers (the embedding and head ops shift the cuts)."""
-    monkeypatch.setattr(ps, "layer_starts", lambda trace, fops, n: count_starts(len(fops), n))
+    monkeypatch.setattr(ps, "layer_starts", lambda trace, fops, n, layers=None: count_starts(len(fops), n))
     with pytest.raises(AssertionError):
         check_megatron_placement(card_trace, plan(card_trace, "layers", 4))

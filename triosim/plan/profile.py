@@ -36,7 +36,13 @@ from ..graph.data.zero import buffer_roles
 from ..graph.layer_count import count_layers
 from ..graph.pipeline.schedules import BACKWARD, FORWARD, OPTIMIZER
 from ..graph.pipeline.stage_costs import buffer_versions
-from ..graph.pipeline.stages import _positions, layer_starts, op_phases, resolve_partition
+from ..graph.pipeline.stages import (
+    _positions,
+    layer_starts,
+    op_phases,
+    resolve_partition,
+    trace_layers,
+)
 from ..graph.recompute import carry_plan, recompute
 from ..graph.tensor.megatron import attention_heads
 from ..graph.tensor.plans import tensor_plan, tp_waits
@@ -93,7 +99,7 @@ class ModelProfile:
     parent: ModelProfile | None = field(default=None, repr=False)
     _children: dict[str, ModelProfile] = field(default_factory=dict, repr=False)
     _rewrites: dict[int, object] = field(default_factory=dict, repr=False)  # batch -> its Recomputed
-    _layer_starts: dict[tuple[str, int], list[int] | None] = field(default_factory=dict, repr=False)
+    _layer_units: tuple[tuple[int, ...], ...] | None = field(default=None, repr=False)
 
     def __post_init__(self) -> None:
         trace = self.raw
@@ -119,12 +125,16 @@ class ModelProfile:
 
     def layer_cuts(self, partition: str, stages: int) -> list[int] | None:
         """Megatron-LM's stage starts (forward positions) when ``partition`` (``layers``, or
-        ``auto`` on a model card's trace) cuts ``stages`` stages at equal layers, else None."""
-        key = (partition, stages)
-        if key not in self._layer_starts:
-            layers = resolve_partition(self.raw, partition, stages) == "layers"
-            self._layer_starts[key] = layer_starts(self.raw, self.fops, stages) if layers else None
-        return self._layer_starts[key]
+        ``auto`` on a model card's trace) cuts ``stages`` stages at equal layers, else None. The
+        layers are found once, on the trace without re-runs: recomputation inserts its re-runs
+        among the backward ops, so the forward positions are the same."""
+        root = self.parent or self
+        if root._layer_units is None:
+            root._layer_units = trace_layers(root.raw)
+        units = root._layer_units
+        if resolve_partition(root.raw, partition, stages, units) != "layers":
+            return None
+        return layer_starts(root.raw, root.fops, stages, units)
 
     def for_recompute(self, mode: str) -> ModelProfile:
         """The profile of the trace with ``mode``'s re-runs inserted, as the simulation rewrites

@@ -316,9 +316,10 @@ def candidate_plans(trace: Trace, platform: Platform, strategy: Strategy, fracti
     if strategy.reference_compat:
         return [_compat_plan(trace, phase, n)]
     pos = _positions(trace, phase, fops)
-    partition = resolve_partition(trace, strategy.partition, n)
+    layers = _layers(trace) if strategy.partition in ("auto", "layers") else ()
+    partition = resolve_partition(trace, strategy.partition, n, layers)
     if partition == "layers":
-        starts = layer_starts(trace, fops, n)
+        starts = layer_starts(trace, fops, n, layers)
         return [_plan_from_starts(trace, phase, fops, pos, starts, "layers", gpus, virtual)]
     if partition == "count":
         return [_plan_from_starts(trace, phase, fops, pos, count_starts(len(fops), n), "count", gpus, virtual)]
@@ -359,21 +360,27 @@ def candidate_plans(trace: Trace, platform: Platform, strategy: Strategy, fracti
     return chosen or lacking[:1 if first_only else None]
 
 
-def resolve_partition(trace: Trace, partition: str, n: int) -> str:
+def resolve_partition(trace: Trace, partition: str, n: int,
+                      layers: tuple[tuple[int, ...], ...] | None = None) -> str:
     """``auto``: Megatron-LM's ``layers`` for a model card's trace (a Megatron-style transformer)
-    whose layers split equally over the ``n`` stages, else ``optimal``; other values as given."""
+    whose layers split equally over the ``n`` stages, else ``optimal``; other values as given.
+    ``layers``: the trace's :func:`~triosim.trace.layers.forward_layers`, if at hand."""
     if partition != "auto":
         return partition
-    count = layer_count(trace) if trace.info.get("model_card") else 0
+    if not trace.info.get("model_card"):
+        return "optimal"
+    count = len(_layers(trace) if layers is None else layers)
     return "layers" if count and count % n == 0 else "optimal"
 
 
-def layer_starts(trace: Trace, fops: Sequence[int], n: int) -> list[int]:
+def layer_starts(trace: Trace, fops: Sequence[int], n: int,
+                 layers: tuple[tuple[int, ...], ...] | None = None) -> list[int]:
     """Megatron-LM's split: each of the ``n`` (virtual) stages runs L/n consecutive transformer
     layers; what comes before the first layer (the embedding) runs on the first stage, what comes
     after the last (the final norm, the head, the loss) on the last. Megatron requires L to be a
-    multiple of the stages (pipeline size × virtual stages per GPU)."""
-    layers = _layers(trace)
+    multiple of the stages (pipeline size × virtual stages per GPU). Returns each stage's first
+    forward position (an index into ``fops``)."""
+    layers = _layers(trace) if layers is None else layers
     count = len(layers)
     if count == 0:
         raise ConfigError("--partition layers: the trace has no repeated layers to place")
@@ -384,9 +391,9 @@ def layer_starts(trace: Trace, fops: Sequence[int], n: int) -> list[int]:
     return [0] + [first[layers[s * count // n][0]] for s in range(1, n)]
 
 
-def layer_count(trace: Trace) -> int:
-    """The trace's repeated layers (0 when it has none)."""
-    return len(_layers(trace))
+def trace_layers(trace: Trace) -> tuple[tuple[int, ...], ...]:
+    """The forward ops of each of the trace's repeated layers (none when nothing repeats)."""
+    return _layers(trace)
 
 
 def _layers(trace: Trace) -> tuple[tuple[int, ...], ...]:
