@@ -316,7 +316,7 @@ def candidate_plans(trace: Trace, platform: Platform, strategy: Strategy, fracti
     if strategy.reference_compat:
         return [_compat_plan(trace, phase, n)]
     pos = _positions(trace, phase, fops)
-    layers = _layers(trace) if strategy.partition in ("auto", "layers") else ()
+    layers = trace_layers(trace) if strategy.partition in ("auto", "layers") else ()
     partition = resolve_partition(trace, strategy.partition, n, layers)
     if partition == "layers":
         starts = layer_starts(trace, fops, n, layers)
@@ -369,7 +369,7 @@ def resolve_partition(trace: Trace, partition: str, n: int,
         return partition
     if not trace.info.get("model_card"):
         return "optimal"
-    count = len(_layers(trace) if layers is None else layers)
+    count = len(trace_layers(trace) if layers is None else layers)
     return "layers" if count and count % n == 0 else "optimal"
 
 
@@ -380,7 +380,7 @@ def layer_starts(trace: Trace, fops: Sequence[int], n: int,
     after the last (the final norm, the head, the loss) on the last. Megatron requires L to be a
     multiple of the stages (pipeline size × virtual stages per GPU). Returns each stage's first
     forward position (an index into ``fops``)."""
-    layers = _layers(trace) if layers is None else layers
+    layers = trace_layers(trace) if layers is None else layers
     count = len(layers)
     if count == 0:
         raise ConfigError("--partition layers: the trace has no repeated layers to place")
@@ -393,10 +393,6 @@ def layer_starts(trace: Trace, fops: Sequence[int], n: int,
 
 def trace_layers(trace: Trace) -> tuple[tuple[int, ...], ...]:
     """The forward ops of each of the trace's repeated layers (none when nothing repeats)."""
-    return _layers(trace)
-
-
-def _layers(trace: Trace) -> tuple[tuple[int, ...], ...]:
     try:
         return forward_layers(trace)
     except TraceError:
