@@ -81,10 +81,6 @@ class OptimizerStepBytes:
     read: int
     written: int
 
-    @property
-    def total(self) -> int:
-        return self.read + self.written
-
 
 def optimizer_step_bytes(precision: TrainingPrecision) -> OptimizerStepBytes:
     """Bytes per parameter of Megatron-LM's optimizer step with Adam, kernel by kernel.
