@@ -1,6 +1,6 @@
 """Calibrate the DGX A100 NVLink efficiency on the single-node Megatron-LM rows.
 
-    python bench/calibrate_nvlink.py                 # ~30 s on 2 cores
+    python bench/calibrate_nvlink.py                 # ~40 s on 2 cores
     python bench/calibrate_nvlink.py --grid 0.5:0.8:0.01
 
 The shipped `topologies/dgx-a100-superpod.yaml` gives NVLink an `efficiency`: the share of its
@@ -11,8 +11,8 @@ where the only traffic is tensor-parallel collectives over NVSwitch. It runs bot
 efficiency of a grid (`--link-efficiency nvlink=E` on the shipped file, nothing else changed)
 and prints each row's error and their mean |error|; the calibrated value is the grid point with
 the smallest mean rounded to the nearest 0.05 (two rows cannot tell 0.58 from 0.62: their means
-differ by 0.05 points). The multi-node rows (175B, 530B, 1T)
-are held out: `bench/megatron_validation.py` reports them with the value chosen here.
+differ by 0.05 points). The multi-node rows (175B, 530B, 1T) are held out:
+`bench/megatron_validation.py` reports them with the value chosen here.
 """
 
 from __future__ import annotations
