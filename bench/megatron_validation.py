@@ -7,9 +7,7 @@ Published: Korthikanti et al. 2022, "Reducing Activation Recomputation in Large 
 Models", Table 5 (sequence 2048, vocabulary 51,200, fp16, no data parallelism). Each row runs
 ``triosim run --model M --gpu a100-80gb --topology-file topologies/dgx-a100-superpod.yaml ...`` as
 a user would type it (the command is printed) and reads its JSON: the iteration time, the mean
-GPU's time breakdown and the first stage's memory. The topology file's NVLink efficiency is
-calibrated on the two 22B rows (``bench/calibrate_nvlink.py``); the 175B, 530B and 1T rows are
-held out.
+GPU's time breakdown and the first stage's memory.
 
 Beside triosim: Calculon (Isaev et al., SC'23) and llm-analysis (PyPI 0.2.2), neither a
 dependency. Calculon's column is its own ``llm-validation`` output (commit of calculon-ai/calculon

@@ -158,7 +158,7 @@ def test_a_one_block_per_channel_kernel_is_bounded_by_what_its_blocks_read():
 def test_no_overlap_adds_math_and_memory_time_and_vector_ops_use_the_vector_curve():
     a100 = get_device("a100-80gb")
     gemm = OpCost(77.31e9, 88.1e6, 6.3e6, "matmul", "matmul", "bf16")
-    want = 77.31e9 / (312e12 * 0.9) + 94.4e6 / (2039e9 * 0.75) + 1.5e-6
+    want = 77.31e9 / (312e12 * 0.869) + 94.4e6 / (2039e9 * 0.75) + 1.5e-6  # capped at the measured MAMF
     assert roofline_seconds(gemm, a100) == pytest.approx(want)
     softmax = OpCost(0.25e9, 100.7e6, 100.7e6, "norm", "norm", "fp16")
     assert roofline_seconds(softmax, a100) == pytest.approx(0.25e9 / (78e12 * 0.1) + 201.4e6 / (2039e9 * 0.9) + 1.5e-6)

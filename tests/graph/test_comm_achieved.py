@@ -47,8 +47,8 @@ def test_file_efficiency_scales_every_link_of_its_class():
     assert p.link_bandwidth("leaf0r0->spine") == 32 * NIC * 0.92
     assert p.link_bandwidth("gpu0->remote") == 696e9  # remote memory carries no collective
     a100 = build_platform(16, topology_file="dgx-a100-superpod")
-    assert a100.link_bandwidth("gpu0->nvsw0") == 300e9 * 0.6 and a100.link_bandwidth("gpu0->leaf0r0") == 25e9 * 0.92
-    assert a100.link_efficiency == {"nvlink": 0.6, "nic": 0.92, "spine": 0.92}
+    assert a100.link_bandwidth("gpu0->nvsw0") == 300e9 * 0.78 and a100.link_bandwidth("gpu0->leaf0r0") == 25e9 * 0.92
+    assert a100.link_efficiency == {"nvlink": 0.78, "nic": 0.92, "spine": 0.92}
 
 
 @pytest.mark.parametrize("e", [1.0, 0.8, 0.5, 0.123])
