@@ -22,10 +22,10 @@ TOPOLOGY = REPO / "topologies" / "dgx-a100-superpod.yaml"
 DEVICE = REPO / "triosim" / "hardware" / "device_data" / "a100-80gb.yaml"
 MAMF = 0.869  # 271.2 of 312 TFLOP/s, measured (stas00/ml-engineering's MAMF table)
 SEQSEL = ["--recompute", "selective", "--sequence-parallel"]
+MESH_22B = ["--model", "megatron-22b", "--global-batch", "4", "-micro-batch-size", "4"]
 ROWS = {  # (mesh flags, recomputation flags, published seconds, allowed |error|)
-    "22b-full": (["--model", "megatron-22b", "--global-batch", "4", "-micro-batch-size", "4"],
-                 ["--recompute", "full"], 1.42, 0.03),
-    "22b-seqsel": (["--model", "megatron-22b", "--global-batch", "4", "-micro-batch-size", "4"], SEQSEL, 1.10, 0.03),
+    "22b-full": (MESH_22B, ["--recompute", "full"], 1.42, 0.03),
+    "22b-seqsel": (MESH_22B, SEQSEL, 1.10, 0.03),
     "175b-seqsel": (["--model", "gpt3-175b", "--pp", "8", "--schedule", "interleaved", "--virtual-stages", "3",
                      "--global-batch", "64", "-micro-batch-size", "1"], SEQSEL, 13.75, 0.05),
 }
