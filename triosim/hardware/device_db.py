@@ -24,6 +24,8 @@ schema) holds what the roofline op-time model needs to know about a GPU:
 - optional ``processing_mode``: ``roofline`` (the default: an op's time is the larger of its
   compute and memory times, the two overlap) or ``no_overlap`` (their sum, as Calculon's
   system files may say: a kernel that does not hide its memory traffic behind its math).
+- optional ``node_fabric``: the shipped topology file (``topologies/<name>.yaml``) of the system
+  the GPU is sold in, with ``sources.node_fabric``; ``--gpu NAME`` without a topology runs on it.
 - ``sources``: the public document behind every peak number (one entry per peak field).
 - optional, for kernels whose parallelism the op's shape limits (cuDNN's training batch norm
   runs one thread block per channel): ``sm_count`` (streaming multiprocessors, from the spec
@@ -55,7 +57,7 @@ DTYPES = ("fp64", "fp32", "tf32", "bf16", "fp16", "fp8")
 PEAK_FIELDS = ("matrix_tflops", "vector_tflops", "hbm_gbps", "memory_gb")
 REQUIRED = ("name", "memory_gb", "hbm_gbps", "launch_floor_us", "matrix_tflops", "vector_tflops", "efficiency",
             "sources")
-KEYS = frozenset((*REQUIRED, "display_name", "vendor", "aliases", "notes", "sm_count", "block_read_gbps",
+KEYS = frozenset((*REQUIRED, "display_name", "vendor", "aliases", "notes", "sm_count", "block_read_gbps", "node_fabric",
                   "processing_mode"))
 EFFICIENCY_KEYS = frozenset(("compute", "memory", "source"))
 EFFICIENCY_OPTIONAL = frozenset(("compute_by_dtype", "vector"))
@@ -107,6 +109,7 @@ class Device:
     block_read_bytes_per_s: float | None = None  # one thread block's read rate alone on an SM
     vector_efficiency: Curve | None = None  # vector-unit ops; None: the compute curves
     processing_mode: str = "roofline"  # how an op's compute and memory times combine
+    node_fabric: str | None = None  # the shipped topology file of the system this GPU is sold in
 
     def block_limited_rate(self, blocks: int | None) -> float | None:
         """Read rate (B/s) of a kernel that runs ``blocks`` thread blocks, each streaming its own
@@ -272,6 +275,12 @@ def parse_device(where: str, data: Any) -> Device:
     if mode not in PROCESSING_MODES:
         raise ConfigError(f"{where}: field 'processing_mode' must be one of {', '.join(PROCESSING_MODES)}, "
                           f"got {mode!r}")
+    fabric = data.get("node_fabric")
+    if fabric is not None and (not isinstance(fabric, str) or not re.fullmatch(r"[a-z0-9][a-z0-9.-]*", fabric)):
+        raise ConfigError(f"{where}: field 'node_fabric' must name a shipped topology file (such as "
+                          f"dgx-h100-superpod), got {fabric!r}")
+    if fabric is not None and not (isinstance(sources.get("node_fabric"), str) and sources["node_fabric"].strip()):
+        raise ConfigError(f"{where}: missing field sources.node_fabric (the system this GPU is sold in)")
     return Device(
         name=name.strip().lower(),
         display_name=str(data.get("display_name", name)),
@@ -290,6 +299,7 @@ def parse_device(where: str, data: Any) -> Device:
         block_read_bytes_per_s=block_rate,
         vector_efficiency=_curve(where, "efficiency.vector", eff["vector"]) if "vector" in eff else None,
         processing_mode=mode,
+        node_fabric=fabric,
     )
 
 
