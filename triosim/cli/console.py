@@ -27,7 +27,9 @@ from ..config import (
     resolve_batches,
     trace_dir_from_flag,
 )
+from ..config.defaults import applied_defaults
 from ..config.gpu import verdict_capacity
+from ..config.megatron_args import translate_argv
 from ..config.notes import unused_flag_note
 from ..errors import ConfigError, TriosimError
 from ..output import atomic_write_text, check_output_path, refuse_overwriting_inputs
@@ -39,6 +41,7 @@ from .notices import run_notices
 from .progress import RunProgress
 
 SUBCOMMANDS = ("run", "dag", "trace", "sweep", "gpus", "models", "plan")
+MEGATRON_COMMANDS = ("run", "dag", "plan")  # the commands whose flags have Megatron-LM names
 _SINGLE_DASH = re.compile(r"^-[A-Za-z][A-Za-z0-9_-]+(=.*)?$")
 
 
@@ -55,6 +58,19 @@ def add_output_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--timeline", metavar="FILE",
                    help="write a Chrome/Perfetto trace of the schedule ('-' for stdout)")
     p.add_argument("--quiet", "-q", action="store_true", help="print only the iteration time in ms")
+
+
+def add_megatron_flag(p: argparse.ArgumentParser) -> None:
+    """``--megatron-args``: translated before parsing (:mod:`triosim.config.megatron_args`);
+    listed here so ``--help`` shows it and the Megatron names."""
+    p.add_argument("--megatron-args", metavar='"LINE"',
+                   help="a Megatron-LM argument line, read as the native flags (--tensor-model-parallel-size, "
+                        "--pipeline-model-parallel-size, --virtual-pipeline-model-parallel-size, "
+                        "--num-layers-per-virtual-pipeline-stage, --global-batch-size, --micro-batch-size, "
+                        "--seq-length, --num-layers, --hidden-size, --num-attention-heads, --ffn-hidden-size, "
+                        "--num-query-groups, --swiglu, --sequence-parallel, --recompute-granularity, "
+                        "--use-distributed-optimizer, --bf16, --fp16, --fp8-format, ...; each of them works as a "
+                        "flag too); the world size is -GPUnumber, dp is derived from it")
 
 
 def add_config_flag(p: argparse.ArgumentParser) -> None:
@@ -92,6 +108,7 @@ def build_parser(defaults: dict | None = None, run_only: bool = False) -> argpar
     run = sub.add_parser("run", help="simulate one iteration and print a summary")
     add_sim_flags(run)
     add_config_flag(run)
+    add_megatron_flag(run)
     add_output_flags(run)
     run.set_defaults(func=cmd_run, **(defaults or {}))
     if run_only:
@@ -99,6 +116,7 @@ def build_parser(defaults: dict | None = None, run_only: bool = False) -> argpar
     dag = sub.add_parser("dag", help="export the task DAG as Graphviz DOT")
     add_sim_flags(dag)
     add_config_flag(dag)
+    add_megatron_flag(dag)
     dag.add_argument("--export", metavar="FILE", default="dag.dot", help="DOT file to write (dag.dot)")
     dag.add_argument("--render", choices=("svg", "png", "pdf"),
                      help="also render with Graphviz's dot, labels >= 10 px at 100 %% zoom (an SVG when a PNG "
@@ -211,6 +229,8 @@ def cmd_run(args: argparse.Namespace) -> int:
                     extra={"trace": Path(trace.path).name, "batch_size": batches.batch,
                            "batch_source": batches.source, "batch_size_sim": trace.batch_size,
                            "time_source": trace.time_source,
+                           **({"defaults": [d.to_dict() for d in applied_defaults(args)]}
+                              if applied_defaults(args) else {}),
                            **({"op_time_model": trace.op_time.describe()} if trace.op_time else {}),
                            **verdict,
                            **({"throughput": rates.to_dict()} if rates is not None else {}),
@@ -335,6 +355,13 @@ def main(argv: Sequence[str] | None = None, keep: list | None = None) -> int:
     config = config_file_arg(argv)
     facts: dict = {}
     try:
+        if argv[0] in MEGATRON_COMMANDS:
+            translation = translate_argv(argv)
+            if translation.argv != argv:
+                typed = argv = translation.argv  # the parser's messages then name the native flags
+            note = translation.note()
+            if note:
+                print(note, file=sys.stderr)
         defaults = {**read_config_file(config, facts), "config_facts": facts} if config else None
     except TriosimError as exc:
         print(f"triosim: error: {exc}", file=sys.stderr)

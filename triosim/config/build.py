@@ -21,6 +21,7 @@ from ..trace import Trace
 from ..trace.load import load_trace, trace_batch_size
 from .batch_flags import global_batch_per_replica
 from .comm_flags import apply_link_efficiency
+from .defaults import apply_run_defaults, resolve_schedule
 from .flags import sim_namespace, typed
 from .gpu import GpuOptions, planning_capacity, time_trace_on_gpu
 from .model_flags import check_model_flags, model_given, model_trace
@@ -45,6 +46,7 @@ def resolve_batches(args: argparse.Namespace, info_cache: dict[str, tuple[int, s
 
     ``info_cache`` (trace directory → (batch, source)) lets a sweep read each meta.json once.
     """
+    apply_run_defaults(args)
     if model_given(args):  # no trace directory: the card's trace, built at the micro-batch
         built = model_trace(args, GpuOptions.of(args).dtype)
         trace_dir, batch, source = built.trace_dir, built.batch, "model card"
@@ -160,6 +162,7 @@ def check_hybrid_micro_batch(mb: int | None, batch: int) -> None:
 
 
 def strategy_from_args(args: argparse.Namespace, sim_batch: int) -> Strategy:
+    apply_run_defaults(args)
     mb = args.micro_batch_size if args.micro_batch_size not in (None, -1) else None
     if mb is not None and mb <= 0:
         raise ConfigError(f"-micro-batch-size must be a positive integer, got {mb}")
@@ -167,11 +170,16 @@ def strategy_from_args(args: argparse.Namespace, sim_batch: int) -> Strategy:
         raise ConfigError(f"-micro-batch-size {mb} is larger than the simulated batch {sim_batch}")
     if degrees_given(args):
         check_hybrid_micro_batch(mb, sim_batch)
+    schedule = args.schedule
+    if degrees_given(args) or args.case == 4:  # the runs that have micro-batches
+        schedule = resolve_schedule(args, -(-sim_batch // mb) if mb else 1)
+    elif schedule == "auto":
+        schedule = "gpipe"
     strategy = Strategy(
         case=args.case,
         micro_batch_size=mb,
         bucket_mb=args.bucket_mb,
-        schedule=args.schedule,
+        schedule=schedule,
         partition=args.partition,
         initial_placement=args.initial_placement,
         reference_compat=args.reference_compat,
@@ -184,6 +192,7 @@ def strategy_from_args(args: argparse.Namespace, sim_batch: int) -> Strategy:
 
 
 def platform_from_args(args: argparse.Namespace) -> Platform:
+    apply_run_defaults(args)
     check_model_flags(args)  # first: "--model needs --gpu" says more than any GPU-flag error
     GpuOptions.of(args).check(bool(args.reference_compat))
     gpus = resolve_gpus(args)
@@ -232,6 +241,7 @@ def configure(args: argparse.Namespace | Mapping[str, Any] | None = None,
     elif options:
         raise TypeError("configure(): pass either a namespace or keyword options, not both")
     check_case(args)
+    apply_run_defaults(args)
     training_precision(args)  # the flags' own errors before any file is read
     platform = platform_from_args(args)
     trace = with_flag_precision(load_scaled_trace(args), args)
