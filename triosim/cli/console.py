@@ -104,11 +104,15 @@ def build_parser(defaults: dict | None = None, run_only: bool = False) -> argpar
                      help="also render with Graphviz's dot, labels >= 10 px at 100 %% zoom (an SVG when a PNG "
                           "would be too large to view; docs/dag.md)")
     dag.add_argument("--max-tasks", type=int, default=50_000,
-                     help="refuse graphs larger than this (a DOT of 10^5+ nodes is unreadable; 0 = no limit)")
-    dag.add_argument("--collapse", choices=("auto", "none", "layer", "stage"), default="auto",
-                     help="one node per task (none), per layer of each GPU's pass, or per GPU pass and "
-                          "micro-batch (stage); collectives are one node each when collapsed. auto (default): "
-                          "none while it fits in --max-nodes, else layer, else stage")
+                     help="refuse to draw more than this many nodes (with --expand: tasks), a DOT file "
+                          "too large for dot (0 = no limit)")
+    dag.add_argument("--collapse", choices=("auto", "none", "layer", "stage", "repeat"), default="auto",
+                     help="one node per task (none), per layer of each GPU's pass, per GPU pass and "
+                          "micro-batch (stage), or per run of repeats (repeat: identical layers, micro-batches "
+                          "and collectives as one node, the first and last drawn); collectives are one node "
+                          "each when collapsed. auto (default): the first that fits in --max-nodes, else repeat")
+    dag.add_argument("--expand", action="store_true",
+                     help="draw every task (--collapse none), however many (up to --max-tasks)")
     dag.add_argument("--max-nodes", type=int, default=150,
                      help="--collapse auto collapses beyond this many nodes, and says so (150)")
     dag.add_argument("--show-gpus", metavar="G,G", default=None,
@@ -277,24 +281,31 @@ def cmd_dag(args: argparse.Namespace) -> int:
     check_output_path(args.export, "--export")
     if args.render:
         check_render_target(args.export, args.render)
+    if args.max_nodes < 1:
+        raise ConfigError(f"--max-nodes must be >= 1, got {args.max_nodes}")
+    mode = dag_mode(args)
     trace, platform, strategy = configure(args)
     note_unused_flags(args)
     graph = build_graph(trace, platform, strategy)
-    if args.max_tasks and len(graph) > args.max_tasks:
+    if mode == "none" and args.max_tasks and len(graph) > args.max_tasks:
         raise ConfigError(
-            f"the task graph has {len(graph):,} tasks, more than --max-tasks {args.max_tasks:,}: use fewer GPUs "
-            "or micro-batches, --collective-detail macro, or --max-tasks 0 to write it anyway"
+            f"the task graph has {len(graph):,} tasks, more than --max-tasks {args.max_tasks:,}: draw it collapsed "
+            "(leave out --expand), use fewer GPUs or micro-batches, --collective-detail macro, or --max-tasks 0 "
+            "to write it anyway"
         )
-    if args.max_nodes < 1:
-        raise ConfigError(f"--max-nodes must be >= 1, got {args.max_nodes}")
-    picture = dag_picture(graph, trace, args.collapse, gpus=show_gpus(args.show_gpus, platform.num_gpus),
+    picture = dag_picture(graph, trace, mode, gpus=show_gpus(args.show_gpus, platform.num_gpus),
                           max_nodes=args.max_nodes, rankdir="LR" if args.layout == "lr" else "TB")
+    if args.max_tasks and picture.nodes > args.max_tasks:
+        raise ConfigError(f"the picture has {picture.nodes:,} nodes, more than --max-tasks {args.max_tasks:,}: "
+                          "use --collapse repeat, --show-gpus, or --max-tasks 0 to write it anyway")
     protect = (Path(trace.path) / "trace.csv", Path(trace.path) / "tensor.csv")
     atomic_write_text(args.export, picture.dot.source, protect=protect, flag="--export")
     if picture.note:
         print(f"note: {picture.note}")
-    print(f"wrote {args.export}: {len(graph):,} tasks, {graph.num_edges:,} edges"
-          + (f"; drawn as {picture.nodes:,} nodes (--collapse {picture.mode})" if picture.mode != "none" else ""))
+    how = "one node per task" if picture.mode == "none" else f"--collapse {picture.mode}"
+    source = (f"{len(graph):,} tasks and {graph.num_edges:,} edges" if picture.tasks == len(graph)
+              else f"{picture.tasks:,} of the DAG's {len(graph):,} tasks")
+    print(f"wrote {args.export}: {picture.nodes:,} nodes, {picture.edges:,} edges from {source} ({how})")
     if args.render:
         drawn = render_dag(picture.dot.source, args.export, args.render)
         if drawn.plan.note:
@@ -303,6 +314,15 @@ def cmd_dag(args: argparse.Namespace) -> int:
         print(f"rendered {drawn.path}: {drawn.plan.width_px:,} x {drawn.plan.height_px:,} px at 100 % zoom, "
               f"labels {drawn.plan.label_px:.1f} px")
     return 0
+
+
+def dag_mode(args: argparse.Namespace) -> str:
+    """The collapse mode: ``--expand`` is ``--collapse none``, and refuses any other grouping."""
+    if not getattr(args, "expand", False):
+        return args.collapse
+    if args.collapse not in ("auto", "none"):
+        raise ConfigError(f"--expand draws every task; --collapse {args.collapse} groups them: give one of the two")
+    return "none"
 
 
 def show_gpus(raw: str | None, num_gpus: int) -> frozenset[int] | None:
