@@ -54,6 +54,12 @@ def add_output_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--json", metavar="FILE", help="write the result as JSON ('-' for stdout)")
     p.add_argument("--timeline", metavar="FILE",
                    help="write a Chrome/Perfetto trace of the schedule ('-' for stdout)")
+    p.add_argument("--timeline-gpus", metavar="LIST",
+                   help="the timeline keeps these GPUs' tracks and links (e.g. 0,1,8; 'all'); default all, or "
+                        "for a large run the first pipeline (says so)")
+    p.add_argument("--timeline-micro-batches", metavar="N",
+                   help="the timeline keeps the first N micro-batches and the work outside them ('all'); "
+                        "default all, or for a large run max(8, 2 x pp)")
     p.add_argument("--quiet", "-q", action="store_true", help="print only the iteration time in ms")
 
 
@@ -149,6 +155,13 @@ def check_run_outputs(args: argparse.Namespace) -> None:
     if args.json == "-" and args.timeline == "-":
         raise ConfigError("--json - and --timeline - both write to stdout, which would hold two JSON "
                           "documents; send one of them to a file")
+    from ..report.timeline_filter import parse_timeline_gpus, parse_timeline_micro_batches
+
+    for flag, raw in (("--timeline-gpus", args.timeline_gpus), ("--timeline-micro-batches", args.timeline_micro_batches)):
+        if raw is not None and args.timeline is None:
+            raise ConfigError(f"{flag} chooses what the --timeline file keeps; give --timeline FILE or leave it out")
+    parse_timeline_gpus(args.timeline_gpus)
+    parse_timeline_micro_batches(args.timeline_micro_batches)
     outputs = [(flag, path) for flag, path in (("--json", args.json), ("--timeline", args.timeline))
                if path is not None and path != "-"]
     for flag, path in outputs:
@@ -183,7 +196,12 @@ def cmd_run(args: argparse.Namespace) -> int:
     from ..graph import build_graph
     from ..report.result import Result, summarize
     from ..report.throughput import throughput_of
-    from ..report.timeline import timeline_json
+    from ..report.timeline import timeline_events, timeline_text
+    from ..report.timeline_filter import (
+        parse_timeline_gpus,
+        parse_timeline_micro_batches,
+        select_timeline,
+    )
     from ..schedule.list_scheduler import schedule
 
     check_file_flags_not_empty(args)
@@ -193,6 +211,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     # of a large run).
     with RunProgress(args.quiet) as progress, collector_paused():
         trace, platform, strategy = configure(args)
+        timeline_gpus = parse_timeline_gpus(args.timeline_gpus, platform.num_gpus)
         note_unused_flags(args)
         for line in run_notices(args, trace, platform, strategy):
             print(line, file=sys.stderr)
@@ -226,10 +245,18 @@ def cmd_run(args: argparse.Namespace) -> int:
             sys.stdout.write(text)
         else:
             atomic_write_text(args.json, text, protect=protect, flag="--json")
-    if args.timeline == "-":
-        sys.stdout.write(timeline_json(graph, sched))
-    elif args.timeline:
-        atomic_write_text(args.timeline, timeline_json(graph, sched), protect=protect, flag="--timeline")
+    if args.timeline:
+        chosen = select_timeline(graph, sched, strategy, platform.num_gpus, timeline_gpus,
+                                 parse_timeline_micro_batches(args.timeline_micro_batches))
+        events = timeline_events(graph, sched, keep=chosen.keep, gpus=chosen.gpus)
+        text = timeline_text(events)
+        if args.timeline == "-":
+            sys.stdout.write(text)
+        else:
+            atomic_write_text(args.timeline, text, protect=protect, flag="--timeline")
+        print(chosen.summary("stdout" if args.timeline == "-" else args.timeline, len(text.encode()), events),
+              file=sys.stderr)
+        del events, text
     to_stdout = "-" in (args.json, args.timeline)  # stdout holds one JSON document and nothing else
     if args.quiet:
         if not to_stdout:
