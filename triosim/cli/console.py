@@ -57,6 +57,12 @@ def add_output_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--json", metavar="FILE", help="write the result as JSON ('-' for stdout)")
     p.add_argument("--timeline", metavar="FILE",
                    help="write a Chrome/Perfetto trace of the schedule ('-' for stdout)")
+    p.add_argument("--timeline-gpus", metavar="LIST",
+                   help="the timeline keeps these GPUs' tracks and links (e.g. 0,1,8; 'all'); default all, or "
+                        "for a large run the first pipeline (says so)")
+    p.add_argument("--timeline-micro-batches", metavar="N",
+                   help="the timeline keeps the first N micro-batches and the work outside them ('all'); "
+                        "default all, or for a large run max(8, 2 x pp)")
     p.add_argument("--quiet", "-q", action="store_true", help="print only the iteration time in ms")
 
 
@@ -122,11 +128,15 @@ def build_parser(defaults: dict | None = None, run_only: bool = False) -> argpar
                      help="also render with Graphviz's dot, labels >= 10 px at 100 %% zoom (an SVG when a PNG "
                           "would be too large to view; docs/dag.md)")
     dag.add_argument("--max-tasks", type=int, default=50_000,
-                     help="refuse graphs larger than this (a DOT of 10^5+ nodes is unreadable; 0 = no limit)")
-    dag.add_argument("--collapse", choices=("auto", "none", "layer", "stage"), default="auto",
-                     help="one node per task (none), per layer of each GPU's pass, or per GPU pass and "
-                          "micro-batch (stage); collectives are one node each when collapsed. auto (default): "
-                          "none while it fits in --max-nodes, else layer, else stage")
+                     help="refuse to draw more than this many nodes (with --expand: tasks), a DOT file "
+                          "too large for dot (0 = no limit)")
+    dag.add_argument("--collapse", choices=("auto", "none", "layer", "stage", "repeat"), default="auto",
+                     help="one node per task (none), per layer of each GPU's pass, per GPU pass and "
+                          "micro-batch (stage), or per run of repeats (repeat: identical layers, micro-batches "
+                          "and collectives as one node, the first and last drawn); collectives are one node "
+                          "each when collapsed. auto (default): the first that fits in --max-nodes, else repeat")
+    dag.add_argument("--expand", action="store_true",
+                     help="draw every task (--collapse none), however many (up to --max-tasks)")
     dag.add_argument("--max-nodes", type=int, default=150,
                      help="--collapse auto collapses beyond this many nodes, and says so (150)")
     dag.add_argument("--show-gpus", metavar="G,G", default=None,
@@ -163,6 +173,13 @@ def check_run_outputs(args: argparse.Namespace) -> None:
     if args.json == "-" and args.timeline == "-":
         raise ConfigError("--json - and --timeline - both write to stdout, which would hold two JSON "
                           "documents; send one of them to a file")
+    from ..report.timeline_filter import parse_timeline_gpus, parse_timeline_micro_batches
+
+    for flag, raw in (("--timeline-gpus", args.timeline_gpus), ("--timeline-micro-batches", args.timeline_micro_batches)):
+        if raw is not None and args.timeline is None:
+            raise ConfigError(f"{flag} chooses what the --timeline file keeps; give --timeline FILE or leave it out")
+    parse_timeline_gpus(args.timeline_gpus)
+    parse_timeline_micro_batches(args.timeline_micro_batches)
     outputs = [(flag, path) for flag, path in (("--json", args.json), ("--timeline", args.timeline))
                if path is not None and path != "-"]
     for flag, path in outputs:
@@ -197,7 +214,12 @@ def cmd_run(args: argparse.Namespace) -> int:
     from ..graph import build_graph
     from ..report.result import Result, summarize
     from ..report.throughput import throughput_of
-    from ..report.timeline import timeline_json
+    from ..report.timeline import timeline_events, timeline_text
+    from ..report.timeline_filter import (
+        parse_timeline_gpus,
+        parse_timeline_micro_batches,
+        select_timeline,
+    )
     from ..schedule.list_scheduler import schedule
 
     check_file_flags_not_empty(args)
@@ -207,6 +229,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     # of a large run).
     with RunProgress(args.quiet) as progress, collector_paused():
         trace, platform, strategy = configure(args)
+        timeline_gpus = parse_timeline_gpus(args.timeline_gpus, platform.num_gpus)
         note_unused_flags(args)
         for line in run_notices(args, trace, platform, strategy):
             print(line, file=sys.stderr)
@@ -242,10 +265,18 @@ def cmd_run(args: argparse.Namespace) -> int:
             sys.stdout.write(text)
         else:
             atomic_write_text(args.json, text, protect=protect, flag="--json")
-    if args.timeline == "-":
-        sys.stdout.write(timeline_json(graph, sched))
-    elif args.timeline:
-        atomic_write_text(args.timeline, timeline_json(graph, sched), protect=protect, flag="--timeline")
+    if args.timeline:
+        chosen = select_timeline(graph, sched, strategy, platform.num_gpus, timeline_gpus,
+                                 parse_timeline_micro_batches(args.timeline_micro_batches))
+        events = timeline_events(graph, sched, keep=chosen.keep, gpus=chosen.gpus)
+        text = timeline_text(events)
+        if args.timeline == "-":
+            sys.stdout.write(text)
+        else:
+            atomic_write_text(args.timeline, text, protect=protect, flag="--timeline")
+        print(chosen.summary("stdout" if args.timeline == "-" else args.timeline, len(text.encode()), events),
+              file=sys.stderr)
+        del events, text
     to_stdout = "-" in (args.json, args.timeline)  # stdout holds one JSON document and nothing else
     if args.quiet:
         if not to_stdout:
@@ -297,24 +328,31 @@ def cmd_dag(args: argparse.Namespace) -> int:
     check_output_path(args.export, "--export")
     if args.render:
         check_render_target(args.export, args.render)
+    if args.max_nodes < 1:
+        raise ConfigError(f"--max-nodes must be >= 1, got {args.max_nodes}")
+    mode = dag_mode(args)
     trace, platform, strategy = configure(args)
     note_unused_flags(args)
     graph = build_graph(trace, platform, strategy)
-    if args.max_tasks and len(graph) > args.max_tasks:
+    if mode == "none" and args.max_tasks and len(graph) > args.max_tasks:
         raise ConfigError(
-            f"the task graph has {len(graph):,} tasks, more than --max-tasks {args.max_tasks:,}: use fewer GPUs "
-            "or micro-batches, --collective-detail macro, or --max-tasks 0 to write it anyway"
+            f"the task graph has {len(graph):,} tasks, more than --max-tasks {args.max_tasks:,}: draw it collapsed "
+            "(leave out --expand), use fewer GPUs or micro-batches, --collective-detail macro, or --max-tasks 0 "
+            "to write it anyway"
         )
-    if args.max_nodes < 1:
-        raise ConfigError(f"--max-nodes must be >= 1, got {args.max_nodes}")
-    picture = dag_picture(graph, trace, args.collapse, gpus=show_gpus(args.show_gpus, platform.num_gpus),
+    picture = dag_picture(graph, trace, mode, gpus=show_gpus(args.show_gpus, platform.num_gpus),
                           max_nodes=args.max_nodes, rankdir="LR" if args.layout == "lr" else "TB")
+    if args.max_tasks and picture.nodes > args.max_tasks:
+        raise ConfigError(f"the picture has {picture.nodes:,} nodes, more than --max-tasks {args.max_tasks:,}: "
+                          "use --collapse repeat, --show-gpus, or --max-tasks 0 to write it anyway")
     protect = (Path(trace.path) / "trace.csv", Path(trace.path) / "tensor.csv")
     atomic_write_text(args.export, picture.dot.source, protect=protect, flag="--export")
     if picture.note:
         print(f"note: {picture.note}")
-    print(f"wrote {args.export}: {len(graph):,} tasks, {graph.num_edges:,} edges"
-          + (f"; drawn as {picture.nodes:,} nodes (--collapse {picture.mode})" if picture.mode != "none" else ""))
+    how = "one node per task" if picture.mode == "none" else f"--collapse {picture.mode}"
+    source = (f"{len(graph):,} tasks and {graph.num_edges:,} edges" if picture.tasks == len(graph)
+              else f"{picture.tasks:,} of the DAG's {len(graph):,} tasks")
+    print(f"wrote {args.export}: {picture.nodes:,} nodes, {picture.edges:,} edges from {source} ({how})")
     if args.render:
         drawn = render_dag(picture.dot.source, args.export, args.render)
         if drawn.plan.note:
@@ -323,6 +361,15 @@ def cmd_dag(args: argparse.Namespace) -> int:
         print(f"rendered {drawn.path}: {drawn.plan.width_px:,} x {drawn.plan.height_px:,} px at 100 % zoom, "
               f"labels {drawn.plan.label_px:.1f} px")
     return 0
+
+
+def dag_mode(args: argparse.Namespace) -> str:
+    """The collapse mode: ``--expand`` is ``--collapse none``, and refuses any other grouping."""
+    if not getattr(args, "expand", False):
+        return args.collapse
+    if args.collapse not in ("auto", "none"):
+        raise ConfigError(f"--expand draws every task; --collapse {args.collapse} groups them: give one of the two")
+    return "none"
 
 
 def show_gpus(raw: str | None, num_gpus: int) -> frozenset[int] | None:
