@@ -24,10 +24,11 @@ from ..config.build import (
 )
 from ..config.flags import FlagTable
 from ..config.gpu import GpuOptions, memory_capacity
+from ..config.inputs import input_files, refuse_outputs_over_inputs
 from ..config.model_flags import check_model_flags
 from ..config.precision import training_precision
 from ..errors import ConfigError
-from ..output import check_output_path, refuse_overwriting_inputs
+from ..output import check_output_path
 
 # Strategy flags the plan chooses itself: given to `plan`, they would be silently replaced.
 CHOSEN = ("case", "dp", "tp", "pp", "micro_batch_size", "schedule", "virtual_stages", "zero", "sequence_parallel",
@@ -199,9 +200,8 @@ def plan_inputs(args: argparse.Namespace) -> PlanInputs:
     _check_flags(args)
     base, base_flags = base_config(args)
     trace_dir = trace_dir_from_flag(args.trace_dir)
-    protect = [trace_dir / n for n in ("trace.csv", "tensor.csv", "meta.json")]
-    refuse_overwriting_inputs([(f, p) for f, p in (("--out", args.out), ("--plot", args.plot)) if p],
-                              [*protect, getattr(args, "topology_file", None)])
+    protect = input_files(args)
+    refuse_outputs_over_inputs([("--out", args.out), ("--plot", args.plot)], args)
     # the platform of all N GPUs, and the trace at its recorded batch
     ns = argparse.Namespace(**{**base, "dp": args.gpus, "gpus": None, "global_batch": None})
     check_model_flags(ns)
