@@ -21,6 +21,7 @@ import argparse
 import hashlib
 import json
 import os
+import re
 import shutil
 import tempfile
 from dataclasses import dataclass
@@ -142,9 +143,14 @@ def cache_root() -> Path:
 
 
 def _entry_name(spec: CardTraceSpec) -> str:
-    key = json.dumps({"card": spec.card.shape_key(), "batch": spec.batch_size, "element_bytes": spec.element_bytes,
-                      "layers": spec.layers, "generator": CARD_TRACE_VERSION}, sort_keys=True)
-    return f"{spec.card.name[:40]}-{hashlib.sha256(key.encode()).hexdigest()[:16]}"
+    """The cache entry's directory name: the card's name made a safe file name (whatever the
+    name holds, never a path out of the cache), then a hash of everything the trace depends on,
+    the name included (meta.json records it)."""
+    key = json.dumps({"card": spec.card.shape_key(), "name": spec.card.name, "batch": spec.batch_size,
+                      "element_bytes": spec.element_bytes, "layers": spec.layers, "generator": CARD_TRACE_VERSION},
+                     sort_keys=True)
+    safe = re.sub(r"[^a-z0-9._+-]+", "_", spec.card.name.lower()).strip("._")[:40] or "card"
+    return f"{safe}-{hashlib.sha256(key.encode()).hexdigest()[:16]}"
 
 
 def cached_card_trace(spec: CardTraceSpec) -> Path:
