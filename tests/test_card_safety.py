@@ -56,3 +56,13 @@ def test_the_cache_entry_stays_in_the_cache_whatever_the_name(cache: Path, tmp_p
         assert entry.parent == cache / "model-traces" and entry.resolve().parent == (cache / "model-traces").resolve()
         assert json.loads((entry / "meta.json").read_text())["model_card"] == name
     assert sorted(p.name for p in tmp_path.iterdir()) == ["a"]
+
+
+@pytest.mark.parametrize("description", ["two\nlines", "a\rb", {"a": 1}, ["a"], "  "])
+def test_a_card_description_is_one_line_of_text(description, tmp_path: Path) -> None:
+    card = tmp_path / "card.yaml"
+    card.write_text(NEO.replace('description: "GPT-Neo 1.3B (Black et al. 2021; its local-attention layers costed '
+                                'as global)"', f"description: {json.dumps(description)}"))
+    code, out, err = run(["models", "--model-file", str(card), "--json"])
+    assert code == 2 and out == ""
+    assert err == f"triosim: error: {card}: description: must be a non-empty line of text, got {description!r}\n"

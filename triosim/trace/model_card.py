@@ -146,9 +146,13 @@ def _number(where: str, key: str, value: Any, low: float, high: float) -> float:
     return x
 
 
-def _text(where: str, key: str, value: Any) -> str:
-    if not isinstance(value, str) or not value.strip() or len(value) > 2000:
-        raise ConfigError(f"{where}: {key}: must be a non-empty line of text")
+def _text(where: str, key: str, value: Any, one_line: bool = False) -> str:
+    """Text of the card, its whitespace collapsed; ``one_line``: a line break is an error (a
+    description is shown as one line; a source may be folded over several)."""
+    if not isinstance(value, str) or not value.strip() or len(value) > 2000 or \
+            (one_line and len(value.strip().splitlines()) > 1):
+        shown = repr(value) if len(repr(value)) <= 40 else repr(value)[:37] + "..."
+        raise ConfigError(f"{where}: {key}: must be a non-empty line of text, got {shown}")
     return " ".join(value.split())
 
 
@@ -206,7 +210,7 @@ def parse_card(where: str, data: Any, default_name: str = "") -> ModelCard:
     name = _name(where, data["name"]) if "name" in data else default_name
     if not name:
         raise ConfigError(f"{where}: missing key 'name'")
-    description = _text(where, "description", data["description"]) if "description" in data else ""
+    description = _text(where, "description", data["description"], one_line=True) if "description" in data else ""
     return ModelCard(name=name, **counts, **choices, **flags, dropout=dropout, description=description,
                      published_params=published, sources={k: " ".join(v.split()) for k, v in sources.items()},
                      path=where)
