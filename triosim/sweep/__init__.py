@@ -405,5 +405,18 @@ def cmd_sweep(args: argparse.Namespace) -> int:
                   + (f" in {kept} (earlier results files left as they were)" if kept else ""))
         raise KeyboardInterrupt
     if not ok:
-        raise ConfigError("no configuration of the sweep ran successfully (see the reasons above)")
+        raise ConfigError(no_success_message(result.rows, args.quiet))
     return 0
+
+
+def no_success_message(rows: Sequence[Row], quiet: bool) -> str:
+    """Why a sweep has no result: the table above gives every reason; under ``-q`` nothing is
+    above, so the line counts them and gives the first configuration's."""
+    if not quiet or not rows:
+        return "no configuration of the sweep ran successfully (see the reasons above)"
+    counts = {s: sum(1 for r in rows if r.outcome.status == s) for s in (INVALID, FAILED)}
+    shown = ", ".join(f"{n} {s}" for s, n in counts.items() if n)
+    first = rows[0]
+    label = first.point.label() or "the configuration"
+    return (f"no configuration of the sweep ran successfully ({shown}); {label}: {first.outcome.reason} "
+            "(without -q the table gives every reason)")
