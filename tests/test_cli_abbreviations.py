@@ -11,9 +11,9 @@ from contextlib import redirect_stderr, redirect_stdout
 from pathlib import Path
 
 import pytest
+from triosim.sample_trace import trace_dir
 
 from triosim.cli.console import build_parser, main
-from triosim.sample_trace import trace_dir
 
 SAMPLE = trace_dir().parent / "gpt-cpu-bs8"
 

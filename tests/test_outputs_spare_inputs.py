@@ -11,11 +11,11 @@ import shutil
 from pathlib import Path
 
 import pytest
+from triosim.sample_trace import trace_dir
 
 from triosim.cli.console import main
 from triosim.hardware.device_db import packaged_dir as device_dir
 from triosim.hardware.topology_file import packaged_dir as topology_dir
-from triosim.sample_trace import trace_dir
 
 SAMPLE = trace_dir().parent / "gpt-cpu-bs8"
 CARD = """name: tiny

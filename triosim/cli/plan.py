@@ -25,7 +25,7 @@ from ..config.build import (
 from ..config.flags import FlagTable
 from ..config.gpu import GpuOptions, memory_capacity
 from ..config.inputs import input_files, refuse_outputs_over_inputs
-from ..config.model_flags import check_model_flags
+from ..config.model_flags import card_flag, check_model_flags
 from ..config.precision import training_precision
 from ..errors import ConfigError
 from ..output import check_output_path
@@ -208,7 +208,7 @@ def plan_inputs(args: argparse.Namespace) -> PlanInputs:
     platform = platform_from_args(ns)
     batches = resolve_batches(ns)  # a model card's trace is built here, at one sequence per op
     raw = load_recorded_trace(batches.trace_dir, batches.batch, ns.time_column, layers_to_repeat(ns),
-                              *op_time_options(ns), gpu_timing_options(ns))
+                              *op_time_options(ns), gpu_timing_options(ns), card=card_flag(ns))
     profile = ModelProfile(raw, platform, reference_compat=bool(ns.reference_compat),
                            precision=training_precision(ns))
     node = platform.node_of.count(0) if platform.node_of else args.gpus_per_node

@@ -27,7 +27,7 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..errors import ConfigError
+from ..errors import ConfigError, TraceError
 from ..trace.model_card import COUNT_FIELDS, ModelCard, get_card, read_card_file
 from ..trace.synthetic_card import CARD_TRACE_VERSION, CardTraceSpec, write_card_trace
 
@@ -177,6 +177,34 @@ def cached_card_trace(spec: CardTraceSpec) -> Path:
     return final
 
 
+def card_flag(args: argparse.Namespace) -> str | None:
+    """How the run named its card, for errors: ``--model NAME`` or ``--model-file FILE`` (None:
+    a trace run)."""
+    if getattr(args, "model_file", None) is not None:
+        return f"--model-file {args.model_file}"
+    if getattr(args, "model", None) is not None:
+        return f"--model {args.model}"
+    return None
+
+
+def card_trace_error(exc: TraceError, card: str, trace_dir: str | os.PathLike, layers: int | None) -> ConfigError:
+    """A check that the trace built from a card failed, said of the card: the cached trace's
+    ``tensor.csv:117`` means nothing to the user, the card's sizes and the flags do."""
+    try:
+        meta = json.loads((Path(trace_dir) / "meta.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        meta = {}
+    seq, batch = meta.get("seq_len"), meta.get("batch_size")
+    depth = layers if layers is not None else meta.get("traced_layers")  # None: not repeated, as built
+    sizes = ", ".join(part for part in (
+        f"sequence {seq:,}" if isinstance(seq, int) else "",
+        f"{batch:,} sequence{'s' if batch != 1 else ''} per op" if isinstance(batch, int) else "",
+        f"{depth:,} layers" if isinstance(depth, int) else "") if part)
+    return ConfigError(f"{card}: the training step built from the card ({sizes}) is refused: {exc.message} "
+                       "(a shorter --seq-len, a smaller -micro-batch-size or -batch-size-sim, or fewer --num-layers "
+                       "make it smaller)")
+
+
 def model_trace(args: argparse.Namespace, dtype: str) -> ModelTrace:
     """The trace of a card run (built and cached on first use); ``dtype`` is the run's --dtype."""
     card = load_card(args)
@@ -188,5 +216,5 @@ def model_trace(args: argparse.Namespace, dtype: str) -> ModelTrace:
     return ModelTrace(cached_card_trace(spec), spec.batch_size, depth if depth > traced else None, card)
 
 
-__all__ = ["MODEL_FLAG_DEFAULTS", "ModelTrace", "add_model_flags", "cache_root", "cached_card_trace", "check_model_flags",
-           "load_card", "model_batch", "model_given", "model_trace"]
+__all__ = ["MODEL_FLAG_DEFAULTS", "ModelTrace", "add_model_flags", "cache_root", "cached_card_trace", "card_flag",
+           "card_trace_error", "check_model_flags", "load_card", "model_batch", "model_given", "model_trace"]
