@@ -25,14 +25,14 @@ from ..config import (
     configure,
     read_config_file,
     resolve_batches,
-    trace_dir_from_flag,
 )
 from ..config.defaults import applied_defaults
 from ..config.gpu import verdict_capacity
+from ..config.inputs import refuse_outputs_over_inputs
 from ..config.megatron_args import translate_argv
 from ..config.notes import unused_flag_note
 from ..errors import ConfigError, TriosimError
-from ..output import atomic_write_text, check_output_path, refuse_overwriting_inputs
+from ..output import atomic_write_text, check_output_path
 from ..report.memory_verdict import verdict_line
 from ..trace.load import collector_paused
 from ..version import __version__
@@ -187,11 +187,7 @@ def check_run_outputs(args: argparse.Namespace) -> None:
     if len(outputs) == 2 and Path(outputs[0][1]).resolve() == Path(outputs[1][1]).resolve():
         raise ConfigError(f"--json and --timeline both name {args.json}; give them different files")
     # No output may replace a file the run reads (by path or, through a hard link, by inode).
-    inputs = [getattr(args, "config", None), getattr(args, "topology_file", None), getattr(args, "model_file", None)]
-    if getattr(args, "model", None) is None and getattr(args, "model_file", None) is None:
-        trace_dir = trace_dir_from_flag(args.trace_dir)
-        inputs += [trace_dir / n for n in ("trace.csv", "tensor.csv", "meta.json")]
-    refuse_overwriting_inputs(outputs, inputs)
+    refuse_outputs_over_inputs(outputs, args)
 
 
 def check_file_flags_not_empty(args: argparse.Namespace) -> None:
@@ -322,7 +318,7 @@ def gpu_outputs(args: argparse.Namespace, trace, graph, strategy) -> dict:
 def cmd_dag(args: argparse.Namespace) -> int:
     from ..graph import build_graph
     from ..report.dot_export import dag_picture
-    from ..report.render import check_render_target, render_dag
+    from ..report.render import check_render_target, render_dag, render_target
 
     check_file_flags_not_empty(args)
     check_output_path(args.export, "--export")
@@ -331,6 +327,10 @@ def cmd_dag(args: argparse.Namespace) -> int:
     if args.max_nodes < 1:
         raise ConfigError(f"--max-nodes must be >= 1, got {args.max_nodes}")
     mode = dag_mode(args)
+    # --render's picture too, and the SVG a PNG too large to view falls back to
+    pictures = {"png": ("png", "svg")}.get(args.render, (args.render,)) if args.render else ()
+    rendered = [render_target(args.export, fmt) for fmt in pictures]
+    refuse_outputs_over_inputs([("--export", args.export), *(("--render", p) for p in rendered)], args)
     trace, platform, strategy = configure(args)
     note_unused_flags(args)
     graph = build_graph(trace, platform, strategy)

@@ -10,7 +10,7 @@ from typing import Any
 
 from ..compute.op_time import attach_op_time_model
 from ..compute.scale import scale_trace
-from ..errors import ConfigError
+from ..errors import ConfigError, TraceError
 from ..graph.layer_count import check_pipeline_depth
 from ..graph.strategy import Strategy
 from ..hardware.platform import Platform
@@ -24,7 +24,7 @@ from .comm_flags import apply_link_efficiency
 from .defaults import apply_run_defaults, resolve_schedule
 from .flags import sim_namespace, typed
 from .gpu import GpuOptions, planning_capacity, time_trace_on_gpu
-from .model_flags import check_model_flags, model_given, model_trace
+from .model_flags import card_flag, card_trace_error, check_model_flags, model_given, model_trace
 from .notes import check_unused_platform_flags
 from .parallel_flags import degrees_given, parallel_options, resolve_gpus
 from .precision import training_precision, with_flag_precision
@@ -77,7 +77,7 @@ def load_scaled_trace(args: argparse.Namespace) -> Trace:
     """The trace of ``--trace-dir`` recorded at its batch, scaled to ``--batch-size-sim``."""
     b = resolve_batches(args)
     trace = load_recorded_trace(b.trace_dir, b.batch, args.time_column, layers_to_repeat(args),
-                                *op_time_options(args), gpu_timing_options(args))
+                                *op_time_options(args), gpu_timing_options(args), card=card_flag(args))
     trace = trace.with_batch_source(b.source)
     return scale_trace(trace, b.sim, reference_compat=args.reference_compat)
 
@@ -108,10 +108,22 @@ def gpu_timing_options(args: argparse.Namespace) -> GpuOptions | None:
 
 def load_recorded_trace(trace_dir: str | Path, batch: int, time_column: str, num_layers: int | None,
                         op_time_model: str = "auto", kernel_floor_us: float = 2.0,
-                        gpu: GpuOptions | None = None) -> Trace:
+                        gpu: GpuOptions | None = None, card: str | None = None) -> Trace:
     """The trace at its recorded batch, its transformer layer repeated to ``num_layers`` if given,
-    with its op-time model, timed on ``gpu``'s device when given (``run`` and every
-    configuration of a sweep load traces through here)."""
+    with its op-time model, timed on ``gpu``'s device when given (``run``, ``plan`` and every
+    configuration of a sweep load traces through here). ``card``: the flag that named the model
+    card the trace was built from (:func:`~triosim.config.model_flags.card_flag`); a check the
+    built trace fails is then said of the card, not of the cached trace's files."""
+    try:
+        return _load_recorded(trace_dir, batch, time_column, num_layers, op_time_model, kernel_floor_us, gpu)
+    except TraceError as exc:
+        if card is None:
+            raise
+        raise card_trace_error(exc, card, trace_dir, num_layers) from None
+
+
+def _load_recorded(trace_dir: str | Path, batch: int, time_column: str, num_layers: int | None,
+                   op_time_model: str, kernel_floor_us: float, gpu: GpuOptions | None) -> Trace:
     if num_layers is not None:
         if num_layers < 1:
             raise ConfigError(f"--num-layers must be a positive integer, got {num_layers}")
