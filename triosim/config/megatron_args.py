@@ -14,7 +14,10 @@ run (and the bytes) of its native flag:
 * memory: ``--sequence-parallel`` (native), ``--use-distributed-optimizer`` → ``--zero 1``,
   ``--recompute-granularity full|selective`` and ``--recompute-activations`` → ``--recompute``
   (``--recompute-method``/``--recompute-num-layers`` only where they recompute every layer);
-* precision: ``--bf16``, ``--fp16``, ``--fp8-format`` → ``--dtype``;
+* precision: ``--bf16``, ``--fp16``, ``--fp8-format`` → ``--dtype``; ``--fp8-recipe`` (Megatron's
+  ``tensorwise`` is ``current``) and ``--fp8-param-gather`` are native (Megatron-Core's own
+  default recipe is ``delayed``; triosim's is current scaling, MXFP8 on Blackwell: give
+  ``--fp8-recipe delayed`` to match a line that names none);
 * the architecture (``--hidden-size``, ``--num-attention-heads``, ``--ffn-hidden-size``,
   ``--num-query-groups``, ``--swiglu``, ``--normalization``, ...): a model card, written to the
   cache and run as ``--model-file``: the ``--model`` card with those fields replaced, or, without
@@ -51,7 +54,10 @@ _SWITCHES = {
     "--fp16": ["--dtype", "fp16"],
     "--sequence-parallel": ["--sequence-parallel"],
     "--recompute-activations": ["--recompute", "selective"],
+    "--fp8-param-gather": ["--fp8-param-gather"],
 }
+# Megatron's --fp8-recipe values -> the native ones (tensorwise: per-tensor current scaling).
+_FP8_RECIPES = {"tensorwise": "current"}
 # Sizes of axes triosim does not model: accepted at 1 only.
 _UNMODELLED_SIZES = {
     "--context-parallel-size": "context parallelism",
@@ -101,10 +107,11 @@ _NO_EFFECT = {
 # accepted in a pasted line, named in the note so the answer is read knowing it.
 _NOT_MODELLED = {
     **dict.fromkeys(("--overlap-grad-reduce", "--overlap-param-gather", "--tp-comm-overlap", "--overlap-p2p-comm",
-                     "--fp8-param-gather", "--overlap-param-gather-with-optimizer-step",
-                     "--defer-embedding-wgrad-compute", "--qk-layernorm"), 0),
+                     "--overlap-param-gather-with-optimizer-step",
+                     "--defer-embedding-wgrad-compute", "--qk-layernorm", "--first-last-layers-bf16",
+                     "--fp8-dot-product-attention"), 0),
     **dict.fromkeys(("--fp8-amax-history-len", "--fp8-amax-compute-algo", "--fp8-margin", "--fp8-interval",
-                     "--fp8-recipe", "--ddp-bucket-size"), 1),
+                     "--ddp-bucket-size", "--num-layers-at-start-in-bf16", "--num-layers-at-end-in-bf16"), 1),
 }
 
 
@@ -240,6 +247,10 @@ def _translate_one(name: str, inline: str | None, reader: _Reader, out: list[str
     if name == "--fp8-format":
         reader.value(name, inline)  # e4m3 or hybrid: both run the GEMMs at the fp8 peak
         out.extend(["--dtype", "fp8"])
+        return True
+    if name == "--fp8-recipe":
+        value = reader.value(name, inline)
+        out.extend([name, _FP8_RECIPES.get(value, value)])
         return True
     if name in _UNMODELLED_SIZES:
         size = _positive_int(name, reader.value(name, inline), reader.where)
