@@ -228,7 +228,7 @@ CASES = [
          lambda d: insert_bytes(d / "tensor.csv", 5, b"\x00")),
     # --- the GPU flags (issue 20)
     Case("unknown --gpu", ("run", "-trace-dir", T, "--gpu", "h100-sxn", "-q"),
-         "--gpu h100-sxn: unknown GPU (known: a100-40gb, a100-80gb, b200, h100-pcie, h100-sxm, h200, l40s, mi300x, "
+         "--gpu h100-sxn: unknown GPU (known: a100-40gb, a100-80gb, b200, gb200, h100-pcie, h100-sxm, h200, l40s, mi300x, "
          "v100-32gb); did you mean h100-sxm?"),
     Case("--dtype fp8 on a V100", ("run", "-trace-dir", T, "--gpu", "v100", "--dtype", "fp8", "-q"),
          "--dtype fp8: V100-SXM2-32GB (v100-32gb) has no fp8 matrix peak (it has fp32, fp16)"),
