@@ -17,7 +17,7 @@ import re
 from dataclasses import dataclass
 
 GAP = {"…", "..."}
-DURATION = re.compile(r"\b\d+(?:\.\d+)? ?(s|ms wall|min)\b(?= |,|\)|;|$)")
+DURATION = re.compile(r"\b\d+(?:\.\d+)? ?(s|min)\b(?= |,|\)|;|$)")  # wall clock: "estimated in 0.3 s"
 DIGITS = re.compile(r"[-+\u2212]?\d[\d,.]*")  # any number, glued to a word or not (dp4×tp2)
 BOX_RUNS = re.compile(r"([─━═┄╌\-])\1+")
 
