@@ -108,11 +108,29 @@ def source_device(trace: Trace, trace_gpu: str | None) -> Device | None:
     return device_from_name(str(trace.info.get("device_name", "")))
 
 
+def check_trace_gpu(trace: Trace, trace_gpu: str | None) -> None:
+    """``--trace-gpu`` says which GPU measured a trace whose meta.json does not say; it cannot
+    turn a CPU-timed or synthetic trace's times into a GPU's (a CPU's op times are not an H100's,
+    and claiming so would retarget or keep them as if they were)."""
+    if trace_gpu is None:
+        return
+    origin = trace_origin(trace)
+    if origin == "cpu":
+        recorded = trace.info.get("device_name")
+        raise ConfigError(f"--trace-gpu {trace_gpu}: meta.json says this trace was timed on the CPU"
+                          + (f" ({recorded})" if recorded else "") + ", and CPU times are not a GPU's; leave "
+                          "--trace-gpu out (--op-time-source auto times its ops by the roofline on --gpu)")
+    if origin == "synthetic":
+        raise ConfigError(f"--trace-gpu {trace_gpu}: this trace is synthetic (meta.json device: synthetic) and holds "
+                          "no measured times; leave --trace-gpu out (--op-time-source auto times its ops by the roofline on --gpu)")
+
+
 def choose_source(requested: str, target: Device, trace: Trace, trace_gpu: str | None = None) -> str:
     """The source ``auto`` (or the requested one) means for ``trace`` on ``target``; checks that
     ``retarget`` has a source GPU."""
     if requested not in SOURCES:
         raise ConfigError(f"--op-time-source must be one of {', '.join(SOURCES)}, got {requested!r}")
+    check_trace_gpu(trace, trace_gpu)
     origin = "gpu" if trace_gpu is not None else trace_origin(trace)
     if requested in ("trace", "roofline"):
         return requested
@@ -125,8 +143,9 @@ def choose_source(requested: str, target: Device, trace: Trace, trace_gpu: str |
                           "or --op-time-source roofline")
     if requested == "retarget":
         if source is None:
-            raise ConfigError(f"--op-time-source retarget needs a GPU-timed trace, and this one was timed on the "
-                              f"{origin}: use --op-time-source roofline, or --trace-gpu NAME (known: {_known()})")
+            what = "was timed on the CPU" if origin == "cpu" else "holds no measured times (synthetic)"
+            raise ConfigError(f"--op-time-source retarget needs a GPU-timed trace, and this one {what}: use "
+                              "--op-time-source roofline (or auto)")
         return "retarget"
     if origin in ("cpu", "synthetic"):
         return "roofline"
@@ -437,5 +456,5 @@ def gpu_timing(trace: Trace) -> GpuTiming | None:
 
 
 __all__ = ["DTYPE_CHOICES", "SOURCES", "GpuTiming", "MeasuredSource", "OpTimeSource", "RetargetSource",
-           "RooflineSource", "ShapeCosts", "check_dtype", "choose_source", "device_from_name", "gpu_timing", "lookup_gpu",
-           "source_device", "time_on_device", "trace_origin", "with_op_times"]
+           "RooflineSource", "ShapeCosts", "check_dtype", "check_trace_gpu", "choose_source", "device_from_name",
+           "gpu_timing", "lookup_gpu", "source_device", "time_on_device", "trace_origin", "with_op_times"]

@@ -61,6 +61,11 @@ def breakdown_line(result: Result) -> str:
     return "Time per GPU, mean (ms): " + " · ".join(parts)
 
 
+def defaults_line(defaults: list[dict]) -> str:
+    """``defaults: -micro-batch-size 1 (…), --schedule 1f1b (…)``: the values a run filled in."""
+    return "Megatron's defaults: " + ", ".join(f"{d['flag']} {d['value']} ({d['why']})" for d in defaults)
+
+
 def print_summary(result: Result, console: Console, title: str = "") -> None:
     s, p = result.strategy, result.platform
     head = (
@@ -71,6 +76,9 @@ def print_summary(result: Result, console: Console, title: str = "") -> None:
         f"[bold green]Iteration time: {result.makespan_ms:.4f} ms[/bold green]"
         f"   ({len(result.graph):,} tasks, {result.graph.num_edges:,} edges)"
     )
+    defaults = result.extra.get("defaults")
+    if defaults:  # what the run chose for flags left out (Megatron's defaults), so no answer hides one
+        head = head.replace("\n[bold green]", "\n" + defaults_line(defaults) + "\n[bold green]", 1)
     precision = result.graph.meta.get("precision")
     if precision:  # only under a training dtype
         head = head.replace("\n[bold green]", f"\ntraining in {precision['dtype']}, gradients reduced in "
