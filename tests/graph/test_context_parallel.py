@@ -209,6 +209,19 @@ def test_activation_check_catches_activations_left_whole(monkeypatch) -> None:
         check_activations_divided()
 
 
+def test_tp_collectives_and_pipeline_sends_carry_one_cp_th() -> None:
+    """The activations a tensor-parallel collective or a pipeline send carries are the rank's
+    1/cp of the tokens."""
+    def moved(**flags) -> tuple[int, int]:
+        graph = _card_run(tp=2, pp=2, representatives=True, **flags).graph
+        sends = sum(graph.nbytes[t] for t, k in enumerate(graph.kind)
+                    if k == "transfer" and "direction" in (graph.attrs[t] or {}))
+        return graph.meta["hybrid"]["collectives_dp0_tp0"]["tp"]["payload_bytes"], sends
+
+    (tp1, pp1), (tp2, pp2) = moved(dp=1), moved(cp=2)
+    assert tp1 > 0 and pp1 > 0 and (tp2, pp2) == (tp1 // 2, pp1 // 2)
+
+
 def test_peak_memory_falls_with_cp() -> None:
     """Not exact (the exchange's buffers, the fp32 statistics), but well below: activations
     and temporaries of cp 4 under a third of cp 1's."""
@@ -216,6 +229,44 @@ def test_peak_memory_falls_with_cp() -> None:
         return _card_run(representatives=True, **flags).graph.meta["hybrid"]["memory"][0]["activations_peak_bytes"]
 
     assert rest(cp=4) < rest(dp=1) / 3
+
+
+def check_exchange_buffers_in_the_plan(placement: str) -> None:
+    """At every attention op the memory plan holds the exchange's buffers on top of the trace's
+    buffers: exactly what the summary reports (``exchange_buffers_per_layer``), in the plan of
+    buffer lifetimes (everything fits) and in the step-by-step one (``remote`` placement)."""
+    import triosim.graph.memory.composition as memory
+
+    def attention_steps(held: bool):
+        trace, platform, strategy = configure({**CARD, "cp": 4, "representatives": True,
+                                               "initial-placement": placement})
+        with pytest.MonkeyPatch.context() as mp:
+            if not held:
+                mp.setattr(memory, "transient_bytes", lambda *args: 0)
+            graph = simulate(trace, platform, strategy).graph
+        tasks, occupancy = graph.meta["memory"][0]["occupancy"]
+        phases = _attention(trace)
+        steps = {graph.attrs[t]["op"]: int(b) for t, b in zip(tasks, occupancy) if (graph.attrs[t] or {}).get("op")
+                 in phases}
+        return steps, phases, graph.meta["hybrid"]["context_parallel"]["exchange_buffers_per_layer"]
+
+    with_buffers, phases, held = attention_steps(True)
+    without, _, _ = attention_steps(False)
+    assert len(with_buffers) == 4 and held["forward"] > 0 and held["backward"] > 0
+    assert {i: with_buffers[i] - without[i] for i in phases} == {i: held[phases[i]] for i in phases}
+
+
+@pytest.mark.parametrize("placement", ["gpu", "remote"])
+def test_the_exchange_buffers_are_in_the_memory_plan(placement: str) -> None:
+    check_exchange_buffers_in_the_plan(placement)
+
+
+def test_the_buffer_check_catches_a_plan_without_them(monkeypatch) -> None:
+    import triosim.graph.memory.composition as memory
+
+    monkeypatch.setattr(memory, "_exchange_bytes", lambda b, i, r: 0)
+    with pytest.raises(AssertionError):
+        check_exchange_buffers_in_the_plan("remote")
 
 
 # ----------------------------------------------------------------------------- time and overlap
