@@ -57,7 +57,8 @@ def cache(tmp_path: Path, monkeypatch) -> None:
      ["--recompute", "full"]),
     (["--virtual-pipeline-model-parallel-size", "2"], ["--schedule", "interleaved", "--virtual-stages", "2"]),
     (["--num-layers-per-virtual-pipeline-stage", "1"], ["--schedule", "interleaved", "--virtual-stages", "2"]),
-    (["--context-parallel-size", "1"], []),
+    (["--context-parallel-size", "1"], ["--cp", "1"]),
+    (["--context-parallel-size", "2", "--cp-comm-type", "a2a"], ["--cp", "2", "--cp-comm-type", "a2a"]),
 ])
 def test_each_alias_gives_the_bytes_of_its_native_flag(alias: list[str], native: list[str]) -> None:
     base = {"--tp": "2", "--pp": "2", "--dp": "2", "--global-batch": "8"}
@@ -120,7 +121,8 @@ def test_swiglu_mlp_width_and_vocab_padding_follow_megatron() -> None:
 @pytest.mark.parametrize("argv,message", [
     (["--megatron-args", "--tensor-model-parallel-size 2 --no-such-flag 3"],
      "--megatron-args: --no-such-flag is not a Megatron-LM flag triosim knows"),
-    (["--context-parallel-size", "2"], "--context-parallel-size 2: context parallelism is not modelled; only 1"),
+    (["--context-parallel-size", "2", "--cp-comm-type", "a2a+p2p"],
+     "--cp-comm-type a2a+p2p (hierarchical context parallelism) is not modelled"),
     (["--expert-model-parallel-size", "4"], "expert parallelism is not modelled"),
     (["--recompute-granularity", "full", "--recompute-method", "block", "--recompute-num-layers", "2"],
      "recomputing only some layers is not modelled"),

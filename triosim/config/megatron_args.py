@@ -5,9 +5,9 @@ into the native flag(s) it means before the command line is parsed, so an alias 
 run (and the bytes) of its native flag:
 
 * parallel sizes: ``--tensor-model-parallel-size`` → ``--tp``, ``--pipeline-model-parallel-size``
-  → ``--pp``; ``--virtual-pipeline-model-parallel-size V`` and
-  ``--num-layers-per-virtual-pipeline-stage N`` → ``--schedule interleaved --virtual-stages V``;
-  ``--context-parallel-size``, ``--expert-model-parallel-size`` and
+  → ``--pp``, ``--context-parallel-size`` → ``--cp`` (with ``--cp-comm-type``, native);
+  ``--virtual-pipeline-model-parallel-size V`` and ``--num-layers-per-virtual-pipeline-stage N``
+  → ``--schedule interleaved --virtual-stages V``; ``--expert-model-parallel-size`` and
   ``--expert-tensor-parallel-size`` only at 1 (other sizes are refused: not modelled);
 * batch and sequence: ``--global-batch-size`` → ``--global-batch``, ``--micro-batch-size`` and
   ``--num-layers`` are native, ``--seq-length`` → ``--seq-len``;
@@ -42,6 +42,8 @@ MEGATRON_ARGS = "--megatron-args"
 _RENAMED = {
     "--tensor-model-parallel-size": "--tp",
     "--pipeline-model-parallel-size": "--pp",
+    "--context-parallel-size": "--cp",
+    "--cp-comm-type": "--cp-comm-type",
     "--global-batch-size": "--global-batch",
     "--seq-length": "--seq-len",
     "--micro-batch-size": "--micro-batch-size",
@@ -60,7 +62,6 @@ _SWITCHES = {
 _FP8_RECIPES = {"tensorwise": "current"}
 # Sizes of axes triosim does not model: accepted at 1 only.
 _UNMODELLED_SIZES = {
-    "--context-parallel-size": "context parallelism",
     "--expert-model-parallel-size": "expert parallelism",
     "--expert-tensor-parallel-size": "expert tensor parallelism",
 }
