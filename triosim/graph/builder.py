@@ -25,6 +25,7 @@ from ..schedule.tasks import TaskGraph
 from ..trace import Trace
 from ..trace.load import collector_paused
 from . import composition, single
+from .build_size import check_build_memory
 from .data import data_parallel
 from .pipeline import reference
 from .strategy import Strategy
@@ -54,11 +55,13 @@ class GraphBuilder:
         return attach_network(graph, self.platform)
 
     def check(self) -> None:
-        """Refuse a bad strategy, and at once what would exhaust memory after minutes of building."""
+        """Refuse a bad strategy, and at once what would exhaust the task limit or the machine's
+        memory after minutes of building."""
         strategy, n = self.strategy, self.platform.num_gpus
         strategy.validate(n if strategy.hybrid else None)
         what = strategy.name if strategy.hybrid else f"-case {strategy.case}"
         check_graph_size(len(self.trace.ops), op_copies(strategy, n), n, what)
+        check_build_memory(self.trace, self.platform, strategy)
 
     def compose(self) -> TaskGraph:
         """The DAG without the run-level blocks: case 0's one GPU, the original's replay under
