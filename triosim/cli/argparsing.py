@@ -70,6 +70,14 @@ class OneLineParser(argparse.ArgumentParser):
                         yield from sub._all_options()
 
 
+def add_config_flag(p: argparse.ArgumentParser) -> None:
+    """``--config FILE`` (run, dag, plan): its values become the parser's defaults
+    (:func:`triosim.cli.console.config_file_arg`)."""
+    p.add_argument("--config", metavar="FILE",
+                   help="YAML/JSON file of flag values (keys spelled like the flags, or a --json result's "
+                        "config block); flags given on the command line win")
+
+
 def closest_option(flag: str, options: list[str]) -> str | None:
     """The option ``flag`` was most likely meant to be (case-insensitive first, then by spelling)."""
     for opt in options:
