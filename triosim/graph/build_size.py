@@ -95,9 +95,11 @@ def build_memory(trace: Trace, platform: Platform, strategy: Strategy) -> BuildM
     return BuildMemory(tasks, tasks * BYTES_PER_TASK, links * BYTES_PER_LINK, trees)
 
 
-def _shrink_hint(strategy: Strategy, num_gpus: int, need: BuildMemory) -> str:
+def _shrink_hint(strategy: Strategy, num_gpus: int, need: BuildMemory, representatives: bool) -> str:
     if need.tree_bytes > need.task_bytes:
         return "--collective-algo ring keeps no tree per GPU of the switch, or use fewer GPUs"
+    if not representatives:
+        return "use fewer GPUs, fewer micro-batches or a shorter trace"
     if not strategy.hybrid:
         axis = strategy.preset.axis
         if axis in ("dp", "tp"):
@@ -108,9 +110,11 @@ def _shrink_hint(strategy: Strategy, num_gpus: int, need: BuildMemory) -> str:
     return "use fewer GPUs, fewer micro-batches or a shorter trace"
 
 
-def check_build_memory(trace: Trace, platform: Platform, strategy: Strategy, available: int | None = None) -> None:
+def check_build_memory(trace: Trace, platform: Platform, strategy: Strategy, available: int | None = None,
+                       representatives: bool = True) -> None:
     """Refuse a build whose estimate (:func:`build_memory`) exceeds the memory available
-    (``available``, default :func:`~triosim.limits.available_memory_bytes`; unknown: no check)."""
+    (``available``, default :func:`~triosim.limits.available_memory_bytes`; unknown: no check);
+    ``representatives``: whether the hint may offer them."""
     available = available_memory_bytes() if available is None else available
     if available is None:
         return
@@ -122,5 +126,5 @@ def check_build_memory(trace: Trace, platform: Platform, strategy: Strategy, ava
         f", {need.tree_bytes / 1e9:.1f} GB of all-reduce trees" if need.tree_bytes else "")
     raise ConfigError(
         f"{what} on {platform.num_gpus:,} GPUs would need at least {need.total / 1e9:.1f} GB to build ({parts}), "
-        f"and {available / 1e9:.1f} GB of memory is available: {_shrink_hint(strategy, platform.num_gpus, need)}"
+        f"and {available / 1e9:.1f} GB of memory is available: {_shrink_hint(strategy, platform.num_gpus, need, representatives)}"
     )

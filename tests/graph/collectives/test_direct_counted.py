@@ -61,7 +61,9 @@ def test_a_large_ring_keeps_no_route_per_pair() -> None:
 def test_a_representative_run_is_the_same_as_before(monkeypatch, topology) -> None:
     """Representatives with --collective-algo direct: the iteration time with the rounds counted
     equals the one with every pair routed (the algorithm as it was)."""
-    flags = dict(dp=8, tp=2, topology=topology, collective_algo="direct", representatives=True, gpus_per_node=4)
+    # On the ring representatives stand for the others only where one group spans every GPU.
+    degrees = dict(dp=16) if topology == "ring" else dict(dp=8, tp=2)
+    flags = dict(**degrees, topology=topology, collective_algo="direct", representatives=True, gpus_per_node=4)
 
     def makespan() -> float:
         trace, platform, strategy = configure(**flags)
