@@ -5,6 +5,7 @@ that still happens is one line too."""
 
 from __future__ import annotations
 
+import os
 import resource
 import subprocess
 import sys
@@ -47,10 +48,14 @@ def _limited(limit: int):
     return lambda: resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
 
 
+# One BLAS thread: on a machine of many cores their stacks alone would take much of the limit.
+ENV = {**os.environ, "OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
+
+
 def test_available_memory_follows_ulimit() -> None:
     code = "from triosim.limits import available_memory_bytes as a; print(a())"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                         preexec_fn=_limited(1_500_000_000), timeout=60)
+                         preexec_fn=_limited(1_500_000_000), timeout=60, env=ENV)
     assert 0 < int(out.stdout) < 1_500_000_000
 
 
@@ -58,7 +63,7 @@ def test_case_2_on_4096_switch_gpus_under_1_5_gb_is_one_line(tmp_path) -> None:
     """It used to grow for 10 s and end in a MemoryError traceback."""
     done = subprocess.run([sys.executable, "-m", "triosim.cli", "run", "-case", "2", "-GPUnumber", "4096",
                            "--topology", "switch", "-q"], capture_output=True, text=True, cwd=tmp_path,
-                          preexec_fn=_limited(1_500_000_000), timeout=300)
+                          preexec_fn=_limited(1_500_000_000), timeout=300, env=ENV)
     lines = done.stderr.strip().splitlines()
     assert done.returncode == 2 and len(lines) == 1, done.stderr[-2000:]
     assert "would need at least 4.3 GB" in lines[0] and "GB of memory is available" in lines[0]
