@@ -6,7 +6,7 @@ being wound down (the worker pool stopped, the CSV written) and raised a second
 KeyboardInterrupt there, which lost every result. :class:`FirstInterruptOnly` raises on the
 first SIGINT only; later ones, until the block ends, are counted and otherwise ignored, so the
 wind-down and the writing finish. A block run outside the main thread (where Python cannot set
-a signal handler) keeps the default behaviour.
+a signal handler), or where SIGINT is ignored, keeps the behaviour it had.
 """
 
 from __future__ import annotations
@@ -26,7 +26,9 @@ class FirstInterruptOnly:
         self._installed = False
 
     def __enter__(self) -> FirstInterruptOnly:
-        if threading.current_thread() is threading.main_thread():
+        # Ctrl-C ignored (a background job of a script, nohup) stays ignored.
+        if threading.current_thread() is threading.main_thread() and \
+                signal.getsignal(signal.SIGINT) is not signal.SIG_IGN:
             self._previous = signal.signal(signal.SIGINT, self._on_sigint)
             self._installed = True
         return self
