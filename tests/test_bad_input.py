@@ -107,6 +107,7 @@ class Case:
     message: str  # must appear in the one line on stderr
     mutate: Callable[[Path], None] | None = None
     code: int = 2
+    needs: str = ""  # an optional module the case needs (skipped without it)
 
 
 T = "{trace}"
@@ -227,10 +228,16 @@ CASES = [
          lambda d: insert_bytes(d / "tensor.csv", 5, b"\x00")),
     # --- the GPU flags (issue 20)
     Case("unknown --gpu", ("run", "-trace-dir", T, "--gpu", "h100-sxn", "-q"),
-         "--gpu h100-sxn: unknown GPU (known: a100-40gb, a100-80gb, b200, h100-pcie, h100-sxm, h200, l40s, mi300x, "
+         "--gpu h100-sxn: unknown GPU (known: a100-40gb, a100-80gb, b200, gb200, h100-pcie, h100-sxm, h200, l40s, mi300x, "
          "v100-32gb); did you mean h100-sxm?"),
     Case("--dtype fp8 on a V100", ("run", "-trace-dir", T, "--gpu", "v100", "--dtype", "fp8", "-q"),
          "--dtype fp8: V100-SXM2-32GB (v100-32gb) has no fp8 matrix peak (it has fp32, fp16)"),
+    Case("--fp8-recipe mxfp8 on an H100", ("run", "-trace-dir", T, "--gpu", "h100-sxm", "--dtype", "fp8",
+                                            "--fp8-recipe", "mxfp8", "-q"),
+         "--fp8-recipe mxfp8: H100-SXM (h100-sxm) runs delayed, current, blockwise (MXFP8 needs a Blackwell GPU"),
+    Case("--fp8-param-gather without ZeRO", ("run", "-trace-dir", T, "--gpu", "h100-sxm", "--dtype", "fp8", "--dp", "2",
+                                             "--fp8-param-gather", "-q"),
+         "--fp8-param-gather needs the distributed optimizer or FSDP (--zero 1|2|3)"),
     Case("retarget a synthetic trace", ("run", "-trace-dir", T, "--gpu", "h100-sxm", "--op-time-source", "retarget",
                                         "-q"), "--op-time-source retarget needs a GPU-timed trace"),
     Case("GPU trace of an unknown GPU", ("run", "-trace-dir", T, "--gpu", "h100-sxm", "-q"),
@@ -412,9 +419,11 @@ CASES = [
     Case("sweep --dask abc (no port)", ("sweep", "-trace-dir", T, "-bandwidth", "1,2", "--dask", "abc", "-q",
                                         "--out", "{tmp}/s.csv"),
          "--dask: 'abc' is neither a scheduler file nor an address HOST:PORT",
-         lambda d: scratch_file(d, "s.csv.partial", "")),  # refused before the partial file is touched
+         lambda d: scratch_file(d, "s.csv.partial", ""),  # refused before the partial file is touched
+         needs="distributed"),
     Case("sweep --dask tcp://host:1e400", ("sweep", "-trace-dir", T, "-bandwidth", "1,2", "--dask", "tcp://h:1e400",
-                                           "-q"), "--dask: 'tcp://h:1e400' is neither a scheduler file"),
+                                           "-q"), "--dask: 'tcp://h:1e400' is neither a scheduler file",
+         needs="distributed"),
     Case("grid: non-UTF-8 byte", ("sweep", "-trace-dir", T, "--grid", "{tmp}/g.yaml", "-q"),
          "--grid {tmp}/g.yaml line 1: not UTF-8 text (byte 0xfe)",
          lambda d: scratch_file(d, "g.yaml", b"case: [0, \xfe]\n")),
@@ -560,6 +569,8 @@ def run_case(case: Case, base: Path) -> tuple[int, str, str]:
 
 @pytest.mark.parametrize("case", CASES, ids=[c.name for c in CASES])
 def test_bad_input_is_one_line_exit_2(case: Case, tmp_path: Path) -> None:
+    if case.needs:  # without it the flag is refused first, by a different message
+        pytest.importorskip(case.needs)
     code, _, err = run_case(case, tmp_path)
     message = _subst(case.message, tmp_path / "trace", tmp_path / "scratch")
     lines = err.splitlines()

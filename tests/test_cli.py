@@ -152,7 +152,7 @@ def test_default_trace_is_embedded_and_runs_from_anywhere(tmp_path):
 def test_dag_refuses_huge_graphs(capsys, tmp_path, synthetic_dir):
     out = tmp_path / "big.dot"
     code, _, err = run_cli(capsys, "dag", "-case", "1", "-GPUnumber", "64", "-trace-dir", str(synthetic_dir),
-                           "--export", str(out), "--max-tasks", "100")
+                           "--export", str(out), "--max-tasks", "100", "--expand")
     assert code == 2 and "more than --max-tasks 100" in err and not out.exists()
 
 

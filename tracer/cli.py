@@ -294,12 +294,20 @@ def _collect_one(args: argparse.Namespace, batch: int, out: Path, raw_dir: Path 
     return 0
 
 
+class _NoAbbrevParser(argparse.ArgumentParser):
+    """No abbreviated flags (``--lay 3`` for ``--layers 3``), in the sub-commands too."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        kwargs.setdefault("allow_abbrev", False)
+        super().__init__(*args, **kwargs)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Standalone entry point: ``python -m triosim.tracer.cli {collect,convert} ...``."""
-    parser = argparse.ArgumentParser(
+    parser = _NoAbbrevParser(
         prog="python -m triosim.tracer.cli",
         description="Collect PyTorch training-step traces and convert them to TrioSim CSV.")
-    sub = parser.add_subparsers(dest="command", metavar="{collect,convert,repeat}")
+    sub = parser.add_subparsers(dest="command", metavar="{collect,convert,repeat}")  # of the same class
     sub.required = True
     add_commands(sub)
     args = parser.parse_args(argv)

@@ -19,7 +19,7 @@ import sys
 import tempfile
 import time
 import warnings
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -224,7 +224,6 @@ def record_step(opts: CollectOptions, raw_dir: Path, progress: Any = None) -> Re
     _validate(opts)
     quieten_torch_logs()
     import torch
-    from torch.profiler import ExecutionTraceObserver, ProfilerActivity, profile
 
     device = resolve_device(opts.device)
     torch.manual_seed(opts.seed)
@@ -240,18 +239,44 @@ def record_step(opts: CollectOptions, raw_dir: Path, progress: Any = None) -> Re
         x, y = spec.make_batch(opts.batch_size, device, gen)
     opt = _optimizer(opts.optimizer, model.parameters(), opts.lr, opts.foreach)
 
-    def sync() -> None:
-        if device.type == "cuda":
-            torch.cuda.synchronize(device)
-
     def step() -> None:
         opt.zero_grad(set_to_none=True)
         loss = spec.loss_fn(model(x), y)
         loss.backward()
         opt.step()
 
-    warmups = opts.iterations - 1
-    task = progress.add_task(f"{opts.model}: warm-up", total=warmups) if progress else None
+    recorded = record_iterations(step, device, opts.model, opts.iterations, raw_dir, progress)
+    recorded.meta = {
+        "model": opts.model,
+        "model_description": spec.description,
+        "batch_size": opts.batch_size,
+        "image_size": opts.image_size if spec.kind == "image" else None,
+        "seq_len": (x.shape[1] if spec.kind == "text" else None),
+        "optimizer": opts.optimizer,
+        "foreach": opts.foreach,
+        "data": str(opts.data_dir) if opts.data_dir else "synthetic",
+        "command": opts.command,
+        **recorded.meta,
+    }
+    return recorded
+
+
+def record_iterations(step: Callable[[], None], device: Any, label: str, iterations: int,
+                      raw_dir: Path, progress: Any = None) -> RecordedStep:
+    """Call ``step`` (one training iteration) ``iterations - 1`` times to warm up, then once more
+    under torch.profiler and the execution-trace observer; the JSON pair goes to ``raw_dir`` as
+    ``graph_<label>-iter<k>.json`` and ``profiler_<label>-iter<k>.json``. The returned meta holds
+    the facts of the run (device, versions, timings), not those of the model."""
+    quieten_torch_logs()
+    import torch
+    from torch.profiler import ExecutionTraceObserver, ProfilerActivity, profile
+
+    def sync() -> None:
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
+
+    warmups = iterations - 1
+    task = progress.add_task(f"{label}: warm-up", total=warmups) if progress else None
     t0 = time.perf_counter()
     for _ in range(warmups):
         step()
@@ -261,13 +286,13 @@ def record_step(opts: CollectOptions, raw_dir: Path, progress: Any = None) -> Re
     warmup_s = (time.perf_counter() - t0) / warmups
 
     raw_dir.mkdir(parents=True, exist_ok=True)
-    k = opts.iterations - 1
-    graph_path = raw_dir / f"graph_{opts.model}-iter{k}.json"
-    profiler_path = raw_dir / f"profiler_{opts.model}-iter{k}.json"
+    k = iterations - 1
+    graph_path = raw_dir / f"graph_{label}-iter{k}.json"
+    profiler_path = raw_dir / f"profiler_{label}-iter{k}.json"
     graph_tmp = raw_dir / f".{graph_path.name}.tmp"
     profiler_tmp = raw_dir / f".{profiler_path.name}.tmp"
     if progress is not None:
-        rec = progress.add_task(f"{opts.model}: recording iteration {k}", total=1)
+        rec = progress.add_task(f"{label}: recording iteration {k}", total=1)
     activities = [ProfilerActivity.CPU]
     if device.type == "cuda":
         activities.append(ProfilerActivity.CUDA)
@@ -309,16 +334,8 @@ def record_step(opts: CollectOptions, raw_dir: Path, progress: Any = None) -> Re
     except ImportError:
         tv_version = None
     meta = {
-        "model": opts.model,
-        "model_description": spec.description,
-        "batch_size": opts.batch_size,
-        "image_size": opts.image_size if spec.kind == "image" else None,
-        "seq_len": (x.shape[1] if spec.kind == "text" else None),
-        "optimizer": opts.optimizer,
-        "foreach": opts.foreach,
-        "iterations": opts.iterations,
+        "iterations": iterations,
         "recorded_iteration": k,
-        "data": str(opts.data_dir) if opts.data_dir else "synthetic",
         "device": str(device),
         "device_name": device_name,
         "cpu_threads": torch.get_num_threads(),
@@ -326,7 +343,6 @@ def record_step(opts: CollectOptions, raw_dir: Path, progress: Any = None) -> Re
         "torchvision": tv_version,
         "python": platform.python_version(),
         "date_utc": _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
-        "command": opts.command,
         "warmup_iteration_s": round(warmup_s, 4),
         "recorded_step_s": round(step_s, 4),
     }
@@ -339,19 +355,28 @@ def collect(opts: CollectOptions) -> CollectResult:
     """Record one step and convert it into ``opts.out_dir`` (trace.csv, tensor.csv, meta.json)."""
     if opts.out_dir is None:
         raise TracerError("--out is required")
-    out_dir = Path(opts.out_dir)
+    return collect_into(Path(opts.out_dir), lambda raw, progress: record_step(opts, raw, progress),
+                        label=opts.model, raw_dir=opts.raw_dir, keep_raw=opts.keep_raw,
+                        targets=opts.targets, quiet=opts.quiet)
+
+
+def collect_into(out_dir: Path, record: Callable[[Path, Any], RecordedStep], *, label: str,
+                 raw_dir: Path | None, keep_raw: bool, targets: tuple[str, ...],
+                 quiet: bool) -> CollectResult:
+    """Record one step with ``record(raw_dir, progress)`` and convert it into ``out_dir``
+    (trace.csv, tensor.csv, meta.json); the JSON pair stays in ``raw_dir`` (default
+    ``out_dir/raw``), or in a temporary directory when ``keep_raw`` is false."""
     try:  # fail before training, not after
         out_dir.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
         raise TracerError(f"{out_dir}: cannot create output directory ({exc.strerror})") from None
-    with _progress(opts.quiet) as progress, tempfile.TemporaryDirectory(
+    with _progress(quiet) as progress, tempfile.TemporaryDirectory(
             prefix="triosim-trace-") as scratch:
-        raw_dir = Path(opts.raw_dir) if opts.raw_dir else (
-            out_dir / "raw" if opts.keep_raw else Path(scratch))
-        recorded = record_step(opts, raw_dir, progress)
-        conv = progress.add_task(f"{opts.model}: converting", total=1)
+        raw = Path(raw_dir) if raw_dir else (out_dir / "raw" if keep_raw else Path(scratch))
+        recorded = record(raw, progress)
+        conv = progress.add_task(f"{label}: converting", total=1)
         tables = convert_files(recorded.graph_path, recorded.profiler_path,
-                               ConvertOptions(targets=opts.targets))
+                               ConvertOptions(targets=targets))
         write_trace_dir(tables, out_dir, inputs=[recorded.graph_path, recorded.profiler_path])
         meta = dict(recorded.meta)
         meta.update({
@@ -359,15 +384,15 @@ def collect(opts: CollectOptions) -> CollectResult:
             "time_source": tables.stats.time_source,
             "pairing": tables.stats.pairing,
             "raw": ([str(recorded.graph_path), str(recorded.profiler_path)]
-                    if opts.keep_raw or opts.raw_dir else []),
+                    if keep_raw or raw_dir else []),
         })
         write_atomic(out_dir / "meta.json", json.dumps(meta, indent=2, sort_keys=True) + "\n")
         progress.advance(conv)
-    warnings = []
+    notes = []
     if recorded.device.startswith("cuda") and tables.stats.time_source != "kernels":
-        warnings.append("the profiler recorded no CUDA kernels (is CUPTI usable?); the trace "
-                        "holds CPU op times")
-    return CollectResult(recorded=recorded, tables=tables, trace_dir=out_dir, warnings=warnings)
+        notes.append("the profiler recorded no CUDA kernels (is CUPTI usable?); the trace "
+                     "holds CPU op times")
+    return CollectResult(recorded=recorded, tables=tables, trace_dir=out_dir, warnings=notes)
 
 
 def command_line() -> str:

@@ -35,7 +35,7 @@ except ImportError as _exc:  # pragma: no cover - only without an installed trio
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Collect the JSON pair of one training step per model; returns an exit code."""
-    parser = argparse.ArgumentParser(
+    parser = argparse.ArgumentParser(allow_abbrev=False,
         prog="datacollect.py",
         description="Record one training iteration per model into data/graph and data/profiler.")
     parser.add_argument("batch_size", type=int, help="batch size")

@@ -51,7 +51,7 @@ def find_pairs(data_dir: Path) -> list[tuple[Path, Path]]:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Convert JSON pairs to trace.csv + tensor.csv; returns an exit code."""
-    parser = argparse.ArgumentParser(
+    parser = argparse.ArgumentParser(allow_abbrev=False,
         prog="dataprocess.py",
         description="Convert execution-trace + profiler JSON pairs to TrioSim CSV traces.")
     parser.add_argument("files", nargs="*", type=Path, metavar="GRAPH.json PROFILER.json",

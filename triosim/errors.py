@@ -17,6 +17,7 @@ class TraceError(TriosimError):
         where = file if row is None else f"{file}:{row}"
         what = message if field is None else f"{field}: {message}"
         super().__init__(f"{where}: {what}")
+        self.message = message  # without the place: for a caller that names the input itself
         self.file = file
         self.row = row
         self.field = field

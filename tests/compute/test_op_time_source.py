@@ -69,7 +69,8 @@ def test_auto_chooses_by_the_trace_origin(h200_trace, cpu_trace) -> None:
     assert choose_source("auto", h100, cpu_trace) == "roofline"  # CPU-timed
     assert choose_source("auto", h200, h200_trace) == "trace"  # the trace's own GPU
     assert choose_source("auto", h100, h200_trace) == "retarget"  # another GPU
-    assert choose_source("auto", h200, cpu_trace, trace_gpu="h200") == "trace"  # told by --trace-gpu
+    with pytest.raises(ConfigError, match="--trace-gpu h200: meta.json says this trace was timed on the CPU"):
+        choose_source("auto", h200, cpu_trace, trace_gpu="h200")  # a CPU's times are no GPU's
 
 
 def test_auto_on_a_gpu_trace_of_unknown_gpu_asks_for_trace_gpu(tmp_path: Path) -> None:

@@ -21,10 +21,14 @@ class OneLineParser(argparse.ArgumentParser):
     """An ArgumentParser whose errors are one line: ``triosim: error: …`` and exit code 2.
 
     Sub-parsers made with ``add_subparsers`` are of the same class, so every command
-    (run, dag, sweep, trace …) behaves alike.
+    (run, dag, sweep, trace …) behaves alike. A sub-command's parser may set ``absent_flags``
+    (flag → what to say instead) for a flag users give it that belongs to another command.
     """
 
     def __init__(self, *args, **kwargs) -> None:
+        # No abbreviations: `gpus --gpu h100` must not silently mean `--gpu-file h100`, nor
+        # `--time` one flag today and an error once another flag starts alike.
+        kwargs.setdefault("allow_abbrev", False)
         super().__init__(*args, **kwargs)
         # normalized flag -> the spelling the user typed (the CLI accepts -flag for --flag)
         self.typed: dict[str, str] = {}
@@ -53,13 +57,28 @@ class OneLineParser(argparse.ArgumentParser):
         if not first.startswith("-"):
             return ""
         flag = first.split("=", 1)[0]
-        best = closest_option(flag, list(self._all_options()))
-        if best is None:
-            return ""
+        subs = self._subcommands()
+        own = subs.get(self.command, self)  # suggest the flags of the command typed, not another's
+        hint = getattr(own, "absent_flags", {}).get(flag)
+        if hint:
+            return f"; {hint}"
+        best = closest_option(flag, list(own._all_options()))
+        if best is None or best == flag:
+            others = [name for name, sub in subs.items() if sub is not own and flag in sub._option_string_actions]
+            if not others:
+                return ""
+            return f"; `triosim {self.command}` takes no {flag} (a flag of {_listed(others)})"
         # Show it with the dashes the user typed: -GPUNumber -> -GPUnumber.
         typed_single = bool(re.match(r"^-[^-]", self.typed.get(flag, flag)))
         shown = "-" + best.lstrip("-") if typed_single else best
         return f"; did you mean {shown}?"
+
+    def _subcommands(self) -> dict[str, argparse.ArgumentParser]:
+        """The sub-command parsers by name ({} for a parser without sub-commands)."""
+        for action in self._actions:
+            if isinstance(action, argparse._SubParsersAction):
+                return dict(action.choices)
+        return {}
 
     def _all_options(self) -> Iterator[str]:
         for action in self._actions:
@@ -76,6 +95,10 @@ def add_config_flag(p: argparse.ArgumentParser) -> None:
     p.add_argument("--config", metavar="FILE",
                    help="YAML/JSON file of flag values (keys spelled like the flags, or a --json result's "
                         "config block); flags given on the command line win")
+
+
+def _listed(names: list[str]) -> str:
+    return names[0] if len(names) == 1 else ", ".join(names[:-1]) + " and " + names[-1]
 
 
 def closest_option(flag: str, options: list[str]) -> str | None:

@@ -25,12 +25,14 @@ from ..config import (
     configure,
     read_config_file,
     resolve_batches,
-    trace_dir_from_flag,
 )
+from ..config.defaults import applied_defaults
 from ..config.gpu import verdict_capacity
+from ..config.inputs import refuse_outputs_over_inputs
+from ..config.megatron_args import translate_argv
 from ..config.notes import unused_flag_note
 from ..errors import ConfigError, TriosimError
-from ..output import atomic_write_text, check_output_path, refuse_overwriting_inputs
+from ..output import atomic_write_text, check_output_path
 from ..report.memory_verdict import verdict_line
 from ..trace.load import collector_paused
 from ..version import __version__
@@ -39,6 +41,7 @@ from .notices import run_notices
 from .progress import RunProgress
 
 SUBCOMMANDS = ("run", "dag", "trace", "sweep", "gpus", "models", "plan")
+MEGATRON_COMMANDS = ("run", "dag", "plan")  # the commands whose flags have Megatron-LM names
 _SINGLE_DASH = re.compile(r"^-[A-Za-z][A-Za-z0-9_-]+(=.*)?$")
 
 
@@ -54,7 +57,26 @@ def add_output_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--json", metavar="FILE", help="write the result as JSON ('-' for stdout)")
     p.add_argument("--timeline", metavar="FILE",
                    help="write a Chrome/Perfetto trace of the schedule ('-' for stdout)")
+    p.add_argument("--timeline-gpus", metavar="LIST",
+                   help="the timeline keeps these GPUs' tracks and links (e.g. 0,1,8; 'all'); default all, or "
+                        "for a large run the first pipeline (says so)")
+    p.add_argument("--timeline-micro-batches", metavar="N",
+                   help="the timeline keeps the first N micro-batches and the work outside them ('all'); "
+                        "default all, or for a large run max(8, 2 x pp)")
     p.add_argument("--quiet", "-q", action="store_true", help="print only the iteration time in ms")
+
+
+def add_megatron_flag(p: argparse.ArgumentParser) -> None:
+    """``--megatron-args``: translated before parsing (:mod:`triosim.config.megatron_args`);
+    listed here so ``--help`` shows it and the Megatron names."""
+    p.add_argument("--megatron-args", metavar='"LINE"',
+                   help="a Megatron-LM argument line, read as the native flags (--tensor-model-parallel-size, "
+                        "--pipeline-model-parallel-size, --virtual-pipeline-model-parallel-size, "
+                        "--num-layers-per-virtual-pipeline-stage, --global-batch-size, --micro-batch-size, "
+                        "--seq-length, --num-layers, --hidden-size, --num-attention-heads, --ffn-hidden-size, "
+                        "--num-query-groups, --swiglu, --sequence-parallel, --recompute-granularity, "
+                        "--use-distributed-optimizer, --bf16, --fp16, --fp8-format, ...; each of them works as a "
+                        "flag too); the world size is -GPUnumber, dp is derived from it")
 
 
 def config_file_arg(argv: Sequence[str]) -> str | None:
@@ -86,6 +108,7 @@ def build_parser(defaults: dict | None = None, run_only: bool = False) -> argpar
     run = sub.add_parser("run", help="simulate one iteration and print a summary")
     add_sim_flags(run)
     add_config_flag(run)
+    add_megatron_flag(run)
     add_output_flags(run)
     run.set_defaults(func=cmd_run, **(defaults or {}))
     if run_only:
@@ -93,16 +116,21 @@ def build_parser(defaults: dict | None = None, run_only: bool = False) -> argpar
     dag = sub.add_parser("dag", help="export the task DAG as Graphviz DOT")
     add_sim_flags(dag)
     add_config_flag(dag)
+    add_megatron_flag(dag)
     dag.add_argument("--export", metavar="FILE", default="dag.dot", help="DOT file to write (dag.dot)")
     dag.add_argument("--render", choices=("svg", "png", "pdf"),
                      help="also render with Graphviz's dot, labels >= 10 px at 100 %% zoom (an SVG when a PNG "
                           "would be too large to view; docs/dag.md)")
     dag.add_argument("--max-tasks", type=int, default=50_000,
-                     help="refuse graphs larger than this (a DOT of 10^5+ nodes is unreadable; 0 = no limit)")
-    dag.add_argument("--collapse", choices=("auto", "none", "layer", "stage"), default="auto",
-                     help="one node per task (none), per layer of each GPU's pass, or per GPU pass and "
-                          "micro-batch (stage); collectives are one node each when collapsed. auto (default): "
-                          "none while it fits in --max-nodes, else layer, else stage")
+                     help="refuse to draw more than this many nodes (with --expand: tasks), a DOT file "
+                          "too large for dot (0 = no limit)")
+    dag.add_argument("--collapse", choices=("auto", "none", "layer", "stage", "repeat"), default="auto",
+                     help="one node per task (none), per layer of each GPU's pass, per GPU pass and "
+                          "micro-batch (stage), or per run of repeats (repeat: identical layers, micro-batches "
+                          "and collectives as one node, the first and last drawn); collectives are one node "
+                          "each when collapsed. auto (default): the first that fits in --max-nodes, else repeat")
+    dag.add_argument("--expand", action="store_true",
+                     help="draw every task (--collapse none), however many (up to --max-tasks)")
     dag.add_argument("--max-nodes", type=int, default=150,
                      help="--collapse auto collapses beyond this many nodes, and says so (150)")
     dag.add_argument("--show-gpus", metavar="G,G", default=None,
@@ -139,6 +167,13 @@ def check_run_outputs(args: argparse.Namespace) -> None:
     if args.json == "-" and args.timeline == "-":
         raise ConfigError("--json - and --timeline - both write to stdout, which would hold two JSON "
                           "documents; send one of them to a file")
+    from ..report.timeline_filter import parse_timeline_gpus, parse_timeline_micro_batches
+
+    for flag, raw in (("--timeline-gpus", args.timeline_gpus), ("--timeline-micro-batches", args.timeline_micro_batches)):
+        if raw is not None and args.timeline is None:
+            raise ConfigError(f"{flag} chooses what the --timeline file keeps; give --timeline FILE or leave it out")
+    parse_timeline_gpus(args.timeline_gpus)
+    parse_timeline_micro_batches(args.timeline_micro_batches)
     outputs = [(flag, path) for flag, path in (("--json", args.json), ("--timeline", args.timeline))
                if path is not None and path != "-"]
     for flag, path in outputs:
@@ -146,11 +181,7 @@ def check_run_outputs(args: argparse.Namespace) -> None:
     if len(outputs) == 2 and Path(outputs[0][1]).resolve() == Path(outputs[1][1]).resolve():
         raise ConfigError(f"--json and --timeline both name {args.json}; give them different files")
     # No output may replace a file the run reads (by path or, through a hard link, by inode).
-    inputs = [getattr(args, "config", None), getattr(args, "topology_file", None), getattr(args, "model_file", None)]
-    if getattr(args, "model", None) is None and getattr(args, "model_file", None) is None:
-        trace_dir = trace_dir_from_flag(args.trace_dir)
-        inputs += [trace_dir / n for n in ("trace.csv", "tensor.csv", "meta.json")]
-    refuse_overwriting_inputs(outputs, inputs)
+    refuse_outputs_over_inputs(outputs, args)
 
 
 def check_file_flags_not_empty(args: argparse.Namespace) -> None:
@@ -173,7 +204,12 @@ def cmd_run(args: argparse.Namespace) -> int:
     from ..graph import build_graph
     from ..report.result import Result, summarize
     from ..report.throughput import throughput_of
-    from ..report.timeline import timeline_json
+    from ..report.timeline import timeline_events, timeline_text
+    from ..report.timeline_filter import (
+        parse_timeline_gpus,
+        parse_timeline_micro_batches,
+        select_timeline,
+    )
     from ..schedule.list_scheduler import schedule
 
     check_file_flags_not_empty(args)
@@ -185,6 +221,7 @@ def cmd_run(args: argparse.Namespace) -> int:
 
     with RunProgress(args.quiet, building=tasks_in_newest_graph) as progress, collector_paused():
         trace, platform, strategy = configure(args)
+        timeline_gpus = parse_timeline_gpus(args.timeline_gpus, platform.num_gpus)
         note_unused_flags(args)
         for line in run_notices(args, trace, platform, strategy):
             print(line, file=sys.stderr)
@@ -207,6 +244,8 @@ def cmd_run(args: argparse.Namespace) -> int:
                     extra={"trace": Path(trace.path).name, "batch_size": batches.batch,
                            "batch_source": batches.source, "batch_size_sim": trace.batch_size,
                            "time_source": trace.time_source,
+                           **({"defaults": [d.to_dict() for d in applied_defaults(args)]}
+                              if applied_defaults(args) else {}),
                            **({"op_time_model": trace.op_time.describe()} if trace.op_time else {}),
                            **verdict,
                            **({"throughput": rates.to_dict()} if rates is not None else {}),
@@ -218,10 +257,18 @@ def cmd_run(args: argparse.Namespace) -> int:
             sys.stdout.write(text)
         else:
             atomic_write_text(args.json, text, protect=protect, flag="--json")
-    if args.timeline == "-":
-        sys.stdout.write(timeline_json(graph, sched))
-    elif args.timeline:
-        atomic_write_text(args.timeline, timeline_json(graph, sched), protect=protect, flag="--timeline")
+    if args.timeline:
+        chosen = select_timeline(graph, sched, strategy, platform.num_gpus, timeline_gpus,
+                                 parse_timeline_micro_batches(args.timeline_micro_batches))
+        events = timeline_events(graph, sched, keep=chosen.keep, gpus=chosen.gpus)
+        text = timeline_text(events)
+        if args.timeline == "-":
+            sys.stdout.write(text)
+        else:
+            atomic_write_text(args.timeline, text, protect=protect, flag="--timeline")
+        print(chosen.summary("stdout" if args.timeline == "-" else args.timeline, len(text.encode()), events),
+              file=sys.stderr)
+        del events, text
     to_stdout = "-" in (args.json, args.timeline)  # stdout holds one JSON document and nothing else
     if args.quiet:
         if not to_stdout:
@@ -267,30 +314,41 @@ def gpu_outputs(args: argparse.Namespace, trace, graph, strategy) -> dict:
 def cmd_dag(args: argparse.Namespace) -> int:
     from ..graph import build_graph
     from ..report.dot_export import dag_picture
-    from ..report.render import check_render_target, render_dag
+    from ..report.render import check_render_target, render_dag, render_target
 
     check_file_flags_not_empty(args)
     check_output_path(args.export, "--export")
     if args.render:
         check_render_target(args.export, args.render)
+    if args.max_nodes < 1:
+        raise ConfigError(f"--max-nodes must be >= 1, got {args.max_nodes}")
+    mode = dag_mode(args)
+    # --render's picture too, and the SVG a PNG too large to view falls back to
+    pictures = {"png": ("png", "svg")}.get(args.render, (args.render,)) if args.render else ()
+    rendered = [render_target(args.export, fmt) for fmt in pictures]
+    refuse_outputs_over_inputs([("--export", args.export), *(("--render", p) for p in rendered)], args)
     trace, platform, strategy = configure(args)
     note_unused_flags(args)
     graph = build_graph(trace, platform, strategy)
-    if args.max_tasks and len(graph) > args.max_tasks:
+    if mode == "none" and args.max_tasks and len(graph) > args.max_tasks:
         raise ConfigError(
-            f"the task graph has {len(graph):,} tasks, more than --max-tasks {args.max_tasks:,}: use fewer GPUs "
-            "or micro-batches, --collective-detail macro, or --max-tasks 0 to write it anyway"
+            f"the task graph has {len(graph):,} tasks, more than --max-tasks {args.max_tasks:,}: draw it collapsed "
+            "(leave out --expand), use fewer GPUs or micro-batches, --collective-detail macro, or --max-tasks 0 "
+            "to write it anyway"
         )
-    if args.max_nodes < 1:
-        raise ConfigError(f"--max-nodes must be >= 1, got {args.max_nodes}")
-    picture = dag_picture(graph, trace, args.collapse, gpus=show_gpus(args.show_gpus, platform.num_gpus),
+    picture = dag_picture(graph, trace, mode, gpus=show_gpus(args.show_gpus, platform.num_gpus),
                           max_nodes=args.max_nodes, rankdir="LR" if args.layout == "lr" else "TB")
+    if args.max_tasks and picture.nodes > args.max_tasks:
+        raise ConfigError(f"the picture has {picture.nodes:,} nodes, more than --max-tasks {args.max_tasks:,}: "
+                          "use --collapse repeat, --show-gpus, or --max-tasks 0 to write it anyway")
     protect = (Path(trace.path) / "trace.csv", Path(trace.path) / "tensor.csv")
     atomic_write_text(args.export, picture.dot.source, protect=protect, flag="--export")
     if picture.note:
         print(f"note: {picture.note}")
-    print(f"wrote {args.export}: {len(graph):,} tasks, {graph.num_edges:,} edges"
-          + (f"; drawn as {picture.nodes:,} nodes (--collapse {picture.mode})" if picture.mode != "none" else ""))
+    how = "one node per task" if picture.mode == "none" else f"--collapse {picture.mode}"
+    source = (f"{len(graph):,} tasks and {graph.num_edges:,} edges" if picture.tasks == len(graph)
+              else f"{picture.tasks:,} of the DAG's {len(graph):,} tasks")
+    print(f"wrote {args.export}: {picture.nodes:,} nodes, {picture.edges:,} edges from {source} ({how})")
     if args.render:
         drawn = render_dag(picture.dot.source, args.export, args.render)
         if drawn.plan.note:
@@ -299,6 +357,15 @@ def cmd_dag(args: argparse.Namespace) -> int:
         print(f"rendered {drawn.path}: {drawn.plan.width_px:,} x {drawn.plan.height_px:,} px at 100 % zoom, "
               f"labels {drawn.plan.label_px:.1f} px")
     return 0
+
+
+def dag_mode(args: argparse.Namespace) -> str:
+    """The collapse mode: ``--expand`` is ``--collapse none``, and refuses any other grouping."""
+    if not getattr(args, "expand", False):
+        return args.collapse
+    if args.collapse not in ("auto", "none"):
+        raise ConfigError(f"--expand draws every task; --collapse {args.collapse} groups them: give one of the two")
+    return "none"
 
 
 def show_gpus(raw: str | None, num_gpus: int) -> frozenset[int] | None:
@@ -331,6 +398,13 @@ def main(argv: Sequence[str] | None = None, keep: list | None = None) -> int:
     config = config_file_arg(argv)
     facts: dict = {}
     try:
+        if argv[0] in MEGATRON_COMMANDS:
+            translation = translate_argv(argv)
+            if translation.argv != argv:
+                typed = argv = translation.argv  # the parser's messages then name the native flags
+            note = translation.note()
+            if note:
+                print(note, file=sys.stderr)
         defaults = {**read_config_file(config, facts), "config_facts": facts} if config else None
     except TriosimError as exc:
         print(f"triosim: error: {exc}", file=sys.stderr)

@@ -22,6 +22,9 @@ def register(sub: Any) -> None:
                    help="check and show your own device file (the schema of docs/gpus.md) instead")
     p.add_argument("--json", action="store_true", help="print the devices as JSON")
     p.set_defaults(func=cmd_gpus)
+    p.absent_flags = {"--gpu": "`triosim gpus` takes no --gpu: it lists every GPU with its peaks, memory and aliases "
+                               "(`triosim gpus --json`: every number and its source); --gpu NAME is a flag of run, "
+                               "dag, sweep and plan"}
 
 
 def device_record(d: Device) -> dict[str, Any]:

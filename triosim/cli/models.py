@@ -20,6 +20,9 @@ def register(sub: Any) -> None:
                    help="check and show your own model card (the fields of docs/models.md) instead")
     p.add_argument("--json", action="store_true", help="print the cards as JSON")
     p.set_defaults(func=cmd_models)
+    p.absent_flags = {"--model": "`triosim models` takes no --model: it lists every model card with its shapes "
+                                 "(`triosim models --json`: every field and its source); --model NAME is a flag of "
+                                 "run, dag, sweep and plan"}
 
 
 def card_record(c: ModelCard) -> dict[str, Any]:

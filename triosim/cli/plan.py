@@ -24,11 +24,12 @@ from ..config.build import (
 )
 from ..config.flags import FlagTable
 from ..config.gpu import GpuOptions, memory_capacity
-from ..config.model_flags import check_model_flags
+from ..config.inputs import input_files, refuse_outputs_over_inputs
+from ..config.model_flags import card_flag, check_model_flags
 from ..config.precision import training_precision
 from ..errors import ConfigError
 from ..limits import check_batch_limit
-from ..output import check_output_path, refuse_overwriting_inputs
+from ..output import check_output_path
 from .argparsing import add_config_flag
 from .interrupts import FirstInterruptOnly
 from .progress import ProgressLines, is_terminal
@@ -226,16 +227,15 @@ def plan_inputs(args: argparse.Namespace) -> PlanInputs:
     _check_flags(args)
     base, base_flags = base_config(args)
     trace_dir = trace_dir_from_flag(args.trace_dir)
-    protect = [trace_dir / n for n in ("trace.csv", "tensor.csv", "meta.json")]
-    refuse_overwriting_inputs([(f, p) for f, p in (("--out", args.out), ("--plot", args.plot)) if p],
-                              [*protect, getattr(args, "topology_file", None), getattr(args, "config", None)])
+    protect = input_files(args)
+    refuse_outputs_over_inputs([("--out", args.out), ("--plot", args.plot)], args)
     # the platform of all N GPUs, and the trace at its recorded batch
     ns = argparse.Namespace(**{**base, "dp": args.gpus, "gpus": None, "global_batch": None})
     check_model_flags(ns)
     platform = platform_from_args(ns)
     batches = resolve_batches(ns)  # a model card's trace is built here, at one sequence per op
     raw = load_recorded_trace(batches.trace_dir, batches.batch, ns.time_column, layers_to_repeat(ns),
-                              *op_time_options(ns), gpu_timing_options(ns))
+                              *op_time_options(ns), gpu_timing_options(ns), card=card_flag(ns))
     layers, unit, heads = layer_facts(raw)
     node = platform.node_of.count(0) if platform.node_of else args.gpus_per_node
     space = SearchSpace(args.gpus, args.global_batch, layers, heads, max(1, node), args.max_tp)

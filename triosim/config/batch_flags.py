@@ -55,7 +55,8 @@ def global_batch_per_replica(args: argparse.Namespace) -> int | None:
         raise ConfigError(f"--global-batch {shown} over --dp {dp} is above the limit of {MAX_BATCH:,} samples per replica")
     step = dp * (mb or 1)
     if n % step:
-        what = f"--dp {dp} × -micro-batch-size {mb} = {step}" if mb is not None else f"--dp {dp}"
+        typed_mb = mb is not None and "-micro-batch-size" not in getattr(args, "applied_defaults", {})
+        what = f"--dp {dp} × -micro-batch-size {mb} = {step}" if typed_mb else f"--dp {dp}"
         raise ConfigError(f"--global-batch {n} is not a multiple of {what}: every data-parallel replica trains the "
                           f"same number of equal micro-batches (use --global-batch {_multiples_near(n, step)})")
     per_replica = n // dp

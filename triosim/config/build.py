@@ -10,7 +10,7 @@ from typing import Any
 
 from ..compute.op_time import attach_op_time_model
 from ..compute.scale import scale_trace
-from ..errors import ConfigError
+from ..errors import ConfigError, TraceError
 from ..graph.layer_count import check_pipeline_depth
 from ..graph.strategy import Strategy
 from ..hardware.platform import Platform
@@ -21,9 +21,10 @@ from ..trace import Trace
 from ..trace.load import load_trace, trace_batch_size
 from .batch_flags import global_batch_per_replica
 from .comm_flags import apply_link_efficiency
+from .defaults import apply_run_defaults, resolve_schedule
 from .flags import sim_namespace, typed
 from .gpu import GpuOptions, planning_capacity, time_trace_on_gpu
-from .model_flags import check_model_flags, model_given, model_trace
+from .model_flags import card_flag, card_trace_error, check_model_flags, model_given, model_trace
 from .notes import check_unused_platform_flags
 from .parallel_flags import degrees_given, parallel_options, resolve_gpus
 from .precision import training_precision, with_flag_precision
@@ -45,6 +46,7 @@ def resolve_batches(args: argparse.Namespace, info_cache: dict[str, tuple[int, s
 
     ``info_cache`` (trace directory → (batch, source)) lets a sweep read each meta.json once.
     """
+    apply_run_defaults(args)
     if model_given(args):  # no trace directory: the card's trace, built at the micro-batch
         built = model_trace(args, GpuOptions.of(args).dtype)
         trace_dir, batch, source = built.trace_dir, built.batch, "model card"
@@ -75,7 +77,7 @@ def load_scaled_trace(args: argparse.Namespace) -> Trace:
     """The trace of ``--trace-dir`` recorded at its batch, scaled to ``--batch-size-sim``."""
     b = resolve_batches(args)
     trace = load_recorded_trace(b.trace_dir, b.batch, args.time_column, layers_to_repeat(args),
-                                *op_time_options(args), gpu_timing_options(args))
+                                *op_time_options(args), gpu_timing_options(args), card=card_flag(args))
     trace = trace.with_batch_source(b.source)
     return scale_trace(trace, b.sim, reference_compat=args.reference_compat)
 
@@ -106,10 +108,22 @@ def gpu_timing_options(args: argparse.Namespace) -> GpuOptions | None:
 
 def load_recorded_trace(trace_dir: str | Path, batch: int, time_column: str, num_layers: int | None,
                         op_time_model: str = "auto", kernel_floor_us: float = 2.0,
-                        gpu: GpuOptions | None = None) -> Trace:
+                        gpu: GpuOptions | None = None, card: str | None = None) -> Trace:
     """The trace at its recorded batch, its transformer layer repeated to ``num_layers`` if given,
-    with its op-time model, timed on ``gpu``'s device when given (``run`` and every
-    configuration of a sweep load traces through here)."""
+    with its op-time model, timed on ``gpu``'s device when given (``run``, ``plan`` and every
+    configuration of a sweep load traces through here). ``card``: the flag that named the model
+    card the trace was built from (:func:`~triosim.config.model_flags.card_flag`); a check the
+    built trace fails is then said of the card, not of the cached trace's files."""
+    try:
+        return _load_recorded(trace_dir, batch, time_column, num_layers, op_time_model, kernel_floor_us, gpu)
+    except TraceError as exc:
+        if card is None:
+            raise
+        raise card_trace_error(exc, card, trace_dir, num_layers) from None
+
+
+def _load_recorded(trace_dir: str | Path, batch: int, time_column: str, num_layers: int | None,
+                   op_time_model: str, kernel_floor_us: float, gpu: GpuOptions | None) -> Trace:
     if num_layers is not None:
         if num_layers < 1:
             raise ConfigError(f"--num-layers must be a positive integer, got {num_layers}")
@@ -160,6 +174,7 @@ def check_hybrid_micro_batch(mb: int | None, batch: int) -> None:
 
 
 def strategy_from_args(args: argparse.Namespace, sim_batch: int) -> Strategy:
+    apply_run_defaults(args)
     mb = args.micro_batch_size if args.micro_batch_size not in (None, -1) else None
     if mb is not None and mb <= 0:
         raise ConfigError(f"-micro-batch-size must be a positive integer, got {mb}")
@@ -167,11 +182,16 @@ def strategy_from_args(args: argparse.Namespace, sim_batch: int) -> Strategy:
         raise ConfigError(f"-micro-batch-size {mb} is larger than the simulated batch {sim_batch}")
     if degrees_given(args):
         check_hybrid_micro_batch(mb, sim_batch)
+    schedule = args.schedule
+    if degrees_given(args) or args.case == 4:  # the runs that have micro-batches
+        schedule = resolve_schedule(args, -(-sim_batch // mb) if mb else 1)
+    elif schedule == "auto":
+        schedule = "gpipe"
     strategy = Strategy(
         case=args.case,
         micro_batch_size=mb,
         bucket_mb=args.bucket_mb,
-        schedule=args.schedule,
+        schedule=schedule,
         partition=args.partition,
         initial_placement=args.initial_placement,
         reference_compat=args.reference_compat,
@@ -184,6 +204,7 @@ def strategy_from_args(args: argparse.Namespace, sim_batch: int) -> Strategy:
 
 
 def platform_from_args(args: argparse.Namespace) -> Platform:
+    apply_run_defaults(args)
     check_model_flags(args)  # first: "--model needs --gpu" says more than any GPU-flag error
     GpuOptions.of(args).check(bool(args.reference_compat))
     gpus = resolve_gpus(args)
@@ -232,6 +253,7 @@ def configure(args: argparse.Namespace | Mapping[str, Any] | None = None,
     elif options:
         raise TypeError("configure(): pass either a namespace or keyword options, not both")
     check_case(args)
+    apply_run_defaults(args)
     training_precision(args)  # the flags' own errors before any file is read
     platform = platform_from_args(args)
     trace = with_flag_precision(load_scaled_trace(args), args)

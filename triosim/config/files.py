@@ -10,6 +10,7 @@ from typing import Any
 
 from ..errors import ConfigError
 from ..safe_yaml import MAX_YAML_BYTES, MAX_YAML_DEPTH, parse_yaml_text, read_text_file
+from .defaults import applied_defaults
 from .flags import FlagTable
 from .gpu import GPU_FLAG_DEFAULTS, GpuOptions
 from .model_flags import MODEL_FLAG_DEFAULTS, model_given, model_trace
@@ -117,7 +118,7 @@ def _parse_json(text: str, where: str) -> Any:
 
 
 # Keys of a result's ``config`` block that record facts about the run rather than set a flag.
-INFO_KEYS = frozenset({"triosim_version", "trace_sha256", "tensor_sha256"})
+INFO_KEYS = frozenset({"triosim_version", "trace_sha256", "tensor_sha256", "defaults_applied"})
 
 
 def file_sha256(path: Path) -> str:
@@ -153,6 +154,11 @@ def config_block(args: argparse.Namespace) -> dict[str, Any]:
         if spec.dest == "trace_dir":
             value = None if card_run else str(trace_dir.resolve())
         block[spec.name] = value
+    applied = applied_defaults(args)
+    for d in applied:  # the flag as given: a rerun derives the same default
+        block[table.by_dest(d.dest).name] = d.given
+    if applied:  # what the run filled in, and why
+        block["defaults_applied"] = {d.flag: f"{d.value}: {d.why}" for d in applied}
     block["triosim_version"] = __version__
     block["trace_sha256"] = file_sha256(trace_dir / "trace.csv")
     block["tensor_sha256"] = file_sha256(trace_dir / "tensor.csv")

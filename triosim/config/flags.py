@@ -102,11 +102,14 @@ def add_sim_flags(p: argparse.ArgumentParser) -> None:
                    help="0 single GPU, 1 data parallel, 2 DDP, 3 tensor parallel, 4 pipeline parallel "
                         "(not with --dp/--tp/--pp: -case 2 is --dp N, 3 is --tp N --tp-style per-op, 4 is --pp N)")
     g.add_argument("--micro-batch-size", type=int, default=-1,
-                   help="pipeline micro-batch (default: the whole batch in one, so the stages run one after "
-                        "another). -case 4: the last one may be smaller; --dp/--tp/--pp: must divide the batch")
+                   help="pipeline micro-batch (default: 1 with --global-batch, as Megatron recipes run; otherwise "
+                        "the whole batch in one, so the stages run one after another). -case 4: the last one may "
+                        "be smaller; --dp/--tp/--pp: must divide the batch")
     add_global_batch_flag(g)
     g.add_argument("--bucket-mb", type=float, default=25.0, help="DDP gradient bucket size in MB (25)")
-    g.add_argument("--schedule", default="gpipe", help="pipeline schedule: gpipe, 1f1b or interleaved")
+    g.add_argument("--schedule", default="auto",
+                   help="pipeline schedule: auto (1f1b over several micro-batches, as Megatron; gpipe under "
+                        "--reference-compat), gpipe, 1f1b or interleaved")
     g.add_argument("--virtual-stages", type=int, default=1,
                    help="interleaved schedule: pipeline stages per GPU (V >= 2; needs --schedule interleaved)")
     g.add_argument("--partition", default="auto",

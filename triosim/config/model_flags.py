@@ -21,12 +21,13 @@ import argparse
 import hashlib
 import json
 import os
+import re
 import shutil
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..errors import ConfigError
+from ..errors import ConfigError, TraceError
 from ..trace.model_card import COUNT_FIELDS, ModelCard, get_card, read_card_file
 from ..trace.synthetic_card import CARD_TRACE_VERSION, CardTraceSpec, write_card_trace
 
@@ -142,9 +143,14 @@ def cache_root() -> Path:
 
 
 def _entry_name(spec: CardTraceSpec) -> str:
-    key = json.dumps({"card": spec.card.shape_key(), "batch": spec.batch_size, "element_bytes": spec.element_bytes,
-                      "layers": spec.layers, "generator": CARD_TRACE_VERSION}, sort_keys=True)
-    return f"{spec.card.name[:40]}-{hashlib.sha256(key.encode()).hexdigest()[:16]}"
+    """The cache entry's directory name: the card's name made a safe file name (whatever the
+    name holds, never a path out of the cache), then a hash of everything the trace depends on,
+    the name included (meta.json records it)."""
+    key = json.dumps({"card": spec.card.shape_key(), "name": spec.card.name, "batch": spec.batch_size,
+                      "element_bytes": spec.element_bytes, "layers": spec.layers, "generator": CARD_TRACE_VERSION},
+                     sort_keys=True)
+    safe = re.sub(r"[^a-z0-9._+-]+", "_", spec.card.name.lower()).strip("._")[:40] or "card"
+    return f"{safe}-{hashlib.sha256(key.encode()).hexdigest()[:16]}"
 
 
 def cached_card_trace(spec: CardTraceSpec) -> Path:
@@ -171,6 +177,34 @@ def cached_card_trace(spec: CardTraceSpec) -> Path:
     return final
 
 
+def card_flag(args: argparse.Namespace) -> str | None:
+    """How the run named its card, for errors: ``--model NAME`` or ``--model-file FILE`` (None:
+    a trace run)."""
+    if getattr(args, "model_file", None) is not None:
+        return f"--model-file {args.model_file}"
+    if getattr(args, "model", None) is not None:
+        return f"--model {args.model}"
+    return None
+
+
+def card_trace_error(exc: TraceError, card: str, trace_dir: str | os.PathLike, layers: int | None) -> ConfigError:
+    """A check that the trace built from a card failed, said of the card: the cached trace's
+    ``tensor.csv:117`` means nothing to the user, the card's sizes and the flags do."""
+    try:
+        meta = json.loads((Path(trace_dir) / "meta.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        meta = {}
+    seq, batch = meta.get("seq_len"), meta.get("batch_size")
+    depth = layers if layers is not None else meta.get("traced_layers")  # None: not repeated, as built
+    sizes = ", ".join(part for part in (
+        f"sequence {seq:,}" if isinstance(seq, int) else "",
+        f"{batch:,} sequence{'s' if batch != 1 else ''} per op" if isinstance(batch, int) else "",
+        f"{depth:,} layers" if isinstance(depth, int) else "") if part)
+    return ConfigError(f"{card}: the training step built from the card ({sizes}) is refused: {exc.message} "
+                       "(a shorter --seq-len, a smaller -micro-batch-size or -batch-size-sim, or fewer --num-layers "
+                       "make it smaller)")
+
+
 def model_trace(args: argparse.Namespace, dtype: str) -> ModelTrace:
     """The trace of a card run (built and cached on first use); ``dtype`` is the run's --dtype."""
     card = load_card(args)
@@ -182,5 +216,5 @@ def model_trace(args: argparse.Namespace, dtype: str) -> ModelTrace:
     return ModelTrace(cached_card_trace(spec), spec.batch_size, depth if depth > traced else None, card)
 
 
-__all__ = ["MODEL_FLAG_DEFAULTS", "ModelTrace", "add_model_flags", "cache_root", "cached_card_trace", "check_model_flags",
-           "load_card", "model_batch", "model_given", "model_trace"]
+__all__ = ["MODEL_FLAG_DEFAULTS", "ModelTrace", "add_model_flags", "cache_root", "cached_card_trace", "card_flag",
+           "card_trace_error", "check_model_flags", "load_card", "model_batch", "model_given", "model_trace"]

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+from ..compute.op_parts import op_parts
 from ..errors import ConfigError
 from ..hardware.platform import Platform
 from ..limits import check_graph_size, op_copies
@@ -56,8 +57,12 @@ class GraphBuilder:
         if precision is not None:  # only under a training dtype: a run as traced writes what it always wrote
             graph.meta["precision"] = {"dtype": precision.dtype, "grad_reduce_dtype": precision.grad_reduce_dtype,
                                        "master_weights": precision.mixed}
+            if precision.fp8 is not None:  # FP8 training: its recipe (docs/precision.md)
+                graph.meta["precision"]["fp8"] = precision.fp8.to_dict()
         # Each compute task names its trace op; the time breakdown reads the op's phase here.
         graph.meta.setdefault("op_stages", tuple(op.stage for op in self.trace.ops))
+        # ... and the kinds of kernel its time is spent on (GEMM, FP8 casts, attention, other)
+        graph.meta.setdefault("op_parts", op_parts(self.trace, self.strategy.micro_batch_size))
         return attach_network(graph, self.platform)
 
     def check(self) -> None:

@@ -51,6 +51,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
+from ..compute.op_parts import op_parts
 from ..errors import ConfigError
 from ..hardware.platform import Platform
 from ..schedule.tasks import TaskGraph
@@ -168,6 +169,7 @@ def build(trace: Trace, platform: Platform, strategy: Strategy, fuse_runs: bool 
         g.meta["hybrid"]["recompute"] = activation_facts(original, rec, tpp, fractions[0])
         if rec is not None:  # the time breakdown's phases, by the ops of the rewritten trace
             g.meta["op_stages"] = tuple(op.stage for op in trace.ops)
+            g.meta["op_parts"] = op_parts(trace, strategy.micro_batch_size)
             g.meta["recompute_ops"] = frozenset(rec.rerun_ops)
     else:
         case_blocks.record(g, trace, strategy, preset, plan, tpp, sizes, candidates)

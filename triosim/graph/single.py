@@ -74,7 +74,7 @@ def op_steps(trace: Trace, op_indices: Sequence[int], tasks: Sequence[int], key_
             writes = tuple(key_prefix + k for k in writes)
         if not op.outputs and op.name.endswith("_"):
             writes = reads
-        steps.append(Step(task=t, reads=reads, writes=writes, label=f"op {op.op_id} ({op.name}, trace.csv:{op.line})"))
+        steps.append(Step(task=t, reads=reads, writes=writes, label=trace.op_label(op)))
     return steps
 
 

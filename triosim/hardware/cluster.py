@@ -46,11 +46,13 @@ class ClusterRouter:
 
 def build_cluster(spec: ClusterSpec, path: Path, num_gpus: int, capacity_log2: float, remote_bandwidth_gbps: float,
                   network: str, collective_algo: str, collective_latency_us: float | None):
-    """The platform of a ``kind: cluster`` file with ``num_gpus`` GPUs (whole nodes)."""
+    """The platform of a ``kind: cluster`` file with ``num_gpus`` GPUs: whole nodes, or part of
+    one node (2 of a DGX's 8 GPUs, on its NVSwitch)."""
     per = spec.gpus_per_node
-    if num_gpus % per:
-        raise ConfigError(f"{path}: -GPUnumber {num_gpus} is not a whole number of nodes of {per} GPUs")
-    nodes = num_gpus // per
+    if num_gpus % per and num_gpus > per:
+        raise ConfigError(f"{path}: -GPUnumber {num_gpus} is not a whole number of nodes of {per} GPUs "
+                          f"(fewer than {per} run on part of one node)")
+    nodes = -(-num_gpus // per)
     units = -(-nodes // spec.nodes_per_leaf)
     # Both directions of: GPU-remote memory, GPU-NVSwitch, GPU-leaf, and each leaf's uplink.
     check_link_count(2 * (3 * num_gpus + (units * per if units > 1 else 0)), num_gpus,

@@ -24,6 +24,14 @@ schema) holds what the roofline op-time model needs to know about a GPU:
 - optional ``processing_mode``: ``roofline`` (the default: an op's time is the larger of its
   compute and memory times, the two overlap) or ``no_overlap`` (their sum, as Calculon's
   system files may say: a kernel that does not hide its memory traffic behind its math).
+- optional ``node_fabric``: the shipped topology file (``topologies/<name>.yaml``) of the system
+  the GPU is sold in, with ``sources.node_fabric``; ``--gpu NAME`` without a topology runs on it.
+- optional ``fp8_recipes``: the FP8 training recipes of Transformer Engine the GPU runs
+  (``delayed``, ``current``, ``blockwise``, ``mxfp8``), with ``sources.fp8_recipes``; without it a
+  GPU with an fp8 matrix peak runs the per-tensor ones (delayed, current). A GPU that runs
+  ``mxfp8`` (Blackwell, SM 10.0+) is the default's MXFP8 and reads FP8 operands columnwise without
+  a transposed copy ("Blackwell hardware supports multiple GEMM layouts natively"), as
+  :mod:`triosim.trace.fp8` describes.
 - ``sources``: the public document behind every peak number (one entry per peak field).
 - optional, for kernels whose parallelism the op's shape limits (cuDNN's training batch norm
   runs one thread block per channel): ``sm_count`` (streaming multiprocessors, from the spec
@@ -50,13 +58,15 @@ from typing import Any
 
 from ..errors import ConfigError
 from ..safe_yaml import parse_yaml_text, read_text_file
+from ..trace.fp8 import FP8_RECIPES
 
 DTYPES = ("fp64", "fp32", "tf32", "bf16", "fp16", "fp8")
 PEAK_FIELDS = ("matrix_tflops", "vector_tflops", "hbm_gbps", "memory_gb")
 REQUIRED = ("name", "memory_gb", "hbm_gbps", "launch_floor_us", "matrix_tflops", "vector_tflops", "efficiency",
             "sources")
-KEYS = frozenset((*REQUIRED, "display_name", "vendor", "aliases", "notes", "sm_count", "block_read_gbps",
-                  "processing_mode"))
+KEYS = frozenset((*REQUIRED, "display_name", "vendor", "aliases", "notes", "sm_count", "block_read_gbps", "node_fabric",
+                  "processing_mode", "fp8_recipes"))
+PER_TENSOR_FP8 = ("delayed", "current")  # the recipes of a GPU with an fp8 peak whose file names none
 EFFICIENCY_KEYS = frozenset(("compute", "memory", "source"))
 EFFICIENCY_OPTIONAL = frozenset(("compute_by_dtype", "vector"))
 PROCESSING_MODES = ("roofline", "no_overlap")
@@ -107,6 +117,26 @@ class Device:
     block_read_bytes_per_s: float | None = None  # one thread block's read rate alone on an SM
     vector_efficiency: Curve | None = None  # vector-unit ops; None: the compute curves
     processing_mode: str = "roofline"  # how an op's compute and memory times combine
+    node_fabric: str | None = None  # the shipped topology file of the system this GPU is sold in
+    fp8_recipe_names: tuple[str, ...] | None = None  # the file's fp8_recipes (None: not given)
+
+    @property
+    def fp8_recipes(self) -> tuple[str, ...]:
+        """The FP8 training recipes this GPU runs (none without an fp8 matrix peak)."""
+        if "fp8" not in self.matrix_flops:
+            return ()
+        return self.fp8_recipe_names if self.fp8_recipe_names is not None else PER_TENSOR_FP8
+
+    @property
+    def default_fp8_recipe(self) -> str:
+        """MXFP8 where the GPU runs it (Blackwell), else current scaling."""
+        return "mxfp8" if "mxfp8" in self.fp8_recipes else "current"
+
+    @property
+    def fp8_transposed_copy(self) -> bool:
+        """Whether an FP8 operand used columnwise needs a physically transposed copy (Hopper,
+        Ada); a GPU that runs MXFP8 (Blackwell) reads it columnwise as it is."""
+        return "mxfp8" not in self.fp8_recipes
 
     def block_limited_rate(self, blocks: int | None) -> float | None:
         """Read rate (B/s) of a kernel that runs ``blocks`` thread blocks, each streaming its own
@@ -168,8 +198,47 @@ def _positive(where: str, key: str, value: Any) -> float:
         except OverflowError:
             ok = False
     if not ok:
-        raise ConfigError(f"{where}: field {key!r} must be a positive finite number, got {value!r}")
+        shown = repr(value) if len(repr(value)) <= 40 else f"a value of {len(repr(value))} characters"
+        raise ConfigError(f"{where}: field {key!r} must be a positive finite number, got {shown}")
     return float(value)
+
+
+# The plausible range of each number, in the file's units (TFLOPS, GB/s, GB, µs). Checked after
+# the conversion to SI: a finite 1e300 in the file is an infinite capacity or an op of 10^294 s
+# once multiplied, and a GPU outside these ranges (a millionth of a GFLOP/s, an exabyte of
+# memory, a launch of a second) is a typo.
+PLAUSIBLE = {
+    "tflops": (1e-3, 1e6, "TFLOPS", 1e12),
+    "gbps": (1e-3, 1e6, "GB/s", 1e9),
+    "memory_gb": (1e-6, 1e9, "GB", 1e9),  # a kilobyte to an exabyte
+    "launch_floor_us": (1e-3, 1e6, "µs", 1e-6),
+    "sm_count": (1, 1e6, "SMs", 1),
+    "fraction": (1e-6, 1, "of peak", 1),
+}
+
+
+def _quantity(where: str, key: str, value: Any, kind: str) -> float:
+    """A positive number of the file (see :func:`_positive`) in SI units (FLOP/s, B/s, bytes,
+    seconds), within the plausible range of its ``kind``."""
+    low, high, unit, scale = PLAUSIBLE[kind]
+    x = _positive(where, key, value) * scale
+    if not (math.isfinite(x) and low * scale <= x <= high * scale):
+        shown = str(value) if len(str(value)) <= 40 else f"a number of {len(str(value))} characters"
+        raise ConfigError(f"{where}: field {key!r} must be between {low:g} and {high:g} {unit}, got {shown}")
+    return x
+
+
+def _shown(value: Any) -> str:
+    return repr(value) if len(repr(value)) <= 40 else repr(value)[:37] + "..."
+
+
+def _line(where: str, key: str, value: Any) -> str:
+    """A name shown on one line of a table or a header: a non-empty string without line breaks
+    (a mapping, a list or a multi-line text would break the output that shows it)."""
+    if not isinstance(value, str) or not value.strip() or len(value.splitlines()) > 1 or len(value) > 200:
+        raise ConfigError(f"{where}: field {key!r} must be a non-empty line of text (at most 200 characters), "
+                          f"got {_shown(value)}")
+    return value.strip()
 
 
 def _peaks(where: str, data: dict, key: str) -> dict[str, float]:
@@ -180,7 +249,7 @@ def _peaks(where: str, data: dict, key: str) -> dict[str, float]:
     for dtype, value in table.items():
         if dtype not in DTYPES:
             raise ConfigError(f"{where}: field {key}.{dtype}: unknown dtype (known: {', '.join(DTYPES)})")
-        out[dtype] = _positive(where, f"{key}.{dtype}", value) * 1e12
+        out[dtype] = _quantity(where, f"{key}.{dtype}", value, "tflops")
     return out
 
 
@@ -206,6 +275,7 @@ def _curve(where: str, key: str, raw: Any) -> Curve:
         f = _positive(where, f"{key}[{n}] fraction", pt[1])
         if f > 1:
             raise ConfigError(f"{where}: field {key}[{n}] fraction must be at most 1, got {pt[1]!r}")
+        f = _quantity(where, f"{key}[{n}] fraction", f, "fraction")
         if points and not x > points[-1][0]:
             raise ConfigError(f"{where}: field {key}[{n}]: sizes must increase, got {pt[0]!r} after {points[-1][0]!r}")
         points.append((x, f))
@@ -222,12 +292,12 @@ def parse_device(where: str, data: Any) -> Device:
     for key in REQUIRED:
         if key not in data:
             raise ConfigError(f"{where}: missing field {key!r}")
-    name = data["name"]
-    if not isinstance(name, str) or not name.strip():
-        raise ConfigError(f"{where}: field 'name' must be a non-empty string, got {name!r}")
+    name = _line(where, "name", data["name"])
+    display_name = _line(where, "display_name", data.get("display_name", name))
     aliases = data.get("aliases", [])
-    if not isinstance(aliases, list) or not all(isinstance(a, str) and a.strip() for a in aliases):
-        raise ConfigError(f"{where}: field 'aliases' must be a list of names, got {aliases!r}")
+    if not isinstance(aliases, list):
+        raise ConfigError(f"{where}: field 'aliases' must be a list of names, got {_shown(aliases)}")
+    aliases = [_line(where, f"aliases[{i}]", a) for i, a in enumerate(aliases)]
     matrix = _peaks(where, data, "matrix_tflops")
     vector = _peaks(where, data, "vector_tflops")
     if "fp32" not in vector:
@@ -259,27 +329,44 @@ def parse_device(where: str, data: Any) -> Device:
         raise ConfigError(f"{where}: field efficiency.source must say where the curves come from")
     sm_count = None
     if "sm_count" in data:
-        sm_count = _positive(where, "sm_count", data["sm_count"])
+        sm_count = _quantity(where, "sm_count", data["sm_count"], "sm_count")
         if sm_count != int(sm_count):
             raise ConfigError(f"{where}: field 'sm_count' must be a whole number, got {data['sm_count']!r}")
         sm_count = int(sm_count)
     block_rate = None
     if "block_read_gbps" in data:
-        block_rate = _positive(where, "block_read_gbps", data["block_read_gbps"]) * 1e9
+        block_rate = _quantity(where, "block_read_gbps", data["block_read_gbps"], "gbps")
         if not isinstance(sources.get("block_read_gbps"), str) or not sources["block_read_gbps"].strip():
             raise ConfigError(f"{where}: missing field sources.block_read_gbps (where that number comes from)")
     mode = data.get("processing_mode", "roofline")
     if mode not in PROCESSING_MODES:
         raise ConfigError(f"{where}: field 'processing_mode' must be one of {', '.join(PROCESSING_MODES)}, "
                           f"got {mode!r}")
+    fabric = data.get("node_fabric")
+    if fabric is not None and (not isinstance(fabric, str) or not re.fullmatch(r"[a-z0-9][a-z0-9.-]*", fabric)):
+        raise ConfigError(f"{where}: field 'node_fabric' must name a shipped topology file (such as "
+                          f"dgx-h100-superpod), got {fabric!r}")
+    if fabric is not None and not (isinstance(sources.get("node_fabric"), str) and sources["node_fabric"].strip()):
+        raise ConfigError(f"{where}: missing field sources.node_fabric (the system this GPU is sold in)")
+    recipes = None
+    if "fp8_recipes" in data:
+        raw = data["fp8_recipes"]
+        if not isinstance(raw, list) or not raw or any(r not in FP8_RECIPES for r in raw):
+            raise ConfigError(f"{where}: field 'fp8_recipes' must be a list of FP8 recipes ({', '.join(FP8_RECIPES)}), "
+                              f"got {_shown(raw)}")
+        if "fp8" not in matrix:
+            raise ConfigError(f"{where}: field 'fp8_recipes' needs an fp8 matrix peak (matrix_tflops.fp8)")
+        if not (isinstance(sources.get("fp8_recipes"), str) and sources["fp8_recipes"].strip()):
+            raise ConfigError(f"{where}: missing field sources.fp8_recipes (where the GPU's FP8 recipes come from)")
+        recipes = tuple(dict.fromkeys(raw))
     return Device(
-        name=name.strip().lower(),
-        display_name=str(data.get("display_name", name)),
+        name=name.lower(),
+        display_name=display_name,
         matrix_flops=matrix,
         vector_flops=vector,
-        hbm_bytes_per_s=_positive(where, "hbm_gbps", data["hbm_gbps"]) * 1e9,
-        memory_bytes=_positive(where, "memory_gb", data["memory_gb"]) * 1e9,
-        launch_floor_s=_positive(where, "launch_floor_us", data["launch_floor_us"]) * 1e-6,
+        hbm_bytes_per_s=_quantity(where, "hbm_gbps", data["hbm_gbps"], "gbps"),
+        memory_bytes=_quantity(where, "memory_gb", data["memory_gb"], "memory_gb"),
+        launch_floor_s=_quantity(where, "launch_floor_us", data["launch_floor_us"], "launch_floor_us"),
         compute_efficiency=_curve(where, "efficiency.compute", eff["compute"]),
         memory_efficiency=_curve(where, "efficiency.memory", eff["memory"]),
         compute_by_dtype={d: _curve(where, f"efficiency.compute_by_dtype.{d}", c) for d, c in by_dtype.items()},
@@ -290,6 +377,8 @@ def parse_device(where: str, data: Any) -> Device:
         block_read_bytes_per_s=block_rate,
         vector_efficiency=_curve(where, "efficiency.vector", eff["vector"]) if "vector" in eff else None,
         processing_mode=mode,
+        node_fabric=fabric,
+        fp8_recipe_names=recipes,
     )
 
 

@@ -23,6 +23,7 @@ from operator import add
 import numpy as np
 
 from ..schedule.tasks import COMM_KINDS
+from .compute_kinds import compute_kinds
 from .intervals import length as _length
 from .intervals import subtract as _subtract
 from .intervals import union as _union
@@ -145,5 +146,9 @@ def breakdown_dict(result) -> dict:
     if not rows:
         return {}
     busiest = min(rows, key=lambda r: (r.parts["idle"], r.gpu))
-    return {"gpus_averaged": len(rows), "mean": mean_breakdown(rows).to_dict(),
-            "busiest_gpu": busiest.gpu, "busiest": busiest.to_dict()}
+    out = {"gpus_averaged": len(rows), "mean": mean_breakdown(rows).to_dict(),
+           "busiest_gpu": busiest.gpu, "busiest": busiest.to_dict()}
+    kinds = compute_kinds(result)
+    if kinds:  # the mean GPU's compute by kind of kernel (GEMM, FP8 casts, attention, other)
+        out["compute_by_kind"] = kinds
+    return out

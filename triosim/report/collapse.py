@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 
 from ..schedule.tasks import TaskGraph
 
-MODES = ("none", "layer", "stage")
+MODES = ("none", "layer", "stage")  # report.repeats adds "repeat" on top of "layer"
 
 
 @dataclass
@@ -34,6 +34,8 @@ class Group:
     kind: str  # a task kind, the kind of the group's tasks (compute for mixed compute/memcpy)
     tasks: list[int] = field(default_factory=list)
     device: int | None = None  # the GPU whose cluster it sits in; None between GPUs
+    title: str | None = None  # the node's name when it stands for a run of repeats (report.repeats)
+    repeats: int = 1  # how many repeated units (layers, micro-batches, collectives) it stands for
 
     def compute_s(self, graph: TaskGraph) -> float:
         return sum(graph.duration[t] for t in self.tasks if graph.kind[t] == "compute")

@@ -1,5 +1,5 @@
 """The task DAG as Graphviz DOT: colour by task kind, one cluster per GPU (or pipeline stage),
-every task or groups of them (:mod:`triosim.report.collapse`)."""
+every task or groups of them (:mod:`triosim.report.collapse`, :mod:`triosim.report.repeats`)."""
 
 from __future__ import annotations
 
@@ -8,8 +8,9 @@ from dataclasses import dataclass
 
 import graphviz
 
-from ..schedule.tasks import TaskGraph
+from ..schedule.tasks import KINDS, TaskGraph
 from .collapse import Collapsed, Group, collapse, parameter_ops
+from .repeats import repeats_picture
 
 KIND_COLOURS = {
     "compute": "#9ecae1",
@@ -41,8 +42,30 @@ def _short_label(label: str) -> str:
     return " ".join(words) or label
 
 
+def task_counts(graph: TaskGraph, tasks: list[int]) -> str:
+    """``tasks: 36 compute · 36 collective``: how many tasks of each kind a node stands for."""
+    counts = {k: 0 for k in KINDS}
+    for t in tasks:
+        counts[graph.kind[t]] += 1
+    return "tasks: " + " · ".join(f"{n:,} {k}" for k, n in counts.items() if n)
+
+
+def _titled_text(graph: TaskGraph, group: Group) -> str:
+    text = f"{group.title}\\n{task_counts(graph, group.tasks)}"
+    compute_ms, moved = group.compute_s(graph) * 1e3, group.nbytes(graph)
+    if compute_ms or not moved:
+        text += f"\\n{compute_ms:.3f} ms compute"
+        if moved:
+            text += f" · {human_bytes(moved)} moved"
+    else:
+        text += f"\\n{human_bytes(moved)} moved"
+    return text
+
+
 def _group_text(graph: TaskGraph, group: Group, mode: str, stage_names: dict) -> str:
     tasks = group.tasks
+    if group.title is not None:
+        return _titled_text(graph, group)
     if len(tasks) == 1 and group.key[0] == "task":
         return _node_text(graph, tasks[0])
     if group.kind == "collective":
@@ -82,7 +105,8 @@ def to_dot(graph: TaskGraph, name: str = "triosim", collapsed: Collapsed | None 
     for gi, group in enumerate(collapsed.groups):
         # Work local to one GPU sits in that GPU's cluster; communication between GPUs sits
         # between clusters, so the picture shows what crosses.
-        if group.device is not None and group.kind in ("compute", "memcpy", "sync"):
+        # (A node of repeats that runs on one GPU sits there, its collectives included.)
+        if group.device is not None and (group.kind in ("compute", "memcpy", "sync") or group.title is not None):
             clusters.setdefault(group.device, []).append(gi)
         else:
             loose.append(gi)
@@ -107,7 +131,11 @@ def to_dot(graph: TaskGraph, name: str = "triosim", collapsed: Collapsed | None 
     return dot
 
 
-AUTO_ORDER = ("none", "layer", "stage")  # what --collapse auto tries, finest first
+AUTO_ORDER = ("none", "layer", "stage", "repeat")  # what --collapse auto tries, finest first
+COLLAPSE_MODES = AUTO_ORDER
+HOW = {"layer": "per layer", "stage": "per stage",
+       "repeat": "by repeats (each run of identical layers, micro-batches or collectives is one node; its "
+                 "first and last stay)"}
 
 
 @dataclass(frozen=True)
@@ -116,22 +144,30 @@ class Picture:
     mode: str  # the collapse mode used
     nodes: int
     note: str  # why the mode was chosen ("" when the user chose it)
+    tasks: int = 0  # the tasks the nodes stand for (every task, or those of --show-gpus)
+    edges: int = 0
 
 
 def dag_picture(graph: TaskGraph, trace=None, collapse_mode: str = "auto", gpus: Collection[int] | None = None,
                 max_nodes: int = 150, rankdir: str = "TB") -> Picture:
-    """The DOT picture of ``graph``: ``collapse_mode`` none/layer/stage, or ``auto``: every task
-    while that is at most ``max_nodes`` nodes, else per layer, else per stage (and say so)."""
+    """The DOT picture of ``graph``: ``collapse_mode`` none/layer/stage/repeat, or ``auto``: every
+    task while that is at most ``max_nodes`` nodes, else per layer, else per stage, else by
+    repeats (and say so). ``repeat`` draws as much detail as ``max_nodes`` allows."""
     params = parameter_ops(trace) if trace is not None else None
     modes = AUTO_ORDER if collapse_mode == "auto" else (collapse_mode,)
     note = ""
     for i, mode in enumerate(modes):
-        collapsed = collapse(graph, mode, gpus=gpus, param_ops=params)
+        if collapse_mode == "auto" and mode == "none" and gpus is None and len(graph) > max_nodes:
+            continue  # one node per task: more than fit, no need to count
+        if mode == "repeat":
+            collapsed = repeats_picture(graph, max_nodes, gpus=gpus, param_ops=params)
+        else:
+            collapsed = collapse(graph, mode, gpus=gpus, param_ops=params)
         if len(collapsed.groups) <= max_nodes or i == len(modes) - 1:
             break
+    shown = sum(len(g.tasks) for g in collapsed.groups)
     if collapse_mode == "auto" and mode != "none":
-        shown = sum(1 for g in collapse(graph, "none", gpus=gpus).groups)
-        note = (f"{shown:,} tasks are more than --max-nodes {max_nodes}: drawn collapsed per {mode} "
-                f"({len(collapsed.groups):,} nodes; --collapse none draws every task)")
+        note = (f"{shown:,} tasks are more than --max-nodes {max_nodes}: drawn collapsed {HOW[mode]} "
+                f"({len(collapsed.groups):,} nodes; --expand draws every task)")
     dot = to_dot(graph, collapsed=collapsed, mode=mode, rankdir=rankdir)
-    return Picture(dot, mode, len(collapsed.groups), note)
+    return Picture(dot, mode, len(collapsed.groups), note, shown, len(collapsed.edges))

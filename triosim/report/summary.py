@@ -14,6 +14,8 @@ from .result import GpuStats, Result, case_label
 from .throughput import throughput_lines
 
 MAX_GPU_ROWS = 16
+FP8_WORDS = {"delayed": "delayed scaling", "current": "current scaling", "blockwise": "blockwise scaling",
+             "mxfp8": "MXFP8"}
 
 
 def _gpu_table(rows: list[GpuStats]) -> Table:
@@ -58,7 +60,17 @@ def breakdown_line(result: Result) -> str:
              "exposed_memory_ms": "exposed memory", "exposed_other_ms": "exposed other comm",
              "idle_ms": "idle/bubble"}
     parts = [f"{names.get(k, k[:-3])} {v:.4f}" for k, v in mean.items() if v > 0]
-    return "Time per GPU, mean (ms): " + " · ".join(parts)
+    line = "Time per GPU, mean (ms): " + " · ".join(parts)
+    kinds = block.get("compute_by_kind")
+    if kinds:  # the compute of those parts by kind of kernel
+        words = {"gemm_ms": "GEMM", "fp8_casts_ms": "FP8 casts", "attention_ms": "attention", "other_ms": "other"}
+        line += "\nCompute by kind, mean (ms): " + " · ".join(f"{words[k]} {v:.4f}" for k, v in kinds.items() if v > 0)
+    return line
+
+
+def defaults_line(defaults: list[dict]) -> str:
+    """``defaults: -micro-batch-size 1 (…), --schedule 1f1b (…)``: the values a run filled in."""
+    return "Megatron's defaults: " + ", ".join(f"{d['flag']} {d['value']} ({d['why']})" for d in defaults)
 
 
 def print_summary(result: Result, console: Console, title: str = "") -> None:
@@ -71,9 +83,16 @@ def print_summary(result: Result, console: Console, title: str = "") -> None:
         f"[bold green]Iteration time: {result.makespan_ms:.4f} ms[/bold green]"
         f"   ({len(result.graph):,} tasks, {result.graph.num_edges:,} edges)"
     )
+    defaults = result.extra.get("defaults")
+    if defaults:  # what the run chose for flags left out (Megatron's defaults), so no answer hides one
+        head = head.replace("\n[bold green]", "\n" + defaults_line(defaults) + "\n[bold green]", 1)
     precision = result.graph.meta.get("precision")
     if precision:  # only under a training dtype
-        head = head.replace("\n[bold green]", f"\ntraining in {precision['dtype']}, gradients reduced in "
+        fp8 = precision.get("fp8")
+        what = precision["dtype"] if not fp8 else (
+            f"{precision['dtype']} with FP8 linear layers ({FP8_WORDS.get(fp8['recipe'], fp8['recipe'])}"
+            f"{', FP8 parameter all-gather' if fp8['param_gather'] else ''})")
+        head = head.replace("\n[bold green]", f"\ntraining in {what}, gradients reduced in "
                             f"{precision['grad_reduce_dtype']}"
                             f"{', fp32 master weights' if precision['master_weights'] else ''}\n[bold green]", 1)
     gpu = result.extra.get("gpu")

@@ -8,11 +8,17 @@ Dependencies between tasks on different tracks are flow arrows (``ph`` ``s`` →
 gradient all-reduce waiting for the backward pass, a pipeline stage waiting for its
 activations. Zero-length joins (sync tasks) and zero-length transfers are not drawn; arrows pass
 through them. Times are in microseconds.
+
+A timeline can keep only some tasks (``keep``, :mod:`triosim.report.timeline_filter`: some GPUs'
+work, the first micro-batches) and only the links of some GPUs (``gpus``): the memory counters
+are sampled at the kept steps, and arrows join kept tasks only, never through a task left out.
 """
 
 from __future__ import annotations
 
 import json
+import re
+from collections.abc import Collection, Sequence
 from typing import Any
 
 from ..schedule.list_scheduler import Schedule
@@ -21,6 +27,12 @@ from .result import _natural_key
 
 LINKS_PID = 1_000_000
 MEMORY_COUNTER = "memory (bytes)"
+_GPU_END = re.compile(r"^gpu(\d+)$")
+
+
+def link_gpus(name: str) -> frozenset[int]:
+    """The GPUs at either end of a link resource (``gpu0->nvsw0`` → {0}); none for a switch link."""
+    return frozenset(int(m.group(1)) for end in name.split("->") if (m := _GPU_END.match(end)))
 
 
 def _drawn(graph: TaskGraph, sched: Schedule, t: int) -> bool:
@@ -31,24 +43,26 @@ def _drawn(graph: TaskGraph, sched: Schedule, t: int) -> bool:
     return kind != "sync" and sched.end[t] > sched.start[t] and bool(graph.resources[t])
 
 
-def _track(graph: TaskGraph, t: int, lanes: dict[tuple[int, int], int]) -> tuple[int, int]:
-    """(pid, tid) of the first track a drawn task sits on."""
-    if graph.kind[t] == "compute":
-        return graph.devices[t][0], 0
-    return LINKS_PID, lanes[(t, graph.resources[t][0])]
+def shown_links(graph: TaskGraph, gpus: Collection[int] | None) -> list[bool]:
+    """Per resource: whether its track is drawn (every link, or those with an end at ``gpus``)."""
+    if gpus is None:
+        return [True] * len(graph.resource_names)
+    return [bool(link_gpus(name) & set(gpus)) for name in graph.resource_names]
 
 
-def link_lanes(graph: TaskGraph, sched: Schedule, drawn: list[bool]) -> tuple[dict[tuple[int, int], int], list[str]]:
-    """A thread per directed link, and more where transfers share a link at the same time (the
-    flow network model lets them): Chrome traces need the slices of one thread to nest, so
-    overlapping transfers go to the link's next lane. Returns (task, link resource) -> tid and
-    the thread names (tid i + 1 is names[i])."""
+def link_lanes(graph: TaskGraph, sched: Schedule, drawn: list[bool],
+               shown: Sequence[bool] | None = None) -> tuple[dict[tuple[int, int], int], list[str]]:
+    """A thread per directed link (of those ``shown``), and more where transfers share a link at
+    the same time (the flow network model lets them): Chrome traces need the slices of one thread
+    to nest, so overlapping transfers go to the link's next lane. Returns (task, link resource) ->
+    tid and the thread names (tid i + 1 is names[i])."""
     names = graph.resource_names
     uses: dict[int, list[tuple[float, float, int]]] = {}
     for t, kind in enumerate(graph.kind):
         if drawn[t] and kind != "compute":
             for rid in graph.resources[t]:
-                uses.setdefault(rid, []).append((sched.start[t], sched.end[t], t))
+                if shown is None or shown[rid]:
+                    uses.setdefault(rid, []).append((sched.start[t], sched.end[t], t))
     lanes: dict[tuple[int, int], int] = {}
     thread_names: list[str] = []
     for rid in sorted(uses, key=lambda r: _natural_key(names[r])):
@@ -65,9 +79,9 @@ def link_lanes(graph: TaskGraph, sched: Schedule, drawn: list[bool]) -> tuple[di
     return lanes, thread_names
 
 
-def flow_pairs(graph: TaskGraph, drawn: list[bool]) -> list[tuple[int, int]]:
+def flow_pairs(graph: TaskGraph, drawn: list[bool], keep: Sequence[bool] | None = None) -> list[tuple[int, int]]:
     """(u, v) for every dependency between drawn tasks, through undrawn ones (syncs, zero-length
-    transfers), without repeats."""
+    transfers) but never through a task left out of the timeline (not ``keep``), without repeats."""
     n = len(graph)
     # Nearest drawn ancestors of each undrawn task, in topological (id-independent) order.
     preds: list[list[int]] = [[] for _ in range(n)]
@@ -83,7 +97,7 @@ def flow_pairs(graph: TaskGraph, drawn: list[bool]) -> list[tuple[int, int]]:
             sources.extend((u,) if drawn[u] else via.get(u, ()))
         if drawn[v]:
             pairs.update((u, v) for u in sources)
-        else:
+        elif keep is None or keep[v]:
             via[v] = tuple(dict.fromkeys(sources))
     return sorted(pairs)
 
@@ -102,11 +116,19 @@ def _topological(graph: TaskGraph) -> list[int]:
     return out
 
 
-def timeline_events(graph: TaskGraph, sched: Schedule, flows: bool = True, memory: bool = True) -> list[dict[str, Any]]:
+def timeline_events(graph: TaskGraph, sched: Schedule, flows: bool = True, memory: bool = True,
+                    keep: Sequence[bool] | None = None, gpus: Collection[int] | None = None) -> list[dict[str, Any]]:
+    """The trace events: every task, or those ``keep`` says, on the GPU tracks and on the links
+    (every link, or those with an end at one of ``gpus``)."""
     events: list[dict[str, Any]] = []
-    gpus: set[int] = set()
-    drawn = [_drawn(graph, sched, t) for t in range(len(graph))]
-    lanes, thread_names = link_lanes(graph, sched, drawn)
+    shown = shown_links(graph, gpus)
+    drawn = [_drawn(graph, sched, t) and (keep is None or keep[t]) for t in range(len(graph))]
+    # A task none of whose links is shown has no track: drawn nowhere, arrows pass it by.
+    for t, kind in enumerate(graph.kind):
+        if drawn[t] and kind != "compute" and not any(shown[r] for r in graph.resources[t]):
+            drawn[t] = False
+    lanes, thread_names = link_lanes(graph, sched, drawn, shown)
+    compute_gpus: set[int] = set()
     for t, kind in enumerate(graph.kind):
         if not drawn[t]:
             continue
@@ -121,17 +143,18 @@ def timeline_events(graph: TaskGraph, sched: Schedule, flows: bool = True, memor
         base = {"name": graph.label[t], "cat": kind, "ph": "X", "ts": s * 1e6, "dur": (e - s) * 1e6, "args": args}
         if kind == "compute":
             g = graph.devices[t][0]
-            gpus.add(g)
+            compute_gpus.add(g)
             events.append({**base, "pid": g, "tid": 0})
         else:
             for rid in graph.resources[t]:
-                events.append({**base, "pid": LINKS_PID, "tid": lanes[(t, rid)]})
+                if shown[rid]:
+                    events.append({**base, "pid": LINKS_PID, "tid": lanes[(t, rid)]})
     if memory:
-        events.extend(_memory_counters(graph, sched, gpus))
+        events.extend(_memory_counters(graph, sched, compute_gpus, keep))
     if flows:
-        events.extend(_flow_events(graph, sched, drawn, lanes))
+        events.extend(_flow_events(graph, sched, drawn, lanes, keep))
     meta: list[dict[str, Any]] = []
-    for g in sorted(gpus):
+    for g in sorted(compute_gpus):
         meta.append({"name": "process_name", "ph": "M", "pid": g, "tid": 0, "args": {"name": f"GPU {g}"}})
         meta.append({"name": "process_sort_index", "ph": "M", "pid": g, "tid": 0, "args": {"sort_index": g}})
         meta.append({"name": "thread_name", "ph": "M", "pid": g, "tid": 0, "args": {"name": "compute"}})
@@ -150,8 +173,10 @@ def timeline_events(graph: TaskGraph, sched: Schedule, flows: bool = True, memor
     return meta + events
 
 
-def _memory_counters(graph: TaskGraph, sched: Schedule, gpus: set[int]) -> list[dict[str, Any]]:
-    """A counter per GPU: bytes resident from the start of each step (a value only where it changes)."""
+def _memory_counters(graph: TaskGraph, sched: Schedule, gpus: set[int],
+                     keep: Sequence[bool] | None = None) -> list[dict[str, Any]]:
+    """A counter per GPU: bytes resident from the start of each (kept) step, a value only where
+    it changes."""
     out: list[dict[str, Any]] = []
     for dev, info in sorted(graph.meta.get("memory", {}).items()):
         tasks, occ = info.get("occupancy", ((), None))
@@ -159,6 +184,8 @@ def _memory_counters(graph: TaskGraph, sched: Schedule, gpus: set[int]) -> list[
             continue
         last = None
         for t, b in sorted(zip(tasks, (int(x) for x in occ)), key=lambda tb: (sched.start[tb[0]], tb[0])):
+            if keep is not None and not keep[t]:
+                continue
             if b == last:
                 continue
             last = b
@@ -169,16 +196,24 @@ def _memory_counters(graph: TaskGraph, sched: Schedule, gpus: set[int]) -> list[
     return out
 
 
+def _first_lane(graph: TaskGraph, t: int, lanes: dict[tuple[int, int], int]) -> tuple[int, int]:
+    """(pid, tid) of the first drawn track of task ``t`` (its first shown link, for communication)."""
+    if graph.kind[t] == "compute":
+        return graph.devices[t][0], 0
+    return LINKS_PID, next(lanes[(t, r)] for r in graph.resources[t] if (t, r) in lanes)
+
+
 def _flow_events(graph: TaskGraph, sched: Schedule, drawn: list[bool],
-                 lanes: dict[tuple[int, int], int]) -> list[dict[str, Any]]:
+                 lanes: dict[tuple[int, int], int], keep: Sequence[bool] | None = None) -> list[dict[str, Any]]:
     """An arrow per dependency that crosses tracks: ``s`` inside the source slice, ``f`` at the
     start of the destination slice (bound to it: ``bp: e``)."""
     out: list[dict[str, Any]] = []
     for fid, (u, v) in enumerate(
-        (u, v) for u, v in flow_pairs(graph, drawn) if _track(graph, u, lanes) != _track(graph, v, lanes)
+        (u, v) for u, v in flow_pairs(graph, drawn, keep)
+        if _first_lane(graph, u, lanes) != _first_lane(graph, v, lanes)
     ):
-        pu, tu = _track(graph, u, lanes)
-        pv, tv = _track(graph, v, lanes)
+        pu, tu = _first_lane(graph, u, lanes)
+        pv, tv = _first_lane(graph, v, lanes)
         # The start event sits at the source's end, nudged inside it when it has length, so
         # viewers bind it to the source slice rather than the next one on that track.
         end_u, start_u = sched.end[u] * 1e6, sched.start[u] * 1e6
@@ -190,8 +225,11 @@ def _flow_events(graph: TaskGraph, sched: Schedule, drawn: list[bool],
     return out
 
 
-def timeline_json(graph: TaskGraph, sched: Schedule, flows: bool = True, memory: bool = True) -> str:
-    return json.dumps(
-        {"traceEvents": timeline_events(graph, sched, flows, memory), "displayTimeUnit": "ms"},
-        separators=(",", ":"),
-    )
+def timeline_text(events: list[dict[str, Any]]) -> str:
+    """The Chrome trace JSON document of ``events``, compact."""
+    return json.dumps({"traceEvents": events, "displayTimeUnit": "ms"}, separators=(",", ":"))
+
+
+def timeline_json(graph: TaskGraph, sched: Schedule, flows: bool = True, memory: bool = True,
+                  keep: Sequence[bool] | None = None, gpus: Collection[int] | None = None) -> str:
+    return timeline_text(timeline_events(graph, sched, flows, memory, keep, gpus))

@@ -28,8 +28,9 @@ from typing import Any
 from rich.console import Console
 
 from ..checks import positive
+from ..config.inputs import input_files, refuse_outputs_over_inputs
 from ..errors import ConfigError, TriosimError
-from ..output import refuse_overwriting_inputs, sigterm_as_interrupt
+from ..output import sigterm_as_interrupt
 from .execute import (
     FAILED,
     INVALID,
@@ -124,11 +125,6 @@ def choose_backend(n_tasks: int, jobs: int | None, dask: str | None, dask_timeou
     if jobs == 1 or n_tasks <= INPROCESS_MAX:
         return Backend("in-process")
     return Backend("pool", jobs=min(jobs, n_tasks))
-
-
-def trace_inputs(prepared: Prepared) -> list[Path]:
-    """The files an output must never overwrite."""
-    return [Path(d) / name for d in prepared.trace_dirs for name in ("trace.csv", "tensor.csv")]
 
 
 def run_sweep(
@@ -258,12 +254,6 @@ def grid_from_args(args: argparse.Namespace) -> Grid:
     return build_grid(table, file_entries, cli_entries, every_combination=args.every_combination)
 
 
-def setting_files(grid: Grid) -> list[Path]:
-    """The topology and device files the grid's configurations read (outputs must spare them)."""
-    return [Path(v) for a in grid.axes if a.spec.dest in ("topology_file", "gpu_file")
-            for v in a.values if isinstance(v, str) and v]
-
-
 def _title(traces: Sequence[str], rows: Sequence[Row] = ()) -> str:
     """The traces' names, and a warning when op times measured on a CPU were used (not when
     every configuration timed its ops on a --gpu by roofline or retarget)."""
@@ -307,13 +297,15 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     args.out = list(dict.fromkeys(args.out))  # the same file named twice is written once
     if args.resume and not args.out:
         raise ConfigError("--resume needs --out FILE: it keeps the rows of FILE.partial")
+    # every file the grid's configurations read, spared by the outputs before any work
+    settings = {"grid": args.grid, **{a.spec.dest: a.values for a in grid.axes}}
+    protect = input_files(settings)
+    check_outputs(args.out)
+    refuse_outputs_over_inputs(
+        [*(("--out", o) for o in args.out), *(("--out", partial_path(o)) for o in args.out), ("--plot", args.plot)],
+        settings)
     points = grid.points()
     prepared = prepare(points)
-    protect = trace_inputs(prepared)
-    check_outputs(args.out, protect)
-    refuse_overwriting_inputs(
-        [*(("--out", o) for o in args.out), *(("--out", partial_path(o)) for o in args.out), ("--plot", args.plot)],
-        [args.grid, *protect, *(Path(d) / "meta.json" for d in prepared.trace_dirs), *setting_files(grid)])
     columns = result_columns(grid.columns, extra_columns(points))
     resumed = read_resumable(args.out, columns, grid.columns, points) if args.resume else None
     if resumed is not None:
@@ -413,5 +405,18 @@ def cmd_sweep(args: argparse.Namespace) -> int:
                   + (f" in {kept} (earlier results files left as they were)" if kept else ""))
         raise KeyboardInterrupt
     if not ok:
-        raise ConfigError("no configuration of the sweep ran successfully (see the reasons above)")
+        raise ConfigError(no_success_message(result.rows, args.quiet))
     return 0
+
+
+def no_success_message(rows: Sequence[Row], quiet: bool) -> str:
+    """Why a sweep has no result: the table above gives every reason; under ``-q`` nothing is
+    above, so the line counts them and gives the first configuration's."""
+    if not quiet or not rows:
+        return "no configuration of the sweep ran successfully (see the reasons above)"
+    counts = {s: sum(1 for r in rows if r.outcome.status == s) for s in (INVALID, FAILED)}
+    shown = ", ".join(f"{n} {s}" for s, n in counts.items() if n)
+    first = rows[0]
+    label = first.point.label() or "the configuration"
+    return (f"no configuration of the sweep ran successfully ({shown}); {label}: {first.outcome.reason} "
+            "(without -q the table gives every reason)")

@@ -34,6 +34,7 @@ from ..config import (
 )
 from ..config.build import gpu_timing_options
 from ..config.gpu import GpuOptions, verdict_capacity
+from ..config.model_flags import card_flag
 from ..config.precision import with_flag_precision
 from ..errors import ConfigError, TriosimError
 from ..trace import Trace
@@ -197,6 +198,7 @@ def prepare(points: Sequence[Point]) -> Prepared:
 
     infos: dict[str, tuple[int, str]] = {}
     pending: list[tuple[Point, TraceKey, int]] = []
+    cards: dict[TraceKey, str | None] = {}
     settled: list[Outcome] = []
     for point in points:
         ns = point.namespace()
@@ -215,8 +217,9 @@ def prepare(points: Sequence[Point]) -> Prepared:
             settled.append(Outcome(point.index, FAILED,
                                    f"-case {ns.case} ({CASE_NAMES[ns.case]}) is not implemented yet"))
             continue
-        pending.append((point, (trace_dir, batch, ns.time_column, layers_to_repeat(ns),
-                                *op_time_options(ns), gpu_timing_options(ns)), sim))
+        key = (trace_dir, batch, ns.time_column, layers_to_repeat(ns), *op_time_options(ns), gpu_timing_options(ns))
+        pending.append((point, key, sim))
+        cards.setdefault(key, card_flag(ns))  # a card's trace: its errors name the card
 
     loaded: dict[TraceKey, Trace] = {}
     broken: dict[TraceKey, str] = {}
@@ -224,7 +227,7 @@ def prepare(points: Sequence[Point]) -> Prepared:
         if key in loaded or key in broken:
             continue
         try:
-            loaded[key] = load_recorded_trace(*key)
+            loaded[key] = load_recorded_trace(*key, card=cards.get(key))
         except TriosimError as exc:
             broken[key] = _reason(exc)
     tasks = []

@@ -118,6 +118,14 @@ class Trace:
             src = "cpu"
         return str(src) if src is not None else None
 
+    def op_label(self, op: Op) -> str:
+        """``op 10 (aten::mm, trace.csv:11)``, as memory errors and reports name an op. A trace
+        built from a model card (meta.json ``model_card``) is no file the user wrote: its ops
+        are named without the cached file's line."""
+        if "model_card" in self.info:
+            return f"op {op.op_id} ({op.name})"
+        return f"op {op.op_id} ({op.name}, trace.csv:{op.line})"
+
     def with_batch_source(self, source: str) -> Trace:
         return replace(self, batch_source=source)
 

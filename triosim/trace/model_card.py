@@ -26,6 +26,7 @@ import importlib.resources
 import json
 import math
 import os
+import re
 from dataclasses import asdict, dataclass, field, replace
 from functools import lru_cache
 from pathlib import Path
@@ -49,6 +50,8 @@ BOOL_FIELDS = ("tied_embeddings", "bias")
 REQUIRED = (*COUNT_FIELDS, *CHOICE_FIELDS, *BOOL_FIELDS)
 OPTIONAL = ("name", "description", "dropout", "published_params", "sources")
 KEYS = frozenset((*REQUIRED, *OPTIONAL))
+# A card's name: a plain file name, never a path (``../x``, ``/tmp/x``), a hidden name or ``..``.
+PLAIN_NAME = re.compile(r"(?!.*\.\.)[A-Za-z0-9][A-Za-z0-9._+-]{0,99}")
 
 
 @dataclass(frozen=True)
@@ -143,10 +146,24 @@ def _number(where: str, key: str, value: Any, low: float, high: float) -> float:
     return x
 
 
-def _text(where: str, key: str, value: Any) -> str:
-    if not isinstance(value, str) or not value.strip() or len(value) > 2000:
-        raise ConfigError(f"{where}: {key}: must be a non-empty line of text")
+def _text(where: str, key: str, value: Any, one_line: bool = False) -> str:
+    """Text of the card, its whitespace collapsed; ``one_line``: a line break is an error (a
+    description is shown as one line; a source may be folded over several)."""
+    if not isinstance(value, str) or not value.strip() or len(value) > 2000 or \
+            (one_line and len(value.strip().splitlines()) > 1):
+        shown = repr(value) if len(repr(value)) <= 40 else repr(value)[:37] + "..."
+        raise ConfigError(f"{where}: {key}: must be a non-empty line of text, got {shown}")
     return " ".join(value.split())
+
+
+def _name(where: str, value: Any) -> str:
+    """The card's ``name``: one plain word, usable as a file name (it names the card's cached
+    trace, and ``--model NAME`` looks it up): no directory part, no ``..``, no spaces."""
+    if not isinstance(value, str) or not PLAIN_NAME.fullmatch(value.strip()):
+        shown = repr(value) if len(repr(value)) <= 40 else repr(value)[:37] + "..."
+        raise ConfigError(f"{where}: name: must be a plain name of letters, digits, '.', '_', '+' and '-' "
+                          f"(no '/', no '..', at most 100 characters), got {shown}")
+    return value.strip().lower()
 
 
 def parse_card(where: str, data: Any, default_name: str = "") -> ModelCard:
@@ -190,10 +207,10 @@ def parse_card(where: str, data: Any, default_name: str = "") -> ModelCard:
         if not isinstance(key, str) or key not in KEYS - {"sources", "name", "description"}:
             raise ConfigError(f"{where}: sources: unknown key {str(key)[:40]!r}{_close(str(key), sorted(REQUIRED))}")
         _text(where, f"sources.{key}", text)
-    name = _text(where, "name", data["name"]).lower() if "name" in data else default_name
+    name = _name(where, data["name"]) if "name" in data else default_name
     if not name:
         raise ConfigError(f"{where}: missing key 'name'")
-    description = _text(where, "description", data["description"]) if "description" in data else ""
+    description = _text(where, "description", data["description"], one_line=True) if "description" in data else ""
     return ModelCard(name=name, **counts, **choices, **flags, dropout=dropout, description=description,
                      published_params=published, sources={k: " ".join(v.split()) for k, v in sources.items()},
                      path=where)

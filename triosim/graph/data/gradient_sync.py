@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from ...trace.precision import reduced_gradient_bytes
+from ...trace.precision import gathered_parameter_bytes, reduced_gradient_bytes
 from ..collectives.group_comm import GroupComm
 from ..composition_state import CompositionState
 from ..pipeline.schedules import FORWARD, OPTIMIZER
@@ -133,7 +133,7 @@ def add_gradient_sync(b: CompositionState, comm: GroupComm, s: int, params: list
         last[(d, t)] = [task]
         done[(d, t)] = []
     if zero in (1, 2) and ranks.dp > 1:
-        nbytes = sum(-(-trace.tensors[p].bytes // b.tpp.shard_divisor.get(p, 1)) for p in params)
+        nbytes = sum(-(-gathered_parameter_bytes(trace, p) // b.tpp.shard_divisor.get(p, 1)) for p in params)
         for t in ts:
             group = ranks.dp_group(t, s)
             after = {ranks.rank(d, t, s): [*last[(d, t)], *done[(d, t)]] for d, tt in b.replicas if tt == t}

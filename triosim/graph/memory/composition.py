@@ -67,7 +67,7 @@ def _plan_memory(b: CompositionState) -> list[MemoryReport]:
             label = labels.get(i)
             if label is None:
                 op = trace.ops[i]
-                label = labels[i] = f"op {op.op_id} ({op.name}, trace.csv:{op.line}){where}"
+                label = labels[i] = f"{trace.op_label(op)}{where}"
             program.append((reads, writes, label))
         if b.gathered_sizes:
             b.gathered_at[s] = bytes_per_step([(rd, wr) for rd, wr, _ in program], b.gathered_sizes)

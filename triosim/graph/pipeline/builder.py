@@ -173,7 +173,7 @@ def _plan_stage_memory(graph: TaskGraph, trace: Trace, platform: Platform, strat
         for k in writes:
             first_touch_read.setdefault(k, False)
         steps.append(Step(task=task, reads=reads, writes=writes,
-                          label=f"op {op.op_id} ({op.name}, trace.csv:{op.line}) on GPU {plan.gpus[rank]}"))
+                          label=f"{trace.op_label(op)} on GPU {plan.gpus[rank]}"))
     # Read before written here and not received from another stage: it was here all along
     # (parameters, the input batch) or, under reference_compat, comes from remote memory.
     external = [k for k, is_read in first_touch_read.items() if is_read and (rank, k) not in delivered]

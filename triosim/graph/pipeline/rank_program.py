@@ -15,6 +15,7 @@ from __future__ import annotations
 from functools import partial
 
 from ...compute.op_time import op_seconds
+from ...trace.precision import gathered_parameter_bytes
 from ..collectives.group_comm import Charge, GroupComm, wire_bytes_per_gpu
 from ..composition_state import CompositionState
 from ..data import gradient_sync
@@ -42,7 +43,7 @@ def add_rank_program(b: CompositionState, comm: GroupComm, p: int, waits, colls,
         b.seq[gpu] = []
     ds = sorted({d for d, _ in b.replicas})
     ts = sorted({t for _, t in b.replicas})
-    full = lambda q: -(-trace.tensors[q].bytes // b.tpp.shard_divisor.get(q, 1))  # noqa: E731
+    full = lambda q: -(-gathered_parameter_bytes(trace, q) // b.tpp.shard_divisor.get(q, 1))  # noqa: E731
     units_of = {st: fsdp_units(trace, plan, params, st, strategy.bucket_mb * MIB, full) for st in stages} \
         if strategy.zero == 3 else {}
     if units_of and ranks.dp > 1:

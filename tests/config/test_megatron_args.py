@@ -1,0 +1,145 @@
+"""Megatron-LM's argument names (:mod:`triosim.config.megatron_args`): each alias gives the bytes
+of its native flag, ``--megatron-args`` reads a pasted line, unknown and unmodelled flags are one
+line, and the architecture arguments make the card Megatron would build."""
+
+from __future__ import annotations
+
+import io
+import json
+from contextlib import redirect_stderr, redirect_stdout
+from pathlib import Path
+
+import pytest
+
+from triosim.cli.console import main
+from triosim.config.megatron_args import translate_argv
+from triosim.trace.model_card import read_card_file
+
+CARD = ["--model", "llama3-8b", "--num-layers", "4", "--gpu", "h100-sxm"]
+
+
+def run(argv: list[str]) -> tuple[int, str, str]:
+    out, err = io.StringIO(), io.StringIO()
+    with redirect_stdout(out), redirect_stderr(err):
+        try:
+            code = main(argv)
+        except SystemExit as exc:
+            code = int(exc.code or 0)
+    return code, out.getvalue(), err.getvalue()
+
+
+def json_bytes(argv: list[str]) -> str:
+    code, out, err = run(["run", *argv, "--json", "-"])
+    assert code == 0, err
+    return out
+
+
+@pytest.fixture(autouse=True)
+def cache(tmp_path: Path, monkeypatch) -> None:
+    monkeypatch.setenv("TRIOSIM_CACHE_DIR", str(tmp_path / "cache"))
+
+
+@pytest.mark.parametrize("alias,native", [
+    (["--tensor-model-parallel-size", "2"], ["--tp", "2"]),
+    (["--pipeline-model-parallel-size", "2"], ["--pp", "2"]),
+    (["--global-batch-size", "8"], ["--global-batch", "8"]),
+    (["--seq-length", "1024"], ["--seq-len", "1024"]),
+    (["--use-distributed-optimizer"], ["--zero", "1"]),
+    (["--bf16"], ["--dtype", "bf16"]),
+    (["--fp16"], ["--dtype", "fp16"]),
+    (["--fp8-format", "hybrid"], ["--dtype", "fp8"]),
+    (["--fp8-format", "hybrid", "--fp8-recipe", "tensorwise"], ["--dtype", "fp8", "--fp8-recipe", "current"]),
+    (["--fp8-format", "e4m3", "--use-distributed-optimizer", "--fp8-param-gather"],
+     ["--dtype", "fp8", "--zero", "1", "--fp8-param-gather"]),
+    (["--recompute-granularity", "full"], ["--recompute", "full"]),
+    (["--recompute-activations"], ["--recompute", "selective"]),
+    (["--recompute-granularity", "full", "--recompute-method", "uniform", "--recompute-num-layers", "1"],
+     ["--recompute", "full"]),
+    (["--virtual-pipeline-model-parallel-size", "2"], ["--schedule", "interleaved", "--virtual-stages", "2"]),
+    (["--num-layers-per-virtual-pipeline-stage", "1"], ["--schedule", "interleaved", "--virtual-stages", "2"]),
+    (["--context-parallel-size", "1"], []),
+])
+def test_each_alias_gives_the_bytes_of_its_native_flag(alias: list[str], native: list[str]) -> None:
+    base = {"--tp": "2", "--pp": "2", "--dp": "2", "--global-batch": "8"}
+    for flag in [*alias, *native]:
+        base.pop(flag, None)
+    if "--global-batch-size" in alias:
+        base.pop("--global-batch", None)
+    common = [*CARD, *[tok for kv in base.items() for tok in kv]]
+    assert json_bytes([*common, *alias]) == json_bytes([*common, *native])
+    wrapped = json_bytes([*common, "--megatron-args", " ".join(alias)]) if alias else None
+    if wrapped is not None:
+        assert wrapped == json_bytes([*common, *native])
+
+
+# Korthikanti et al. 2022's 22B run as Megatron-LM's arguments, as a user pastes them.
+PASTED_22B = ("--tensor-model-parallel-size 8 --pipeline-model-parallel-size 1 --num-layers 48 --hidden-size 6144 "
+              "--num-attention-heads 64 --seq-length 2048 --max-position-embeddings 2048 --micro-batch-size 4 "
+              "--global-batch-size 4 --lr 0.00015 --train-iters 500000 --lr-decay-style cosine --min-lr 1.0e-5 "
+              "--weight-decay 1e-2 --clip-grad 1.0 --lr-warmup-fraction .01 --fp16 --sequence-parallel "
+              "--recompute-activations --vocab-file gpt2-vocab.json --merge-file gpt2-merges.txt "
+              "--data-path my-gpt2_text_document --split 949,50,1 --log-interval 100 --save-interval 10000 "
+              "--eval-interval 1000 --eval-iters 10")
+
+
+def test_a_pasted_megatron_line_runs_the_published_model() -> None:
+    code, out, err = run(["run", "--gpu", "a100-80gb", "--num-layers", "2", "-GPUnumber", "8",
+                          "--megatron-args", PASTED_22B.replace("--num-layers 48", "--num-layers 2"), "-q"])
+    assert code == 0, err
+    assert "no effect on one iteration's time or memory: --lr --train-iters" in err
+    translated = translate_argv(["run", "--megatron-args", PASTED_22B]).argv
+    card = read_card_file(translated[translated.index("--model-file") + 1])
+    # Megatron's GPT defaults: 4h MLP, GPT-2's vocabulary padded to 128 x tp, LayerNorm, GELU, tied
+    assert (card.layers, card.hidden, card.heads, card.kv_heads, card.ffn, card.vocab, card.seq_len) == \
+        (48, 6144, 64, 64, 24576, 51200, 2048)
+    assert (card.activation, card.norm, card.tied_embeddings, card.position, card.bias) == \
+        ("gelu", "layernorm", True, "learned", True)
+    for native in ("--tp", "--pp", "--global-batch", "--micro-batch-size", "--sequence-parallel"):
+        assert native in translated
+    assert translated[translated.index("--recompute") + 1] == "selective"
+    assert translated[translated.index("--dtype") + 1] == "fp16"
+
+
+def test_architecture_flags_replace_a_cards_fields() -> None:
+    translated = translate_argv(["run", "--model", "llama3-8b", "--hidden-size", "2048",
+                                 "--num-attention-heads", "16", "--num-query-groups", "4",
+                                 "--group-query-attention"]).argv
+    assert "--model" not in translated
+    card = read_card_file(translated[translated.index("--model-file") + 1])
+    assert (card.hidden, card.heads, card.kv_heads, card.ffn, card.activation) == (2048, 16, 4, 14336, "swiglu")
+
+
+def test_swiglu_mlp_width_and_vocab_padding_follow_megatron() -> None:
+    translated = translate_argv(["run", "--megatron-args", "--num-layers 2 --hidden-size 4096 --num-attention-heads 32 "
+                                 "--seq-length 4096 --swiglu --vocab-size 32000 --tensor-model-parallel-size 8"]).argv
+    card = read_card_file(translated[translated.index("--model-file") + 1])
+    assert card.ffn == int(4 * 4096 * 2 / 3 / 64) * 64 == 10880
+    assert card.vocab == 32768  # 32000 up to a multiple of 128 x 8
+
+
+@pytest.mark.parametrize("argv,message", [
+    (["--megatron-args", "--tensor-model-parallel-size 2 --no-such-flag 3"],
+     "--megatron-args: --no-such-flag is not a Megatron-LM flag triosim knows"),
+    (["--context-parallel-size", "2"], "--context-parallel-size 2: context parallelism is not modelled; only 1"),
+    (["--expert-model-parallel-size", "4"], "expert parallelism is not modelled"),
+    (["--recompute-granularity", "full", "--recompute-method", "block", "--recompute-num-layers", "2"],
+     "recomputing only some layers is not modelled"),
+    (["--megatron-args", "pretrain_gpt.py --tensor-model-parallel-size 2"], "is not a flag"),
+    (["--megatron-args"], "--megatron-args needs a value"),
+    (["--num-layers-per-virtual-pipeline-stage", "3", "--pp", "2"], "not a whole number of virtual stages"),
+])
+def test_refusals_are_one_line(argv: list[str], message: str) -> None:
+    code, out, err = run(["run", *CARD, *argv])
+    assert code == 2 and err.count("\n") == 1, err
+    assert message in err
+
+
+def test_megatron_names_are_in_the_help() -> None:
+    code, out, _ = run(["run", "--help"])
+    assert code == 0 and "--megatron-args" in out and "--tensor-model-parallel-size" in out
+
+
+def test_a_native_flag_is_left_to_the_parser() -> None:
+    argv = ["run", "--tp", "2", "--num-layers", "4", "--micro-batch-size", "2", "--sequence-parallel"]
+    assert translate_argv(argv).argv == argv
+    assert json.loads(json_bytes([*CARD, "--tensor-model-parallel-size", "2", "--global-batch", "2"]))["parallel"]["tp"] == 2

@@ -1,0 +1,346 @@
+"""Megatron-LM's argument names, read as triosim's own flags.
+
+Published recipes are written as Megatron-LM command lines. Each Megatron name is translated
+into the native flag(s) it means before the command line is parsed, so an alias gives exactly the
+run (and the bytes) of its native flag:
+
+* parallel sizes: ``--tensor-model-parallel-size`` → ``--tp``, ``--pipeline-model-parallel-size``
+  → ``--pp``; ``--virtual-pipeline-model-parallel-size V`` and
+  ``--num-layers-per-virtual-pipeline-stage N`` → ``--schedule interleaved --virtual-stages V``;
+  ``--context-parallel-size``, ``--expert-model-parallel-size`` and
+  ``--expert-tensor-parallel-size`` only at 1 (other sizes are refused: not modelled);
+* batch and sequence: ``--global-batch-size`` → ``--global-batch``, ``--micro-batch-size`` and
+  ``--num-layers`` are native, ``--seq-length`` → ``--seq-len``;
+* memory: ``--sequence-parallel`` (native), ``--use-distributed-optimizer`` → ``--zero 1``,
+  ``--recompute-granularity full|selective`` and ``--recompute-activations`` → ``--recompute``
+  (``--recompute-method``/``--recompute-num-layers`` only where they recompute every layer);
+* precision: ``--bf16``, ``--fp16``, ``--fp8-format`` → ``--dtype``; ``--fp8-recipe`` (Megatron's
+  ``tensorwise`` is ``current``) and ``--fp8-param-gather`` are native (Megatron-Core's own
+  default recipe is ``delayed``; triosim's is current scaling, MXFP8 on Blackwell: give
+  ``--fp8-recipe delayed`` to match a line that names none);
+* the architecture (``--hidden-size``, ``--num-attention-heads``, ``--ffn-hidden-size``,
+  ``--num-query-groups``, ``--swiglu``, ``--normalization``, ...): a model card, written to the
+  cache and run as ``--model-file``: the ``--model`` card with those fields replaced, or, without
+  ``--model``, a card of Megatron-LM's GPT defaults (:mod:`triosim.config.megatron_card`).
+
+``--megatron-args "..."`` takes a whole pasted argument line. In it, flags that do not change
+one iteration's time or memory (learning rate, data, logging, checkpoints) are accepted and
+named in a note; a flag this table does not know is a one-line error naming it.
+"""
+
+from __future__ import annotations
+
+import shlex
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from ..errors import ConfigError
+
+MEGATRON_ARGS = "--megatron-args"
+
+# Megatron name -> native flag; the value passes unchanged.
+_RENAMED = {
+    "--tensor-model-parallel-size": "--tp",
+    "--pipeline-model-parallel-size": "--pp",
+    "--global-batch-size": "--global-batch",
+    "--seq-length": "--seq-len",
+    "--micro-batch-size": "--micro-batch-size",
+    "--num-layers": "--num-layers",
+}
+# Megatron switches -> the native flags they mean.
+_SWITCHES = {
+    "--use-distributed-optimizer": ["--zero", "1"],
+    "--bf16": ["--dtype", "bf16"],
+    "--fp16": ["--dtype", "fp16"],
+    "--sequence-parallel": ["--sequence-parallel"],
+    "--recompute-activations": ["--recompute", "selective"],
+    "--fp8-param-gather": ["--fp8-param-gather"],
+}
+# Megatron's --fp8-recipe values -> the native ones (tensorwise: per-tensor current scaling).
+_FP8_RECIPES = {"tensorwise": "current"}
+# Sizes of axes triosim does not model: accepted at 1 only.
+_UNMODELLED_SIZES = {
+    "--context-parallel-size": "context parallelism",
+    "--expert-model-parallel-size": "expert parallelism",
+    "--expert-tensor-parallel-size": "expert tensor parallelism",
+}
+# Architecture flags: value-taking and switches (they make a model card).
+ARCH_VALUES = ("--hidden-size", "--num-attention-heads", "--ffn-hidden-size", "--num-query-groups", "--vocab-size",
+               "--normalization", "--position-embedding-type", "--hidden-dropout", "--attention-dropout",
+               "--make-vocab-size-divisible-by", "--kv-channels", "--transformer-impl", "--max-position-embeddings")
+ARCH_SWITCHES = ("--swiglu", "--group-query-attention", "--untie-embeddings-and-output-weights",
+                 "--disable-bias-linear", "--use-flash-attn", "--use-rotary-position-embeddings")
+# Flags that change nothing in one iteration's time or memory, with how many values each takes.
+_NO_EFFECT = {
+    **dict.fromkeys((
+        "--lr", "--min-lr", "--lr-decay-style", "--lr-warmup-fraction", "--lr-warmup-iters", "--lr-decay-iters",
+        "--lr-warmup-samples", "--lr-decay-samples", "--lr-warmup-init", "--train-iters", "--train-samples",
+        "--weight-decay", "--clip-grad", "--adam-beta1", "--adam-beta2", "--adam-eps", "--init-method-std",
+        "--data-path", "--train-data-path", "--valid-data-path", "--test-data-path", "--vocab-file",
+        "--merge-file", "--tokenizer-type", "--tokenizer-model", "--split", "--save", "--load", "--save-interval",
+        "--eval-interval", "--eval-iters", "--log-interval", "--tensorboard-dir", "--wandb-project",
+        "--wandb-exp-name", "--wandb-save-dir", "--seed", "--distributed-backend", "--num-workers",
+        "--data-cache-path", "--loss-scale", "--initial-loss-scale", "--min-loss-scale", "--loss-scale-window",
+        "--hysteresis", "--ckpt-format", "--timing-log-level", "--distributed-timeout-minutes", "--exit-interval",
+        "--exit-duration-in-mins", "--manual-gc-interval", "--rotary-percent", "--rotary-base", "--norm-epsilon",
+        "--empty-unused-memory-level", "--tensorboard-log-interval", "--log-params-norm", "--attention-backend",
+        "--object-storage-cache-path", "--dataloader-type", "--micro-batch-size-per-gpu", "--use-checkpoint-opt_param-scheduler",
+        "--pipeline-model-parallel-split-rank", "--start-weight-decay", "--end-weight-decay",
+        "--weight-decay-incr-style", "--logging-level",
+    ), 1),
+    "--rampup-batch-size": 3,
+    **dict.fromkeys((
+        "--use-mcore-models", "--no-masked-softmax-fusion", "--no-bias-gelu-fusion", "--no-bias-dropout-fusion",
+        "--no-gradient-accumulation-fusion", "--no-async-tensor-model-parallel-allreduce",
+        "--accumulate-allreduce-grads-in-fp32", "--apply-query-key-layer-scaling", "--attention-softmax-in-fp32",
+        "--no-load-optim", "--no-load-rng", "--use-checkpoint-args", "--log-throughput",
+        "--log-timers-to-tensorboard", "--log-validation-ppl-to-tensorboard", "--log-memory-to-tensorboard",
+        "--eod-mask-loss", "--reset-position-ids", "--reset-attention-mask", "--check-for-nan-in-loss-and-grad",
+        "--mock-data", "--no-create-attention-mask-in-dataloader", "--cross-entropy-loss-fusion",
+        "--no-rope-fusion", "--bias-swiglu-fusion", "--masked-softmax-fusion", "--bias-gelu-fusion",
+        "--use-legacy-models", "--no-save-optim", "--no-save-rng", "--log-num-zeros-in-grad",
+        "--log-batch-size-to-tensorboard", "--log-loss-scale-to-tensorboard", "--no-initialization",
+        "--no-persist-layer-norm", "--distribute-saved-activations",
+    ), 0),
+}
+# Flags that change the step's time on a real machine but that triosim does not model yet:
+# accepted in a pasted line, named in the note so the answer is read knowing it.
+_NOT_MODELLED = {
+    **dict.fromkeys(("--overlap-grad-reduce", "--overlap-param-gather", "--tp-comm-overlap", "--overlap-p2p-comm",
+                     "--overlap-param-gather-with-optimizer-step",
+                     "--defer-embedding-wgrad-compute", "--qk-layernorm", "--first-last-layers-bf16",
+                     "--fp8-dot-product-attention"), 0),
+    **dict.fromkeys(("--fp8-amax-history-len", "--fp8-amax-compute-algo", "--fp8-margin", "--fp8-interval",
+                     "--ddp-bucket-size", "--num-layers-at-start-in-bf16", "--num-layers-at-end-in-bf16"), 1),
+}
+
+
+@dataclass
+class Translation:
+    """A command line with every Megatron name replaced, and what the note should say."""
+
+    argv: list[str]
+    no_effect: list[str] = field(default_factory=list)
+    not_modelled: list[str] = field(default_factory=list)
+
+    def note(self) -> str | None:
+        parts = []
+        if self.not_modelled:
+            parts.append(f"not modelled, so not simulated: {' '.join(self.not_modelled)}")
+        if self.no_effect:
+            parts.append(f"no effect on one iteration's time or memory: {' '.join(self.no_effect)}")
+        return ("triosim: note: Megatron flags " + "; ".join(parts)) if parts else None
+
+
+def _split_eq(tok: str) -> tuple[str, str | None]:
+    if tok.startswith("--") and "=" in tok:
+        name, value = tok.split("=", 1)
+        return name, value
+    return tok, None
+
+
+class _Reader:
+    """Walks tokens, handing out a flag's value (``--x 1`` or ``--x=1``)."""
+
+    def __init__(self, tokens: Sequence[str], where: str) -> None:
+        self.tokens, self.i, self.where = list(tokens), 0, where
+
+    def more(self) -> bool:
+        return self.i < len(self.tokens)
+
+    def take(self) -> str:
+        tok = self.tokens[self.i]
+        self.i += 1
+        return tok
+
+    def value(self, flag: str, inline: str | None) -> str:
+        if inline is not None:
+            return inline
+        if not self.more() or (self.tokens[self.i].startswith("--") and not _is_number(self.tokens[self.i])):
+            raise ConfigError(f"{self.where}{flag} needs a value")
+        return self.take()
+
+
+def _is_number(tok: str) -> bool:
+    try:
+        float(tok)
+    except ValueError:
+        return False
+    return True
+
+
+def _positive_int(flag: str, text: str, where: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise ConfigError(f"{where}{flag} must be a positive integer, got {text!r}") from None
+    if value < 1:
+        raise ConfigError(f"{where}{flag} must be a positive integer, got {value}")
+    return value
+
+
+def translate_argv(argv: Sequence[str]) -> Translation:
+    """``argv`` (a parsed command's tokens, long flags already with two dashes) with every
+    Megatron name translated and every ``--megatron-args "..."`` expanded in place."""
+    from .megatron_card import CardArgs
+
+    out: list[str] = []
+    result = Translation(out)
+    card = CardArgs()
+    recompute: dict[str, str] = {}
+    reader = _Reader(argv, "")
+    while reader.more():
+        tok = reader.take()
+        if tok == "--":
+            out.append(tok)
+            out.extend(reader.tokens[reader.i:])
+            break
+        name, inline = _split_eq(tok)
+        if name == MEGATRON_ARGS:
+            if inline is None and not reader.more():
+                raise ConfigError(f"{MEGATRON_ARGS} needs a value: the Megatron-LM argument line, quoted")
+            text = inline if inline is not None else reader.take()  # the line starts with "--"
+            try:
+                pasted = shlex.split(text)
+            except ValueError as exc:
+                raise ConfigError(f"{MEGATRON_ARGS}: cannot split the line ({exc})") from None
+            _translate_megatron_tokens(pasted, out, result, card, recompute, strict=True)
+            continue
+        consumed = _translate_one(name, inline, reader, out, result, card, recompute, strict=False)
+        if not consumed:
+            out.append(tok)
+    _finish_recompute(recompute, out)
+    card.emit(out)
+    _finish_layers_per_virtual_stage(out)
+    _finish_virtual(out)
+    return result
+
+
+def _translate_megatron_tokens(tokens: list[str], out: list[str], result: Translation, card, recompute: dict,
+                               strict: bool) -> None:
+    reader = _Reader(tokens, f"{MEGATRON_ARGS}: ")
+    while reader.more():
+        tok = reader.take()
+        name, inline = _split_eq(tok)
+        if not name.startswith("--"):
+            raise ConfigError(f"{MEGATRON_ARGS}: {tok!r} is not a flag (a Megatron-LM argument line is "
+                              "--name value pairs; a launcher such as torchrun or pretrain_gpt.py goes outside it)")
+        if not _translate_one(name, inline, reader, out, result, card, recompute, strict=strict):
+            raise ConfigError(f"{MEGATRON_ARGS}: {name} is not a Megatron-LM flag triosim knows; leave it out of the "
+                              "line, or give the native flag after it")
+
+
+def _translate_one(name: str, inline: str | None, reader: _Reader, out: list[str], result: Translation, card,
+                   recompute: dict, strict: bool) -> bool:
+    """Translate one flag (True), or leave it to the native parser (False)."""
+    if name in _RENAMED:
+        native = _RENAMED[name]
+        if native == name and not strict:
+            return False  # a native flag typed as such
+        out.extend([native, reader.value(name, inline)])
+        return True
+    if name in _SWITCHES:
+        if _SWITCHES[name] == [name] and not strict:
+            return False
+        out.extend(_SWITCHES[name])
+        return True
+    if name == "--fp8-format":
+        reader.value(name, inline)  # e4m3 or hybrid: both run the GEMMs at the fp8 peak
+        out.extend(["--dtype", "fp8"])
+        return True
+    if name == "--fp8-recipe":
+        value = reader.value(name, inline)
+        out.extend([name, _FP8_RECIPES.get(value, value)])
+        return True
+    if name in _UNMODELLED_SIZES:
+        size = _positive_int(name, reader.value(name, inline), reader.where)
+        if size != 1:
+            raise ConfigError(f"{reader.where}{name} {size}: {_UNMODELLED_SIZES[name]} is not modelled; only 1")
+        return True
+    if name == "--virtual-pipeline-model-parallel-size":
+        out.extend(["--virtual-stages", str(_positive_int(name, reader.value(name, inline), reader.where)),
+                    "--megatron-interleaved"])
+        return True
+    if name == "--num-layers-per-virtual-pipeline-stage":
+        out.extend(["--megatron-layers-per-virtual-stage",
+                    str(_positive_int(name, reader.value(name, inline), reader.where))])
+        return True
+    if name in ("--recompute-granularity", "--recompute-method", "--recompute-num-layers"):
+        recompute[name] = reader.value(name, inline)
+        return True
+    if name in ARCH_VALUES:
+        card.set(name, reader.value(name, inline), reader.where)
+        return True
+    if name in ARCH_SWITCHES:
+        card.set(name, None, reader.where)
+        return True
+    if not strict:
+        return False  # outside --megatron-args, everything else is the native parser's
+    for table, sink in ((_NO_EFFECT, result.no_effect), (_NOT_MODELLED, result.not_modelled)):
+        if name in table:
+            values = [reader.value(name, inline)] if table[name] == 1 else []
+            values += [reader.take() for _ in range(table[name] - 1) if reader.more()]
+            sink.append(name)
+            return True
+    return False
+
+
+def _finish_recompute(recompute: dict[str, str], out: list[str]) -> None:
+    """Megatron's recomputation settings as ``--recompute``: selective, or full of every layer."""
+    if not recompute:
+        return
+    granularity = recompute.get("--recompute-granularity")
+    method, layers = recompute.get("--recompute-method"), recompute.get("--recompute-num-layers")
+    if granularity is None:
+        raise ConfigError("--recompute-method/--recompute-num-layers need --recompute-granularity full")
+    if granularity not in ("full", "selective"):
+        raise ConfigError(f"--recompute-granularity must be full or selective, got {granularity!r}")
+    if granularity == "full":
+        if method not in (None, "uniform", "block"):
+            raise ConfigError(f"--recompute-method must be uniform or block, got {method!r}")
+        if layers is not None:
+            count = _positive_int("--recompute-num-layers", layers, "")
+            if method == "block" or count != 1:
+                # uniform over groups of 1 layer recomputes every layer; anything else recomputes some
+                raise ConfigError(f"--recompute-method {method or 'uniform'} --recompute-num-layers {count}: "
+                                  "recomputing only some layers is not modelled; triosim recomputes every layer "
+                                  "(--recompute-method uniform --recompute-num-layers 1) or none")
+    out.extend(["--recompute", granularity])
+
+
+def _finish_layers_per_virtual_stage(out: list[str]) -> None:
+    """``--num-layers-per-virtual-pipeline-stage N``: V = layers / (pp · N), as Megatron derives it."""
+    from .megatron_card import _flag_value, _remove_flag
+
+    given = _flag_value(out, "--megatron-layers-per-virtual-stage")
+    if given is None:
+        return
+    _remove_flag(out, "--megatron-layers-per-virtual-stage")
+    per_virtual = int(given)
+    pp = _positive_int("--pipeline-model-parallel-size", _flag_value(out, "--pp") or "1", "")
+    layers_text = _flag_value(out, "--num-layers")
+    if layers_text is not None:
+        layers = _positive_int("--num-layers", layers_text, "")
+    elif _flag_value(out, "--model-file") is not None or _flag_value(out, "--model") is not None:
+        from ..trace.model_card import get_card, read_card_file
+
+        path = _flag_value(out, "--model-file")
+        layers = (read_card_file(path) if path is not None else get_card(_flag_value(out, "--model"))).layers
+    else:
+        raise ConfigError("--num-layers-per-virtual-pipeline-stage needs --num-layers (or --model)")
+    if layers % (pp * per_virtual):
+        raise ConfigError(f"--num-layers-per-virtual-pipeline-stage {per_virtual}: {layers} layers over "
+                          f"--pipeline-model-parallel-size {pp} is not a whole number of virtual stages of "
+                          f"{per_virtual} layers")
+    out.extend(["--virtual-stages", str(layers // (pp * per_virtual)), "--megatron-interleaved"])
+
+
+def _finish_virtual(out: list[str]) -> None:
+    """``--virtual-pipeline-model-parallel-size`` implies Megatron's interleaved schedule."""
+    if "--megatron-interleaved" in out:
+        out.remove("--megatron-interleaved")
+        if "--schedule" not in out:
+            out.extend(["--schedule", "interleaved"])
+
+
+__all__ = ["ARCH_SWITCHES", "ARCH_VALUES", "MEGATRON_ARGS", "Translation", "translate_argv"]

@@ -1,0 +1,216 @@
+"""A model card from Megatron-LM's architecture arguments (``--hidden-size``,
+``--num-attention-heads``, ``--swiglu`` ...), so a pasted Megatron command line describes the model.
+
+With ``--model NAME`` (or ``--model-file``) the arguments replace that card's fields. Without one,
+the card holds Megatron-LM's GPT defaults for every field the line leaves out
+(``megatron/training/arguments.py``):
+
+* ``--num-layers``, ``--hidden-size``, ``--num-attention-heads`` and ``--seq-length`` are required;
+* ``--ffn-hidden-size``: 4 × hidden, or with ``--swiglu`` int(4 × hidden × 2/3 / 64) × 64;
+* key/value heads: the attention heads, or ``--num-query-groups`` with ``--group-query-attention``;
+* vocabulary: ``--vocab-size`` or GPT-2's 50,257 tokens, padded up to a multiple of
+  ``--make-vocab-size-divisible-by`` (128) × the tensor-parallel size, as Megatron pads it;
+* LayerNorm (``--normalization RMSNorm`` for RMSNorm), GELU, biases (``--disable-bias-linear``
+  drops them), learned absolute positions (``--position-embedding-type rope`` or
+  ``--use-rotary-position-embeddings`` for rotary), embeddings tied to the output layer
+  (``--untie-embeddings-and-output-weights``), dropout 0.1 (``--hidden-dropout``);
+* attention: unfused (softmax and dropout as separate kernels, Megatron-LM's ``local`` core
+  attention) unless ``--use-flash-attn`` or ``--transformer-impl transformer_engine`` (a fused
+  kernel).
+
+The card is written as YAML under the cache (``<cache>/megatron-cards/``, its name a hash of its
+contents, written atomically) and run as ``--model-file``, so the run's ``config`` block names a
+file that reproduces it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+from dataclasses import asdict
+from pathlib import Path
+
+import yaml
+
+from ..errors import ConfigError
+from ..output import atomic_write_text
+from ..trace.model_card import ModelCard, get_card, parse_card, read_card_file
+
+GPT2_VOCAB = 50257  # GPT-2 BPE, Megatron-LM's GPT tokenizer
+_NORMS = {"layernorm": "layernorm", "rmsnorm": "rmsnorm"}
+_POSITIONS = {"learned_absolute": "learned", "rope": "rope"}
+_IMPLS = ("local", "transformer_engine")
+
+
+def _flag_value(out: list[str], flag: str) -> str | None:
+    """The last value of ``flag`` in a translated command line (``--f v`` or ``--f=v``)."""
+    found = None
+    for i, tok in enumerate(out):
+        if tok == flag and i + 1 < len(out):
+            found = out[i + 1]
+        elif tok.startswith(flag + "="):
+            found = tok.split("=", 1)[1]
+    return found
+
+
+def _remove_flag(out: list[str], flag: str) -> None:
+    i = 0
+    while i < len(out):
+        if out[i] == flag:
+            del out[i:i + 2]
+        elif out[i].startswith(flag + "="):
+            del out[i]
+        else:
+            i += 1
+
+
+def _int(flag: str, text: str, where: str = "") -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise ConfigError(f"{where}{flag} must be a positive integer, got {text!r}") from None
+    if value < 1:
+        raise ConfigError(f"{where}{flag} must be a positive integer, got {value}")
+    return value
+
+
+def _fraction(flag: str, text: str, where: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise ConfigError(f"{where}{flag} must be a number in [0, 1), got {text!r}") from None
+    if not 0 <= value < 1:
+        raise ConfigError(f"{where}{flag} must be a number in [0, 1), got {text!r}")
+    return value
+
+
+class CardArgs:
+    """The architecture arguments of one command line, gathered as they are translated."""
+
+    def __init__(self) -> None:
+        self.values: dict[str, str | None] = {}
+
+    def set(self, flag: str, value: str | None, where: str) -> None:
+        self.values[flag] = value
+        self.where = where
+
+    def __bool__(self) -> bool:
+        return bool(self.values)
+
+    def emit(self, out: list[str]) -> None:
+        """Replace ``--model``/``--model-file`` in ``out`` by the card these arguments make."""
+        if not self.values:
+            return
+        card = self.card(out)
+        text = yaml.safe_dump(_card_mapping(card), sort_keys=True)
+        path = _card_dir() / f"megatron-args-{hashlib.sha256(text.encode()).hexdigest()[:16]}.yaml"
+        if not path.is_file():
+            try:
+                path.parent.mkdir(parents=True, exist_ok=True)
+                atomic_write_text(str(path), text)
+            except OSError as exc:
+                raise ConfigError(f"cannot write the model card {path} ({exc.strerror or exc}); set "
+                                  "TRIOSIM_CACHE_DIR to a writable directory") from None
+        _remove_flag(out, "--model")
+        _remove_flag(out, "--model-file")
+        out.extend(["--model-file", str(path)])
+
+    def card(self, out: list[str]) -> ModelCard:
+        """The card: the line's ``--model``/``--model-file`` with these fields replaced, or
+        Megatron-LM's GPT defaults."""
+        v = self.values
+        model, model_file = _flag_value(out, "--model"), _flag_value(out, "--model-file")
+        tp = _int("--tensor-model-parallel-size", _flag_value(out, "--tp") or "1")
+        if model is not None or model_file is not None:
+            base = read_card_file(model_file) if model_file is not None else get_card(model)
+            fields = asdict(base)
+        else:
+            fields = self._megatron_defaults(out)
+        hidden = _int("--hidden-size", v["--hidden-size"]) if "--hidden-size" in v else fields["hidden"]
+        heads = _int("--num-attention-heads", v["--num-attention-heads"]) \
+            if "--num-attention-heads" in v else fields["heads"]
+        fields.update(hidden=hidden, heads=heads)
+        if "--swiglu" in v:
+            fields["activation"] = "swiglu"
+        if "--ffn-hidden-size" in v:
+            fields["ffn"] = _int("--ffn-hidden-size", v["--ffn-hidden-size"])
+        elif model is None and model_file is None:
+            fields["ffn"] = int(4 * hidden * 2 / 3 / 64) * 64 if fields["activation"] == "swiglu" else 4 * hidden
+        if "--group-query-attention" in v or "--num-query-groups" in v:
+            if "--num-query-groups" not in v:
+                raise ConfigError("--group-query-attention needs --num-query-groups")
+            fields["kv_heads"] = _int("--num-query-groups", v["--num-query-groups"])
+        elif model is None and model_file is None:
+            fields["kv_heads"] = heads
+        if "--kv-channels" in v and _int("--kv-channels", v["--kv-channels"]) * heads != hidden:
+            raise ConfigError(f"--kv-channels {v['--kv-channels']}: a head size other than --hidden-size / "
+                              "--num-attention-heads is not modelled")
+        if "--vocab-size" in v or (model is None and model_file is None):
+            divisible = _int("--make-vocab-size-divisible-by", v.get("--make-vocab-size-divisible-by") or "128")
+            vocab = _int("--vocab-size", v["--vocab-size"]) if "--vocab-size" in v else GPT2_VOCAB
+            multiple = divisible * tp
+            fields["vocab"] = math.ceil(vocab / multiple) * multiple
+        if "--normalization" in v:
+            norm = str(v["--normalization"]).lower()
+            if norm not in _NORMS:
+                raise ConfigError(f"--normalization must be LayerNorm or RMSNorm, got {v['--normalization']!r}")
+            fields["norm"] = _NORMS[norm]
+        position = v.get("--position-embedding-type")
+        if "--use-rotary-position-embeddings" in v:
+            position = "rope"
+        if position is not None:
+            if position not in _POSITIONS:
+                raise ConfigError(f"--position-embedding-type must be learned_absolute or rope, got {position!r}")
+            fields["position"] = _POSITIONS[position]
+        if "--untie-embeddings-and-output-weights" in v:
+            fields["tied_embeddings"] = False
+        if "--disable-bias-linear" in v:
+            fields["bias"] = False
+        if "--hidden-dropout" in v:
+            fields["dropout"] = _fraction("--hidden-dropout", str(v["--hidden-dropout"]), "")
+        impl = v.get("--transformer-impl")
+        if impl is not None and impl not in _IMPLS:
+            raise ConfigError(f"--transformer-impl must be local or transformer_engine, got {impl!r}")
+        if "--use-flash-attn" in v or impl == "transformer_engine":
+            fields["attention"] = "flash"
+        elif impl == "local":
+            fields["attention"] = "standard"
+        base_name = fields.get("name") or "megatron-args"
+        fields["name"] = base_name if base_name.startswith("megatron-args") else f"{base_name}-megatron-args"
+        fields["description"] = "from Megatron-LM arguments" + (f" over {base_name}" if base_name != "megatron-args"
+                                                                 else " (Megatron-LM's GPT defaults for the rest)")
+        fields.pop("path", None)
+        fields["published_params"] = None
+        return parse_card("Megatron-LM arguments", _card_mapping_from_fields(fields))
+
+    def _megatron_defaults(self, out: list[str]) -> dict:
+        layers, seq = _flag_value(out, "--num-layers"), _flag_value(out, "--seq-len")
+        missing = [flag for flag, value in (("--num-layers", layers), ("--hidden-size", self.values.get("--hidden-size")),
+                                            ("--num-attention-heads", self.values.get("--num-attention-heads")),
+                                            ("--seq-length", seq)) if value is None]
+        if missing:
+            raise ConfigError(f"a model from Megatron-LM arguments needs {', '.join(missing)} (or --model NAME "
+                              "for a shipped card whose fields they replace)")
+        return {"name": "megatron-args", "layers": _int("--num-layers", layers), "hidden": 0, "heads": 0,
+                "kv_heads": 0, "ffn": 0, "vocab": 0, "seq_len": _int("--seq-length", seq), "activation": "gelu",
+                "norm": "layernorm", "tied_embeddings": True, "attention": "standard", "position": "learned",
+                "bias": True, "dropout": 0.1, "sources": {}}
+
+
+def _card_mapping_from_fields(fields: dict) -> dict:
+    keep = ("name", "description", "layers", "hidden", "heads", "kv_heads", "ffn", "vocab", "seq_len", "activation",
+            "norm", "tied_embeddings", "attention", "position", "bias", "dropout")
+    return {k: fields[k] for k in keep if k in fields}
+
+
+def _card_mapping(card: ModelCard) -> dict:
+    return _card_mapping_from_fields(asdict(card))
+
+
+def _card_dir() -> Path:
+    from .model_flags import cache_root
+
+    return cache_root() / "megatron-cards"
+
+
+__all__ = ["CardArgs", "GPT2_VOCAB"]
