@@ -36,7 +36,8 @@ def test_flags_equal_case_presets(capsys, hybrid, case):
 
 def test_json_parallel_block_and_derived_gpus(capsys):
     code, out, _ = run_cli(capsys, "run", "-trace-dir", GPT, "--dp", "2", "--tp", "2", "--pp", "2", "--zero", "fsdp",
-                           "-micro-batch-size", "4", "--schedule", "1f1b", "--representatives", "--json", "-")
+                           "-micro-batch-size", "4", "--schedule", "1f1b", "--representatives", "--topology", "switch",
+                           "--json", "-")
     d = json.loads(out)
     assert code == 0 and d["gpus"] == 8
     assert d["parallel"] == {"dp": 2, "tp": 2, "pp": 2, "zero": 3, "sequence_parallel": False, "schedule": "1f1b",

@@ -14,6 +14,8 @@ These checks refuse such runs at once with a one-line estimate and a hint:
 
 from __future__ import annotations
 
+import os
+
 from .errors import ConfigError
 
 # 131,072 GPUs: the GPT sample at 96 layers, dp 1024 × tp 8 × pp 16 on the DGX H100 SuperPOD file
@@ -98,3 +100,86 @@ def check_batch_limit(batch: int, flag: str) -> None:
     if batch > MAX_BATCH:
         shown = f"{batch:,}" if batch < 10**24 else f"an integer of {len(str(batch))} digits"
         raise ConfigError(f"{flag} {shown} is above the limit of {MAX_BATCH:,} samples")
+
+
+# ----------------------------------------------------------------------------- machine memory
+
+
+def _meminfo_available() -> int | None:
+    """/proc/meminfo's MemAvailable: what the kernel can give without swapping (Linux)."""
+    try:
+        with open("/proc/meminfo", encoding="ascii") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    return None
+
+
+def _read_int(path: str) -> int | None:
+    try:
+        with open(path, encoding="ascii") as f:
+            text = f.read().strip()
+        return None if text == "max" else int(text)
+    except (OSError, ValueError):
+        return None
+
+
+def _cgroup_room() -> int | None:
+    """What the process's memory cgroup still allows (v2, else v1); None without a limit."""
+    for limit_file, usage_file in (("/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory.current"),
+                                   ("/sys/fs/cgroup/memory/memory.limit_in_bytes",
+                                    "/sys/fs/cgroup/memory/memory.usage_in_bytes")):
+        limit, usage = _read_int(limit_file), _read_int(usage_file)
+        if limit is not None and usage is not None and limit < 2**60:  # v1 writes "no limit" as ~2^63
+            return max(0, limit - usage)
+    return None
+
+
+def _status_bytes(field: str) -> int | None:
+    """A ``kB`` field of /proc/self/status (VmSize, VmData) in bytes."""
+    try:
+        with open("/proc/self/status", encoding="ascii") as f:
+            for line in f:
+                if line.startswith(field + ":"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    return None
+
+
+def _rlimit_room() -> int | None:
+    """What ``ulimit -v`` (RLIMIT_AS) and RLIMIT_DATA still leave this process; None when unlimited."""
+    try:
+        import resource
+    except ImportError:  # not on POSIX
+        return None
+    rooms = []
+    for which, field in ((resource.RLIMIT_AS, "VmSize"), (getattr(resource, "RLIMIT_DATA", None), "VmData")):
+        if which is None:
+            continue
+        soft = resource.getrlimit(which)[0]
+        used = _status_bytes(field)
+        if soft != resource.RLIM_INFINITY and soft >= 0 and used is not None:
+            rooms.append(max(0, soft - used))
+    return min(rooms) if rooms else None
+
+
+def _sysconf_available() -> int | None:
+    """Free physical pages × page size: the fallback where /proc/meminfo is missing."""
+    try:
+        return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (AttributeError, ValueError, OSError):
+        return None
+
+
+def available_memory_bytes() -> int | None:
+    """The memory this process can still use: the least of the machine's available memory
+    (MemAvailable, else free pages), its memory cgroup's room and its ``ulimit -v``/data limit
+    room; None when none of them can be read."""
+    machine = _meminfo_available()
+    if machine is None:
+        machine = _sysconf_available()
+    known = [b for b in (machine, _cgroup_room(), _rlimit_room()) if b is not None]
+    return min(known) if known else None

@@ -193,7 +193,7 @@ def test_breakdown_counts_reruns_as_recompute(build, capsys):
     mean = json.loads(capsys.readouterr().out)["breakdown"]["mean"]
     assert mean["recompute_ms"] == pytest.approx(forward_ms, abs=1e-6)
     assert main(["run", "--trace-dir", str(GPT), "--dp", "2", "--tp", "2", "--pp", "2", "-micro-batch-size", "2",
-                 "--schedule", "1f1b", "--recompute", "full", build, "--json", "-"]) == 0
+                 "--schedule", "1f1b", "--recompute", "full", "--topology", "switch", build, "--json", "-"]) == 0
     mean = json.loads(capsys.readouterr().out)["breakdown"]["mean"]
     # tp 2: each re-run at half its time (every layer op is in a block or, whole, in between)
     assert 0 < mean["recompute_ms"] < forward_ms

@@ -89,6 +89,14 @@ class OneLineParser(argparse.ArgumentParser):
                         yield from sub._all_options()
 
 
+def add_config_flag(p: argparse.ArgumentParser) -> None:
+    """``--config FILE`` (run, dag, plan): its values become the parser's defaults
+    (:func:`triosim.cli.console.config_file_arg`)."""
+    p.add_argument("--config", metavar="FILE",
+                   help="YAML/JSON file of flag values (keys spelled like the flags, or a --json result's "
+                        "config block); flags given on the command line win")
+
+
 def _listed(names: list[str]) -> str:
     return names[0] if len(names) == 1 else ", ".join(names[:-1]) + " and " + names[-1]
 

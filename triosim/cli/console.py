@@ -36,7 +36,7 @@ from ..output import atomic_write_text, check_output_path
 from ..report.memory_verdict import verdict_line
 from ..trace.load import collector_paused
 from ..version import __version__
-from .argparsing import OneLineParser, typed_spelling
+from .argparsing import OneLineParser, add_config_flag, typed_spelling
 from .notices import run_notices
 from .progress import RunProgress
 
@@ -79,16 +79,10 @@ def add_megatron_flag(p: argparse.ArgumentParser) -> None:
                         "flag too); the world size is -GPUnumber, dp is derived from it")
 
 
-def add_config_flag(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--config", metavar="FILE",
-                   help="YAML/JSON file of flag values (keys spelled like the flags, or a --json result's "
-                        "config block); flags given on the command line win")
-
-
 def config_file_arg(argv: Sequence[str]) -> str | None:
-    """The ``--config FILE`` of a (normalized) run/dag command line, read before parsing because
-    the file's values become the parser's defaults."""
-    if not argv or argv[0] not in ("run", "dag"):
+    """The ``--config FILE`` of a (normalized) run/dag/plan command line, read before parsing
+    because the file's values become the parser's defaults."""
+    if not argv or argv[0] not in ("run", "dag", "plan"):
         return None
     found = None
     for i, tok in enumerate(argv):
@@ -103,7 +97,7 @@ def config_file_arg(argv: Sequence[str]) -> str | None:
 
 def build_parser(defaults: dict | None = None, run_only: bool = False) -> argparse.ArgumentParser:
     """The whole ``triosim`` parser; ``defaults`` (flag dest → value, from ``--config``) replace
-    the simulation flags' defaults of ``run`` and ``dag``. ``run_only``: just ``run`` (a run
+    the simulation flags' defaults of ``run``, ``dag`` and ``plan``. ``run_only``: just ``run`` (a run
     then does not import the tracer and sweep modules)."""
     parser = OneLineParser(
         prog="triosim",
@@ -160,7 +154,7 @@ def build_parser(defaults: dict | None = None, run_only: bool = False) -> argpar
 
     gpus.register(sub)
     models.register(sub)
-    plan.register(sub)
+    plan.register(sub, defaults)
     return parser
 
 
@@ -223,7 +217,9 @@ def cmd_run(args: argparse.Namespace) -> int:
     # The trace, the platform and the task graph are 10^5 long-lived objects, none of them
     # cyclic garbage: the cyclic collector would only walk them again and again (about 7 %
     # of a large run).
-    with RunProgress(args.quiet) as progress, collector_paused():
+    from ..schedule.tasks import tasks_in_newest_graph
+
+    with RunProgress(args.quiet, building=tasks_in_newest_graph) as progress, collector_paused():
         trace, platform, strategy = configure(args)
         timeline_gpus = parse_timeline_gpus(args.timeline_gpus, platform.num_gpus)
         note_unused_flags(args)
@@ -430,6 +426,19 @@ def main(argv: Sequence[str] | None = None, keep: list | None = None) -> int:
     except KeyboardInterrupt:
         print("triosim: interrupted", file=sys.stderr)
         return 130
+    except MemoryError:
+        # The last resort behind the estimate before building (triosim.graph.build_size): the
+        # frames holding the half-built graph are gone by now, so there is memory to say so.
+        print(f"triosim: error: {argv[0]} ran out of memory ({_memory_note()}): use fewer GPUs, "
+              "--representatives or a shorter trace", file=sys.stderr)
+        return 2
+
+
+def _memory_note() -> str:
+    from ..limits import available_memory_bytes
+
+    available = available_memory_bytes()
+    return "the machine's memory" if available is None else f"{available / 1e9:.1f} GB available now"
 
 
 def console_main() -> None:

@@ -28,7 +28,11 @@ from ..config.inputs import input_files, refuse_outputs_over_inputs
 from ..config.model_flags import card_flag, check_model_flags
 from ..config.precision import training_precision
 from ..errors import ConfigError
+from ..limits import check_batch_limit
 from ..output import check_output_path
+from .argparsing import add_config_flag
+from .interrupts import FirstInterruptOnly
+from .progress import ProgressLines, is_terminal
 
 # Strategy flags the plan chooses itself: given to `plan`, they would be silently replaced.
 CHOSEN = ("case", "dp", "tp", "pp", "micro_batch_size", "schedule", "virtual_stages", "zero", "sequence_parallel",
@@ -40,11 +44,13 @@ def _has_option(p: argparse.ArgumentParser, option: str) -> bool:
     return option in p._option_string_actions  # a flag another part may add to the simulation flags
 
 
-def register(sub: Any) -> None:
-    """Add ``triosim plan`` to the CLI's sub-parsers."""
+def register(sub: Any, defaults: dict | None = None) -> None:
+    """Add ``triosim plan`` to the CLI's sub-parsers; ``defaults`` (flag dest → value, from
+    ``--config``) replace the simulation flags' defaults, as for ``triosim run``."""
     p = sub.add_parser("plan", help="search every DP × TP × PP × micro-batch × schedule × ZeRO configuration "
                                     "for the fastest, DAG-timing the best few")
     add_sim_flags(p)
+    add_config_flag(p)
     g = p.add_argument_group("plan")
     if not _has_option(p, "--global-batch"):
         g.add_argument("--global-batch", type=int, default=None, metavar="B",
@@ -65,7 +71,8 @@ def register(sub: Any) -> None:
                    help="DAG-time on a Dask cluster: scheduler address tcp://HOST:PORT or a scheduler file")
     g.add_argument("--show", type=int, default=10, metavar="N", help="rows of the table (10)")
     g.add_argument("--quiet", "-q", action="store_true", help="print only the best configuration's run line")
-    p.set_defaults(func=cmd_plan)
+    # The flags the --config file set, to name the file when one of them is the plan's own choice.
+    p.set_defaults(func=cmd_plan, **(defaults or {}), config_dests=frozenset(defaults or ()))
 
 
 def _check_flags(args: argparse.Namespace) -> None:
@@ -78,13 +85,20 @@ def _check_flags(args: argparse.Namespace) -> None:
         except KeyError:
             continue
         if getattr(args, dest) != spec.default:
-            raise ConfigError(f"plan chooses --{spec.name} itself; leave it out (give --gpus and --global-batch)")
+            where = f"; --config {args.config} sets it" if dest in getattr(args, "config_dests", ()) else ""
+            raise ConfigError(f"plan chooses --{spec.name} itself; leave it out (give --gpus and --global-batch)"
+                              + where)
     if getattr(args, "cp", None) not in (None, 1):  # its estimates know no context parallelism
         raise ConfigError("plan does not search context parallelism: leave --cp out (time a --cp layout with run)")
     if args.gpus is None or args.gpus < 1:
         raise ConfigError("plan needs --gpus N, the GPUs to train on")
     if args.global_batch is None or args.global_batch < 1:
         raise ConfigError("plan needs --global-batch B, the samples per iteration over all replicas")
+    check_batch_limit(args.global_batch, "--global-batch")
+    if args.config is not None and not args.config.strip():
+        raise ConfigError("--config is empty; give a file or leave the flag out")
+    if args.show < 1:
+        raise ConfigError(f"--show must be 1 or more, got {args.show}")
     if args.top < 0:
         raise ConfigError(f"--top must be 0 or more, got {args.top}")
     if args.dask is not None:
@@ -152,15 +166,26 @@ def _peak_flops(args: argparse.Namespace, trace) -> float | None:
         return None
 
 
-def _progress(quiet: bool):
-    if quiet or not sys.stderr.isatty():
+def _progress(quiet: bool, stream=None):
+    """(a rich display or None, the search's progress callback or None): a display on a
+    terminal, plain lines every :data:`~triosim.cli.progress.LINE_EVERY_S` elsewhere, nothing
+    with ``-q``."""
+    stream = sys.stderr if stream is None else stream
+    if quiet:
         return None, None
+    if not is_terminal(stream):
+        lines = ProgressLines(stream)
+
+        def line(phase: str, done: int, total: int) -> None:
+            lines.maybe(phase, done, total, "candidates")
+
+        return None, line
     from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
     # Redrawn on each update, not by rich's refresh thread: with no other thread running, the
     # estimate and the DAG timing can fork their worker processes (triosim.plan.forked_estimate).
     prog = Progress(TextColumn("{task.description}"), BarColumn(), TextColumn("{task.completed:,}/{task.total:,}"),
-                    TimeElapsedColumn(), console=Console(stderr=True), transient=True, auto_refresh=False)
+                    TimeElapsedColumn(), console=Console(file=stream), transient=True, auto_refresh=False)
     tasks: dict[str, int] = {}
 
     def update(phase: str, done: int, total: int) -> None:
@@ -198,6 +223,8 @@ def plan_inputs(args: argparse.Namespace) -> PlanInputs:
         explain_empty,
         mesh_shapes,
     )
+    from ..plan.profile import layer_facts
+    from ..plan.search_size import check_search_size
 
     _check_flags(args)
     base, base_flags = base_config(args)
@@ -211,20 +238,22 @@ def plan_inputs(args: argparse.Namespace) -> PlanInputs:
     batches = resolve_batches(ns)  # a model card's trace is built here, at one sequence per op
     raw = load_recorded_trace(batches.trace_dir, batches.batch, ns.time_column, layers_to_repeat(ns),
                               *op_time_options(ns), gpu_timing_options(ns), card=card_flag(ns))
+    layers, unit, heads = layer_facts(raw)
+    node = platform.node_of.count(0) if platform.node_of else args.gpus_per_node
+    space = SearchSpace(args.gpus, args.global_batch, layers, heads, max(1, node), args.max_tp)
+    if not mesh_shapes(space):
+        raise ConfigError(explain_empty(space, unit))
+    candidates = list(enumerate_candidates(space))
+    check_search_size(space, candidates)  # before anything is profiled
     profile = ModelProfile(raw, platform, reference_compat=bool(ns.reference_compat),
                            precision=training_precision(ns))
-    node = platform.node_of.count(0) if platform.node_of else args.gpus_per_node
-    space = SearchSpace(args.gpus, args.global_batch, profile.layers, profile.heads, max(1, node), args.max_tp)
-    if not mesh_shapes(space):
-        raise ConfigError(explain_empty(space, profile.layer_unit))
     settings = PlanSettings(args.global_batch, memory_capacity(ns), bucket_bytes=args.bucket_mb * 1024 * 1024,
                             seq_len=_seq_len(args, batches.trace_dir),
                             partition=args.partition if args.partition in ("count", "layers", "auto") else "time")
     flops = model_flops_per_sample(raw, raw.batch_size) * args.global_batch
     figures = Figures(args.gpus, args.global_batch, settings.seq_len, flops, _peak_flops(args, raw),
                       global_flag="global_batch" in base)
-    return PlanInputs(profile, space, list(enumerate_candidates(space)), settings, figures, base, base_flags,
-                      trace_dir, protect)
+    return PlanInputs(profile, space, candidates, settings, figures, base, base_flags, trace_dir, protect)
 
 
 def cmd_plan(args: argparse.Namespace) -> int:
@@ -246,15 +275,19 @@ def cmd_plan(args: argparse.Namespace) -> int:
 
     jobs = default_jobs() if args.jobs is None else args.jobs
     prog, update = _progress(args.quiet)
-    if prog is not None:
-        with prog:
+    # The first Ctrl-C stops the search; a second one (people press twice) must not stop the
+    # writing of what the search finished.
+    with FirstInterruptOnly() as interrupts:
+        if prog is not None:
+            with prog:
+                outcome = search(candidates, profile, settings, base, args.top, jobs, update, args.dask)
+        else:
             outcome = search(candidates, profile, settings, base, args.top, jobs, update, args.dask)
-    else:
-        outcome = search(candidates, profile, settings, base, args.top, jobs, dask=args.dask)
-    if args.out:
-        write_csv(args.out, outcome.rows, outcome.ranked, figures, base_flags, protect=protect)
-    if args.plot and not outcome.interrupted:
-        write_plot(args.plot, outcome.rows, figures, protect=protect)
+        interrupts.hold()
+        if args.out:
+            write_csv(args.out, outcome.rows, outcome.ranked, figures, base_flags, protect=protect)
+        if args.plot and not outcome.interrupted:
+            write_plot(args.plot, outcome.rows, figures, protect=protect)
     if outcome.interrupted:
         done = sum(1 for r in outcome.rows if r.estimate is not None)
         timed = sum(1 for r in outcome.rows if r.dag is not None)

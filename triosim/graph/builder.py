@@ -18,7 +18,10 @@ buckets are the composition's in that mode too (on the original's platform and t
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from ..compute.op_parts import op_parts
+from ..errors import ConfigError
 from ..hardware.platform import Platform
 from ..limits import check_graph_size, op_copies
 from ..schedule.network import attach_network
@@ -26,8 +29,11 @@ from ..schedule.tasks import TaskGraph
 from ..trace import Trace
 from ..trace.load import collector_paused
 from . import composition, single
+from .build_size import check_build_memory
 from .data import data_parallel
 from .pipeline import reference
+from .rank_map import RankMap
+from .replica_symmetry import representatives_refused
 from .strategy import Strategy
 from .tensor.megatron import plan_tensor_parallel
 from .tensor.per_op import build_from_plan
@@ -41,11 +47,12 @@ class GraphBuilder:
         self.trace = trace
         self.platform = platform
         self.strategy = strategy
+        self.requested = strategy  # as given (the JSON's ``parallel``); :meth:`check` may settle ``exact``
 
     def build(self) -> TaskGraph:
         self.check()
         graph = self.compose()
-        graph.meta.setdefault("parallel", self.strategy.parallel_dict(self.platform.num_gpus))
+        graph.meta.setdefault("parallel", self.requested.parallel_dict(self.platform.num_gpus))
         precision = self.trace.precision
         if precision is not None:  # only under a training dtype: a run as traced writes what it always wrote
             graph.meta["precision"] = {"dtype": precision.dtype, "grad_reduce_dtype": precision.grad_reduce_dtype,
@@ -59,11 +66,28 @@ class GraphBuilder:
         return attach_network(graph, self.platform)
 
     def check(self) -> None:
-        """Refuse a bad strategy, and at once what would exhaust memory after minutes of building."""
+        """Refuse a bad strategy, and at once what would exhaust the task limit or the machine's
+        memory after minutes of building. Where one representative pipeline cannot stand for
+        the others (:func:`~triosim.graph.replica_symmetry.representatives_refused`),
+        ``--representatives`` is refused and the default builds every GPU."""
         strategy, n = self.strategy, self.platform.num_gpus
         strategy.validate(n if strategy.hybrid else None)
+        why = None
+        if strategy.hybrid and strategy.exact is not True:
+            why = representatives_refused(self.platform, RankMap(*strategy.degrees(n), tuple(strategy.rank_order)))
+            if why is not None and strategy.exact is False:
+                raise ConfigError(f"--representatives: {why}; use --exact, or a topology whose GPUs have links "
+                                  "of their own (switch, nvlink-cluster, fully-connected, a cluster file)")
+            if why is not None:
+                self.strategy = strategy = replace(strategy, exact=True)
         what = strategy.name if strategy.hybrid else f"-case {strategy.case}"
-        check_graph_size(len(self.trace.ops), op_copies(strategy, n), n, what)
+        try:
+            check_graph_size(len(self.trace.ops), op_copies(strategy, n), n, what)
+            check_build_memory(self.trace, self.platform, strategy, representatives=why is None)
+        except ConfigError as exc:
+            if why is None:
+                raise
+            raise ConfigError(f"{exc} (every GPU is built: {why})") from None
 
     def compose(self) -> TaskGraph:
         """The DAG without the run-level blocks: case 0's one GPU, the original's replay under

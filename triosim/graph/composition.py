@@ -64,7 +64,7 @@ from .context.plan import ContextPlan, context_plan, context_split
 from .context.ring import exchange_sent, transient_bytes
 from .data import gradient_sync
 from .data.zero import buffer_roles
-from .layer_count import check_pipeline_depth
+from .layer_count import check_pipeline_depth, check_virtual_stages
 from .memory import composition as composed_memory
 from .memory.plan import MemoryReport
 from .pipeline.builder import choose_stages, micro_batch_sizes
@@ -121,6 +121,7 @@ def build(trace: Trace, platform: Platform, strategy: Strategy, fuse_runs: bool 
     virtual = strategy.virtual_stages if strategy.schedule == "interleaved" else 1
     if preset is None:  # case 4 keeps its own check: a forward op per stage (stages.candidate_plans)
         check_pipeline_depth(trace, pp, virtual)
+        check_virtual_stages(trace, pp, virtual, strategy.partition)
     original = trace  # the tensor-parallel plan is found on it, then carried to the re-runs
     rec = recompute(trace, strategy.recompute) if preset is None else None
     if rec is not None:

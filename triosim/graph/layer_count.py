@@ -66,4 +66,27 @@ def check_pipeline_depth(trace: Trace, pp: int, virtual: int = 1) -> None:
                           "stage needs at least one")
 
 
-__all__ = ["LayerCount", "check_pipeline_depth", "count_layers"]
+def check_virtual_stages(trace: Trace, pp: int, virtual: int, partition: str) -> None:
+    """On a model card's trace cut at equal layers (``--partition auto`` or ``layers``), refuse
+    a ``--virtual-stages`` V that does not divide each pipeline stage's transformer layers, as
+    Megatron-LM asserts (layers per pipeline stage % V == 0). Left alone: V = 1, a trace that
+    is not a card's, a layer count ``--pp`` does not divide, and other partitions."""
+    if virtual <= 1 or partition not in ("auto", "layers") or not trace.info.get("model_card"):
+        return
+    from .pipeline.stages import trace_layers  # the layers the partition cuts at
+
+    layers = len(trace_layers(trace))
+    if not layers or layers % pp:
+        return
+    per_stage = layers // pp
+    if per_stage % virtual:
+        legal = [v for v in range(1, per_stage + 1) if per_stage % v == 0]
+        shown = ", ".join(map(str, legal[:-1])) + f" or {legal[-1]}" if len(legal) > 1 else str(legal[0])
+        raise ConfigError(
+            f"--virtual-stages {virtual} does not divide the {per_stage} transformer layers of each of the "
+            f"--pp {pp} pipeline stages ({layers} layers; Megatron-LM requires layers per pipeline stage % "
+            f"virtual stages == 0): use --virtual-stages {shown}"
+        )
+
+
+__all__ = ["LayerCount", "check_pipeline_depth", "check_virtual_stages", "count_layers"]

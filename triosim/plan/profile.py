@@ -80,6 +80,13 @@ class PositionTimes:
     b_pos: np.ndarray  # and their positions
 
 
+def layer_facts(trace: Trace) -> tuple[int, str, int | None]:
+    """(layers, their unit, attention heads or None): what the search space splits."""
+    layers = count_layers(trace)
+    heads = attention_heads(trace) if layers.unit == "transformer layers" else None
+    return layers.count, layers.unit, heads
+
+
 @dataclass
 class ModelProfile:
     """The trace a plan searches over and the platform it runs on, with cached per-key figures."""
@@ -107,9 +114,7 @@ class ModelProfile:
         self.fops = [i for i, p in enumerate(self.phase) if p == FORWARD]
         self.pos = _positions(trace, self.phase, self.fops)
         self.positions = len(self.fops)
-        layers = count_layers(trace)
-        self.layers, self.layer_unit = layers.count, layers.unit
-        self.heads = attention_heads(trace) if layers.unit == "transformer layers" else None
+        self.layers, self.layer_unit, self.heads = layer_facts(trace)
         self.roles = buffer_roles(trace)
         self.versions = buffer_versions(trace, self.phase)
         self.gradient_order = gradient_order(trace)

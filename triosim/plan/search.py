@@ -157,6 +157,8 @@ def dag_time(rows: Sequence[Row], base: dict, global_batch: int, jobs: int = 1,
         if progress is not None:
             progress("DAG-timing", done[0], len(rows))
 
+    if progress is not None:
+        progress("DAG-timing", 0, len(rows))
     for o in prepared.settled:
         on_outcome(o)
     try:
@@ -188,9 +190,12 @@ def search(candidates: Sequence[Candidate], profile: ModelProfile, settings: Pla
     t1 = time.perf_counter()
     out = PlanOutcome(rows, estimate_s=t1 - t0, interrupted=interrupted)
     if not interrupted and top > 0:
-        best = best_estimated(rows, top)
-        if best:
-            out.interrupted = dag_time(best, base, settings.global_batch, jobs, progress, dask)
+        try:
+            best = best_estimated(rows, top)
+            if best:
+                out.interrupted = dag_time(best, base, settings.global_batch, jobs, progress, dask)
+        except KeyboardInterrupt:  # before the timing started (preparing its traces): the estimates stand
+            out.interrupted = True
     out.dag_s = time.perf_counter() - t1
     out.ranked = rank(rows)
     return out

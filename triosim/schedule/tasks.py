@@ -12,6 +12,7 @@ the ``networkx.DiGraph`` view for export, inspection and property tests. Kinds:
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Iterable, Sequence
 from typing import Any
 
@@ -22,6 +23,18 @@ from ..hardware.platform import Platform, gpu_node
 
 KINDS = ("compute", "memcpy", "transfer", "collective", "sync")
 COMM_KINDS = frozenset({"memcpy", "transfer", "collective"})
+
+
+# The graph made last, for a progress display's "tasks built so far" while a builder fills it
+# (read from another thread: a list's length is safe to read while it grows).
+_newest: list[weakref.ref | None] = [None]
+
+
+def tasks_in_newest_graph() -> int:
+    """How many tasks the task graph created last holds now (0 when none is alive)."""
+    ref = _newest[0]
+    graph = ref() if ref is not None else None
+    return len(graph.kind) if graph is not None else 0
 
 
 def compute_resource(device: int) -> str:
@@ -51,6 +64,7 @@ class TaskGraph:
         self._streams: dict[int, tuple[tuple[int, ...], tuple[int, ...]]] = {}  # GPU -> (its stream's rids, (GPU,))
         # Facts builders know and reports need (peak memory per GPU, fetched bytes, ...).
         self.meta: dict[str, Any] = {}
+        _newest[0] = weakref.ref(self)
 
     def __len__(self) -> int:
         return len(self.kind)

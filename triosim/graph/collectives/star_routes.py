@@ -41,8 +41,15 @@ def _nvswitch_of(platform: Platform, gpu: str) -> str | None:
 
 
 def prime_routes(platform: Platform, pairs: Iterable[tuple[int, int]]) -> None:
-    """Fill the platform's route cache for ``pairs`` of GPUs where the route is known in closed form."""
-    if platform.topology not in ("switch", "nvlink-cluster"):
+    """Fill the platform's route cache for ``pairs`` of GPUs where the route is known in closed form.
+
+    Where :meth:`~triosim.hardware.platform.Platform.route` finds the same route in closed form
+    itself (``switch``; ``nvlink-cluster`` knowing each GPU's node) nothing is filled: a route is
+    then found when asked for, and priming every pair of a group of N GPUs only held N² routes
+    (1.6 GB for one group of 2,048) that the ring and tree algorithms never ask for."""
+    if platform.topology not in ("switch", "nvlink-cluster") or platform.router is not None:
+        return
+    if platform.topology == "switch" or platform.node_of is not None:
         return
     cache = platform._routes  # the platform's own memo of route(); same keys, same values
     hubs: dict[int, str | None] = {}  # GPU -> its NVSwitch, looked up once per call
