@@ -64,8 +64,10 @@ from .data.zero import buffer_roles
 from .layer_count import check_pipeline_depth
 from .memory import composition as composed_memory
 from .memory.plan import MemoryReport
+from .pipeline.blocking import StreamNeighbours, block_hops, check_blocking
 from .pipeline.builder import choose_stages, micro_batch_sizes
 from .pipeline.rank_program import add_rank_program
+from .pipeline.schedules import FORWARD
 from .pipeline.sends import send_hop_by_hop
 from .pipeline.stages import PipelinePlan, buffer_versions
 from .pipeline.tied_embedding import TiedEmbedding, add_tied_allreduce, find_tied
@@ -155,9 +157,12 @@ def build(trace: Trace, platform: Platform, strategy: Strategy, fuse_runs: bool 
     fuse = fuse_runs and not exact and strategy.initial_placement == "gpu"
     roles = buffer_roles(trace)
     tied = find_tied(original) if preset is None and pp > 1 else None
+    blocking = preset is None and pp > 1 and strategy.blocking_sends
+    if blocking:
+        check_blocking(pp, virtual)
     while True:
         g = Composition(trace, platform, strategy, ranks, plan, tpp, fractions, replicas, roles, fuse=fuse,
-                        preset=preset, exact=exact, tied=tied,
+                        preset=preset, exact=exact, tied=tied, blocks={} if blocking else None,
                         reruns=frozenset(rec.rerun_ops) if rec is not None else frozenset()).assemble()
         if not g.meta.pop("needs_memcpy") or not fuse:
             break
@@ -231,6 +236,7 @@ class Composition(CompositionState):
         if ranks.pp < 2:
             return
         handed = set(self.tied.head_part) if self.tied is not None else set()
+        near = StreamNeighbours(self) if self.blocks is not None else None
         for v in self.versions:
             if v.buffer in handed:  # the tied embedding's all-reduce replaces this hand-over
                 continue
@@ -240,6 +246,10 @@ class Composition(CompositionState):
                 continue
             stages = [st for _, st in readers]
             c_op = cover.get((v.writer, v.buffer))
+            read_in: dict[int, str] = {}
+            for c, st in readers:  # a stage's earliest reading phase (forward before backward)
+                if read_in.get(st) != FORWARD:
+                    read_in[st] = plan.phase[c]
             for r, frac in enumerate(self.fractions):
                 nbytes = self.size(v.buffer, frac)
                 for d, t in self.replicas:
@@ -251,6 +261,8 @@ class Composition(CompositionState):
                                              lambda a, d=d, t=t: ranks.rank(d, t, plan.rank_of(a)))
                     for c, st in readers:
                         self.graph.add_edge(arrive[st], self.task[(d, t, c, r)])
+                    if near is not None:
+                        block_hops(self, near, (d, t), r, src, plan.phase[v.writer], read_in, arrive)
 
     def plan_memory(self) -> list[MemoryReport]:
         """Every built GPU's memory plan, recorded on the graph."""

@@ -57,6 +57,9 @@ class CompositionState:
     # A -case run: the preset it builds (None: a run typed as --dp/--tp/--pp). Its tasks and
     # memory steps keep the names its case gave them (timelines, DOT exports, error messages).
     preset: Preset | None = None
+    # Blocking pipeline sends: (d, t, stage, phase, micro-batch) -> (first task, last task) of
+    # that block on its GPU (None when sends do not block: nothing looks blocks up)
+    blocks: dict[tuple[int, int, int, str, int], tuple[int, int]] | None = None
 
     @property
     def tagged(self) -> bool:

@@ -56,6 +56,9 @@ RECOMPUTE_MODES = ("none", "selective", "full")
 # card's trace, optimal for any other.
 PARTITIONS = ("auto", "layers", "optimal", "time", "count")
 ZERO_ALIASES = {"0": 0, "1": 1, "2": 2, "3": 3, "fsdp": 3}
+# --pipeline-send: auto is what Megatron-LM does (graph.pipeline.blocking): blocking sends under
+# 1F1B and GPipe, overlapped under the interleaved schedule.
+PIPELINE_SENDS = ("auto", "blocking", "overlapped")
 
 
 def parse_zero(text: str | int) -> int:
@@ -91,6 +94,17 @@ class Strategy:
     ``recompute``: activation recomputation (:mod:`triosim.graph.recompute`): ``none``,
     ``selective`` (the attention core re-run before its backward) or ``full`` (each layer's
     forward re-run before its backward, only layer inputs kept).
+
+    The overlaps, with Megatron-Core's names and defaults (off; see docs/overlap.md):
+    ``tp_comm_overlap`` (sequence-parallel all-gathers and reduce-scatters in chunks beside their
+    GEMMs, as Transformer Engine's userbuffers), ``overlap_grad_reduce`` (each gradient bucket
+    reduced as soon as backward fills it; off: every gradient after the last backward op, in one
+    bucket per stage), ``overlap_param_gather`` (ZeRO 1/2: the updated parameters gathered per
+    bucket before the forward ops that use them instead of after the optimizer), and
+    ``pipeline_send``: ``blocking`` (a stage goes on only once its send and the matching receive
+    are done, as Megatron's batched send/receive), ``overlapped`` (sends run beside compute) or
+    ``auto`` (blocking under 1F1B/GPipe, overlapped under the interleaved schedule, as
+    Megatron-LM runs them). ``-case`` presets keep their own behaviour and take none of them.
     """
 
     case: int = 0
@@ -111,6 +125,20 @@ class Strategy:
     rank_order: tuple[str, ...] = AXES
     exact: bool | None = None
     recompute: str = "none"
+    tp_comm_overlap: bool = False
+    overlap_grad_reduce: bool = False
+    overlap_param_gather: bool = False
+    pipeline_send: str = "auto"
+
+    @property
+    def blocking_sends(self) -> bool:
+        """Whether pipeline sends block their stage (a typed composition only; a ``-case`` preset
+        keeps case 4's overlapped sends)."""
+        if not self.hybrid:
+            return False
+        if self.pipeline_send == "auto":
+            return self.schedule != "interleaved"
+        return self.pipeline_send == "blocking"
 
     @property
     def preset(self) -> Preset:
@@ -184,6 +212,27 @@ class Strategy:
             raise ConfigError("--recompute needs the degrees of a hybrid run: give --dp/--tp/--pp (not -case)")
         if (self.zero or self.sequence_parallel) and not self.hybrid:
             raise ConfigError("--zero and --sequence-parallel need the degrees: give --dp/--tp/--pp instead of -case")
+        self._validate_overlaps()
+
+    def _validate_overlaps(self) -> None:
+        """The overlap switches, with Megatron-Core's own conditions on them."""
+        if self.pipeline_send not in PIPELINE_SENDS:
+            raise ConfigError(f"--pipeline-send must be auto, blocking or overlapped, got {self.pipeline_send!r}")
+        named = [flag for flag, on in (("--tp-comm-overlap", self.tp_comm_overlap),
+                                       ("--overlap-grad-reduce", self.overlap_grad_reduce),
+                                       ("--overlap-param-gather", self.overlap_param_gather),
+                                       ("--pipeline-send", self.pipeline_send != "auto")) if on]
+        if named and not self.hybrid:
+            raise ConfigError(f"{named[0]} needs the degrees of a hybrid run: give --dp/--tp/--pp (not -case)")
+        if self.tp_comm_overlap and not self.sequence_parallel:
+            # Megatron-LM asserts it: the overlapped collectives are sequence parallelism's
+            raise ConfigError("--tp-comm-overlap needs --sequence-parallel (it overlaps sequence parallelism's "
+                              "all-gathers and reduce-scatters, as Megatron-Core requires)")
+        if self.overlap_param_gather and not self.zero:
+            raise ConfigError("--overlap-param-gather needs the distributed optimizer (--zero 1 or more): without "
+                              "it there is no parameter all-gather to overlap")
+        if self.overlap_param_gather and not self.overlap_grad_reduce:
+            raise ConfigError("--overlap-param-gather needs --overlap-grad-reduce (as Megatron-LM requires)")
 
     @property
     def name(self) -> str:
@@ -208,4 +257,8 @@ class Strategy:
             "rank_order": ",".join(self.rank_order),
             "exact": self.exact,
             "recompute": self.recompute,
+            "tp_comm_overlap": self.tp_comm_overlap,
+            "overlap_grad_reduce": self.overlap_grad_reduce,
+            "overlap_param_gather": self.overlap_param_gather,
+            "pipeline_send": ("blocking" if self.blocking_sends else "overlapped") if pp > 1 else None,
         }

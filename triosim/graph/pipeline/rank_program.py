@@ -22,7 +22,8 @@ from ..data.data_parallel import MIB
 from ..data.zero import fsdp_units, gathered_copies
 from ..rank_map import RankMap
 from ..tensor import per_op
-from .schedules import BACKWARD, FORWARD, block_order, interleaved_order
+from .blocking import record_comm_points
+from .schedules import BACKWARD, FORWARD, block_order, interleaved_order, interleaved_warmup
 
 
 def add_rank_program(b: CompositionState, comm: GroupComm, p: int, waits, colls,
@@ -45,7 +46,14 @@ def add_rank_program(b: CompositionState, comm: GroupComm, p: int, waits, colls,
     full = lambda q: -(-trace.tensors[q].bytes // b.tpp.shard_divisor.get(q, 1))  # noqa: E731
     units_of = {st: fsdp_units(trace, plan, params, st, strategy.bucket_mb * MIB, full) for st in stages} \
         if strategy.zero == 3 else {}
-    if units_of and ranks.dp > 1:
+    # --overlap-param-gather (ZeRO 1/2): the updated parameters are gathered per bucket before the
+    # first forward op using them, in the stage's first micro-batch only (Megatron-Core's forward
+    # pre-hooks: wait for this bucket's all-gather, dispatch the next one).
+    param_gather = strategy.zero in (1, 2) and strategy.overlap_param_gather and ranks.dp > 1 and b.preset is None
+    if param_gather:
+        units_of = {st: {FORWARD: fsdp_units(trace, plan, params, st, strategy.bucket_mb * MIB, full)[FORWARD],
+                         BACKWARD: []} for st in stages}
+    if units_of and ranks.dp > 1 and strategy.zero == 3:
         for st, units in units_of.items():
             copies = gathered_copies(trace, plan, units, st, len(b.fractions))
             b.gathered.update({(p, *at): keys for at, keys in copies.steps.items()})
@@ -119,18 +127,22 @@ def add_rank_program(b: CompositionState, comm: GroupComm, p: int, waits, colls,
         _add_chains(b, p, order, ops, seconds, last, looked_up)
         return last
     stats = b.stats
-    for ph, r, v in order:
+    ran: list = []  # with blocking sends: each block run and its first and last task per replica
+    for pos, (ph, r, v) in enumerate(order):
         s = v * ranks.pp + p
         if not ops[(s, ph)]:
             continue
         units = units_of.get(s)
         frac = b.fractions[r]
         unit_at: dict[int, int] = {}
+        if units is not None and param_gather and r != 0:
+            units = None  # gathered once, before the first micro-batch's forward
         if units is not None and units[ph]:
             unit_at = {u.first_op: k for k, u in enumerate(units[ph])}
             gradient_sync.gather_unit(b, comm, s, units[ph], 0, ph, r, last, gathered, ts)
         durs = seconds(s, ph, frac)
         mb_s = f" mb{r}" if tagged else ""
+        firsts = {rep: None for rep in b.replicas} if b.blocks is not None else None
         for (i, i_last, base, extra, seg_ops, w, phase, cs, c_names, keep_i, keep_last), dur in \
                 zip(seg_facts[(s, ph)], durs):
             k = unit_at.get(i) if unit_at else None
@@ -161,6 +173,8 @@ def add_rank_program(b: CompositionState, comm: GroupComm, p: int, waits, colls,
                     task_of[(*rep, i_last, r)] = task
                 seq[gpu].append((task, seg_ops, r))
                 last[rep] = [task]
+                if firsts is not None and firsts[rep] is None:
+                    firsts[rep] = task
             for k_c, (c, c_name) in enumerate(zip(cs, c_names)):
                 # a second collective on the op (sequence parallel, blocks back to back) gathers
                 # what the first reduced: it starts when the first is done
@@ -199,6 +213,11 @@ def add_rank_program(b: CompositionState, comm: GroupComm, p: int, waits, colls,
                         if d == 0:
                             b.count("tp", c.kind, group, nbytes)
                     tp_done[(i_last, r, d)] = done
+        if firsts is not None:
+            ran.append((pos, (s, ph, r), {rep: (firsts[rep], last[rep][0]) for rep in b.replicas}))
+    if b.blocks is not None:  # blocking sends look each block's communication point up
+        warm = interleaved_warmup(ranks.pp, r_count, p, plan.virtual) if plan.virtual > 1 else None
+        record_comm_points(b, ran, warm, len(order))
     return last
 
 
@@ -268,7 +287,8 @@ def _segment_cuts(b: CompositionState, s: int, params: list[str], waits_here, co
         if src == s:
             after.add(v.writer)
         before.update(c for c in readers if b.plan.stage[c] == s)
-    after.update(bk.ready_op for bk in gradient_sync.sync_buckets(b, params, s))
+    if gradient_sync.overlapped(b):  # else every bucket waits for the rank's last task
+        after.update(bk.ready_op for bk in gradient_sync.sync_buckets(b, params, s))
     if units is not None:
         for phase_units in units.values():
             before.update(u.first_op for u in phase_units)
