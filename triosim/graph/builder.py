@@ -18,9 +18,11 @@ buckets are the composition's in that mode too (on the original's platform and t
 
 from __future__ import annotations
 
+from ..compute.op_time_source import gpu_timing
 from ..hardware.platform import Platform
 from ..limits import check_graph_size, op_copies
 from ..schedule.network import attach_network
+from ..schedule.sm_sharing import COMM_SMS_META, SM_COUNT_META
 from ..schedule.tasks import TaskGraph
 from ..trace import Trace
 from ..trace.load import collector_paused
@@ -51,7 +53,18 @@ class GraphBuilder:
                                        "master_weights": precision.mixed}
         # Each compute task names its trace op; the time breakdown reads the op's phase here.
         graph.meta.setdefault("op_stages", tuple(op.stage for op in self.trace.ops))
+        self.share_sms(graph)
         return attach_network(graph, self.platform)
+
+    def share_sms(self, graph: TaskGraph) -> None:
+        """With ``--gpu`` on a device whose file gives ``sm_count`` and ``collective_sms``: record
+        them for the scheduler, whose compute then slows while communication holds SMs
+        (:mod:`triosim.schedule.sm_sharing`); without them SMs are not shared."""
+        timing = gpu_timing(self.trace)
+        device = timing.device if timing is not None else None
+        if device is not None and device.sm_count and device.collective_sms and not self.strategy.reference_compat:
+            graph.meta[SM_COUNT_META] = device.sm_count
+            graph.meta[COMM_SMS_META] = device.collective_sms
 
     def check(self) -> None:
         """Refuse a bad strategy, and at once what would exhaust memory after minutes of building."""

@@ -77,6 +77,7 @@ from .replica_symmetry import replicas_alike
 from .ring_symmetry import group_comm
 from .single import op_label, record_memory
 from .strategy import Preset, Strategy
+from .tensor.comm_overlap import plan_overlap
 from .tensor.plans import tensor_plan, tp_waits
 
 # Without --exact/--representatives, every GPU is built while dp·tp·ops·micro-batches stays below
@@ -157,12 +158,15 @@ def build(trace: Trace, platform: Platform, strategy: Strategy, fuse_runs: bool 
     fuse = fuse_runs and not exact and strategy.initial_placement == "gpu"
     roles = buffer_roles(trace)
     tied = find_tied(original) if preset is None and pp > 1 else None
+    overlap = None
+    if preset is None and strategy.tp_comm_overlap and tp > 1 and getattr(tpp, "sequence_parallel", False):
+        overlap = plan_overlap(trace, tpp, plan.stage, rec.new_index if rec is not None else None)
     blocking = preset is None and pp > 1 and strategy.blocking_sends
     if blocking:
         check_blocking(pp, virtual)
     while True:
         g = Composition(trace, platform, strategy, ranks, plan, tpp, fractions, replicas, roles, fuse=fuse,
-                        preset=preset, exact=exact, tied=tied, blocks={} if blocking else None,
+                        preset=preset, exact=exact, tied=tied, blocks={} if blocking else None, overlap=overlap,
                         reruns=frozenset(rec.rerun_ops) if rec is not None else frozenset()).assemble()
         if not g.meta.pop("needs_memcpy") or not fuse:
             break
