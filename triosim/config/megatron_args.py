@@ -15,6 +15,12 @@ run (and the bytes) of its native flag:
   ``--recompute-granularity full|selective`` and ``--recompute-activations`` → ``--recompute``
   (``--recompute-method``/``--recompute-num-layers`` only where they recompute every layer);
 * precision: ``--bf16``, ``--fp16``, ``--fp8-format`` → ``--dtype``;
+* overlaps (docs/overlap.md): ``--tp-comm-overlap``, ``--overlap-grad-reduce`` and
+  ``--overlap-param-gather`` are native; ``--overlap-p2p-comm`` (Megatron-Core's config name) and
+  ``--overlap-p2p-communication`` (Megatron-LM's flag before October 2023) → ``--pipeline-send
+  overlapped``, ``--no-overlap-p2p-communication`` (Megatron-LM's flag since) → ``--pipeline-send
+  blocking``; ``--no-scatter-gather-tensors-in-pipeline`` is triosim's default (the 2021–22
+  default it turns off is ``--pipeline-scatter-gather``);
 * the architecture (``--hidden-size``, ``--num-attention-heads``, ``--ffn-hidden-size``,
   ``--num-query-groups``, ``--swiglu``, ``--normalization``, ...): a model card, written to the
   cache and run as ``--model-file``: the ``--model`` card with those fields replaced, or, without
@@ -51,6 +57,14 @@ _SWITCHES = {
     "--fp16": ["--dtype", "fp16"],
     "--sequence-parallel": ["--sequence-parallel"],
     "--recompute-activations": ["--recompute", "selective"],
+    "--tp-comm-overlap": ["--tp-comm-overlap"],
+    "--overlap-grad-reduce": ["--overlap-grad-reduce"],
+    "--overlap-param-gather": ["--overlap-param-gather"],
+    "--overlap-p2p-comm": ["--pipeline-send", "overlapped"],
+    "--overlap-p2p-communication": ["--pipeline-send", "overlapped"],
+    "--no-overlap-p2p-communication": ["--pipeline-send", "blocking"],
+    # Megatron-LM 2021-22's switch off of its scatter/gather default: triosim's default already
+    "--no-scatter-gather-tensors-in-pipeline": [],
 }
 # Sizes of axes triosim does not model: accepted at 1 only.
 _UNMODELLED_SIZES = {
@@ -100,8 +114,7 @@ _NO_EFFECT = {
 # Flags that change the step's time on a real machine but that triosim does not model yet:
 # accepted in a pasted line, named in the note so the answer is read knowing it.
 _NOT_MODELLED = {
-    **dict.fromkeys(("--overlap-grad-reduce", "--overlap-param-gather", "--tp-comm-overlap", "--overlap-p2p-comm",
-                     "--fp8-param-gather", "--overlap-param-gather-with-optimizer-step",
+    **dict.fromkeys(("--fp8-param-gather", "--overlap-param-gather-with-optimizer-step",
                      "--defer-embedding-wgrad-compute", "--qk-layernorm"), 0),
     **dict.fromkeys(("--fp8-amax-history-len", "--fp8-amax-compute-algo", "--fp8-margin", "--fp8-interval",
                      "--fp8-recipe", "--ddp-bucket-size"), 1),

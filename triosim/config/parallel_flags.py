@@ -51,9 +51,11 @@ def add_overlap_flags(g: argparse._ArgumentGroup) -> None:
     g.add_argument("--pipeline-send", default="auto", choices=PIPELINE_SENDS,
                    help="pipeline sends: blocking (a stage goes on once its send and the matching receive are "
                         "done, as Megatron's batched send/receive), overlapped, or auto (blocking under 1f1b and "
-                        "gpipe, overlapped under interleaved, as Megatron-LM)")
-    g.add_argument("--overlap-p2p-comm", action="store_true",
-                   help="Megatron-Core's name for --pipeline-send overlapped")
+                        "gpipe, overlapped under interleaved, as Megatron-LM); Megatron's --overlap-p2p-comm is "
+                        "overlapped")
+    g.add_argument("--pipeline-scatter-gather", action="store_true",
+                   help="without --sequence-parallel: each TP rank sends 1/tp of a pipeline tensor and the receiving "
+                        "TP group all-gathers it (Megatron-LM 2021-22's default; Megatron-Core sends it whole)")
 
 
 def degrees_given(args: argparse.Namespace) -> bool:
@@ -86,8 +88,8 @@ def parallel_options(args: argparse.Namespace) -> dict:
                           ("--tp-comm-overlap", getattr(args, "tp_comm_overlap", False)),
                           ("--overlap-grad-reduce", getattr(args, "overlap_grad_reduce", False)),
                           ("--overlap-param-gather", getattr(args, "overlap_param_gather", False)),
-                          ("--overlap-p2p-comm", getattr(args, "overlap_p2p_comm", False)),
                           ("--pipeline-send", str(getattr(args, "pipeline_send", "auto")) != "auto"),
+                          ("--pipeline-scatter-gather", getattr(args, "pipeline_scatter_gather", False)),
                           ("--sequence-parallel", getattr(args, "sequence_parallel", False)),
                           ("--recompute", str(getattr(args, "recompute", "none")) != "none")):
             if bad:
@@ -108,16 +110,12 @@ def parallel_options(args: argparse.Namespace) -> dict:
 
 def overlap_options(args: argparse.Namespace) -> dict:
     """Strategy keyword arguments of the overlap switches."""
-    send = str(getattr(args, "pipeline_send", "auto"))
-    if getattr(args, "overlap_p2p_comm", False):
-        if send == "blocking":
-            raise ConfigError("--overlap-p2p-comm and --pipeline-send blocking contradict each other")
-        send = "overlapped"
     return {
         "tp_comm_overlap": bool(getattr(args, "tp_comm_overlap", False)),
         "overlap_grad_reduce": bool(getattr(args, "overlap_grad_reduce", False)),
         "overlap_param_gather": bool(getattr(args, "overlap_param_gather", False)),
-        "pipeline_send": send,
+        "pipeline_send": str(getattr(args, "pipeline_send", "auto")),
+        "pipeline_scatter_gather": bool(getattr(args, "pipeline_scatter_gather", False)),
     }
 
 

@@ -201,7 +201,7 @@ class Composition(CompositionState):
         comm = group_comm(self.graph, self.platform, self.strategy.collective_detail, self.exact)
         waits, cover = tp_waits(trace, tpp.collectives if ranks.tp > 1 else ())
         params_of = self.add_programs(comm, waits)
-        self.add_crossings(cover)
+        self.add_crossings(cover, comm)
         reports = self.plan_memory()
         g = self.graph
         g.meta["needs_memcpy"] = any(r.fetch_tasks or r.evictions for r in reports)
@@ -234,13 +234,20 @@ class Composition(CompositionState):
             gradient_sync.add_gradient_sync(self, comm, p, params_of[p], last)
         return params_of
 
-    def add_crossings(self, cover: dict[tuple[int, str], int]) -> None:
-        """Every cross-stage buffer version, per micro-batch and replica, hop by hop (as case 4)."""
+    def add_crossings(self, cover: dict[tuple[int, str], int], comm: GroupComm) -> None:
+        """Every cross-stage buffer version, per micro-batch and replica, hop by hop (as case 4).
+        With ``--pipeline-scatter-gather`` (Megatron-LM 2021–22, without sequence parallelism)
+        each TP rank sends 1/tp of a buffer its TP group holds whole, and the receiving group
+        all-gathers it before its readers (``split_tensor_into_1d_equal_chunks`` and
+        ``gather_split_1d_tensor`` in ``megatron/p2p_communication.py``)."""
         plan, ranks = self.plan, self.ranks
         if ranks.pp < 2:
             return
         handed = set(self.tied.head_part) if self.tied is not None else set()
         near = StreamNeighbours(self) if self.blocks is not None else None
+        split = (self.strategy.pipeline_scatter_gather and ranks.tp > 1
+                 and not getattr(self.tpp, "sequence_parallel", False))
+        ds = sorted({d for d, _ in self.replicas})
         for v in self.versions:
             if v.buffer in handed:  # the tied embedding's all-reduce replaces this hand-over
                 continue
@@ -254,19 +261,41 @@ class Composition(CompositionState):
             for c, st in readers:  # a stage's earliest reading phase (forward before backward)
                 if read_in.get(st) != FORWARD:
                     read_in[st] = plan.phase[c]
+            gather = split and self.tpp.shard_divisor.get(v.buffer, 1) == 1
             for r, frac in enumerate(self.fractions):
                 nbytes = self.size(v.buffer, frac)
-                for d, t in self.replicas:
-                    first = self.task[(d, t, v.writer, r)]
-                    done = self.tp_done.get((c_op, r, d)) if c_op is not None else None
-                    if done is not None:  # a buffer a TP collective completes leaves after it
-                        first = done[ranks.rank(d, t, plan.rank_of(src))]
-                    arrive = send_hop_by_hop(self.graph, self.platform, v.buffer, r, nbytes, src, stages, first,
-                                             lambda a, d=d, t=t: ranks.rank(d, t, plan.rank_of(a)))
-                    for c, st in readers:
-                        self.graph.add_edge(arrive[st], self.task[(d, t, c, r)])
-                    if near is not None:
-                        block_hops(self, near, (d, t), r, src, plan.phase[v.writer], read_in, arrive)
+                sent = -(-nbytes // ranks.tp) if gather else nbytes
+                for d in ds:
+                    arrived: dict[int, dict[int, int]] = {}  # reader stage -> GPU -> the send arriving there
+                    for dd, t in self.replicas:
+                        if dd != d:
+                            continue
+                        first = self.task[(d, t, v.writer, r)]
+                        done = self.tp_done.get((c_op, r, d)) if c_op is not None else None
+                        if done is not None:  # a buffer a TP collective completes leaves after it
+                            first = done[ranks.rank(d, t, plan.rank_of(src))]
+                        arrive = send_hop_by_hop(self.graph, self.platform, v.buffer, r, sent, src, stages, first,
+                                                 lambda a, d=d, t=t: ranks.rank(d, t, plan.rank_of(a)))
+                        if near is not None:
+                            block_hops(self, near, (d, t), r, src, plan.phase[v.writer], read_in, arrive)
+                        for st in set(stages):
+                            arrived.setdefault(st, {})[ranks.rank(d, t, plan.rank_of(st))] = arrive[st]
+                    for st, at in arrived.items():
+                        ready = at
+                        if gather:  # the receiving TP group puts the shards together
+                            p = plan.rank_of(st)
+                            ready = comm.run("all_gather", ranks.tp_group(d, p), nbytes,
+                                             f"tp gather {v.buffer} mb{r} stage{st} dp{d}", {g: [a] for g, a in at.items()},
+                                             parallel=lambda p=p: (ranks.tp_group(x, p) for x in range(ranks.dp)),
+                                             microbatch=r, group_kind="tp")
+                            if d == 0:
+                                self.count("tp", "all_gather", ranks.tp_group(d, p), nbytes)
+                        for c, cst in readers:
+                            if cst == st:
+                                for dd, t in self.replicas:
+                                    if dd == d:
+                                        self.graph.add_edge(ready[ranks.rank(d, t, plan.rank_of(st))],
+                                                            self.task[(d, t, c, r)])
 
     def plan_memory(self) -> list[MemoryReport]:
         """Every built GPU's memory plan, recorded on the graph."""

@@ -104,7 +104,9 @@ class Strategy:
     ``pipeline_send``: ``blocking`` (a stage goes on only once its send and the matching receive
     are done, as Megatron's batched send/receive), ``overlapped`` (sends run beside compute) or
     ``auto`` (blocking under 1F1B/GPipe, overlapped under the interleaved schedule, as
-    Megatron-LM runs them). ``-case`` presets keep their own behaviour and take none of them.
+    Megatron-LM runs them). ``pipeline_scatter_gather``: without sequence parallelism each TP rank
+    sends 1/tp of a pipeline buffer and the receiving group all-gathers it (Megatron-LM 2021–22's
+    default, gone from Megatron-Core). ``-case`` presets keep their own behaviour and take none of them.
     """
 
     case: int = 0
@@ -129,6 +131,7 @@ class Strategy:
     overlap_grad_reduce: bool = False
     overlap_param_gather: bool = False
     pipeline_send: str = "auto"
+    pipeline_scatter_gather: bool = False
 
     @property
     def blocking_sends(self) -> bool:
@@ -221,7 +224,8 @@ class Strategy:
         named = [flag for flag, on in (("--tp-comm-overlap", self.tp_comm_overlap),
                                        ("--overlap-grad-reduce", self.overlap_grad_reduce),
                                        ("--overlap-param-gather", self.overlap_param_gather),
-                                       ("--pipeline-send", self.pipeline_send != "auto")) if on]
+                                       ("--pipeline-send", self.pipeline_send != "auto"),
+                                       ("--pipeline-scatter-gather", self.pipeline_scatter_gather)) if on]
         if named and not self.hybrid:
             raise ConfigError(f"{named[0]} needs the degrees of a hybrid run: give --dp/--tp/--pp (not -case)")
         if self.tp_comm_overlap and not self.sequence_parallel:
@@ -261,4 +265,5 @@ class Strategy:
             "overlap_grad_reduce": self.overlap_grad_reduce,
             "overlap_param_gather": self.overlap_param_gather,
             "pipeline_send": ("blocking" if self.blocking_sends else "overlapped") if pp > 1 else None,
+            "pipeline_scatter_gather": self.pipeline_scatter_gather,
         }

@@ -41,7 +41,7 @@ def sync_buckets(b: CompositionState, params: Sequence[str], s: int) -> list[Buc
     bucket of every gradient, ready after the last backward op."""
     if b.preset is not None and b.preset.gradient_sync == "whole":  # one stage: params are every parameter
         return whole_gradient(b.trace)
-    if b.preset is None and not b.strategy.overlap_grad_reduce:
+    if not overlapped(b):
         return _stage_buckets(b, params)
     return _buckets(b, params, s)
 

@@ -163,7 +163,8 @@ def add_rank_program(b: CompositionState, comm: GroupComm, p: int, waits, colls,
         """--tp-comm-overlap: the reduce-scatter of one chunk of a row GEMM, after that chunk and
         after the previous chunk's (graph.tensor.comm_overlap)."""
         c = next(x for x in colls[part.rs] if x.kind == "reduce_scatter")
-        nbytes = -(-int(round(c.nbytes * frac)) // PIPELINE_SPLITS)
+        whole = int(round(c.nbytes * frac))  # the chunks carry it exactly once between them
+        nbytes = whole * (part.chunk + 1) // PIPELINE_SPLITS - whole * part.chunk // PIPELINE_SPLITS
         name = f"tp reducescatter {labels[part.rs]} chunk{part.chunk}{mb_s} stage{s} dp"
         for d in ds:
             after = {}
