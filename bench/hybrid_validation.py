@@ -36,6 +36,7 @@ from triosim.trace.synthetic import SyntheticModel, write_synthetic_trace
 REPO = Path(__file__).resolve().parents[1]
 GPT_SAMPLES = ("gpt-cpu-bs8", "gpt-h16-cpu-bs8")
 MIB = 2**20
+SEQ = 128  # the GPT samples' sequence length
 
 
 # ----------------------------------------------------------------------------- (a) bubble
@@ -80,8 +81,8 @@ def bubble_rows(tmp: Path) -> list[str]:
 
 
 def megatron_rows() -> list[str]:
-    rows = ["| trace | run | layers | b·s·h bytes | collectives | payload MiB | sent per GPU MiB | "
-            "closed form 8·L·(T−1)/T·bsh MiB |", "|---|---|---|---|---|---|---|---|"]
+    rows = ["| trace | run | layers | b·s·h bytes | collectives | payload MiB | sent per GPU MiB | closed form MiB |",
+            "|---|---|---|---|---|---|---|---|"]
     t = 4
     for name in GPT_SAMPLES:
         trace = load_trace(REPO / "sample_trace" / name, batch_size=8)
@@ -92,10 +93,19 @@ def megatron_rows() -> list[str]:
                            Strategy(tp=t, sequence_parallel=sp, tp_style="megatron"))
             c = res.graph.meta["hybrid"]["collectives_dp0_tp0"]["tp"]
             kinds = _kinds(res.graph, "tp")
-            closed = 8 * layers * (t - 1) / t * bsh / MIB
+            # Per layer 4 block collectives of b·s·h (SP: 4 reduce-scatter + 6 all-gather pairs' halves),
+            # 2 for the vocabulary-parallel embedding and head (SP: 3), and the cross-entropy's three
+            # all-reduces of b·s fp32 values (12 KiB here), as docs/megatron.md counts them.
+            ce = 3 * trace.batch_size * SEQ * 4
+            if sp:
+                closed = ((t - 1) / t * (10 * layers + 3) * bsh + 2 * (t - 1) / t * ce) / MIB
+                form = f"(T−1)/T·(10L+3)·bsh + 2(T−1)/T·{ce // 1024} KiB = {closed:.3f}"
+            else:
+                closed = 2 * (t - 1) / t * ((4 * layers + 2) * bsh + ce) / MIB
+                form = f"2(T−1)/T·((4L+2)·bsh + {ce // 1024} KiB) = {closed:.3f}"
             run = f"`--tp {t}{' --sequence-parallel' if sp else ''}`"
             rows.append(f"| {name} | {run} | {layers} | {bsh:,} | {kinds} | {c['payload_bytes'] / MIB:.3f} | "
-                        f"{c['wire_bytes_per_gpu'] / MIB:.3f} | {closed:.3f} |")
+                        f"{c['wire_bytes_per_gpu'] / MIB:.3f} | {form} |")
     return rows
 
 
@@ -108,7 +118,9 @@ def _kinds(graph, group_kind: str) -> str:
             label = a["collective"]  # "tp allreduce linear#18 mb0 stage0 dp0"
             seen.setdefault(a.get("op") or label.split()[1], set()).add(label)
     names = {"allreduce": "all-reduce", "reducescatter": "reduce-scatter", "allgather": "all-gather"}
-    return " + ".join(f"{len(v)} {names.get(k, k.replace('_', '-'))}" for k, v in sorted(seen.items()))
+    order = ("allgather", "reducescatter", "allreduce")  # forward gathers first, as the docs list them
+    ranked = sorted(seen.items(), key=lambda kv: (order.index(kv[0]) if kv[0] in order else len(order), kv[0]))
+    return " + ".join(f"{len(v)} {names.get(k, k.replace('_', '-'))}" for k, v in ranked)
 
 
 # ----------------------------------------------------------------------------- (c) ZeRO

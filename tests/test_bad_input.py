@@ -228,10 +228,16 @@ CASES = [
          lambda d: insert_bytes(d / "tensor.csv", 5, b"\x00")),
     # --- the GPU flags (issue 20)
     Case("unknown --gpu", ("run", "-trace-dir", T, "--gpu", "h100-sxn", "-q"),
-         "--gpu h100-sxn: unknown GPU (known: a100-40gb, a100-80gb, b200, h100-pcie, h100-sxm, h200, l40s, mi300x, "
+         "--gpu h100-sxn: unknown GPU (known: a100-40gb, a100-80gb, b200, gb200, h100-pcie, h100-sxm, h200, l40s, mi300x, "
          "v100-32gb); did you mean h100-sxm?"),
     Case("--dtype fp8 on a V100", ("run", "-trace-dir", T, "--gpu", "v100", "--dtype", "fp8", "-q"),
          "--dtype fp8: V100-SXM2-32GB (v100-32gb) has no fp8 matrix peak (it has fp32, fp16)"),
+    Case("--fp8-recipe mxfp8 on an H100", ("run", "-trace-dir", T, "--gpu", "h100-sxm", "--dtype", "fp8",
+                                            "--fp8-recipe", "mxfp8", "-q"),
+         "--fp8-recipe mxfp8: H100-SXM (h100-sxm) runs delayed, current, blockwise (MXFP8 needs a Blackwell GPU"),
+    Case("--fp8-param-gather without ZeRO", ("run", "-trace-dir", T, "--gpu", "h100-sxm", "--dtype", "fp8", "--dp", "2",
+                                             "--fp8-param-gather", "-q"),
+         "--fp8-param-gather needs the distributed optimizer or FSDP (--zero 1|2|3)"),
     Case("retarget a synthetic trace", ("run", "-trace-dir", T, "--gpu", "h100-sxm", "--op-time-source", "retarget",
                                         "-q"), "--op-time-source retarget needs a GPU-timed trace"),
     Case("GPU trace of an unknown GPU", ("run", "-trace-dir", T, "--gpu", "h100-sxm", "-q"),

@@ -42,7 +42,7 @@ def test_json_parallel_block_and_derived_gpus(capsys):
     assert code == 0 and d["gpus"] == 8
     assert d["parallel"] == {"dp": 2, "tp": 2, "pp": 2, "zero": 3, "sequence_parallel": False, "schedule": "1f1b",
                              "virtual_stages": 1, "tp_style": d["parallel"]["tp_style"], "rank_order": "tp,pp,dp",
-                             "exact": False, "recompute": "none", "tp_comm_overlap": False,
+                             "exact": False, "recompute": "none", "cp": 1, "tp_comm_overlap": False,
                              "overlap_grad_reduce": False, "overlap_param_gather": False, "pipeline_send": "blocking",
                              "pipeline_scatter_gather": False}
     assert d["hybrid"]["representatives"] is True and len(d["per_gpu"]) == 2

@@ -70,6 +70,7 @@ def op_copies(strategy: object, num_gpus: int) -> int:
     """
     if getattr(strategy, "hybrid", False):
         dp, tp, _ = strategy.degrees(num_gpus)
+        dp *= getattr(strategy, "context_degree", 1)  # every context-parallel rank a replica
         return dp * tp if getattr(strategy, "exact", False) else tp
     return num_gpus if getattr(strategy, "case", 0) in (1, 2, 3) else 1
 

@@ -48,13 +48,17 @@ def cache(tmp_path: Path, monkeypatch) -> None:
     (["--bf16"], ["--dtype", "bf16"]),
     (["--fp16"], ["--dtype", "fp16"]),
     (["--fp8-format", "hybrid"], ["--dtype", "fp8"]),
+    (["--fp8-format", "hybrid", "--fp8-recipe", "tensorwise"], ["--dtype", "fp8", "--fp8-recipe", "current"]),
+    (["--fp8-format", "e4m3", "--use-distributed-optimizer", "--fp8-param-gather"],
+     ["--dtype", "fp8", "--zero", "1", "--fp8-param-gather"]),
     (["--recompute-granularity", "full"], ["--recompute", "full"]),
     (["--recompute-activations"], ["--recompute", "selective"]),
     (["--recompute-granularity", "full", "--recompute-method", "uniform", "--recompute-num-layers", "1"],
      ["--recompute", "full"]),
     (["--virtual-pipeline-model-parallel-size", "2"], ["--schedule", "interleaved", "--virtual-stages", "2"]),
     (["--num-layers-per-virtual-pipeline-stage", "1"], ["--schedule", "interleaved", "--virtual-stages", "2"]),
-    (["--context-parallel-size", "1"], []),
+    (["--context-parallel-size", "1"], ["--cp", "1"]),
+    (["--context-parallel-size", "2", "--cp-comm-type", "a2a"], ["--cp", "2", "--cp-comm-type", "a2a"]),
     (["--overlap-p2p-comm"], ["--pipeline-send", "overlapped"]),
     (["--overlap-p2p-communication"], ["--pipeline-send", "overlapped"]),
     (["--no-overlap-p2p-communication"], ["--pipeline-send", "blocking"]),
@@ -84,14 +88,14 @@ PASTED_22B = ("--tensor-model-parallel-size 8 --pipeline-model-parallel-size 1 -
 
 
 def test_overlap_flags_are_simulated_not_only_noted() -> None:
-    line = "--tp-comm-overlap --sequence-parallel --overlap-grad-reduce --overlap-param-gather --fp8-param-gather"
+    line = "--tp-comm-overlap --sequence-parallel --overlap-grad-reduce --overlap-param-gather --defer-embedding-wgrad-compute"
     result = translate_argv(["run", "--megatron-args", line])
-    assert result.not_modelled == ["--fp8-param-gather"]
+    assert result.not_modelled == ["--defer-embedding-wgrad-compute"]
     for native in ("--tp-comm-overlap", "--overlap-grad-reduce", "--overlap-param-gather"):
         assert native in result.argv
     common = [*CARD, "--tp", "2", "--dp", "2", "--zero", "1", "--global-batch", "8"]
-    assert json_bytes([*common, "--megatron-args", line.replace(" --fp8-param-gather", "")]) == \
-        json_bytes([*common, *line.replace(" --fp8-param-gather", "").split()])
+    assert json_bytes([*common, "--megatron-args", line.replace(" --defer-embedding-wgrad-compute", "")]) == \
+        json_bytes([*common, *line.replace(" --defer-embedding-wgrad-compute", "").split()])
     assert json_bytes([*common, "--sequence-parallel"]) != json_bytes([*common, *line.split()[:-1]])
 
 
@@ -133,7 +137,8 @@ def test_swiglu_mlp_width_and_vocab_padding_follow_megatron() -> None:
 @pytest.mark.parametrize("argv,message", [
     (["--megatron-args", "--tensor-model-parallel-size 2 --no-such-flag 3"],
      "--megatron-args: --no-such-flag is not a Megatron-LM flag triosim knows"),
-    (["--context-parallel-size", "2"], "--context-parallel-size 2: context parallelism is not modelled; only 1"),
+    (["--context-parallel-size", "2", "--cp-comm-type", "a2a+p2p"],
+     "--cp-comm-type a2a+p2p (hierarchical context parallelism) is not modelled"),
     (["--expert-model-parallel-size", "4"], "expert parallelism is not modelled"),
     (["--recompute-granularity", "full", "--recompute-method", "block", "--recompute-num-layers", "2"],
      "recomputing only some layers is not modelled"),

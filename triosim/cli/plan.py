@@ -79,6 +79,8 @@ def _check_flags(args: argparse.Namespace) -> None:
             continue
         if getattr(args, dest) != spec.default:
             raise ConfigError(f"plan chooses --{spec.name} itself; leave it out (give --gpus and --global-batch)")
+    if getattr(args, "cp", None) not in (None, 1):  # its estimates know no context parallelism
+        raise ConfigError("plan does not search context parallelism: leave --cp out (time a --cp layout with run)")
     if args.gpus is None or args.gpus < 1:
         raise ConfigError("plan needs --gpus N, the GPUs to train on")
     if args.global_batch is None or args.global_batch < 1:

@@ -20,6 +20,10 @@ says *how fast*. Three sources of an op's time, each a small class with one meth
 asked about → trace; from another GPU → retarget; a GPU trace whose GPU is unknown → an error
 that asks for ``--trace-gpu``.
 
+``--dtype fp8`` (FP8 training) times every op by the roofline in bf16 and is refused on measured
+or retargeted times; the training precision then switches the linear layers to their fp8 GEMMs
+and cast kernels (:mod:`triosim.compute.fp8_training`, ``RooflineTimes.fp8``).
+
 A source is applied to the trace at its recorded batch, before batch scaling: it replaces the
 ops' times at that batch and the trace's op-time model (so ``-batch-size-sim`` and pipeline
 micro-batches ask the source for their times), and records its name as the trace's time source.
@@ -35,6 +39,7 @@ from typing import Any
 from ..errors import ConfigError
 from ..hardware.device_db import Device, device_names, get_device
 from ..trace import Trace
+from .fp8_time import Fp8Plan
 from .op_cost import OpCost, trace_op_costs
 from .op_time import batch_independent_ops
 from .roofline import Precision, math_dtype, roofline_seconds
@@ -42,6 +47,8 @@ from .roofline import Precision, math_dtype, roofline_seconds
 SOURCES = ("auto", "trace", "roofline", "retarget")
 DTYPE_CHOICES = ("auto", "fp32", "tf32", "bf16", "fp16", "fp8")
 SOURCE_WORDS = {"trace": "measured", "roofline": "roofline from shapes", "retarget": "retargeted"}
+# FP8 training (--dtype fp8) runs every op but its FP8 linears' GEMMs in bf16 (triosim.compute.fp8_time).
+FP8_BASE_DTYPE = "bf16"
 
 
 # ----------------------------------------------------------------------------- which GPU a trace came from
@@ -219,7 +226,9 @@ class RooflineTimes:
     shapes: ShapeCosts
     name: str = "roofline"
     gpu: GpuTiming | None = None  # what the outputs say about the run's GPU (set by time_on_device)
+    fp8: Fp8Plan | None = None  # FP8 training: the linears' GEMMs in fp8 and their cast kernels
     _times: dict[int, list[float]] = field(default_factory=dict, repr=False)
+    _casts: dict[int, list[float]] = field(default_factory=dict, repr=False)
 
     @property
     def batch(self) -> int:
@@ -228,18 +237,36 @@ class RooflineTimes:
     def times(self, batch: int) -> list[float]:
         hit = self._times.get(batch)
         if hit is None:
-            hit = self._times[batch] = [roofline_seconds(c, self.device, self.precision)
-                                        for c in self.shapes.at(batch)]
+            costs = self.shapes.at(batch)
+            if self.fp8 is None:
+                hit = [roofline_seconds(c, self.device, self.precision) for c in costs]
+            else:
+                hit, self._casts[batch] = self.fp8.seconds(costs, self.device, self.precision)
+            self._times[batch] = hit
         return hit
+
+    def cast_seconds(self, batch: int) -> list[float]:
+        """Per op, the part of its time in FP8 cast kernels (all 0 without FP8 training)."""
+        if self.fp8 is None:
+            return [0.0] * len(self.shapes.costs)
+        self.times(batch)
+        return self._casts[batch]
 
     def seconds(self, index: int, batch: int) -> float:
         return self.times(batch)[index]
 
     def describe(self) -> dict:
-        return {"name": "roofline", "source": "roofline", "gpu": self.device.name, "traced_batch": self.batch}
+        out = {"name": "roofline", "source": "roofline", "gpu": self.device.name, "traced_batch": self.batch}
+        if self.fp8 is not None:
+            out["fp8"] = {**self.fp8.fp8.to_dict(), "linear_ops": len(self.fp8.linears.forward) + len(self.fp8.linears.backward)}
+        return out
 
     def summary(self) -> str:
-        return f"op time: roofline on {self.device.display_name} from the ops' shapes at each batch"
+        line = f"op time: roofline on {self.device.display_name} from the ops' shapes at each batch"
+        if self.fp8 is not None:
+            line += (f"; FP8 training ({self.fp8.fp8.label}): {len(self.fp8.linears.forward)} linear layers' GEMMs "
+                     "at the fp8 peak plus their cast kernels")
+        return line
 
 
 @dataclass
@@ -428,8 +455,12 @@ def time_on_device(trace: Trace, device: Device, requested: str = "auto", trace_
     """``trace`` (at its recorded batch, with its op-time model) timed on ``device`` by the
     source ``requested`` (``auto``: see :func:`choose_source`), and what to say about it."""
     check_dtype(device, dtype)
-    precision = Precision(None if dtype == "auto" else dtype)
+    precision = Precision(None if dtype == "auto" else FP8_BASE_DTYPE if dtype == "fp8" else dtype)
     name = choose_source(requested, device, trace, trace_gpu)
+    if dtype == "fp8" and name != "roofline":
+        raise ConfigError(f"--dtype fp8 trains in FP8: the linear layers' GEMMs at the fp8 peak plus their cast kernels, "
+                          f"timed by the GPU model, and this trace's op times would be {SOURCE_WORDS[name]}; give "
+                          "--op-time-source roofline")
     src = source_device(trace, trace_gpu) if name != "roofline" or trace_gpu is not None else None
     if name == "trace":
         timed, shapes = MeasuredSource(device).apply(trace), None

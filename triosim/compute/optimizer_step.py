@@ -52,7 +52,7 @@ def with_optimizer_step(trace: Trace, step: OptimizerStepBytes) -> Trace:
     shapes = step_costs(trace, model.shapes, step)
     if shapes is model.shapes:
         return trace
-    timed = replace(model, shapes=shapes, _times={})
+    timed = replace(model, shapes=shapes, _times={}, _casts={})
     return with_op_times(trace, timed, timed.times(trace.batch_size), trace.info.get("time_source", "roofline"))
 
 

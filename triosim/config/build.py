@@ -156,7 +156,8 @@ def check_case(args: argparse.Namespace) -> None:
     if args.case not in range(5):
         raise ConfigError(f"-case must be one of 0..4, got {args.case}")
     if degrees_given(args) and (args.case != 0 or typed(args, "case")):
-        degrees = " ".join(f"--{k} {getattr(args, k)}" for k in ("dp", "tp", "pp") if getattr(args, k) is not None)
+        degrees = " ".join(f"--{k} {getattr(args, k)}" for k in ("dp", "tp", "pp", "cp")
+                           if getattr(args, k, None) is not None)
         raise ConfigError(f"-case {args.case} and {degrees} both choose the parallelism; give one of them "
                           f"({_CASE_AS_DEGREES[args.case]})")
 

@@ -13,8 +13,8 @@ A user who types Megatron's question (``--model llama2-70b --gpu h100-sxm --tp 8
 * the platform: ``--gpu NAME`` with no topology flag runs on that GPU's standard node fabric
   and scale-out (the device file's ``node_fabric``: DGX H100 SuperPOD for H100/H200, DGX A100
   for A100, DGX B200 for B200), not a 65 GB/s ring; a ring only when ``--topology`` says so;
-* ``--dp``: ``-GPUnumber`` over tp × pp, as Megatron derives the data-parallel size from the
-  world size, when ``--dp`` is not given.
+* ``--dp``: ``-GPUnumber`` over tp × pp × cp, as Megatron derives the data-parallel size from
+  the world size, when ``--dp`` is not given.
 
 Each default is written onto the flags (every later step reads the value that runs) and
 recorded with its reason in ``args.applied_defaults``; the summary, the result's ``defaults``
@@ -75,20 +75,22 @@ def apply_run_defaults(args: argparse.Namespace) -> None:
 
 
 def derive_data_parallel(args: argparse.Namespace) -> None:
-    """``-GPUnumber N --tp T --pp P`` without ``--dp``: dp = N / (T·P), as Megatron derives it."""
+    """``-GPUnumber N --tp T --pp P --cp C`` without ``--dp``: dp = N / (T·P·C), as Megatron
+    derives it (the context-parallel ranks share each sample, so they are not data parallelism's)."""
     gpus, dp = getattr(args, "gpus", None), getattr(args, "dp", None)
-    tp, pp = getattr(args, "tp", None), getattr(args, "pp", None)
-    if gpus is None or dp is not None or (tp is None and pp is None):
+    tp, pp, cp = getattr(args, "tp", None), getattr(args, "pp", None), getattr(args, "cp", None)
+    if gpus is None or dp is not None or (tp is None and pp is None and cp is None):
         return
-    model_parallel = (tp or 1) * (pp or 1)
+    model_parallel = (tp or 1) * (pp or 1) * (cp or 1)
     if model_parallel < 1 or gpus < 1:
         return  # the degree checks name the bad value
+    with_cp = f" × --cp {cp}" if cp is not None else ""
     if gpus % model_parallel:
-        raise ConfigError(f"-GPUnumber {gpus} is not a multiple of --tp {tp or 1} × --pp {pp or 1} = {model_parallel}: "
-                          "the data-parallel size is the world size over the model-parallel size")
+        raise ConfigError(f"-GPUnumber {gpus} is not a multiple of --tp {tp or 1} × --pp {pp or 1}{with_cp} = "
+                          f"{model_parallel}: the data-parallel size is the world size over the model-parallel size")
     args.dp = gpus // model_parallel
-    _record(args, AppliedDefault("--dp", str(args.dp), f"-GPUnumber {gpus} / (tp {tp or 1} × pp {pp or 1})",
-                                 "dp", None))
+    _record(args, AppliedDefault("--dp", str(args.dp), f"-GPUnumber {gpus} / (tp {tp or 1} × pp {pp or 1}"
+                                 f"{f' × cp {cp}' if cp is not None else ''})", "dp", None))
 
 
 def default_micro_batch(args: argparse.Namespace) -> None:
@@ -112,7 +114,7 @@ def _platform_chosen(args: argparse.Namespace) -> bool:
 
 
 def _gpu_count(args: argparse.Namespace) -> int:
-    degrees = [getattr(args, k, None) for k in ("dp", "tp", "pp")]
+    degrees = [getattr(args, k, None) for k in ("dp", "tp", "pp", "cp")]
     if any(d is not None for d in degrees):
         return math.prod(d or 1 for d in degrees)
     if getattr(args, "case", 0) == 0:

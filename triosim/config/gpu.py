@@ -55,8 +55,9 @@ def add_gpu_flags(p: argparse.ArgumentParser) -> None:
     g.add_argument("--dtype", default="auto", choices=DTYPE_CHOICES,
                    help="bf16, fp16 or fp32: the training dtype (weights, activations and gradients resized "
                         "from the trace's, fp32 master weights and Adam moments; see docs/precision.md) and, with "
-                        "--gpu, the math dtype of the matrix-unit ops; tf32, fp8: the math dtype only; auto: the "
-                        "trace's sizes and dtypes")
+                        "--gpu, the math dtype of the matrix-unit ops; fp8: FP8 training as Transformer Engine runs "
+                        "it (bf16, the linear layers' GEMMs in fp8 with their cast kernels; --fp8-recipe); tf32: "
+                        "the math dtype only; auto: the trace's sizes and dtypes")
     g.add_argument("--memory-overflow", default="auto", choices=OVERFLOW_MODES,
                    help="a peak over capacity: verdict (fits: false, no spill; default with --gpu) or spill "
                         "(remote-memory traffic; default without)")

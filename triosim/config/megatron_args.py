@@ -5,16 +5,19 @@ into the native flag(s) it means before the command line is parsed, so an alias 
 run (and the bytes) of its native flag:
 
 * parallel sizes: ``--tensor-model-parallel-size`` → ``--tp``, ``--pipeline-model-parallel-size``
-  → ``--pp``; ``--virtual-pipeline-model-parallel-size V`` and
-  ``--num-layers-per-virtual-pipeline-stage N`` → ``--schedule interleaved --virtual-stages V``;
-  ``--context-parallel-size``, ``--expert-model-parallel-size`` and
+  → ``--pp``, ``--context-parallel-size`` → ``--cp`` (with ``--cp-comm-type``, native);
+  ``--virtual-pipeline-model-parallel-size V`` and ``--num-layers-per-virtual-pipeline-stage N``
+  → ``--schedule interleaved --virtual-stages V``; ``--expert-model-parallel-size`` and
   ``--expert-tensor-parallel-size`` only at 1 (other sizes are refused: not modelled);
 * batch and sequence: ``--global-batch-size`` → ``--global-batch``, ``--micro-batch-size`` and
   ``--num-layers`` are native, ``--seq-length`` → ``--seq-len``;
 * memory: ``--sequence-parallel`` (native), ``--use-distributed-optimizer`` → ``--zero 1``,
   ``--recompute-granularity full|selective`` and ``--recompute-activations`` → ``--recompute``
   (``--recompute-method``/``--recompute-num-layers`` only where they recompute every layer);
-* precision: ``--bf16``, ``--fp16``, ``--fp8-format`` → ``--dtype``;
+* precision: ``--bf16``, ``--fp16``, ``--fp8-format`` → ``--dtype``; ``--fp8-recipe`` (Megatron's
+  ``tensorwise`` is ``current``) and ``--fp8-param-gather`` are native (Megatron-Core's own
+  default recipe is ``delayed``; triosim's is current scaling, MXFP8 on Blackwell: give
+  ``--fp8-recipe delayed`` to match a line that names none);
 * overlaps (docs/overlap.md): ``--tp-comm-overlap``, ``--overlap-grad-reduce`` and
   ``--overlap-param-gather`` are native; ``--overlap-p2p-comm`` (Megatron-Core's config name) and
   ``--overlap-p2p-communication`` (Megatron-LM's flag before October 2023) → ``--pipeline-send
@@ -45,6 +48,8 @@ MEGATRON_ARGS = "--megatron-args"
 _RENAMED = {
     "--tensor-model-parallel-size": "--tp",
     "--pipeline-model-parallel-size": "--pp",
+    "--context-parallel-size": "--cp",
+    "--cp-comm-type": "--cp-comm-type",
     "--global-batch-size": "--global-batch",
     "--seq-length": "--seq-len",
     "--micro-batch-size": "--micro-batch-size",
@@ -57,6 +62,7 @@ _SWITCHES = {
     "--fp16": ["--dtype", "fp16"],
     "--sequence-parallel": ["--sequence-parallel"],
     "--recompute-activations": ["--recompute", "selective"],
+    "--fp8-param-gather": ["--fp8-param-gather"],
     "--tp-comm-overlap": ["--tp-comm-overlap"],
     "--overlap-grad-reduce": ["--overlap-grad-reduce"],
     "--overlap-param-gather": ["--overlap-param-gather"],
@@ -66,9 +72,10 @@ _SWITCHES = {
     # Megatron-LM 2021-22's switch off of its scatter/gather default: triosim's default already
     "--no-scatter-gather-tensors-in-pipeline": [],
 }
+# Megatron's --fp8-recipe values -> the native ones (tensorwise: per-tensor current scaling).
+_FP8_RECIPES = {"tensorwise": "current"}
 # Sizes of axes triosim does not model: accepted at 1 only.
 _UNMODELLED_SIZES = {
-    "--context-parallel-size": "context parallelism",
     "--expert-model-parallel-size": "expert parallelism",
     "--expert-tensor-parallel-size": "expert tensor parallelism",
 }
@@ -114,10 +121,11 @@ _NO_EFFECT = {
 # Flags that change the step's time on a real machine but that triosim does not model yet:
 # accepted in a pasted line, named in the note so the answer is read knowing it.
 _NOT_MODELLED = {
-    **dict.fromkeys(("--fp8-param-gather", "--overlap-param-gather-with-optimizer-step",
-                     "--defer-embedding-wgrad-compute", "--qk-layernorm"), 0),
+    **dict.fromkeys(("--overlap-param-gather-with-optimizer-step",
+                     "--defer-embedding-wgrad-compute", "--qk-layernorm", "--first-last-layers-bf16",
+                     "--fp8-dot-product-attention"), 0),
     **dict.fromkeys(("--fp8-amax-history-len", "--fp8-amax-compute-algo", "--fp8-margin", "--fp8-interval",
-                     "--fp8-recipe", "--ddp-bucket-size"), 1),
+                     "--ddp-bucket-size", "--num-layers-at-start-in-bf16", "--num-layers-at-end-in-bf16"), 1),
 }
 
 
@@ -253,6 +261,10 @@ def _translate_one(name: str, inline: str | None, reader: _Reader, out: list[str
     if name == "--fp8-format":
         reader.value(name, inline)  # e4m3 or hybrid: both run the GEMMs at the fp8 peak
         out.extend(["--dtype", "fp8"])
+        return True
+    if name == "--fp8-recipe":
+        value = reader.value(name, inline)
+        out.extend([name, _FP8_RECIPES.get(value, value)])
         return True
     if name in _UNMODELLED_SIZES:
         size = _positive_int(name, reader.value(name, inline), reader.where)

@@ -74,7 +74,7 @@ def unused_flags(args: argparse.Namespace) -> list[tuple[str, list[str]]]:
     case = getattr(args, "case", 0)
     d = _flag_defaults()
     groups: list[tuple[str, list[str]]] = []
-    if any(getattr(args, k, None) is not None for k in ("dp", "tp", "pp")):
+    if any(getattr(args, k, None) is not None for k in ("dp", "tp", "pp", "cp")):
         case = None  # a hybrid --dp/--tp/--pp run: the case presets' rules do not apply
     if case == 0:
         groups.append(("-case 0 simulates one GPU", _given(args, _PLATFORM, d)))

@@ -1,59 +1,124 @@
-"""The precision flags of a run: ``--dtype`` as the training dtype and ``--grad-reduce-dtype``.
+"""The precision flags of a run: ``--dtype`` as the training dtype, ``--grad-reduce-dtype`` and
+FP8 training's ``--fp8-recipe`` and ``--fp8-param-gather``.
 
 ``--dtype`` (defined with the GPU flags, where it also picks the roofline's math dtype) set to
 ``bf16``, ``fp16`` or ``fp32`` trains in that dtype: every buffer is resized by role
-(:mod:`triosim.graph.data.precision`). ``auto`` (the default), ``tf32`` and ``fp8`` keep the
-traced sizes (tf32 and fp8 name a math mode only). ``--grad-reduce-dtype`` is the dtype gradients
-are accumulated and reduced over data parallelism in (fp32, as Megatron-LM's default).
+(:mod:`triosim.graph.data.precision`). ``fp8`` trains in bf16 with the linear layers' GEMMs in
+FP8 as Transformer Engine runs them (:mod:`triosim.trace.fp8`): ``--fp8-recipe`` (default: mxfp8
+on a GPU that runs it, Blackwell; else current scaling) and ``--fp8-param-gather`` (Megatron-Core's
+switch, off by default: parameters kept and all-gathered in FP8; it needs the distributed
+optimizer or FSDP, ``--zero 1|2|3``). ``auto`` (the default) and ``tf32`` keep the traced sizes
+(tf32 names a math mode only). ``--grad-reduce-dtype`` is the dtype gradients are accumulated and
+reduced over data parallelism in (fp32, as Megatron-LM's default).
 """
 
 from __future__ import annotations
 
 import argparse
 
+from ..compute.op_time_source import check_dtype
 from ..errors import ConfigError
 from ..graph.data.precision import with_training_precision
+from ..graph.strategy import parse_zero
 from ..trace import Trace
+from ..trace.fp8 import FP8_RECIPES, Fp8Training
 from ..trace.precision import (
     DEFAULT_GRAD_REDUCE_DTYPE,
     GRAD_REDUCE_DTYPES,
     TRAINING_DTYPES,
     TrainingPrecision,
 )
+from .gpu import GpuOptions
 
 # dest -> default: a run's configuration block records the flag only when set (as the GPU flags).
-PRECISION_FLAG_DEFAULTS = {"grad_reduce_dtype": DEFAULT_GRAD_REDUCE_DTYPE}
+PRECISION_FLAG_DEFAULTS = {"grad_reduce_dtype": DEFAULT_GRAD_REDUCE_DTYPE, "fp8_recipe": "auto",
+                           "fp8_param_gather": False}
+FP8_RECIPE_CHOICES = ("auto", *FP8_RECIPES)
+FP8_TRAINING_DTYPE = "bf16"  # what an FP8 run trains in around its FP8 GEMMs (Megatron: --bf16 with --fp8-format)
 
 
 def add_precision_flags(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("precision")
     g.add_argument("--grad-reduce-dtype", default=DEFAULT_GRAD_REDUCE_DTYPE, choices=GRAD_REDUCE_DTYPES,
-                   help="with --dtype bf16|fp16|fp32: the dtype gradients are accumulated and reduced over "
+                   help="with --dtype bf16|fp16|fp32|fp8: the dtype gradients are accumulated and reduced over "
                         "data parallelism in (fp32, as Megatron-LM; bf16/fp16 halve that traffic)")
+    g.add_argument("--fp8-recipe", default="auto", choices=FP8_RECIPE_CHOICES,
+                   help="with --dtype fp8: Transformer Engine's scaling recipe (delayed, current, blockwise, mxfp8; "
+                        "auto: mxfp8 on Blackwell, else current); it sets the cast kernels' bytes, see "
+                        "docs/precision.md")
+    g.add_argument("--fp8-param-gather", action="store_true",
+                   help="with --dtype fp8 and --zero 1|2|3: parameters kept and all-gathered in FP8 (1 byte each "
+                        "instead of 2), as Megatron-Core's --fp8-param-gather")
 
 
-def training_precision(args: argparse.Namespace) -> TrainingPrecision | None:
-    """The training precision of the flags (None: sizes as traced), checked."""
+def _micro_batches(args: argparse.Namespace, batch: int | None) -> int:
+    """Micro-batches per iteration of a run whose per-replica batch is ``batch`` (1 when unknown)."""
+    mb = getattr(args, "micro_batch_size", None)
+    if batch is None or mb in (None, -1) or mb <= 0:
+        return 1
+    return max(1, -(-batch // mb))
+
+
+def fp8_training(args: argparse.Namespace, batch: int | None = None) -> Fp8Training | None:
+    """The FP8 training of the flags (None without ``--dtype fp8``), checked. ``batch``: the
+    per-replica batch, which says how many micro-batches share one weight cast."""
+    dtype = getattr(args, "dtype", "auto") or "auto"
+    recipe = getattr(args, "fp8_recipe", "auto") or "auto"
+    gather = bool(getattr(args, "fp8_param_gather", False))
+    if dtype != "fp8":
+        for flag, given in (("--fp8-recipe", recipe != "auto"), ("--fp8-param-gather", gather)):
+            if given:
+                raise ConfigError(f"{flag} needs --dtype fp8 (FP8 training), got --dtype {dtype}")
+        return None
+    if recipe not in FP8_RECIPE_CHOICES:
+        raise ConfigError(f"--fp8-recipe must be one of {', '.join(FP8_RECIPE_CHOICES)}, got {recipe!r}")
+    zero = parse_zero(getattr(args, "zero", "0"))
+    if gather and zero < 1:
+        raise ConfigError("--fp8-param-gather needs the distributed optimizer or FSDP (--zero 1|2|3): only they "
+                          "all-gather parameters")
+    device = GpuOptions.of(args).device()
+    if device is None:  # GpuOptions.check words it
+        return None
+    check_dtype(device, "fp8")  # a GPU without an fp8 peak (a V100): that error first
+    if recipe == "auto":
+        recipe = device.default_fp8_recipe
+    if recipe not in device.fp8_recipes:
+        raise ConfigError(f"--fp8-recipe {recipe}: {device.display_name} ({device.name}) runs "
+                          f"{', '.join(device.fp8_recipes)} (MXFP8 needs a Blackwell GPU, SM 10.0)")
+    if gather and recipe == "mxfp8":
+        raise ConfigError("--fp8-param-gather with --fp8-recipe mxfp8 is not modelled (Megatron-Core gathers MXFP8 "
+                          "parameters through the gradient buffer); leave --fp8-param-gather out or use another recipe")
+    share = 1.0 if zero >= 3 else 1.0 / _micro_batches(args, batch)
+    return Fp8Training(recipe, gather, device.fp8_transposed_copy, share)
+
+
+def training_precision(args: argparse.Namespace, batch: int | None = None) -> TrainingPrecision | None:
+    """The training precision of the flags (None: sizes as traced), checked; ``batch`` as
+    :func:`fp8_training`'s."""
     dtype = getattr(args, "dtype", "auto") or "auto"
     reduce = getattr(args, "grad_reduce_dtype", DEFAULT_GRAD_REDUCE_DTYPE) or DEFAULT_GRAD_REDUCE_DTYPE
     if dtype == "auto" and (getattr(args, "model", None) or getattr(args, "model_file", None)):
         dtype = "bf16"  # a model card trains in mixed precision unless told otherwise, as Megatron-LM runs
     if reduce not in GRAD_REDUCE_DTYPES:
         raise ConfigError(f"--grad-reduce-dtype must be one of {', '.join(GRAD_REDUCE_DTYPES)}, got {reduce!r}")
-    if dtype not in TRAINING_DTYPES:
+    fp8 = fp8_training(args, batch)
+    if dtype not in (*TRAINING_DTYPES, "fp8"):
         if reduce != DEFAULT_GRAD_REDUCE_DTYPE:
             raise ConfigError(f"--grad-reduce-dtype {reduce} needs a training dtype: give --dtype "
-                              f"{'|'.join(TRAINING_DTYPES)} (--dtype {dtype} keeps the traced sizes)")
+                              f"{'|'.join((*TRAINING_DTYPES, 'fp8'))} (--dtype {dtype} keeps the traced sizes)")
         return None
     if getattr(args, "reference_compat", False):
         raise ConfigError(f"--dtype {dtype} cannot be combined with --reference-compat (the original keeps the "
                           "traced sizes)")
+    if dtype == "fp8":
+        return TrainingPrecision(FP8_TRAINING_DTYPE, reduce, fp8) if fp8 is not None else None
     return TrainingPrecision(dtype, reduce)
 
 
 def with_flag_precision(trace: Trace, args: argparse.Namespace) -> Trace:
     """``trace`` sized for the flags' training precision (as traced without one)."""
-    return with_training_precision(trace, training_precision(args))
+    return with_training_precision(trace, training_precision(args, trace.batch_size))
 
 
-__all__ = ["PRECISION_FLAG_DEFAULTS", "add_precision_flags", "training_precision", "with_flag_precision"]
+__all__ = ["FP8_RECIPE_CHOICES", "PRECISION_FLAG_DEFAULTS", "add_precision_flags", "fp8_training", "training_precision",
+           "with_flag_precision"]

@@ -13,7 +13,7 @@ from ..hardware.platform import Platform
 from ..trace import Trace
 from .composition import AUTO_EXACT_TASKS, UNALIKE_EXACT_TASKS
 from .pipeline.builder import micro_batch_sizes
-from .rank_map import RankMap
+from .rank_map import rank_map
 from .replica_symmetry import replicas_alike
 from .strategy import Strategy
 
@@ -27,13 +27,14 @@ def unalike_build_note(trace: Trace, platform: Platform, strategy: Strategy) -> 
     if not strategy.hybrid or strategy.exact:
         return None
     dp, tp, pp = strategy.degrees(platform.num_gpus)
+    dp *= strategy.context_degree  # data ranks: each context-parallel rank is a replica built alike
     if dp * tp < 2:
         return None
     micro = len(micro_batch_sizes(trace.batch_size, strategy.micro_batch_size))
     tasks = dp * tp * len(trace.ops) * micro
     if tasks <= max(NOTE_TASKS, AUTO_EXACT_TASKS) or tasks > UNALIKE_EXACT_TASKS:
         return None  # small, or one representative with its warning in the summary
-    ranks = RankMap(dp, tp, pp, tuple(strategy.rank_order))
+    ranks = rank_map(strategy, platform.num_gpus)
     if ranks.size != platform.num_gpus or replicas_alike(platform, ranks):
         return None
     per_node = platform.node_of.count(0) if platform.node_of else 1

@@ -18,6 +18,7 @@ buckets are the composition's in that mode too (on the original's platform and t
 
 from __future__ import annotations
 
+from ..compute.op_parts import op_parts
 from ..compute.op_time_source import gpu_timing
 from ..hardware.platform import Platform
 from ..limits import check_graph_size, op_copies
@@ -51,8 +52,12 @@ class GraphBuilder:
         if precision is not None:  # only under a training dtype: a run as traced writes what it always wrote
             graph.meta["precision"] = {"dtype": precision.dtype, "grad_reduce_dtype": precision.grad_reduce_dtype,
                                        "master_weights": precision.mixed}
+            if precision.fp8 is not None:  # FP8 training: its recipe (docs/precision.md)
+                graph.meta["precision"]["fp8"] = precision.fp8.to_dict()
         # Each compute task names its trace op; the time breakdown reads the op's phase here.
         graph.meta.setdefault("op_stages", tuple(op.stage for op in self.trace.ops))
+        # ... and the kinds of kernel its time is spent on (GEMM, FP8 casts, attention, other)
+        graph.meta.setdefault("op_parts", op_parts(self.trace, self.strategy.micro_batch_size))
         self.share_sms(graph)
         return attach_network(graph, self.platform)
 

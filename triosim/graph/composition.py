@@ -51,6 +51,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
+from ..compute.op_parts import op_parts
 from ..errors import ConfigError
 from ..hardware.platform import Platform
 from ..schedule.tasks import TaskGraph
@@ -59,6 +60,8 @@ from . import case_blocks
 from .collectives.group_comm import GroupComm, collective_warning
 from .collectives.star_routes import prime_routes
 from .composition_state import CompositionState
+from .context.plan import ContextPlan, context_plan, context_split
+from .context.ring import exchange_sent, transient_bytes
 from .data import gradient_sync
 from .data.zero import buffer_roles
 from .layer_count import check_pipeline_depth
@@ -71,7 +74,7 @@ from .pipeline.schedules import FORWARD
 from .pipeline.sends import send_hop_by_hop
 from .pipeline.stages import PipelinePlan, buffer_versions
 from .pipeline.tied_embedding import TiedEmbedding, add_tied_allreduce, find_tied
-from .rank_map import RankMap
+from .rank_map import rank_map
 from .recompute import activation_facts, carry_plan, fit_to_stages, recompute
 from .replica_symmetry import replicas_alike
 from .ring_symmetry import group_comm
@@ -112,10 +115,12 @@ def build(trace: Trace, platform: Platform, strategy: Strategy, fuse_runs: bool 
     if preset is not None:
         strategy = preset_strategy(strategy, preset)
     dp, tp, pp = strategy.degrees(platform.num_gpus)
-    ranks = RankMap(dp, tp, pp, tuple(strategy.rank_order))
+    ranks = rank_map(strategy, platform.num_gpus)
     if ranks.size != platform.num_gpus and (preset is None or preset.axis is not None):  # case 0: GPU 0 of any
-        raise ConfigError(f"--dp {dp} × --tp {tp} × --pp {pp} = {ranks.size} GPUs, but the platform has "
+        with_cp = f" × --cp {ranks.cp}" if ranks.cp > 1 else ""
+        raise ConfigError(f"--dp {dp} × --tp {tp} × --pp {pp}{with_cp} = {ranks.size} GPUs, but the platform has "
                           f"{platform.num_gpus}")
+    dp = ranks.data  # data ranks: a context-parallel rank is a replica of the model too
     virtual = strategy.virtual_stages if strategy.schedule == "interleaved" else 1
     if preset is None:  # case 4 keeps its own check: a forward op per stage (stages.candidate_plans)
         check_pipeline_depth(trace, pp, virtual)
@@ -151,8 +156,13 @@ def build(trace: Trace, platform: Platform, strategy: Strategy, fuse_runs: bool 
     else:
         plan, candidates = plan_for(trace)
     tpp = tensor_plan(original, tp, strategy.effective_tp_style, strategy.sequence_parallel)
+    context = None
+    if ranks.cp > 1:  # one context rank's share of every op and buffer, then its attention ops
+        tpp = context_split(original, tpp, ranks.cp, strategy.cp_comm_type)
     if rec is not None:
         tpp = carry_plan(tpp, rec)
+    if ranks.cp > 1:
+        context = context_plan(trace, ranks.cp, strategy.cp_comm_type)
     # Fused runs of ops keep every time exact only while no memcpy can cut into a run (a run's
     # buffers all fit on the GPU); when the memory plan needs one, the graph is built op by op.
     fuse = fuse_runs and not exact and strategy.initial_placement == "gpu"
@@ -166,7 +176,8 @@ def build(trace: Trace, platform: Platform, strategy: Strategy, fuse_runs: bool 
         check_blocking(pp, virtual)
     while True:
         g = Composition(trace, platform, strategy, ranks, plan, tpp, fractions, replicas, roles, fuse=fuse,
-                        preset=preset, exact=exact, tied=tied, blocks={} if blocking else None, overlap=overlap,
+                        preset=preset, exact=exact, tied=tied, context=context, blocks={} if blocking else None,
+                        overlap=overlap,
                         reruns=frozenset(rec.rerun_ops) if rec is not None else frozenset()).assemble()
         if not g.meta.pop("needs_memcpy") or not fuse:
             break
@@ -176,6 +187,7 @@ def build(trace: Trace, platform: Platform, strategy: Strategy, fuse_runs: bool 
         g.meta["hybrid"]["recompute"] = activation_facts(original, rec, tpp, fractions[0])
         if rec is not None:  # the time breakdown's phases, by the ops of the rewritten trace
             g.meta["op_stages"] = tuple(op.stage for op in trace.ops)
+            g.meta["op_parts"] = op_parts(trace, strategy.micro_batch_size)
             g.meta["recompute_ops"] = frozenset(rec.rerun_ops)
     else:
         case_blocks.record(g, trace, strategy, preset, plan, tpp, sizes, candidates)
@@ -190,6 +202,7 @@ class Composition(CompositionState):
     exact: bool = False
     tied: TiedEmbedding | None = None  # tied input/output embeddings (their all-reduce when pp > 1)
     reruns: frozenset[int] = frozenset()  # re-run forward ops (activation recomputation)
+    context: ContextPlan | None = None  # context parallelism's attention ops (graph/context)
 
     def assemble(self) -> TaskGraph:
         """The steps in order; the graph's ``needs_memcpy`` says whether a memory plan needed a
@@ -286,7 +299,7 @@ class Composition(CompositionState):
                             p = plan.rank_of(st)
                             ready = comm.run("all_gather", ranks.tp_group(d, p), nbytes,
                                              f"tp gather {v.buffer} mb{r} stage{st} dp{d}", {g: [a] for g, a in at.items()},
-                                             parallel=lambda p=p: (ranks.tp_group(x, p) for x in range(ranks.dp)),
+                                             parallel=lambda p=p: (ranks.tp_group(x, p) for x in range(ranks.data)),
                                              microbatch=r, group_kind="tp")
                             if d == 0:
                                 self.count("tp", "all_gather", ranks.tp_group(d, p), nbytes)
@@ -333,7 +346,7 @@ class Composition(CompositionState):
         return {
             "gpus": ranks.size,
             "rank_order": ",".join(ranks.order),
-            "representatives": len(self.replicas) < ranks.dp * ranks.tp,
+            "representatives": len(self.replicas) < ranks.data * ranks.tp,
             "built_gpus": len(self.graph.meta.get("devices", [])) or len(self.replicas) * ranks.pp,
             "micro_batches": len(self.fractions),
             "tp_style": getattr(tpp, "style", "per-op") if ranks.tp > 1 else None,
@@ -347,7 +360,23 @@ class Composition(CompositionState):
             "partition": self.plan.partition if ranks.pp > 1 else None,  # how the stages were cut
             "pipeline_warnings": list(self.plan.warnings),  # e.g. the partition search ran out of budget
             "memory": memory,
+            **({"context_parallel": self.context_facts()} if self.context is not None else {}),
         }
+
+    def context_facts(self) -> dict:
+        """JSON-ready: the context-parallel degree and exchange, and per layer (the first
+        attention op of each direction, micro-batch 0) the bytes one rank sends in it and the
+        buffers it holds while the attention runs."""
+        ctx, frac = self.context, self.fractions[0]
+        sent = {"forward": 0, "backward": 0}
+        held = {"forward": 0, "backward": 0}
+        for a in ctx.ops.values():
+            if sent[a.phase] or held[a.phase]:
+                continue
+            sent[a.phase] = exchange_sent(self, ctx, a, frac)
+            held[a.phase] = transient_bytes(self, ctx, a, frac)
+        return {"cp": ctx.degree, "comm_type": ctx.comm_type, "attention_ops": len(ctx.ops),
+                "exchange_bytes_per_layer": sent, "exchange_buffers_per_layer": held}
 
 
 __all__ = ["AUTO_EXACT_TASKS", "Composition", "UNALIKE_EXACT_TASKS", "build", "stage_plan"]

@@ -99,7 +99,7 @@ class CompositionState:
         if buffer not in self.trace.batch_invariant:
             t = int(round(t * fraction))
         div = self.tpp.shard_divisor.get(buffer, 1) * zero_divisor(self.roles, buffer, self.strategy.zero,
-                                                                    self.ranks.dp)
+                                                                    self.ranks.data)
         return -(-t // div) if div > 1 else t
 
 

@@ -239,8 +239,9 @@ def carry_plan(plan, rec: Recomputed):
         for k, copy in names.items():
             if k in shards:
                 shards[copy] = shards[k]
+    share = getattr(plan, "share", ())
     return replace(plan, time_scale=tuple(plan.time_scale[o] for o in rec.origin), collectives=tuple(colls),
-                   shard_divisor=shards)
+                   shard_divisor=shards, **({"share": tuple(share[o] for o in rec.origin)} if share else {}))
 
 
 def fit_to_stages(original: Trace, rec: Recomputed, plan_for: Callable[[Trace], tuple]) -> tuple[Recomputed, tuple]:

@@ -49,11 +49,13 @@ def replicas_alike(platform: Platform, ranks: RankMap) -> bool:
     docstring); topologies other than ``nvlink-cluster`` are taken as they are."""
     if platform.topology != "nvlink-cluster" or platform.router is not None or platform.node_of is None:
         return True
-    dp, tp, pp = ranks.dp, ranks.tp, ranks.pp
+    dp, tp, pp = ranks.data, ranks.tp, ranks.pp  # data ranks: dp × cp
     gpu = np.array([[[ranks.rank(d, t, s) for s in range(pp)] for t in range(tp)] for d in range(dp)],
                    dtype=np.int64)
     nodes = np.asarray(platform.node_of, dtype=np.int64)[gpu]  # (dp, tp, pp)
     pipelines = nodes.reshape(1, dp * tp, pp)  # every replica's stages
     tp_groups = nodes.transpose(2, 0, 1)  # per stage: every replica's TP group
     dp_groups = nodes.transpose(2, 1, 0)  # per stage: every TP rank's DP group
-    return _alike(pipelines) and _alike(tp_groups) and _alike(dp_groups)
+    # per stage: every (replica, TP rank)'s context-parallel ring
+    cp_groups = nodes.reshape(ranks.dp, ranks.cp, tp, pp).transpose(3, 0, 2, 1).reshape(pp, ranks.dp * tp, ranks.cp)
+    return _alike(pipelines) and _alike(tp_groups) and _alike(dp_groups) and _alike(cp_groups)

@@ -1,5 +1,5 @@
-"""What parallelism to simulate and how: a composition of data, tensor and pipeline parallel
-degrees (``dp × tp × pp`` GPUs) and the options that shape its DAG.
+"""What parallelism to simulate and how: a composition of data, tensor, pipeline and context
+parallel degrees (``dp × tp × pp × cp`` GPUs) and the options that shape its DAG.
 
 The original's ``-case`` numbers are presets of the composition:
 
@@ -31,6 +31,11 @@ CASE_NAMES = {
     4: "pipeline parallel",
 }
 AXES = ("tp", "pp", "dp")
+# Context parallelism's exchange of keys and values (Megatron-Core's --cp-comm-type): p2p (ring
+# attention), a2a (all-to-all of q/k/v and of the output, DeepSpeed-Ulysses style), allgather
+# (keys and values gathered before attention); a2a+p2p (hierarchical) is refused.
+CP_COMM_TYPES = ("p2p", "a2a", "allgather", "a2a+p2p")
+MODELLED_CP_COMM_TYPES = ("p2p", "a2a", "allgather")
 
 
 @dataclass(frozen=True)
@@ -70,11 +75,22 @@ def parse_zero(text: str | int) -> int:
 
 
 def parse_rank_order(text: str | tuple[str, ...]) -> tuple[str, ...]:
-    """``--rank-order tp,pp,dp``: a permutation of tp, pp, dp, innermost (fastest-varying) first."""
+    """``--rank-order tp,pp,dp``: a permutation of tp, pp, dp (or of tp, cp, pp, dp), innermost
+    (fastest-varying) first. Without cp in it, the context-parallel axis sits right after tp."""
     items = tuple(x.strip().lower() for x in (text.split(",") if isinstance(text, str) else text))
-    if sorted(items) != sorted(AXES):
-        raise ConfigError(f"--rank-order must be a permutation of tp,pp,dp (e.g. tp,pp,dp), got {text!r}")
+    if sorted(items) not in (sorted(AXES), sorted((*AXES, "cp"))):
+        raise ConfigError(f"--rank-order must be a permutation of tp,pp,dp or of tp,cp,pp,dp (e.g. tp,pp,dp), "
+                          f"got {text!r}")
     return items
+
+
+def with_context_axis(order: tuple[str, ...]) -> tuple[str, ...]:
+    """``order`` with the context-parallel axis: as given when it names cp, else right after tp
+    (a cp group next to its TP group, as Megatron-Core's default order tp-cp-ep-dp-pp places it)."""
+    if "cp" in order:
+        return tuple(order)
+    at = order.index("tp") + 1
+    return (*order[:at], "cp", *order[at:])
 
 
 @dataclass(frozen=True)
@@ -107,6 +123,9 @@ class Strategy:
     Megatron-LM runs them). ``pipeline_scatter_gather``: without sequence parallelism each TP rank
     sends 1/tp of a pipeline buffer and the receiving group all-gathers it (Megatron-LM 2021–22's
     default, gone from Megatron-Core). ``-case`` presets keep their own behaviour and take none of them.
+    ``cp``: the context-parallel degree (:mod:`triosim.graph.context`): the sequence of every
+    sample split over ``cp`` GPUs that exchange keys and values in attention as ``cp_comm_type``
+    says; those GPUs join the data-parallel ranks in the gradient reduction and ZeRO sharding.
     """
 
     case: int = 0
@@ -142,6 +161,13 @@ class Strategy:
         if self.pipeline_send == "auto":
             return self.schedule != "interleaved"
         return self.pipeline_send == "blocking"
+    cp: int | None = None
+    cp_comm_type: str = "p2p"
+
+    @property
+    def context_degree(self) -> int:
+        """The context-parallel degree (1 without ``--cp``)."""
+        return self.cp or 1
 
     @property
     def preset(self) -> Preset:
@@ -151,10 +177,11 @@ class Strategy:
     @property
     def hybrid(self) -> bool:
         """True when the run was given as degrees (``--dp/--tp/--pp``) rather than a case."""
-        return any(x is not None for x in (self.dp, self.tp, self.pp))
+        return any(x is not None for x in (self.dp, self.tp, self.pp, self.cp))
 
     def degrees(self, num_gpus: int) -> tuple[int, int, int]:
-        """(dp, tp, pp) on ``num_gpus`` GPUs; a case preset spreads its one axis over all of them."""
+        """(dp, tp, pp) on ``num_gpus`` GPUs; a case preset spreads its one axis over all of them.
+        The context-parallel degree is :attr:`context_degree` (``dp × tp × pp × cp`` GPUs)."""
         if self.hybrid:
             return (self.dp or 1, self.tp or 1, self.pp or 1)
         axis = PRESETS[self.case].axis if self.case in PRESETS else None
@@ -191,7 +218,7 @@ class Strategy:
             raise ConfigError(
                 f"--collective-detail must be auto, expanded or macro, got {self.collective_detail!r}"
             )
-        for flag, value in (("--dp", self.dp), ("--tp", self.tp), ("--pp", self.pp)):
+        for flag, value in (("--dp", self.dp), ("--tp", self.tp), ("--pp", self.pp), ("--cp", self.cp)):
             if value is not None and value < 1:
                 raise ConfigError(f"{flag} must be a positive integer, got {value}")
         if self.zero not in (0, 1, 2, 3):
@@ -202,12 +229,15 @@ class Strategy:
         if self.hybrid and self.reference_compat:
             raise ConfigError("--reference-compat reproduces the original's -case runs; it does not combine "
                               "with --dp/--tp/--pp")
+        self._validate_context()
         if num_gpus is not None and self.hybrid:
             dp, tp, pp = self.degrees(num_gpus)
-            if dp * tp * pp != num_gpus:
+            cp = self.context_degree
+            if dp * tp * pp * cp != num_gpus:
+                with_cp = f" × --cp {cp}" if cp > 1 else ""
                 raise ConfigError(
-                    f"--dp {dp} × --tp {tp} × --pp {pp} = {dp * tp * pp} GPUs, but -GPUnumber is {num_gpus}: "
-                    "make them agree or leave -GPUnumber out"
+                    f"--dp {dp} × --tp {tp} × --pp {pp}{with_cp} = {dp * tp * pp * cp} GPUs, but -GPUnumber is "
+                    f"{num_gpus}: make them agree or leave -GPUnumber out"
                 )
         if self.recompute not in RECOMPUTE_MODES:
             raise ConfigError(f"--recompute must be none, selective or full, got {self.recompute!r}")
@@ -238,10 +268,18 @@ class Strategy:
         if self.overlap_param_gather and not self.overlap_grad_reduce:
             raise ConfigError("--overlap-param-gather needs --overlap-grad-reduce (as Megatron-LM requires)")
 
+    def _validate_context(self) -> None:
+        if self.cp_comm_type not in CP_COMM_TYPES:
+            raise ConfigError(f"--cp-comm-type must be p2p, a2a, allgather or a2a+p2p, got {self.cp_comm_type!r}")
+        if self.cp_comm_type not in MODELLED_CP_COMM_TYPES:
+            raise ConfigError(f"--cp-comm-type {self.cp_comm_type} (hierarchical context parallelism) is not modelled: "
+                              "use p2p, a2a or allgather")
+
     @property
     def name(self) -> str:
         if self.hybrid:
-            parts = [f"{k}{v}" for k, v in (("dp", self.dp), ("tp", self.tp), ("pp", self.pp)) if v not in (None, 1)]
+            parts = [f"{k}{v}" for k, v in (("dp", self.dp), ("tp", self.tp), ("pp", self.pp), ("cp", self.cp))
+                     if v not in (None, 1)]
             extra = f", ZeRO-{self.zero}" if self.zero else ""
             return f"hybrid {'×'.join(parts) or 'dp1'}{extra}"
         return CASE_NAMES.get(self.case, f"case {self.case}")
@@ -258,7 +296,8 @@ class Strategy:
             "schedule": self.schedule,
             "virtual_stages": getattr(self, "virtual_stages", 1),
             "tp_style": self.effective_tp_style if tp > 1 else None,
-            "rank_order": ",".join(self.rank_order),
+            "rank_order": ",".join(with_context_axis(tuple(self.rank_order)) if self.context_degree > 1
+                                   else (a for a in self.rank_order if a != "cp")),
             "exact": self.exact,
             "recompute": self.recompute,
             "tp_comm_overlap": self.tp_comm_overlap,
@@ -266,4 +305,6 @@ class Strategy:
             "overlap_param_gather": self.overlap_param_gather,
             "pipeline_send": ("blocking" if self.blocking_sends else "overlapped") if pp > 1 else None,
             "pipeline_scatter_gather": self.pipeline_scatter_gather,
+            "cp": self.context_degree,
+            **({"cp_comm_type": self.cp_comm_type} if self.context_degree > 1 else {}),
         }

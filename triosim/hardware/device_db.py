@@ -26,6 +26,12 @@ schema) holds what the roofline op-time model needs to know about a GPU:
   system files may say: a kernel that does not hide its memory traffic behind its math).
 - optional ``node_fabric``: the shipped topology file (``topologies/<name>.yaml``) of the system
   the GPU is sold in, with ``sources.node_fabric``; ``--gpu NAME`` without a topology runs on it.
+- optional ``fp8_recipes``: the FP8 training recipes of Transformer Engine the GPU runs
+  (``delayed``, ``current``, ``blockwise``, ``mxfp8``), with ``sources.fp8_recipes``; without it a
+  GPU with an fp8 matrix peak runs the per-tensor ones (delayed, current). A GPU that runs
+  ``mxfp8`` (Blackwell, SM 10.0+) is the default's MXFP8 and reads FP8 operands columnwise without
+  a transposed copy ("Blackwell hardware supports multiple GEMM layouts natively"), as
+  :mod:`triosim.trace.fp8` describes.
 - ``sources``: the public document behind every peak number (one entry per peak field).
 - optional, for kernels whose parallelism the op's shape limits (cuDNN's training batch norm
   runs one thread block per channel): ``sm_count`` (streaming multiprocessors, from the spec
@@ -56,13 +62,15 @@ from typing import Any
 
 from ..errors import ConfigError
 from ..safe_yaml import parse_yaml_text, read_text_file
+from ..trace.fp8 import FP8_RECIPES
 
 DTYPES = ("fp64", "fp32", "tf32", "bf16", "fp16", "fp8")
 PEAK_FIELDS = ("matrix_tflops", "vector_tflops", "hbm_gbps", "memory_gb")
 REQUIRED = ("name", "memory_gb", "hbm_gbps", "launch_floor_us", "matrix_tflops", "vector_tflops", "efficiency",
             "sources")
 KEYS = frozenset((*REQUIRED, "display_name", "vendor", "aliases", "notes", "sm_count", "block_read_gbps", "node_fabric",
-                  "processing_mode", "collective_sms"))
+                  "processing_mode", "collective_sms", "fp8_recipes"))
+PER_TENSOR_FP8 = ("delayed", "current")  # the recipes of a GPU with an fp8 peak whose file names none
 EFFICIENCY_KEYS = frozenset(("compute", "memory", "source"))
 EFFICIENCY_OPTIONAL = frozenset(("compute_by_dtype", "vector"))
 PROCESSING_MODES = ("roofline", "no_overlap")
@@ -115,6 +123,25 @@ class Device:
     processing_mode: str = "roofline"  # how an op's compute and memory times combine
     node_fabric: str | None = None  # the shipped topology file of the system this GPU is sold in
     collective_sms: int | None = None  # SMs one NCCL collective or send occupies (None: SM sharing off)
+    fp8_recipe_names: tuple[str, ...] | None = None  # the file's fp8_recipes (None: not given)
+
+    @property
+    def fp8_recipes(self) -> tuple[str, ...]:
+        """The FP8 training recipes this GPU runs (none without an fp8 matrix peak)."""
+        if "fp8" not in self.matrix_flops:
+            return ()
+        return self.fp8_recipe_names if self.fp8_recipe_names is not None else PER_TENSOR_FP8
+
+    @property
+    def default_fp8_recipe(self) -> str:
+        """MXFP8 where the GPU runs it (Blackwell), else current scaling."""
+        return "mxfp8" if "mxfp8" in self.fp8_recipes else "current"
+
+    @property
+    def fp8_transposed_copy(self) -> bool:
+        """Whether an FP8 operand used columnwise needs a physically transposed copy (Hopper,
+        Ada); a GPU that runs MXFP8 (Blackwell) reads it columnwise as it is."""
+        return "mxfp8" not in self.fp8_recipes
 
     def block_limited_rate(self, blocks: int | None) -> float | None:
         """Read rate (B/s) of a kernel that runs ``blocks`` thread blocks, each streaming its own
@@ -335,6 +362,17 @@ def parse_device(where: str, data: Any) -> Device:
                           f"dgx-h100-superpod), got {fabric!r}")
     if fabric is not None and not (isinstance(sources.get("node_fabric"), str) and sources["node_fabric"].strip()):
         raise ConfigError(f"{where}: missing field sources.node_fabric (the system this GPU is sold in)")
+    recipes = None
+    if "fp8_recipes" in data:
+        raw = data["fp8_recipes"]
+        if not isinstance(raw, list) or not raw or any(r not in FP8_RECIPES for r in raw):
+            raise ConfigError(f"{where}: field 'fp8_recipes' must be a list of FP8 recipes ({', '.join(FP8_RECIPES)}), "
+                              f"got {_shown(raw)}")
+        if "fp8" not in matrix:
+            raise ConfigError(f"{where}: field 'fp8_recipes' needs an fp8 matrix peak (matrix_tflops.fp8)")
+        if not (isinstance(sources.get("fp8_recipes"), str) and sources["fp8_recipes"].strip()):
+            raise ConfigError(f"{where}: missing field sources.fp8_recipes (where the GPU's FP8 recipes come from)")
+        recipes = tuple(dict.fromkeys(raw))
     return Device(
         name=name.lower(),
         display_name=display_name,
@@ -355,6 +393,7 @@ def parse_device(where: str, data: Any) -> Device:
         processing_mode=mode,
         node_fabric=fabric,
         collective_sms=comm_sms,
+        fp8_recipe_names=recipes,
     )
 
 

@@ -4,9 +4,9 @@ Every GPU's iteration splits, without overlap or gap, into:
 
 - compute by phase: ``forward``, ``backward``, ``recompute`` (a forward re-run before its
   backward under activation recomputation) and ``optimizer``;
-- communication the GPU waits for, by purpose: ``tp`` (tensor-parallel collectives), ``pp``
-  (pipeline sends), ``dp`` (gradient synchronisation and ZeRO gathers), ``memory`` (copies to and
-  from remote memory) and ``other``. Communication that runs while the GPU computes is hidden and
+- communication the GPU waits for, by purpose: ``tp`` (tensor-parallel collectives), ``cp``
+  (context parallelism's key/value exchanges), ``pp`` (pipeline sends), ``dp`` (gradient
+  synchronisation and ZeRO gathers), ``memory`` (copies to and from remote memory) and ``other``. Communication that runs while the GPU computes is hidden and
   counted nowhere; where two purposes overlap, the first in that order is charged;
 - ``idle``: the rest of the iteration (the pipeline bubble, waits on other GPUs).
 
@@ -23,13 +23,14 @@ from operator import add
 import numpy as np
 
 from ..schedule.tasks import COMM_KINDS
+from .compute_kinds import compute_kinds
 from .intervals import length as _length
 from .intervals import subtract as _subtract
 from .intervals import union as _union
 from .intervals import union_of_columns
 
 COMPUTE_PARTS = ("forward", "backward", "recompute", "optimizer")
-COMM_PARTS = ("tp", "pp", "dp", "memory", "other")
+COMM_PARTS = ("tp", "cp", "pp", "dp", "memory", "other")
 PARTS = (*COMPUTE_PARTS, *(f"exposed_{c}" for c in COMM_PARTS), "idle")
 
 
@@ -51,7 +52,7 @@ def comm_purpose(kind: str, attrs: dict | None, default: str) -> str:
         return "memory"
     attrs = attrs or {}
     group = attrs.get("group_kind")
-    if group in ("tp", "pp", "dp"):
+    if group in ("tp", "cp", "pp", "dp"):
         return group
     if "direction" in attrs:  # a pipeline send of activations or their gradients
         return "pp"
@@ -145,5 +146,9 @@ def breakdown_dict(result) -> dict:
     if not rows:
         return {}
     busiest = min(rows, key=lambda r: (r.parts["idle"], r.gpu))
-    return {"gpus_averaged": len(rows), "mean": mean_breakdown(rows).to_dict(),
-            "busiest_gpu": busiest.gpu, "busiest": busiest.to_dict()}
+    out = {"gpus_averaged": len(rows), "mean": mean_breakdown(rows).to_dict(),
+           "busiest_gpu": busiest.gpu, "busiest": busiest.to_dict()}
+    kinds = compute_kinds(result)
+    if kinds:  # the mean GPU's compute by kind of kernel (GEMM, FP8 casts, attention, other)
+        out["compute_by_kind"] = kinds
+    return out

@@ -37,7 +37,7 @@ def case_of(strategy: Strategy) -> int | None:
     degrees 1 case 0), else None: no case describes it, its ``case_name`` does."""
     if not strategy.hybrid:
         return strategy.case
-    if strategy.zero or strategy.sequence_parallel:
+    if strategy.zero or strategy.sequence_parallel or getattr(strategy, "context_degree", 1) > 1:
         return None
     wide = [axis for axis, n in (("dp", strategy.dp), ("tp", strategy.tp), ("pp", strategy.pp)) if (n or 1) > 1]
     if len(wide) > 1:

@@ -14,6 +14,8 @@ from .result import GpuStats, Result, case_label
 from .throughput import throughput_lines
 
 MAX_GPU_ROWS = 16
+FP8_WORDS = {"delayed": "delayed scaling", "current": "current scaling", "blockwise": "blockwise scaling",
+             "mxfp8": "MXFP8"}
 
 
 def _gpu_table(rows: list[GpuStats]) -> Table:
@@ -54,11 +56,17 @@ def breakdown_line(result: Result) -> str:
     mean = block.get("mean") if block else None
     if not mean:
         return ""
-    names = {"exposed_tp_ms": "exposed TP", "exposed_pp_ms": "exposed PP", "exposed_dp_ms": "exposed DP",
+    names = {"exposed_tp_ms": "exposed TP", "exposed_cp_ms": "exposed CP", "exposed_pp_ms": "exposed PP",
+             "exposed_dp_ms": "exposed DP",
              "exposed_memory_ms": "exposed memory", "exposed_other_ms": "exposed other comm",
              "idle_ms": "idle/bubble"}
     parts = [f"{names.get(k, k[:-3])} {v:.4f}" for k, v in mean.items() if v > 0]
-    return "Time per GPU, mean (ms): " + " · ".join(parts)
+    line = "Time per GPU, mean (ms): " + " · ".join(parts)
+    kinds = block.get("compute_by_kind")
+    if kinds:  # the compute of those parts by kind of kernel
+        words = {"gemm_ms": "GEMM", "fp8_casts_ms": "FP8 casts", "attention_ms": "attention", "other_ms": "other"}
+        line += "\nCompute by kind, mean (ms): " + " · ".join(f"{words[k]} {v:.4f}" for k, v in kinds.items() if v > 0)
+    return line
 
 
 def defaults_line(defaults: list[dict]) -> str:
@@ -81,7 +89,11 @@ def print_summary(result: Result, console: Console, title: str = "") -> None:
         head = head.replace("\n[bold green]", "\n" + defaults_line(defaults) + "\n[bold green]", 1)
     precision = result.graph.meta.get("precision")
     if precision:  # only under a training dtype
-        head = head.replace("\n[bold green]", f"\ntraining in {precision['dtype']}, gradients reduced in "
+        fp8 = precision.get("fp8")
+        what = precision["dtype"] if not fp8 else (
+            f"{precision['dtype']} with FP8 linear layers ({FP8_WORDS.get(fp8['recipe'], fp8['recipe'])}"
+            f"{', FP8 parameter all-gather' if fp8['param_gather'] else ''})")
+        head = head.replace("\n[bold green]", f"\ntraining in {what}, gradients reduced in "
                             f"{precision['grad_reduce_dtype']}"
                             f"{', fp32 master weights' if precision['master_weights'] else ''}\n[bold green]", 1)
     gpu = result.extra.get("gpu")
@@ -155,9 +167,18 @@ def print_summary(result: Result, console: Console, title: str = "") -> None:
 def _print_hybrid(console: Console, parallel: dict, hybrid: dict, batch: int | None = None) -> None:
     """A hybrid run's mesh, its collectives per group kind and each stage's memory by role."""
     built = "one representative pipeline" if hybrid.get("representatives") else "every GPU"
-    console.print(f"Hybrid: dp {parallel.get('dp')} × tp {parallel.get('tp')} × pp {parallel.get('pp')} = "
+    cp = parallel.get("cp") or 1
+    with_cp = f" × cp {cp}" if cp > 1 else ""
+    console.print(f"Hybrid: dp {parallel.get('dp')} × tp {parallel.get('tp')} × pp {parallel.get('pp')}{with_cp} = "
                   f"{hybrid.get('gpus')} GPUs (ranks {hybrid.get('rank_order')}), ZeRO-{parallel.get('zero', 0)}, "
                   f"built {built}")
+    context = hybrid.get("context_parallel")
+    if context:
+        sent, held = context["exchange_bytes_per_layer"], context["exchange_buffers_per_layer"]
+        console.print(f"  context parallel: cp {context['cp']} ({context['comm_type']}), sequence in "
+                      f"{2 * context['cp']} chunks; per layer and rank: exchange {human_bytes(sent['forward'])} "
+                      f"forward, {human_bytes(sent['backward'])} backward; buffers {human_bytes(held['forward'])} / "
+                      f"{human_bytes(held['backward'])} while attention runs")
     for kind, c in hybrid.get("collectives_dp0_tp0", {}).items():
         console.print(f"  {kind.upper()} groups (one pipeline): {c['collectives']} collective(s), "
                       f"{human_bytes(c['payload_bytes'])} payload, {human_bytes(c['wire_bytes_per_gpu'])} sent per GPU")

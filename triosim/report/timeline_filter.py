@@ -18,7 +18,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from ..errors import ConfigError
-from ..graph.rank_map import RankMap
+from ..graph.rank_map import rank_map
 from ..schedule.list_scheduler import Schedule
 from ..schedule.tasks import TaskGraph
 from .timeline import _drawn, shown_links
@@ -66,9 +66,9 @@ def parse_timeline_micro_batches(raw: str | None) -> int | str | None:
 def first_pipeline(strategy, num_gpus: int) -> frozenset[int]:
     """The GPUs of data-parallel replica 0 and tensor-parallel rank 0: one per pipeline stage."""
     dp, tp, pp = strategy.degrees(num_gpus)
-    if dp * tp * pp != num_gpus:  # a composition that does not fill the platform: GPU 0
+    if dp * tp * pp * strategy.context_degree != num_gpus:  # a composition that does not fill the platform: GPU 0
         return frozenset({0})
-    return frozenset(RankMap(dp, tp, pp, tuple(strategy.rank_order)).stage_gpus(0, 0))
+    return frozenset(rank_map(strategy, num_gpus).stage_gpus(0, 0))
 
 
 @dataclass(frozen=True)

@@ -123,13 +123,13 @@ NOT_APPLICABLE = "n/a"  # shown for a flag that does not apply to a configuratio
 
 
 def _degree(config: Mapping[str, Any], dest: str) -> int:
-    """A parallel degree flag (dp, tp, pp, when the build has them); 1 when absent or unset."""
+    """A parallel degree flag (dp, tp, pp, cp, when the build has them); 1 when absent or unset."""
     value = config.get(dest)
     return value if isinstance(value, int) and not isinstance(value, bool) and value > 1 else 1
 
 
 def _multi_gpu(c: Mapping[str, Any]) -> bool:
-    return c.get("case") != 0 or any(_degree(c, d) > 1 for d in ("dp", "tp", "pp"))
+    return c.get("case") != 0 or any(_degree(c, d) > 1 for d in ("dp", "tp", "pp", "cp"))
 
 
 def _pipelined(c: Mapping[str, Any]) -> bool:
@@ -137,11 +137,11 @@ def _pipelined(c: Mapping[str, Any]) -> bool:
 
 
 def _hybrid(c: Mapping[str, Any]) -> bool:
-    return any(c.get(d) is not None for d in ("dp", "tp", "pp"))
+    return any(c.get(d) is not None for d in ("dp", "tp", "pp", "cp"))
 
 
 def _has_collectives(c: Mapping[str, Any]) -> bool:
-    return c.get("case") in (1, 2, 3) or _degree(c, "dp") > 1 or _degree(c, "tp") > 1
+    return c.get("case") in (1, 2, 3) or any(_degree(c, d) > 1 for d in ("dp", "tp", "cp"))
 
 
 # Which flags matter to which configurations (flag dest -> test on the run's config). A flag not
@@ -149,7 +149,7 @@ def _has_collectives(c: Mapping[str, Any]) -> bool:
 APPLIES: dict[str, Callable[[Mapping[str, Any]], bool]] = {
     # A point with degrees is a hybrid run: -case does not apply (results label it by its
     # composition), and a grid of cases × degrees simulates each composition once.
-    "case": lambda c: all(c.get(d) is None for d in ("dp", "tp", "pp")),
+    "case": lambda c: all(c.get(d) is None for d in ("dp", "tp", "pp", "cp")),
     "gpus": _multi_gpu,
     "ptp_bandwidth": _multi_gpu,
     "interconnects": _multi_gpu,
@@ -164,7 +164,8 @@ APPLIES: dict[str, Callable[[Mapping[str, Any]], bool]] = {
     "collective_algo": _has_collectives,
     "collective_latency_us": _has_collectives,
     "collective_protocol": _has_collectives,
-    "bucket_mb": lambda c: c.get("case") == 2 or _degree(c, "dp") > 1,
+    "bucket_mb": lambda c: c.get("case") == 2 or _degree(c, "dp") > 1 or _degree(c, "cp") > 1,
+    "cp_comm_type": lambda c: _degree(c, "cp") > 1,
     # A hybrid run cuts each replica's batch into micro-batches whatever its pp (gradient
     # accumulation): the micro-batch applies to every point given as degrees.
     "micro_batch_size": lambda c: _pipelined(c) or _hybrid(c),

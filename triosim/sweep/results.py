@@ -147,7 +147,8 @@ def _baseline_label(row: Row) -> str:
 
     ns = row.point.namespace()
     if degrees_given(ns):
-        degrees = " × ".join(f"{k}{getattr(ns, k)}" for k in ("dp", "tp", "pp") if getattr(ns, k) is not None)
+        degrees = " × ".join(f"{k}{getattr(ns, k)}" for k in ("dp", "tp", "pp", "cp")
+                             if getattr(ns, k, None) is not None)
         return f"{degrees}, {_gpus_text(_gpus_used(row))}"
     case = row.point.get("case")
     return "case 0" if case == 0 else f"case {case}, {_gpus_text(_gpus_used(row))}"

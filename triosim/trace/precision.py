@@ -28,6 +28,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from .fp8 import Fp8Training
 from .model import Tensor
 
 if TYPE_CHECKING:
@@ -47,10 +48,12 @@ NOT_FLOAT_CATEGORIES = frozenset({"indices", "target", "mask", "total_weight"})
 
 @dataclass(frozen=True)
 class TrainingPrecision:
-    """The dtype a run trains in and the dtype its gradients are reduced (and accumulated) in."""
+    """The dtype a run trains in and the dtype its gradients are reduced (and accumulated) in;
+    ``fp8``: the linear layers' GEMMs in FP8 on top (``--dtype fp8``, :mod:`triosim.trace.fp8`)."""
 
     dtype: str
     grad_reduce_dtype: str = DEFAULT_GRAD_REDUCE_DTYPE
+    fp8: Fp8Training | None = None
 
     @property
     def mixed(self) -> bool:
@@ -148,6 +151,17 @@ def elements(t: Tensor) -> int:
     return t.numel if t.numel > 0 else t.bytes // max(1, t.each_byte)
 
 
+def gathered_parameter_bytes(trace: Trace, parameter: str) -> int:
+    """Bytes of ``parameter`` as ZeRO all-gathers it: its bytes as traced or sized. Under FP8
+    training a linear's weight buffer also holds its FP8 copy, and its element size is the dtype
+    it is gathered in (:func:`triosim.trace.fp8.gathered_bytes_per_element`): element count ×
+    element size."""
+    t = trace.tensors[parameter]
+    if trace.precision is None or trace.precision.fp8 is None:
+        return t.bytes
+    return elements(t) * t.each_byte
+
+
 def reduced_gradient_bytes(trace: Trace, parameter: str) -> int:
     """Bytes of ``parameter``'s gradient as data parallelism reduces it: the parameter's bytes as
     traced, its element count × the gradient-reduce dtype's bytes under a training precision."""
@@ -159,4 +173,5 @@ def reduced_gradient_bytes(trace: Trace, parameter: str) -> int:
 
 __all__ = ["ADAM_MOMENTS", "DEFAULT_GRAD_REDUCE_DTYPE", "DTYPE_BYTES", "GRAD_REDUCE_DTYPES", "MASTER_WEIGHT_BYTES",
            "NOT_FLOAT_CATEGORIES", "OPTIMIZER_STATE_BYTES", "OptimizerStepBytes", "TRAINING_DTYPES", "TrainingPrecision",
-           "bytes_per_parameter", "elements", "optimizer_step_bytes", "reduced_gradient_bytes", "size_key"]
+           "bytes_per_parameter", "elements", "gathered_parameter_bytes", "optimizer_step_bytes", "reduced_gradient_bytes",
+           "size_key"]

@@ -30,10 +30,12 @@ from .ring_cost import ring_orders
 from .ring_tasks import make_ring
 from .star_routes import prime_routes
 
-# Ring phases of each collective: an all-reduce is a reduce-scatter then an all-gather.
-PHASES = {"all_reduce": 2, "reduce_scatter": 1, "all_gather": 1}
+# Ring phases of each collective: an all-reduce is a reduce-scatter then an all-gather; an
+# all-to-all (context parallelism's a2a) sends (N−1)/N of its buffer once, as one phase does.
+PHASES = {"all_reduce": 2, "reduce_scatter": 1, "all_gather": 1, "all_to_all": 1}
 # Each collective's builder in :mod:`~triosim.graph.collectives.algorithms`, looked up there at call time.
-_ADD = {"all_reduce": "add_all_reduce", "reduce_scatter": "add_reduce_scatter", "all_gather": "add_all_gather"}
+_ADD = {"all_reduce": "add_all_reduce", "reduce_scatter": "add_reduce_scatter", "all_gather": "add_all_gather",
+        "all_to_all": "add_all_to_all"}
 # Above this many ring hops over all parallel groups the sharing count is not computed (it is 1
 # on the topologies large runs use); the summary says so.
 SHARING_HOP_LIMIT = 20_000

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from ...trace.precision import reduced_gradient_bytes
+from ...trace.precision import gathered_parameter_bytes, reduced_gradient_bytes
 from ..collectives.group_comm import GroupComm
 from ..composition_state import CompositionState
 from ..pipeline.schedules import FORWARD, OPTIMIZER
@@ -119,7 +119,7 @@ def add_gradient_sync(b: CompositionState, comm: GroupComm, s: int, params: list
     # A data-parallel preset syncs its buckets on one GPU too (a sync task each, as its case did).
     dp_preset = not typed and b.preset.axis == "dp"
     as_filled = overlapped(b)
-    for bk in (sync_buckets(b, params, s) if ranks.dp > 1 or zero or dp_preset else []):
+    for bk in (sync_buckets(b, params, s) if ranks.data > 1 or zero or dp_preset else []):
         for t in ts:
             group = ranks.dp_group(t, s)
             after = {}
@@ -150,7 +150,7 @@ def add_gradient_sync(b: CompositionState, comm: GroupComm, s: int, params: list
              else [(i, rep) for rep in b.replicas for i in opt_ops])
     for i, (d, t) in steps:
         share = b.optimizer_stages[i][s]  # the sum over rank s's stages
-        dur = trace.ops[i].duration_s * share * scale[i] / (ranks.dp if zero else 1)
+        dur = trace.ops[i].duration_s * share * scale[i] / (ranks.data if zero else 1)
         suffix = "" if share >= 1.0 else f" {share:.0%} share"
         gpu = ranks.rank(d, t, s)
         if b.tagged:
@@ -163,8 +163,8 @@ def add_gradient_sync(b: CompositionState, comm: GroupComm, s: int, params: list
         b.seq[gpu].append((task, (i,), None))
         last[(d, t)] = [task]
         done[(d, t)] = []
-    if zero in (1, 2) and ranks.dp > 1 and not (typed and strategy.overlap_param_gather):
-        nbytes = sum(-(-trace.tensors[p].bytes // b.tpp.shard_divisor.get(p, 1)) for p in params)
+    if zero in (1, 2) and ranks.data > 1 and not (typed and strategy.overlap_param_gather):
+        nbytes = sum(-(-gathered_parameter_bytes(trace, p) // b.tpp.shard_divisor.get(p, 1)) for p in params)
         for t in ts:
             group = ranks.dp_group(t, s)
             after = {ranks.rank(d, t, s): [*last[(d, t)], *done[(d, t)]] for d, tt in b.replicas if tt == t}

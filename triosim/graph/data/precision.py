@@ -16,6 +16,20 @@ precision (the facts: :mod:`triosim.trace.precision`):
   sharded with the state under ZeRO-1;
 - every other float buffer (activations, temporaries): the training dtype.
 
+Under FP8 training (``--dtype fp8``: bf16 plus :mod:`triosim.trace.fp8`) two kinds of buffers
+also hold FP8 copies, as Transformer Engine keeps them:
+
+- an FP8 linear's weight: bf16 plus its cached FP8 copies, one per usage its GEMMs need
+  (:func:`~triosim.trace.fp8.weight_copy_bytes`), or with ``--fp8-param-gather`` those copies
+  alone (the FP8 parameter and, on Hopper, its transpose); its element size stays the dtype ZeRO
+  gathers it in (bf16, or FP8), so the gathers move that (:func:`~triosim.trace.precision.
+  gathered_parameter_bytes`);
+- an FP8 linear's input, saved for the weight gradient as an FP8 copy
+  (:func:`~triosim.trace.fp8.saved_input_bytes`): that copy alone when only FP8 linears read the
+  input (their forward and backward ops), beside the bf16 tensor when another op reads it too
+  (the attention output, read by the attention backward). Sequence parallelism's all-gather of
+  such an input then moves FP8, as Transformer Engine's quantized all-gather does.
+
 Tensors of other element sizes (int64 indices, bool masks) and index-like categories keep their
 size. Op times come from the trace or the GPU model (``--gpu``); of them only the optimizer
 step's follow the precision, when the GPU model times the ops from their shapes: it then moves
@@ -27,8 +41,11 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import replace
 
+from ...compute.fp8_linears import Fp8Linears, find_fp8_linears
+from ...compute.fp8_training import with_fp8_training
 from ...compute.optimizer_step import with_optimizer_step
 from ...trace import Tensor, Trace
+from ...trace.fp8 import gathered_bytes_per_element, saved_input_bytes, weight_copy_bytes
 from ...trace.precision import (
     NOT_FLOAT_CATEGORIES,
     OPTIMIZER_STATE_BYTES,
@@ -53,7 +70,8 @@ def with_training_precision(trace: Trace, precision: TrainingPrecision | None) -
         raise ValueError(f"the trace is already sized for {trace.precision}; resize the traced trace")
     roles = buffer_roles(trace)
     width = traced_float_width(trace)
-    sizer = _RoleSizer(trace, roles, precision, width)
+    linears = find_fp8_linears(trace) if precision.fp8 is not None else None
+    sizer = _RoleSizer(trace, roles, precision, width, linears)
     tensors = {tid: sizer.resize(tid, t) for tid, t in trace.tensors.items()}
     out = replace(trace, tensors=tensors, precision=precision,
                   preallocated=frozenset(k for k in roles.gradients if tensors[k].bytes > 0))
@@ -62,14 +80,24 @@ def with_training_precision(trace: Trace, precision: TrainingPrecision | None) -
     stepped = with_optimizer_step(out, optimizer_step_bytes(precision))
     if stepped is not out:
         stepped._partner, stepped._consumers, stepped._grad_ready = out._partner, out._consumers, out._grad_ready
+    if precision.fp8 is not None and linears is not None:
+        stepped = with_fp8_training(stepped, precision.fp8, linears)
     return stepped
 
 
 class _RoleSizer:
     """New bytes of each tensor by its buffer's role."""
 
-    def __init__(self, trace: Trace, roles: BufferRoles, precision: TrainingPrecision, width: int) -> None:
+    def __init__(self, trace: Trace, roles: BufferRoles, precision: TrainingPrecision, width: int,
+                 linears: Fp8Linears | None = None) -> None:
         self.trace, self.roles, self.precision, self.width = trace, roles, precision, width
+        self.fp8_weights = linears.weights if linears is not None else frozenset()
+        # FP8 linear inputs -> whether an op other than an FP8 linear reads them too
+        self.fp8_inputs: dict[str, bool] = {}
+        if linears is not None:
+            fp8_ops = {*linears.forward, *linears.backward}
+            for x in linears.inputs:
+                self.fp8_inputs[x] = any(c not in fp8_ops for c in trace.consumers.get(x, ()))
         tensors = trace.tensors
         # Optimizer state of the traced width or already fp32 (a model card's trace keeps Adam's
         # moments in fp32 beside 16-bit weights): both take the fp32 moments plus the master copy.
@@ -88,6 +116,16 @@ class _RoleSizer:
         if t.each_byte != self.width and not (role == "optimizer" and self._float_state(t)):
             return t
         p = self.precision
+        base = self.trace.base(tid)
+        if p.fp8 is not None and base in self.fp8_weights:
+            n = elements(t)
+            each = gathered_bytes_per_element(p.fp8, p.weight_bytes)
+            held = weight_copy_bytes(n, p.fp8) + (0 if p.fp8.param_gather else n * p.weight_bytes)
+            return t._replace(bytes=held, each_byte=each)
+        if p.fp8 is not None and base in self.fp8_inputs and role is None:
+            n = t.bytes // t.each_byte  # batch-scaled (its numel is the traced batch's)
+            kept = n * p.weight_bytes if self.fp8_inputs[base] else 0  # the bf16 tensor another op reads
+            return t._replace(bytes=kept + saved_input_bytes(n, p.fp8), each_byte=p.weight_bytes if kept else 1)
         if role == "weights":
             return _sized(t, p.weight_bytes)
         if role == "gradients":

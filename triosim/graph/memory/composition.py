@@ -1,8 +1,10 @@
 """Memory plans of the composition's GPUs (:mod:`triosim.graph.composition`): each built GPU's
 program in run order with buffers keyed per micro-batch (as case 4), sized per GPU (TP shards,
-ZeRO shards, the micro-batch's share), ZeRO-3's gathered copies added where they live. GPUs of
-one stage run the same program, so one plan serves them all when it needs no memcpy; when every
-buffer a stage touches fits at once, the plan is the buffers' lifetimes, computed vectorised."""
+ZeRO shards, the micro-batch's share, the context-parallel share), ZeRO-3's gathered copies added
+where they live, and the buffers a context-parallel attention's exchange holds while it runs
+(:func:`triosim.graph.context.ring.transient_bytes`). GPUs of one stage run the same program, so
+one plan serves them all when it needs no memcpy; when every buffer a stage touches fits at
+once, the plan is the buffers' lifetimes, computed vectorised."""
 
 from __future__ import annotations
 
@@ -10,6 +12,7 @@ import numpy as np
 
 from ...trace import Trace
 from ..composition_state import CompositionState
+from ..context.ring import transient_bytes
 from ..data.zero import bytes_per_step
 from ..pipeline.stages import optimizer_buffers
 from ..single import persistent_buffers
@@ -64,6 +67,12 @@ def _plan_memory(b: CompositionState) -> list[MemoryReport]:
                 for k in (*extra[0], *extra[1]):
                     sizes[k] = b.gathered_sizes[k]
                     touched[k] = False
+            held = _exchange_bytes(b, i, r)
+            if held:  # context parallelism: the exchange's buffers, allocated here and freed after
+                key = f"{b.prefixes[r]}cp-exchange:{i}"
+                writes = (*writes, key)
+                sizes[key] = held
+                touched[key] = False
             label = labels.get(i)
             if label is None:
                 op = trace.ops[i]
@@ -126,17 +135,29 @@ def _stage_memory_fits(b: CompositionState, s: int, persistent: set[str], receiv
         b.persistent_ids = {ids[k] for k in persistent if k in ids}
     gpus = b.gpus(s)
     runs = b.seq[gpus[0]]
+    held = np.fromiter((_exchange_bytes(b, i, r) for _, ops, r in runs for i in ops), dtype=np.int64)
+    top = int(held.max()) if len(held) else 0
     got = stage_occupancy(runs, template, size_of, b.fractions, nb, delivered, b.persistent_ids,
-                          b.platform.capacity_bytes, resident={ids[k] for k in trace.preallocated if k in ids})
+                          b.platform.capacity_bytes - top, resident={ids[k] for k in trace.preallocated if k in ids})
     if got is None:
         return None
     occ, _total = got
+    if top:  # context parallelism: the exchange's buffers while its attention op runs
+        occ = occ + held
     peak = int(occ.max()) if len(occ) else 0
     # One counter value per task: the most its ops hold (a task of one op: that op's).
     starts = np.concatenate(([0], np.cumsum([len(ops) for _, ops, _ in runs])[:-1])).astype(np.int64)
     step_bytes = np.maximum.reduceat(occ, starts) if len(occ) else occ
     return [MemoryReport(device=g, peak_bytes=peak, step_tasks=tuple(t for t, _, _ in b.seq[g]), step_bytes=step_bytes)
             for g in gpus]
+
+
+def _exchange_bytes(b: CompositionState, i: int, r: int | None) -> int:
+    """Bytes op ``i``'s context-parallel exchange holds in micro-batch ``r`` (0 for other ops)."""
+    context = getattr(b, "context", None)
+    if context is None or r is None or i not in context.ops:
+        return 0
+    return transient_bytes(b, context, context.ops[i], b.fractions[r])
 
 
 def _step_keys(b: CompositionState, s: int, i: int, r: int | None):

@@ -15,8 +15,10 @@ from __future__ import annotations
 from functools import partial
 
 from ...compute.op_time import op_seconds
+from ...trace.precision import gathered_parameter_bytes
 from ..collectives.group_comm import Charge, GroupComm, wire_bytes_per_gpu
 from ..composition_state import CompositionState
+from ..context import ring
 from ..data import gradient_sync
 from ..data.data_parallel import MIB
 from ..data.zero import fsdp_units, gathered_copies
@@ -44,17 +46,17 @@ def add_rank_program(b: CompositionState, comm: GroupComm, p: int, waits, colls,
         b.seq[gpu] = []
     ds = sorted({d for d, _ in b.replicas})
     ts = sorted({t for _, t in b.replicas})
-    full = lambda q: -(-trace.tensors[q].bytes // b.tpp.shard_divisor.get(q, 1))  # noqa: E731
+    full = lambda q: -(-gathered_parameter_bytes(trace, q) // b.tpp.shard_divisor.get(q, 1))  # noqa: E731
     units_of = {st: fsdp_units(trace, plan, params, st, strategy.bucket_mb * MIB, full) for st in stages} \
         if strategy.zero == 3 else {}
     # --overlap-param-gather (ZeRO 1/2): the updated parameters are gathered per bucket before the
     # first forward op using them, in the stage's first micro-batch only (Megatron-Core's forward
     # pre-hooks: wait for this bucket's all-gather, dispatch the next one).
-    param_gather = strategy.zero in (1, 2) and strategy.overlap_param_gather and ranks.dp > 1 and b.preset is None
+    param_gather = strategy.zero in (1, 2) and strategy.overlap_param_gather and ranks.data > 1 and b.preset is None
     if param_gather:
         units_of = {st: {FORWARD: fsdp_units(trace, plan, params, st, strategy.bucket_mb * MIB, full)[FORWARD],
                          BACKWARD: []} for st in stages}
-    if units_of and ranks.dp > 1 and strategy.zero == 3:
+    if units_of and ranks.data > 1 and strategy.zero == 3:
         for st, units in units_of.items():
             copies = gathered_copies(trace, plan, units, st, len(b.fractions))
             b.gathered.update({(p, *at): keys for at, keys in copies.steps.items()})
@@ -140,6 +142,8 @@ def add_rank_program(b: CompositionState, comm: GroupComm, p: int, waits, colls,
     if b.preset is not None and not colls and not units_of:
         _add_chains(b, p, order, ops, seconds, last, looked_up)
         return last
+    context = getattr(b, "context", None)  # context parallelism: its attention ops (graph/context)
+    attention = context.ops if context is not None else {}
     stats = b.stats
     ran: list = []  # with blocking sends: each block run and its first and last task per replica
     ring_in: dict[tuple[int, int, int], dict[int, list[int]]] = {}  # (AG op, mb, d) -> gpu -> arriving steps
@@ -240,6 +244,15 @@ def add_rank_program(b: CompositionState, comm: GroupComm, p: int, waits, colls,
             # one attribute dict for the segment's task on every GPU (in add_compute's key order)
             tags = {"op": i, "stage": phase, "microbatch": r, "stage_index": s, **extra} if tagged \
                 else {"op": i, "stage": phase, **extra}
+            if i in attention:  # the op with its key/value exchange over the context-parallel ranks
+                waits = {rep: [*last[rep], *(tp_done[(c_op, r, rep[0])][gpu] for c_op in w
+                                             if (c_op, r, rep[0]) in tp_done)] for rep, gpu in reps}
+                ends = ring.add_attention(b, comm, context, attention[i], r, s, p, base, tags, dur, reps, waits)
+                for rep, gpu in reps:
+                    task_of[(*rep, i, r)] = ends[rep][1]
+                    seq[gpu].append((ends[rep][0], seg_ops, r))
+                    last[rep] = [ends[rep][1]]
+                continue
             for rep, gpu in reps:
                 after = last[rep]
                 if w or k is not None or step:
@@ -271,7 +284,8 @@ def add_rank_program(b: CompositionState, comm: GroupComm, p: int, waits, colls,
             for k_c, (c, c_name) in enumerate(zip(cs, c_names)):
                 # a second collective on the op (sequence parallel, blocks back to back) gathers
                 # what the first reduced: it starts when the first is done
-                nbytes = c.nbytes if frac == 1.0 else int(round(c.nbytes * frac))
+                # the micro-batch's share of the payload, of the rank's 1/cp of the tokens
+                nbytes = c.nbytes if frac == 1.0 and ranks.cp == 1 else int(round(c.nbytes * frac / ranks.cp))
                 name = f"{c_name}{mb_s} stage{s} dp"
                 chained = k_c > 0 or (part is not None and part.rs is not None)
                 if ovl is not None and c.op in ovl.ring and c.kind == "all_gather" and not c.redo:
@@ -415,6 +429,10 @@ def _segment_cuts(b: CompositionState, s: int, params: list[str], waits_here, co
     reruns = getattr(b, "reruns", frozenset())
     before.update(i for i in reruns if i - 1 not in reruns)
     before.update(i + 1 for i in reruns if i + 1 not in reruns)
+    context = getattr(b, "context", None)
+    if context is not None:  # an attention op runs with its exchange (graph/context/ring.py): a task of its own
+        before.update(context.ops)
+        after.update(context.ops)
     return before, after
 
 
@@ -438,7 +456,7 @@ def _segments(block: list[int], cut_before: set[int], cut_after: set[int], fuse:
 
 
 def _tp_groups(ranks: RankMap, s: int):
-    return (ranks.tp_group(d, s) for d in range(ranks.dp))
+    return (ranks.tp_group(d, s) for d in range(ranks.data))
 
 
 __all__ = ["add_rank_program"]

@@ -86,6 +86,9 @@ class TensorParallelPlan:
     heads: int | None = None  # attention heads the trace implies (None: none found)
     sequence_parallel: bool = False
     vocab: VocabParallel | None = None  # the vocabulary-parallel embedding/head/loss (None: no head found)
+    # per trace op: the share of its work one rank does (``time_scale`` before the shape-timed
+    # costing of graph/tensor/split_time.py; () when the two are the same)
+    share: tuple[float, ...] = ()
 
     def op_time(self, i: int, duration_s: float) -> float:
         """Seconds op ``i`` takes on one rank when its traced time is ``duration_s`` (an op split

@@ -30,6 +30,7 @@ class PerOpPlan:
     shard_divisor: dict[str, int] = field(default_factory=dict)
     blocks: tuple = ()
     fallback_reason: str | None = None
+    share: tuple[float, ...] = ()  # as TensorParallelPlan.share: () here, where time_scale is the share
 
 
 def per_op_plan(trace: Trace, degree: int, fallback_reason: str | None = None) -> PerOpPlan:
@@ -50,8 +51,8 @@ def tensor_plan(trace: Trace, degree: int, style: str, sequence_parallel: bool =
     if plan.style != "megatron":
         return plan
     # a shape-timed trace: each split op at its size on one rank (graph/tensor/split_time.py)
-    return replace(plan, time_scale=split_time_scale(trace, plan.time_scale, plan.shard_divisor,
-                                                     block_edges(plan.blocks)))
+    return replace(plan, share=plan.time_scale, time_scale=split_time_scale(trace, plan.time_scale, plan.shard_divisor,
+                                                                            block_edges(plan.blocks)))
 
 
 def tp_waits(trace: Trace, collectives) -> tuple[list[tuple[int, ...]], dict[tuple[int, str], int]]:

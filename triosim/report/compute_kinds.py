@@ -1,0 +1,56 @@
+"""Where each GPU's compute time goes by kind of kernel: GEMMs, FP8 casts, attention, the rest.
+
+Each compute task's scheduled time is split by the shares of its op(s) in
+``graph.meta["op_parts"]`` (:func:`triosim.compute.op_parts.op_parts`: per op, its seconds in
+GEMMs, FP8 cast kernels, attention and everything else); a task that runs several ops takes their
+summed shares. The parts of a GPU sum to its compute time (the time breakdown's forward,
+backward, recompute and optimizer parts together).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+PART_NAMES = ("gemm", "fp8_casts", "attention", "other")
+_OTHER = np.array([0.0, 0.0, 0.0, 1.0])
+
+
+def _shares(parts, attrs) -> np.ndarray:
+    """The four shares of one compute task from its op(s)."""
+    ops = (attrs.get("ops") or (attrs.get("op"),)) if attrs else ()
+    total = np.zeros(4)
+    for op in ops:
+        if isinstance(op, int) and 0 <= op < len(parts):
+            total += parts[op]
+    s = total.sum()
+    return total / s if s > 0 else _OTHER
+
+
+def compute_kinds(result) -> dict[str, float]:
+    """The mean over built GPUs of each kind's compute milliseconds (``{}`` without op parts)."""
+    graph, sched = result.graph, result.schedule
+    parts = graph.meta.get("op_parts")
+    if not parts:
+        return {}
+    parts = np.asarray(parts, dtype=np.float64)
+    cache: dict[int, np.ndarray] = {}  # a segment's attribute dict is shared by its tasks on every GPU
+    rows, took, gpus = [], [], set()
+    for i, kind in enumerate(graph.kind):
+        if kind != "compute":
+            continue
+        attrs = graph.attrs[i]
+        key = id(attrs)
+        share = cache.get(key)
+        if share is None:
+            share = cache[key] = _shares(parts, attrs)
+        rows.append(share)
+        took.append((sched.end[i] - sched.start[i]) * len(graph.devices[i]))
+        gpus.update(graph.devices[i])
+    if not rows:
+        return {}
+    sums = np.asarray(took) @ np.vstack(rows)
+    n = max(1, len(gpus))
+    return {f"{name}_ms": round(float(v) / n * 1e3, 9) for name, v in zip(PART_NAMES, sums)}
+
+
+__all__ = ["PART_NAMES", "compute_kinds"]
