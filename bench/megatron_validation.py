@@ -4,7 +4,14 @@
     python bench/megatron_validation.py --models megatron-22b,gpt3-175b --modes full,seqsel,none
 
 Published: Korthikanti et al. 2022, "Reducing Activation Recomputation in Large Transformer
-Models", Table 5 (sequence 2048, vocabulary 51,200, fp16, no data parallelism). Each row runs
+Models", Table 5 (sequence 2048, vocabulary 51,200, fp16, no data parallelism). The rows are typed
+with the settings those runs used: Megatron-LM of 2022 (megatron/p2p_communication.py at commit
+55ba1f7b96, May 2022) posted each send with its receive in one ``batch_isend_irecv``, waited on
+both and called ``torch.cuda.synchronize()``, so ``--pipeline-send blocking``; without sequence
+parallelism each TP rank sent 1/8 of the tensor and the receivers all-gathered it (its default
+``scatter_gather_tensors_in_pipeline``, so ``--pipeline-scatter-gather``); its default
+``--DDP-impl local`` reduced gradients after the backward (no overlap, triosim's default; there is
+no data parallelism here anyway), and it had no TP communication overlap. Each row runs
 ``triosim run --model M --gpu a100-80gb --topology-file topologies/dgx-a100-superpod.yaml ...`` as
 a user would type it (the command is printed) and reads its JSON: the iteration time, the mean
 GPU's time breakdown and the first stage's memory.
@@ -80,6 +87,8 @@ def command(cfg: Config, mode: str) -> list[str]:
         cmd += ["--schedule", "interleaved", "--virtual-stages", str(cfg.virtual_stages)]
     elif cfg.pp > 1:
         cmd += ["--schedule", "1f1b"]
+    if cfg.pp > 1:
+        cmd += ["--pipeline-send", "blocking", "--pipeline-scatter-gather"]
     cmd += ["--global-batch", str(cfg.global_batch), "-micro-batch-size", str(cfg.micro_batch),
             *MODES[mode], "--dtype", "fp16", "-q"]
     return cmd

@@ -20,8 +20,9 @@ def run_cli(capsys, *argv):
 
 
 @pytest.mark.parametrize("hybrid, case", [
-    (["--dp", "8"], ["-case", "2", "-GPUnumber", "8"]),
-    (["--pp", "4", "-micro-batch-size", "2"], ["-case", "4", "-GPUnumber", "4", "-micro-batch-size", "2"]),
+    (["--dp", "8", "--overlap-grad-reduce"], ["-case", "2", "-GPUnumber", "8"]),  # DDP: buckets beside backward
+    (["--pp", "4", "-micro-batch-size", "2", "--pipeline-send", "overlapped"],  # the original's sends
+     ["-case", "4", "-GPUnumber", "4", "-micro-batch-size", "2"]),
     (["--tp", "4", "--tp-style", "per-op"], ["-case", "3", "-GPUnumber", "4"]),
 ])
 def test_flags_equal_case_presets(capsys, hybrid, case):
@@ -42,7 +43,9 @@ def test_json_parallel_block_and_derived_gpus(capsys):
     assert code == 0 and d["gpus"] == 8
     assert d["parallel"] == {"dp": 2, "tp": 2, "pp": 2, "zero": 3, "sequence_parallel": False, "schedule": "1f1b",
                              "virtual_stages": 1, "tp_style": d["parallel"]["tp_style"], "rank_order": "tp,pp,dp",
-                             "exact": False, "recompute": "none", "cp": 1}
+                             "exact": False, "recompute": "none", "cp": 1, "tp_comm_overlap": False,
+                             "overlap_grad_reduce": False, "overlap_param_gather": False, "pipeline_send": "blocking",
+                             "pipeline_scatter_gather": False}
     assert d["hybrid"]["representatives"] is True and len(d["per_gpu"]) == 2
     code, out, _ = run_cli(capsys, "run", "-trace-dir", GPT, "--dp", "2", "--tp", "2", "--json", "-")
     d = json.loads(out)

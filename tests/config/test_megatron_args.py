@@ -59,6 +59,10 @@ def cache(tmp_path: Path, monkeypatch) -> None:
     (["--num-layers-per-virtual-pipeline-stage", "1"], ["--schedule", "interleaved", "--virtual-stages", "2"]),
     (["--context-parallel-size", "1"], ["--cp", "1"]),
     (["--context-parallel-size", "2", "--cp-comm-type", "a2a"], ["--cp", "2", "--cp-comm-type", "a2a"]),
+    (["--overlap-p2p-comm"], ["--pipeline-send", "overlapped"]),
+    (["--overlap-p2p-communication"], ["--pipeline-send", "overlapped"]),
+    (["--no-overlap-p2p-communication"], ["--pipeline-send", "blocking"]),
+    (["--no-scatter-gather-tensors-in-pipeline"], []),
 ])
 def test_each_alias_gives_the_bytes_of_its_native_flag(alias: list[str], native: list[str]) -> None:
     base = {"--tp": "2", "--pp": "2", "--dp": "2", "--global-batch": "8"}
@@ -81,6 +85,18 @@ PASTED_22B = ("--tensor-model-parallel-size 8 --pipeline-model-parallel-size 1 -
               "--recompute-activations --vocab-file gpt2-vocab.json --merge-file gpt2-merges.txt "
               "--data-path my-gpt2_text_document --split 949,50,1 --log-interval 100 --save-interval 10000 "
               "--eval-interval 1000 --eval-iters 10")
+
+
+def test_overlap_flags_are_simulated_not_only_noted() -> None:
+    line = "--tp-comm-overlap --sequence-parallel --overlap-grad-reduce --overlap-param-gather --defer-embedding-wgrad-compute"
+    result = translate_argv(["run", "--megatron-args", line])
+    assert result.not_modelled == ["--defer-embedding-wgrad-compute"]
+    for native in ("--tp-comm-overlap", "--overlap-grad-reduce", "--overlap-param-gather"):
+        assert native in result.argv
+    common = [*CARD, "--tp", "2", "--dp", "2", "--zero", "1", "--global-batch", "8"]
+    assert json_bytes([*common, "--megatron-args", line.replace(" --defer-embedding-wgrad-compute", "")]) == \
+        json_bytes([*common, *line.replace(" --defer-embedding-wgrad-compute", "").split()])
+    assert json_bytes([*common, "--sequence-parallel"]) != json_bytes([*common, *line.split()[:-1]])
 
 
 def test_a_pasted_megatron_line_runs_the_published_model() -> None:

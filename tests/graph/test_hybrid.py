@@ -50,9 +50,10 @@ def _close(a: float, b: float) -> bool:
 # ----------------------------------------------------------------------------- presets
 
 
-PRESETS = [  # (case, hybrid strategy kwargs, GPUs, micro-batch divisor)
-    (2, {"dp": 8}, 8, None),
-    (4, {"pp": 4}, 4, 4),
+PRESETS = [  # (case, hybrid strategy kwargs, GPUs, micro-batch divisor): case 2 is DDP (buckets overlapped
+    # with backward), case 4 the original's pipeline (sends beside compute)
+    (2, {"dp": 8, "overlap_grad_reduce": True}, 8, None),
+    (4, {"pp": 4, "pipeline_send": "overlapped"}, 4, 4),
     (3, {"tp": 4, "tp_style": "per-op"}, 4, None),
 ]
 
@@ -239,6 +240,7 @@ def hybrid_configs(draw):
         bucket_mb=draw(st.sampled_from([0.001, 25.0])), tp_style="per-op",
         rank_order=tuple(draw(st.permutations(["tp", "pp", "dp"]))),
         collective_detail=draw(st.sampled_from(["expanded", "macro"])),
+        overlap_grad_reduce=draw(st.booleans()), pipeline_send=draw(st.sampled_from(["blocking", "overlapped"])),
     )
     topology = draw(st.sampled_from(["ring", "switch", "nvlink-cluster", "fully-connected"]))
     return model, strategy, topology
@@ -315,7 +317,16 @@ def test_bytes_invariant_catches_a_planted_bug(monkeypatch):
     """A builder that drops one stage's last gradient bucket must be caught."""
     real = gradient_sync._buckets
     monkeypatch.setattr(gradient_sync, "_buckets", lambda b, params, s: real(b, params, s)[:-1])
-    config = (SyntheticModel(layers=3, batch_size=8, seed=1), Strategy(dp=2, tp=1, pp=1, bucket_mb=0.001), "switch")
+    config = (SyntheticModel(layers=3, batch_size=8, seed=1),
+              Strategy(dp=2, tp=1, pp=1, bucket_mb=0.001, overlap_grad_reduce=True), "switch")
+    assert any("gradient collectives" in v for v in hybrid_violations(*config))
+
+
+def test_bytes_invariant_catches_a_planted_bug_without_overlap(monkeypatch):
+    """Without --overlap-grad-reduce: a builder that drops one stage's bucket must be caught."""
+    real = gradient_sync._stage_buckets
+    monkeypatch.setattr(gradient_sync, "_stage_buckets", lambda b, params: real(b, params)[:-1])
+    config = (SyntheticModel(layers=3, batch_size=8, seed=1), Strategy(dp=2, tp=1, pp=1), "switch")
     assert any("gradient collectives" in v for v in hybrid_violations(*config))
 
 

@@ -102,7 +102,8 @@ def test_sm_count_and_block_rate_are_optional_checked_and_sourced(tmp_path):
     assert h200.block_limited_rate(64) == 64 * 11.7e9 and h200.block_limited_rate(1000) == 132 * 11.7e9
     assert h200.block_limited_rate(None) is None
     text = (packaged_dir() / "h200.yaml").read_text()
-    bare = "\n".join(line for line in text.splitlines() if not line.startswith(("sm_count", "block_read_gbps")))
+    bare = "\n".join(line for line in text.splitlines()
+                     if not line.startswith(("sm_count", "block_read_gbps", "collective_sms")))
     (tmp_path / "bare.yaml").write_text(bare)
     assert read_device_file(tmp_path / "bare.yaml").block_limited_rate(64) is None
     (tmp_path / "bad.yaml").write_text(text.replace("sm_count: 132", "sm_count: 13.5"))

@@ -49,7 +49,8 @@ def _both(trace_dir: Path, c: Candidate, bucket_mb: float) -> tuple[float, float
     trace, platform, strategy = configure(
         trace_dir=str(trace_dir), dp=c.dp, tp=c.tp, pp=c.pp, topology="switch", representatives=True,
         partition="count", bucket_mb=bucket_mb, micro_batch_size=c.micro_batch, schedule=c.schedule,
-        virtual_stages=c.virtual, batch_size_sim=per_replica, zero=str(c.zero), recompute=c.recompute)
+        virtual_stages=c.virtual, batch_size_sim=per_replica, zero=str(c.zero), recompute=c.recompute,
+        overlap_grad_reduce=True, pipeline_send="overlapped")  # what the estimator models
     dag = simulate(trace, platform, strategy).makespan_s
     raw = load_recorded_trace(trace_dir, BATCH, "nooverlap", None, "auto", 2.0)
     settings = PlanSettings(BATCH, None, bucket_bytes=bucket_mb * 1024 * 1024, partition="count")

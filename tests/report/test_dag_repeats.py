@@ -20,7 +20,7 @@ from triosim.schedule.tasks import KINDS
 # 70B run is (one GPU per role, macro collectives): 4,181 tasks, the structure of 68,000.
 LLM_LIKE = ["--model", "llama2-7b", "--num-layers", "16", "--gpu", "h100-sxm", "--tp", "2", "--dp", "2",
             "--pp", "2", "--global-batch", "32", "-micro-batch-size", "1", "--schedule", "1f1b",
-            "--representatives"]
+            "--representatives", "--overlap-grad-reduce"]
 _NODE = re.compile(r'^\s*(g\d+) \[label="((?:[^"\\]|\\.)*)"', re.M)
 _COUNT = re.compile(r"([\d,]+) (" + "|".join(KINDS) + r")\b")
 

@@ -18,6 +18,12 @@ run (and the bytes) of its native flag:
   ``tensorwise`` is ``current``) and ``--fp8-param-gather`` are native (Megatron-Core's own
   default recipe is ``delayed``; triosim's is current scaling, MXFP8 on Blackwell: give
   ``--fp8-recipe delayed`` to match a line that names none);
+* overlaps (docs/overlap.md): ``--tp-comm-overlap``, ``--overlap-grad-reduce`` and
+  ``--overlap-param-gather`` are native; ``--overlap-p2p-comm`` (Megatron-Core's config name) and
+  ``--overlap-p2p-communication`` (Megatron-LM's flag before October 2023) → ``--pipeline-send
+  overlapped``, ``--no-overlap-p2p-communication`` (Megatron-LM's flag since) → ``--pipeline-send
+  blocking``; ``--no-scatter-gather-tensors-in-pipeline`` is triosim's default (the 2021–22
+  default it turns off is ``--pipeline-scatter-gather``);
 * the architecture (``--hidden-size``, ``--num-attention-heads``, ``--ffn-hidden-size``,
   ``--num-query-groups``, ``--swiglu``, ``--normalization``, ...): a model card, written to the
   cache and run as ``--model-file``: the ``--model`` card with those fields replaced, or, without
@@ -57,6 +63,14 @@ _SWITCHES = {
     "--sequence-parallel": ["--sequence-parallel"],
     "--recompute-activations": ["--recompute", "selective"],
     "--fp8-param-gather": ["--fp8-param-gather"],
+    "--tp-comm-overlap": ["--tp-comm-overlap"],
+    "--overlap-grad-reduce": ["--overlap-grad-reduce"],
+    "--overlap-param-gather": ["--overlap-param-gather"],
+    "--overlap-p2p-comm": ["--pipeline-send", "overlapped"],
+    "--overlap-p2p-communication": ["--pipeline-send", "overlapped"],
+    "--no-overlap-p2p-communication": ["--pipeline-send", "blocking"],
+    # Megatron-LM 2021-22's switch off of its scatter/gather default: triosim's default already
+    "--no-scatter-gather-tensors-in-pipeline": [],
 }
 # Megatron's --fp8-recipe values -> the native ones (tensorwise: per-tensor current scaling).
 _FP8_RECIPES = {"tensorwise": "current"}
@@ -107,8 +121,7 @@ _NO_EFFECT = {
 # Flags that change the step's time on a real machine but that triosim does not model yet:
 # accepted in a pasted line, named in the note so the answer is read knowing it.
 _NOT_MODELLED = {
-    **dict.fromkeys(("--overlap-grad-reduce", "--overlap-param-gather", "--tp-comm-overlap", "--overlap-p2p-comm",
-                     "--overlap-param-gather-with-optimizer-step",
+    **dict.fromkeys(("--overlap-param-gather-with-optimizer-step",
                      "--defer-embedding-wgrad-compute", "--qk-layernorm", "--first-last-layers-bf16",
                      "--fp8-dot-product-attention"), 0),
     **dict.fromkeys(("--fp8-amax-history-len", "--fp8-amax-compute-algo", "--fp8-margin", "--fp8-interval",

@@ -8,7 +8,13 @@ import argparse
 import math
 
 from ..errors import ConfigError
-from ..graph.strategy import CP_COMM_TYPES, RECOMPUTE_MODES, parse_rank_order, parse_zero
+from ..graph.strategy import (
+    CP_COMM_TYPES,
+    PIPELINE_SENDS,
+    RECOMPUTE_MODES,
+    parse_rank_order,
+    parse_zero,
+)
 
 DEFAULT_GPUS = 8
 DEGREES = ("dp", "tp", "pp", "cp")  # the flags that make a run hybrid, and multiply to its GPUs
@@ -45,6 +51,28 @@ def add_parallel_flags(g: argparse._ArgumentGroup) -> None:
                         "graph stays small)")
     g.add_argument("--representatives", action="store_true",
                    help="build one representative per role however small the mesh (collectives in closed form)")
+    add_overlap_flags(g)
+
+
+def add_overlap_flags(g: argparse._ArgumentGroup) -> None:
+    """The overlap switches, named and defaulted as Megatron-Core's (off; docs/overlap.md)."""
+    g.add_argument("--tp-comm-overlap", action="store_true",
+                   help="with --sequence-parallel: each all-gather and reduce-scatter in chunks beside its GEMM "
+                        "(Transformer Engine userbuffers); off: the GEMM waits for the whole collective")
+    g.add_argument("--overlap-grad-reduce", action="store_true",
+                   help="reduce each --bucket-mb gradient bucket as soon as backward fills it; off (Megatron's "
+                        "default): every gradient after the stage's last backward op")
+    g.add_argument("--overlap-param-gather", action="store_true",
+                   help="--zero 1/2 with --overlap-grad-reduce: gather the updated parameters per bucket before "
+                        "the forward ops that use them; off: one all-gather after the optimizer step")
+    g.add_argument("--pipeline-send", default="auto", choices=PIPELINE_SENDS,
+                   help="pipeline sends: blocking (a stage goes on once its send and the matching receive are "
+                        "done, as Megatron's batched send/receive), overlapped, or auto (blocking under 1f1b and "
+                        "gpipe, overlapped under interleaved, as Megatron-LM); Megatron's --overlap-p2p-comm is "
+                        "overlapped")
+    g.add_argument("--pipeline-scatter-gather", action="store_true",
+                   help="without --sequence-parallel: each TP rank sends 1/tp of a pipeline tensor and the receiving "
+                        "TP group all-gathers it (Megatron-LM 2021-22's default; Megatron-Core sends it whole)")
 
 
 def degrees_given(args: argparse.Namespace) -> bool:
@@ -76,6 +104,11 @@ def parallel_options(args: argparse.Namespace) -> dict:
     """Strategy keyword arguments of the hybrid flags."""
     if not degrees_given(args):
         for flag, bad in (("--zero", str(getattr(args, "zero", "0")).strip() not in ("0", "")),
+                          ("--tp-comm-overlap", getattr(args, "tp_comm_overlap", False)),
+                          ("--overlap-grad-reduce", getattr(args, "overlap_grad_reduce", False)),
+                          ("--overlap-param-gather", getattr(args, "overlap_param_gather", False)),
+                          ("--pipeline-send", str(getattr(args, "pipeline_send", "auto")) != "auto"),
+                          ("--pipeline-scatter-gather", getattr(args, "pipeline_scatter_gather", False)),
                           ("--sequence-parallel", getattr(args, "sequence_parallel", False)),
                           ("--recompute", str(getattr(args, "recompute", "none")) != "none")):
             if bad:
@@ -92,6 +125,18 @@ def parallel_options(args: argparse.Namespace) -> dict:
         "recompute": str(getattr(args, "recompute", "none")),
         "cp": getattr(args, "cp", None),
         "cp_comm_type": str(getattr(args, "cp_comm_type", "p2p")),
+        **overlap_options(args),
+    }
+
+
+def overlap_options(args: argparse.Namespace) -> dict:
+    """Strategy keyword arguments of the overlap switches."""
+    return {
+        "tp_comm_overlap": bool(getattr(args, "tp_comm_overlap", False)),
+        "overlap_grad_reduce": bool(getattr(args, "overlap_grad_reduce", False)),
+        "overlap_param_gather": bool(getattr(args, "overlap_param_gather", False)),
+        "pipeline_send": str(getattr(args, "pipeline_send", "auto")),
+        "pipeline_scatter_gather": bool(getattr(args, "pipeline_scatter_gather", False)),
     }
 
 

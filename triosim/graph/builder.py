@@ -21,10 +21,12 @@ from __future__ import annotations
 from dataclasses import replace
 
 from ..compute.op_parts import op_parts
+from ..compute.op_time_source import gpu_timing
 from ..errors import ConfigError
 from ..hardware.platform import Platform
 from ..limits import check_graph_size, op_copies
 from ..schedule.network import attach_network
+from ..schedule.sm_sharing import COMM_SMS_META, SM_COUNT_META
 from ..schedule.tasks import TaskGraph
 from ..trace import Trace
 from ..trace.load import collector_paused
@@ -63,7 +65,18 @@ class GraphBuilder:
         graph.meta.setdefault("op_stages", tuple(op.stage for op in self.trace.ops))
         # ... and the kinds of kernel its time is spent on (GEMM, FP8 casts, attention, other)
         graph.meta.setdefault("op_parts", op_parts(self.trace, self.strategy.micro_batch_size))
+        self.share_sms(graph)
         return attach_network(graph, self.platform)
+
+    def share_sms(self, graph: TaskGraph) -> None:
+        """With ``--gpu`` on a device whose file gives ``sm_count`` and ``collective_sms``: record
+        them for the scheduler, whose compute then slows while communication holds SMs
+        (:mod:`triosim.schedule.sm_sharing`); without them SMs are not shared."""
+        timing = gpu_timing(self.trace)
+        device = timing.device if timing is not None else None
+        if device is not None and device.sm_count and device.collective_sms and not self.strategy.reference_compat:
+            graph.meta[SM_COUNT_META] = device.sm_count
+            graph.meta[COMM_SMS_META] = device.collective_sms
 
     def check(self) -> None:
         """Refuse a bad strategy, and at once what would exhaust the task limit or the machine's

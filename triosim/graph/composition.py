@@ -67,8 +67,10 @@ from .data.zero import buffer_roles
 from .layer_count import check_pipeline_depth, check_virtual_stages
 from .memory import composition as composed_memory
 from .memory.plan import MemoryReport
+from .pipeline.blocking import StreamNeighbours, block_hops, check_blocking
 from .pipeline.builder import choose_stages, micro_batch_sizes
 from .pipeline.rank_program import add_rank_program
+from .pipeline.schedules import FORWARD
 from .pipeline.sends import send_hop_by_hop
 from .pipeline.stages import PipelinePlan, buffer_versions
 from .pipeline.tied_embedding import TiedEmbedding, add_tied_allreduce, find_tied
@@ -78,6 +80,7 @@ from .replica_symmetry import replicas_alike
 from .ring_symmetry import group_comm
 from .single import op_label, record_memory
 from .strategy import Preset, Strategy
+from .tensor.comm_overlap import plan_overlap
 from .tensor.plans import tensor_plan, tp_waits
 
 # Without --exact/--representatives, every GPU is built while dp·tp·ops·micro-batches stays below
@@ -166,9 +169,16 @@ def build(trace: Trace, platform: Platform, strategy: Strategy, fuse_runs: bool 
     fuse = fuse_runs and not exact and strategy.initial_placement == "gpu"
     roles = buffer_roles(trace)
     tied = find_tied(original) if preset is None and pp > 1 else None
+    overlap = None
+    if preset is None and strategy.tp_comm_overlap and tp > 1 and getattr(tpp, "sequence_parallel", False):
+        overlap = plan_overlap(trace, tpp, plan.stage, rec.new_index if rec is not None else None)
+    blocking = preset is None and pp > 1 and strategy.blocking_sends
+    if blocking:
+        check_blocking(pp, virtual)
     while True:
         g = Composition(trace, platform, strategy, ranks, plan, tpp, fractions, replicas, roles, fuse=fuse,
-                        preset=preset, exact=exact, tied=tied, context=context,
+                        preset=preset, exact=exact, tied=tied, context=context, blocks={} if blocking else None,
+                        overlap=overlap,
                         reruns=frozenset(rec.rerun_ops) if rec is not None else frozenset()).assemble()
         if not g.meta.pop("needs_memcpy") or not fuse:
             break
@@ -205,7 +215,7 @@ class Composition(CompositionState):
         comm = group_comm(self.graph, self.platform, self.strategy.collective_detail, self.exact)
         waits, cover = tp_waits(trace, tpp.collectives if ranks.tp > 1 else ())
         params_of = self.add_programs(comm, waits)
-        self.add_crossings(cover)
+        self.add_crossings(cover, comm)
         reports = self.plan_memory()
         g = self.graph
         g.meta["needs_memcpy"] = any(r.fetch_tasks or r.evictions for r in reports)
@@ -238,12 +248,20 @@ class Composition(CompositionState):
             gradient_sync.add_gradient_sync(self, comm, p, params_of[p], last)
         return params_of
 
-    def add_crossings(self, cover: dict[tuple[int, str], int]) -> None:
-        """Every cross-stage buffer version, per micro-batch and replica, hop by hop (as case 4)."""
+    def add_crossings(self, cover: dict[tuple[int, str], int], comm: GroupComm) -> None:
+        """Every cross-stage buffer version, per micro-batch and replica, hop by hop (as case 4).
+        With ``--pipeline-scatter-gather`` (Megatron-LM 2021–22, without sequence parallelism)
+        each TP rank sends 1/tp of a buffer its TP group holds whole, and the receiving group
+        all-gathers it before its readers (``split_tensor_into_1d_equal_chunks`` and
+        ``gather_split_1d_tensor`` in ``megatron/p2p_communication.py``)."""
         plan, ranks = self.plan, self.ranks
         if ranks.pp < 2:
             return
         handed = set(self.tied.head_part) if self.tied is not None else set()
+        near = StreamNeighbours(self) if self.blocks is not None else None
+        split = (self.strategy.pipeline_scatter_gather and ranks.tp > 1
+                 and not getattr(self.tpp, "sequence_parallel", False))
+        ds = sorted({d for d, _ in self.replicas})
         for v in self.versions:
             if v.buffer in handed:  # the tied embedding's all-reduce replaces this hand-over
                 continue
@@ -253,17 +271,45 @@ class Composition(CompositionState):
                 continue
             stages = [st for _, st in readers]
             c_op = cover.get((v.writer, v.buffer))
+            read_in: dict[int, str] = {}
+            for c, st in readers:  # a stage's earliest reading phase (forward before backward)
+                if read_in.get(st) != FORWARD:
+                    read_in[st] = plan.phase[c]
+            gather = split and self.tpp.shard_divisor.get(v.buffer, 1) == 1
             for r, frac in enumerate(self.fractions):
                 nbytes = self.size(v.buffer, frac)
-                for d, t in self.replicas:
-                    first = self.task[(d, t, v.writer, r)]
-                    done = self.tp_done.get((c_op, r, d)) if c_op is not None else None
-                    if done is not None:  # a buffer a TP collective completes leaves after it
-                        first = done[ranks.rank(d, t, plan.rank_of(src))]
-                    arrive = send_hop_by_hop(self.graph, self.platform, v.buffer, r, nbytes, src, stages, first,
-                                             lambda a, d=d, t=t: ranks.rank(d, t, plan.rank_of(a)))
-                    for c, st in readers:
-                        self.graph.add_edge(arrive[st], self.task[(d, t, c, r)])
+                sent = -(-nbytes // ranks.tp) if gather else nbytes
+                for d in ds:
+                    arrived: dict[int, dict[int, int]] = {}  # reader stage -> GPU -> the send arriving there
+                    for dd, t in self.replicas:
+                        if dd != d:
+                            continue
+                        first = self.task[(d, t, v.writer, r)]
+                        done = self.tp_done.get((c_op, r, d)) if c_op is not None else None
+                        if done is not None:  # a buffer a TP collective completes leaves after it
+                            first = done[ranks.rank(d, t, plan.rank_of(src))]
+                        arrive = send_hop_by_hop(self.graph, self.platform, v.buffer, r, sent, src, stages, first,
+                                                 lambda a, d=d, t=t: ranks.rank(d, t, plan.rank_of(a)))
+                        if near is not None:
+                            block_hops(self, near, (d, t), r, src, plan.phase[v.writer], read_in, arrive)
+                        for st in set(stages):
+                            arrived.setdefault(st, {})[ranks.rank(d, t, plan.rank_of(st))] = arrive[st]
+                    for st, at in arrived.items():
+                        ready = at
+                        if gather:  # the receiving TP group puts the shards together
+                            p = plan.rank_of(st)
+                            ready = comm.run("all_gather", ranks.tp_group(d, p), nbytes,
+                                             f"tp gather {v.buffer} mb{r} stage{st} dp{d}", {g: [a] for g, a in at.items()},
+                                             parallel=lambda p=p: (ranks.tp_group(x, p) for x in range(ranks.data)),
+                                             microbatch=r, group_kind="tp")
+                            if d == 0:
+                                self.count("tp", "all_gather", ranks.tp_group(d, p), nbytes)
+                        for c, cst in readers:
+                            if cst == st:
+                                for dd, t in self.replicas:
+                                    if dd == d:
+                                        self.graph.add_edge(ready[ranks.rank(d, t, plan.rank_of(st))],
+                                                            self.task[(d, t, c, r)])
 
     def plan_memory(self) -> list[MemoryReport]:
         """Every built GPU's memory plan, recorded on the graph."""

@@ -16,6 +16,7 @@ from .data.zero import BufferRoles, zero_divisor
 from .pipeline.stages import PipelinePlan
 from .rank_map import RankMap
 from .strategy import Preset, Strategy
+from .tensor.comm_overlap import TpOverlapPlan
 
 
 @dataclass
@@ -57,6 +58,11 @@ class CompositionState:
     # A -case run: the preset it builds (None: a run typed as --dp/--tp/--pp). Its tasks and
     # memory steps keep the names its case gave them (timelines, DOT exports, error messages).
     preset: Preset | None = None
+    # Blocking pipeline sends: (d, t, stage, phase, micro-batch) -> (first task, last task) of
+    # that block on its GPU (None when sends do not block: nothing looks blocks up)
+    blocks: dict[tuple[int, int, int, str, int], tuple[int, int]] | None = None
+    # --tp-comm-overlap: which TP collectives run beside which GEMMs (graph.tensor.comm_overlap)
+    overlap: TpOverlapPlan | None = None
 
     @property
     def tagged(self) -> bool:

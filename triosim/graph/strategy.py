@@ -61,6 +61,9 @@ RECOMPUTE_MODES = ("none", "selective", "full")
 # card's trace, optimal for any other.
 PARTITIONS = ("auto", "layers", "optimal", "time", "count")
 ZERO_ALIASES = {"0": 0, "1": 1, "2": 2, "3": 3, "fsdp": 3}
+# --pipeline-send: auto is what Megatron-LM does (graph.pipeline.blocking): blocking sends under
+# 1F1B and GPipe, overlapped under the interleaved schedule.
+PIPELINE_SENDS = ("auto", "blocking", "overlapped")
 
 
 def parse_zero(text: str | int) -> int:
@@ -107,6 +110,19 @@ class Strategy:
     ``recompute``: activation recomputation (:mod:`triosim.graph.recompute`): ``none``,
     ``selective`` (the attention core re-run before its backward) or ``full`` (each layer's
     forward re-run before its backward, only layer inputs kept).
+
+    The overlaps, with Megatron-Core's names and defaults (off; see docs/overlap.md):
+    ``tp_comm_overlap`` (sequence-parallel all-gathers and reduce-scatters in chunks beside their
+    GEMMs, as Transformer Engine's userbuffers), ``overlap_grad_reduce`` (each gradient bucket
+    reduced as soon as backward fills it; off: every gradient after the last backward op, in one
+    bucket per stage), ``overlap_param_gather`` (ZeRO 1/2: the updated parameters gathered per
+    bucket before the forward ops that use them instead of after the optimizer), and
+    ``pipeline_send``: ``blocking`` (a stage goes on only once its send and the matching receive
+    are done, as Megatron's batched send/receive), ``overlapped`` (sends run beside compute) or
+    ``auto`` (blocking under 1F1B/GPipe, overlapped under the interleaved schedule, as
+    Megatron-LM runs them). ``pipeline_scatter_gather``: without sequence parallelism each TP rank
+    sends 1/tp of a pipeline buffer and the receiving group all-gathers it (Megatron-LM 2021–22's
+    default, gone from Megatron-Core). ``-case`` presets keep their own behaviour and take none of them.
     ``cp``: the context-parallel degree (:mod:`triosim.graph.context`): the sequence of every
     sample split over ``cp`` GPUs that exchange keys and values in attention as ``cp_comm_type``
     says; those GPUs join the data-parallel ranks in the gradient reduction and ZeRO sharding.
@@ -130,6 +146,21 @@ class Strategy:
     rank_order: tuple[str, ...] = AXES
     exact: bool | None = None
     recompute: str = "none"
+    tp_comm_overlap: bool = False
+    overlap_grad_reduce: bool = False
+    overlap_param_gather: bool = False
+    pipeline_send: str = "auto"
+    pipeline_scatter_gather: bool = False
+
+    @property
+    def blocking_sends(self) -> bool:
+        """Whether pipeline sends block their stage (a typed composition only; a ``-case`` preset
+        keeps case 4's overlapped sends)."""
+        if not self.hybrid:
+            return False
+        if self.pipeline_send == "auto":
+            return self.schedule != "interleaved"
+        return self.pipeline_send == "blocking"
     cp: int | None = None
     cp_comm_type: str = "p2p"
 
@@ -214,6 +245,28 @@ class Strategy:
             raise ConfigError("--recompute needs the degrees of a hybrid run: give --dp/--tp/--pp (not -case)")
         if (self.zero or self.sequence_parallel) and not self.hybrid:
             raise ConfigError("--zero and --sequence-parallel need the degrees: give --dp/--tp/--pp instead of -case")
+        self._validate_overlaps()
+
+    def _validate_overlaps(self) -> None:
+        """The overlap switches, with Megatron-Core's own conditions on them."""
+        if self.pipeline_send not in PIPELINE_SENDS:
+            raise ConfigError(f"--pipeline-send must be auto, blocking or overlapped, got {self.pipeline_send!r}")
+        named = [flag for flag, on in (("--tp-comm-overlap", self.tp_comm_overlap),
+                                       ("--overlap-grad-reduce", self.overlap_grad_reduce),
+                                       ("--overlap-param-gather", self.overlap_param_gather),
+                                       ("--pipeline-send", self.pipeline_send != "auto"),
+                                       ("--pipeline-scatter-gather", self.pipeline_scatter_gather)) if on]
+        if named and not self.hybrid:
+            raise ConfigError(f"{named[0]} needs the degrees of a hybrid run: give --dp/--tp/--pp (not -case)")
+        if self.tp_comm_overlap and not self.sequence_parallel:
+            # Megatron-LM asserts it: the overlapped collectives are sequence parallelism's
+            raise ConfigError("--tp-comm-overlap needs --sequence-parallel (it overlaps sequence parallelism's "
+                              "all-gathers and reduce-scatters, as Megatron-Core requires)")
+        if self.overlap_param_gather and not self.zero:
+            raise ConfigError("--overlap-param-gather needs the distributed optimizer (--zero 1 or more): without "
+                              "it there is no parameter all-gather to overlap")
+        if self.overlap_param_gather and not self.overlap_grad_reduce:
+            raise ConfigError("--overlap-param-gather needs --overlap-grad-reduce (as Megatron-LM requires)")
 
     def _validate_context(self) -> None:
         if self.cp_comm_type not in CP_COMM_TYPES:
@@ -247,6 +300,11 @@ class Strategy:
                                    else (a for a in self.rank_order if a != "cp")),
             "exact": self.exact,
             "recompute": self.recompute,
+            "tp_comm_overlap": self.tp_comm_overlap,
+            "overlap_grad_reduce": self.overlap_grad_reduce,
+            "overlap_param_gather": self.overlap_param_gather,
+            "pipeline_send": ("blocking" if self.blocking_sends else "overlapped") if pp > 1 else None,
+            "pipeline_scatter_gather": self.pipeline_scatter_gather,
             "cp": self.context_degree,
             **({"cp_comm_type": self.cp_comm_type} if self.context_degree > 1 else {}),
         }

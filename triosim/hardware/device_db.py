@@ -38,6 +38,10 @@ schema) holds what the roofline op-time model needs to know about a GPU:
   sheet) and ``block_read_gbps`` (the rate at which ONE thread block alone on an SM reads a
   contiguous slice: bound by its loads in flight and the memory latency, not by HBM bandwidth;
   calibrated, its origin in ``sources.block_read_gbps``). Without both, no such limit applies.
+- optional ``collective_sms``: the SMs one NCCL collective or send takes from the GPU's compute
+  while it runs (one CUDA block per channel, each on an SM of its own), with
+  ``sources.collective_sms``; with ``sm_count`` it turns on SM sharing in the scheduler
+  (:mod:`triosim.schedule.sm_sharing`). Without it, communication takes no SMs.
 
 Names are case-insensitive; ``aliases`` lists other names a device answers to (``h100`` is the
 SXM part); an alias must be unambiguous across the database. Every problem with a file is a
@@ -65,7 +69,7 @@ PEAK_FIELDS = ("matrix_tflops", "vector_tflops", "hbm_gbps", "memory_gb")
 REQUIRED = ("name", "memory_gb", "hbm_gbps", "launch_floor_us", "matrix_tflops", "vector_tflops", "efficiency",
             "sources")
 KEYS = frozenset((*REQUIRED, "display_name", "vendor", "aliases", "notes", "sm_count", "block_read_gbps", "node_fabric",
-                  "processing_mode", "fp8_recipes"))
+                  "processing_mode", "collective_sms", "fp8_recipes"))
 PER_TENSOR_FP8 = ("delayed", "current")  # the recipes of a GPU with an fp8 peak whose file names none
 EFFICIENCY_KEYS = frozenset(("compute", "memory", "source"))
 EFFICIENCY_OPTIONAL = frozenset(("compute_by_dtype", "vector"))
@@ -118,6 +122,7 @@ class Device:
     vector_efficiency: Curve | None = None  # vector-unit ops; None: the compute curves
     processing_mode: str = "roofline"  # how an op's compute and memory times combine
     node_fabric: str | None = None  # the shipped topology file of the system this GPU is sold in
+    collective_sms: int | None = None  # SMs one NCCL collective or send occupies (None: SM sharing off)
     fp8_recipe_names: tuple[str, ...] | None = None  # the file's fp8_recipes (None: not given)
 
     @property
@@ -333,6 +338,15 @@ def parse_device(where: str, data: Any) -> Device:
         if sm_count != int(sm_count):
             raise ConfigError(f"{where}: field 'sm_count' must be a whole number, got {data['sm_count']!r}")
         sm_count = int(sm_count)
+    comm_sms = None
+    if "collective_sms" in data:
+        comm_sms = _quantity(where, "collective_sms", data["collective_sms"], "sm_count")
+        if comm_sms != int(comm_sms) or sm_count is None or comm_sms >= sm_count:
+            raise ConfigError(f"{where}: field 'collective_sms' must be a whole number of SMs below sm_count "
+                              f"(which it needs), got {data['collective_sms']!r}")
+        if not isinstance(sources.get("collective_sms"), str) or not sources["collective_sms"].strip():
+            raise ConfigError(f"{where}: missing field sources.collective_sms (where that number comes from)")
+        comm_sms = int(comm_sms)
     block_rate = None
     if "block_read_gbps" in data:
         block_rate = _quantity(where, "block_read_gbps", data["block_read_gbps"], "gbps")
@@ -378,6 +392,7 @@ def parse_device(where: str, data: Any) -> Device:
         vector_efficiency=_curve(where, "efficiency.vector", eff["vector"]) if "vector" in eff else None,
         processing_mode=mode,
         node_fabric=fabric,
+        collective_sms=comm_sms,
         fp8_recipe_names=recipes,
     )
 

@@ -29,6 +29,7 @@ from ..trace.load import collector_paused
 from .flows import flow_of
 from .network import BANDWIDTH_META, NETWORK_META
 from .private_links import private_tuples
+from .sm_sharing import SharedStreams, task_sms
 from .tasks import TaskGraph
 
 
@@ -168,7 +169,13 @@ def _schedule_flows(graph: TaskGraph, progress: Callable[[int], None] | None, re
                 log.append((logged_to, t, {k: f.rate for k, f in active.flows.items()}))
             logged_to = t
 
+    sms = task_sms(graph)  # SMs shared between compute and communication (schedule.sm_sharing)
+    streams = SharedStreams(graph, sms, events, start) if sms is not None else None
+    on_stream = [k == "compute" and len(rs) == 1 for k, rs in zip(graph.kind, res)] if streams else None
+
     def release(i: int, t: float) -> None:
+        if streams is not None and sms[i]:
+            streams.change(i, t, -1)
         end[i] = t
         for j in succ[i]:
             if t > ready_at[j]:
@@ -193,6 +200,22 @@ def _schedule_flows(graph: TaskGraph, progress: Callable[[int], None] | None, re
                 progress(placed)
             continue
         t, kind, i = pop(events)
+        if kind < 0:  # SM sharing: a compute task's end (−1), a communication task's SMs taken (−2) or freed (−3)
+            if kind == -1:
+                if streams.finished(i, t):
+                    end[i] = t
+                    for j in succ[i]:
+                        if t > ready_at[j]:
+                            ready_at[j] = t
+                        indeg[j] -= 1
+                        if indeg[j] == 0:
+                            push(events, (ready_at[j], 0, j))
+                    placed += 1
+                    if progress is not None and placed % tick == 0:
+                        progress(placed)
+            else:
+                streams.change(i, t, 1 if kind == -2 else -1)
+            continue
         if kind == 1:  # flows whose latency is over join the link sharing, all those due at t at once
             note(t)
             starting = [i]
@@ -222,7 +245,12 @@ def _schedule_flows(graph: TaskGraph, progress: Callable[[int], None] | None, re
             continue
         if is_flow[i]:
             start[i] = t
+            if streams is not None and sms[i]:
+                streams.change(i, t, 1)
             push(events, (t + latency[i], 1, i))
+            continue
+        if streams is not None and on_stream[i]:
+            streams.offer(i, t)
             continue
         for r in res[i]:
             if free[r] > t:
@@ -230,6 +258,9 @@ def _schedule_flows(graph: TaskGraph, progress: Callable[[int], None] | None, re
         e = t + dur[i]
         for r in res[i]:
             free[r] = e
+        if streams is not None and sms[i]:  # communication off the links: its SMs from start to end
+            push(events, (t, -2, i))
+            push(events, (e, -3, i))
         start[i] = t
         end[i] = e  # release(i, e), inline: most tasks are compute tasks
         for j in succ[i]:

@@ -5,6 +5,13 @@ per-unit parameter gathers (see :mod:`triosim.graph.composition`).
 
 The standard data-parallel preset (case 1, ``Preset.gradient_sync == "whole"``) synchronises
 every gradient in one all-reduce after the last backward op instead of DDP buckets.
+
+A typed composition follows Megatron-Core's ``--overlap-grad-reduce``. With it, each bucket of
+``--bucket-mb`` is reduced once backward has filled it (as DDP; case 2 does so too). Without it
+(Megatron's default) Megatron-Core makes the bucket size infinite — one bucket per model chunk
+(``DistributedDataParallel.__init__``: ``bucket_size = None`` unless ``overlap_grad_reduce``) —
+and ``finalize_model_grads`` reduces them, chunk after chunk, once the pipeline schedule's last
+backward op has run: here one bucket per stage of the rank, after the rank's last backward task.
 """
 
 from __future__ import annotations
@@ -34,7 +41,29 @@ def sync_buckets(b: CompositionState, params: Sequence[str], s: int) -> list[Buc
     bucket of every gradient, ready after the last backward op."""
     if b.preset is not None and b.preset.gradient_sync == "whole":  # one stage: params are every parameter
         return whole_gradient(b.trace)
+    if not overlapped(b):
+        return _stage_buckets(b, params)
     return _buckets(b, params, s)
+
+
+def overlapped(b: CompositionState) -> bool:
+    """Whether buckets start as backward fills them (else after the rank's last backward task)."""
+    return b.preset is not None or b.strategy.overlap_grad_reduce
+
+
+def _stage_buckets(b: CompositionState, params: Sequence[str]) -> list[Bucket]:
+    """Without ``--overlap-grad-reduce``: one bucket per model chunk (stage) of the rank, in
+    chunk order, each holding every gradient of its stage."""
+    trace, divisor, plan = b.trace, b.tpp.shard_divisor, b.plan
+    by_stage: dict[int, list[str]] = {}
+    for p in params:
+        by_stage.setdefault(plan.buffer_stage.get(p, 0), []).append(p)
+    out: list[Bucket] = []
+    for st in sorted(by_stage):
+        for bk in make_buckets(trace, float("inf"), by_stage[st],
+                               lambda p: -(-reduced_gradient_bytes(trace, p) // divisor.get(p, 1))):
+            out.append(Bucket(len(out), bk.params, bk.nbytes, bk.ready_op))
+    return out
 
 
 def _buckets(b: CompositionState, params: Sequence[str], s: int) -> list[Bucket]:
@@ -46,8 +75,9 @@ def _buckets(b: CompositionState, params: Sequence[str], s: int) -> list[Bucket]
 
 
 def gather_unit(b: CompositionState, comm: GroupComm, s: int, units, k: int, ph: str, r: int, last, gathered, ts) -> None:
-    """ZeRO-3: all-gather unit ``k``'s parameters on each DP group, after the previous gather and
-    once the op before the current unit has run (one unit of prefetch)."""
+    """ZeRO-3 (and ZeRO 1/2 with ``--overlap-param-gather``): all-gather unit ``k``'s parameters on
+    each DP group, after the previous gather and once the op before the current unit has run (one
+    unit of prefetch)."""
     ranks = b.ranks
     u = units[k]
     p = b.plan.rank_of(s)  # stage s runs on pipeline rank p
@@ -59,7 +89,7 @@ def gather_unit(b: CompositionState, comm: GroupComm, s: int, units, k: int, ph:
                 continue
             prev = gathered.get((d, t))
             after[ranks.rank(d, t, p)] = [*last[(d, t)], *([prev] if prev is not None else [])]
-        done = comm.run("all_gather", group, u.nbytes, f"zero3 gather unit{k} {'fwd' if ph == FORWARD else 'bwd'} "
+        done = comm.run("all_gather", group, u.nbytes, f"zero{b.strategy.zero} gather unit{k} {'fwd' if ph == FORWARD else 'bwd'} "
                         f"mb{r} stage{s} tp{t}", after, parallel=lambda p=p: _dp_groups(ranks, p),
                         microbatch=r, group_kind="dp", unit=k)
         for d, tt in b.replicas:
@@ -88,6 +118,7 @@ def add_gradient_sync(b: CompositionState, comm: GroupComm, s: int, params: list
     whole = not typed and b.preset.gradient_sync == "whole"
     # A data-parallel preset syncs its buckets on one GPU too (a sync task each, as its case did).
     dp_preset = not typed and b.preset.axis == "dp"
+    as_filled = overlapped(b)
     for bk in (sync_buckets(b, params, s) if ranks.data > 1 or zero or dp_preset else []):
         for t in ts:
             group = ranks.dp_group(t, s)
@@ -95,7 +126,7 @@ def add_gradient_sync(b: CompositionState, comm: GroupComm, s: int, params: list
             for d, tt in b.replicas:
                 if tt != t:
                     continue
-                ready = b.task.get((d, t, bk.ready_op, r_last))
+                ready = b.task.get((d, t, bk.ready_op, r_last)) if as_filled else None
                 after[ranks.rank(d, t, s)] = [*(last[(d, t)] if ready is None else [ready]), *done[(d, t)]]
             if typed:
                 label = f"{'allreduce' if zero == 0 else 'reducescatter'} bucket{bk.index} stage{s} tp{t}"
@@ -132,7 +163,7 @@ def add_gradient_sync(b: CompositionState, comm: GroupComm, s: int, params: list
         b.seq[gpu].append((task, (i,), None))
         last[(d, t)] = [task]
         done[(d, t)] = []
-    if zero in (1, 2) and ranks.data > 1:
+    if zero in (1, 2) and ranks.data > 1 and not (typed and strategy.overlap_param_gather):
         nbytes = sum(-(-gathered_parameter_bytes(trace, p) // b.tpp.shard_divisor.get(p, 1)) for p in params)
         for t in ts:
             group = ranks.dp_group(t, s)
@@ -143,4 +174,4 @@ def add_gradient_sync(b: CompositionState, comm: GroupComm, s: int, params: list
                 b.count("dp", "all_gather", group, nbytes)
 
 
-__all__ = ["add_gradient_sync", "gather_unit", "stage_params", "sync_buckets"]
+__all__ = ["add_gradient_sync", "gather_unit", "overlapped", "stage_params", "sync_buckets"]

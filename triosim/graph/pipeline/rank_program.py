@@ -24,7 +24,9 @@ from ..data.data_parallel import MIB
 from ..data.zero import fsdp_units, gathered_copies
 from ..rank_map import RankMap
 from ..tensor import per_op
-from .schedules import BACKWARD, FORWARD, block_order, interleaved_order
+from ..tensor.comm_overlap import PIPELINE_SPLITS, USERBUFFER_SMS, Part, add_ring_steps
+from .blocking import record_comm_points
+from .schedules import BACKWARD, FORWARD, block_order, interleaved_order, interleaved_warmup
 
 
 def add_rank_program(b: CompositionState, comm: GroupComm, p: int, waits, colls,
@@ -47,7 +49,14 @@ def add_rank_program(b: CompositionState, comm: GroupComm, p: int, waits, colls,
     full = lambda q: -(-gathered_parameter_bytes(trace, q) // b.tpp.shard_divisor.get(q, 1))  # noqa: E731
     units_of = {st: fsdp_units(trace, plan, params, st, strategy.bucket_mb * MIB, full) for st in stages} \
         if strategy.zero == 3 else {}
-    if units_of and ranks.data > 1:
+    # --overlap-param-gather (ZeRO 1/2): the updated parameters are gathered per bucket before the
+    # first forward op using them, in the stage's first micro-batch only (Megatron-Core's forward
+    # pre-hooks: wait for this bucket's all-gather, dispatch the next one).
+    param_gather = strategy.zero in (1, 2) and strategy.overlap_param_gather and ranks.data > 1 and b.preset is None
+    if param_gather:
+        units_of = {st: {FORWARD: fsdp_units(trace, plan, params, st, strategy.bucket_mb * MIB, full)[FORWARD],
+                         BACKWARD: []} for st in stages}
+    if units_of and ranks.data > 1 and strategy.zero == 3:
         for st, units in units_of.items():
             copies = gathered_copies(trace, plan, units, st, len(b.fractions))
             b.gathered.update({(p, *at): keys for at, keys in copies.steps.items()})
@@ -74,19 +83,27 @@ def add_rank_program(b: CompositionState, comm: GroupComm, p: int, waits, colls,
     # N is not a power of two); a typed composition scales by the plan's factor.
     case3_time = b.preset is not None and b.preset.axis == "tp"
     segments: dict[tuple[int, str], list[list[int]]] = {}
+    parts: dict[tuple[int, str], list] = {}  # per segment: its overlap piece (None: the whole segment)
     looked_up: set[int] = set()  # ops whose task a later step looks up (the cuts)
+    ovl = b.overlap
     for st in stages:
         cut_before, cut_after = _segment_cuts(b, st, params, waits_here, colls, units_of.get(st))
+        if ovl is not None:  # chunked and split ops are tasks of their own
+            cut_before |= ovl.cut_ops
+            cut_after |= ovl.cut_ops
         looked_up |= cut_before | cut_after
         for ph in (FORWARD, BACKWARD):
-            segments[(st, ph)] = _segments(ops[(st, ph)], cut_before, cut_after, b.fuse)
+            segs = _segments(ops[(st, ph)], cut_before, cut_after, b.fuse)
+            pieces = ovl.pieces(segs) if ovl is not None else [(seg, None) for seg in segs]
+            segments[(st, ph)] = [seg for seg, _ in pieces]
+            parts[(st, ph)] = [part for _, part in pieces]
     # Each segment's fixed facts, once per (stage, phase): the loop below runs once per segment,
     # micro-batch and replica. (first op, last op, label, attributes, ops, TP collectives it
     # waits for, phase, the TP collectives after it, their labels' start)
     seg_facts: dict[tuple[int, str], list[tuple]] = {}
     for key, segs in segments.items():
         facts = seg_facts[key] = []
-        for seg in segs:
+        for seg, part in zip(segs, parts[key]):
             i, i_last = seg[0], seg[-1]
             cs = tuple(colls.get(i_last, ()))
             # a run of ops nothing outside the GPU waits for or feeds: one task, same times
@@ -94,10 +111,15 @@ def add_rank_program(b: CompositionState, comm: GroupComm, p: int, waits, colls,
                 (f"{labels[i]} .. {labels[i_last]}", {"ops": tuple(seg)})
             if case3_time and ranks.tp > 1 and scale[i] != 1.0:
                 extra = {**extra, "shard": ranks.tp}  # as case 3 marked a split op
+            w = waits_here[i]
+            if part is not None:
+                label, extra, w, cs = piece_facts(part, label, extra, seg, waits_here, cs)
+            keep_i, keep_last = i in looked_up, i_last in looked_up or bool(cs)  # its collectives look it up
+            if part is not None:
+                keep_i = keep_last = keep_i or keep_last or i in looked_up  # the last piece's task is the op's
             c_names = tuple(f"{c.kind.replace('_', '')} {labels[i_last]}" for c in cs)
-            facts.append((i, i_last, label, extra, tuple(seg), waits_here[i], trace.ops[i].stage, cs,
-                          tuple(f"tp {n}" for n in c_names) if tagged else c_names,
-                          i in looked_up, i_last in looked_up or bool(cs)))  # its collectives look it up
+            facts.append((i, i_last, label, extra, tuple(seg), w, trace.ops[i].stage, cs,
+                          tuple(f"tp {n}" for n in c_names) if tagged else c_names, keep_i, keep_last, part))
     seg_time: dict[tuple[int, str, float], list[float]] = {}  # (stage, phase, fraction) -> seconds per segment
 
     def seconds(s: int, ph: str, frac: float) -> list[float]:
@@ -106,11 +128,11 @@ def add_rank_program(b: CompositionState, comm: GroupComm, p: int, waits, colls,
         if durs is None:
             mb = max(1, round(frac * trace.batch_size))
             durs = seg_time[(s, ph, frac)] = []
-            for seg in segments[(s, ph)]:
+            for seg, part in zip(segments[(s, ph)], parts[(s, ph)]):
                 dur = 0.0
                 for j in seg:
                     dur += per_op.op_time(trace, j, ranks.tp) if case3_time else op_seconds(trace, j, mb) * scale[j]
-                durs.append(dur)
+                durs.append(dur if part is None else dur * part.frac)
         return durs
 
     if plan.virtual > 1:
@@ -123,22 +145,100 @@ def add_rank_program(b: CompositionState, comm: GroupComm, p: int, waits, colls,
     context = getattr(b, "context", None)  # context parallelism: its attention ops (graph/context)
     attention = context.ops if context is not None else {}
     stats = b.stats
-    for ph, r, v in order:
+    ran: list = []  # with blocking sends: each block run and its first and last task per replica
+    ring_in: dict[tuple[int, int, int], dict[int, list[int]]] = {}  # (AG op, mb, d) -> gpu -> arriving steps
+
+    def ring_exchange(c, nbytes: int, name: str, r: int, chained: bool) -> None:
+        """--tp-comm-overlap: all-gather ``c`` as ring-exchange steps (graph.tensor.comm_overlap)."""
+        n = ranks.tp
+        for d in ds:
+            built = [(t, gpu) for t, gpu in members[d]]
+            after = {gpu: [tp_done[(c.op, r, d)][gpu]] if chained else [task_of[(d, t, c.op, r)]] for t, gpu in built}
+            arriving = add_ring_steps(g, b.platform, tp_groups[d], built, -(-nbytes // n), after, name + str(d),
+                                      op_index=c.op, microbatch=r, group_kind="tp")
+            ring_in[(c.op, r, d)] = arriving
+            tp_done[(c.op, r, d)] = {gpu: steps[-1] for gpu, steps in arriving.items()}
+            if d == 0:
+                b.count("tp", c.kind, tp_groups[d], nbytes)
+
+    rs_prev: dict[tuple[int, int, int], dict[int, int]] = {}  # (row op, mb, d) -> gpu -> its last chunk
+
+    def rs_chunk(part: Part, r: int, frac: float, mb_s: str, s: int) -> None:
+        """--tp-comm-overlap: the reduce-scatter of one chunk of a row GEMM, after that chunk and
+        after the previous chunk's (graph.tensor.comm_overlap)."""
+        c = next(x for x in colls[part.rs] if x.kind == "reduce_scatter")
+        whole = int(round(c.nbytes * frac))  # the chunks carry it exactly once between them
+        nbytes = whole * (part.chunk + 1) // PIPELINE_SPLITS - whole * part.chunk // PIPELINE_SPLITS
+        name = f"tp reducescatter {labels[part.rs]} chunk{part.chunk}{mb_s} stage{s} dp"
+        for d in ds:
+            after = {}
+            for t, gpu in members[d]:
+                deps = [task_of[(d, t, part.rs, r)]]
+                if part.chunk:
+                    deps.append(rs_prev[(part.rs, r, d)][gpu])
+                after[gpu] = deps
+            if rep_only:
+                charge, _ = _tp_charge(comm, charged, c, nbytes, tp_groups[0], tp_parallel)
+                task = comm.add_charged(charge, name + "0", after[gpu0], built0, op_index=part.rs, microbatch=r,
+                                        group_kind="tp", sms=USERBUFFER_SMS)
+                done = {gpu0: task}
+            else:
+                done = comm.run(c.kind, tp_groups[d], nbytes, name + str(d), after, parallel=tp_parallel,
+                                op_index=part.rs, microbatch=r, group_kind="tp", sms=USERBUFFER_SMS)
+            rs_prev[(part.rs, r, d)] = done
+            if d == 0:
+                b.count("tp", c.kind, tp_groups[d], nbytes)
+            if part.last:
+                tp_done[(part.rs, r, d)] = done
+
+    # --overlap-param-gather under the interleaved schedule: Megatron-LM aligns the gathers
+    # (align_param_gather, its default there): every bucket of model chunks 0 and 1 is gathered
+    # from the start, and chunk c's at the forward block (c − 1)·P − p of rank p
+    # (schedules.forward_backward_pipelining_with_interleaving, param_sync_func); the forward ops
+    # wait for their bucket.
+    aligned = param_gather and plan.virtual > 1
+    dispatch: dict[int, list[int]] = {}
+    if aligned:
+        for c in range(plan.virtual):
+            dispatch.setdefault(0 if c < 2 else max(0, (c - 1) * ranks.pp - p), []).append(c * ranks.pp + p)
+    early: dict[tuple, int] = {}  # (stage, unit, replica) -> its gather, dispatched ahead
+    forwards = 0
+    for pos, (ph, r, v) in enumerate(order):
         s = v * ranks.pp + p
+        if ph == FORWARD and aligned:
+            for st in dispatch.pop(forwards, ()):
+                for kk in range(len(units_of[st][FORWARD])):
+                    gradient_sync.gather_unit(b, comm, st, units_of[st][FORWARD], kk, FORWARD, 0, last, gathered, ts)
+                    early.update(((st, kk, rep), gathered[(*rep, "unit", kk)]) for rep in b.replicas)
+            forwards += 1
         if not ops[(s, ph)]:
             continue
         units = units_of.get(s)
         frac = b.fractions[r]
         unit_at: dict[int, int] = {}
+        if units is not None and param_gather and r != 0:
+            units = None  # gathered once, before the first micro-batch's forward
         if units is not None and units[ph]:
             unit_at = {u.first_op: k for k, u in enumerate(units[ph])}
-            gradient_sync.gather_unit(b, comm, s, units[ph], 0, ph, r, last, gathered, ts)
+            if aligned:  # dispatched ahead: the block's ops wait for them
+                gathered.update(((*rep, "unit", kk), early[(s, kk, rep)]) for kk in range(len(units[ph]))
+                                for rep in b.replicas)
+            else:
+                gradient_sync.gather_unit(b, comm, s, units[ph], 0, ph, r, last, gathered, ts)
         durs = seconds(s, ph, frac)
         mb_s = f" mb{r}" if tagged else ""
-        for (i, i_last, base, extra, seg_ops, w, phase, cs, c_names, keep_i, keep_last), dur in \
+        firsts = {rep: None for rep in b.replicas} if b.blocks is not None else None
+        for (i, i_last, base, extra, seg_ops, w, phase, cs, c_names, keep_i, keep_last, part), dur in \
                 zip(seg_facts[(s, ph)], durs):
+            step = part.step if part is not None and part.ring is not None else 0
             k = unit_at.get(i) if unit_at else None
-            if k is not None and k + 1 < len(units[ph]):
+            if part is not None and unit_at:  # a chunked run of ops may start units after its first op
+                ks = [unit_at[j] for j in seg_ops if j in unit_at] if part.first else []
+                for kk in ks[:-1]:
+                    if kk + 1 < len(units[ph]) and not aligned:
+                        gradient_sync.gather_unit(b, comm, s, units[ph], kk + 1, ph, r, last, gathered, ts)
+                k = ks[-1] if ks else None
+            if k is not None and k + 1 < len(units[ph]) and not aligned:
                 gradient_sync.gather_unit(b, comm, s, units[ph], k + 1, ph, r, last, gathered, ts)
             label = base + mb_s
             # one attribute dict for the segment's task on every GPU (in add_compute's key order)
@@ -155,8 +255,10 @@ def add_rank_program(b: CompositionState, comm: GroupComm, p: int, waits, colls,
                 continue
             for rep, gpu in reps:
                 after = last[rep]
-                if w or k is not None:
+                if w or k is not None or step:
                     after = list(after)
+                    if step:  # a chunk of a GEMM waits for the ring step bringing its shard
+                        after.append(ring_in[(part.ring, r, rep[0])][gpu][step - 1])
                     for c_op in w:
                         done = tp_done.get((c_op, r, rep[0]))
                         if done is not None:
@@ -172,20 +274,31 @@ def add_rank_program(b: CompositionState, comm: GroupComm, p: int, waits, colls,
                     task_of[(*rep, i, r)] = task
                 if keep_last:
                     task_of[(*rep, i_last, r)] = task
-                seq[gpu].append((task, seg_ops, r))
+                if part is None or part.first:  # a piece after the first is no memory step of its own
+                    seq[gpu].append((task, seg_ops, r))
                 last[rep] = [task]
+                if firsts is not None and firsts[rep] is None:
+                    firsts[rep] = task
+            if part is not None and part.rs is not None:  # pipelined: this chunk's share of the reduce-scatter
+                rs_chunk(part, r, frac, mb_s, s)
             for k_c, (c, c_name) in enumerate(zip(cs, c_names)):
                 # a second collective on the op (sequence parallel, blocks back to back) gathers
                 # what the first reduced: it starts when the first is done
                 # the micro-batch's share of the payload, of the rank's 1/cp of the tokens
                 nbytes = c.nbytes if frac == 1.0 and ranks.cp == 1 else int(round(c.nbytes * frac / ranks.cp))
                 name = f"{c_name}{mb_s} stage{s} dp"
+                chained = k_c > 0 or (part is not None and part.rs is not None)
+                if ovl is not None and c.op in ovl.ring and c.kind == "all_gather" and not c.redo:
+                    ring_exchange(c, nbytes, name, r, chained)
+                    continue
+                sms = {"sms": ovl.sms(c.op, c.kind, c.redo)} if ovl is not None and ovl.sms(c.op, c.kind, c.redo) \
+                    else {}
                 if rep_only:  # one built GPU per group: the task its charge, found once, describes
                     charge, wire = _tp_charge(comm, charged, c, nbytes, tp_groups[0], tp_parallel)
-                    before = [task_of[(0, 0, i_last, r)]] if k_c == 0 else [tp_done[(i_last, r, 0)][gpu0]]
+                    before = [task_of[(0, 0, i_last, r)]] if not chained else [tp_done[(i_last, r, 0)][gpu0]]
                     for call in range(c.calls):  # back-to-back calls, each waiting for the previous
                         task = comm.add_charged(charge, f"{name}0" + (f" call{call}" if call else ""), before,
-                                                built0, op_index=i_last, microbatch=r, group_kind="tp")
+                                                built0, op_index=i_last, microbatch=r, group_kind="tp", **sms)
                         before = [task]
                     tp_done[(i_last, r, 0)] = {gpu0: task}
                     tally = stats.get("tp")
@@ -197,7 +310,7 @@ def add_rank_program(b: CompositionState, comm: GroupComm, p: int, waits, colls,
                     continue
                 for d in ds:
                     group = tp_groups[d]
-                    if k_c == 0:
+                    if not chained:
                         after = {gpu: [task_of[(d, t, i_last, r)]] for t, gpu in members[d]}
                     else:  # a second collective on one op starts when the first is done
                         prev = tp_done[(i_last, r, d)]
@@ -206,14 +319,38 @@ def add_rank_program(b: CompositionState, comm: GroupComm, p: int, waits, colls,
                         if tagged:
                             done = comm.run(c.kind, group, nbytes, f"{name}{d}" + (f" call{call}" if call else ""),
                                             after, parallel=tp_parallel, op_index=i_last, microbatch=r,
-                                            group_kind="tp")
+                                            group_kind="tp", **sms)
                         else:  # the tensor-parallel preset: as case 3 named it
                             done = comm.run(c.kind, group, nbytes, c_name, after, op=i_last)
                         after = {gpu: [task] for gpu, task in done.items()}
                         if d == 0:
                             b.count("tp", c.kind, group, nbytes)
                     tp_done[(i_last, r, d)] = done
+        if firsts is not None:
+            ran.append((pos, (s, ph, r), {rep: (firsts[rep], last[rep][0]) for rep in b.replicas}))
+    if b.blocks is not None:  # blocking sends look each block's communication point up
+        warm = interleaved_warmup(ranks.pp, r_count, p, plan.virtual) if plan.virtual > 1 else None
+        record_comm_points(b, ran, warm, len(order))
     return last
+
+
+def piece_facts(part: Part, label: str, extra: dict, seg: list[int], waits_here, cs: tuple):
+    """A piece's label, attributes, the TP collectives it waits for (its ops' all, but the one it
+    runs beside) and the collectives after it (its ops' own after the last piece, less a
+    reduce-scatter its chunks already ran)."""
+    if part.ring is not None:
+        label, extra = f"{label} chunk{part.step}", {**extra, "chunk": part.step}
+    elif part.rs is not None:
+        label, extra = f"{label} chunk{part.chunk}", {**extra, "chunk": part.chunk}
+    else:
+        half = "wgrad" if part.first is False else "dgrad"
+        label, extra = f"{label} {half}", {**extra, "half": half}
+    w = tuple(dict.fromkeys(c for j in seg for c in waits_here[j] if c != part.skip))
+    if not part.last:
+        cs = ()
+    elif part.rs is not None:
+        cs = tuple(c for c in cs if c.kind != "reduce_scatter")
+    return label, extra, w, cs
 
 
 def _add_chains(b: CompositionState, p: int, order, ops: dict[tuple[int, str], list[int]], seconds,
@@ -282,7 +419,8 @@ def _segment_cuts(b: CompositionState, s: int, params: list[str], waits_here, co
         if src == s:
             after.add(v.writer)
         before.update(c for c in readers if b.plan.stage[c] == s)
-    after.update(bk.ready_op for bk in gradient_sync.sync_buckets(b, params, s))
+    if gradient_sync.overlapped(b):  # else every bucket waits for the rank's last task
+        after.update(bk.ready_op for bk in gradient_sync.sync_buckets(b, params, s))
     if units is not None:
         for phase_units in units.values():
             before.update(u.first_op for u in phase_units)

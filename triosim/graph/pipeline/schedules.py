@@ -72,11 +72,18 @@ def interleaved_order(ranks: int, num_micro: int, rank: int, virtual: int) -> li
             chunk = virtual - 1 - chunk
         return (phase, (k // group) * ranks + in_group % ranks, chunk)
 
-    warm = total if num_micro == ranks else min(total, 2 * (ranks - 1 - rank) + (virtual - 1) * ranks)
+    warm = interleaved_warmup(ranks, num_micro, rank, virtual)
     order = [block(k, FORWARD) for k in range(warm)]
     for k in range(total - warm):
         order += [block(warm + k, FORWARD), block(k, BACKWARD)]
     return order + [block(k, BACKWARD) for k in range(total - warm, total)]
+
+
+def interleaved_warmup(ranks: int, num_micro: int, rank: int, virtual: int) -> int:
+    """Forward blocks GPU ``rank`` runs before its first backward under the interleaved schedule
+    (Megatron-LM's ``num_warmup_microbatches``); the rest pair one forward with one backward."""
+    total = num_micro * virtual
+    return total if num_micro == ranks else min(total, 2 * (ranks - 1 - rank) + (virtual - 1) * ranks)
 
 
 def schedule_blocks(schedule: str, ranks: int, num_micro: int, rank: int, virtual: int = 1) -> list[tuple[str, int, int]]:
