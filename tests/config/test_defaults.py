@@ -135,3 +135,20 @@ def test_rerun_from_the_config_block_gives_the_same_bytes(tmp_path: Path) -> Non
     code, _, err = run(["run", "--config", str(first), "--json", str(second)])
     assert code == 0, err
     assert first.read_bytes() == second.read_bytes()
+
+
+def test_summary_box_names_what_each_axis_overlaps() -> None:
+    """Megatron-Core's overlaps are off unless switched on, which moves the answer as much as a
+    degree does: the box says, per parallel axis of the run, what overlaps and what does not."""
+    code, out, err = run(["run", *CARD, "--dp", "2", "--tp", "2", "--pp", "2", "--global-batch", "8",
+                          "--sequence-parallel", "--zero", "1"])
+    assert code == 0, err
+    flat = " ".join(out.replace("│", " ").split())
+    for words in ("gradient reduction after the backward (--overlap-grad-reduce off)",
+                  "parameter all-gather after the optimizer (--overlap-param-gather off)",
+                  "TP communication exposed (--tp-comm-overlap off)", "pipeline sends blocking (--pipeline-send auto)"):
+        assert words in flat
+    code, out, err = run(["run", *CARD, "--dp", "2", "--global-batch", "8", "--overlap-grad-reduce"])
+    assert code == 0, err
+    flat = " ".join(out.replace("│", " ").split())
+    assert "Overlaps: gradient reduction per bucket during the backward" in flat and "pipeline sends" not in flat

@@ -69,6 +69,28 @@ def breakdown_line(result: Result) -> str:
     return line
 
 
+def overlaps_line(strategy, num_gpus: int) -> str | None:
+    """What each parallel axis of a ``--dp/--tp/--pp`` run overlaps, as its switches say
+    (Megatron-Core's defaults are off, which shapes the answer as much as any degree does)."""
+    if not strategy.hybrid:
+        return None
+    dp, tp, pp = strategy.degrees(num_gpus)
+    parts = []
+    if dp * strategy.context_degree > 1:
+        parts.append("gradient reduction " + ("per bucket during the backward" if strategy.overlap_grad_reduce
+                                              else "after the backward (--overlap-grad-reduce off)"))
+        if strategy.zero in (1, 2):
+            parts.append("parameter all-gather " + ("during the next forward" if strategy.overlap_param_gather
+                                                    else "after the optimizer (--overlap-param-gather off)"))
+    if tp > 1 and strategy.sequence_parallel:
+        parts.append("TP communication " + ("chunked beside its GEMMs" if strategy.tp_comm_overlap
+                                            else "exposed (--tp-comm-overlap off)"))
+    if pp > 1:
+        parts.append(f"pipeline sends {'blocking' if strategy.blocking_sends else 'overlapped'}"
+                     + (" (--pipeline-send auto)" if strategy.pipeline_send == "auto" else ""))
+    return ("Overlaps: " + ", ".join(parts)) if parts else None
+
+
 def defaults_line(defaults: list[dict]) -> str:
     """``defaults: -micro-batch-size 1 (…), --schedule 1f1b (…)``: the values a run filled in."""
     return "Megatron's defaults: " + ", ".join(f"{d['flag']} {d['value']} ({d['why']})" for d in defaults)
@@ -87,6 +109,9 @@ def print_summary(result: Result, console: Console, title: str = "") -> None:
     defaults = result.extra.get("defaults")
     if defaults:  # what the run chose for flags left out (Megatron's defaults), so no answer hides one
         head = head.replace("\n[bold green]", "\n" + defaults_line(defaults) + "\n[bold green]", 1)
+    overlaps = overlaps_line(s, p.num_gpus)
+    if overlaps:
+        head = head.replace("\n[bold green]", "\n" + overlaps + "\n[bold green]", 1)
     precision = result.graph.meta.get("precision")
     if precision:  # only under a training dtype
         fp8 = precision.get("fp8")
