@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import sys
 from pathlib import Path
 
 import pytest
@@ -18,6 +19,7 @@ settings.register_profile("shrink", phases=tuple(Phase))
 settings.load_profile("no-shrink")
 
 REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO / "tests"))  # for `from cli_capture import run`
 # TRIOSIM_REFERENCE_DIR points at the reference folder from a checkout elsewhere (a worktree).
 REFERENCE = (Path(os.environ.get("TRIOSIM_REFERENCE_DIR", REPO.parent / "shared" / "reference"))
              / "sample_trace" / "trace2-h100-bs128")

@@ -3,27 +3,19 @@ cache, and a card run's errors name the card, never the cached trace's ``tensor.
 
 from __future__ import annotations
 
-import io
 import json
-from contextlib import redirect_stderr, redirect_stdout
 from dataclasses import replace
 from pathlib import Path
 
 import pytest
+from cli_capture import run
 
-from triosim.cli.console import main
 from triosim.config.model_flags import cached_card_trace
 from triosim.trace.model_card import get_card, packaged_dir
 from triosim.trace.synthetic_card import CardTraceSpec
 
 NEO = (packaged_dir() / "gpt-neo-1.3b.yaml").read_text()
 
-
-def run(argv: list[str]) -> tuple[int, str, str]:
-    out, err = io.StringIO(), io.StringIO()
-    with redirect_stdout(out), redirect_stderr(err):
-        code = main(argv)
-    return code, out.getvalue(), err.getvalue()
 
 
 @pytest.fixture

@@ -5,15 +5,14 @@ that says what the command does instead."""
 from __future__ import annotations
 
 import argparse
-import io
 from collections.abc import Iterator
-from contextlib import redirect_stderr, redirect_stdout
 from pathlib import Path
 
 import pytest
+from cli_capture import run
 from triosim.sample_trace import trace_dir
 
-from triosim.cli.console import build_parser, main
+from triosim.cli.console import build_parser
 
 SAMPLE = trace_dir().parent / "gpt-cpu-bs8"
 
@@ -39,15 +38,6 @@ def test_every_command_is_checked() -> None:
 def test_no_parser_takes_abbreviations(name: str, parser: argparse.ArgumentParser) -> None:
     assert parser.allow_abbrev is False, name
 
-
-def run(argv: list[str]) -> tuple[int, str, str]:
-    out, err = io.StringIO(), io.StringIO()
-    with redirect_stdout(out), redirect_stderr(err):
-        try:
-            code = main(argv)
-        except SystemExit as exc:
-            code = int(exc.code or 0)
-    return code, out.getvalue(), err.getvalue()
 
 
 GPUS_HINT = ("; `triosim gpus` takes no --gpu: it lists every GPU with its peaks, memory and aliases (`triosim gpus "

@@ -3,21 +3,12 @@
 
 from __future__ import annotations
 
-import io
-from contextlib import redirect_stderr, redirect_stdout
-
-from triosim.cli.console import main
+from cli_capture import run
 
 ARGV = ["sweep", "--dp", "3,5", "--global-batch", "7", "--jobs", "1"]
 FIRST = ("dp=3 global-batch=7: --global-batch 7 is not a multiple of --dp 3: every data-parallel replica trains the "
          "same number of equal micro-batches (use --global-batch 6 or 9)")
 
-
-def run(argv: list[str]) -> tuple[int, str, str]:
-    out, err = io.StringIO(), io.StringIO()
-    with redirect_stdout(out), redirect_stderr(err):
-        code = main(argv)
-    return code, out.getvalue(), err.getvalue()
 
 
 def test_quiet_sweep_with_nothing_run_gives_the_first_reason() -> None:

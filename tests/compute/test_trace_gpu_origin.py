@@ -4,25 +4,16 @@ on an H100", kept or retargeted as such)."""
 
 from __future__ import annotations
 
-import io
-from contextlib import redirect_stderr, redirect_stdout
 from pathlib import Path
 
 import pytest
+from cli_capture import run
 from triosim.sample_trace import trace_dir
-
-from triosim.cli.console import main
 
 SAMPLES = trace_dir().parent
 CPU = ("--trace-gpu {g}: meta.json says this trace was timed on the CPU (AMD EPYC), and CPU times are not a GPU's; "
        "leave --trace-gpu out (--op-time-source auto times its ops by the roofline on --gpu)")
 
-
-def run(argv: list[str]) -> tuple[int, str, str]:
-    out, err = io.StringIO(), io.StringIO()
-    with redirect_stdout(out), redirect_stderr(err):
-        code = main(argv)
-    return code, out.getvalue(), err.getvalue()
 
 
 @pytest.mark.parametrize(("trace_gpu", "source"), [("h100", "auto"), ("h100", "trace"), ("a100", "auto"),

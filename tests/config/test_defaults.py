@@ -5,26 +5,14 @@ config block gives the same bytes."""
 
 from __future__ import annotations
 
-import io
 import json
-from contextlib import redirect_stderr, redirect_stdout
 from pathlib import Path
 
 import pytest
-
-from triosim.cli.console import main
+from cli_capture import run
 
 CARD = ["--model", "llama3-8b", "--num-layers", "2", "--gpu", "h100-sxm"]
 
-
-def run(argv: list[str]) -> tuple[int, str, str]:
-    out, err = io.StringIO(), io.StringIO()
-    with redirect_stdout(out), redirect_stderr(err):
-        try:
-            code = main(argv)
-        except SystemExit as exc:
-            code = int(exc.code or 0)
-    return code, out.getvalue(), err.getvalue()
 
 
 def result(argv: list[str]) -> dict:

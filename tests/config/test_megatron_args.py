@@ -4,28 +4,17 @@ line, and the architecture arguments make the card Megatron would build."""
 
 from __future__ import annotations
 
-import io
 import json
-from contextlib import redirect_stderr, redirect_stdout
 from pathlib import Path
 
 import pytest
+from cli_capture import run
 
-from triosim.cli.console import main
 from triosim.config.megatron_args import translate_argv
 from triosim.trace.model_card import read_card_file
 
 CARD = ["--model", "llama3-8b", "--num-layers", "4", "--gpu", "h100-sxm"]
 
-
-def run(argv: list[str]) -> tuple[int, str, str]:
-    out, err = io.StringIO(), io.StringIO()
-    with redirect_stdout(out), redirect_stderr(err):
-        try:
-            code = main(argv)
-        except SystemExit as exc:
-            code = int(exc.code or 0)
-    return code, out.getvalue(), err.getvalue()
 
 
 def json_bytes(argv: list[str]) -> str:

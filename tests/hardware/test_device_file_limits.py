@@ -4,14 +4,12 @@ iteration of 10^294 s), and its names are one line of text."""
 
 from __future__ import annotations
 
-import io
 import json
-from contextlib import redirect_stderr, redirect_stdout
 from pathlib import Path
 
 import pytest
+from cli_capture import run
 
-from triosim.cli.console import main
 from triosim.errors import ConfigError
 from triosim.hardware.device_db import packaged_dir, read_device_file
 
@@ -61,12 +59,6 @@ def test_device_file_numbers_and_names_are_checked(tmp_path: Path, text: str, me
     line = str(err.value)
     assert line.startswith(f"{path}: field ") and message in line and "\n" not in line, line
 
-
-def run(argv: list[str]) -> tuple[int, str, str]:
-    out, err = io.StringIO(), io.StringIO()
-    with redirect_stdout(out), redirect_stderr(err):
-        code = main(argv)
-    return code, out.getvalue(), err.getvalue()
 
 
 @pytest.mark.parametrize("argv", [["run", "-q"], ["gpus", "--json"]], ids=["run", "gpus"])

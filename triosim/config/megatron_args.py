@@ -41,6 +41,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from ..errors import ConfigError
+from .megatron_card import positive_int as _positive_int
 
 MEGATRON_ARGS = "--megatron-args"
 
@@ -181,16 +182,6 @@ def _is_number(tok: str) -> bool:
     except ValueError:
         return False
     return True
-
-
-def _positive_int(flag: str, text: str, where: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise ConfigError(f"{where}{flag} must be a positive integer, got {text!r}") from None
-    if value < 1:
-        raise ConfigError(f"{where}{flag} must be a positive integer, got {value}")
-    return value
 
 
 def translate_argv(argv: Sequence[str]) -> Translation:

@@ -64,7 +64,8 @@ def _remove_flag(out: list[str], flag: str) -> None:
             i += 1
 
 
-def _int(flag: str, text: str, where: str = "") -> int:
+def positive_int(flag: str, text: str, where: str = "") -> int:
+    """``text`` as a positive integer, else a one-line error naming ``flag`` (after ``where``)."""
     try:
         value = int(text)
     except ValueError:
@@ -120,34 +121,34 @@ class CardArgs:
         Megatron-LM's GPT defaults."""
         v = self.values
         model, model_file = _flag_value(out, "--model"), _flag_value(out, "--model-file")
-        tp = _int("--tensor-model-parallel-size", _flag_value(out, "--tp") or "1")
+        tp = positive_int("--tensor-model-parallel-size", _flag_value(out, "--tp") or "1")
         if model is not None or model_file is not None:
             base = read_card_file(model_file) if model_file is not None else get_card(model)
             fields = asdict(base)
         else:
             fields = self._megatron_defaults(out)
-        hidden = _int("--hidden-size", v["--hidden-size"]) if "--hidden-size" in v else fields["hidden"]
-        heads = _int("--num-attention-heads", v["--num-attention-heads"]) \
+        hidden = positive_int("--hidden-size", v["--hidden-size"]) if "--hidden-size" in v else fields["hidden"]
+        heads = positive_int("--num-attention-heads", v["--num-attention-heads"]) \
             if "--num-attention-heads" in v else fields["heads"]
         fields.update(hidden=hidden, heads=heads)
         if "--swiglu" in v:
             fields["activation"] = "swiglu"
         if "--ffn-hidden-size" in v:
-            fields["ffn"] = _int("--ffn-hidden-size", v["--ffn-hidden-size"])
+            fields["ffn"] = positive_int("--ffn-hidden-size", v["--ffn-hidden-size"])
         elif model is None and model_file is None:
             fields["ffn"] = int(4 * hidden * 2 / 3 / 64) * 64 if fields["activation"] == "swiglu" else 4 * hidden
         if "--group-query-attention" in v or "--num-query-groups" in v:
             if "--num-query-groups" not in v:
                 raise ConfigError("--group-query-attention needs --num-query-groups")
-            fields["kv_heads"] = _int("--num-query-groups", v["--num-query-groups"])
+            fields["kv_heads"] = positive_int("--num-query-groups", v["--num-query-groups"])
         elif model is None and model_file is None:
             fields["kv_heads"] = heads
-        if "--kv-channels" in v and _int("--kv-channels", v["--kv-channels"]) * heads != hidden:
+        if "--kv-channels" in v and positive_int("--kv-channels", v["--kv-channels"]) * heads != hidden:
             raise ConfigError(f"--kv-channels {v['--kv-channels']}: a head size other than --hidden-size / "
                               "--num-attention-heads is not modelled")
         if "--vocab-size" in v or (model is None and model_file is None):
-            divisible = _int("--make-vocab-size-divisible-by", v.get("--make-vocab-size-divisible-by") or "128")
-            vocab = _int("--vocab-size", v["--vocab-size"]) if "--vocab-size" in v else GPT2_VOCAB
+            divisible = positive_int("--make-vocab-size-divisible-by", v.get("--make-vocab-size-divisible-by") or "128")
+            vocab = positive_int("--vocab-size", v["--vocab-size"]) if "--vocab-size" in v else GPT2_VOCAB
             multiple = divisible * tp
             fields["vocab"] = math.ceil(vocab / multiple) * multiple
         if "--normalization" in v:
@@ -191,8 +192,8 @@ class CardArgs:
         if missing:
             raise ConfigError(f"a model from Megatron-LM arguments needs {', '.join(missing)} (or --model NAME "
                               "for a shipped card whose fields they replace)")
-        return {"name": "megatron-args", "layers": _int("--num-layers", layers), "hidden": 0, "heads": 0,
-                "kv_heads": 0, "ffn": 0, "vocab": 0, "seq_len": _int("--seq-length", seq), "activation": "gelu",
+        return {"name": "megatron-args", "layers": positive_int("--num-layers", layers), "hidden": 0, "heads": 0,
+                "kv_heads": 0, "ffn": 0, "vocab": 0, "seq_len": positive_int("--seq-length", seq), "activation": "gelu",
                 "norm": "layernorm", "tied_embeddings": True, "attention": "standard", "position": "learned",
                 "bias": True, "dropout": 0.1, "sources": {}}
 
