@@ -30,8 +30,6 @@ import math
 from dataclasses import asdict
 from pathlib import Path
 
-import yaml
-
 from ..errors import ConfigError
 from ..output import atomic_write_text
 from ..trace.model_card import ModelCard, get_card, parse_card, read_card_file
@@ -102,6 +100,8 @@ class CardArgs:
         """Replace ``--model``/``--model-file`` in ``out`` by the card these arguments make."""
         if not self.values:
             return
+        import yaml  # only a line with architecture arguments needs it (the CLI imports stay light)
+
         card = self.card(out)
         text = yaml.safe_dump(_card_mapping(card), sort_keys=True)
         path = _card_dir() / f"megatron-args-{hashlib.sha256(text.encode()).hexdigest()[:16]}.yaml"
