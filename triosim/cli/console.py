@@ -370,16 +370,9 @@ def dag_mode(args: argparse.Namespace) -> str:
 
 def show_gpus(raw: str | None, num_gpus: int) -> frozenset[int] | None:
     """``--show-gpus 0,1`` as a set of GPU indices, checked against the platform."""
-    if raw is None:
-        return None
-    try:
-        gpus = frozenset(int(tok) for tok in raw.split(","))
-    except ValueError:
-        raise ConfigError(f"--show-gpus must be a comma list of GPU indices, got {raw!r}") from None
-    bad = sorted(g for g in gpus if not 0 <= g < num_gpus)
-    if bad:
-        raise ConfigError(f"--show-gpus: GPU {bad[0]} does not exist (the platform has GPUs 0..{num_gpus - 1})")
-    return gpus
+    from ..report.timeline_filter import parse_gpu_indices
+
+    return None if raw is None else parse_gpu_indices(raw, "--show-gpus", num_gpus, "a comma list of GPU indices")
 
 
 def command_argv(typed: Sequence[str]) -> list[str]:

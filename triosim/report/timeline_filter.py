@@ -27,6 +27,20 @@ LARGE_SLICES = 200_000  # about 40 MB of JSON: beyond it the defaults cut the ti
 MIN_DEFAULT_MICRO_BATCHES = 8
 
 
+def parse_gpu_indices(raw: str, flag: str, num_gpus: int | None, expected: str) -> frozenset[int]:
+    """A comma list of GPU indices (``--show-gpus``, ``--timeline-gpus``), each checked against
+    ``num_gpus`` when given; ``expected`` says what the flag takes, for the error."""
+    try:
+        gpus = frozenset(int(tok) for tok in str(raw).split(","))
+    except ValueError:
+        raise ConfigError(f"{flag} must be {expected}, got {raw!r}") from None
+    bad = sorted(g for g in gpus if g < 0 or (num_gpus is not None and g >= num_gpus))
+    if bad:
+        have = f" (the platform has GPUs 0..{num_gpus - 1})" if num_gpus is not None else ""
+        raise ConfigError(f"{flag}: GPU {bad[0]} does not exist{have}")
+    return gpus
+
+
 def parse_timeline_gpus(raw: str | None, num_gpus: int | None = None) -> frozenset[int] | str | None:
     """``--timeline-gpus``: None (not given), ``"all"``, or the GPU indices (checked against
     ``num_gpus`` when given)."""
@@ -35,16 +49,8 @@ def parse_timeline_gpus(raw: str | None, num_gpus: int | None = None) -> frozens
     text = str(raw).strip().lower()
     if text == "all":
         return "all"
-    try:
-        gpus = frozenset(int(tok) for tok in text.split(","))
-    except ValueError:
-        raise ConfigError(f"--timeline-gpus must be 'all' or a comma list of GPU indices (e.g. 0,1,8), "
-                          f"got {raw!r}") from None
-    bad = sorted(g for g in gpus if g < 0 or (num_gpus is not None and g >= num_gpus))
-    if bad:
-        have = f" (the platform has GPUs 0..{num_gpus - 1})" if num_gpus is not None else ""
-        raise ConfigError(f"--timeline-gpus: GPU {bad[0]} does not exist{have}")
-    return gpus
+    return parse_gpu_indices(raw, "--timeline-gpus", num_gpus,
+                             "'all' or a comma list of GPU indices (e.g. 0,1,8)")
 
 
 def parse_timeline_micro_batches(raw: str | None) -> int | str | None:

@@ -203,13 +203,7 @@ def _schedule_flows(graph: TaskGraph, progress: Callable[[int], None] | None, re
         if kind < 0:  # SM sharing: a compute task's end (−1), a communication task's SMs taken (−2) or freed (−3)
             if kind == -1:
                 if streams.finished(i, t):
-                    end[i] = t
-                    for j in succ[i]:
-                        if t > ready_at[j]:
-                            ready_at[j] = t
-                        indeg[j] -= 1
-                        if indeg[j] == 0:
-                            push(events, (ready_at[j], 0, j))
+                    release(i, t)  # a compute task holds no SMs of its own
                     placed += 1
                     if progress is not None and placed % tick == 0:
                         progress(placed)
