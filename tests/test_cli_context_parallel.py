@@ -3,26 +3,19 @@ the rank placement, what the summary and the JSON result say, and the one-line r
 
 from __future__ import annotations
 
-import io
 import json
-from contextlib import redirect_stderr, redirect_stdout
 
 import pytest
+from cli_capture import run as run_argv
 
-from triosim.cli.console import main
 from triosim.graph.rank_map import RankMap
 
 CARD = ["--model", "llama3-8b", "--num-layers", "2", "--gpu", "h100-sxm", "--seq-len", "2048"]
 
 
+
 def run(*argv: str) -> tuple[int, str, str]:
-    out, err = io.StringIO(), io.StringIO()
-    with redirect_stdout(out), redirect_stderr(err):
-        try:
-            code = main(list(argv))
-        except SystemExit as exc:
-            code = int(exc.code or 0)
-    return code, out.getvalue(), err.getvalue()
+    return run_argv(list(argv))
 
 
 def test_rank_placement_puts_cp_after_tp() -> None:

@@ -6,12 +6,10 @@ from __future__ import annotations
 import csv
 import io
 import json
-from contextlib import redirect_stderr, redirect_stdout
 from pathlib import Path
 
 import pytest
-
-from triosim.cli.console import main
+from cli_capture import run as run_argv
 
 SAMPLES = Path(__file__).resolve().parents[1] / "sample_trace"
 GPT16 = str(SAMPLES / "gpt-h16-cpu-bs8")
@@ -19,14 +17,9 @@ R18 = str(SAMPLES / "resnet18-cpu-bs16")
 H200 = str(SAMPLES / "resnet18-h200-bs16")
 
 
+
 def cli(*argv: str) -> tuple[int, str, str]:
-    out, err = io.StringIO(), io.StringIO()
-    with redirect_stdout(out), redirect_stderr(err):
-        try:
-            code = main(list(argv))
-        except SystemExit as exc:
-            code = int(exc.code or 0)
-    return code, out.getvalue(), err.getvalue()
+    return run_argv(list(argv))
 
 
 def ms(*argv: str) -> float:
