@@ -12,8 +12,9 @@ run (and the bytes) of its native flag:
 * batch and sequence: ``--global-batch-size`` → ``--global-batch``, ``--micro-batch-size`` and
   ``--num-layers`` are native, ``--seq-length`` → ``--seq-len``;
 * memory: ``--sequence-parallel`` (native), ``--use-distributed-optimizer`` → ``--zero 1``,
-  ``--recompute-granularity full|selective`` and ``--recompute-activations`` → ``--recompute``
-  (``--recompute-method``/``--recompute-num-layers`` only where they recompute every layer);
+  ``--recompute-granularity full|selective`` and ``--recompute-activations`` → ``--recompute``;
+  ``--recompute-method``, ``--recompute-num-layers`` and ``--recompute-modules`` (a space-
+  separated list in Megatron, comma-separated natively) are native;
 * precision: ``--bf16``, ``--fp16``, ``--fp8-format`` → ``--dtype``; ``--fp8-recipe`` (Megatron's
   ``tensorwise`` is ``current``) and ``--fp8-param-gather`` are native (Megatron-Core's own
   default recipe is ``delayed``; triosim's is current scaling, MXFP8 on Blackwell: give
@@ -270,8 +271,20 @@ def _translate_one(name: str, inline: str | None, reader: _Reader, out: list[str
         out.extend(["--megatron-layers-per-virtual-stage",
                     str(_positive_int(name, reader.value(name, inline), reader.where))])
         return True
-    if name in ("--recompute-granularity", "--recompute-method", "--recompute-num-layers"):
+    if name == "--recompute-granularity":
         recompute[name] = reader.value(name, inline)
+        return True
+    if name in ("--recompute-method", "--recompute-num-layers") and strict:
+        out.extend([name, reader.value(name, inline)])
+        return True
+    if name == "--recompute-modules" and strict:
+        # Megatron's list is nargs='*': the words up to the next flag
+        words = [inline] if inline is not None else []
+        while reader.more() and not reader.tokens[reader.i].startswith("--"):
+            words.append(reader.take())
+        if not words:
+            raise ConfigError(f"{reader.where}--recompute-modules needs at least one module")
+        out.extend([name, ",".join(words)])
         return True
     if name in ARCH_VALUES:
         card.set(name, reader.value(name, inline), reader.where)
@@ -291,25 +304,13 @@ def _translate_one(name: str, inline: str | None, reader: _Reader, out: list[str
 
 
 def _finish_recompute(recompute: dict[str, str], out: list[str]) -> None:
-    """Megatron's recomputation settings as ``--recompute``: selective, or full of every layer."""
-    if not recompute:
-        return
+    """Megatron's ``--recompute-granularity`` as ``--recompute`` (the method, layer count and
+    modules are native flags, checked against it by the strategy)."""
     granularity = recompute.get("--recompute-granularity")
-    method, layers = recompute.get("--recompute-method"), recompute.get("--recompute-num-layers")
     if granularity is None:
-        raise ConfigError("--recompute-method/--recompute-num-layers need --recompute-granularity full")
+        return
     if granularity not in ("full", "selective"):
         raise ConfigError(f"--recompute-granularity must be full or selective, got {granularity!r}")
-    if granularity == "full":
-        if method not in (None, "uniform", "block"):
-            raise ConfigError(f"--recompute-method must be uniform or block, got {method!r}")
-        if layers is not None:
-            count = _positive_int("--recompute-num-layers", layers, "")
-            if method == "block" or count != 1:
-                # uniform over groups of 1 layer recomputes every layer; anything else recomputes some
-                raise ConfigError(f"--recompute-method {method or 'uniform'} --recompute-num-layers {count}: "
-                                  "recomputing only some layers is not modelled; triosim recomputes every layer "
-                                  "(--recompute-method uniform --recompute-num-layers 1) or none")
     out.extend(["--recompute", granularity])
 
 

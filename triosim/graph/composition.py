@@ -126,7 +126,7 @@ def build(trace: Trace, platform: Platform, strategy: Strategy, fuse_runs: bool 
         check_pipeline_depth(trace, pp, virtual)
         check_virtual_stages(trace, pp, virtual, strategy.partition)
     original = trace  # the tensor-parallel plan is found on it, then carried to the re-runs
-    rec = recompute(trace, strategy.recompute) if preset is None else None
+    rec = recompute(trace, strategy.recompute_spec) if preset is None else None
     if rec is not None:
         trace = rec.trace
     sizes = micro_batch_sizes(trace.batch_size, strategy.micro_batch_size)

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 
 from ..checks import positive
 from ..errors import ConfigError
+from .recompute_spec import DEFAULT_MODULES, RecomputeSpec
 
 CASE_NAMES = {
     0: "single-GPU training",
@@ -109,7 +110,10 @@ class Strategy:
     representative per distinct role, None (default) every GPU while that graph stays small.
     ``recompute``: activation recomputation (:mod:`triosim.graph.recompute`): ``none``,
     ``selective`` (the attention core re-run before its backward) or ``full`` (each layer's
-    forward re-run before its backward, only layer inputs kept).
+    forward re-run before its backward, only layer inputs kept); ``recompute_method`` and
+    ``recompute_num_layers`` (full: uniform groups of N layers, or the first N layers of each
+    model chunk) and ``recompute_modules`` (selective: core_attn, mlp, layernorm), as
+    Megatron-Core's (:mod:`triosim.graph.recompute_units`).
 
     The overlaps, with Megatron-Core's names and defaults (off; see docs/overlap.md):
     ``tp_comm_overlap`` (sequence-parallel all-gathers and reduce-scatters in chunks beside their
@@ -146,11 +150,20 @@ class Strategy:
     rank_order: tuple[str, ...] = AXES
     exact: bool | None = None
     recompute: str = "none"
+    recompute_method: str = "uniform"
+    recompute_num_layers: int = 1
+    recompute_modules: tuple[str, ...] = DEFAULT_MODULES
     tp_comm_overlap: bool = False
     overlap_grad_reduce: bool = False
     overlap_param_gather: bool = False
     pipeline_send: str = "auto"
     pipeline_scatter_gather: bool = False
+
+    @property
+    def recompute_spec(self) -> RecomputeSpec:
+        """The recomputation setting as one value (granularity, method, layers, modules)."""
+        return RecomputeSpec(self.recompute, self.recompute_method, self.recompute_num_layers,
+                             tuple(self.recompute_modules))
 
     @property
     def blocking_sends(self) -> bool:
@@ -243,6 +256,13 @@ class Strategy:
             raise ConfigError(f"--recompute must be none, selective or full, got {self.recompute!r}")
         if self.recompute != "none" and not self.hybrid:
             raise ConfigError("--recompute needs the degrees of a hybrid run: give --dp/--tp/--pp (not -case)")
+        spec = self.recompute_spec  # checks the method, layer count and modules
+        if self.recompute != "full" and (spec.method != "uniform" or spec.num_layers != 1):
+            raise ConfigError("--recompute-method/--recompute-num-layers need --recompute full (Megatron's "
+                              "--recompute-granularity full)")
+        if self.recompute != "selective" and spec.modules != DEFAULT_MODULES:
+            raise ConfigError("--recompute-modules needs --recompute selective (Megatron's --recompute-granularity "
+                              "selective)")
         if (self.zero or self.sequence_parallel) and not self.hybrid:
             raise ConfigError("--zero and --sequence-parallel need the degrees: give --dp/--tp/--pp instead of -case")
         self._validate_overlaps()
@@ -300,6 +320,10 @@ class Strategy:
                                    else (a for a in self.rank_order if a != "cp")),
             "exact": self.exact,
             "recompute": self.recompute,
+            **({"recompute_method": self.recompute_method, "recompute_num_layers": self.recompute_num_layers}
+               if self.recompute == "full" and self.recompute_spec.partial else {}),
+            **({"recompute_modules": list(self.recompute_modules)}
+               if self.recompute == "selective" and tuple(self.recompute_modules) != DEFAULT_MODULES else {}),
             "tp_comm_overlap": self.tp_comm_overlap,
             "overlap_grad_reduce": self.overlap_grad_reduce,
             "overlap_param_gather": self.overlap_param_gather,

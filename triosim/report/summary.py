@@ -170,7 +170,7 @@ def print_summary(result: Result, console: Console, title: str = "") -> None:
             console.print("Tensor parallel: per-op scheme")
     rec = hybrid_tp.get("recompute") or {}
     if rec.get("mode", "none") != "none":
-        console.print(f"Recomputation: {rec['mode']}, {rec['rerun_ops']} forward op(s) re-run in "
+        console.print(f"Recomputation: {rec.get('label', rec['mode'])}, {rec['rerun_ops']} forward op(s) re-run in "
                       f"{rec['units']} unit(s), {rec['rerun_traced_s'] * 1e3:.2f} ms traced")
     if hybrid_tp:
         _print_hybrid(console, meta.get("parallel", {}), hybrid_tp, result.extra.get("batch_size_sim"))

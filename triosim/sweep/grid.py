@@ -166,6 +166,10 @@ APPLIES: dict[str, Callable[[Mapping[str, Any]], bool]] = {
     "collective_protocol": _has_collectives,
     "bucket_mb": lambda c: c.get("case") == 2 or _degree(c, "dp") > 1 or _degree(c, "cp") > 1,
     "cp_comm_type": lambda c: _degree(c, "cp") > 1,
+    # recomputation's details belong to one granularity each (alone they imply it)
+    "recompute_method": lambda c: _hybrid(c) and c.get("recompute") != "selective",
+    "recompute_num_layers": lambda c: _hybrid(c) and c.get("recompute") != "selective",
+    "recompute_modules": lambda c: _hybrid(c) and c.get("recompute") != "full",
     # A hybrid run cuts each replica's batch into micro-batches whatever its pp (gradient
     # accumulation): the micro-batch applies to every point given as degrees.
     "micro_batch_size": lambda c: _pipelined(c) or _hybrid(c),
