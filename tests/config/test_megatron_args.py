@@ -51,6 +51,7 @@ def cache(tmp_path: Path, monkeypatch) -> None:
     (["--context-parallel-size", "1"], ["--cp", "1"]),
     (["--context-parallel-size", "2", "--cp-comm-type", "a2a"], ["--cp", "2", "--cp-comm-type", "a2a"]),
     (["--overlap-p2p-comm"], ["--pipeline-send", "overlapped"]),
+    (["--cpu-offloading", "--cpu-offloading-num-layers", "1"], ["--offload-activations", "1"]),
     (["--overlap-p2p-communication"], ["--pipeline-send", "overlapped"]),
     (["--no-overlap-p2p-communication"], ["--pipeline-send", "blocking"]),
     (["--no-scatter-gather-tensors-in-pipeline"], []),

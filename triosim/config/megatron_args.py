@@ -19,6 +19,8 @@ run (and the bytes) of its native flag:
   ``tensorwise`` is ``current``) and ``--fp8-param-gather`` are native (Megatron-Core's own
   default recipe is ``delayed``; triosim's is current scaling, MXFP8 on Blackwell: give
   ``--fp8-recipe delayed`` to match a line that names none);
+* activation offload: Megatron-Core's ``--cpu-offloading --cpu-offloading-num-layers N`` →
+  ``--offload-activations N``;
 * overlaps (docs/overlap.md): ``--tp-comm-overlap``, ``--overlap-grad-reduce`` and
   ``--overlap-param-gather`` are native; ``--overlap-p2p-comm`` (Megatron-Core's config name) and
   ``--overlap-p2p-communication`` (Megatron-LM's flag before October 2023) → ``--pipeline-send
@@ -48,6 +50,7 @@ MEGATRON_ARGS = "--megatron-args"
 
 # Megatron name -> native flag; the value passes unchanged.
 _RENAMED = {
+    "--cpu-offloading-num-layers": "--offload-activations",  # Megatron-Core's cpu_offloading_num_layers
     "--tensor-model-parallel-size": "--tp",
     "--pipeline-model-parallel-size": "--pp",
     "--context-parallel-size": "--cp",
@@ -59,6 +62,7 @@ _RENAMED = {
 }
 # Megatron switches -> the native flags they mean.
 _SWITCHES = {
+    "--cpu-offloading": [],  # switched on by its layer count (--cpu-offloading-num-layers)
     "--use-distributed-optimizer": ["--zero", "1"],
     "--bf16": ["--dtype", "bf16"],
     "--fp16": ["--dtype", "fp16"],

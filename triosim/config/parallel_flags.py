@@ -54,6 +54,10 @@ def add_parallel_flags(g: argparse._ArgumentGroup) -> None:
     g.add_argument("--recompute-modules", default=None, metavar="LIST",
                    help="with --recompute selective: the parts of each layer to re-run, comma-separated: core_attn "
                         "(default), mlp, layernorm")
+    g.add_argument("--offload-activations", default=None, metavar="N|FRACTION",
+                   help="copy the activations of the first N layers of each model chunk (or that fraction of its "
+                        "layers) to host memory over the GPU's host link during forward, and back one layer ahead "
+                        "in backward (Megatron-Core's CPU offloading); not with --recompute")
     g.add_argument("--tp-style", default=None,
                    help="tensor parallel: megatron (default for --tp) or per-op (case 3's scheme)")
     g.add_argument("--rank-order", default="tp,pp,dp",
@@ -123,7 +127,8 @@ def parallel_options(args: argparse.Namespace) -> dict:
                           ("--pipeline-scatter-gather", getattr(args, "pipeline_scatter_gather", False)),
                           ("--sequence-parallel", getattr(args, "sequence_parallel", False)),
                           ("--recompute", str(getattr(args, "recompute", "none")) != "none"),
-                          ("--recompute-modules", getattr(args, "recompute_modules", None) is not None)):
+                          ("--recompute-modules", getattr(args, "recompute_modules", None) is not None),
+                          ("--offload-activations", getattr(args, "offload_activations", None) is not None)):
             if bad:
                 raise ConfigError(f"{flag} needs the degrees of a hybrid run: give --dp/--tp/--pp (not -case)")
     return {
@@ -153,6 +158,12 @@ def recompute_options(args: argparse.Namespace) -> dict:
         if layers < 1:
             raise ConfigError(f"--recompute-num-layers must be a positive integer, got {layers}")
         out["recompute_num_layers"] = layers
+    offload = getattr(args, "offload_activations", None)
+    if offload is not None:
+        from ..graph.offload import OffloadSpec
+
+        OffloadSpec.parse(offload)  # refuse a bad value here, one line
+        out["offload_activations"] = str(offload)
     modules = getattr(args, "recompute_modules", None)
     if modules is not None:
         out["recompute_modules"] = tuple(m for m in str(modules).replace(" ", ",").split(",") if m)

@@ -67,6 +67,7 @@ from .data.zero import buffer_roles
 from .layer_count import check_pipeline_depth, check_virtual_stages
 from .memory import composition as composed_memory
 from .memory.plan import MemoryReport
+from .offload import carry_offload, host_link_rate, offload_on_plan
 from .pipeline.blocking import StreamNeighbours, block_hops, check_blocking
 from .pipeline.builder import choose_stages, micro_batch_sizes
 from .pipeline.rank_program import add_rank_program
@@ -156,12 +157,19 @@ def build(trace: Trace, platform: Platform, strategy: Strategy, fuse_runs: bool 
         trace = rec.trace
     else:
         plan, candidates = plan_for(trace)
+    off = None
+    if preset is None and strategy.offload_activations is not None:  # copies to host and back (graph.offload)
+        rate = host_link_rate(trace)
+        off, plan = offload_on_plan(trace, strategy.offload_activations, plan)
+        trace = off.trace
     tpp = tensor_plan(original, tp, strategy.effective_tp_style, strategy.sequence_parallel)
     context = None
     if ranks.cp > 1:  # one context rank's share of every op and buffer, then its attention ops
         tpp = context_split(original, tpp, ranks.cp, strategy.cp_comm_type)
     if rec is not None:
         tpp = carry_plan(tpp, rec)
+    if off is not None:
+        tpp = carry_offload(tpp, off)
     if ranks.cp > 1:
         context = context_plan(trace, ranks.cp, strategy.cp_comm_type)
     # Fused runs of ops keep every time exact only while no memcpy can cut into a run (a run's
@@ -171,14 +179,16 @@ def build(trace: Trace, platform: Platform, strategy: Strategy, fuse_runs: bool 
     tied = find_tied(original) if preset is None and pp > 1 else None
     overlap = None
     if preset is None and strategy.tp_comm_overlap and tp > 1 and getattr(tpp, "sequence_parallel", False):
-        overlap = plan_overlap(trace, tpp, plan.stage, rec.new_index if rec is not None else None)
+        overlap = plan_overlap(trace, tpp, plan.stage, rec.new_index if rec is not None else
+                               off.new_index if off is not None else None)
     blocking = preset is None and pp > 1 and strategy.blocking_sends
     if blocking:
         check_blocking(pp, virtual)
     while True:
         g = Composition(trace, platform, strategy, ranks, plan, tpp, fractions, replicas, roles, fuse=fuse,
                         preset=preset, exact=exact, tied=tied, context=context, blocks={} if blocking else None,
-                        overlap=overlap,
+                        overlap=overlap, host_copies=off.copies if off is not None else None,
+                        host_rate=rate if off is not None else 0.0,
                         reruns=frozenset(rec.rerun_ops) if rec is not None else frozenset()).assemble()
         if not g.meta.pop("needs_memcpy") or not fuse:
             break
@@ -186,10 +196,14 @@ def build(trace: Trace, platform: Platform, strategy: Strategy, fuse_runs: bool 
     if preset is None:
         g.meta["hybrid"]["replica_warning"] = replica_warning
         g.meta["hybrid"]["recompute"] = activation_facts(original, rec, tpp, fractions[0])
-        if rec is not None:  # the time breakdown's phases, by the ops of the rewritten trace
+        if off is not None:
+            host = g.meta.pop("host_held", {})
+            g.meta["hybrid"]["offload"] = {**off.summary(fractions[0]), "host_link_gbps": rate / 1e9,
+                                           "host_peak_bytes": max((peak for _, peak in host.values()), default=0)}
+        if rec is not None or off is not None:  # the time breakdown's phases, by the ops of the rewritten trace
             g.meta["op_stages"] = tuple(op.stage for op in trace.ops)
             g.meta["op_parts"] = op_parts(trace, strategy.micro_batch_size)
-            g.meta["recompute_ops"] = frozenset(rec.rerun_ops)
+            g.meta["recompute_ops"] = frozenset(rec.rerun_ops) if rec is not None else frozenset()
     else:
         case_blocks.record(g, trace, strategy, preset, plan, tpp, sizes, candidates)
     return g
@@ -204,6 +218,8 @@ class Composition(CompositionState):
     tied: TiedEmbedding | None = None  # tied input/output embeddings (their all-reduce when pp > 1)
     reruns: frozenset[int] = frozenset()  # re-run forward ops (activation recomputation)
     context: ContextPlan | None = None  # context parallelism's attention ops (graph/context)
+    host_copies: dict | None = None  # activation offload: op -> its host copy (graph.offload)
+    host_rate: float = 0.0  # the GPU's host link, B/s each way
 
     def assemble(self) -> TaskGraph:
         """The steps in order; the graph's ``needs_memcpy`` says whether a memory plan needed a

@@ -153,6 +153,7 @@ class Strategy:
     recompute_method: str = "uniform"
     recompute_num_layers: int = 1
     recompute_modules: tuple[str, ...] = DEFAULT_MODULES
+    offload_activations: str | None = None  # N layers or a fraction of each chunk's (graph.offload)
     tp_comm_overlap: bool = False
     overlap_grad_reduce: bool = False
     overlap_param_gather: bool = False
@@ -260,6 +261,12 @@ class Strategy:
         if self.recompute != "full" and (spec.method != "uniform" or spec.num_layers != 1):
             raise ConfigError("--recompute-method/--recompute-num-layers need --recompute full (Megatron's "
                               "--recompute-granularity full)")
+        if self.offload_activations is not None:
+            if not self.hybrid:
+                raise ConfigError("--offload-activations needs the degrees of a hybrid run: give --dp/--tp/--pp")
+            if self.recompute != "none":
+                raise ConfigError("--offload-activations with --recompute: Megatron-Core does not offload activations "
+                                  "while it recomputes them (cpu_offloading with recompute_granularity); choose one")
         if self.recompute != "selective" and spec.modules != DEFAULT_MODULES:
             raise ConfigError("--recompute-modules needs --recompute selective (Megatron's --recompute-granularity "
                               "selective)")
@@ -324,6 +331,7 @@ class Strategy:
                if self.recompute == "full" and self.recompute_spec.partial else {}),
             **({"recompute_modules": list(self.recompute_modules)}
                if self.recompute == "selective" and tuple(self.recompute_modules) != DEFAULT_MODULES else {}),
+            **({"offload_activations": self.offload_activations} if self.offload_activations is not None else {}),
             "tp_comm_overlap": self.tp_comm_overlap,
             "overlap_grad_reduce": self.overlap_grad_reduce,
             "overlap_param_gather": self.overlap_param_gather,

@@ -172,6 +172,12 @@ def print_summary(result: Result, console: Console, title: str = "") -> None:
     if rec.get("mode", "none") != "none":
         console.print(f"Recomputation: {rec.get('label', rec['mode'])}, {rec['rerun_ops']} forward op(s) re-run in "
                       f"{rec['units']} unit(s), {rec['rerun_traced_s'] * 1e3:.2f} ms traced")
+    off = hybrid_tp.get("offload")
+    if off:
+        per = off["bytes_per_layer"][0] if off["bytes_per_layer"] else 0
+        console.print(f"Activation offload: {off['setting']} ({len(off['layers'])} layer(s)), {human_bytes(per)} a layer "
+                      f"and micro-batch over the {off['host_link_gbps']:g} GB/s host link, host memory peak "
+                      f"{human_bytes(off['host_peak_bytes'])}")
     if hybrid_tp:
         _print_hybrid(console, meta.get("parallel", {}), hybrid_tp, result.extra.get("batch_size_sim"))
     if "pipeline" in meta:

@@ -256,6 +256,20 @@ def with_same_cuts(trace: Trace, plan: PipelinePlan) -> PipelinePlan:
     return replace(new, warnings=tuple(dict.fromkeys((*plan.warnings, *new.warnings))))
 
 
+def with_cuts_moved(trace: Trace, plan: PipelinePlan, new_index: Sequence[int]) -> PipelinePlan:
+    """``plan``'s cuts on ``trace``, a rewrite of the plan's trace with ops inserted (activation
+    offload's copies); ``new_index``: each op of the plan's trace -> its index in ``trace``. Each
+    stage starts at the same original op as before."""
+    phase = op_phases(trace)
+    fops = [i for i, p in enumerate(phase) if p == FORWARD]
+    old = [i for i, p in enumerate(plan.phase) if p == FORWARD]
+    at = {op: n for n, op in enumerate(fops)}
+    starts = tuple(at[new_index[old[s]]] for s in plan.starts)
+    pos = _positions(trace, phase, fops)
+    new = _plan_from_starts(trace, phase, fops, pos, starts, plan.partition, plan.gpus, plan.virtual, plan.estimate_s)
+    return replace(new, warnings=tuple(dict.fromkeys((*plan.warnings, *new.warnings))))
+
+
 def stage_compute(trace: Trace, plan: PipelinePlan) -> list[float]:
     """Forward + backward time of each stage (at the trace's batch)."""
     out = [0.0] * plan.num_stages
