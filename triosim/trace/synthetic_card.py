@@ -7,7 +7,7 @@ What one step of a decoder-only transformer runs, op by op, as PyTorch's profile
 - per layer: norm → Q, K, V linears (K and V ``kv_heads × head_dim`` wide: grouped-query
   attention) → rotary embedding of Q and K (``position: rope``) → the attention core →
   output projection → dropout → residual add → norm → MLP (GELU: fc1, GELU, fc2; SwiGLU: gate
-  and up linears, SiLU of the gate times up, down linear) → dropout → residual add;
+  and up linears, one fused SwiGLU op as Megatron-Core's, down linear) → dropout → residual add;
 - final norm, LM head (the embedding's weight when tied), cross-entropy loss;
 - the backward pass in reverse (the Q/K/V and gate/up input gradients summed by partner-less
   accumulation ops, each norm's backward adding the residual gradient, a tied embedding's two
@@ -41,7 +41,7 @@ from .synthetic import write_trace_csvs
 
 FP32 = 4
 # Bumped whenever the rows written for a card change: cached traces of older versions are not reused.
-CARD_TRACE_VERSION = 1
+CARD_TRACE_VERSION = 2
 
 
 @dataclass(frozen=True)
@@ -189,9 +189,11 @@ class _CardTrace:
             self.op("aten::gelu", [L["fc1"]["y"]], [L["a"]])
         else:
             L["gate"], L["up"] = self.linear(ln2, h, f), self.linear(ln2, h, f)
-            L["silu"], L["a"] = self.act(f), self.act(f)
-            self.op("aten::silu", [L["gate"]["y"]], [L["silu"]])
-            self.op("aten::mul", [L["silu"], L["up"]["y"]], [L["a"]])
+            L["a"] = self.act(f)
+            # Megatron-Core's fused SwiGLU (bias_swiglu_fusion, on by default; SwiGLUFunction in
+            # megatron/core/fusions/fused_bias_swiglu.py): one kernel that saves only its input,
+            # the gate and up projections, and recomputes SiLU in its backward
+            self.op("SwiGLUFunction", [L["gate"]["y"], L["up"]["y"]], [L["a"]])
         L["fc2"] = self.linear(L["a"], f, h)
         fd, L["m2"] = self.dropout(L["fc2"]["y"])
         out = self.act()
@@ -262,10 +264,8 @@ class _CardTrace:
             self.bwd("GeluBackward0", [g_a, L["fc1"]["y"]], [g_f1])
             g_ln2 = self.linear_bwd(g_f1, L["fc1"])
         else:
-            g_silu, g_up = self.act(self.c.ffn), self.act(self.c.ffn)
-            self.bwd("MulBackward0", [g_a, L["silu"], L["up"]["y"]], [g_silu, g_up])
-            g_gate = self.act(self.c.ffn)
-            self.bwd("SiluBackward0", [g_silu, L["gate"]["y"]], [g_gate])
+            g_gate, g_up = self.act(self.c.ffn), self.act(self.c.ffn)
+            self.bwd("SwiGLUFunctionBackward", [g_a, L["gate"]["y"], L["up"]["y"]], [g_gate, g_up])
             g_ln2 = self.summed([self.linear_bwd(g_up, L["up"]), self.linear_bwd(g_gate, L["gate"])])
         res2 = self.norm_bwd(g_ln2, L["n2"], res)
         g_o = self.dropout_bwd(res2, L["m1"])
