@@ -32,6 +32,7 @@ from ...trace.layers import forward_layers
 from ...trace.precision import size_key
 from ..strategy import Strategy
 from .estimate import BatchEstimator
+from .layer_layout import LayerSplit, auto_split, layout_text, megatron_layers_per_stage
 from .partition import count_starts, optimal_search, time_partition
 from .recurrence import PartitionEstimate
 from .schedules import BACKWARD, FORWARD, OPTIMIZER, Layout, block_order, check_interleaved
@@ -86,6 +87,10 @@ class PipelinePlan:
     virtual: int = 1
     estimate_s: float | None = None  # the partition's block-level estimate (None: not computed)
     warnings: tuple[str, ...] = ()
+    # Cut at layers: each stage's transformer layers as placed (Megatron-Core's rule), and how the
+    # rule was chosen (the flags, or what --partition auto picked); () / None for other partitions.
+    layer_counts: tuple[int, ...] = ()
+    layer_split: str | None = None
 
     def __post_init__(self) -> None:
         if not self.gpus:
@@ -253,7 +258,8 @@ def with_same_cuts(trace: Trace, plan: PipelinePlan) -> PipelinePlan:
     pos = _positions(trace, phase, fops)
     new = _plan_from_starts(trace, phase, fops, pos, plan.starts, plan.partition, plan.gpus, plan.virtual,
                             plan.estimate_s)
-    return replace(new, warnings=tuple(dict.fromkeys((*plan.warnings, *new.warnings))))
+    return replace(new, warnings=tuple(dict.fromkeys((*plan.warnings, *new.warnings))),
+                   layer_counts=plan.layer_counts, layer_split=plan.layer_split)
 
 
 def stage_compute(trace: Trace, plan: PipelinePlan) -> list[float]:
@@ -281,7 +287,7 @@ def with_warnings(trace: Trace, plan: PipelinePlan) -> PipelinePlan:
         "optimal": "no cut gave it more without a slower iteration (larger boundary transfers or a busier stage "
                    "elsewhere)",
         "time": "the time split cuts where few bytes cross; --partition optimal weighs the whole iteration",
-        "layers": "Megatron-LM's equal layers per stage; --partition optimal balances the stages' times",
+        "layers": "Megatron-LM's layers per stage; --partition optimal balances the stages' times",
     }.get(plan.partition, "equal op counts ignore op times; --partition optimal weighs the whole iteration")
     for s, t in enumerate(compute):
         if total > 0 and t < SMALL_STAGE_SHARE * total:
@@ -318,9 +324,16 @@ def candidate_plans(trace: Trace, platform: Platform, strategy: Strategy, fracti
     pos = _positions(trace, phase, fops)
     layers = trace_layers(trace) if strategy.partition in ("auto", "layers") else ()
     partition = resolve_partition(trace, strategy.partition, n, layers)
-    if partition == "layers":
+    split, how = layer_split(trace, strategy, len(gpus), virtual, layers, partition)
+    if split is not None and not split.given:  # Megatron's equal split
         starts = layer_starts(trace, fops, n, layers)
-        return [_plan_from_starts(trace, phase, fops, pos, starts, "layers", gpus, virtual)]
+        plan = _plan_from_starts(trace, phase, fops, pos, starts, "layers", gpus, virtual)
+        return [replace(plan, layer_counts=(len(layers) // n,) * n)]
+    if split is not None:
+        counts = megatron_layers_per_stage(len(layers), len(gpus), virtual, split)
+        starts = layer_starts(trace, fops, n, layers, counts)
+        plan = _plan_from_starts(trace, phase, fops, pos, starts, "layers", gpus, virtual)
+        return [replace(plan, layer_counts=counts, layer_split=how)]
     if partition == "count":
         return [_plan_from_starts(trace, phase, fops, pos, count_starts(len(fops), n), "count", gpus, virtual)]
     costs = stage_costs(trace, phase, fops, pos, sizes)
@@ -373,22 +386,72 @@ def resolve_partition(trace: Trace, partition: str, n: int,
     return "layers" if count and count % n == 0 else "optimal"
 
 
+def layer_split(trace: Trace, strategy: Strategy, ranks: int, virtual: int, layers: tuple[tuple[int, ...], ...],
+                partition: str) -> tuple[LayerSplit | None, str | None]:
+    """The rule that cuts the layers into stages, and a line saying which: the layout flags when
+    given; with ``--partition layers`` (or ``auto`` where the layers divide) equal layers; with
+    ``auto`` on a model card whose layers do not divide, the account-for split that makes them
+    (:func:`~triosim.graph.pipeline.layer_layout.auto_split`). (None, None): not cut at layers."""
+    split = LayerSplit.of(strategy)
+    if split.given:
+        if not layers:
+            raise ConfigError(f"{split.flags()}: the trace has no repeated transformer layers to place")
+        return split, f"{split.flags()} (as given)"
+    if partition == "layers":
+        return split, None
+    if strategy.partition != "auto" or not trace.info.get("model_card") or not layers:
+        return None, None
+    auto = auto_split(len(layers), ranks, virtual)
+    if auto is None or not auto.given:
+        return None, None
+    return auto, (f"auto: {len(layers)} transformer layers do not divide over {ranks * virtual} stages; counting "
+                  f"{' and '.join(w for w, on in (('the embedding', auto.account_for_embedding), ('the loss', auto.account_for_loss)) if on)} "
+                  f"as one layer each ({auto.flags()}, as Megatron-Core) they do")
+
+
 def layer_starts(trace: Trace, fops: Sequence[int], n: int,
-                 layers: tuple[tuple[int, ...], ...] | None = None) -> list[int]:
-    """Megatron-LM's split: each of the ``n`` (virtual) stages runs L/n consecutive transformer
-    layers; what comes before the first layer (the embedding) runs on the first stage, what comes
-    after the last (the final norm, the head, the loss) on the last. Megatron requires L to be a
-    multiple of the stages (pipeline size × virtual stages per GPU). Returns each stage's first
-    forward position (an index into ``fops``)."""
+                 layers: tuple[tuple[int, ...], ...] | None = None,
+                 counts: Sequence[int] | None = None) -> list[int]:
+    """Megatron-LM's split: stage s runs ``counts[s]`` consecutive transformer layers (default:
+    L/n each, Megatron's equal split, which needs L to be a multiple of the ``n`` stages); what
+    comes before the first layer (the embedding) runs on the first stage, what comes after the
+    last (the final norm, the head, the loss) on the last. Returns each stage's first forward
+    position (an index into ``fops``)."""
     layers = trace_layers(trace) if layers is None else layers
     count = len(layers)
     if count == 0:
         raise ConfigError("--partition layers: the trace has no repeated layers to place")
-    if count % n:
-        raise ConfigError(f"--partition layers: {count} layers do not split equally over {n} pipeline stages "
-                          "(Megatron-LM needs them to); use --partition optimal")
+    if counts is None:
+        if count % n:
+            raise ConfigError(f"--partition layers: {count} layers do not split equally over {n} pipeline stages "
+                              "(Megatron-LM needs them to); use --partition optimal")
+        counts = [count // n] * n
     first = {op: k for k, op in enumerate(fops)}
-    return [0] + [first[layers[s * count // n][0]] for s in range(1, n)]
+    after_last = max(first[op] for op in layers[-1]) + 1  # where the final norm, head and loss begin
+    starts, offset = [0], 0
+    for s in range(1, n):
+        offset += counts[s - 1]
+        starts.append(first[layers[offset][0]] if offset < count else after_last)
+    ends = [*starts[1:], len(fops)]
+    for s, (a, b) in enumerate(zip(starts, ends)):
+        if b <= a:  # a stage with only the embedding or the loss, where the trace has none
+            raise ConfigError(f"pipeline stage {s} of the layer split holds no op of the trace (nothing before the "
+                              "first or after the last transformer layer): use --partition optimal")
+    return starts
+
+
+def stage_layer_counts(trace: Trace, plan: PipelinePlan) -> tuple[int, ...]:
+    """Transformer layers each (virtual) stage of ``plan`` runs, in stage order (stage c is
+    virtual stage c // P of pipeline rank c % P), for any partition: a layer counts on the stage
+    of its first forward op. A plan cut at layers gives its own (Megatron-Core's) counts."""
+    if plan.layer_counts:
+        return plan.layer_counts
+    out = [0] * plan.num_stages
+    for layer in trace_layers(trace):
+        s = plan.stage[layer[0]]
+        if s >= 0:
+            out[s] += 1
+    return tuple(out)
 
 
 def trace_layers(trace: Trace) -> tuple[tuple[int, ...], ...]:
@@ -397,6 +460,15 @@ def trace_layers(trace: Trace) -> tuple[tuple[int, ...], ...]:
         return forward_layers(trace)
     except TraceError:
         return ()
+
+
+def layer_facts(plan: PipelinePlan) -> dict:
+    """JSON-ready: a plan cut at layers, its transformer layers per (virtual) stage in stage order,
+    the same as a Megatron layout string, and how the split was chosen; {} for other partitions."""
+    if not plan.layer_counts:
+        return {}
+    return {"layers_per_stage": list(plan.layer_counts), "layout": layout_text(plan.layer_counts),
+            "layer_split": plan.layer_split}
 
 
 def _compat_plan(trace: Trace, phase: Sequence[str], n: int) -> PipelinePlan:
@@ -437,5 +509,5 @@ def compat_chunks(trace: Trace, n: int) -> list[tuple[int, list[int]]]:
 
 __all__ = [
     "BACKWARD", "FORWARD", "OPTIMIZER", "PipelinePlan", "block_order", "buffer_versions", "candidate_plans",
-    "compat_chunks", "op_phases", "optimizer_buffers", "with_same_cuts",
+    "compat_chunks", "layer_facts", "layer_split", "op_phases", "optimizer_buffers", "stage_layer_counts", "with_same_cuts",
 ]

@@ -8,7 +8,7 @@ from collections.abc import Sequence
 from ...schedule.tasks import TaskGraph
 from ...trace import Trace
 from ..strategy import Strategy
-from .stages import BACKWARD, FORWARD, PipelinePlan
+from .stages import BACKWARD, FORWARD, PipelinePlan, layer_facts
 
 
 def summary(trace: Trace, graph: TaskGraph, plan: PipelinePlan, strategy: Strategy, sizes: Sequence[int]) -> dict:
@@ -42,6 +42,7 @@ def summary(trace: Trace, graph: TaskGraph, plan: PipelinePlan, strategy: Strate
         "schedule": strategy.schedule,
         "virtual_stages": plan.virtual,
         "partition": "count (reference_compat)" if strategy.reference_compat else plan.partition,
+        **layer_facts(plan),
         "micro_batches": list(sizes),
         "stages": stages,
         "boundaries": [{"from": j, "to": j + 1, "forward_bytes": fwd[j], "backward_bytes": bwd[j]} for j in range(n - 1)],
