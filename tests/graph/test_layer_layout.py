@@ -153,8 +153,8 @@ def test_auto_takes_the_account_for_split_only_where_the_layers_do_not_divide():
 
 
 @pytest.mark.parametrize("args, needle", [
-    ((126, 6, 1, LayerSplit(True, True)), "126 + 2 = 128 pipeline layers (the embedding and/or the loss counted as "
-                                          "one each) do not divide over --pp 6"),
+    ((126, 6, 1, LayerSplit(True, True)), "126 + 2 = 128 pipeline layers (the embedding and the loss counted "
+                                          "as one layer each) do not divide over --pp 6"),
     ((126, 8, 3, LayerSplit(True, True)), "--virtual-stages 3 does not divide the 16 layers of pipeline rank 0"),
     ((10, 4, 1, LayerSplit(True, False, 2)), "cannot be combined"),
     ((10, 4, 1, LayerSplit(first_stage_layers=3, last_stage_layers=4)), "the 3 layers left over do not divide over "
@@ -247,7 +247,8 @@ def test_a_plan_places_megatrons_layers(card_trace, P, V, split):
 def test_auto_picks_the_account_for_split_and_says_so(card_trace):
     p = plan(card_trace, 3)  # 8 layers over 3 stages: only with the loss counted
     assert p.partition == "layers" and p.layer_counts == (3, 3, 2)
-    assert p.layer_split.startswith("auto: 8 transformer layers do not divide over 3 stages; counting the loss")
+    assert p.layer_split == ("auto: 8 transformer layers do not divide over 3 stages, with the loss counted as one "
+                             "layer they do (--account-for-loss-in-pipeline-split, as Megatron-Core)")
     check_placement(card_trace, p, 3, 1, LayerSplit(False, True))
     assert ps.layer_facts(p) == {"layers_per_stage": [3, 3, 2], "layout": "Ettt|ttt|ttL",
                                  "layer_split": p.layer_split}
@@ -281,14 +282,14 @@ CARD = ["run", "--model", "gpt3-175b", "--num-layers", "8", "--gpu", "h100-sxm",
 
 @pytest.mark.parametrize("argv, needle", [
     (["--pp", "3", "--account-for-embedding-in-pipeline-split", "--account-for-loss-in-pipeline-split"],
-     "8 + 2 = 10 pipeline layers (the embedding and/or the loss counted as one each) do not divide over --pp 3"),
+     "8 + 2 = 10 pipeline layers (the embedding and the loss counted as one layer each) do not divide over --pp 3"),
     (["--pp", "2", "--account-for-loss-in-pipeline-split", "--partition", "optimal"],
      "places Megatron-Core's layers per stage: use --partition auto or layers, not optimal"),
     (["--pp", "2", "--pipeline-model-parallel-layout", "Et*3|t*4L", "--decoder-first-pipeline-num-layers", "3"],
      "places every layer itself"),
     (["--pp", "2", "--pipeline-model-parallel-layout", "Et*3|(t|)*3tL"], "has 5 stages, not a multiple of --pp 2"),
-    (["--pp", "2", "--pipeline-model-parallel-layout", "Et|tt|ttt|ttL"],
-     "use --schedule interleaved --virtual-stages 2"),
+    (["--pp", "2", "--schedule", "1f1b", "--pipeline-model-parallel-layout", "Et|tt|ttt|ttL"],
+     "has 4 stages = --pp 2 × 2 virtual stages, but the run has 2: use --schedule interleaved --virtual-stages 2"),
     (["--pp", "4", "--schedule", "interleaved", "--virtual-stages", "3"],
      "--pp 4 × --virtual-stages 3 = 12 stages is more than the model's 8 transformer layers"),
 ])
@@ -308,6 +309,16 @@ def test_cli_runs_a_layout_and_reports_it(tmp_path):
     hybrid = json.loads(path.read_text())["hybrid"]
     assert hybrid["layers_per_stage"] == [1, 3, 3, 1] and hybrid["layout"] == "Et|ttt|ttt|tL"
     assert hybrid["layer_split"] == "--pipeline-model-parallel-layout 'Et|ttt|ttt|tL' (as given)"
+
+
+def test_a_layout_gives_the_virtual_stages_as_in_megatron(tmp_path):
+    """Megatron derives V from the layout's stages; so do the native flag and --megatron-args."""
+    layout = ["--pipeline-model-parallel-layout", "Et|ttt|ttt|tL"]
+    explicit = run([*CARD, "--pp", "2", "--schedule", "interleaved", "--virtual-stages", "2", *layout])
+    derived = run([*CARD, "--pp", "2", *layout])
+    pasted = run([*CARD, "--megatron-args", "--pipeline-model-parallel-size 2 --pipeline-model-parallel-layout "
+                  "Et|ttt|ttt|tL"])
+    assert explicit[0] == 0 and explicit == derived == pasted
 
 
 @pytest.mark.slow

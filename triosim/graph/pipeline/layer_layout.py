@@ -81,6 +81,13 @@ class LayerSplit:
             out.append(f"{LAYOUT_FLAG} {self.layout!r}")
         return " ".join(out)
 
+    def counted(self) -> str:
+        """What the account-for flags count as layers, e.g. ``the embedding and the loss counted as
+        one layer each``."""
+        what = [w for w, on in (("the embedding", self.account_for_embedding), ("the loss", self.account_for_loss))
+                if on]
+        return f"{' and '.join(what)} counted as one layer" + (" each" if len(what) > 1 else "")
+
     def check(self) -> None:
         """The combinations Megatron-Core refuses, as one-line errors."""
         uneven = self.first_stage_layers is not None or self.last_stage_layers is not None
@@ -185,8 +192,8 @@ def megatron_layers_per_stage(num_layers: int, ranks: int, virtual: int = 1,
         rule = f"{split.flags()}: "
     else:
         total = num_layers + split.account_for_embedding + split.account_for_loss
-        counted = (f"{num_layers} + {total - num_layers} = {total} pipeline layers (the embedding and/or the loss "
-                   f"counted as one each)" if total != num_layers else f"{num_layers} transformer layers")
+        counted = (f"{num_layers} + {total - num_layers} = {total} pipeline layers ({split.counted()})"
+                   if total != num_layers else f"{num_layers} transformer layers")
         if total % ranks:
             hint = "" if split.given else (f"; {EMBEDDING_FLAG} and/or {LOSS_FLAG} count them as one layer each, "
                                            "or use --partition optimal")

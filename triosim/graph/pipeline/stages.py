@@ -404,9 +404,8 @@ def layer_split(trace: Trace, strategy: Strategy, ranks: int, virtual: int, laye
     auto = auto_split(len(layers), ranks, virtual)
     if auto is None or not auto.given:
         return None, None
-    return auto, (f"auto: {len(layers)} transformer layers do not divide over {ranks * virtual} stages; counting "
-                  f"{' and '.join(w for w, on in (('the embedding', auto.account_for_embedding), ('the loss', auto.account_for_loss)) if on)} "
-                  f"as one layer each ({auto.flags()}, as Megatron-Core) they do")
+    return auto, (f"auto: {len(layers)} transformer layers do not divide over {ranks * virtual} stages, with "
+                  f"{auto.counted()} they do ({auto.flags()}, as Megatron-Core)")
 
 
 def layer_starts(trace: Trace, fops: Sequence[int], n: int,
