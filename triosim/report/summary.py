@@ -277,7 +277,7 @@ def print_stage_cuts(console: Console, facts: dict) -> None:
     rule = "Megatron-Core's layers per stage" if split else "Megatron-LM's: equal transformer layers per stage"
     console.print(f"  stage cuts: layers ({rule})")
     if facts.get("layout"):
-        console.print(f"  layout (E embedding, t transformer layer, L loss, | between stages): {facts['layout']}")
+        console.print(f"  layout: {facts['layout']} (E embedding, t transformer layer, L loss)")
     if split:
         console.print(f"  layer split: {split}")
 
@@ -325,7 +325,7 @@ def _print_pipeline(console: Console, result: Result, pp: dict) -> None:
     console.print(f"Pipeline: {pp.get('schedule')} schedule, {micro_batch_text(mbs, batch, compat)}, "
                   f"{pp.get('partition')} partition")
     if pp.get("layout"):
-        console.print(f"  layout (E embedding, t transformer layer, L loss, | between stages): {pp['layout']}")
+        console.print(f"  layout: {pp['layout']} (E embedding, t transformer layer, L loss)")
     if pp.get("layer_split"):
         console.print(f"  layer split: {pp['layer_split']}")
     stages = pp.get("stages", [])
