@@ -334,3 +334,10 @@ def test_the_issue_command_form_runs_as_written():
     code, out, err = run(argv)
     assert code == 0 and err == "", err
     assert float(out) > 0
+
+
+def test_plan_refuses_a_layout_it_would_not_search():
+    code, out, err = run(["plan", "--model", "gpt3-175b", "--num-layers", "8", "--gpu", "h100-sxm", "--gpus", "8",
+                          "--global-batch", "8", "--account-for-loss-in-pipeline-split"])
+    assert code == 2 and err.count("\n") == 1
+    assert "plan does not search pipeline layouts: leave --account-for-loss-in-pipeline-split out" in err
