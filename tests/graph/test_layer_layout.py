@@ -341,3 +341,21 @@ def test_plan_refuses_a_layout_it_would_not_search():
                           "--global-batch", "8", "--account-for-loss-in-pipeline-split"])
     assert code == 2 and err.count("\n") == 1
     assert "plan does not search pipeline layouts: leave --account-for-loss-in-pipeline-split out" in err
+
+
+def test_layers_per_virtual_stage_count_the_embedding_and_loss_as_megatron_does():
+    """--num-layers-per-virtual-pipeline-stage N: V = (L + accounted) / (P · N) (Megatron's arguments.py)."""
+    base = ["run", "--model", "gpt3-175b", "--gpu", "h100-sxm", "--topology", "switch", "--global-batch", "8", "-q"]
+    flags = "--account-for-embedding-in-pipeline-split --account-for-loss-in-pipeline-split"
+    pasted = run([*base, "--megatron-args", f"--num-layers 6 --pipeline-model-parallel-size 2 --micro-batch-size 1 "
+                  f"--num-layers-per-virtual-pipeline-stage 2 {flags}"])
+    native = run([*base, "--num-layers", "6", "--pp", "2", "-micro-batch-size", "1", "--schedule", "interleaved",
+                  "--virtual-stages", "2", *flags.split()])
+    assert native[0] == 0 and pasted == native
+
+
+def test_layout_flags_without_a_pipeline_are_named_as_unused():
+    code, out, err = run([*CARD, "--tp", "2", "--account-for-loss-in-pipeline-split"])
+    assert code == 0
+    assert err == ("triosim: note: the layer cuts are the pipeline's, and there is one stage: "
+                   "--account-for-loss-in-pipeline-split not used\n")
