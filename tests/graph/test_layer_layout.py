@@ -22,6 +22,7 @@ from triosim.graph.pipeline.layer_layout import (
     parse_layout,
 )
 from triosim.graph.pipeline.schedules import FORWARD
+from triosim.graph.pipeline.summary import layer_facts
 from triosim.graph.strategy import Strategy
 from triosim.trace.layers import forward_layers
 from triosim.trace.load import load_trace
@@ -250,7 +251,7 @@ def test_auto_picks_the_account_for_split_and_says_so(card_trace):
     assert p.layer_split == ("auto: 8 transformer layers do not divide over 3 stages, with the loss counted as one "
                              "layer they do (--account-for-loss-in-pipeline-split, as Megatron-Core)")
     check_placement(card_trace, p, 3, 1, LayerSplit(False, True))
-    assert ps.layer_facts(p) == {"layers_per_stage": [3, 3, 2], "layout": "Ettt|ttt|ttL",
+    assert layer_facts(p) == {"layers_per_stage": [3, 3, 2], "layout": "Ettt|ttt|ttL",
                                  "layer_split": p.layer_split}
 
 

@@ -72,7 +72,8 @@ from .pipeline.builder import choose_stages, micro_batch_sizes
 from .pipeline.rank_program import add_rank_program
 from .pipeline.schedules import FORWARD
 from .pipeline.sends import send_hop_by_hop
-from .pipeline.stages import PipelinePlan, buffer_versions, layer_facts
+from .pipeline.stages import PipelinePlan, buffer_versions
+from .pipeline.summary import layer_facts
 from .pipeline.tied_embedding import TiedEmbedding, add_tied_allreduce, find_tied
 from .rank_map import rank_map
 from .recompute import activation_facts, carry_plan, fit_to_stages, recompute

@@ -25,7 +25,9 @@ chunks. The rules, as Megatron-Core applies them (``get_num_layers_to_build`` in
   The layout has P·V stages, ``E`` first and ``L`` last once each, and exactly L ``t``;
   ``m`` (multi-token prediction) layers are refused (no model card has them).
 
-What comes before the first transformer layer runs on stage 0, what comes after the last one
+Which rule a run takes is :func:`choose_split`'s: the flags when given, else the equal split,
+else (``--partition auto`` on a model card) the account-for split that makes the layers divide
+(:func:`auto_split`). What comes before the first transformer layer runs on stage 0, what comes after the last one
 (final norm, output layer, loss) on the last stage. triosim needs every stage to hold some op,
 so a stage with no layer at all (possible in a Megatron layout) is refused.
 """
@@ -233,6 +235,29 @@ def auto_split(num_layers: int, ranks: int, virtual: int = 1) -> LayerSplit | No
     return None
 
 
+def choose_split(options: Any, ranks: int, virtual: int, num_layers: int, partition: str,
+                 card: bool) -> tuple[LayerSplit | None, str | None]:
+    """The rule that cuts a trace's ``num_layers`` layers into stages, and a line saying which:
+    the layout flags of ``options`` (a Strategy) when given; for ``partition`` ``layers`` (what
+    ``--partition`` resolved to) the equal split; with ``--partition auto`` on a model card
+    (``card``) whose layers do not divide equally, the account-for split that makes them
+    (:func:`auto_split`). (None, None): not cut at layers."""
+    split = LayerSplit.of(options)
+    if split.given:
+        if not num_layers:
+            raise ConfigError(f"{split.flags()}: the trace has no repeated transformer layers to place")
+        return split, f"{split.flags()} (as given)"
+    if partition == "layers":
+        return split, None
+    if getattr(options, "partition", None) != "auto" or not card or not num_layers:
+        return None, None
+    auto = auto_split(num_layers, ranks, virtual)
+    if auto is None or not auto.given:
+        return None, None
+    return auto, (f"auto: {num_layers} transformer layers do not divide over {ranks * virtual} stages, with "
+                  f"{auto.counted()} they do ({auto.flags()}, as Megatron-Core)")
+
+
 def layout_text(counts: tuple[int, ...] | list[int]) -> str:
     """The stages as a Megatron layout string (E on the first, L on the last; repeats folded),
     e.g. ``Et|(tt|)*62tL`` for 126 layers over 64 stages with both account-for flags, or ``E|(t|)*126L``."""
@@ -252,4 +277,4 @@ def layout_text(counts: tuple[int, ...] | list[int]) -> str:
     return "".join(out)
 
 
-__all__ = ["LayerSplit", "auto_split", "layout_text", "megatron_layers_per_stage", "parse_layout"]
+__all__ = ["LayerSplit", "auto_split", "choose_split", "layout_text", "megatron_layers_per_stage", "parse_layout"]

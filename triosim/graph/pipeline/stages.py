@@ -32,7 +32,7 @@ from ...trace.layers import forward_layers
 from ...trace.precision import size_key
 from ..strategy import Strategy
 from .estimate import BatchEstimator
-from .layer_layout import LayerSplit, auto_split, layout_text, megatron_layers_per_stage
+from .layer_layout import choose_split, megatron_layers_per_stage
 from .partition import count_starts, optimal_search, time_partition
 from .recurrence import PartitionEstimate
 from .schedules import BACKWARD, FORWARD, OPTIMIZER, Layout, block_order, check_interleaved
@@ -324,7 +324,7 @@ def candidate_plans(trace: Trace, platform: Platform, strategy: Strategy, fracti
     pos = _positions(trace, phase, fops)
     layers = trace_layers(trace) if strategy.partition in ("auto", "layers") else ()
     partition = resolve_partition(trace, strategy.partition, n, layers)
-    split, how = layer_split(trace, strategy, len(gpus), virtual, layers, partition)
+    split, how = choose_split(strategy, len(gpus), virtual, len(layers), partition, bool(trace.info.get("model_card")))
     if split is not None and not split.given:  # Megatron's equal split
         starts = layer_starts(trace, fops, n, layers)
         plan = _plan_from_starts(trace, phase, fops, pos, starts, "layers", gpus, virtual)
@@ -386,28 +386,6 @@ def resolve_partition(trace: Trace, partition: str, n: int,
     return "layers" if count and count % n == 0 else "optimal"
 
 
-def layer_split(trace: Trace, strategy: Strategy, ranks: int, virtual: int, layers: tuple[tuple[int, ...], ...],
-                partition: str) -> tuple[LayerSplit | None, str | None]:
-    """The rule that cuts the layers into stages, and a line saying which: the layout flags when
-    given; with ``--partition layers`` (or ``auto`` where the layers divide) equal layers; with
-    ``auto`` on a model card whose layers do not divide, the account-for split that makes them
-    (:func:`~triosim.graph.pipeline.layer_layout.auto_split`). (None, None): not cut at layers."""
-    split = LayerSplit.of(strategy)
-    if split.given:
-        if not layers:
-            raise ConfigError(f"{split.flags()}: the trace has no repeated transformer layers to place")
-        return split, f"{split.flags()} (as given)"
-    if partition == "layers":
-        return split, None
-    if strategy.partition != "auto" or not trace.info.get("model_card") or not layers:
-        return None, None
-    auto = auto_split(len(layers), ranks, virtual)
-    if auto is None or not auto.given:
-        return None, None
-    return auto, (f"auto: {len(layers)} transformer layers do not divide over {ranks * virtual} stages, with "
-                  f"{auto.counted()} they do ({auto.flags()}, as Megatron-Core)")
-
-
 def layer_starts(trace: Trace, fops: Sequence[int], n: int,
                  layers: tuple[tuple[int, ...], ...] | None = None,
                  counts: Sequence[int] | None = None) -> list[int]:
@@ -461,15 +439,6 @@ def trace_layers(trace: Trace) -> tuple[tuple[int, ...], ...]:
         return ()
 
 
-def layer_facts(plan: PipelinePlan) -> dict:
-    """JSON-ready: a plan cut at layers, its transformer layers per (virtual) stage in stage order,
-    the same as a Megatron layout string, and how the split was chosen; {} for other partitions."""
-    if not plan.layer_counts:
-        return {}
-    return {"layers_per_stage": list(plan.layer_counts), "layout": layout_text(plan.layer_counts),
-            "layer_split": plan.layer_split}
-
-
 def _compat_plan(trace: Trace, phase: Sequence[str], n: int) -> PipelinePlan:
     """The original's split: forward-labelled ops by count over GPU 0..N−1, the rest (backward
     and optimizer, trace order) by count over GPU N−1..0, optimizer ops whole."""
@@ -508,5 +477,5 @@ def compat_chunks(trace: Trace, n: int) -> list[tuple[int, list[int]]]:
 
 __all__ = [
     "BACKWARD", "FORWARD", "OPTIMIZER", "PipelinePlan", "block_order", "buffer_versions", "candidate_plans",
-    "compat_chunks", "layer_facts", "layer_split", "op_phases", "optimizer_buffers", "stage_layer_counts", "with_same_cuts",
+    "compat_chunks", "op_phases", "optimizer_buffers", "stage_layer_counts", "with_same_cuts",
 ]
