@@ -15,6 +15,11 @@ run (and the bytes) of its native flag:
   ``--recompute-granularity full|selective`` and ``--recompute-activations`` → ``--recompute``;
   ``--recompute-method``, ``--recompute-num-layers`` and ``--recompute-modules`` (a space-
   separated list in Megatron, comma-separated natively) are native;
+* pipeline layouts: ``--account-for-embedding-in-pipeline-split``,
+  ``--account-for-loss-in-pipeline-split``, ``--decoder-first-pipeline-num-layers``,
+  ``--decoder-last-pipeline-num-layers`` and ``--pipeline-model-parallel-layout`` are native (a
+  layout of pp × V stages implies ``--schedule interleaved --virtual-stages V``, as Megatron
+  derives V from it);
 * precision: ``--bf16``, ``--fp16``, ``--fp8-format`` → ``--dtype``; ``--fp8-recipe`` (Megatron's
   ``tensorwise`` is ``current``) and ``--fp8-param-gather`` are native (Megatron-Core's own
   default recipe is ``delayed``; triosim's is current scaling, MXFP8 on Blackwell: give
@@ -59,6 +64,10 @@ _RENAMED = {
     "--seq-length": "--seq-len",
     "--micro-batch-size": "--micro-batch-size",
     "--num-layers": "--num-layers",
+    # pipeline layouts (graph.pipeline.layer_layout): native under Megatron-Core's own names
+    "--decoder-first-pipeline-num-layers": "--decoder-first-pipeline-num-layers",
+    "--decoder-last-pipeline-num-layers": "--decoder-last-pipeline-num-layers",
+    "--pipeline-model-parallel-layout": "--pipeline-model-parallel-layout",
 }
 # Megatron switches -> the native flags they mean.
 _SWITCHES = {
@@ -77,6 +86,8 @@ _SWITCHES = {
     "--no-overlap-p2p-communication": ["--pipeline-send", "blocking"],
     # Megatron-LM 2021-22's switch off of its scatter/gather default: triosim's default already
     "--no-scatter-gather-tensors-in-pipeline": [],
+    "--account-for-embedding-in-pipeline-split": ["--account-for-embedding-in-pipeline-split"],
+    "--account-for-loss-in-pipeline-split": ["--account-for-loss-in-pipeline-split"],
 }
 # Megatron's --fp8-recipe values -> the native ones (tensorwise: per-tensor current scaling).
 _FP8_RECIPES = {"tensorwise": "current"}
@@ -222,6 +233,7 @@ def translate_argv(argv: Sequence[str]) -> Translation:
     _finish_recompute(recompute, out)
     card.emit(out)
     _finish_layers_per_virtual_stage(out)
+    _finish_layout(out)
     _finish_virtual(out)
     return result
 
@@ -338,11 +350,31 @@ def _finish_layers_per_virtual_stage(out: list[str]) -> None:
         layers = (read_card_file(path) if path is not None else get_card(_flag_value(out, "--model"))).layers
     else:
         raise ConfigError("--num-layers-per-virtual-pipeline-stage needs --num-layers (or --model)")
+    # the embedding and the loss count as layers here too, where the flags say so (Megatron's arguments.py)
+    layers += sum(flag in out for flag in ("--account-for-embedding-in-pipeline-split",
+                                           "--account-for-loss-in-pipeline-split"))
     if layers % (pp * per_virtual):
         raise ConfigError(f"--num-layers-per-virtual-pipeline-stage {per_virtual}: {layers} layers over "
                           f"--pipeline-model-parallel-size {pp} is not a whole number of virtual stages of "
                           f"{per_virtual} layers")
     out.extend(["--virtual-stages", str(layers // (pp * per_virtual)), "--megatron-interleaved"])
+
+
+def _finish_layout(out: list[str]) -> None:
+    """``--pipeline-model-parallel-layout``: its stages over ``--pp`` give the virtual stages per
+    rank, as Megatron derives them; applied where no virtual stage count or other schedule is given."""
+    from ..graph.pipeline.layer_layout import parse_layout
+    from .megatron_card import _flag_value
+
+    layout = _flag_value(out, "--pipeline-model-parallel-layout")
+    if layout is None or _flag_value(out, "--virtual-stages") is not None:
+        return
+    if _flag_value(out, "--schedule") not in (None, "auto", "interleaved"):
+        return
+    pp = _positive_int("--pipeline-model-parallel-size", _flag_value(out, "--pp") or "1", "")
+    stages = len(parse_layout(layout))
+    if stages % pp == 0 and stages // pp > 1:
+        out.extend(["--virtual-stages", str(stages // pp), "--megatron-interleaved"])
 
 
 def _finish_virtual(out: list[str]) -> None:

@@ -74,6 +74,7 @@ from .pipeline.rank_program import add_rank_program
 from .pipeline.schedules import FORWARD
 from .pipeline.sends import send_hop_by_hop
 from .pipeline.stages import PipelinePlan, buffer_versions
+from .pipeline.summary import layer_facts
 from .pipeline.tied_embedding import TiedEmbedding, add_tied_allreduce, find_tied
 from .rank_map import rank_map
 from .recompute import activation_facts, carry_plan, fit_to_stages, recompute
@@ -124,8 +125,8 @@ def build(trace: Trace, platform: Platform, strategy: Strategy, fuse_runs: bool 
     dp = ranks.data  # data ranks: a context-parallel rank is a replica of the model too
     virtual = strategy.virtual_stages if strategy.schedule == "interleaved" else 1
     if preset is None:  # case 4 keeps its own check: a forward op per stage (stages.candidate_plans)
-        check_pipeline_depth(trace, pp, virtual)
-        check_virtual_stages(trace, pp, virtual, strategy.partition)
+        check_pipeline_depth(trace, pp, virtual, strategy)
+        check_virtual_stages(trace, pp, virtual, strategy.partition, strategy)
     original = trace  # the tensor-parallel plan is found on it, then carried to the re-runs
     rec = recompute(trace, strategy.recompute_spec) if preset is None else None
     if rec is not None:
@@ -375,6 +376,7 @@ class Composition(CompositionState):
             "collective_warning": collective_warning(comm.crosses_other_gpus),
             "stage_parameters": [len(p) for p in params_of],
             "partition": self.plan.partition if ranks.pp > 1 else None,  # how the stages were cut
+            **(layer_facts(self.plan) if ranks.pp > 1 else {}),
             "pipeline_warnings": list(self.plan.warnings),  # e.g. the partition search ran out of budget
             "memory": memory,
             **({"context_parallel": self.context_facts()} if self.context is not None else {}),

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 
 from ..checks import positive
 from ..errors import ConfigError
+from .pipeline.layer_layout import LayerSplit
 from .recompute_spec import DEFAULT_MODULES, RecomputeSpec
 
 CASE_NAMES = {
@@ -159,6 +160,13 @@ class Strategy:
     overlap_param_gather: bool = False
     pipeline_send: str = "auto"
     pipeline_scatter_gather: bool = False
+    # Megatron-Core's layout flags, by its names (graph.pipeline.layer_layout): the embedding and/or
+    # the loss counted as a layer in the split, uneven first/last stages, or an explicit layout.
+    account_for_embedding_in_pipeline_split: bool = False
+    account_for_loss_in_pipeline_split: bool = False
+    decoder_first_pipeline_num_layers: int | None = None
+    decoder_last_pipeline_num_layers: int | None = None
+    pipeline_model_parallel_layout: str | None = None
 
     @property
     def recompute_spec(self) -> RecomputeSpec:
@@ -218,6 +226,13 @@ class Strategy:
             raise ConfigError(f"--schedule must be gpipe, 1f1b or interleaved, got {self.schedule!r}")
         if self.partition not in PARTITIONS:
             raise ConfigError(f"--partition must be auto, layers, optimal, time or count, got {self.partition!r}")
+        split = LayerSplit.of(self)
+        split.check()
+        if split.given and self.partition not in ("auto", "layers"):
+            raise ConfigError(f"{split.flags()} places Megatron-Core's layers per stage: use --partition auto or "
+                              f"layers, not {self.partition}")
+        if split.given and self.reference_compat:
+            raise ConfigError(f"{split.flags()} has no --reference-compat form (the original splits by op count)")
         if self.schedule == "interleaved":
             if self.virtual_stages < 2:
                 raise ConfigError(f"--schedule interleaved needs --virtual-stages 2 or more, got {self.virtual_stages}")

@@ -215,8 +215,7 @@ def _print_hybrid(console: Console, parallel: dict, hybrid: dict, batch: int | N
                       f"{human_bytes(c['payload_bytes'])} payload, {human_bytes(c['wire_bytes_per_gpu'])} sent per GPU")
     stages = parallel.get("pp") or 1
     if stages > 1 and hybrid.get("partition"):
-        console.print(f"  stage cuts: {hybrid['partition']}"
-                      + (" (Megatron-LM's: equal transformer layers per stage)" if hybrid["partition"] == "layers" else ""))
+        print_stage_cuts(console, hybrid)
     one = stages > 1 and hybrid.get("micro_batches") == 1
     if one:
         console.print(f"  [yellow]hint:[/yellow] {one_micro_batch_hint(stages, batch)}")
@@ -273,6 +272,22 @@ def one_micro_batch_hint(stages: int, batch: int | None) -> str:
 _SMALL_STAGE = re.compile(r"^stage (\d+) holds ([\d.]+%) of the compute \(under ([\d.]+%)\): (.*)$")
 
 
+def print_stage_cuts(console: Console, facts: dict) -> None:
+    """How the pipeline stages were cut; cut at layers, the layers per stage as a Megatron layout
+    string and, for a split other than the equal one, how it was chosen."""
+    partition = facts["partition"]
+    if partition != "layers":
+        console.print(f"  stage cuts: {partition}")
+        return
+    split = facts.get("layer_split")
+    rule = "Megatron-Core's layers per stage" if split else "Megatron-LM's: equal transformer layers per stage"
+    console.print(f"  stage cuts: layers ({rule})")
+    if facts.get("layout"):
+        console.print(f"  layout: {facts['layout']} (E embedding, t transformer layer, L loss)")
+    if split:
+        console.print(f"  layer split: {split}")
+
+
 def fold_stage_warnings(warnings: list[str], drop_small: bool = False) -> list[str]:
     """The plan's warnings with the small-stage ones (one per stage) folded into one line;
     ``drop_small``: leave them out (the one-micro-batch hint says why they are small)."""
@@ -315,6 +330,10 @@ def _print_pipeline(console: Console, result: Result, pp: dict) -> None:
     batch = result.extra.get("batch_size_sim") or (sum(mbs) if not compat else None)
     console.print(f"Pipeline: {pp.get('schedule')} schedule, {micro_batch_text(mbs, batch, compat)}, "
                   f"{pp.get('partition')} partition")
+    if pp.get("layout"):
+        console.print(f"  layout: {pp['layout']} (E embedding, t transformer layer, L loss)")
+    if pp.get("layer_split"):
+        console.print(f"  layer split: {pp['layer_split']}")
     stages = pp.get("stages", [])
     times = None if compat else _stage_times(result)
     for st in stages:

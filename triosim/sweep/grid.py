@@ -20,6 +20,7 @@ from typing import Any
 
 from ..config import DEFAULT_WORD, FlagSpec, FlagTable
 from ..config.files import read_settings_mapping
+from ..config.layout_flags import DESTS as LAYOUT_DESTS
 from ..errors import ConfigError
 
 __all__ = ["DEFAULT_WORD", "MAX_AXIS_VALUES", "MAX_SWEEP_POINTS", "NOT_APPLICABLE", "Axis", "FlagSpec", "FlagTable", "Grid", "Point", "build_grid",
@@ -176,6 +177,7 @@ APPLIES: dict[str, Callable[[Mapping[str, Any]], bool]] = {
     "schedule": _pipelined,
     "partition": _pipelined,
     "virtual_stages": _pipelined,
+    **dict.fromkeys(LAYOUT_DESTS, _pipelined),  # the layer cuts of a pipeline
 }
 
 
