@@ -1,8 +1,8 @@
 """Activation offload to host memory (``--offload-activations``): closed forms.
 
-- Bytes per offloaded layer: Korthikanti et al.'s per-layer terms for a 16-bit GPT layer
-  (34sbh + 5as²b + 16sb) less the layer's output (2sbh), which the next layer's backward reads
-  and so stays on the GPU: 32sbh + 5as²b + 16sb.
+- Bytes per offloaded layer: what the layer saves for its backward, its input included and its
+  output (saved by the next layer) not: Korthikanti et al.'s per-layer terms for a 16-bit GPT
+  layer, 34sbh + 5as²b + 16sb.
 - Time on one GPU, one micro-batch: the copy of layer 0 overlaps layer 1's forward and its
   return layer 1's backward, so the step grows by exactly max(0, c − F₁) + max(0, c − B₁), c the
   copy's time over the host link.
@@ -44,7 +44,7 @@ def gpt(tmp_path_factory):
 def test_bytes_per_layer(gpt) -> None:
     off = offload(gpt, OffloadSpec(layers=3))
     assert off.layers == (0, 1, 2)  # never the chunk's last layer
-    assert off.bytes_per_layer() == [32 * SBH + 5 * A * S * S * B + 16 * S * B] * 3
+    assert off.bytes_per_layer() == [34 * SBH + 5 * A * S * S * B + 16 * S * B] * 3
 
 
 def test_bytes_catch_a_layer_output_moved(gpt, monkeypatch) -> None:
@@ -62,7 +62,7 @@ def test_bytes_catch_a_layer_output_moved(gpt, monkeypatch) -> None:
 
     monkeypatch.setattr(offload_module, "offload", with_output)
     off = offload_module.offload(gpt, OffloadSpec(layers=3))
-    assert off.bytes_per_layer() != [32 * SBH + 5 * A * S * S * B + 16 * S * B] * 3
+    assert off.bytes_per_layer() != [34 * SBH + 5 * A * S * S * B + 16 * S * B] * 3
 
 
 def test_fraction_and_count_agree(gpt) -> None:

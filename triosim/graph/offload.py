@@ -6,9 +6,9 @@ offload handler of ``megatron/core/extensions/transformer_engine.py`` / Transfor
 For each offloaded transformer layer L of a model chunk (the chunk's first N layers; never its
 last, whose activations are read back at once):
 
-- the activations L's forward keeps for L's own backward (written by L's forward ops, read only
-  by L's backward ops) are copied to host memory over the GPU's host link while the next layer
-  runs forward. An ``offload`` op placed after the next layer's forward reads them (the
+- the forward's activations that only L's backward reads (those L's ops save, its input
+  included; its output is saved by the next layer) are copied to host memory over the GPU's
+  host link while the next layer runs forward. An ``offload`` op placed after the next layer's forward reads them (the
   originals are freed there) and the compute after it waits for the copy (the handler's
   synchronisation at the layer boundary);
 - a ``reload`` op placed right before the next layer's backward writes them back as new buffers
@@ -143,13 +143,14 @@ def offload(trace: Trace, spec: OffloadSpec, cuts: frozenset[int] = frozenset())
         for pos in range(spec.count(len(chunk))):
             k, nxt = chunk[pos], chunk[pos + 1]
             own = set(layout.backward[k])
+            # what L's backward alone reads of the forward's activations (TE's offload handler
+            # groups tensors by the layer that saves them: its input included, its output not)
             keep = []
-            for j in layout.forward[k]:
-                for b in trace.writes[j]:
-                    if b in trace.batch_invariant:
+            for i in layout.backward[k]:
+                for b in trace.reads[i]:
+                    if b in trace.batch_invariant or trace.producer.get(b, first_back) >= first_back:
                         continue
-                    readers = [c for c in trace.consumers.get(b, ()) if c >= first_back]
-                    if readers and all(c in own for c in readers):
+                    if all(c in own for c in trace.consumers.get(b, ()) if c >= first_back):
                         keep.append(b)
             if not keep:
                 continue

@@ -361,6 +361,7 @@ def add_host_copy(b: CompositionState, copy, i: int, r: int, frac: float, label:
         task = b.graph.add_tagged("memcpy", f"{label} gpu{gpu}", dur, (f"host{gpu}:{copy.direction}",), (gpu,), attrs,
                                   nbytes, start)
         b.seq[gpu].append((task, (i,), r))
+        b.task[(*rep, i, r)] = task  # a buffer it reads may arrive from another stage
         if copy.waiter is None:
             last[rep] = [*last[rep], task]
         else:
