@@ -39,9 +39,10 @@ BENCH = Path(__file__).resolve().parent
 sys.path.insert(0, str(BENCH))
 sys.path.insert(0, str(BENCH.parent))
 
-from device_curves import bins  # noqa: E402  the binning rule of the H200 measurements
+from device_curves import bins, model_fractions  # noqa: E402  the H200 measurements' rule
 
 DATA = BENCH / "data" / "xla-matmul-sm90-sm100.json"
+H200_DATA = BENCH / "data" / "h200-curves.json"   # bench/device_curves.py on one H200
 # XLA's GPU key -> the triosim device file whose peaks and launch floor the fractions use.
 DEVICES = {"sm_90": "h100-sxm", "sm_100_B200": "b200"}
 KEY_ALIASES = {"sm_100": "sm_100_B200"}   # the key before openxla/xla e97611c4 (2026-02-13)
@@ -175,6 +176,40 @@ def compare(data: dict) -> None:
         above = [d for (x, *_), d in zip(pts, diffs) if x >= 1e10]
         print(f"mean difference from 1e10 FLOPs: {sum(above) / len(above):+.3f}; "
               f"largest: {max(diffs, key=abs):+.3f}\n")
+    same_shapes(recs)
+    fp8_sanity(data)
+
+
+def fp8_sanity(data: dict) -> None:
+    """fp8 against the dense peak and against bf16 at the same shape (at most 2x at equal efficiency)."""
+    for gpu in DEVICES:
+        recs = device_records(data, gpu)
+        over = [r["flops"] for r in recs if r["dtype"] == "fp8" and (r["frac_model"] or 0) > 1]
+        rate = {}
+        for r in recs:
+            if r["dtype"] in ("bf16", "fp8") and r["flops"] >= 1e11:
+                rate.setdefault((r["b"], r["m"], r["n"], r["k"]), {})[r["dtype"]] = r["flop_per_s"]
+        ratios = [v["fp8"] / v["bf16"] for v in rate.values()]
+        above = f"{len(over)} dots, from {min(over):.2e} FLOPs" if over else "none"
+        print(f"{gpu} fp8: above the dense fp8 peak: {above}; fp8/bf16 rate on the {len(ratios)} dots "
+              f"from 1e11 FLOPs: {min(ratios):.2f}-{max(ratios):.2f}")
+
+
+def same_shapes(recs: list[dict]) -> None:
+    """The square GEMMs both runs timed: XLA's sm_90 b=1 n×n×n dots and the H200 run's
+    torch.matmul (bf16) and torch._scaled_mm (fp8) squares, each as its fraction by the same rule."""
+    h200 = model_fractions(json.loads(H200_DATA.read_text()))["records"]
+    print("Same shapes: XLA sm_90 (H100) against bench/data/h200-curves.json (H200, torch), squares n x n x n")
+    print("| n | FLOPs | XLA bf16 | H200 bf16 | XLA fp8 | H200 fp8 |")
+    print("|---:|---:|---:|---:|---:|---:|")
+    for n in sorted({r["m"] for r in recs}):
+        xla = {r["dtype"]: r["frac_model"] for r in recs if r["b"] == 1 and r["m"] == r["n"] == r["k"] == n}
+        ours = {}
+        for r in h200:
+            if r["suite"] == "gemm_square" and r["op"] in ("matmul", "scaled_mm") and r["shape"] == [n, n, n]:
+                ours.setdefault(r["dtype"], r["frac_model"])   # the first of repeated shapes
+        cells = [xla.get("bf16"), ours.get("bf16"), xla.get("fp8"), ours.get("fp8")]
+        print(f"| {n} | {2.0 * n ** 3:.2e} | " + " | ".join("—" if c is None else f"{c:.3f}" for c in cells) + " |")
 
 
 def main() -> int:
