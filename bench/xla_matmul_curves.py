@@ -8,7 +8,7 @@ tensorflow/tensorflow under ``third_party/xla/``): for each GPU key (``sm_90``: 
 per dtype. XLA's generator (``xla/tools/matmul_perf_table_gen.cc``) times each dot as the
 median CUPTI kernel time of 5 runs after a warm-up and stores 2·b·m·n·k / time.
 
-    python bench/xla_matmul_curves.py --extract matmul_interpolator_data.h --commit SHA  # -> JSON
+    python bench/xla_matmul_curves.py --extract matmul_interpolator_data.h --commit SHA  # -> the JSON
     python bench/xla_matmul_curves.py                  # all curves, from bench/data/xla-matmul-sm90-sm100.json
     python bench/xla_matmul_curves.py --compare        # sm_90 against the h100-sxm file's (H200-measured) curves
     python bench/xla_matmul_curves.py --yaml b200      # the compute block for a device file (b200 or gb200)
@@ -61,53 +61,59 @@ MAMF = {"b200": {"bf16": (1745.0, 2250.0), "fp8": (3432.5, 4500.0)},
 
 
 def parse_table(text: str) -> list[dict]:
-    """The entries of ``kDefaultMatmulPTable`` (a text-format proto) as flat records."""
+    """The entries of ``kDefaultMatmulPTable`` (a text-format proto): one per GPU and dot, with
+    its measured FLOP/s per dtype key."""
     body = text.split("kDefaultMatmulPTable[] = R\"pb(", 1)
     if len(body) != 2:
         raise SystemExit("xla_matmul_curves: no kDefaultMatmulPTable in that file")
-    records = []
+    entries = []
     # Top level: entries { key: "sm_90" value { entries { b m n k flops {...}... } ... } }
     for gpu_block in re.split(r'\n  entries \{\n    key: ', body[1])[1:]:
         gpu = gpu_block.split("\n", 1)[0].strip('"')
         for entry in re.split(r"\n      entries \{", gpu_block)[1:]:
             dims = {d: int(re.search(rf"\b{d}: (\d+)", entry).group(1)) for d in "bmnk"}
-            for key, value in re.findall(r'flops \{ key: "([^"]+)" value: (\d+) \}', entry):
-                records.append({"gpu": gpu, **dims, "dtype_key": key, "flop_per_s": int(value)})
-    if not records:
+            flops = {key: int(value) for key, value in re.findall(r'flops \{ key: "([^"]+)" value: (\d+) \}', entry)}
+            entries.append({"gpu": gpu, **dims, "flop_per_s": dict(sorted(flops.items()))})
+    if not entries:
         raise SystemExit("xla_matmul_curves: kDefaultMatmulPTable has no entries")
-    return records
+    return entries
 
 
 def extract(header: Path, commit: str, repo: str, path: str, out: Path) -> None:
-    records = parse_table(header.read_text())
-    records.sort(key=lambda r: (r["gpu"], r["b"], r["m"], r["n"], r["k"], r["dtype_key"]))
-    data = {"meta": {"source": f"{repo}, {path}, kDefaultMatmulPTable", "commit": commit,
-                     "generator": "xla/tools/matmul_perf_table_gen.cc: median CUPTI kernel time of 5 runs "
-                                  "after a warm-up; flop_per_s = 2*b*m*n*k / time",
-                     "script": "bench/xla_matmul_curves.py --extract"},
-            "records": records}
-    out.write_text(json.dumps(data, indent=0) + "\n")
-    gpus = sorted({r["gpu"] for r in records})
-    print(f"{len(records)} records ({', '.join(gpus)}) -> {out}")
+    entries = parse_table(header.read_text())
+    entries.sort(key=lambda e: (e["gpu"], e["b"], e["m"], e["n"], e["k"]))
+    meta = {"source": f"{repo}, {path}, kDefaultMatmulPTable", "commit": commit,
+            "generator": "xla/tools/matmul_perf_table_gen.cc: median CUPTI kernel time of 5 runs "
+                         "after a warm-up; flop_per_s = 2*b*m*n*k / time",
+            "script": "bench/xla_matmul_curves.py --extract"}
+    lines = ",\n".join(json.dumps(e, separators=(",", ":")) for e in entries)   # one dot a line
+    out.write_text(f'{{"meta": {json.dumps(meta, indent=1)},\n"entries": [\n{lines}\n]}}\n')
+    gpus = sorted({e["gpu"] for e in entries})
+    print(f"{len(entries)} dots ({', '.join(gpus)}) -> {out}")
 
 
 def device_records(data: dict, gpu: str) -> list[dict]:
-    """Records of one XLA GPU key with FLOPs and ``frac_model`` against its triosim device file."""
+    """One record per dot and dtype of one XLA GPU key, with FLOPs and ``frac_model`` against its
+    triosim device file."""
     from triosim.hardware.device_db import get_device
 
     dev = get_device(DEVICES[gpu])
     floor = dev.launch_floor_s
     out = []
-    for r in data["records"]:
-        if KEY_ALIASES.get(r["gpu"], r["gpu"]) != gpu or r["dtype_key"] not in DTYPES:
+    for e in data["entries"]:
+        if KEY_ALIASES.get(e["gpu"], e["gpu"]) != gpu:
             continue
-        dtype = DTYPES[r["dtype_key"]]
-        flops = 2.0 * r["b"] * r["m"] * r["n"] * r["k"]
-        t = flops / r["flop_per_s"]
-        peak = dev.matrix_peak(PEAK_DTYPE[dtype])
-        frac = flops / (peak * (t - floor)) if t >= 1.5 * floor else None
-        out.append({**r, "dtype": dtype, "flops": flops, "t_s": t, "frac": flops / (peak * t),
-                    "frac_model": frac})
+        flops = 2.0 * e["b"] * e["m"] * e["n"] * e["k"]
+        for key, rate in e["flop_per_s"].items():
+            if key not in DTYPES:
+                continue
+            dtype = DTYPES[key]
+            t = flops / rate
+            peak = dev.matrix_peak(PEAK_DTYPE[dtype])
+            frac = flops / (peak * (t - floor)) if t >= 1.5 * floor else None
+            out.append({"gpu": e["gpu"], "b": e["b"], "m": e["m"], "n": e["n"], "k": e["k"], "dtype_key": key,
+                        "flop_per_s": rate, "dtype": dtype, "flops": flops, "t_s": t, "frac": flops / (peak * t),
+                        "frac_model": frac})
     return out
 
 

@@ -36,10 +36,11 @@ def _points(curve) -> list[tuple[float, float]]:
 
 def test_the_stored_table_is_the_cited_commit_with_both_gpus(table) -> None:
     assert table["meta"]["commit"] == XLA_COMMIT
-    gpus = {r["gpu"] for r in table["records"]}
+    gpus = {e["gpu"] for e in table["entries"]}
     assert gpus == {"sm_90", "sm_100_B200"}
-    # b in 1..4, m, n, k in 256..4096 (powers of two): 375 dots per GPU, five dtypes each
-    assert len(table["records"]) == 2 * 375 * 5
+    # b in 1, 2, 4 and m, n, k in 256..4096 (powers of two): 375 dots per GPU, five dtypes each
+    assert len(table["entries"]) == 2 * 375
+    assert all(len(e["flop_per_s"]) == 5 for e in table["entries"])
     assert XLA_COMMIT in Path(get_device("b200").path).read_text()
 
 
@@ -82,13 +83,10 @@ def test_parse_and_fraction_rule_in_closed_form(xla) -> None:
     }
   }
 )pb";'''
-    records = xla.parse_table(text)
-    assert records == [
-        {"gpu": "sm_100", "b": 2, "m": 1024, "n": 512, "k": 256, "dtype_key": "bf16xbf16->bf16",
-         "flop_per_s": 10**12},
-        {"gpu": "sm_100", "b": 2, "m": 1024, "n": 512, "k": 256, "dtype_key": "f32xf32->f32",
-         "flop_per_s": 5 * 10**11}]
-    (bf16,) = (r for r in xla.device_records({"records": records}, "sm_100_B200") if r["dtype"] == "bf16")
+    entries = xla.parse_table(text)
+    assert entries == [{"gpu": "sm_100", "b": 2, "m": 1024, "n": 512, "k": 256,
+                        "flop_per_s": {"bf16xbf16->bf16": 10**12, "f32xf32->f32": 5 * 10**11}}]
+    (bf16,) = (r for r in xla.device_records({"entries": entries}, "sm_100_B200") if r["dtype"] == "bf16")
     flops = 2 * 2 * 1024 * 512 * 256
     kernel_s = flops / 1e12                      # 537 us
     floor = get_device("b200").launch_floor_s
