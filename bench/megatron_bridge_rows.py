@@ -164,7 +164,8 @@ BREAKDOWN = (("GEMM", "compute_by_kind", "gemm_ms"), ("FP8 casts", "compute_by_k
              ("attention", "compute_by_kind", "attention_ms"), ("other", "compute_by_kind", "other_ms"),
              ("recompute", "mean", "recompute_ms"), ("optimizer", "mean", "optimizer_ms"),
              ("exp. TP", "mean", "exposed_tp_ms"), ("exp. CP", "mean", "exposed_cp_ms"),
-             ("exp. PP", "mean", "exposed_pp_ms"), ("exp. DP", "mean", "exposed_dp_ms"), ("bubble", "mean", "idle_ms"))
+             ("exp. PP", "mean", "exposed_pp_ms"), ("exp. DP", "mean", "exposed_dp_ms"),
+             ("exp. offload", "mean", "exposed_memory_ms"), ("bubble", "mean", "idle_ms"))
 
 
 def breakdown_cells(data: dict) -> list[str]:
