@@ -211,7 +211,9 @@ def model_trace(args: argparse.Namespace, dtype: str) -> ModelTrace:
     depth = model_depth(args, card)
     if depth < 1:
         raise ConfigError(f"--num-layers must be a positive integer, got {depth}")
-    traced = min(depth, TRACED_LAYERS)
+    # layers of several kinds (dense and MoE, sliding and full attention) are each written:
+    # repeating needs every layer alike
+    traced = min(depth, TRACED_LAYERS) if card.uniform_layers else depth
     spec = CardTraceSpec(card, model_batch(args), ELEMENT_BYTES[dtype], traced)
     return ModelTrace(cached_card_trace(spec), spec.batch_size, depth if depth > traced else None, card)
 
