@@ -7,8 +7,9 @@ run (and the bytes) of its native flag:
 * parallel sizes: ``--tensor-model-parallel-size`` → ``--tp``, ``--pipeline-model-parallel-size``
   → ``--pp``, ``--context-parallel-size`` → ``--cp`` (with ``--cp-comm-type``, native);
   ``--virtual-pipeline-model-parallel-size V`` and ``--num-layers-per-virtual-pipeline-stage N``
-  → ``--schedule interleaved --virtual-stages V``; ``--expert-model-parallel-size`` and
-  ``--expert-tensor-parallel-size`` only at 1 (other sizes are refused: not modelled);
+  → ``--schedule interleaved --virtual-stages V``; ``--expert-model-parallel-size`` → ``--ep``,
+  ``--moe-token-dispatcher-type`` → ``--moe-token-dispatcher``, ``--expert-tensor-parallel-size``
+  only at 1 (other sizes are refused: not modelled);
 * batch and sequence: ``--global-batch-size`` → ``--global-batch``, ``--micro-batch-size`` and
   ``--num-layers`` are native, ``--seq-length`` → ``--seq-len``;
 * memory: ``--sequence-parallel`` (native), ``--use-distributed-optimizer`` → ``--zero 1``,
@@ -50,6 +51,8 @@ _RENAMED = {
     "--tensor-model-parallel-size": "--tp",
     "--pipeline-model-parallel-size": "--pp",
     "--context-parallel-size": "--cp",
+    "--expert-model-parallel-size": "--ep",
+    "--moe-token-dispatcher-type": "--moe-token-dispatcher",
     "--cp-comm-type": "--cp-comm-type",
     "--global-batch-size": "--global-batch",
     "--seq-length": "--seq-len",
@@ -77,7 +80,6 @@ _SWITCHES = {
 _FP8_RECIPES = {"tensorwise": "current"}
 # Sizes of axes triosim does not model: accepted at 1 only.
 _UNMODELLED_SIZES = {
-    "--expert-model-parallel-size": "expert parallelism",
     "--expert-tensor-parallel-size": "expert tensor parallelism",
 }
 # Architecture flags: value-taking and switches (they make a model card).

@@ -10,6 +10,7 @@ import math
 from ..errors import ConfigError
 from ..graph.strategy import (
     CP_COMM_TYPES,
+    MOE_DISPATCHERS,
     PIPELINE_SENDS,
     RECOMPUTE_MODES,
     parse_rank_order,
@@ -34,6 +35,7 @@ def add_parallel_flags(g: argparse._ArgumentGroup) -> None:
                         "with the partial attentions; default), a2a (all-to-all of q/k/v and the output, heads "
                         "split; DeepSpeed Ulysses), allgather (keys and values gathered before attention); "
                         "a2a+p2p is not modelled")
+    add_expert_flags(g)
     g.add_argument("--zero", default="0", help="ZeRO stage over the DP group: 0, 1, 2, 3 or fsdp (= 3); "
                    "nothing to shard with --dp 1")
     g.add_argument("--sequence-parallel", action="store_true",
@@ -52,6 +54,21 @@ def add_parallel_flags(g: argparse._ArgumentGroup) -> None:
     g.add_argument("--representatives", action="store_true",
                    help="build one representative per role however small the mesh (collectives in closed form)")
     add_overlap_flags(g)
+
+
+def add_expert_flags(g: argparse._ArgumentGroup) -> None:
+    """Expert parallelism of a mixture-of-experts model (Megatron-Core's names; docs/moe.md)."""
+    g.add_argument("--ep", type=int, default=None,
+                   help="expert-parallel degree (Megatron's --expert-model-parallel-size): each MoE layer's experts "
+                        "split over N GPUs, folded over the tp x cp x dp GPUs of a stage (no extra GPUs); tokens "
+                        "dispatched to and combined from their experts' GPUs; expert gradients reduced over the "
+                        "tp x cp x dp / N GPUs holding the same experts")
+    g.add_argument("--moe-token-dispatcher", default="alltoall", choices=MOE_DISPATCHERS,
+                   help="how tokens reach their experts: alltoall (default), allgather (tokens gathered, outputs "
+                        "reduce-scattered), flex (DeepEP: between nodes once per node, then NVLink inside it)")
+    g.add_argument("--moe-imbalance", type=float, default=1.0, metavar="F",
+                   help="the busiest expert's tokens over the mean (1: balanced, as force-balanced benchmarks run); "
+                        "every expert rank waits for the busiest")
 
 
 def add_overlap_flags(g: argparse._ArgumentGroup) -> None:
@@ -110,7 +127,8 @@ def parallel_options(args: argparse.Namespace) -> dict:
                           ("--pipeline-send", str(getattr(args, "pipeline_send", "auto")) != "auto"),
                           ("--pipeline-scatter-gather", getattr(args, "pipeline_scatter_gather", False)),
                           ("--sequence-parallel", getattr(args, "sequence_parallel", False)),
-                          ("--recompute", str(getattr(args, "recompute", "none")) != "none")):
+                          ("--recompute", str(getattr(args, "recompute", "none")) != "none"),
+                          ("--ep", getattr(args, "ep", None) not in (None, 1))):
             if bad:
                 raise ConfigError(f"{flag} needs the degrees of a hybrid run: give --dp/--tp/--pp (not -case)")
     return {
@@ -125,8 +143,18 @@ def parallel_options(args: argparse.Namespace) -> dict:
         "recompute": str(getattr(args, "recompute", "none")),
         "cp": getattr(args, "cp", None),
         "cp_comm_type": str(getattr(args, "cp_comm_type", "p2p")),
+        "ep": getattr(args, "ep", None),
+        "moe_token_dispatcher": str(getattr(args, "moe_token_dispatcher", "alltoall")),
+        "moe_imbalance": _imbalance(getattr(args, "moe_imbalance", 1.0)),
         **overlap_options(args),
     }
+
+
+def _imbalance(value) -> float:
+    x = float(value)
+    if not (math.isfinite(x) and 1.0 <= x <= 1e6):
+        raise ConfigError(f"--moe-imbalance must be a number from 1 (balanced) to 1e6, got {value}")
+    return x
 
 
 def overlap_options(args: argparse.Namespace) -> dict:

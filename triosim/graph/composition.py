@@ -64,6 +64,7 @@ from .context.plan import ContextPlan, context_plan, context_split
 from .context.ring import exchange_sent, transient_bytes
 from .data import gradient_sync
 from .data.zero import buffer_roles
+from .expert.plan import ExpertPlan, expert_ops, expert_split
 from .layer_count import check_pipeline_depth, check_virtual_stages
 from .memory import composition as composed_memory
 from .memory.plan import MemoryReport
@@ -160,8 +161,14 @@ def build(trace: Trace, platform: Platform, strategy: Strategy, fuse_runs: bool 
     context = None
     if ranks.cp > 1:  # one context rank's share of every op and buffer, then its attention ops
         tpp = context_split(original, tpp, ranks.cp, strategy.cp_comm_type)
+    experts = None
+    if strategy.expert_degree > 1:  # one expert rank's share of the experts, then its token exchanges
+        tpp, experts = expert_split(original, tpp, strategy.expert_degree, ranks.data, strategy.zero,
+                                    buffer_roles(original), strategy.moe_token_dispatcher, strategy.moe_imbalance)
     if rec is not None:
         tpp = carry_plan(tpp, rec)
+        if experts is not None:  # the exchanges of the rewritten trace (re-run forward GEMMs exchange again)
+            experts = replace(experts, ops=expert_ops(trace)[0])
     if ranks.cp > 1:
         context = context_plan(trace, ranks.cp, strategy.cp_comm_type)
     # Fused runs of ops keep every time exact only while no memcpy can cut into a run (a run's
@@ -177,7 +184,8 @@ def build(trace: Trace, platform: Platform, strategy: Strategy, fuse_runs: bool 
         check_blocking(pp, virtual)
     while True:
         g = Composition(trace, platform, strategy, ranks, plan, tpp, fractions, replicas, roles, fuse=fuse,
-                        preset=preset, exact=exact, tied=tied, context=context, blocks={} if blocking else None,
+                        preset=preset, exact=exact, tied=tied, context=context, experts=experts,
+                        blocks={} if blocking else None,
                         overlap=overlap,
                         reruns=frozenset(rec.rerun_ops) if rec is not None else frozenset()).assemble()
         if not g.meta.pop("needs_memcpy") or not fuse:
@@ -204,6 +212,7 @@ class Composition(CompositionState):
     tied: TiedEmbedding | None = None  # tied input/output embeddings (their all-reduce when pp > 1)
     reruns: frozenset[int] = frozenset()  # re-run forward ops (activation recomputation)
     context: ContextPlan | None = None  # context parallelism's attention ops (graph/context)
+    experts: ExpertPlan | None = None  # expert parallelism's grouped GEMMs and exchanges (graph/expert)
 
     def assemble(self) -> TaskGraph:
         """The steps in order; the graph's ``needs_memcpy`` says whether a memory plan needed a
@@ -362,6 +371,7 @@ class Composition(CompositionState):
             "pipeline_warnings": list(self.plan.warnings),  # e.g. the partition search ran out of budget
             "memory": memory,
             **({"context_parallel": self.context_facts()} if self.context is not None else {}),
+            **({"expert_parallel": self.expert_facts()} if self.experts is not None else {}),
         }
 
     def context_facts(self) -> dict:
@@ -378,6 +388,17 @@ class Composition(CompositionState):
             held[a.phase] = transient_bytes(self, ctx, a, frac)
         return {"cp": ctx.degree, "comm_type": ctx.comm_type, "attention_ops": len(ctx.ops),
                 "exchange_bytes_per_layer": sent, "exchange_buffers_per_layer": held}
+
+    def expert_facts(self) -> dict:
+        """JSON-ready: the expert-parallel degree, groups and dispatcher, the busiest rank's load,
+        and per MoE layer (its first dispatch, micro-batch 0) the bytes one rank exchanges."""
+        ex = self.experts
+        first = next((e for e in ex.ops.values() if e.phase == "forward" and e.when == "before"), None)
+        routed = self.size(first.routed, self.fractions[0]) if first is not None else 0
+        return {"ep": ex.degree, "edp": ex.edp, "dispatcher": ex.dispatcher, "imbalance": ex.imbalance,
+                "busiest_rank_factor": round(ex.factor, 6), "experts": ex.experts, "top_k": ex.top_k,
+                "local_experts": ex.experts // ex.degree, "exchanges": len(ex.ops),
+                "routed_bytes_per_layer": routed}
 
 
 __all__ = ["AUTO_EXACT_TASKS", "Composition", "UNALIKE_EXACT_TASKS", "build", "stage_plan"]

@@ -31,6 +31,8 @@ CASE_NAMES = {
     4: "pipeline parallel",
 }
 AXES = ("tp", "pp", "dp")
+# Expert parallelism's token exchange (Megatron-Core's --moe-token-dispatcher-type; flex: DeepEP).
+MOE_DISPATCHERS = ("alltoall", "allgather", "flex")
 # Context parallelism's exchange of keys and values (Megatron-Core's --cp-comm-type): p2p (ring
 # attention), a2a (all-to-all of q/k/v and of the output, DeepSpeed-Ulysses style), allgather
 # (keys and values gathered before attention); a2a+p2p (hierarchical) is refused.
@@ -163,11 +165,21 @@ class Strategy:
         return self.pipeline_send == "blocking"
     cp: int | None = None
     cp_comm_type: str = "p2p"
+    # Expert parallelism (graph/expert): folded over the tp × cp × dp GPUs of a stage, so it
+    # multiplies no GPUs; the token dispatcher and the busiest expert's load over the mean.
+    ep: int | None = None
+    moe_token_dispatcher: str = "alltoall"
+    moe_imbalance: float = 1.0
 
     @property
     def context_degree(self) -> int:
         """The context-parallel degree (1 without ``--cp``)."""
         return self.cp or 1
+
+    @property
+    def expert_degree(self) -> int:
+        """The expert-parallel degree (1 without ``--ep``)."""
+        return self.ep or 1
 
     @property
     def preset(self) -> Preset:
@@ -230,6 +242,7 @@ class Strategy:
             raise ConfigError("--reference-compat reproduces the original's -case runs; it does not combine "
                               "with --dp/--tp/--pp")
         self._validate_context()
+        self._validate_experts()
         if num_gpus is not None and self.hybrid:
             dp, tp, pp = self.degrees(num_gpus)
             cp = self.context_degree
@@ -267,6 +280,18 @@ class Strategy:
                               "it there is no parameter all-gather to overlap")
         if self.overlap_param_gather and not self.overlap_grad_reduce:
             raise ConfigError("--overlap-param-gather needs --overlap-grad-reduce (as Megatron-LM requires)")
+
+    def _validate_experts(self) -> None:
+        if self.ep is not None and self.ep < 1:
+            raise ConfigError(f"--ep must be a positive integer, got {self.ep}")
+        if self.expert_degree > 1 and not self.hybrid:
+            raise ConfigError("--ep needs the degrees of a hybrid run: give --dp/--tp/--pp (not -case); expert "
+                              "parallelism is folded over their tp x cp x dp GPUs")
+        if self.moe_token_dispatcher not in MOE_DISPATCHERS:
+            raise ConfigError(f"--moe-token-dispatcher must be one of {', '.join(MOE_DISPATCHERS)}, got "
+                              f"{self.moe_token_dispatcher!r}")
+        if not (isinstance(self.moe_imbalance, (int, float)) and 1.0 <= self.moe_imbalance <= 1e6):
+            raise ConfigError(f"--moe-imbalance must be a number from 1 (balanced) up, got {self.moe_imbalance!r}")
 
     def _validate_context(self) -> None:
         if self.cp_comm_type not in CP_COMM_TYPES:

@@ -1,0 +1,126 @@
+"""The token exchanges of expert parallelism in the DAG, and the expert groups.
+
+A grouped GEMM named by the :class:`~triosim.graph.expert.plan.ExpertPlan` runs as: the exchange
+before it (forward: the dispatch of the permuted tokens; backward: the gradients of the expert
+outputs sent back to the expert ranks), the GEMM, or the exchange after it (forward: the combine
+of the expert outputs; backward: the gradients of the permuted tokens sent home). Each exchange is
+a collective of the expert-parallel group (:class:`~triosim.graph.collectives.group_comm.GroupComm`:
+on every GPU of the group's links under ``--exact``, else in closed form on one representative),
+so the router, permutation and attention before it and the shared expert beside it run as the
+scheduler lets them.
+
+``flex`` (DeepEP) runs two collectives each way: forward the inter-node all-to-all (one copy of a
+token per destination node) then the intra-node one (NVLink fan-out to the experts); backward
+the reverse order.
+"""
+
+from __future__ import annotations
+
+from ...hardware.platform import gpu_node
+from ..collectives.group_comm import GroupComm
+from ..composition_state import CompositionState
+from ..rank_map import RankMap
+from .plan import BACKWARD, FORWARD, ExpertOp, ExpertPlan, flex_node_fraction
+
+Rep = tuple[int, int]
+
+
+def ep_group(ranks: RankMap, ep: int, d: int, t: int, s: int) -> tuple[int, ...]:
+    """The expert-parallel group of data rank ``d``, TP rank ``t`` on stage ``s``: the ``ep``
+    consecutive ranks of the stage's flattened numbering x = t + tp·d (tp innermost)."""
+    x = t + ranks.tp * d
+    first = x - x % ep
+    return tuple(ranks.rank(y // ranks.tp, y % ranks.tp, s) for y in range(first, first + ep))
+
+
+def edp_group(ranks: RankMap, ep: int, d: int, t: int, s: int) -> tuple[int, ...]:
+    """The expert-data-parallel group: the ranks of the stage holding the same experts (x ≡ x'
+    mod ep), where the expert gradients are reduced."""
+    x = t + ranks.tp * d
+    return tuple(ranks.rank(y // ranks.tp, y % ranks.tp, s) for y in range(x % ep, ranks.tp * ranks.data, ep))
+
+
+def flex_groups(b: CompositionState, group: tuple[int, ...], gpu: int) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    """(intra-node, inter-node) sub-groups of ``gpu`` in the expert-parallel ``group``: its node's
+    members, and the members at its own position in their nodes."""
+    by_node: dict[int, list[int]] = {}
+    for g in group:
+        by_node.setdefault(gpu_node(b.platform, g), []).append(g)
+    mine = by_node[gpu_node(b.platform, gpu)]
+    at = mine.index(gpu)
+    return tuple(mine), tuple(m[at] for m in by_node.values() if len(m) > at)
+
+
+def exchanges(b: CompositionState, plan: ExpertPlan, e: ExpertOp, frac: float, group: tuple[int, ...],
+              gpu: int) -> list[tuple[str, tuple[int, ...], int]]:
+    """(kind, group, payload) of the exchange of op ``e`` on ``gpu``, in the order they run."""
+    if plan.dispatcher == "allgather":
+        nbytes = plan.degree * b.size(e.tokens, frac)
+        return [("all_gather" if e.when == "before" else "reduce_scatter", group, nbytes)]
+    routed = int(round(b.size(e.routed, frac) * plan.factor))  # the busiest rank's rows
+    if plan.dispatcher == "alltoall":
+        return [("all_to_all", group, routed)]
+    intra, inter = flex_groups(b, group, gpu)
+    steps = [("all_to_all", intra, routed)]
+    if len(inter) > 1:
+        n = len(inter)
+        wire = routed * flex_node_fraction(plan.top_k, n)
+        steps.insert(0, ("all_to_all", inter, int(round(wire * n / (n - 1)))))  # sends (n−1)/n of its payload
+    outbound = (e.phase == FORWARD) == (e.when == "before")  # toward the experts: between nodes first
+    return steps if outbound else steps[::-1]
+
+
+def add_expert_op(b: CompositionState, comm: GroupComm, plan: ExpertPlan, e: ExpertOp, r: int, s: int, p: int,
+                  label: str, tags: dict, dur: float, reps: list[tuple[Rep, int]],
+                  after: dict[Rep, list[int]]) -> dict[Rep, tuple[int, int]]:
+    """Grouped GEMM ``e`` of micro-batch ``r`` on stage ``s`` (pipeline rank ``p``) of every built
+    replica, with its exchange. Returns each replica's (first task, task after which it is done)."""
+    ranks, ep = b.ranks, plan.degree
+    frac = b.fractions[r]
+    mb = f" mb{r}" if b.tagged else ""
+    groups: dict[tuple[int, ...], list[tuple[Rep, int]]] = {}
+    for rep, gpu in reps:
+        groups.setdefault(ep_group(ranks, ep, rep[0], rep[1], p), []).append((rep, gpu))
+    what = {(FORWARD, "before"): "dispatch", (FORWARD, "after"): "combine",
+            (BACKWARD, "before"): "dispatch-grad", (BACKWARD, "after"): "combine-grad"}[(e.phase, e.when)]
+    first_key = ep_group(ranks, ep, 0, 0, p)
+
+    def parallel():
+        return (ep_group(ranks, ep, x // ranks.tp, x % ranks.tp, p) for x in range(0, ranks.tp * ranks.data, ep))
+
+    def run(deps: dict[Rep, list[int]], group, members) -> dict[Rep, int]:
+        """The exchange's collectives, each once per distinct (sub-)group of the built members."""
+        plans = {rep: exchanges(b, plan, e, frac, group, gpu) for rep, gpu in members}
+        pre = dict(deps)
+        for k in range(max(len(x) for x in plans.values())):
+            by_sub: dict[tuple[int, ...], list[tuple[Rep, int]]] = {}
+            for rep, gpu in members:
+                by_sub.setdefault(plans[rep][k][1], []).append((rep, gpu))
+            for sub, at in by_sub.items():
+                kind, _, nbytes = plans[at[0][0]][k]
+                done = comm.run(kind, sub, nbytes, f"ep {what}{k or ''} {label}{mb} stage{s} gpu{at[0][1]}",
+                                {gpu: pre[rep] for rep, gpu in at}, parallel=parallel, op_index=e.index,
+                                microbatch=r, stage_index=s, group_kind="ep")
+                pre.update({rep: [done[gpu]] for rep, gpu in at})
+                if group == first_key and at[0][0] == members[0][0]:
+                    b.count("ep", kind, sub, nbytes)
+        return {rep: pre[rep][0] if len(pre[rep]) == 1 else b.graph.add_sync_tagged(
+            f"ep {what} {label}{mb} gpu{gpu}", pre[rep], (gpu,), {"op_index": e.index, "microbatch": r})
+            for rep, gpu in members}
+
+    out: dict[Rep, tuple[int, int]] = {}
+    for group, members in groups.items():
+        if e.when == "before":
+            ready = run({rep: list(after[rep]) for rep, _ in members}, group, members)
+            for rep, gpu in members:
+                work = b.graph.add_compute_tagged(gpu, dur, f"{label}{mb} gpu{gpu}", tags, [ready[rep]])
+                out[rep] = (work, work)
+        else:
+            work = {rep: b.graph.add_compute_tagged(gpu, dur, f"{label}{mb} gpu{gpu}", tags, list(after[rep]))
+                    for rep, gpu in members}
+            done = run({rep: [w] for rep, w in work.items()}, group, members)
+            out.update({rep: (work[rep], done[rep]) for rep, _ in members})
+    return out
+
+
+__all__ = ["add_expert_op", "edp_group", "ep_group", "exchanges", "flex_groups"]
