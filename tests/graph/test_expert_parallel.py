@@ -181,3 +181,16 @@ def test_expert_work_check_catches_rows_divided_by_ep(monkeypatch) -> None:
     monkeypatch.setattr(plan_module, "busiest_rank_factor", lambda experts, ep, f: 1.0 / ep)
     with pytest.raises(AssertionError):
         check_equal_expert_work()
+
+
+def test_under_tensor_parallelism_whole_experts_meet_over_tp_times_dp() -> None:
+    """--tp 2 without --ep: every GPU holds every expert and routes its own tokens (sequence
+    parallel), so the expert gradients are reduced over tp × dp = 8 GPUs, with no exchange.
+    Planted bug caught by the group size: the TP ranks' expert gradients never summed (dp only)."""
+    result = _run(dp=4, tp=2, sequence_parallel=True, representatives=True)
+    graph, hybrid = result.graph, result.graph.meta["hybrid"]
+    assert "ep" not in hybrid["collectives_dp0_tp0"]
+    assert hybrid["collectives_dp0_tp0"]["edp"]["payload_bytes"] == EXPERT_PARAMS * 4
+    sizes = {graph.attrs[t].get("group_size") for t, k in enumerate(graph.kind)
+             if k == "collective" and "edp" in str(graph.attrs[t].get("collective", ""))}
+    assert sizes == {8}

@@ -162,12 +162,12 @@ def build(trace: Trace, platform: Platform, strategy: Strategy, fuse_runs: bool 
     if ranks.cp > 1:  # one context rank's share of every op and buffer, then its attention ops
         tpp = context_split(original, tpp, ranks.cp, strategy.cp_comm_type)
     experts = None
-    if strategy.expert_degree > 1:  # one expert rank's share of the experts, then its token exchanges
+    if preset is None and (strategy.expert_degree > 1 or tp > 1):  # an expert rank's share, its token exchanges
         tpp, experts = expert_split(original, tpp, strategy.expert_degree, ranks.data, strategy.zero,
                                     buffer_roles(original), strategy.moe_token_dispatcher, strategy.moe_imbalance)
     if rec is not None:
         tpp = carry_plan(tpp, rec)
-        if experts is not None:  # the exchanges of the rewritten trace (re-run forward GEMMs exchange again)
+        if experts is not None and experts.degree > 1:  # the rewritten trace's (re-runs exchange again)
             experts = replace(experts, ops=expert_ops(trace)[0])
     if ranks.cp > 1:
         context = context_plan(trace, ranks.cp, strategy.cp_comm_type)

@@ -166,6 +166,9 @@ APPLIES: dict[str, Callable[[Mapping[str, Any]], bool]] = {
     "collective_protocol": _has_collectives,
     "bucket_mb": lambda c: c.get("case") == 2 or _degree(c, "dp") > 1 or _degree(c, "cp") > 1,
     "cp_comm_type": lambda c: _degree(c, "cp") > 1,
+    # expert parallelism is folded over the data ranks: its options apply where it splits experts
+    "moe_token_dispatcher": lambda c: _degree(c, "ep") > 1,
+    "moe_imbalance": lambda c: _degree(c, "ep") > 1,
     # A hybrid run cuts each replica's batch into micro-batches whatever its pp (gradient
     # accumulation): the micro-batch applies to every point given as degrees.
     "micro_batch_size": lambda c: _pipelined(c) or _hybrid(c),

@@ -148,7 +148,7 @@ def expert_buffers(trace: Trace, params: frozenset[str]) -> set[str]:
     return set(params) | grads | optimizer_state_of(trace, set(params))
 
 
-def check_ep(ep: int, experts: int, folded: int, tp: int) -> None:
+def check_ep(ep: int, experts: int, folded: int) -> None:
     """Megatron-Core's conditions on ``--ep``: it divides the experts and the tp·cp·dp GPUs of a
     stage it is folded over."""
     if experts % ep:
@@ -156,9 +156,6 @@ def check_ep(ep: int, experts: int, folded: int, tp: int) -> None:
     if folded % ep:
         raise ConfigError(f"--ep {ep} must divide the tp x cp x dp = {folded} GPUs of a pipeline stage (expert "
                           "parallelism is folded over them)")
-    if ep < tp or ep % tp:
-        raise ConfigError(f"--ep {ep} must be a multiple of --tp {tp} (expert tensor parallelism 1: each tensor-"
-                          "parallel group lies inside one expert-parallel group)")
 
 
 def moe_shape(trace: Trace, ops: dict[int, ExpertOp], params: frozenset[str]) -> tuple[int, int]:
@@ -172,16 +169,23 @@ def moe_shape(trace: Trace, ops: dict[int, ExpertOp], params: frozenset[str]) ->
 
 
 def expert_split(trace: Trace, tpp, ep: int, data: int, zero: int, roles: BufferRoles, dispatcher: str,
-                 imbalance: float) -> tuple[object, ExpertPlan]:
+                 imbalance: float) -> tuple[object, ExpertPlan | None]:
     """``tpp`` for one expert rank (expert buffers 1/ep, ZeRO-sharded expert state over edp, the
-    grouped GEMMs at the busiest rank's load) and the plan of its exchanges."""
+    grouped GEMMs at the busiest rank's load) and the plan of its exchanges; ``(tpp, None)`` for
+    a model without experts at ``ep`` 1. At ``ep`` 1 under tensor parallelism the experts are
+    whole on every GPU, each TP rank routing its own tokens (sequence parallelism): no exchange,
+    but the expert gradients meet over tp × cp × dp GPUs."""
     ops, params = expert_ops(trace)
     if not params:
-        raise ConfigError(f"--ep {ep}: the model has no mixture-of-experts layer (no grouped expert GEMM)")
-    experts, top_k = moe_shape(trace, ops, params)
+        if ep > 1:
+            raise ConfigError(f"--ep {ep}: the model has no mixture-of-experts layer (no grouped expert GEMM)")
+        return tpp, None
+    if ep == 1:
+        ops = {}
+    experts, top_k = moe_shape(trace, *expert_ops(trace))
     tp = tpp.degree
     folded = tp * data
-    check_ep(ep, experts, folded, tp)
+    check_ep(ep, experts, folded)
     edp = folded // ep
     factor = busiest_rank_factor(experts, ep, imbalance)
     divisor = dict(tpp.shard_divisor)
@@ -196,10 +200,14 @@ def expert_split(trace: Trace, tpp, ep: int, data: int, zero: int, roles: Buffer
     for i, name in enumerate(names):
         if name in ("_grouped_mm", "GroupedMmBackward0"):
             scale[i] *= factor
+    # The optimizer's share: the state this rank updates. ZeRO's / data is applied to the whole op
+    # later, so an expert parameter counts / (ep·edp / data) under ZeRO, / ep without it.
+    opt_div = max(1, (ep * edp) // data) if zero and data > 1 else ep
     total = trace.parameter_bytes or 1
+    kept = sum(trace.tensors[p].bytes / (opt_div if p in params else tpp.shard_divisor.get(p, 1))
+               for p in trace.parameters)
     for i, op in enumerate(trace.ops):
-        if op.stage == "optimizer":  # the bytes of state this rank updates (ZeRO's /data applied later)
-            kept = sum(trace.tensors[p].bytes / divisor.get(p, 1) for p in trace.parameters)
+        if op.stage == "optimizer":
             scale[i] = kept / total
     plan = ExpertPlan(ep, dispatcher, imbalance, experts, top_k, factor, ops, params, edp)
     return replace(tpp, time_scale=tuple(scale), shard_divisor=divisor), plan
