@@ -13,8 +13,8 @@ the distributed optimizer with overlapped gradient reduce (``--zero 1 --overlap-
 sequence parallelism with TP > 1, and Megatron-Core's rank order tp-cp-ep-dp-pp
 (``--rank-order tp,dp,pp``: an expert group of 8 inside a node). Not modelled, so left out: the
 recipes' recomputation of ``layernorm``/``moe_act`` (GPT-OSS H100), the all-to-all overlap with
-the other micro-batch's compute (``moe_a2a_overlap``, Qwen3 235B H100), CUDA graphs, and
-DeepSeek-V3's MTP layer (its card has it; the trace does not yet write it).
+the other micro-batch's compute (``moe_a2a_overlap``, Qwen3 235B H100), and CUDA graphs.
+DeepSeek-V3 runs with its multi-token-prediction module (the card's ``mtp_layers: 1``).
 
 Iteration time = GBS · seq / (tokens/s/GPU · GPUs). Columns: the simulated time, its error
 against the published one, the peak memory per GPU (fits: under the GPU's memory), and where a

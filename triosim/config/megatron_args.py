@@ -8,7 +8,8 @@ run (and the bytes) of its native flag:
   → ``--pp``, ``--context-parallel-size`` → ``--cp`` (with ``--cp-comm-type``, native);
   ``--virtual-pipeline-model-parallel-size V`` and ``--num-layers-per-virtual-pipeline-stage N``
   → ``--schedule interleaved --virtual-stages V``; ``--expert-model-parallel-size`` → ``--ep``,
-  ``--moe-token-dispatcher-type`` → ``--moe-token-dispatcher``, ``--expert-tensor-parallel-size``
+  ``--moe-token-dispatcher-type`` → ``--moe-token-dispatcher``, ``--mtp-num-layers`` →
+  ``--mtp-layers``, ``--expert-tensor-parallel-size``
   only at 1 (other sizes are refused: not modelled);
 * batch and sequence: ``--global-batch-size`` → ``--global-batch``, ``--micro-batch-size`` and
   ``--num-layers`` are native, ``--seq-length`` → ``--seq-len``;
@@ -52,6 +53,7 @@ _RENAMED = {
     "--pipeline-model-parallel-size": "--pp",
     "--context-parallel-size": "--cp",
     "--expert-model-parallel-size": "--ep",
+    "--mtp-num-layers": "--mtp-layers",
     "--moe-token-dispatcher-type": "--moe-token-dispatcher",
     "--cp-comm-type": "--cp-comm-type",
     "--global-batch-size": "--global-batch",

@@ -40,6 +40,7 @@ from .model_card import ModelCard
 from .synthetic import write_trace_csvs
 from .synthetic_mla import mla_backward, mla_forward
 from .synthetic_moe import moe_backward, moe_forward
+from .synthetic_mtp import mtp_backward, mtp_forward
 
 FP32 = 4
 # Bumped whenever the rows written for a card change: cached traces of older versions are not reused.
@@ -343,12 +344,20 @@ class _CardTrace:
         self.op("aten::linear", [nf["y"], head["w"]], [logits], tp=1)
         target, loss = self.new((b, s), "target", 8), self.new((), nbytes=FP32)
         self.op("aten::cross_entropy_loss", [logits, target], [loss])
+        mtps, hidden = [], x  # multi-token prediction: each module on the previous depth's hidden state
+        for k in range(c.mtp_layers):
+            M, hidden = mtp_forward(self, hidden, wte, head["w"], table, self.spec.layers + k)
+            mtps.append(M)
 
         g_logits = self.act(c.vocab)
         self.bwd("NllLossBackward0", [loss, logits, target], [g_logits])
         g_nf = self.act()
         self.bwd("MmBackward0", [g_logits, nf["y"], head["w"]], [g_nf, *self.grads(head["w"])], tp=1)
-        res = self.norm_bwd(g_nf, nf, None)
+        g_next, emb_parts = None, []
+        for M in reversed(mtps):
+            g_next, part = mtp_backward(self, M, g_next, table)
+            emb_parts.append(part)
+        res = self.norm_bwd(g_nf, nf, g_next)  # the MTP module's gradient of the hidden state added
         for L in reversed(layers):
             res = self.layer_bwd(L, res, table)
         g_x0 = self.dropout_bwd(res, m0)
@@ -360,6 +369,8 @@ class _CardTrace:
             self.op("aten::add_", [self.grad[wte], part], [self.grad[wte]], "backward")
         else:
             self.bwd("EmbeddingBackward0", [g_x0, ids], self.grads(wte), tp=1)
+        for part in emb_parts:  # the MTP modules' share of the embedding's gradient
+            self.op("aten::add_", [self.grad[wte], part], [self.grad[wte]], "backward")
         moments = [(self.new(self.tensors[p - 1][1], "input", FP32), self.new(self.tensors[p - 1][1], "input", FP32))
                    for p in self.params]
         # like torch's multi-tensor Adam: one list per kind, each in parameter order
