@@ -194,3 +194,36 @@ def test_under_tensor_parallelism_whole_experts_meet_over_tp_times_dp() -> None:
     sizes = {graph.attrs[t].get("group_size") for t, k in enumerate(graph.kind)
              if k == "collective" and "edp" in str(graph.attrs[t].get("collective", ""))}
     assert sizes == {8}
+
+
+def _exchange_steps(held: bool) -> dict[int, int]:
+    """Occupancy at each grouped-GEMM task with an exchange (GPU 0, representative build)."""
+    from triosim.graph.expert.plan import expert_ops
+    from triosim.graph.memory import composition as memory_module
+    trace, platform, strategy = configure({**CARD, "dp": 8, "ep": 8, "representatives": True})
+    with pytest.MonkeyPatch.context() as mp:
+        if not held:
+            mp.setattr(memory_module, "exchange_buffer_bytes", lambda b, plan, e, frac: 0)
+        graph = simulate(trace, platform, strategy).graph
+    tasks, occupancy = graph.meta["memory"][0]["occupancy"]
+    ops = expert_ops(trace)[0]
+    return {graph.attrs[t]["op"]: int(n) for t, n in zip(tasks, occupancy) if (graph.attrs[t] or {}).get("op") in ops}
+
+
+def check_dispatch_buffers() -> None:
+    """While an exchange runs its receive buffer (the rank's T·k·h·2 bytes) is held beyond the
+    trace's buffers, at every grouped GEMM with an exchange (2 layers × 4)."""
+    with_buffers, without = _exchange_steps(True), _exchange_steps(False)
+    assert len(with_buffers) == LAYERS * 4
+    assert {i: with_buffers[i] - without[i] for i in with_buffers} == dict.fromkeys(with_buffers, ROUTED)
+
+
+def test_the_dispatch_buffers_are_in_the_memory_plan() -> None:
+    check_dispatch_buffers()
+
+
+def test_the_buffer_check_catches_a_plan_without_them(monkeypatch) -> None:
+    from triosim.graph.memory import composition as memory_module
+    monkeypatch.setattr(memory_module, "_exchange_bytes", lambda b, i, r: 0)
+    with pytest.raises(AssertionError):
+        check_dispatch_buffers()

@@ -70,6 +70,15 @@ def exchanges(b: CompositionState, plan: ExpertPlan, e: ExpertOp, frac: float, g
     return steps if outbound else steps[::-1]
 
 
+def exchange_buffer_bytes(b: CompositionState, plan: ExpertPlan, e: ExpertOp, frac: float) -> int:
+    """Bytes op ``e``'s exchange holds beyond the trace's buffers while it runs: the buffer it
+    receives into (the busiest rank's rows; the gathered tokens under ``allgather``), which the
+    grouped GEMM then reads in place of the permuted tokens the rank sent."""
+    if plan.dispatcher == "allgather":
+        return plan.degree * b.size(e.tokens, frac)
+    return int(round(b.size(e.routed, frac) * plan.factor))
+
+
 def add_expert_op(b: CompositionState, comm: GroupComm, plan: ExpertPlan, e: ExpertOp, r: int, s: int, p: int,
                   label: str, tags: dict, dur: float, reps: list[tuple[Rep, int]],
                   after: dict[Rep, list[int]]) -> dict[Rep, tuple[int, int]]:
@@ -123,4 +132,4 @@ def add_expert_op(b: CompositionState, comm: GroupComm, plan: ExpertPlan, e: Exp
     return out
 
 
-__all__ = ["add_expert_op", "edp_group", "ep_group", "exchanges", "flex_groups"]
+__all__ = ["add_expert_op", "edp_group", "ep_group", "exchange_buffer_bytes", "exchanges", "flex_groups"]
