@@ -69,3 +69,25 @@ def test_a_dense_model_has_no_experts_to_split() -> None:
     code, out, err = run("run", "--model", "llama3-8b", "--num-layers", "2", "--gpu", "h100-sxm", "--seq-len", "512",
                          "--dp", "8", "--ep", "2")
     assert code == 2 and "no mixture-of-experts layer" in err
+
+
+def _experts(*megatron: str) -> dict:
+    code, out, err = run("run", *CARD, "--dp", "8", "--megatron-args", " ".join(megatron), "--json", "-")
+    assert code == 0, err
+    return json.loads(out)["hybrid"]["expert_parallel"]
+
+
+def test_megatron_moe_architecture_arguments_are_card_fields() -> None:
+    facts = _experts("--num-experts 64 --moe-router-topk 4 --expert-model-parallel-size 8 --moe-grouped-gemm")
+    assert (facts["experts"], facts["top_k"], facts["local_experts"]) == (64, 4, 8)
+    assert facts["routed_bytes_per_layer"] == 512 * 4 * 2048 * 2
+
+
+def test_an_architecture_argument_keeps_the_cards_experts_and_head_width() -> None:
+    """Planted bug caught: a card rebuilt from Megatron arguments losing its moe and head_dim
+    fields (the experts gone: a dense 6,144-wide MLP and hidden / heads = 64-wide heads)."""
+    facts = _experts("--swiglu --expert-model-parallel-size 4")
+    assert (facts["experts"], facts["top_k"]) == (128, 8)
+    code, out, err = run("run", *CARD, "--megatron-args", "--swiglu", "--json", "-")
+    plain = run("run", *CARD, "--json", "-")
+    assert code == 0 and json.loads(out)["makespan_ms"] == json.loads(plain[1])["makespan_ms"]

@@ -10,7 +10,12 @@ run (and the bytes) of its native flag:
   → ``--schedule interleaved --virtual-stages V``; ``--expert-model-parallel-size`` → ``--ep``,
   ``--moe-token-dispatcher-type`` → ``--moe-token-dispatcher``, ``--mtp-num-layers`` →
   ``--mtp-layers``, ``--expert-tensor-parallel-size``
-  only at 1 (other sizes are refused: not modelled);
+  only at 1 (other sizes are refused: not modelled); the MoE architecture (``--num-experts``,
+  ``--moe-router-topk``, ``--moe-ffn-hidden-size``, ``--moe-shared-expert-intermediate-size``,
+  ``--moe-layer-freq``, ``--moe-router-score-function``, ``--moe-aux-loss-coeff``) and
+  ``--kv-channels`` (the head width) are card fields; ``--moe-grouped-gemm``,
+  ``--moe-permute-fusion`` and ``--moe-router-force-load-balancing`` (the balanced load triosim
+  assumes unless ``--moe-imbalance``) change nothing;
 * batch and sequence: ``--global-batch-size`` → ``--global-batch``, ``--micro-batch-size`` and
   ``--num-layers`` are native, ``--seq-length`` → ``--seq-len``;
 * memory: ``--sequence-parallel`` (native), ``--use-distributed-optimizer`` → ``--zero 1``,
@@ -87,12 +92,15 @@ _UNMODELLED_SIZES = {
 # Architecture flags: value-taking and switches (they make a model card).
 ARCH_VALUES = ("--hidden-size", "--num-attention-heads", "--ffn-hidden-size", "--num-query-groups", "--vocab-size",
                "--normalization", "--position-embedding-type", "--hidden-dropout", "--attention-dropout",
-               "--make-vocab-size-divisible-by", "--kv-channels", "--transformer-impl", "--max-position-embeddings")
+               "--make-vocab-size-divisible-by", "--kv-channels", "--transformer-impl", "--max-position-embeddings",
+               "--num-experts", "--moe-router-topk", "--moe-ffn-hidden-size", "--moe-shared-expert-intermediate-size",
+               "--moe-layer-freq", "--moe-router-score-function", "--moe-aux-loss-coeff")
 ARCH_SWITCHES = ("--swiglu", "--group-query-attention", "--untie-embeddings-and-output-weights",
                  "--disable-bias-linear", "--use-flash-attn", "--use-rotary-position-embeddings")
 # Flags that change nothing in one iteration's time or memory, with how many values each takes.
 _NO_EFFECT = {
     **dict.fromkeys((
+        "--moe-router-load-balancing-type", "--moe-token-drop-policy",
         "--lr", "--min-lr", "--lr-decay-style", "--lr-warmup-fraction", "--lr-warmup-iters", "--lr-decay-iters",
         "--lr-warmup-samples", "--lr-decay-samples", "--lr-warmup-init", "--train-iters", "--train-samples",
         "--weight-decay", "--clip-grad", "--adam-beta1", "--adam-beta2", "--adam-eps", "--init-method-std",
@@ -110,6 +118,7 @@ _NO_EFFECT = {
     ), 1),
     "--rampup-batch-size": 3,
     **dict.fromkeys((
+        "--moe-grouped-gemm", "--moe-router-force-load-balancing", "--moe-permute-fusion",
         "--use-mcore-models", "--no-masked-softmax-fusion", "--no-bias-gelu-fusion", "--no-bias-dropout-fusion",
         "--no-gradient-accumulation-fusion", "--no-async-tensor-model-parallel-allreduce",
         "--accumulate-allreduce-grads-in-fp32", "--apply-query-key-layer-scaling", "--attention-softmax-in-fp32",
