@@ -227,3 +227,27 @@ def test_the_buffer_check_catches_a_plan_without_them(monkeypatch) -> None:
     monkeypatch.setattr(memory_module, "_exchange_bytes", lambda b, i, r: 0)
     with pytest.raises(AssertionError):
         check_dispatch_buffers()
+
+
+def test_allgather_dispatcher_bytes() -> None:
+    """allgather: the un-permuted tokens (T·h·2 bytes a rank) gathered from the ep ranks before
+    fc1 and the outputs reduce-scattered after fc2: payload ep·T·h·2 per exchange."""
+    ep = 8
+    stats = _hybrid(dp=8, ep=ep, moe_token_dispatcher="allgather")["collectives_dp0_tp0"]["ep"]
+    tokens = SEQ * H * BF16
+    assert stats["collectives"] == LAYERS * 4 and stats["payload_bytes"] == LAYERS * 4 * ep * tokens
+    assert stats["wire_bytes_per_gpu"] == pytest.approx(LAYERS * 4 * (ep - 1) * tokens)
+
+
+def test_flex_dispatcher_sends_each_token_once_per_node() -> None:
+    """flex over two nodes of 8 (ep 16): per exchange an all-to-all inside the node (R) and one
+    between the nodes of R·(1 − 2^−k)/k (each token once to the other node, not once per expert
+    there); the plain all-to-all sends R·15/16, most of it between the nodes."""
+    ep = 16
+    flex = _hybrid(dp=16, ep=ep, moe_token_dispatcher="flex", global_batch=16)["collectives_dp0_tp0"]["ep"]
+    frac = flex_node_fraction(K, 2)
+    assert frac == pytest.approx((1 - 0.5 ** K) / K)
+    assert flex["collectives"] == LAYERS * 4 * 2
+    assert flex["wire_bytes_per_gpu"] == pytest.approx(LAYERS * 4 * ROUTED * (7 / 8 + frac), rel=1e-6)
+    plain = _hybrid(dp=16, ep=ep, global_batch=16)["collectives_dp0_tp0"]["ep"]
+    assert plain["wire_bytes_per_gpu"] == pytest.approx(LAYERS * 4 * ROUTED * 15 / 16)

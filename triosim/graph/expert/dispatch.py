@@ -16,7 +16,6 @@ the reverse order.
 
 from __future__ import annotations
 
-from ...hardware.platform import gpu_node
 from ..collectives.group_comm import GroupComm
 from ..composition_state import CompositionState
 from ..rank_map import RankMap
@@ -43,10 +42,11 @@ def edp_group(ranks: RankMap, ep: int, d: int, t: int, s: int) -> tuple[int, ...
 def flex_groups(b: CompositionState, group: tuple[int, ...], gpu: int) -> tuple[tuple[int, ...], tuple[int, ...]]:
     """(intra-node, inter-node) sub-groups of ``gpu`` in the expert-parallel ``group``: its node's
     members, and the members at its own position in their nodes."""
+    node_of = b.platform.node_of or (0,) * b.platform.num_gpus  # no nodes: one NVLink domain
     by_node: dict[int, list[int]] = {}
     for g in group:
-        by_node.setdefault(gpu_node(b.platform, g), []).append(g)
-    mine = by_node[gpu_node(b.platform, gpu)]
+        by_node.setdefault(node_of[g], []).append(g)
+    mine = by_node[node_of[gpu]]
     at = mine.index(gpu)
     return tuple(mine), tuple(m[at] for m in by_node.values() if len(m) > at)
 
