@@ -38,6 +38,7 @@ def test_summary_and_json_know_the_experts() -> None:
     code, out, err = run("run", *CARD, "--dp", "8", "--ep", "4", "--json", "-")
     assert code == 0, err
     d = json.loads(out)
+    assert d["parallel"]["ep"] == 4 and d["parallel"]["moe_token_dispatcher"] == "alltoall"
     facts = d["hybrid"]["expert_parallel"]
     assert facts["ep"] == 4 and facts["edp"] == 2 and facts["local_experts"] == 32 and facts["top_k"] == 8
     assert facts["routed_bytes_per_layer"] == 512 * 8 * 2048 * 2

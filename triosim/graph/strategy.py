@@ -332,4 +332,6 @@ class Strategy:
             "pipeline_scatter_gather": self.pipeline_scatter_gather,
             "cp": self.context_degree,
             **({"cp_comm_type": self.cp_comm_type} if self.context_degree > 1 else {}),
+            **({"ep": self.expert_degree, "moe_token_dispatcher": self.moe_token_dispatcher,
+                "moe_imbalance": self.moe_imbalance} if self.expert_degree > 1 else {}),
         }
