@@ -4,25 +4,53 @@ refused in one line."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from triosim.errors import ConfigError
 from triosim.safe_yaml import parse_yaml_text
 from triosim.trace.card_variants import MOE_KEYS, MoeSpec
-from triosim.trace.model_card import packaged_dir, parse_card, shipped_cards
+from triosim.trace.model_card import ModelCard, packaged_dir, parse_card, shipped_cards
 
 MOE_CARDS = ("mixtral-8x7b", "mixtral-8x22b", "qwen3-30b-a3b", "qwen3-235b-a22b", "deepseek-v3", "gpt-oss-120b")
 
 
-@pytest.mark.parametrize("name", MOE_CARDS)
-def test_total_and_active_parameters_match_the_published_counts(name: str) -> None:
-    # Planted bugs this catches: active counted with every expert (Mixtral 46.7 vs 12.9), the
-    # shared expert left out (DeepSeek −7 %... of active), first_dense ignored (DeepSeek's dense
-    # layers as MoE: +33B total), head_dim taken as hidden/heads (Qwen3 235B: −5 %).
+def check_published_counts(name: str) -> None:
     card = shipped_cards()[name]
     assert card.moe is not None
     assert abs(card.parameter_count() / card.published_params - 1) <= 0.02
     assert abs(card.active_parameter_count() / card.published_active_params - 1) <= 0.02
+
+
+@pytest.mark.parametrize("name", MOE_CARDS)
+def test_total_and_active_parameters_match_the_published_counts(name: str) -> None:
+    check_published_counts(name)
+
+
+def test_count_check_catches_active_counted_with_every_expert(monkeypatch) -> None:
+    """Planted bug: every routed expert counted as active (Mixtral 8x7B: 46.7B, not 12.9B)."""
+    monkeypatch.setattr(ModelCard, "active_parameter_count", ModelCard.parameter_count)
+    with pytest.raises(AssertionError):
+        check_published_counts("mixtral-8x7b")
+
+
+def test_count_check_catches_the_shared_expert_left_out(monkeypatch) -> None:
+    """Planted bug: the shared expert not counted (DeepSeek-V3's active count 7 % low)."""
+    from triosim.trace import model_card
+    real = model_card.moe_mlp_params
+    monkeypatch.setattr(model_card, "moe_mlp_params", lambda h, moe, act, bias, experts=None: real(
+        h, replace(moe, shared_experts=0), act, bias, experts))
+    with pytest.raises(AssertionError):
+        check_published_counts("deepseek-v3")
+
+
+def test_count_check_catches_head_dim_taken_as_hidden_over_heads() -> None:
+    """Planted bug: Qwen3 235B's 128-wide heads taken as hidden / heads = 64 (the total 1.4 %
+    low, within 2 %, but the active count 15 % low: the active check catches it)."""
+    card = shipped_cards()["qwen3-235b-a22b"]
+    wrong = replace(card, head_dim_given=None)
+    assert abs(wrong.active_parameter_count() / card.published_active_params - 1) > 0.02
 
 
 def test_every_moe_number_has_a_source() -> None:
