@@ -52,6 +52,10 @@ def test_megatron_names_translate() -> None:
     alias = run("run", *CARD, "--dp", "8", "--megatron-args",
                 "--expert-model-parallel-size 4 --moe-token-dispatcher-type allgather", "-q")
     assert native[0] == 0 and native == alias
+    native = run("run", *CARD, "--dp", "8", "--ep", "4", "--etp", "2", "-q")
+    alias = run("run", *CARD, "--dp", "8", "--megatron-args",
+                "--expert-model-parallel-size 4 --expert-tensor-parallel-size 2", "-q")
+    assert native[0] == 0 and native == alias
 
 
 @pytest.mark.parametrize("argv,message", [
@@ -60,6 +64,8 @@ def test_megatron_names_translate() -> None:
     (["--dp", "8", "--ep", "4", "--moe-imbalance", "0.5"], "--moe-imbalance must be a number from 1"),
     (["--dp", "8", "--ep", "4", "--moe-token-dispatcher", "deepep"], "invalid choice"),
     (["--ep", "4"], "--ep needs the degrees of a hybrid run"),
+    (["--dp", "8", "--ep", "4", "--etp", "4"], "--ep 4 x --etp 4 must divide the tp x cp x dp = 8 GPUs"),
+    (["--dp", "8", "--ep", "4", "--etp", "2", "--moe-token-dispatcher", "flex"], "--etp 2 with --moe-token-dispatcher"),
 ])
 def test_refusals_are_one_line(argv: list[str], message: str) -> None:
     code, out, err = run("run", *CARD, *argv)

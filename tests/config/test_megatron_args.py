@@ -128,7 +128,6 @@ def test_swiglu_mlp_width_and_vocab_padding_follow_megatron() -> None:
      "--megatron-args: --no-such-flag is not a Megatron-LM flag triosim knows"),
     (["--context-parallel-size", "2", "--cp-comm-type", "a2a+p2p"],
      "--cp-comm-type a2a+p2p (hierarchical context parallelism) is not modelled"),
-    (["--expert-tensor-parallel-size", "4"], "expert tensor parallelism is not modelled"),
     (["--recompute-granularity", "full", "--recompute-method", "block", "--recompute-num-layers", "2"],
      "recomputing only some layers is not modelled"),
     (["--megatron-args", "pretrain_gpt.py --tensor-model-parallel-size 2"], "is not a flag"),

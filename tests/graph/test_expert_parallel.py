@@ -68,8 +68,9 @@ def test_all_to_all_bytes_per_moe_layer_and_direction() -> None:
 
 def test_alltoall_check_catches_tokens_sent_once_not_k_times(monkeypatch) -> None:
     """Planted bug: the un-permuted tokens exchanged (each token once, not once per expert)."""
-    monkeypatch.setattr(dispatch_module, "exchanges",
-                        lambda b, plan, e, frac, group, gpu: [("all_to_all", group, b.size(e.tokens, frac))])
+    real = dispatch_module.exchanges
+    monkeypatch.setattr(dispatch_module, "exchanges", lambda b, plan, e, frac, gpu: [
+        (kind, group, b.size(e.tokens, frac)) for kind, group, _ in real(b, plan, e, frac, gpu)])
     with pytest.raises(AssertionError):
         check_alltoall_bytes()
 
@@ -138,9 +139,9 @@ def test_expert_gradients_are_reduced_over_the_expert_data_parallel_group() -> N
 
 def test_edp_check_catches_the_data_parallel_group(monkeypatch) -> None:
     """Planted bug: the expert gradients reduced over the whole data-parallel group."""
-    monkeypatch.setattr(dispatch_module, "edp_group", lambda ranks, ep, d, t, s: ranks.dp_group(t, s))
+    monkeypatch.setattr(dispatch_module, "edp_group", lambda ranks, ep, d, t, s, etp=1: ranks.dp_group(t, s))
     from triosim.graph.data import gradient_sync
-    monkeypatch.setattr(gradient_sync, "edp_group", lambda ranks, ep, d, t, s: ranks.dp_group(t, s))
+    monkeypatch.setattr(gradient_sync, "edp_group", lambda ranks, ep, d, t, s, etp=1: ranks.dp_group(t, s))
     with pytest.raises(AssertionError):
         check_edp_gradients()
 
@@ -251,3 +252,31 @@ def test_flex_dispatcher_sends_each_token_once_per_node() -> None:
     assert flex["wire_bytes_per_gpu"] == pytest.approx(LAYERS * 4 * ROUTED * (7 / 8 + frac), rel=1e-6)
     plain = _hybrid(dp=16, ep=ep, global_batch=16)["collectives_dp0_tp0"]["ep"]
     assert plain["wire_bytes_per_gpu"] == pytest.approx(LAYERS * 4 * ROUTED * 15 / 16)
+
+
+# ----------------------------------------------------------------------------- expert tensor parallelism
+
+
+def test_expert_groups_with_expert_tensor_parallelism() -> None:
+    """etp innermost over the flattened ranks x = t + tp·d, then ep, then edp."""
+    from triosim.graph.expert.dispatch import edp_group, ep_group, etp_group
+    from triosim.graph.rank_map import RankMap
+    ranks = RankMap(dp=4, tp=2, pp=1, order=("tp", "dp", "pp"))
+    assert etp_group(ranks, 2, 1, 1, 0) == (2, 3)
+    assert ep_group(ranks, 2, 0, 0, 0, etp=2) == (0, 2) and ep_group(ranks, 2, 0, 1, 0, etp=2) == (1, 3)
+    assert edp_group(ranks, 2, 0, 0, 0, etp=2) == (0, 4) and edp_group(ranks, 2, 3, 1, 0, etp=2) == (3, 7)
+
+
+def test_expert_tensor_parallelism_bytes_and_memory() -> None:
+    """--ep 4 --etp 2 on 8 GPUs: each exchange is an all-to-all of R over 4 GPUs and an
+    all-gather (before the GEMM) or reduce-scatter (after it) of 2·R over 2; the experts are
+    ÷ 8 on a GPU, as with --ep 8; no expert-gradient reduction (edp 1)."""
+    ep, etp = 4, 2
+    hybrid = _hybrid(dp=8, ep=ep, etp=etp)
+    stats = hybrid["collectives_dp0_tp0"]["ep"]
+    assert stats["collectives"] == LAYERS * 4 * 2
+    assert stats["payload_bytes"] == LAYERS * 4 * (ROUTED + etp * ROUTED)
+    assert stats["wire_bytes_per_gpu"] == pytest.approx(LAYERS * 4 * (ROUTED * (ep - 1) / ep + ROUTED * (etp - 1)))
+    assert "edp" not in hybrid["collectives_dp0_tp0"]
+    assert hybrid["memory"][0]["weights_bytes"] == _hybrid(dp=8, ep=8)["memory"][0]["weights_bytes"]
+    assert hybrid["expert_parallel"]["etp"] == etp

@@ -9,8 +9,7 @@ run (and the bytes) of its native flag:
   ``--virtual-pipeline-model-parallel-size V`` and ``--num-layers-per-virtual-pipeline-stage N``
   → ``--schedule interleaved --virtual-stages V``; ``--expert-model-parallel-size`` → ``--ep``,
   ``--moe-token-dispatcher-type`` → ``--moe-token-dispatcher``, ``--mtp-num-layers`` →
-  ``--mtp-layers``, ``--expert-tensor-parallel-size``
-  only at 1 (other sizes are refused: not modelled); the MoE architecture (``--num-experts``,
+  ``--mtp-layers``, ``--expert-tensor-parallel-size`` → ``--etp``; the MoE architecture (``--num-experts``,
   ``--moe-router-topk``, ``--moe-ffn-hidden-size``, ``--moe-shared-expert-intermediate-size``,
   ``--moe-layer-freq``, ``--moe-router-score-function``, ``--moe-aux-loss-coeff``) and
   ``--kv-channels`` (the head width) are card fields; ``--moe-grouped-gemm``,
@@ -58,6 +57,7 @@ _RENAMED = {
     "--pipeline-model-parallel-size": "--pp",
     "--context-parallel-size": "--cp",
     "--expert-model-parallel-size": "--ep",
+    "--expert-tensor-parallel-size": "--etp",
     "--mtp-num-layers": "--mtp-layers",
     "--moe-token-dispatcher-type": "--moe-token-dispatcher",
     "--cp-comm-type": "--cp-comm-type",
@@ -85,10 +85,6 @@ _SWITCHES = {
 }
 # Megatron's --fp8-recipe values -> the native ones (tensorwise: per-tensor current scaling).
 _FP8_RECIPES = {"tensorwise": "current"}
-# Sizes of axes triosim does not model: accepted at 1 only.
-_UNMODELLED_SIZES = {
-    "--expert-tensor-parallel-size": "expert tensor parallelism",
-}
 # Architecture flags: value-taking and switches (they make a model card).
 ARCH_VALUES = ("--hidden-size", "--num-attention-heads", "--ffn-hidden-size", "--num-query-groups", "--vocab-size",
                "--normalization", "--position-embedding-type", "--hidden-dropout", "--attention-dropout",
@@ -269,11 +265,6 @@ def _translate_one(name: str, inline: str | None, reader: _Reader, out: list[str
     if name == "--fp8-recipe":
         value = reader.value(name, inline)
         out.extend([name, _FP8_RECIPES.get(value, value)])
-        return True
-    if name in _UNMODELLED_SIZES:
-        size = _positive_int(name, reader.value(name, inline), reader.where)
-        if size != 1:
-            raise ConfigError(f"{reader.where}{name} {size}: {_UNMODELLED_SIZES[name]} is not modelled; only 1")
         return True
     if name == "--virtual-pipeline-model-parallel-size":
         out.extend(["--virtual-stages", str(_positive_int(name, reader.value(name, inline), reader.where)),

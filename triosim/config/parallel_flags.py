@@ -63,6 +63,10 @@ def add_expert_flags(g: argparse._ArgumentGroup) -> None:
                         "split over N GPUs, folded over the tp x cp x dp GPUs of a stage (no extra GPUs); tokens "
                         "dispatched to and combined from their experts' GPUs; expert gradients reduced over the "
                         "tp x cp x dp / N GPUs holding the same experts")
+    g.add_argument("--etp", type=int, default=None,
+                   help="expert tensor parallelism (Megatron's --expert-tensor-parallel-size): each expert's width "
+                        "split over N GPUs, the tokens an expert rank received all-gathered over them and the "
+                        "outputs reduce-scattered; experts / (ep x etp) a GPU (default 1)")
     g.add_argument("--moe-token-dispatcher", default="alltoall", choices=MOE_DISPATCHERS,
                    help="how tokens reach their experts: alltoall (default), allgather (tokens gathered, outputs "
                         "reduce-scattered), flex (DeepEP: between nodes once per node, then NVLink inside it)")
@@ -128,7 +132,8 @@ def parallel_options(args: argparse.Namespace) -> dict:
                           ("--pipeline-scatter-gather", getattr(args, "pipeline_scatter_gather", False)),
                           ("--sequence-parallel", getattr(args, "sequence_parallel", False)),
                           ("--recompute", str(getattr(args, "recompute", "none")) != "none"),
-                          ("--ep", getattr(args, "ep", None) not in (None, 1))):
+                          ("--ep", getattr(args, "ep", None) not in (None, 1)),
+                          ("--etp", getattr(args, "etp", None) not in (None, 1))):
             if bad:
                 raise ConfigError(f"{flag} needs the degrees of a hybrid run: give --dp/--tp/--pp (not -case)")
     return {
@@ -144,6 +149,7 @@ def parallel_options(args: argparse.Namespace) -> dict:
         "cp": getattr(args, "cp", None),
         "cp_comm_type": str(getattr(args, "cp_comm_type", "p2p")),
         "ep": getattr(args, "ep", None),
+        "etp": getattr(args, "etp", None),
         "moe_token_dispatcher": str(getattr(args, "moe_token_dispatcher", "alltoall")),
         "moe_imbalance": _imbalance(getattr(args, "moe_imbalance", 1.0)),
         **overlap_options(args),

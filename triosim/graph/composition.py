@@ -162,12 +162,13 @@ def build(trace: Trace, platform: Platform, strategy: Strategy, fuse_runs: bool 
     if ranks.cp > 1:  # one context rank's share of every op and buffer, then its attention ops
         tpp = context_split(original, tpp, ranks.cp, strategy.cp_comm_type)
     experts = None
-    if preset is None and (strategy.expert_degree > 1 or tp > 1):  # an expert rank's share, its token exchanges
+    etp = strategy.expert_tensor_degree
+    if preset is None and (strategy.expert_degree > 1 or etp > 1 or tp > 1):  # an expert rank's share, exchanges
         tpp, experts = expert_split(original, tpp, strategy.expert_degree, ranks.data, strategy.zero,
-                                    buffer_roles(original), strategy.moe_token_dispatcher, strategy.moe_imbalance)
+                                    buffer_roles(original), strategy.moe_token_dispatcher, strategy.moe_imbalance, etp)
     if rec is not None:
         tpp = carry_plan(tpp, rec)
-        if experts is not None and experts.degree > 1:  # the rewritten trace's (re-runs exchange again)
+        if experts is not None and experts.ops:  # the rewritten trace's (re-runs exchange again)
             experts = replace(experts, ops=expert_ops(trace)[0])
     if ranks.cp > 1:
         context = context_plan(trace, ranks.cp, strategy.cp_comm_type)
@@ -395,7 +396,7 @@ class Composition(CompositionState):
         ex = self.experts
         first = next((e for e in ex.ops.values() if e.phase == "forward" and e.when == "before"), None)
         routed = self.size(first.routed, self.fractions[0]) if first is not None else 0
-        return {"ep": ex.degree, "edp": ex.edp, "dispatcher": ex.dispatcher, "imbalance": ex.imbalance,
+        return {"ep": ex.degree, "etp": ex.etp, "edp": ex.edp, "dispatcher": ex.dispatcher, "imbalance": ex.imbalance,
                 "busiest_rank_factor": round(ex.factor, 6), "experts": ex.experts, "top_k": ex.top_k,
                 "local_experts": ex.experts // ex.degree, "exchanges": len(ex.ops),
                 "routed_bytes_per_layer": routed}

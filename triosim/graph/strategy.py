@@ -168,6 +168,7 @@ class Strategy:
     # Expert parallelism (graph/expert): folded over the tp × cp × dp GPUs of a stage, so it
     # multiplies no GPUs; the token dispatcher and the busiest expert's load over the mean.
     ep: int | None = None
+    etp: int | None = None
     moe_token_dispatcher: str = "alltoall"
     moe_imbalance: float = 1.0
 
@@ -180,6 +181,11 @@ class Strategy:
     def expert_degree(self) -> int:
         """The expert-parallel degree (1 without ``--ep``)."""
         return self.ep or 1
+
+    @property
+    def expert_tensor_degree(self) -> int:
+        """The expert-tensor-parallel degree (1 without ``--etp``)."""
+        return self.etp or 1
 
     @property
     def preset(self) -> Preset:
@@ -282,11 +288,12 @@ class Strategy:
             raise ConfigError("--overlap-param-gather needs --overlap-grad-reduce (as Megatron-LM requires)")
 
     def _validate_experts(self) -> None:
-        if self.ep is not None and self.ep < 1:
-            raise ConfigError(f"--ep must be a positive integer, got {self.ep}")
-        if self.expert_degree > 1 and not self.hybrid:
-            raise ConfigError("--ep needs the degrees of a hybrid run: give --dp/--tp/--pp (not -case); expert "
-                              "parallelism is folded over their tp x cp x dp GPUs")
+        for flag, value in (("--ep", self.ep), ("--etp", self.etp)):
+            if value is not None and value < 1:
+                raise ConfigError(f"{flag} must be a positive integer, got {value}")
+            if (value or 1) > 1 and not self.hybrid:
+                raise ConfigError(f"{flag} needs the degrees of a hybrid run: give --dp/--tp/--pp (not -case); expert "
+                                  "parallelism is folded over their tp x cp x dp GPUs")
         if self.moe_token_dispatcher not in MOE_DISPATCHERS:
             raise ConfigError(f"--moe-token-dispatcher must be one of {', '.join(MOE_DISPATCHERS)}, got "
                               f"{self.moe_token_dispatcher!r}")
@@ -332,6 +339,7 @@ class Strategy:
             "pipeline_scatter_gather": self.pipeline_scatter_gather,
             "cp": self.context_degree,
             **({"cp_comm_type": self.cp_comm_type} if self.context_degree > 1 else {}),
-            **({"ep": self.expert_degree, "moe_token_dispatcher": self.moe_token_dispatcher,
-                "moe_imbalance": self.moe_imbalance} if self.expert_degree > 1 else {}),
+            **({"ep": self.expert_degree, "etp": self.expert_tensor_degree,
+                "moe_token_dispatcher": self.moe_token_dispatcher, "moe_imbalance": self.moe_imbalance}
+               if self.expert_degree > 1 or self.expert_tensor_degree > 1 else {}),
         }

@@ -206,7 +206,8 @@ def _print_hybrid(console: Console, parallel: dict, hybrid: dict, batch: int | N
                       f"{human_bytes(held['backward'])} while attention runs")
     experts = hybrid.get("expert_parallel")
     if experts:
-        console.print(f"  expert parallel: ep {experts['ep']} × edp {experts['edp']} ({experts['dispatcher']}), "
+        etp = f" × etp {experts['etp']}" if experts.get("etp", 1) > 1 else ""
+        console.print(f"  expert parallel: ep {experts['ep']}{etp} × edp {experts['edp']} ({experts['dispatcher']}), "
                       f"{experts['local_experts']} of {experts['experts']} experts a GPU, top {experts['top_k']}; "
                       f"busiest rank {experts['busiest_rank_factor']:g}× the mean; per MoE layer and direction a "
                       f"rank exchanges {human_bytes(experts['routed_bytes_per_layer'])} of permuted tokens")

@@ -71,8 +71,8 @@ def _group_of(b: CompositionState, params: Sequence[str], s: int):
     or the expert-data-parallel group for expert parameters."""
     ranks = b.ranks
     if params and params[0] in expert_params(b):
-        ep = b.experts.degree
-        return (lambda d, t: edp_group(ranks, ep, d, t, s)), "edp"
+        ep, etp = b.experts.degree, b.experts.etp
+        return (lambda d, t: edp_group(ranks, ep, d, t, s, etp)), "edp"
     return (lambda d, t: ranks.dp_group(t, s)), "dp"
 
 
@@ -146,8 +146,8 @@ def _parallel(b: CompositionState, kind: str, s: int):
     ranks = b.ranks
     if kind == "dp":
         return _dp_groups(ranks, s)
-    ep = b.experts.degree
-    return (edp_group(ranks, ep, x // ranks.tp, x % ranks.tp, s) for x in range(ep))
+    ep, etp = b.experts.degree, b.experts.etp
+    return (edp_group(ranks, ep, x // ranks.tp, x % ranks.tp, s, etp) for x in range(ep * etp))
 
 
 def add_gradient_sync(b: CompositionState, comm: GroupComm, s: int, params: list[str], last) -> None:
@@ -167,6 +167,8 @@ def add_gradient_sync(b: CompositionState, comm: GroupComm, s: int, params: list
     edp = b.experts.edp if getattr(b, "experts", None) is not None else 1
     for bk in (sync_buckets(b, params, s) if ranks.data > 1 or edp > 1 or zero or dp_preset else []):
         group_of, kind = _group_of(b, bk.params, s)
+        if kind == "edp" and edp == 1:  # every GPU holds its own experts: nothing to reduce
+            continue
         for n, (group, members) in enumerate(_by_group(b, group_of).items()):
             t = members[0][1]
             after = {}
@@ -215,6 +217,8 @@ def add_gradient_sync(b: CompositionState, comm: GroupComm, s: int, params: list
             if not part:
                 continue
             group_of, kind = _group_of(b, part, s)
+            if kind == "edp" and edp == 1:
+                continue
             for n, (group, members) in enumerate(_by_group(b, group_of).items()):
                 after = {ranks.rank(d, t, s): [*last[(d, t)], *done[(d, t)]] for d, t in members}
                 where = f"tp{members[0][1]}" if kind == "dp" else f"edp{n}"

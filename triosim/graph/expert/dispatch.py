@@ -24,19 +24,35 @@ from .plan import BACKWARD, FORWARD, ExpertOp, ExpertPlan, flex_node_fraction
 Rep = tuple[int, int]
 
 
-def ep_group(ranks: RankMap, ep: int, d: int, t: int, s: int) -> tuple[int, ...]:
-    """The expert-parallel group of data rank ``d``, TP rank ``t`` on stage ``s``: the ``ep``
-    consecutive ranks of the stage's flattened numbering x = t + tp·d (tp innermost)."""
-    x = t + ranks.tp * d
-    first = x - x % ep
-    return tuple(ranks.rank(y // ranks.tp, y % ranks.tp, s) for y in range(first, first + ep))
+def _x(ranks: RankMap, d: int, t: int) -> int:
+    """The flattened rank of data rank ``d``, TP rank ``t`` within a stage (tp innermost)."""
+    return t + ranks.tp * d
 
 
-def edp_group(ranks: RankMap, ep: int, d: int, t: int, s: int) -> tuple[int, ...]:
-    """The expert-data-parallel group: the ranks of the stage holding the same experts (x ≡ x'
-    mod ep), where the expert gradients are reduced."""
-    x = t + ranks.tp * d
-    return tuple(ranks.rank(y // ranks.tp, y % ranks.tp, s) for y in range(x % ep, ranks.tp * ranks.data, ep))
+def _gpus(ranks: RankMap, xs, s: int) -> tuple[int, ...]:
+    return tuple(ranks.rank(y // ranks.tp, y % ranks.tp, s) for y in xs)
+
+
+def ep_group(ranks: RankMap, ep: int, d: int, t: int, s: int, etp: int = 1) -> tuple[int, ...]:
+    """The expert-parallel group of data rank ``d``, TP rank ``t`` on stage ``s``. The expert
+    ranks of a stage are numbered etp-innermost over its flattened ranks x = t + tp·d: the
+    ``ep`` ranks of x's block of etp·ep with x's expert-tensor index (stride etp)."""
+    x = _x(ranks, d, t)
+    block = x - x % (etp * ep)
+    return _gpus(ranks, range(block + x % etp, block + etp * ep, etp), s)
+
+
+def etp_group(ranks: RankMap, etp: int, d: int, t: int, s: int) -> tuple[int, ...]:
+    """The expert-tensor-parallel group: ``etp`` consecutive flattened ranks."""
+    x = _x(ranks, d, t)
+    return _gpus(ranks, range(x - x % etp, x - x % etp + etp), s)
+
+
+def edp_group(ranks: RankMap, ep: int, d: int, t: int, s: int, etp: int = 1) -> tuple[int, ...]:
+    """The expert-data-parallel group: the ranks of the stage holding the same expert shards
+    (x ≡ x' mod etp·ep), where the expert gradients are reduced."""
+    x = _x(ranks, d, t)
+    return _gpus(ranks, range(x % (etp * ep), ranks.tp * ranks.data, etp * ep), s)
 
 
 def flex_groups(b: CompositionState, group: tuple[int, ...], gpu: int) -> tuple[tuple[int, ...], tuple[int, ...]]:
@@ -51,23 +67,37 @@ def flex_groups(b: CompositionState, group: tuple[int, ...], gpu: int) -> tuple[
     return tuple(mine), tuple(m[at] for m in by_node.values() if len(m) > at)
 
 
-def exchanges(b: CompositionState, plan: ExpertPlan, e: ExpertOp, frac: float, group: tuple[int, ...],
-              gpu: int) -> list[tuple[str, tuple[int, ...], int]]:
-    """(kind, group, payload) of the exchange of op ``e`` on ``gpu``, in the order they run."""
+def exchanges(b: CompositionState, plan: ExpertPlan, e: ExpertOp, frac: float, gpu: int
+              ) -> list[tuple[str, tuple[int, ...], int]]:
+    """(kind, group, payload) of the exchange of op ``e`` on ``gpu``, in the order they run.
+    Under expert tensor parallelism the rows an expert rank received are all-gathered over its
+    etp group before the GEMM (each rank computes 1/etp of every local expert's width for them)
+    and the partial outputs reduce-scattered after it."""
+    ranks = b.ranks
+    d, t, s = ranks.coords(gpu)
+    group = ep_group(ranks, plan.degree, d, t, s, plan.etp)
     if plan.dispatcher == "allgather":
         nbytes = plan.degree * b.size(e.tokens, frac)
         return [("all_gather" if e.when == "before" else "reduce_scatter", group, nbytes)]
     routed = int(round(b.size(e.routed, frac) * plan.factor))  # the busiest rank's rows
     if plan.dispatcher == "alltoall":
-        return [("all_to_all", group, routed)]
-    intra, inter = flex_groups(b, group, gpu)
-    steps = [("all_to_all", intra, routed)]
-    if len(inter) > 1:
-        n = len(inter)
-        wire = routed * flex_node_fraction(plan.top_k, n)
-        steps.insert(0, ("all_to_all", inter, int(round(wire * n / (n - 1)))))  # sends (n−1)/n of its payload
-    outbound = (e.phase == FORWARD) == (e.when == "before")  # toward the experts: between nodes first
-    return steps if outbound else steps[::-1]
+        steps = [("all_to_all", group, routed)]
+    else:
+        intra, inter = flex_groups(b, group, gpu)
+        steps = [("all_to_all", intra, routed)]
+        if len(inter) > 1:
+            n = len(inter)
+            wire = routed * flex_node_fraction(plan.top_k, n)
+            steps.insert(0, ("all_to_all", inter, int(round(wire * n / (n - 1)))))  # sends (n−1)/n of it
+        outbound = (e.phase == FORWARD) == (e.when == "before")  # toward the experts: between nodes first
+        steps = steps if outbound else steps[::-1]
+    if plan.etp > 1:  # before: gather the received rows over etp; after: reduce-scatter, then send home
+        shard = etp_group(ranks, plan.etp, d, t, s)
+        if e.when == "before":
+            steps.append(("all_gather", shard, plan.etp * routed))
+        else:
+            steps.insert(0, ("reduce_scatter", shard, plan.etp * routed))
+    return steps
 
 
 def exchange_buffer_bytes(b: CompositionState, plan: ExpertPlan, e: ExpertOp, frac: float) -> int:
@@ -76,7 +106,8 @@ def exchange_buffer_bytes(b: CompositionState, plan: ExpertPlan, e: ExpertOp, fr
     grouped GEMM then reads in place of the permuted tokens the rank sent."""
     if plan.dispatcher == "allgather":
         return plan.degree * b.size(e.tokens, frac)
-    return int(round(b.size(e.routed, frac) * plan.factor))
+    routed = int(round(b.size(e.routed, frac) * plan.factor))
+    return routed * (1 + plan.etp) if plan.etp > 1 else routed  # the received rows, and gathered over etp
 
 
 def add_expert_op(b: CompositionState, comm: GroupComm, plan: ExpertPlan, e: ExpertOp, r: int, s: int, p: int,
@@ -84,22 +115,26 @@ def add_expert_op(b: CompositionState, comm: GroupComm, plan: ExpertPlan, e: Exp
                   after: dict[Rep, list[int]]) -> dict[Rep, tuple[int, int]]:
     """Grouped GEMM ``e`` of micro-batch ``r`` on stage ``s`` (pipeline rank ``p``) of every built
     replica, with its exchange. Returns each replica's (first task, task after which it is done)."""
-    ranks, ep = b.ranks, plan.degree
+    ranks, ep, etp = b.ranks, plan.degree, plan.etp
     frac = b.fractions[r]
     mb = f" mb{r}" if b.tagged else ""
-    groups: dict[tuple[int, ...], list[tuple[Rep, int]]] = {}
+    # The built replicas by block of etp·ep flattened ranks: every group of the exchange lies in one.
+    blocks: dict[int, list[tuple[Rep, int]]] = {}
     for rep, gpu in reps:
-        groups.setdefault(ep_group(ranks, ep, rep[0], rep[1], p), []).append((rep, gpu))
+        blocks.setdefault(_x(ranks, *rep) // (etp * ep), []).append((rep, gpu))
     what = {(FORWARD, "before"): "dispatch", (FORWARD, "after"): "combine",
             (BACKWARD, "before"): "dispatch-grad", (BACKWARD, "after"): "combine-grad"}[(e.phase, e.when)]
-    first_key = ep_group(ranks, ep, 0, 0, p)
 
-    def parallel():
-        return (ep_group(ranks, ep, x // ranks.tp, x % ranks.tp, p) for x in range(0, ranks.tp * ranks.data, ep))
+    def parallel():  # the expert-parallel groups of the stage, side by side
+        return (_gpus(ranks, range(x, x - x % (etp * ep) + etp * ep, etp), p) for x in range(ranks.tp * ranks.data)
+                if x % (etp * ep) < etp)
 
-    def run(deps: dict[Rep, list[int]], group, members) -> dict[Rep, int]:
+    def parallel_etp():  # the expert-tensor-parallel groups of the stage
+        return (_gpus(ranks, range(x, x + etp), p) for x in range(0, ranks.tp * ranks.data, etp))
+
+    def run(deps: dict[Rep, list[int]], members) -> dict[Rep, int]:
         """The exchange's collectives, each once per distinct (sub-)group of the built members."""
-        plans = {rep: exchanges(b, plan, e, frac, group, gpu) for rep, gpu in members}
+        plans = {rep: exchanges(b, plan, e, frac, gpu) for rep, gpu in members}
         pre = dict(deps)
         for k in range(max(len(x) for x in plans.values())):
             by_sub: dict[tuple[int, ...], list[tuple[Rep, int]]] = {}
@@ -107,29 +142,32 @@ def add_expert_op(b: CompositionState, comm: GroupComm, plan: ExpertPlan, e: Exp
                 by_sub.setdefault(plans[rep][k][1], []).append((rep, gpu))
             for sub, at in by_sub.items():
                 kind, _, nbytes = plans[at[0][0]][k]
+                sharded = etp > 1 and kind != "all_to_all" and plan.dispatcher != "allgather"
                 done = comm.run(kind, sub, nbytes, f"ep {what}{k or ''} {label}{mb} stage{s} gpu{at[0][1]}",
-                                {gpu: pre[rep] for rep, gpu in at}, parallel=parallel, op_index=e.index,
+                                {gpu: pre[rep] for rep, gpu in at}, parallel=parallel_etp if sharded else parallel,
+                                op_index=e.index,
                                 microbatch=r, stage_index=s, group_kind="ep")
                 pre.update({rep: [done[gpu]] for rep, gpu in at})
-                if group == first_key and at[0][0] == members[0][0]:
+                if (0, 0) in [rep for rep, _ in at]:
                     b.count("ep", kind, sub, nbytes)
         return {rep: pre[rep][0] if len(pre[rep]) == 1 else b.graph.add_sync_tagged(
             f"ep {what} {label}{mb} gpu{gpu}", pre[rep], (gpu,), {"op_index": e.index, "microbatch": r})
             for rep, gpu in members}
 
     out: dict[Rep, tuple[int, int]] = {}
-    for group, members in groups.items():
+    for members in blocks.values():
         if e.when == "before":
-            ready = run({rep: list(after[rep]) for rep, _ in members}, group, members)
+            ready = run({rep: list(after[rep]) for rep, _ in members}, members)
             for rep, gpu in members:
                 work = b.graph.add_compute_tagged(gpu, dur, f"{label}{mb} gpu{gpu}", tags, [ready[rep]])
                 out[rep] = (work, work)
         else:
             work = {rep: b.graph.add_compute_tagged(gpu, dur, f"{label}{mb} gpu{gpu}", tags, list(after[rep]))
                     for rep, gpu in members}
-            done = run({rep: [w] for rep, w in work.items()}, group, members)
+            done = run({rep: [w] for rep, w in work.items()}, members)
             out.update({rep: (work[rep], done[rep]) for rep, _ in members})
     return out
 
 
-__all__ = ["add_expert_op", "edp_group", "ep_group", "exchange_buffer_bytes", "exchanges", "flex_groups"]
+__all__ = ["add_expert_op", "edp_group", "ep_group", "etp_group", "exchange_buffer_bytes", "exchanges",
+           "flex_groups"]

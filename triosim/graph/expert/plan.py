@@ -103,6 +103,7 @@ class ExpertPlan:
     ops: dict[int, ExpertOp]
     params: frozenset[str]  # every expert parameter (weights and biases of the grouped GEMMs)
     edp: int  # expert-data-parallel ranks
+    etp: int = 1  # expert-tensor-parallel ranks (each holds 1/etp of every local expert's width)
 
 
 def _writer(trace: Trace) -> dict[str, int]:
@@ -148,14 +149,15 @@ def expert_buffers(trace: Trace, params: frozenset[str]) -> set[str]:
     return set(params) | grads | optimizer_state_of(trace, set(params))
 
 
-def check_ep(ep: int, experts: int, folded: int) -> None:
-    """Megatron-Core's conditions on ``--ep``: it divides the experts and the tp·cp·dp GPUs of a
-    stage it is folded over."""
+def check_ep(ep: int, experts: int, folded: int, etp: int = 1) -> None:
+    """Megatron-Core's conditions on ``--ep`` and ``--etp``: ep divides the experts, etp × ep the
+    tp·cp·dp GPUs of a stage they are folded over."""
     if experts % ep:
         raise ConfigError(f"--ep {ep} must divide the {experts} routed experts of the model")
-    if folded % ep:
-        raise ConfigError(f"--ep {ep} must divide the tp x cp x dp = {folded} GPUs of a pipeline stage (expert "
-                          "parallelism is folded over them)")
+    if folded % (ep * etp):
+        with_etp = f" x --etp {etp}" if etp > 1 else ""
+        raise ConfigError(f"--ep {ep}{with_etp} must divide the tp x cp x dp = {folded} GPUs of a pipeline stage "
+                          "(expert parallelism is folded over them)")
 
 
 def moe_shape(trace: Trace, ops: dict[int, ExpertOp], params: frozenset[str]) -> tuple[int, int]:
@@ -169,7 +171,7 @@ def moe_shape(trace: Trace, ops: dict[int, ExpertOp], params: frozenset[str]) ->
 
 
 def expert_split(trace: Trace, tpp, ep: int, data: int, zero: int, roles: BufferRoles, dispatcher: str,
-                 imbalance: float) -> tuple[object, ExpertPlan | None]:
+                 imbalance: float, etp: int = 1) -> tuple[object, ExpertPlan | None]:
     """``tpp`` for one expert rank (expert buffers 1/ep, ZeRO-sharded expert state over edp, the
     grouped GEMMs at the busiest rank's load) and the plan of its exchanges; ``(tpp, None)`` for
     a model without experts at ``ep`` 1. At ``ep`` 1 under tensor parallelism the experts are
@@ -177,16 +179,19 @@ def expert_split(trace: Trace, tpp, ep: int, data: int, zero: int, roles: Buffer
     but the expert gradients meet over tp × cp × dp GPUs."""
     ops, params = expert_ops(trace)
     if not params:
-        if ep > 1:
-            raise ConfigError(f"--ep {ep}: the model has no mixture-of-experts layer (no grouped expert GEMM)")
+        if ep > 1 or etp > 1:
+            flag = f"--ep {ep}" if ep > 1 else f"--etp {etp}"
+            raise ConfigError(f"{flag}: the model has no mixture-of-experts layer (no grouped expert GEMM)")
         return tpp, None
-    if ep == 1:
+    if ep == 1 and etp == 1:
         ops = {}
+    if etp > 1 and dispatcher != "alltoall":
+        raise ConfigError(f"--etp {etp} with --moe-token-dispatcher {dispatcher} is not modelled (use alltoall)")
     experts, top_k = moe_shape(trace, *expert_ops(trace))
     tp = tpp.degree
     folded = tp * data
-    check_ep(ep, experts, folded)
-    edp = folded // ep
+    check_ep(ep, experts, folded, etp)
+    edp = folded // (ep * etp)
     factor = busiest_rank_factor(experts, ep, imbalance)
     divisor = dict(tpp.shard_divisor)
     owned = expert_buffers(trace, params)
@@ -194,7 +199,7 @@ def expert_split(trace: Trace, tpp, ep: int, data: int, zero: int, roles: Buffer
         # The memory plan multiplies in ZeRO's divisor over data ranks; an expert buffer sharded
         # by ZeRO is really split over ep·edp = tp·data GPUs: its divisor is tp, else ep.
         sharded = zero_divisor(roles, k, zero, data) > 1
-        divisor[k] = max(1, (ep * edp) // data) if sharded else ep
+        divisor[k] = max(1, (etp * ep * edp) // data) if sharded else ep * etp
     scale = list(tpp.time_scale)
     names = [base_name(op.name) for op in trace.ops]
     for i, name in enumerate(names):
@@ -202,14 +207,14 @@ def expert_split(trace: Trace, tpp, ep: int, data: int, zero: int, roles: Buffer
             scale[i] *= factor
     # The optimizer's share: the state this rank updates. ZeRO's / data is applied to the whole op
     # later, so an expert parameter counts / (ep·edp / data) under ZeRO, / ep without it.
-    opt_div = max(1, (ep * edp) // data) if zero and data > 1 else ep
+    opt_div = max(1, (etp * ep * edp) // data) if zero and data > 1 else ep * etp
     total = trace.parameter_bytes or 1
     kept = sum(trace.tensors[p].bytes / (opt_div if p in params else tpp.shard_divisor.get(p, 1))
                for p in trace.parameters)
     for i, op in enumerate(trace.ops):
         if op.stage == "optimizer":
             scale[i] = kept / total
-    plan = ExpertPlan(ep, dispatcher, imbalance, experts, top_k, factor, ops, params, edp)
+    plan = ExpertPlan(ep, dispatcher, imbalance, experts, top_k, factor, ops, params, edp, etp)
     return replace(tpp, time_scale=tuple(scale), shard_divisor=divisor), plan
 
 
