@@ -280,3 +280,38 @@ def test_expert_tensor_parallelism_bytes_and_memory() -> None:
     assert "edp" not in hybrid["collectives_dp0_tp0"]
     assert hybrid["memory"][0]["weights_bytes"] == _hybrid(dp=8, ep=8)["memory"][0]["weights_bytes"]
     assert hybrid["expert_parallel"]["etp"] == etp
+
+
+# ----------------------------------------------------------------------------- shared expert overlap
+
+
+def _dispatch_and_shared(overlap: bool):
+    """(start of the first forward dispatch, end of the shared expert's compute before it,
+    iteration) for DeepSeek-V3's first MoE layer (layer 4) on 8 GPUs, --ep 8."""
+    from triosim.compute.op_kinds import base_name
+    flags = {"model": "deepseek-v3", "num-layers": 4, "mtp-layers": 0, "gpu": "h100-sxm", "seq-len": SEQ,
+             "global-batch": 8, "micro-batch-size": 1, "dp": 8, "ep": 8, "representatives": True,
+             "moe-shared-expert-overlap": overlap}
+    trace, platform, strategy = configure(flags)
+    result = simulate(trace, platform, strategy)
+    graph, sched = result.graph, result.schedule
+    names = [base_name(op.name) for op in trace.ops]
+    permute = names.index("moe::permute")
+    fc1 = names.index("_grouped_mm")
+    shared = set(range(permute + 1, fc1))  # the shared expert, written between them
+    assert {names[i] for i in shared} >= {"linear", "silu", "mul"}
+    dispatch = min(sched.start[t] for t, k in enumerate(graph.kind) if k == "collective"
+                   and (graph.attrs[t] or {}).get("op_index") == fc1 and graph.attrs[t].get("microbatch") == 0)
+    ends = [sched.end[t] for t, k in enumerate(graph.kind) if k == "compute" and graph.attrs[t].get("microbatch") == 0
+            and shared & set(graph.attrs[t].get("ops") or (graph.attrs[t].get("op"),))]
+    return dispatch, max(ends), result.makespan_s
+
+
+def test_the_shared_expert_runs_while_the_tokens_are_dispatched() -> None:
+    """--moe-shared-expert-overlap: the dispatch starts before the shared expert's compute ends
+    and the iteration is shorter; without it the dispatch waits for the shared expert."""
+    start, shared_end, overlapped = _dispatch_and_shared(True)
+    assert start < shared_end
+    start, shared_end, serial = _dispatch_and_shared(False)
+    assert start >= shared_end
+    assert overlapped < serial

@@ -75,6 +75,7 @@ _SWITCHES = {
     "--recompute-activations": ["--recompute", "selective"],
     "--fp8-param-gather": ["--fp8-param-gather"],
     "--tp-comm-overlap": ["--tp-comm-overlap"],
+    "--moe-shared-expert-overlap": ["--moe-shared-expert-overlap"],
     "--overlap-grad-reduce": ["--overlap-grad-reduce"],
     "--overlap-param-gather": ["--overlap-param-gather"],
     "--overlap-p2p-comm": ["--pipeline-send", "overlapped"],

@@ -70,6 +70,9 @@ def add_expert_flags(g: argparse._ArgumentGroup) -> None:
     g.add_argument("--moe-token-dispatcher", default="alltoall", choices=MOE_DISPATCHERS,
                    help="how tokens reach their experts: alltoall (default), allgather (tokens gathered, outputs "
                         "reduce-scattered), flex (DeepEP: between nodes once per node, then NVLink inside it)")
+    g.add_argument("--moe-shared-expert-overlap", action="store_true",
+                   help="run the shared experts while the tokens are dispatched (Megatron's switch of that name); "
+                        "off: the dispatch waits for them")
     g.add_argument("--moe-imbalance", type=float, default=1.0, metavar="F",
                    help="the busiest expert's tokens over the mean (1: balanced, as force-balanced benchmarks run); "
                         "every expert rank waits for the busiest")
@@ -133,7 +136,8 @@ def parallel_options(args: argparse.Namespace) -> dict:
                           ("--sequence-parallel", getattr(args, "sequence_parallel", False)),
                           ("--recompute", str(getattr(args, "recompute", "none")) != "none"),
                           ("--ep", getattr(args, "ep", None) not in (None, 1)),
-                          ("--etp", getattr(args, "etp", None) not in (None, 1))):
+                          ("--etp", getattr(args, "etp", None) not in (None, 1)),
+                          ("--moe-shared-expert-overlap", getattr(args, "moe_shared_expert_overlap", False))):
             if bad:
                 raise ConfigError(f"{flag} needs the degrees of a hybrid run: give --dp/--tp/--pp (not -case)")
     return {
@@ -152,6 +156,7 @@ def parallel_options(args: argparse.Namespace) -> dict:
         "etp": getattr(args, "etp", None),
         "moe_token_dispatcher": str(getattr(args, "moe_token_dispatcher", "alltoall")),
         "moe_imbalance": _imbalance(getattr(args, "moe_imbalance", 1.0)),
+        "moe_shared_expert_overlap": bool(getattr(args, "moe_shared_expert_overlap", False)),
         **overlap_options(args),
     }
 

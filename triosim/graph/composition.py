@@ -165,7 +165,8 @@ def build(trace: Trace, platform: Platform, strategy: Strategy, fuse_runs: bool 
     etp = strategy.expert_tensor_degree
     if preset is None and (strategy.expert_degree > 1 or etp > 1 or tp > 1):  # an expert rank's share, exchanges
         tpp, experts = expert_split(original, tpp, strategy.expert_degree, ranks.data, strategy.zero,
-                                    buffer_roles(original), strategy.moe_token_dispatcher, strategy.moe_imbalance, etp)
+                                    buffer_roles(original), strategy.moe_token_dispatcher, strategy.moe_imbalance, etp,
+                                    strategy.moe_shared_expert_overlap)
     if rec is not None:
         tpp = carry_plan(tpp, rec)
         if experts is not None and experts.ops:  # the rewritten trace's (re-runs exchange again)

@@ -171,6 +171,7 @@ class Strategy:
     etp: int | None = None
     moe_token_dispatcher: str = "alltoall"
     moe_imbalance: float = 1.0
+    moe_shared_expert_overlap: bool = False
 
     @property
     def context_degree(self) -> int:
@@ -340,6 +341,7 @@ class Strategy:
             "cp": self.context_degree,
             **({"cp_comm_type": self.cp_comm_type} if self.context_degree > 1 else {}),
             **({"ep": self.expert_degree, "etp": self.expert_tensor_degree,
-                "moe_token_dispatcher": self.moe_token_dispatcher, "moe_imbalance": self.moe_imbalance}
+                "moe_token_dispatcher": self.moe_token_dispatcher, "moe_imbalance": self.moe_imbalance,
+                "moe_shared_expert_overlap": self.moe_shared_expert_overlap}
                if self.expert_degree > 1 or self.expert_tensor_degree > 1 else {}),
         }

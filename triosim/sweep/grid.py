@@ -169,6 +169,7 @@ APPLIES: dict[str, Callable[[Mapping[str, Any]], bool]] = {
     # expert parallelism is folded over the data ranks: its options apply where it splits experts
     "moe_token_dispatcher": lambda c: _degree(c, "ep") > 1,
     "moe_imbalance": lambda c: _degree(c, "ep") > 1,
+    "moe_shared_expert_overlap": lambda c: _degree(c, "ep") > 1,
     # A hybrid run cuts each replica's batch into micro-batches whatever its pp (gradient
     # accumulation): the micro-batch applies to every point given as degrees.
     "micro_batch_size": lambda c: _pipelined(c) or _hybrid(c),

@@ -17,7 +17,9 @@ Forward, on the norm's output x ``[b, s, h]`` (T = b·s tokens, E experts, k per
 - ``moe::unpermute``: the expert outputs scattered back to token order, each weighted by its
   router weight and summed over the token's k experts → ``[b, s, h]``;
 - shared experts (``shared_experts`` > 0): one ordinary MLP of ``shared_experts · shared_ffn``
-  inner width on x (Megatron-Core's ``SharedExpertMLP``), its output added to the routed one.
+  inner width on x (Megatron-Core's ``SharedExpertMLP``), written after the permutation and before
+  the experts (backward: after the un-permutation's backward), its output added to the routed
+  one; with ``--moe-shared-expert-overlap`` the DAG runs it while the tokens are dispatched.
 
 Backward mirrors it: the un-permutation's backward (gradients of the expert outputs and of the
 router weights), fc2's and fc1's grouped backward (data and weight gradients), the
@@ -50,6 +52,8 @@ def moe_forward(t: Any, x: int) -> dict:
     t.op("aten::topk", [M["scores"]], [M["topw"], M["topi"]])
     M["xp"] = t.new((rows, h))
     t.op("moe::permute", [x, M["topi"]], [M["xp"]])
+    if moe.shared_experts:  # written here, between the permutation and the experts: the DAG can run it
+        M["shared"] = t.mlp(x, moe.shared_experts * moe.shared_ffn)  # while the tokens are dispatched
     M["w1"] = t.param((e, n1, h))
     M["b1"] = t.param((e, n1), "bias") if c.bias else None
     M["h1"] = t.new((rows, n1))
@@ -70,7 +74,6 @@ def moe_forward(t: Any, x: int) -> dict:
     t.op("moe::unpermute", [M["y2"], M["topw"], M["topi"]], [routed])
     M["y"] = routed
     if moe.shared_experts:
-        M["shared"] = t.mlp(x, moe.shared_experts * moe.shared_ffn)
         M["y"] = t.act()
         t.op("aten::add", [routed, M["shared"]["out"]], [M["y"]])
     return M
@@ -83,10 +86,10 @@ def moe_backward(t: Any, g: int, M: dict) -> int:
     b, s, h, rows = t.b, t.s, t.h, t.b * t.s * c.moe.top_k
     f = c.moe.expert_ffn
     parts = []
-    if c.moe.shared_experts:
-        parts.append(t.mlp_bwd(g, M["shared"]))
     gy2, gw = t.new((rows, h)), t.new((b, s, c.moe.top_k), nbytes=FP32)
     t.bwd("MoeUnpermuteBackward0", [g, M["y2"], M["topw"], M["topi"]], [gy2, gw])
+    if c.moe.shared_experts:  # between the un-permutation's backward and the experts' (as forward)
+        parts.append(t.mlp_bwd(g, M["shared"]))
     ga = t.new((rows, f))
     t.bwd("GroupedMmBackward0", [gy2, M["a"], M["w2"]], [ga, *t.grads(M["w2"], M["b2"])])
     gh1 = t.new(t.tensors[M["h1"] - 1][1])

@@ -155,11 +155,15 @@ def add_expert_op(b: CompositionState, comm: GroupComm, plan: ExpertPlan, e: Exp
             for rep, gpu in members}
 
     out: dict[Rep, tuple[int, int]] = {}
+    early = plan.shared_overlap and e.source is not None  # the dispatch needs only its rows
     for members in blocks.values():
         if e.when == "before":
-            ready = run({rep: list(after[rep]) for rep, _ in members}, members)
+            start = {rep: ([b.task[(*rep, e.source, r)]] if early and (*rep, e.source, r) in b.task else list(after[rep]))
+                     for rep, _ in members}
+            ready = run(start, members)
             for rep, gpu in members:
-                work = b.graph.add_compute_tagged(gpu, dur, f"{label}{mb} gpu{gpu}", tags, [ready[rep]])
+                deps = [ready[rep], *after[rep]] if early else [ready[rep]]
+                work = b.graph.add_compute_tagged(gpu, dur, f"{label}{mb} gpu{gpu}", tags, deps)
                 out[rep] = (work, work)
         else:
             work = {rep: b.graph.add_compute_tagged(gpu, dur, f"{label}{mb} gpu{gpu}", tags, list(after[rep]))

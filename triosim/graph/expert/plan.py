@@ -88,6 +88,7 @@ class ExpertOp:
     when: str
     routed: str
     tokens: str
+    source: int | None = None  # the op that writes ``routed`` (a dispatch may start right after it)
 
 
 @dataclass(frozen=True)
@@ -104,6 +105,7 @@ class ExpertPlan:
     params: frozenset[str]  # every expert parameter (weights and biases of the grouped GEMMs)
     edp: int  # expert-data-parallel ranks
     etp: int = 1  # expert-tensor-parallel ranks (each holds 1/etp of every local expert's width)
+    shared_overlap: bool = False  # a dispatch starts after its permutation, beside the shared expert
 
 
 def _writer(trace: Trace) -> dict[str, int]:
@@ -126,7 +128,7 @@ def expert_ops(trace: Trace) -> tuple[dict[int, ExpertOp], frozenset[str]]:
             expert_params.update(k for k in trace.ops[i].inputs if k in params)
             src = writer.get(reads[0]) if reads else None
             if src is not None and names[src] == "moe::permute":
-                ops[i] = ExpertOp(i, FORWARD, "before", reads[0], trace.ops[src].inputs[0])
+                ops[i] = ExpertOp(i, FORWARD, "before", reads[0], trace.ops[src].inputs[0], src)
             out = trace.ops[i].outputs[0]
             after = [c for c in consumers.get(out, ()) if names[c] == "moe::unpermute"]
             if after:
@@ -134,7 +136,7 @@ def expert_ops(trace: Trace) -> tuple[dict[int, ExpertOp], frozenset[str]]:
         elif name == "GroupedMmBackward0" and reads:
             src = writer.get(reads[0])
             if src is not None and names[src] == "MoeUnpermuteBackward0":
-                ops[i] = ExpertOp(i, BACKWARD, "before", reads[0], trace.ops[src].inputs[0])
+                ops[i] = ExpertOp(i, BACKWARD, "before", reads[0], trace.ops[src].inputs[0], src)
             out = trace.ops[i].outputs[0]
             after = [c for c in consumers.get(out, ()) if names[c] == "MoePermuteBackward0"]
             if after:
@@ -171,7 +173,7 @@ def moe_shape(trace: Trace, ops: dict[int, ExpertOp], params: frozenset[str]) ->
 
 
 def expert_split(trace: Trace, tpp, ep: int, data: int, zero: int, roles: BufferRoles, dispatcher: str,
-                 imbalance: float, etp: int = 1) -> tuple[object, ExpertPlan | None]:
+                 imbalance: float, etp: int = 1, shared_overlap: bool = False) -> tuple[object, ExpertPlan | None]:
     """``tpp`` for one expert rank (expert buffers 1/ep, ZeRO-sharded expert state over edp, the
     grouped GEMMs at the busiest rank's load) and the plan of its exchanges; ``(tpp, None)`` for
     a model without experts at ``ep`` 1. At ``ep`` 1 under tensor parallelism the experts are
@@ -214,7 +216,7 @@ def expert_split(trace: Trace, tpp, ep: int, data: int, zero: int, roles: Buffer
     for i, op in enumerate(trace.ops):
         if op.stage == "optimizer":
             scale[i] = kept / total
-    plan = ExpertPlan(ep, dispatcher, imbalance, experts, top_k, factor, ops, params, edp, etp)
+    plan = ExpertPlan(ep, dispatcher, imbalance, experts, top_k, factor, ops, params, edp, etp, shared_overlap)
     return replace(tpp, time_scale=tuple(scale), shard_divisor=divisor), plan
 
 

@@ -443,6 +443,7 @@ def _segment_cuts(b: CompositionState, s: int, params: list[str], waits_here, co
     if experts is not None:  # so is a grouped GEMM with its token exchange (graph/expert/dispatch.py)
         before.update(experts.ops)
         after.update(experts.ops)
+        after.update(e.source for e in experts.ops.values() if e.source is not None)  # a dispatch may start there
     return before, after
 
 
