@@ -8,8 +8,11 @@
 Each row is typed as published (system, model, precision, GPUs, global and micro batch, sequence,
 TP/PP/VP/EP); the settings the table does not show are read from Megatron-Bridge's recipes
 (``scripts/performance/configs/{gpt_oss,qwen,deepseek}/*_workload_base_configs.py``: expert
-tensor parallelism 1, the alltoall dispatcher on H100) and Megatron-Core's defaults for them:
+tensor parallelism 1, the alltoall dispatcher on H100, the flex dispatcher with the HybridEP
+backend for DeepSeek-V3 on B200, ``moe_flex_dispatcher_backend="hybridep"``) and Megatron-Core's
+defaults for them:
 the distributed optimizer with overlapped gradient reduce (``--zero 1 --overlap-grad-reduce``),
+the shared expert not overlapped (Megatron-Core's default; the flex dispatcher does not take it),
 sequence parallelism with TP > 1, and Megatron-Core's rank order tp-cp-ep-dp-pp
 (``--rank-order tp,dp,pp``: an expert group of 8 inside a node). Not modelled, so left out: the
 recipes' recomputation of ``layernorm``/``moe_act`` (GPT-OSS H100), the all-to-all overlap with
@@ -35,7 +38,8 @@ from triosim.config import configure
 from triosim.simulation import simulate
 
 TOPOLOGIES = Path(__file__).resolve().parents[1] / "topologies"
-# system, model, precision, GPUs, GBS, MBS, seq, TP, PP, VP, EP, published tokens/s/GPU
+# system, model, precision, GPUs, GBS, MBS, seq, TP, PP, VP, EP, published tokens/s/GPU (the
+# Megatron-Bridge 25.11 performance summary, as the issue's table gives it)
 ROWS = [
     ("DGX-H100", "gpt-oss-120b", "bf16", 64, 512, 4, 4096, 1, 4, 1, 8, 5630),
     ("DGX-H100", "qwen3-30b-a3b", "fp8-cs", 16, 512, 2, 4096, 1, 2, 24, 8, 5275),
@@ -50,12 +54,16 @@ ROUTING = ("linear", "_softmax", "sigmoid", "topk", "moe::permute", "moe::unperm
            "MoePermuteBackward0", "MoeUnpermuteBackward0", "SoftmaxBackward0", "SigmoidBackward0")
 
 
+DISPATCHERS = {"deepseek-v3": "flex"}  # deepseek_workload_base_configs.py: B200 V1, hybridep
+
+
 def flags(row: tuple) -> dict:
     system, model, precision, gpus, gbs, mbs, seq, tp, pp, vp, ep, _ = row
     gpu, topology = SYSTEMS[system]
     out = {"model": model, "gpu": gpu, "topology-file": str(TOPOLOGIES / topology), "dp": gpus // (tp * pp),
            "tp": tp, "pp": pp, "ep": ep, "global-batch": gbs, "micro-batch-size": mbs, "seq-len": seq,
-           "zero": 1, "overlap-grad-reduce": True, "rank-order": "tp,dp,pp", **PRECISIONS[precision]}
+           "zero": 1, "overlap-grad-reduce": True, "rank-order": "tp,dp,pp",
+           "moe-token-dispatcher": DISPATCHERS.get(model, "alltoall"), **PRECISIONS[precision]}
     if tp > 1:
         out["sequence-parallel"] = True
     if vp > 1:
