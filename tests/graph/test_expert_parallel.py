@@ -299,7 +299,7 @@ def _dispatch_and_shared(overlap: bool):
     permute = names.index("moe::permute")
     fc1 = names.index("_grouped_mm")
     shared = set(range(permute + 1, fc1))  # the shared expert, written between them
-    assert {names[i] for i in shared} >= {"linear", "silu", "mul"}
+    assert {names[i] for i in shared} == {"linear", "SwiGLUFunction"}
     dispatch = min(sched.start[t] for t, k in enumerate(graph.kind) if k == "collective"
                    and (graph.attrs[t] or {}).get("op_index") == fc1 and graph.attrs[t].get("microbatch") == 0)
     ends = [sched.end[t] for t, k in enumerate(graph.kind) if k == "compute" and graph.attrs[t].get("microbatch") == 0

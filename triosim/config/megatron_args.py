@@ -18,12 +18,20 @@ run (and the bytes) of its native flag:
 * batch and sequence: ``--global-batch-size`` → ``--global-batch``, ``--micro-batch-size`` and
   ``--num-layers`` are native, ``--seq-length`` → ``--seq-len``;
 * memory: ``--sequence-parallel`` (native), ``--use-distributed-optimizer`` → ``--zero 1``,
-  ``--recompute-granularity full|selective`` and ``--recompute-activations`` → ``--recompute``
-  (``--recompute-method``/``--recompute-num-layers`` only where they recompute every layer);
+  ``--recompute-granularity full|selective`` and ``--recompute-activations`` → ``--recompute``;
+  ``--recompute-method``, ``--recompute-num-layers`` and ``--recompute-modules`` (a space-
+  separated list in Megatron, comma-separated natively) are native;
+* pipeline layouts: ``--account-for-embedding-in-pipeline-split``,
+  ``--account-for-loss-in-pipeline-split``, ``--decoder-first-pipeline-num-layers``,
+  ``--decoder-last-pipeline-num-layers`` and ``--pipeline-model-parallel-layout`` are native (a
+  layout of pp × V stages implies ``--schedule interleaved --virtual-stages V``, as Megatron
+  derives V from it);
 * precision: ``--bf16``, ``--fp16``, ``--fp8-format`` → ``--dtype``; ``--fp8-recipe`` (Megatron's
   ``tensorwise`` is ``current``) and ``--fp8-param-gather`` are native (Megatron-Core's own
   default recipe is ``delayed``; triosim's is current scaling, MXFP8 on Blackwell: give
   ``--fp8-recipe delayed`` to match a line that names none);
+* activation offload: Megatron-Core's ``--cpu-offloading --cpu-offloading-num-layers N`` →
+  ``--offload-activations N``;
 * overlaps (docs/overlap.md): ``--tp-comm-overlap``, ``--overlap-grad-reduce`` and
   ``--overlap-param-gather`` are native; ``--overlap-p2p-comm`` (Megatron-Core's config name) and
   ``--overlap-p2p-communication`` (Megatron-LM's flag before October 2023) → ``--pipeline-send
@@ -53,6 +61,7 @@ MEGATRON_ARGS = "--megatron-args"
 
 # Megatron name -> native flag; the value passes unchanged.
 _RENAMED = {
+    "--cpu-offloading-num-layers": "--offload-activations",  # Megatron-Core's cpu_offloading_num_layers
     "--tensor-model-parallel-size": "--tp",
     "--pipeline-model-parallel-size": "--pp",
     "--context-parallel-size": "--cp",
@@ -65,9 +74,14 @@ _RENAMED = {
     "--seq-length": "--seq-len",
     "--micro-batch-size": "--micro-batch-size",
     "--num-layers": "--num-layers",
+    # pipeline layouts (graph.pipeline.layer_layout): native under Megatron-Core's own names
+    "--decoder-first-pipeline-num-layers": "--decoder-first-pipeline-num-layers",
+    "--decoder-last-pipeline-num-layers": "--decoder-last-pipeline-num-layers",
+    "--pipeline-model-parallel-layout": "--pipeline-model-parallel-layout",
 }
 # Megatron switches -> the native flags they mean.
 _SWITCHES = {
+    "--cpu-offloading": [],  # switched on by its layer count (--cpu-offloading-num-layers)
     "--use-distributed-optimizer": ["--zero", "1"],
     "--bf16": ["--dtype", "bf16"],
     "--fp16": ["--dtype", "fp16"],
@@ -83,6 +97,8 @@ _SWITCHES = {
     "--no-overlap-p2p-communication": ["--pipeline-send", "blocking"],
     # Megatron-LM 2021-22's switch off of its scatter/gather default: triosim's default already
     "--no-scatter-gather-tensors-in-pipeline": [],
+    "--account-for-embedding-in-pipeline-split": ["--account-for-embedding-in-pipeline-split"],
+    "--account-for-loss-in-pipeline-split": ["--account-for-loss-in-pipeline-split"],
 }
 # Megatron's --fp8-recipe values -> the native ones (tensorwise: per-tensor current scaling).
 _FP8_RECIPES = {"tensorwise": "current"}
@@ -227,6 +243,7 @@ def translate_argv(argv: Sequence[str]) -> Translation:
     _finish_recompute(recompute, out)
     card.emit(out)
     _finish_layers_per_virtual_stage(out)
+    _finish_layout(out)
     _finish_virtual(out)
     return result
 
@@ -275,8 +292,20 @@ def _translate_one(name: str, inline: str | None, reader: _Reader, out: list[str
         out.extend(["--megatron-layers-per-virtual-stage",
                     str(_positive_int(name, reader.value(name, inline), reader.where))])
         return True
-    if name in ("--recompute-granularity", "--recompute-method", "--recompute-num-layers"):
+    if name == "--recompute-granularity":
         recompute[name] = reader.value(name, inline)
+        return True
+    if name in ("--recompute-method", "--recompute-num-layers") and strict:
+        out.extend([name, reader.value(name, inline)])
+        return True
+    if name == "--recompute-modules" and strict:
+        # Megatron's list is nargs='*': the words up to the next flag
+        words = [inline] if inline is not None else []
+        while reader.more() and not reader.tokens[reader.i].startswith("--"):
+            words.append(reader.take())
+        if not words:
+            raise ConfigError(f"{reader.where}--recompute-modules needs at least one module")
+        out.extend([name, ",".join(words)])
         return True
     if name in ARCH_VALUES:
         card.set(name, reader.value(name, inline), reader.where)
@@ -296,25 +325,13 @@ def _translate_one(name: str, inline: str | None, reader: _Reader, out: list[str
 
 
 def _finish_recompute(recompute: dict[str, str], out: list[str]) -> None:
-    """Megatron's recomputation settings as ``--recompute``: selective, or full of every layer."""
-    if not recompute:
-        return
+    """Megatron's ``--recompute-granularity`` as ``--recompute`` (the method, layer count and
+    modules are native flags, checked against it by the strategy)."""
     granularity = recompute.get("--recompute-granularity")
-    method, layers = recompute.get("--recompute-method"), recompute.get("--recompute-num-layers")
     if granularity is None:
-        raise ConfigError("--recompute-method/--recompute-num-layers need --recompute-granularity full")
+        return
     if granularity not in ("full", "selective"):
         raise ConfigError(f"--recompute-granularity must be full or selective, got {granularity!r}")
-    if granularity == "full":
-        if method not in (None, "uniform", "block"):
-            raise ConfigError(f"--recompute-method must be uniform or block, got {method!r}")
-        if layers is not None:
-            count = _positive_int("--recompute-num-layers", layers, "")
-            if method == "block" or count != 1:
-                # uniform over groups of 1 layer recomputes every layer; anything else recomputes some
-                raise ConfigError(f"--recompute-method {method or 'uniform'} --recompute-num-layers {count}: "
-                                  "recomputing only some layers is not modelled; triosim recomputes every layer "
-                                  "(--recompute-method uniform --recompute-num-layers 1) or none")
     out.extend(["--recompute", granularity])
 
 
@@ -338,11 +355,31 @@ def _finish_layers_per_virtual_stage(out: list[str]) -> None:
         layers = (read_card_file(path) if path is not None else get_card(_flag_value(out, "--model"))).layers
     else:
         raise ConfigError("--num-layers-per-virtual-pipeline-stage needs --num-layers (or --model)")
+    # the embedding and the loss count as layers here too, where the flags say so (Megatron's arguments.py)
+    layers += sum(flag in out for flag in ("--account-for-embedding-in-pipeline-split",
+                                           "--account-for-loss-in-pipeline-split"))
     if layers % (pp * per_virtual):
         raise ConfigError(f"--num-layers-per-virtual-pipeline-stage {per_virtual}: {layers} layers over "
                           f"--pipeline-model-parallel-size {pp} is not a whole number of virtual stages of "
                           f"{per_virtual} layers")
     out.extend(["--virtual-stages", str(layers // (pp * per_virtual)), "--megatron-interleaved"])
+
+
+def _finish_layout(out: list[str]) -> None:
+    """``--pipeline-model-parallel-layout``: its stages over ``--pp`` give the virtual stages per
+    rank, as Megatron derives them; applied where no virtual stage count or other schedule is given."""
+    from ..graph.pipeline.layer_layout import parse_layout
+    from .megatron_card import _flag_value
+
+    layout = _flag_value(out, "--pipeline-model-parallel-layout")
+    if layout is None or _flag_value(out, "--virtual-stages") is not None:
+        return
+    if _flag_value(out, "--schedule") not in (None, "auto", "interleaved"):
+        return
+    pp = _positive_int("--pipeline-model-parallel-size", _flag_value(out, "--pp") or "1", "")
+    stages = len(parse_layout(layout))
+    if stages % pp == 0 and stages // pp > 1:
+        out.extend(["--virtual-stages", str(stages // pp), "--megatron-interleaved"])
 
 
 def _finish_virtual(out: list[str]) -> None:

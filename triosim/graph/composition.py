@@ -68,12 +68,14 @@ from .expert.plan import ExpertPlan, expert_ops, expert_split
 from .layer_count import check_pipeline_depth, check_virtual_stages
 from .memory import composition as composed_memory
 from .memory.plan import MemoryReport
+from .offload import carry_offload, host_link_rate, offload_on_plan
 from .pipeline.blocking import StreamNeighbours, block_hops, check_blocking
 from .pipeline.builder import choose_stages, micro_batch_sizes
 from .pipeline.rank_program import add_rank_program
 from .pipeline.schedules import FORWARD
 from .pipeline.sends import send_hop_by_hop
 from .pipeline.stages import PipelinePlan, buffer_versions
+from .pipeline.summary import layer_facts
 from .pipeline.tied_embedding import TiedEmbedding, add_tied_allreduce, find_tied
 from .rank_map import rank_map
 from .recompute import activation_facts, carry_plan, fit_to_stages, recompute
@@ -124,10 +126,10 @@ def build(trace: Trace, platform: Platform, strategy: Strategy, fuse_runs: bool 
     dp = ranks.data  # data ranks: a context-parallel rank is a replica of the model too
     virtual = strategy.virtual_stages if strategy.schedule == "interleaved" else 1
     if preset is None:  # case 4 keeps its own check: a forward op per stage (stages.candidate_plans)
-        check_pipeline_depth(trace, pp, virtual)
-        check_virtual_stages(trace, pp, virtual, strategy.partition)
+        check_pipeline_depth(trace, pp, virtual, strategy)
+        check_virtual_stages(trace, pp, virtual, strategy.partition, strategy)
     original = trace  # the tensor-parallel plan is found on it, then carried to the re-runs
-    rec = recompute(trace, strategy.recompute) if preset is None else None
+    rec = recompute(trace, strategy.recompute_spec) if preset is None else None
     if rec is not None:
         trace = rec.trace
     sizes = micro_batch_sizes(trace.batch_size, strategy.micro_batch_size)
@@ -157,6 +159,11 @@ def build(trace: Trace, platform: Platform, strategy: Strategy, fuse_runs: bool 
         trace = rec.trace
     else:
         plan, candidates = plan_for(trace)
+    off = None
+    if preset is None and strategy.offload_activations is not None:  # copies to host and back (graph.offload)
+        rate = host_link_rate(trace)
+        off, plan = offload_on_plan(trace, strategy.offload_activations, plan)
+        trace = off.trace
     tpp = tensor_plan(original, tp, strategy.effective_tp_style, strategy.sequence_parallel)
     context = None
     if ranks.cp > 1:  # one context rank's share of every op and buffer, then its attention ops
@@ -169,8 +176,10 @@ def build(trace: Trace, platform: Platform, strategy: Strategy, fuse_runs: bool 
                                     strategy.moe_shared_expert_overlap)
     if rec is not None:
         tpp = carry_plan(tpp, rec)
-        if experts is not None and experts.ops:  # the rewritten trace's (re-runs exchange again)
-            experts = replace(experts, ops=expert_ops(trace)[0])
+    if off is not None:
+        tpp = carry_offload(tpp, off)
+    if experts is not None and experts.ops and trace is not original:  # the rewritten trace's ops (re-runs
+        experts = replace(experts, ops=expert_ops(trace)[0])  # exchange again; offload shifts the indices)
     if ranks.cp > 1:
         context = context_plan(trace, ranks.cp, strategy.cp_comm_type)
     # Fused runs of ops keep every time exact only while no memcpy can cut into a run (a run's
@@ -180,7 +189,8 @@ def build(trace: Trace, platform: Platform, strategy: Strategy, fuse_runs: bool 
     tied = find_tied(original) if preset is None and pp > 1 else None
     overlap = None
     if preset is None and strategy.tp_comm_overlap and tp > 1 and getattr(tpp, "sequence_parallel", False):
-        overlap = plan_overlap(trace, tpp, plan.stage, rec.new_index if rec is not None else None)
+        overlap = plan_overlap(trace, tpp, plan.stage, rec.new_index if rec is not None else
+                               off.new_index if off is not None else None)
     blocking = preset is None and pp > 1 and strategy.blocking_sends
     if blocking:
         check_blocking(pp, virtual)
@@ -188,7 +198,8 @@ def build(trace: Trace, platform: Platform, strategy: Strategy, fuse_runs: bool 
         g = Composition(trace, platform, strategy, ranks, plan, tpp, fractions, replicas, roles, fuse=fuse,
                         preset=preset, exact=exact, tied=tied, context=context, experts=experts,
                         blocks={} if blocking else None,
-                        overlap=overlap,
+                        overlap=overlap, host_copies=off.copies if off is not None else None,
+                        host_rate=rate if off is not None else 0.0,
                         reruns=frozenset(rec.rerun_ops) if rec is not None else frozenset()).assemble()
         if not g.meta.pop("needs_memcpy") or not fuse:
             break
@@ -196,10 +207,14 @@ def build(trace: Trace, platform: Platform, strategy: Strategy, fuse_runs: bool 
     if preset is None:
         g.meta["hybrid"]["replica_warning"] = replica_warning
         g.meta["hybrid"]["recompute"] = activation_facts(original, rec, tpp, fractions[0])
-        if rec is not None:  # the time breakdown's phases, by the ops of the rewritten trace
+        if off is not None:
+            host = g.meta.pop("host_held", {})
+            g.meta["hybrid"]["offload"] = {**off.summary(fractions[0]), "host_link_gbps": rate / 1e9,
+                                           "host_peak_bytes": max((peak for _, peak in host.values()), default=0)}
+        if rec is not None or off is not None:  # the time breakdown's phases, by the ops of the rewritten trace
             g.meta["op_stages"] = tuple(op.stage for op in trace.ops)
             g.meta["op_parts"] = op_parts(trace, strategy.micro_batch_size)
-            g.meta["recompute_ops"] = frozenset(rec.rerun_ops)
+            g.meta["recompute_ops"] = frozenset(rec.rerun_ops) if rec is not None else frozenset()
     else:
         case_blocks.record(g, trace, strategy, preset, plan, tpp, sizes, candidates)
     return g
@@ -215,6 +230,8 @@ class Composition(CompositionState):
     reruns: frozenset[int] = frozenset()  # re-run forward ops (activation recomputation)
     context: ContextPlan | None = None  # context parallelism's attention ops (graph/context)
     experts: ExpertPlan | None = None  # expert parallelism's grouped GEMMs and exchanges (graph/expert)
+    host_copies: dict | None = None  # activation offload: op -> its host copy (graph.offload)
+    host_rate: float = 0.0  # the GPU's host link, B/s each way
 
     def assemble(self) -> TaskGraph:
         """The steps in order; the graph's ``needs_memcpy`` says whether a memory plan needed a
@@ -370,6 +387,7 @@ class Composition(CompositionState):
             "collective_warning": collective_warning(comm.crosses_other_gpus),
             "stage_parameters": [len(p) for p in params_of],
             "partition": self.plan.partition if ranks.pp > 1 else None,  # how the stages were cut
+            **(layer_facts(self.plan) if ranks.pp > 1 else {}),
             "pipeline_warnings": list(self.plan.warnings),  # e.g. the partition search ran out of budget
             "memory": memory,
             **({"context_parallel": self.context_facts()} if self.context is not None else {}),

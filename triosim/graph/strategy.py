@@ -22,6 +22,8 @@ from dataclasses import dataclass
 
 from ..checks import positive
 from ..errors import ConfigError
+from .pipeline.layer_layout import LayerSplit
+from .recompute_spec import DEFAULT_MODULES, RecomputeSpec
 
 CASE_NAMES = {
     0: "single-GPU training",
@@ -111,7 +113,10 @@ class Strategy:
     representative per distinct role, None (default) every GPU while that graph stays small.
     ``recompute``: activation recomputation (:mod:`triosim.graph.recompute`): ``none``,
     ``selective`` (the attention core re-run before its backward) or ``full`` (each layer's
-    forward re-run before its backward, only layer inputs kept).
+    forward re-run before its backward, only layer inputs kept); ``recompute_method`` and
+    ``recompute_num_layers`` (full: uniform groups of N layers, or the first N layers of each
+    model chunk) and ``recompute_modules`` (selective: core_attn, mlp, layernorm), as
+    Megatron-Core's (:mod:`triosim.graph.recompute_units`).
 
     The overlaps, with Megatron-Core's names and defaults (off; see docs/overlap.md):
     ``tp_comm_overlap`` (sequence-parallel all-gathers and reduce-scatters in chunks beside their
@@ -148,11 +153,28 @@ class Strategy:
     rank_order: tuple[str, ...] = AXES
     exact: bool | None = None
     recompute: str = "none"
+    recompute_method: str = "uniform"
+    recompute_num_layers: int = 1
+    recompute_modules: tuple[str, ...] = DEFAULT_MODULES
+    offload_activations: str | None = None  # N layers or a fraction of each chunk's (graph.offload)
     tp_comm_overlap: bool = False
     overlap_grad_reduce: bool = False
     overlap_param_gather: bool = False
     pipeline_send: str = "auto"
     pipeline_scatter_gather: bool = False
+    # Megatron-Core's layout flags, by its names (graph.pipeline.layer_layout): the embedding and/or
+    # the loss counted as a layer in the split, uneven first/last stages, or an explicit layout.
+    account_for_embedding_in_pipeline_split: bool = False
+    account_for_loss_in_pipeline_split: bool = False
+    decoder_first_pipeline_num_layers: int | None = None
+    decoder_last_pipeline_num_layers: int | None = None
+    pipeline_model_parallel_layout: str | None = None
+
+    @property
+    def recompute_spec(self) -> RecomputeSpec:
+        """The recomputation setting as one value (granularity, method, layers, modules)."""
+        return RecomputeSpec(self.recompute, self.recompute_method, self.recompute_num_layers,
+                             tuple(self.recompute_modules))
 
     @property
     def blocking_sends(self) -> bool:
@@ -223,6 +245,13 @@ class Strategy:
             raise ConfigError(f"--schedule must be gpipe, 1f1b or interleaved, got {self.schedule!r}")
         if self.partition not in PARTITIONS:
             raise ConfigError(f"--partition must be auto, layers, optimal, time or count, got {self.partition!r}")
+        split = LayerSplit.of(self)
+        split.check()
+        if split.given and self.partition not in ("auto", "layers"):
+            raise ConfigError(f"{split.flags()} places Megatron-Core's layers per stage: use --partition auto or "
+                              f"layers, not {self.partition}")
+        if split.given and self.reference_compat:
+            raise ConfigError(f"{split.flags()} has no --reference-compat form (the original splits by op count)")
         if self.schedule == "interleaved":
             if self.virtual_stages < 2:
                 raise ConfigError(f"--schedule interleaved needs --virtual-stages 2 or more, got {self.virtual_stages}")
@@ -263,6 +292,19 @@ class Strategy:
             raise ConfigError(f"--recompute must be none, selective or full, got {self.recompute!r}")
         if self.recompute != "none" and not self.hybrid:
             raise ConfigError("--recompute needs the degrees of a hybrid run: give --dp/--tp/--pp (not -case)")
+        spec = self.recompute_spec  # checks the method, layer count and modules
+        if self.recompute != "full" and (spec.method != "uniform" or spec.num_layers != 1):
+            raise ConfigError("--recompute-method/--recompute-num-layers need --recompute full (Megatron's "
+                              "--recompute-granularity full)")
+        if self.offload_activations is not None:
+            if not self.hybrid:
+                raise ConfigError("--offload-activations needs the degrees of a hybrid run: give --dp/--tp/--pp")
+            if self.recompute != "none":
+                raise ConfigError("--offload-activations with --recompute: Megatron-Core does not offload activations "
+                                  "while it recomputes them (cpu_offloading with recompute_granularity); choose one")
+        if self.recompute != "selective" and spec.modules != DEFAULT_MODULES:
+            raise ConfigError("--recompute-modules needs --recompute selective (Megatron's --recompute-granularity "
+                              "selective)")
         if (self.zero or self.sequence_parallel) and not self.hybrid:
             raise ConfigError("--zero and --sequence-parallel need the degrees: give --dp/--tp/--pp instead of -case")
         self._validate_overlaps()
@@ -333,6 +375,11 @@ class Strategy:
                                    else (a for a in self.rank_order if a != "cp")),
             "exact": self.exact,
             "recompute": self.recompute,
+            **({"recompute_method": self.recompute_method, "recompute_num_layers": self.recompute_num_layers}
+               if self.recompute == "full" and self.recompute_spec.partial else {}),
+            **({"recompute_modules": list(self.recompute_modules)}
+               if self.recompute == "selective" and tuple(self.recompute_modules) != DEFAULT_MODULES else {}),
+            **({"offload_activations": self.offload_activations} if self.offload_activations is not None else {}),
             "tp_comm_overlap": self.tp_comm_overlap,
             "overlap_grad_reduce": self.overlap_grad_reduce,
             "overlap_param_gather": self.overlap_param_gather,

@@ -170,8 +170,14 @@ def print_summary(result: Result, console: Console, title: str = "") -> None:
             console.print("Tensor parallel: per-op scheme")
     rec = hybrid_tp.get("recompute") or {}
     if rec.get("mode", "none") != "none":
-        console.print(f"Recomputation: {rec['mode']}, {rec['rerun_ops']} forward op(s) re-run in "
+        console.print(f"Recomputation: {rec.get('label', rec['mode'])}, {rec['rerun_ops']} forward op(s) re-run in "
                       f"{rec['units']} unit(s), {rec['rerun_traced_s'] * 1e3:.2f} ms traced")
+    off = hybrid_tp.get("offload")
+    if off:
+        per = off["bytes_per_layer"][0] if off["bytes_per_layer"] else 0
+        console.print(f"Activation offload: {off['setting']} ({len(off['layers'])} layer(s)), {human_bytes(per)} a layer "
+                      f"and micro-batch over the {off['host_link_gbps']:g} GB/s host link, host memory peak "
+                      f"{human_bytes(off['host_peak_bytes'])}")
     if hybrid_tp:
         _print_hybrid(console, meta.get("parallel", {}), hybrid_tp, result.extra.get("batch_size_sim"))
     if "pipeline" in meta:
@@ -216,8 +222,7 @@ def _print_hybrid(console: Console, parallel: dict, hybrid: dict, batch: int | N
                       f"{human_bytes(c['payload_bytes'])} payload, {human_bytes(c['wire_bytes_per_gpu'])} sent per GPU")
     stages = parallel.get("pp") or 1
     if stages > 1 and hybrid.get("partition"):
-        console.print(f"  stage cuts: {hybrid['partition']}"
-                      + (" (Megatron-LM's: equal transformer layers per stage)" if hybrid["partition"] == "layers" else ""))
+        print_stage_cuts(console, hybrid)
     one = stages > 1 and hybrid.get("micro_batches") == 1
     if one:
         console.print(f"  [yellow]hint:[/yellow] {one_micro_batch_hint(stages, batch)}")
@@ -274,6 +279,22 @@ def one_micro_batch_hint(stages: int, batch: int | None) -> str:
 _SMALL_STAGE = re.compile(r"^stage (\d+) holds ([\d.]+%) of the compute \(under ([\d.]+%)\): (.*)$")
 
 
+def print_stage_cuts(console: Console, facts: dict) -> None:
+    """How the pipeline stages were cut; cut at layers, the layers per stage as a Megatron layout
+    string and, for a split other than the equal one, how it was chosen."""
+    partition = facts["partition"]
+    if partition != "layers":
+        console.print(f"  stage cuts: {partition}")
+        return
+    split = facts.get("layer_split")
+    rule = "Megatron-Core's layers per stage" if split else "Megatron-LM's: equal transformer layers per stage"
+    console.print(f"  stage cuts: layers ({rule})")
+    if facts.get("layout"):
+        console.print(f"  layout: {facts['layout']} (E embedding, t transformer layer, L loss)")
+    if split:
+        console.print(f"  layer split: {split}")
+
+
 def fold_stage_warnings(warnings: list[str], drop_small: bool = False) -> list[str]:
     """The plan's warnings with the small-stage ones (one per stage) folded into one line;
     ``drop_small``: leave them out (the one-micro-batch hint says why they are small)."""
@@ -316,6 +337,10 @@ def _print_pipeline(console: Console, result: Result, pp: dict) -> None:
     batch = result.extra.get("batch_size_sim") or (sum(mbs) if not compat else None)
     console.print(f"Pipeline: {pp.get('schedule')} schedule, {micro_batch_text(mbs, batch, compat)}, "
                   f"{pp.get('partition')} partition")
+    if pp.get("layout"):
+        console.print(f"  layout: {pp['layout']} (E embedding, t transformer layer, L loss)")
+    if pp.get("layer_split"):
+        console.print(f"  layer split: {pp['layer_split']}")
     stages = pp.get("stages", [])
     times = None if compat else _stage_times(result)
     for st in stages:

@@ -7,7 +7,7 @@ What one step of a decoder-only transformer runs, op by op, as PyTorch's profile
 - per layer: norm → Q, K, V linears (K and V ``kv_heads × head_dim`` wide: grouped-query
   attention) → rotary embedding of Q and K (``position: rope``) → the attention core →
   output projection → dropout → residual add → norm → MLP (GELU: fc1, GELU, fc2; SwiGLU: gate
-  and up linears, SiLU of the gate times up, down linear) → dropout → residual add;
+  and up linears, one fused SwiGLU op as Megatron-Core's, down linear) → dropout → residual add;
 - final norm, LM head (the embedding's weight when tied), cross-entropy loss;
 - the backward pass in reverse (the Q/K/V and gate/up input gradients summed by partner-less
   accumulation ops, each norm's backward adding the residual gradient, a tied embedding's two
@@ -189,9 +189,11 @@ class _CardTrace:
             self.op("aten::gelu", [L["fc1"]["y"]], [L["a"]])
         else:
             L["gate"], L["up"] = self.linear(x, h, f), self.linear(x, h, f)
-            L["silu"], L["a"] = self.act(f), self.act(f)
-            self.op("aten::silu", [L["gate"]["y"]], [L["silu"]])
-            self.op("aten::mul", [L["silu"], L["up"]["y"]], [L["a"]])
+            L["a"] = self.act(f)
+            # Megatron-Core's fused SwiGLU (bias_swiglu_fusion, on by default; SwiGLUFunction in
+            # megatron/core/fusions/fused_bias_swiglu.py): one kernel that saves only its input,
+            # the gate and up projections, and recomputes SiLU in its backward
+            self.op("SwiGLUFunction", [L["gate"]["y"], L["up"]["y"]], [L["a"]])
         L["fc2"] = self.linear(L["a"], f, h)
         L["out"], L["f"] = L["fc2"]["y"], f
         return L
@@ -289,10 +291,8 @@ class _CardTrace:
             g_f1 = self.new(self.tensors[L["fc1"]["y"] - 1][1])
             self.bwd("GeluBackward0", [g_a, L["fc1"]["y"]], [g_f1])
             return self.linear_bwd(g_f1, L["fc1"])
-        g_silu, g_up = self.act(L["f"]), self.act(L["f"])
-        self.bwd("MulBackward0", [g_a, L["silu"], L["up"]["y"]], [g_silu, g_up])
-        g_gate = self.act(L["f"])
-        self.bwd("SiluBackward0", [g_silu, L["gate"]["y"]], [g_gate])
+        g_gate, g_up = self.act(L["f"]), self.act(L["f"])
+        self.bwd("SwiGLUFunctionBackward", [g_a, L["gate"]["y"], L["up"]["y"]], [g_gate, g_up])
         return self.summed([self.linear_bwd(g_up, L["up"]), self.linear_bwd(g_gate, L["gate"])])
 
     def layer_bwd(self, L: dict, res: int, table: int | None) -> int:

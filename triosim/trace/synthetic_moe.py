@@ -11,8 +11,8 @@ Forward, on the norm's output x ``[b, s, h]`` (T = b·s tokens, E experts, k per
   expert);
 - the experts as two grouped GEMMs (``aten::_grouped_mm``, Transformer Engine's
   ``GroupedLinear``): fc1 ``[T·k, h] × [E, n1, h]`` (n1 = 2·expert_ffn for SwiGLU: gate and up
-  in one weight, as Megatron-Core's ``GroupedMLP`` holds them), the activation (SwiGLU: SiLU of
-  the gate half times the up half; GELU), fc2 ``[T·k, f] × [E, h, f]``. Under balance every
+  in one weight, as Megatron-Core's ``GroupedMLP`` holds them), the activation (SwiGLU: the fused
+  ``SwiGLUFunction`` over the gate and up halves; GELU), fc2 ``[T·k, f] × [E, h, f]``. Under balance every
   expert gets T·k/E rows: the op's FLOPs are those of T·k rows whatever the split;
 - ``moe::unpermute``: the expert outputs scattered back to token order, each weighted by its
   router weight and summed over the token's k experts → ``[b, s, h]``;
@@ -59,11 +59,9 @@ def moe_forward(t: Any, x: int) -> dict:
     M["h1"] = t.new((rows, n1))
     t.op("aten::_grouped_mm", [M["xp"], M["w1"]] + ([M["b1"]] if M["b1"] else []), [M["h1"]])
     M["a"] = t.new((rows, f))
-    if c.activation == "swiglu":
+    if c.activation == "swiglu":  # Megatron-Core's fused SwiGLU over the gate and up halves of fc1
         gate, up = t.view(M["h1"], (rows, f)), t.view(M["h1"], (rows, f))
-        M["silu"] = t.new((rows, f))
-        t.op("aten::silu", [gate], [M["silu"]])
-        t.op("aten::mul", [M["silu"], up], [M["a"]])
+        t.op("SwiGLUFunction", [gate, up], [M["a"]])
     else:
         t.op("aten::gelu", [M["h1"]], [M["a"]])
     M["w2"] = t.param((e, h, f))
@@ -94,7 +92,7 @@ def moe_backward(t: Any, g: int, M: dict) -> int:
     t.bwd("GroupedMmBackward0", [gy2, M["a"], M["w2"]], [ga, *t.grads(M["w2"], M["b2"])])
     gh1 = t.new(t.tensors[M["h1"] - 1][1])
     if c.activation == "swiglu":
-        t.bwd("SiluBackward0", [ga, M["silu"], M["h1"]], [gh1])
+        t.bwd("SwiGLUFunctionBackward", [ga, M["h1"]], [gh1])
     else:
         t.bwd("GeluBackward0", [ga, M["h1"]], [gh1])
     gxp = t.new((rows, h))
