@@ -1,7 +1,8 @@
 """Expert parallelism on Qwen3 235B-A22B, 256 H100s: --ep 1 → 32 on the mesh of Megatron-Bridge's
 published row (tp 2, pp 8 interleaved over 4 virtual stages, dp 16, FP8 current scaling, global
-batch 2,048 of 4,096 tokens, micro-batch 1, ZeRO-1 with overlapped gradient reduce, sequence
-parallel, Megatron-Core's rank order tp-cp-ep-dp-pp).
+batch 2,048 of 4,096 tokens, micro-batch 1, the distributed optimizer with both overlaps, sequence
+parallel, the embedding and loss counted as pipeline layers, Megatron-Core's rank order
+tp-cp-ep-dp-pp: the row's settings in bench/moe_validation.py).
 
     python bench/moe_ep_sweep.py                     # the table (about 2 minutes on 2 cores)
     python bench/moe_ep_sweep.py --plot ep.png       # and time and memory against ep
@@ -34,7 +35,8 @@ def one(ep: int) -> dict:
         "model": "qwen3-235b-a22b", "gpu": "h100-sxm", "topology-file": str(TOPOLOGY), "dp": 16, "tp": 2, "pp": 8,
         "schedule": "interleaved", "virtual-stages": 4, "ep": ep, "global-batch": GBS, "micro-batch-size": 1,
         "seq-len": SEQ, "dtype": "fp8", "fp8-recipe": "current", "zero": 1, "overlap-grad-reduce": True,
-        "sequence-parallel": True, "rank-order": "tp,dp,pp"})
+        "overlap-param-gather": True, "sequence-parallel": True, "rank-order": "tp,dp,pp",
+        "account-for-embedding-in-pipeline-split": True, "account-for-loss-in-pipeline-split": True})
     result = simulate(trace, platform, strategy)
     mean = result.time_breakdown()["mean"]
     peak = max(m["peak_bytes"] for m in result.graph.meta["hybrid"]["memory"])

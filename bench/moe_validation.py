@@ -6,18 +6,19 @@
     python bench/moe_validation.py --rows 1,4      # some of them
 
 Each row is typed as published (system, model, precision, GPUs, global and micro batch, sequence,
-TP/PP/VP/EP); the settings the table does not show are read from Megatron-Bridge's recipes
-(``scripts/performance/configs/{gpt_oss,qwen,deepseek}/*_workload_base_configs.py``: expert
-tensor parallelism 1, the alltoall dispatcher on H100, the flex dispatcher with the HybridEP
-backend for DeepSeek-V3 on B200, ``moe_flex_dispatcher_backend="hybridep"``) and Megatron-Core's
-defaults for them:
-the distributed optimizer with overlapped gradient reduce (``--zero 1 --overlap-grad-reduce``),
-the shared expert not overlapped (Megatron-Core's default; the flex dispatcher does not take it),
-sequence parallelism with TP > 1, and Megatron-Core's rank order tp-cp-ep-dp-pp
-(``--rank-order tp,dp,pp``: an expert group of 8 inside a node). Not modelled, so left out: the
-recipes' recomputation of ``layernorm``/``moe_act`` (GPT-OSS H100), the all-to-all overlap with
-the other micro-batch's compute (``moe_a2a_overlap``, Qwen3 235B H100), and CUDA graphs.
-DeepSeek-V3 runs with its multi-token-prediction module (the card's ``mtp_layers: 1``).
+TP/PP/VP/EP) with the recipe settings docs/validation.md ("The published MoE rows") cites from
+Megatron-Bridge's recipes, where triosim has the flag: the distributed optimizer with both
+overlaps (``--zero 1 --overlap-grad-reduce --overlap-param-gather``), the alltoall dispatcher,
+Megatron-Core's rank order tp-cp-ep-dp-pp (``--rank-order tp,dp,pp``: an expert group of 8
+inside a node), sequence parallelism with TP > 1; GPT-OSS: bf16 gradient reduction; Qwen3 235B:
+the embedding and the loss counted as pipeline layers; DeepSeek-V3: its MTP layer and the shared
+expert overlapped with the dispatch. Not typed, for want of the flag or the
+model: the recomputation of ``layernorm``/``moe_act`` (GPT-OSS) and ``mla_up_proj`` (DeepSeek-V3;
+``--recompute-modules`` takes no MoE module yet), the all-to-all overlap with the other
+micro-batch (``moe_a2a_overlap``: Qwen3 rows), DeepSeek-V3's pipeline layout (it places the MTP
+layer, which ``--pipeline-model-parallel-layout`` does not take yet), its FP8 parameter gather
+(not modelled with MXFP8), bf16 Adam moments, the
+router's grouped top-k, CUDA graphs.
 
 Iteration time = GBS · seq / (tokens/s/GPU · GPUs). Columns: the simulated time, its error
 against the published one, the peak memory per GPU (fits: under the GPU's memory), and where a
@@ -54,7 +55,12 @@ ROUTING = ("linear", "_softmax", "sigmoid", "topk", "moe::permute", "moe::unperm
            "MoePermuteBackward0", "MoeUnpermuteBackward0", "SoftmaxBackward0", "SigmoidBackward0")
 
 
-DISPATCHERS = {"deepseek-v3": "flex"}  # deepseek_workload_base_configs.py: B200 V1, hybridep
+# Per model, the recipe settings beyond the mesh that triosim has flags for (docs/validation.md).
+EXTRA = {
+    "gpt-oss-120b": {"grad-reduce-dtype": "bf16"},
+    "qwen3-235b-a22b": {"account-for-embedding-in-pipeline-split": True, "account-for-loss-in-pipeline-split": True},
+    "deepseek-v3": {"moe-shared-expert-overlap": True},
+}
 
 
 def flags(row: tuple) -> dict:
@@ -62,8 +68,8 @@ def flags(row: tuple) -> dict:
     gpu, topology = SYSTEMS[system]
     out = {"model": model, "gpu": gpu, "topology-file": str(TOPOLOGIES / topology), "dp": gpus // (tp * pp),
            "tp": tp, "pp": pp, "ep": ep, "global-batch": gbs, "micro-batch-size": mbs, "seq-len": seq,
-           "zero": 1, "overlap-grad-reduce": True, "rank-order": "tp,dp,pp",
-           "moe-token-dispatcher": DISPATCHERS.get(model, "alltoall"), **PRECISIONS[precision]}
+           "zero": 1, "overlap-grad-reduce": True, "overlap-param-gather": True, "rank-order": "tp,dp,pp",
+           **PRECISIONS[precision], **EXTRA.get(model, {})}
     if tp > 1:
         out["sequence-parallel"] = True
     if vp > 1:
