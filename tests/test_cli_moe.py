@@ -64,6 +64,7 @@ def test_megatron_names_translate() -> None:
     (["--dp", "8", "--ep", "4", "--moe-imbalance", "0.5"], "--moe-imbalance must be a number from 1"),
     (["--dp", "8", "--ep", "4", "--moe-token-dispatcher", "deepep"], "invalid choice"),
     (["--ep", "4"], "--ep needs the degrees of a hybrid run"),
+    (["--dp", "8", "--ep", "4", "--zero", "3"], "--zero 3 (FSDP) with a mixture-of-experts model"),
     (["--dp", "8", "--ep", "4", "--etp", "4"], "--ep 4 x --etp 4 must divide the tp x cp x dp = 8 GPUs"),
     (["--dp", "8", "--ep", "4", "--etp", "2", "--moe-token-dispatcher", "flex"], "--etp 2 with --moe-token-dispatcher"),
 ])

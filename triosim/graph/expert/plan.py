@@ -185,6 +185,9 @@ def expert_split(trace: Trace, tpp, ep: int, data: int, zero: int, roles: Buffer
             flag = f"--ep {ep}" if ep > 1 else f"--etp {etp}"
             raise ConfigError(f"{flag}: the model has no mixture-of-experts layer (no grouped expert GEMM)")
         return tpp, None
+    if zero == 3:  # FSDP would gather each expert over its own group: not modelled
+        raise ConfigError("--zero 3 (FSDP) with a mixture-of-experts model under --tp, --ep or --etp is not modelled; "
+                          "use --zero 1 or 2 (the distributed optimizer)")
     if ep == 1 and etp == 1:
         ops = {}
     if etp > 1 and dispatcher != "alltoall":
