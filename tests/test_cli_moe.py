@@ -105,3 +105,15 @@ def test_plan_refuses_ep_it_does_not_search() -> None:
     code, out, err = run("plan", "--model", "qwen3-30b-a3b", "--gpu", "h100-sxm", "--gpus", "8", "--global-batch", "8",
                          "--ep", "8")
     assert code == 2 and "plan does not search expert parallelism" in err
+
+
+def test_sweep_takes_ep_as_an_axis(tmp_path) -> None:
+    """--ep 1,4 sweeps two configurations, each with its ep."""
+    out_file = tmp_path / "ep.csv"
+    code, out, err = run("sweep", *CARD, "--dp", "8", "--ep", "1,4", "--global-batch", "8", "--out", str(out_file))
+    assert code == 0, err
+    import csv
+    rows = list(csv.DictReader(out_file.open()))
+    assert sorted(r["ep"] for r in rows) == ["1", "4"] and all(r["status"] == "ok" for r in rows)
+    ep1, ep4 = sorted(rows, key=lambda r: r["ep"])
+    assert int(ep4["max_peak_memory_bytes"]) < int(ep1["max_peak_memory_bytes"])  # experts / 4
