@@ -315,3 +315,13 @@ def test_the_shared_expert_runs_while_the_tokens_are_dispatched() -> None:
     start, shared_end, serial = _dispatch_and_shared(False)
     assert start >= shared_end
     assert overlapped < serial
+
+
+def test_exchange_bytes_with_several_micro_batches() -> None:
+    """4 micro-batches of one sample per replica: every exchange still carries one sample's
+    T·k·h·2 bytes. Planted bug caught: the permuted tokens written [T·k, h] without the batch as
+    their leading dimension, which batch scaling then leaves at the traced batch (each exchange
+    and each permuted buffer 4× too small)."""
+    stats = _hybrid(dp=8, ep=8, global_batch=32)["collectives_dp0_tp0"]["ep"]
+    assert stats["collectives"] == LAYERS * 4 * 4
+    assert stats["payload_bytes"] == LAYERS * 4 * 4 * ROUTED

@@ -216,8 +216,8 @@ def op_cost(op: Op, tensors: Mapping[str, Tensor], gemm_hint: tuple[int, int, in
         if gemm is not None:
             flops = 2.0 * gemm[0] * gemm[1] * gemm[2]
     elif kind == "matmul_backward":
-        if short == "GroupedMmBackward0" and len(live_ins) >= 2:  # [grad_out [M, N], input [M, K], weight [E, N, K]]
-            gemm = (live_ins[0].shape[0], live_ins[0].shape[-1], live_ins[1].shape[-1])
+        if short == "GroupedMmBackward0" and len(live_ins) >= 2:  # grad_out [.., M, N], input [.., M, K], weight [E, N, K]
+            gemm = (live_ins[0].numel // live_ins[0].shape[-1], live_ins[0].shape[-1], live_ins[1].shape[-1])
         else:
             batched = not any(t.shape and len(t.shape) == 2 for t in live_ins) and _batched_backward(live_ins)
             gemm = batched or _matmul_backward(live_ins, gemm_hint, rows)

@@ -7,8 +7,8 @@ Forward, on the norm's output x ``[b, s, h]`` (T = b·s tokens, E experts, k per
 - router: ``aten::linear`` x → logits ``[b, s, E]`` (a bias when the card's ``bias``);
   ``aten::_softmax`` (``router: softmax``) or ``aten::sigmoid`` → scores (fp32);
   ``aten::topk`` → the k weights (fp32) and expert indices (int64) of each token;
-- ``moe::permute``: x gathered into expert order, ``[T·k, h]`` (one row per token and chosen
-  expert);
+- ``moe::permute``: x gathered into expert order, ``[b, s·k, h]`` (one row per token and chosen
+  expert: T·k rows; the batch stays the leading dimension, as every activation of a trace has it);
 - the experts as two grouped GEMMs (``aten::_grouped_mm``, Transformer Engine's
   ``GroupedLinear``): fc1 ``[T·k, h] × [E, n1, h]`` (n1 = 2·expert_ffn for SwiGLU: gate and up
   in one weight, as Megatron-Core's ``GroupedMLP`` holds them), the activation (SwiGLU: the fused
@@ -42,7 +42,7 @@ def moe_forward(t: Any, x: int) -> dict:
     c, b, s, h = t.c, t.b, t.s, t.h
     moe = c.moe
     e, k, f = moe.experts, moe.top_k, moe.expert_ffn
-    rows = b * s * k
+    rows = s * k  # per sequence: the batch stays the leading dimension, so batch scaling resizes them
     n1 = 2 * f if c.activation == "swiglu" else f
     M: dict = {"x": x}
     M["router"] = t.linear(x, h, e, tp=0)
@@ -50,23 +50,23 @@ def moe_forward(t: Any, x: int) -> dict:
     t.op("aten::sigmoid" if moe.router == "sigmoid" else "aten::_softmax", [M["router"]["y"]], [M["scores"]])
     M["topw"], M["topi"] = t.new((b, s, k), nbytes=FP32), t.new((b, s, k), "indices", INT64)
     t.op("aten::topk", [M["scores"]], [M["topw"], M["topi"]])
-    M["xp"] = t.new((rows, h))
+    M["xp"] = t.new((b, rows, h))
     t.op("moe::permute", [x, M["topi"]], [M["xp"]])
     if moe.shared_experts:  # written here, between the permutation and the experts: the DAG can run it
         M["shared"] = t.mlp(x, moe.shared_experts * moe.shared_ffn)  # while the tokens are dispatched
     M["w1"] = t.param((e, n1, h))
     M["b1"] = t.param((e, n1), "bias") if c.bias else None
-    M["h1"] = t.new((rows, n1))
+    M["h1"] = t.new((b, rows, n1))
     t.op("aten::_grouped_mm", [M["xp"], M["w1"]] + ([M["b1"]] if M["b1"] else []), [M["h1"]])
-    M["a"] = t.new((rows, f))
+    M["a"] = t.new((b, rows, f))
     if c.activation == "swiglu":  # Megatron-Core's fused SwiGLU over the gate and up halves of fc1
-        gate, up = t.view(M["h1"], (rows, f)), t.view(M["h1"], (rows, f))
+        gate, up = t.view(M["h1"], (b, rows, f)), t.view(M["h1"], (b, rows, f))
         t.op("SwiGLUFunction", [gate, up], [M["a"]])
     else:
         t.op("aten::gelu", [M["h1"]], [M["a"]])
     M["w2"] = t.param((e, h, f))
     M["b2"] = t.param((e, h), "bias") if c.bias else None
-    M["y2"] = t.new((rows, h))
+    M["y2"] = t.new((b, rows, h))
     t.op("aten::_grouped_mm", [M["a"], M["w2"]] + ([M["b2"]] if M["b2"] else []), [M["y2"]])
     routed = t.act()
     t.op("moe::unpermute", [M["y2"], M["topw"], M["topi"]], [routed])
@@ -81,21 +81,21 @@ def moe_backward(t: Any, g: int, M: dict) -> int:
     """The backward of :func:`moe_forward` from the output gradient ``g``; returns the gradient
     of its input (the router's, the experts' and the shared MLP's parts summed)."""
     c = t.c
-    b, s, h, rows = t.b, t.s, t.h, t.b * t.s * c.moe.top_k
+    b, s, h, rows = t.b, t.s, t.h, t.s * c.moe.top_k
     f = c.moe.expert_ffn
     parts = []
-    gy2, gw = t.new((rows, h)), t.new((b, s, c.moe.top_k), nbytes=FP32)
+    gy2, gw = t.new((b, rows, h)), t.new((b, s, c.moe.top_k), nbytes=FP32)
     t.bwd("MoeUnpermuteBackward0", [g, M["y2"], M["topw"], M["topi"]], [gy2, gw])
     if c.moe.shared_experts:  # between the un-permutation's backward and the experts' (as forward)
         parts.append(t.mlp_bwd(g, M["shared"]))
-    ga = t.new((rows, f))
+    ga = t.new((b, rows, f))
     t.bwd("GroupedMmBackward0", [gy2, M["a"], M["w2"]], [ga, *t.grads(M["w2"], M["b2"])])
     gh1 = t.new(t.tensors[M["h1"] - 1][1])
     if c.activation == "swiglu":
         t.bwd("SwiGLUFunctionBackward", [ga, M["h1"]], [gh1])
     else:
         t.bwd("GeluBackward0", [ga, M["h1"]], [gh1])
-    gxp = t.new((rows, h))
+    gxp = t.new((b, rows, h))
     t.bwd("GroupedMmBackward0", [gh1, M["xp"], M["w1"]], [gxp, *t.grads(M["w1"], M["b1"])])
     gx = t.act()
     t.bwd("MoePermuteBackward0", [gxp, M["topi"]], [gx])
