@@ -132,7 +132,6 @@ def test_swiglu_mlp_width_and_vocab_padding_follow_megatron() -> None:
      "--megatron-args: --no-such-flag is not a Megatron-LM flag triosim knows"),
     (["--context-parallel-size", "2", "--cp-comm-type", "a2a+p2p"],
      "--cp-comm-type a2a+p2p (hierarchical context parallelism) is not modelled"),
-    (["--expert-model-parallel-size", "4"], "expert parallelism is not modelled"),
     (["--tp", "2", "--recompute-granularity", "selective", "--recompute-method", "block", "--recompute-num-layers", "2"],
      "--recompute-method/--recompute-num-layers need --recompute full"),
     (["--tp", "2", "--megatron-args", "--recompute-granularity selective --recompute-modules core_attn moe_act"],

@@ -95,6 +95,9 @@ def _check_flags(args: argparse.Namespace) -> None:
                           "run)")
     if getattr(args, "cp", None) not in (None, 1):  # its estimates know no context parallelism
         raise ConfigError("plan does not search context parallelism: leave --cp out (time a --cp layout with run)")
+    if getattr(args, "ep", None) not in (None, 1):  # nor expert parallelism
+        raise ConfigError("plan does not search expert parallelism: leave --ep out (time --ep layouts with run, or "
+                          "sweep them: --ep 1,8,32)")
     if args.gpus is None or args.gpus < 1:
         raise ConfigError("plan needs --gpus N, the GPUs to train on")
     if args.global_batch is None or args.global_batch < 1:

@@ -7,8 +7,14 @@ run (and the bytes) of its native flag:
 * parallel sizes: ``--tensor-model-parallel-size`` → ``--tp``, ``--pipeline-model-parallel-size``
   → ``--pp``, ``--context-parallel-size`` → ``--cp`` (with ``--cp-comm-type``, native);
   ``--virtual-pipeline-model-parallel-size V`` and ``--num-layers-per-virtual-pipeline-stage N``
-  → ``--schedule interleaved --virtual-stages V``; ``--expert-model-parallel-size`` and
-  ``--expert-tensor-parallel-size`` only at 1 (other sizes are refused: not modelled);
+  → ``--schedule interleaved --virtual-stages V``; ``--expert-model-parallel-size`` → ``--ep``,
+  ``--moe-token-dispatcher-type`` → ``--moe-token-dispatcher``, ``--mtp-num-layers`` →
+  ``--mtp-layers``, ``--expert-tensor-parallel-size`` → ``--etp``; the MoE architecture (``--num-experts``,
+  ``--moe-router-topk``, ``--moe-ffn-hidden-size``, ``--moe-shared-expert-intermediate-size``,
+  ``--moe-layer-freq``, ``--moe-router-score-function``, ``--moe-aux-loss-coeff``) and
+  ``--kv-channels`` (the head width) are card fields; ``--moe-grouped-gemm``,
+  ``--moe-permute-fusion`` and ``--moe-router-force-load-balancing`` (the balanced load triosim
+  assumes unless ``--moe-imbalance``) change nothing;
 * batch and sequence: ``--global-batch-size`` → ``--global-batch``, ``--micro-batch-size`` and
   ``--num-layers`` are native, ``--seq-length`` → ``--seq-len``;
 * memory: ``--sequence-parallel`` (native), ``--use-distributed-optimizer`` → ``--zero 1``,
@@ -59,6 +65,10 @@ _RENAMED = {
     "--tensor-model-parallel-size": "--tp",
     "--pipeline-model-parallel-size": "--pp",
     "--context-parallel-size": "--cp",
+    "--expert-model-parallel-size": "--ep",
+    "--expert-tensor-parallel-size": "--etp",
+    "--mtp-num-layers": "--mtp-layers",
+    "--moe-token-dispatcher-type": "--moe-token-dispatcher",
     "--cp-comm-type": "--cp-comm-type",
     "--global-batch-size": "--global-batch",
     "--seq-length": "--seq-len",
@@ -79,6 +89,7 @@ _SWITCHES = {
     "--recompute-activations": ["--recompute", "selective"],
     "--fp8-param-gather": ["--fp8-param-gather"],
     "--tp-comm-overlap": ["--tp-comm-overlap"],
+    "--moe-shared-expert-overlap": ["--moe-shared-expert-overlap"],
     "--overlap-grad-reduce": ["--overlap-grad-reduce"],
     "--overlap-param-gather": ["--overlap-param-gather"],
     "--overlap-p2p-comm": ["--pipeline-send", "overlapped"],
@@ -91,20 +102,18 @@ _SWITCHES = {
 }
 # Megatron's --fp8-recipe values -> the native ones (tensorwise: per-tensor current scaling).
 _FP8_RECIPES = {"tensorwise": "current"}
-# Sizes of axes triosim does not model: accepted at 1 only.
-_UNMODELLED_SIZES = {
-    "--expert-model-parallel-size": "expert parallelism",
-    "--expert-tensor-parallel-size": "expert tensor parallelism",
-}
 # Architecture flags: value-taking and switches (they make a model card).
 ARCH_VALUES = ("--hidden-size", "--num-attention-heads", "--ffn-hidden-size", "--num-query-groups", "--vocab-size",
                "--normalization", "--position-embedding-type", "--hidden-dropout", "--attention-dropout",
-               "--make-vocab-size-divisible-by", "--kv-channels", "--transformer-impl", "--max-position-embeddings")
+               "--make-vocab-size-divisible-by", "--kv-channels", "--transformer-impl", "--max-position-embeddings",
+               "--num-experts", "--moe-router-topk", "--moe-ffn-hidden-size", "--moe-shared-expert-intermediate-size",
+               "--moe-layer-freq", "--moe-router-score-function", "--moe-aux-loss-coeff")
 ARCH_SWITCHES = ("--swiglu", "--group-query-attention", "--untie-embeddings-and-output-weights",
                  "--disable-bias-linear", "--use-flash-attn", "--use-rotary-position-embeddings")
 # Flags that change nothing in one iteration's time or memory, with how many values each takes.
 _NO_EFFECT = {
     **dict.fromkeys((
+        "--moe-router-load-balancing-type", "--moe-token-drop-policy",
         "--lr", "--min-lr", "--lr-decay-style", "--lr-warmup-fraction", "--lr-warmup-iters", "--lr-decay-iters",
         "--lr-warmup-samples", "--lr-decay-samples", "--lr-warmup-init", "--train-iters", "--train-samples",
         "--weight-decay", "--clip-grad", "--adam-beta1", "--adam-beta2", "--adam-eps", "--init-method-std",
@@ -122,6 +131,7 @@ _NO_EFFECT = {
     ), 1),
     "--rampup-batch-size": 3,
     **dict.fromkeys((
+        "--moe-grouped-gemm", "--moe-router-force-load-balancing", "--moe-permute-fusion",
         "--use-mcore-models", "--no-masked-softmax-fusion", "--no-bias-gelu-fusion", "--no-bias-dropout-fusion",
         "--no-gradient-accumulation-fusion", "--no-async-tensor-model-parallel-allreduce",
         "--accumulate-allreduce-grads-in-fp32", "--apply-query-key-layer-scaling", "--attention-softmax-in-fp32",
@@ -273,11 +283,6 @@ def _translate_one(name: str, inline: str | None, reader: _Reader, out: list[str
     if name == "--fp8-recipe":
         value = reader.value(name, inline)
         out.extend([name, _FP8_RECIPES.get(value, value)])
-        return True
-    if name in _UNMODELLED_SIZES:
-        size = _positive_int(name, reader.value(name, inline), reader.where)
-        if size != 1:
-            raise ConfigError(f"{reader.where}{name} {size}: {_UNMODELLED_SIZES[name]} is not modelled; only 1")
         return True
     if name == "--virtual-pipeline-model-parallel-size":
         out.extend(["--virtual-stages", str(_positive_int(name, reader.value(name, inline), reader.where)),

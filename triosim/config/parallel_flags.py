@@ -12,6 +12,7 @@ from ..errors import ConfigError
 from ..graph.recompute_spec import METHODS
 from ..graph.strategy import (
     CP_COMM_TYPES,
+    MOE_DISPATCHERS,
     PIPELINE_SENDS,
     RECOMPUTE_MODES,
     parse_rank_order,
@@ -36,6 +37,7 @@ def add_parallel_flags(g: argparse._ArgumentGroup) -> None:
                         "with the partial attentions; default), a2a (all-to-all of q/k/v and the output, heads "
                         "split; DeepSpeed Ulysses), allgather (keys and values gathered before attention); "
                         "a2a+p2p is not modelled")
+    add_expert_flags(g)
     g.add_argument("--zero", default="0", help="ZeRO stage over the DP group: 0, 1, 2, 3 or fsdp (= 3); "
                    "nothing to shard with --dp 1")
     g.add_argument("--sequence-parallel", action="store_true",
@@ -68,6 +70,28 @@ def add_parallel_flags(g: argparse._ArgumentGroup) -> None:
     g.add_argument("--representatives", action="store_true",
                    help="build one representative per role however small the mesh (collectives in closed form)")
     add_overlap_flags(g)
+
+
+def add_expert_flags(g: argparse._ArgumentGroup) -> None:
+    """Expert parallelism of a mixture-of-experts model (Megatron-Core's names; docs/moe.md)."""
+    g.add_argument("--ep", type=int, default=None,
+                   help="expert-parallel degree (Megatron's --expert-model-parallel-size): each MoE layer's experts "
+                        "split over N GPUs, folded over the tp x cp x dp GPUs of a stage (no extra GPUs); tokens "
+                        "dispatched to and combined from their experts' GPUs; expert gradients reduced over the "
+                        "tp x cp x dp / N GPUs holding the same experts")
+    g.add_argument("--etp", type=int, default=None,
+                   help="expert tensor parallelism (Megatron's --expert-tensor-parallel-size): each expert's width "
+                        "split over N GPUs, the tokens an expert rank received all-gathered over them and the "
+                        "outputs reduce-scattered; experts / (ep x etp) a GPU (default 1)")
+    g.add_argument("--moe-token-dispatcher", default="alltoall", choices=MOE_DISPATCHERS,
+                   help="how tokens reach their experts: alltoall (default), allgather (tokens gathered, outputs "
+                        "reduce-scattered), flex (DeepEP: between nodes once per node, then NVLink inside it)")
+    g.add_argument("--moe-shared-expert-overlap", action="store_true",
+                   help="run the shared experts while the tokens are dispatched (Megatron's switch of that name); "
+                        "off: the dispatch waits for them")
+    g.add_argument("--moe-imbalance", type=float, default=1.0, metavar="F",
+                   help="the busiest expert's tokens over the mean (1: balanced, as force-balanced benchmarks run); "
+                        "every expert rank waits for the busiest")
 
 
 def add_overlap_flags(g: argparse._ArgumentGroup) -> None:
@@ -128,7 +152,10 @@ def parallel_options(args: argparse.Namespace) -> dict:
                           ("--sequence-parallel", getattr(args, "sequence_parallel", False)),
                           ("--recompute", str(getattr(args, "recompute", "none")) != "none"),
                           ("--recompute-modules", getattr(args, "recompute_modules", None) is not None),
-                          ("--offload-activations", getattr(args, "offload_activations", None) is not None)):
+                          ("--offload-activations", getattr(args, "offload_activations", None) is not None),
+                          ("--ep", getattr(args, "ep", None) not in (None, 1)),
+                          ("--etp", getattr(args, "etp", None) not in (None, 1)),
+                          ("--moe-shared-expert-overlap", getattr(args, "moe_shared_expert_overlap", False))):
             if bad:
                 raise ConfigError(f"{flag} needs the degrees of a hybrid run: give --dp/--tp/--pp (not -case)")
     return {
@@ -144,8 +171,20 @@ def parallel_options(args: argparse.Namespace) -> dict:
         **recompute_options(args),
         "cp": getattr(args, "cp", None),
         "cp_comm_type": str(getattr(args, "cp_comm_type", "p2p")),
+        "ep": getattr(args, "ep", None),
+        "etp": getattr(args, "etp", None),
+        "moe_token_dispatcher": str(getattr(args, "moe_token_dispatcher", "alltoall")),
+        "moe_imbalance": _imbalance(getattr(args, "moe_imbalance", 1.0)),
+        "moe_shared_expert_overlap": bool(getattr(args, "moe_shared_expert_overlap", False)),
         **overlap_options(args),
     }
+
+
+def _imbalance(value) -> float:
+    x = float(value)
+    if not (math.isfinite(x) and 1.0 <= x <= 1e6):
+        raise ConfigError(f"--moe-imbalance must be a number from 1 (balanced) to 1e6, got {value}")
+    return x
 
 
 def recompute_options(args: argparse.Namespace) -> dict:

@@ -64,6 +64,7 @@ from .context.plan import ContextPlan, context_plan, context_split
 from .context.ring import exchange_sent, transient_bytes
 from .data import gradient_sync
 from .data.zero import buffer_roles
+from .expert.plan import ExpertPlan, expert_ops, expert_split
 from .layer_count import check_pipeline_depth, check_virtual_stages
 from .memory import composition as composed_memory
 from .memory.plan import MemoryReport
@@ -167,10 +168,18 @@ def build(trace: Trace, platform: Platform, strategy: Strategy, fuse_runs: bool 
     context = None
     if ranks.cp > 1:  # one context rank's share of every op and buffer, then its attention ops
         tpp = context_split(original, tpp, ranks.cp, strategy.cp_comm_type)
+    experts = None
+    etp = strategy.expert_tensor_degree
+    if preset is None and (strategy.expert_degree > 1 or etp > 1 or tp > 1):  # an expert rank's share, exchanges
+        tpp, experts = expert_split(original, tpp, strategy.expert_degree, ranks.data, strategy.zero,
+                                    buffer_roles(original), strategy.moe_token_dispatcher, strategy.moe_imbalance, etp,
+                                    strategy.moe_shared_expert_overlap)
     if rec is not None:
         tpp = carry_plan(tpp, rec)
     if off is not None:
         tpp = carry_offload(tpp, off)
+    if experts is not None and experts.ops and trace is not original:  # the rewritten trace's ops (re-runs
+        experts = replace(experts, ops=expert_ops(trace)[0])  # exchange again; offload shifts the indices)
     if ranks.cp > 1:
         context = context_plan(trace, ranks.cp, strategy.cp_comm_type)
     # Fused runs of ops keep every time exact only while no memcpy can cut into a run (a run's
@@ -187,7 +196,8 @@ def build(trace: Trace, platform: Platform, strategy: Strategy, fuse_runs: bool 
         check_blocking(pp, virtual)
     while True:
         g = Composition(trace, platform, strategy, ranks, plan, tpp, fractions, replicas, roles, fuse=fuse,
-                        preset=preset, exact=exact, tied=tied, context=context, blocks={} if blocking else None,
+                        preset=preset, exact=exact, tied=tied, context=context, experts=experts,
+                        blocks={} if blocking else None,
                         overlap=overlap, host_copies=off.copies if off is not None else None,
                         host_rate=rate if off is not None else 0.0,
                         reruns=frozenset(rec.rerun_ops) if rec is not None else frozenset()).assemble()
@@ -219,6 +229,7 @@ class Composition(CompositionState):
     tied: TiedEmbedding | None = None  # tied input/output embeddings (their all-reduce when pp > 1)
     reruns: frozenset[int] = frozenset()  # re-run forward ops (activation recomputation)
     context: ContextPlan | None = None  # context parallelism's attention ops (graph/context)
+    experts: ExpertPlan | None = None  # expert parallelism's grouped GEMMs and exchanges (graph/expert)
     host_copies: dict | None = None  # activation offload: op -> its host copy (graph.offload)
     host_rate: float = 0.0  # the GPU's host link, B/s each way
 
@@ -380,6 +391,7 @@ class Composition(CompositionState):
             "pipeline_warnings": list(self.plan.warnings),  # e.g. the partition search ran out of budget
             "memory": memory,
             **({"context_parallel": self.context_facts()} if self.context is not None else {}),
+            **({"expert_parallel": self.expert_facts()} if self.experts is not None else {}),
         }
 
     def context_facts(self) -> dict:
@@ -396,6 +408,17 @@ class Composition(CompositionState):
             held[a.phase] = transient_bytes(self, ctx, a, frac)
         return {"cp": ctx.degree, "comm_type": ctx.comm_type, "attention_ops": len(ctx.ops),
                 "exchange_bytes_per_layer": sent, "exchange_buffers_per_layer": held}
+
+    def expert_facts(self) -> dict:
+        """JSON-ready: the expert-parallel degree, groups and dispatcher, the busiest rank's load,
+        and per MoE layer (its first dispatch, micro-batch 0) the bytes one rank exchanges."""
+        ex = self.experts
+        first = next((e for e in ex.ops.values() if e.phase == "forward" and e.when == "before"), None)
+        routed = self.size(first.routed, self.fractions[0]) if first is not None else 0
+        return {"ep": ex.degree, "etp": ex.etp, "edp": ex.edp, "dispatcher": ex.dispatcher, "imbalance": ex.imbalance,
+                "busiest_rank_factor": round(ex.factor, 6), "experts": ex.experts, "top_k": ex.top_k,
+                "local_experts": ex.experts // ex.degree, "exchanges": len(ex.ops),
+                "routed_bytes_per_layer": routed}
 
 
 __all__ = ["AUTO_EXACT_TASKS", "Composition", "UNALIKE_EXACT_TASKS", "build", "stage_plan"]

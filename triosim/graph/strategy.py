@@ -33,6 +33,8 @@ CASE_NAMES = {
     4: "pipeline parallel",
 }
 AXES = ("tp", "pp", "dp")
+# Expert parallelism's token exchange (Megatron-Core's --moe-token-dispatcher-type; flex: DeepEP).
+MOE_DISPATCHERS = ("alltoall", "allgather", "flex")
 # Context parallelism's exchange of keys and values (Megatron-Core's --cp-comm-type): p2p (ring
 # attention), a2a (all-to-all of q/k/v and of the output, DeepSpeed-Ulysses style), allgather
 # (keys and values gathered before attention); a2a+p2p (hierarchical) is refused.
@@ -185,11 +187,28 @@ class Strategy:
         return self.pipeline_send == "blocking"
     cp: int | None = None
     cp_comm_type: str = "p2p"
+    # Expert parallelism (graph/expert): folded over the tp × cp × dp GPUs of a stage, so it
+    # multiplies no GPUs; the token dispatcher and the busiest expert's load over the mean.
+    ep: int | None = None
+    etp: int | None = None
+    moe_token_dispatcher: str = "alltoall"
+    moe_imbalance: float = 1.0
+    moe_shared_expert_overlap: bool = False
 
     @property
     def context_degree(self) -> int:
         """The context-parallel degree (1 without ``--cp``)."""
         return self.cp or 1
+
+    @property
+    def expert_degree(self) -> int:
+        """The expert-parallel degree (1 without ``--ep``)."""
+        return self.ep or 1
+
+    @property
+    def expert_tensor_degree(self) -> int:
+        """The expert-tensor-parallel degree (1 without ``--etp``)."""
+        return self.etp or 1
 
     @property
     def preset(self) -> Preset:
@@ -259,6 +278,7 @@ class Strategy:
             raise ConfigError("--reference-compat reproduces the original's -case runs; it does not combine "
                               "with --dp/--tp/--pp")
         self._validate_context()
+        self._validate_experts()
         if num_gpus is not None and self.hybrid:
             dp, tp, pp = self.degrees(num_gpus)
             cp = self.context_degree
@@ -310,6 +330,19 @@ class Strategy:
         if self.overlap_param_gather and not self.overlap_grad_reduce:
             raise ConfigError("--overlap-param-gather needs --overlap-grad-reduce (as Megatron-LM requires)")
 
+    def _validate_experts(self) -> None:
+        for flag, value in (("--ep", self.ep), ("--etp", self.etp)):
+            if value is not None and value < 1:
+                raise ConfigError(f"{flag} must be a positive integer, got {value}")
+            if (value or 1) > 1 and not self.hybrid:
+                raise ConfigError(f"{flag} needs the degrees of a hybrid run: give --dp/--tp/--pp (not -case); expert "
+                                  "parallelism is folded over their tp x cp x dp GPUs")
+        if self.moe_token_dispatcher not in MOE_DISPATCHERS:
+            raise ConfigError(f"--moe-token-dispatcher must be one of {', '.join(MOE_DISPATCHERS)}, got "
+                              f"{self.moe_token_dispatcher!r}")
+        if not (isinstance(self.moe_imbalance, (int, float)) and 1.0 <= self.moe_imbalance <= 1e6):
+            raise ConfigError(f"--moe-imbalance must be a number from 1 (balanced) up, got {self.moe_imbalance!r}")
+
     def _validate_context(self) -> None:
         if self.cp_comm_type not in CP_COMM_TYPES:
             raise ConfigError(f"--cp-comm-type must be p2p, a2a, allgather or a2a+p2p, got {self.cp_comm_type!r}")
@@ -354,4 +387,8 @@ class Strategy:
             "pipeline_scatter_gather": self.pipeline_scatter_gather,
             "cp": self.context_degree,
             **({"cp_comm_type": self.cp_comm_type} if self.context_degree > 1 else {}),
+            **({"ep": self.expert_degree, "etp": self.expert_tensor_degree,
+                "moe_token_dispatcher": self.moe_token_dispatcher, "moe_imbalance": self.moe_imbalance,
+                "moe_shared_expert_overlap": self.moe_shared_expert_overlap}
+               if self.expert_degree > 1 or self.expert_tensor_degree > 1 else {}),
         }

@@ -56,7 +56,7 @@ def breakdown_line(result: Result) -> str:
     mean = block.get("mean") if block else None
     if not mean:
         return ""
-    names = {"exposed_tp_ms": "exposed TP", "exposed_cp_ms": "exposed CP", "exposed_pp_ms": "exposed PP",
+    names = {"exposed_tp_ms": "exposed TP", "exposed_cp_ms": "exposed CP", "exposed_ep_ms": "exposed EP (dispatch/combine)", "exposed_pp_ms": "exposed PP",
              "exposed_dp_ms": "exposed DP",
              "exposed_memory_ms": "exposed memory", "exposed_other_ms": "exposed other comm",
              "idle_ms": "idle/bubble"}
@@ -210,6 +210,13 @@ def _print_hybrid(console: Console, parallel: dict, hybrid: dict, batch: int | N
                       f"{2 * context['cp']} chunks; per layer and rank: exchange {human_bytes(sent['forward'])} "
                       f"forward, {human_bytes(sent['backward'])} backward; buffers {human_bytes(held['forward'])} / "
                       f"{human_bytes(held['backward'])} while attention runs")
+    experts = hybrid.get("expert_parallel")
+    if experts:
+        etp = f" × etp {experts['etp']}" if experts.get("etp", 1) > 1 else ""
+        console.print(f"  expert parallel: ep {experts['ep']}{etp} × edp {experts['edp']} ({experts['dispatcher']}), "
+                      f"{experts['local_experts']} of {experts['experts']} experts a GPU, top {experts['top_k']}; "
+                      f"busiest rank {experts['busiest_rank_factor']:g}× the mean; per MoE layer and direction a "
+                      f"rank exchanges {human_bytes(experts['routed_bytes_per_layer'])} of permuted tokens")
     for kind, c in hybrid.get("collectives_dp0_tp0", {}).items():
         console.print(f"  {kind.upper()} groups (one pipeline): {c['collectives']} collective(s), "
                       f"{human_bytes(c['payload_bytes'])} payload, {human_bytes(c['wire_bytes_per_gpu'])} sent per GPU")

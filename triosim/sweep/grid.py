@@ -167,6 +167,10 @@ APPLIES: dict[str, Callable[[Mapping[str, Any]], bool]] = {
     "collective_protocol": _has_collectives,
     "bucket_mb": lambda c: c.get("case") == 2 or _degree(c, "dp") > 1 or _degree(c, "cp") > 1,
     "cp_comm_type": lambda c: _degree(c, "cp") > 1,
+    # expert parallelism is folded over the data ranks: its options apply where it splits experts
+    "moe_token_dispatcher": lambda c: _degree(c, "ep") > 1,
+    "moe_imbalance": lambda c: _degree(c, "ep") > 1,
+    "moe_shared_expert_overlap": lambda c: _degree(c, "ep") > 1,
     # recomputation's details belong to one granularity each (alone they imply it)
     "recompute_method": lambda c: _hybrid(c) and c.get("recompute") != "selective",
     "recompute_num_layers": lambda c: _hybrid(c) and c.get("recompute") != "selective",

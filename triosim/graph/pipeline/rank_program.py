@@ -22,6 +22,7 @@ from ..context import ring
 from ..data import gradient_sync
 from ..data.data_parallel import MIB
 from ..data.zero import fsdp_units, gathered_copies
+from ..expert.dispatch import add_expert_op
 from ..rank_map import RankMap
 from ..tensor import per_op
 from ..tensor.comm_overlap import PIPELINE_SPLITS, USERBUFFER_SMS, Part, add_ring_steps
@@ -144,6 +145,8 @@ def add_rank_program(b: CompositionState, comm: GroupComm, p: int, waits, colls,
         return last
     context = getattr(b, "context", None)  # context parallelism: its attention ops (graph/context)
     attention = context.ops if context is not None else {}
+    experts = getattr(b, "experts", None)  # expert parallelism: grouped GEMMs with token exchanges (graph/expert)
+    exchanged = experts.ops if experts is not None else {}
     host = getattr(b, "host_copies", None) or {}  # activation offload's copies (graph/offload)
     host_waits: dict[tuple, int] = {}  # (replica, op, micro-batch) -> the reload it waits for
     stats = b.stats
@@ -249,10 +252,13 @@ def add_rank_program(b: CompositionState, comm: GroupComm, p: int, waits, colls,
             if i in host:  # a copy to or from host memory, beside the compute stream
                 add_host_copy(b, host[i], i, r, frac, f"{base}{mb_s}", tags, reps, last, host_waits)
                 continue
-            if i in attention:  # the op with its key/value exchange over the context-parallel ranks
+            if i in attention or i in exchanged:  # the op with its exchange over the context/expert ranks
                 waits = {rep: [*last[rep], *(tp_done[(c_op, r, rep[0])][gpu] for c_op in w
                                              if (c_op, r, rep[0]) in tp_done)] for rep, gpu in reps}
-                ends = ring.add_attention(b, comm, context, attention[i], r, s, p, base, tags, dur, reps, waits)
+                if i in attention:
+                    ends = ring.add_attention(b, comm, context, attention[i], r, s, p, base, tags, dur, reps, waits)
+                else:
+                    ends = add_expert_op(b, comm, experts, exchanged[i], r, s, p, base, tags, dur, reps, waits)
                 for rep, gpu in reps:
                     task_of[(*rep, i, r)] = ends[rep][1]
                     seq[gpu].append((ends[rep][0], seg_ops, r))
@@ -467,6 +473,11 @@ def _segment_cuts(b: CompositionState, s: int, params: list[str], waits_here, co
     if context is not None:  # an attention op runs with its exchange (graph/context/ring.py): a task of its own
         before.update(context.ops)
         after.update(context.ops)
+    experts = getattr(b, "experts", None)
+    if experts is not None:  # so is a grouped GEMM with its token exchange (graph/expert/dispatch.py)
+        before.update(experts.ops)
+        after.update(experts.ops)
+        after.update(e.source for e in experts.ops.values() if e.source is not None)  # a dispatch may start there
     host = getattr(b, "host_copies", None)
     if host:  # activation offload: each copy a task of its own, the ops it starts after or holds back cut
         before.update(host)
