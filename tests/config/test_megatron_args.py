@@ -135,7 +135,7 @@ def test_swiglu_mlp_width_and_vocab_padding_follow_megatron() -> None:
     (["--tp", "2", "--recompute-granularity", "selective", "--recompute-method", "block", "--recompute-num-layers", "2"],
      "--recompute-method/--recompute-num-layers need --recompute full"),
     (["--tp", "2", "--megatron-args", "--recompute-granularity selective --recompute-modules core_attn moe_act"],
-     "--recompute-modules moe_act: the model has no mixture-of-experts"),
+     "--recompute-modules moe_act needs mixture-of-experts layers"),
     (["--megatron-args", "pretrain_gpt.py --tensor-model-parallel-size 2"], "is not a flag"),
     (["--megatron-args"], "--megatron-args needs a value"),
     (["--num-layers-per-virtual-pipeline-stage", "3", "--pp", "2"], "not a whole number of virtual stages"),

@@ -150,7 +150,7 @@ def test_block_counts_layers_per_model_chunk() -> None:
     (dict(granularity="full", method="ring"), "--recompute-method must be uniform or block"),
     (dict(granularity="full", num_layers=0), "--recompute-num-layers must be a positive integer"),
     (dict(granularity="selective", modules=("attn",)), "unknown module 'attn'"),
-    (dict(granularity="selective", modules=("moe_act",)), "no mixture-of-experts"),
+    (dict(granularity="selective", modules=("moe",)), "recomputing that module is not modelled"),
     (dict(granularity="selective", modules=()), "needs at least one module"),
 ])
 def test_bad_settings_are_one_line(spec, message) -> None:
@@ -174,3 +174,25 @@ def test_cli_names_the_default_method() -> None:
     assert code == 0, err
     flags = {d["flag"]: d["value"] for d in json.loads(out)["defaults"]}
     assert flags["--recompute"] == "full" and flags["--recompute-method"] == "block"
+
+
+def test_moe_act_drops_the_expert_activation() -> None:
+    """moe_act: each MoE layer keeps T·k·f bf16 values fewer (the expert SwiGLU's output, one row
+    per token and chosen expert), and re-runs that one op per layer."""
+    import tempfile
+    from pathlib import Path
+
+    from triosim.trace.card_variants import MoeSpec
+
+    e, k, f = 8, 2, 48
+    card = replace(get_card("qwen3-30b-a3b"), layers=2, hidden=H, heads=4, kv_heads=2, head_dim_given=32, ffn=176,
+                   vocab=100, seq_len=S, moe=MoeSpec(experts=e, top_k=k, expert_ffn=f))
+    d = write_card_trace(Path(tempfile.mkdtemp()) / "t", CardTraceSpec(card, B, 2, 2))
+    trace = load_trace(d, batch_size=B)
+    base = kept(trace, RecomputeSpec("none"))
+    spec = RecomputeSpec("selective", modules=("moe_act",))
+    assert [a - b for a, b in zip(base, kept(trace, spec))] == [S * B * k * f * 2] * 2
+    assert len(recompute(trace, spec).rerun_ops) == 2
+    with pytest.raises(ConfigError, match="needs mixture-of-experts layers"):
+        recompute(load_trace(write_card_trace(Path(tempfile.mkdtemp()) / "d", CardTraceSpec(
+            replace(card, moe=None), B, 2, 2)), batch_size=B), spec)

@@ -10,8 +10,8 @@ from ..errors import ConfigError
 GRANULARITIES = ("none", "selective", "full")
 METHODS = ("uniform", "block")
 # Megatron-Core's recompute_modules; the MoE and MLA ones need layers this trace does not have.
-MODULES = ("core_attn", "mlp", "layernorm")
-MOE_MODULES = ("moe", "moe_act", "shared_experts", "mla_up_proj")
+MODULES = ("core_attn", "mlp", "layernorm", "moe_act")
+UNMODELLED_MODULES = ("moe", "shared_experts", "mla_up_proj")
 DEFAULT_MODULES = ("core_attn",)
 
 
@@ -33,12 +33,12 @@ class RecomputeSpec:
         if not isinstance(self.num_layers, int) or self.num_layers < 1:
             raise ConfigError(f"--recompute-num-layers must be a positive integer, got {self.num_layers!r}")
         for m in self.modules:
-            if m in MOE_MODULES:
-                raise ConfigError(f"--recompute-modules {m}: the model has no mixture-of-experts or latent-attention "
-                                  f"layer to recompute; modelled: {', '.join(MODULES)}")
+            if m in UNMODELLED_MODULES:
+                raise ConfigError(f"--recompute-modules {m}: recomputing that module is not modelled; modelled: "
+                                  f"{', '.join(MODULES)}")
             if m not in MODULES:
                 raise ConfigError(f"--recompute-modules: unknown module {m!r}; Megatron-Core's are "
-                                  f"{', '.join(MODULES + MOE_MODULES)}")
+                                  f"{', '.join(MODULES + UNMODELLED_MODULES)}")
         if not self.modules:
             raise ConfigError("--recompute-modules needs at least one module")
 
@@ -73,4 +73,4 @@ def as_spec(mode: str | RecomputeSpec) -> RecomputeSpec:
 
 
 
-__all__ = ["DEFAULT_MODULES", "GRANULARITIES", "METHODS", "MODULES", "MOE_MODULES", "RecomputeSpec", "as_spec"]
+__all__ = ["DEFAULT_MODULES", "GRANULARITIES", "METHODS", "MODULES", "UNMODELLED_MODULES", "RecomputeSpec", "as_spec"]

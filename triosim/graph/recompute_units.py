@@ -62,6 +62,11 @@ def find_units(trace: Trace, spec: RecomputeSpec, cuts: frozenset[int]) -> list[
             raise ConfigError("--recompute selective needs attention blocks (none found in this trace)")
     if "layernorm" in spec.modules:
         units += _norm_units(trace, layout, cuts)
+    if "moe_act" in spec.modules:
+        found = _expert_activation_units(trace)
+        if not found:
+            raise ConfigError("--recompute-modules moe_act needs mixture-of-experts layers (this model has none)")
+        units += found
     for b in blocks:
         if b.kind == "attention" and "core_attn" in spec.modules:
             units += _block_units(trace, b, tuple(sorted(b.middle)), cuts, keep_row_input=True)
@@ -137,6 +142,24 @@ def _norm_units(trace: Trace, layout, cuts: frozenset[int]) -> list[Unit]:
             readers = sorted(i for k in made for i in trace.consumers.get(k, ()) if i >= first_back)
             if readers:
                 units.append(((j,), readers[0], frozenset()))
+    return units
+
+
+def _expert_activation_units(trace: Trace) -> list[Unit]:
+    """Each expert activation (an elementwise op fed by a grouped GEMM), re-run before the first
+    backward op that reads its output."""
+    first_back = next((i for i, op in enumerate(trace.ops) if op.stage != "forward"), len(trace.ops))
+    units = []
+    for j in range(first_back):
+        if classify(trace.ops[j].name, "forward")[0] != "elementwise":
+            continue
+        fed = [trace.producer.get(k) for k in trace.reads[j]]
+        if not any(p is not None and "_grouped_mm" in trace.ops[p].name for p in fed):
+            continue
+        made = _made(trace, (j,))
+        readers = sorted(i for k in made for i in trace.consumers.get(k, ()) if i >= first_back)
+        if readers:
+            units.append(((j,), readers[0], frozenset()))
     return units
 
 
