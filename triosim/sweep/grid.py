@@ -175,6 +175,7 @@ APPLIES: dict[str, Callable[[Mapping[str, Any]], bool]] = {
     "recompute_method": lambda c: _hybrid(c) and c.get("recompute") != "selective",
     "recompute_num_layers": lambda c: _hybrid(c) and c.get("recompute") != "selective",
     "recompute_modules": lambda c: _hybrid(c) and c.get("recompute") != "full",
+    "offload_activations": _hybrid,
     # A hybrid run cuts each replica's batch into micro-batches whatever its pp (gradient
     # accumulation): the micro-batch applies to every point given as degrees.
     "micro_batch_size": lambda c: _pipelined(c) or _hybrid(c),
