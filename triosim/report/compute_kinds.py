@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..graph.composition import FOLD_RUNS_META, MIRRORS_META
+
 PART_NAMES = ("gemm", "fp8_casts", "attention", "other")
 _OTHER = np.array([0.0, 0.0, 0.0, 1.0])
 
@@ -48,9 +50,40 @@ def compute_kinds(result) -> dict[str, float]:
         gpus.update(graph.devices[i])
     if not rows:
         return {}
+    mirrors = graph.meta.get(MIRRORS_META)
+    if mirrors:  # a folded build: the rows of the exact build, each span once per GPU in turn
+        took, rows = _unfolded(graph, took, rows, 1 + len(mirrors))
+        gpus.update(mirrors)
     sums = np.asarray(took) @ np.vstack(rows)
     n = max(1, len(gpus))
     return {f"{name}_ms": round(float(v) / n * 1e3, 9) for name, v in zip(PART_NAMES, sums)}
+
+
+def _unfolded(graph, took: list, rows: list, copies: int) -> tuple[list, list]:
+    """``took`` and ``rows`` (one per compute task, in task order) as the exact build of a folded
+    graph has them: the compute tasks of each span of ``graph.meta["fold_runs"]`` once per GPU,
+    task by task or span by span as that build adds them, so the sums add the same numbers in
+    the same order."""
+    ids = [i for i, kind in enumerate(graph.kind) if kind == "compute"]
+    out_took, out_rows = [], []
+    k = 0
+    for lo, hi, each in graph.meta[FOLD_RUNS_META]:
+        j = k
+        while j < len(ids) and ids[j] < hi:
+            j += 1
+        if ids[k:j] and ids[k] < lo:
+            raise AssertionError("compute tasks outside the folded spans")
+        if each:
+            for x in range(k, j):
+                out_took.extend([took[x]] * copies)
+                out_rows.extend([rows[x]] * copies)
+        else:
+            out_took.extend(took[k:j] * copies)
+            out_rows.extend(rows[k:j] * copies)
+        k = j
+    if k != len(ids):
+        raise AssertionError("compute tasks outside the folded spans")
+    return out_took, out_rows
 
 
 __all__ = ["PART_NAMES", "compute_kinds"]

@@ -50,10 +50,20 @@ class Schedule:
         return len(self.start)
 
 
+# A schedule a builder found to check its graph (graph.builder.mirrors_hold), handed to the
+# next caller instead of placing the same tasks again.
+SCHEDULED_META = "scheduled"
+
+
 def schedule(graph: TaskGraph, progress: Callable[[int], None] | None = None,
              record_rates: bool = False) -> Schedule:
     """Place every task of ``graph``; raises if the graph has a cycle. The cyclic collector is
     paused meanwhile (the start and end lists and the flows are no cyclic garbage)."""
+    done = graph.meta.pop(SCHEDULED_META, None)
+    if done is not None and not record_rates and len(done) == len(graph):
+        if progress is not None:
+            progress(len(graph))
+        return done
     with collector_paused():
         return _schedule(graph, progress, record_rates)
 
