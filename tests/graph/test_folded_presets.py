@@ -5,9 +5,11 @@ apart from GPU 0 (the tree all-reduce's root and leaves)."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
+from cli_capture import run
 
 from triosim.config import configure
 from triosim.errors import ConfigError
@@ -82,3 +84,16 @@ def test_representatives_refused_without_replicas(case) -> None:
         configure(trace_dir=R18, case=case, gpus=2, representatives=True)
     _, _, was_folded = _result(True, trace_dir=R18, case=2, gpus=4, representatives=True)
     assert was_folded
+
+
+def test_run_folds_unless_a_timeline_needs_every_gpu(tmp_path) -> None:
+    """`triosim run` folds a -case 2 run; with --timeline (every GPU's tracks) it builds them all."""
+    out = {}
+    for name, extra in (("plain", []), ("timeline", ["--timeline", str(tmp_path / "t.json")])):
+        code, _, err = run(["run", "-trace-dir", R18, "-case", "2", "-GPUnumber", "4", "-q",
+                            "--json", str(tmp_path / f"{name}.json"), *extra])
+        assert code == 0, err
+        out[name] = json.loads((tmp_path / f"{name}.json").read_text())
+    assert out["plain"]["tasks"] < out["timeline"]["tasks"]
+    for key in ("makespan_ms", "per_gpu", "per_link", "breakdown"):
+        assert out["plain"][key] == out["timeline"][key]
