@@ -62,7 +62,8 @@ def test_equal_layers_per_stage(card_trace, gpus, virtual):
 
 def test_auto_is_layers_for_a_card_and_optimal_otherwise(card_trace, tmp_path):
     assert plan(card_trace, "auto", 4).partition == "layers"
-    assert plan(card_trace, "auto", 3).partition == "optimal"  # 8 layers do not split over 3 stages
+    # 8 layers do not split over 7 stages, nor 9 or 10 (the embedding and/or the loss counted as layers)
+    assert plan(card_trace, "auto", 7).partition == "optimal"
     mlp = load_trace(write_synthetic_trace(tmp_path / "mlp", SyntheticModel(layers=6, batch_size=2, width=32, seed=1)),
                      batch_size=2)
     assert plan(mlp, "auto", 2).partition == "optimal"  # not a model card's trace

@@ -69,9 +69,9 @@ def test_catches_rerun_missing_an_op(monkeypatch, gpt):
     """Bug: each layer's re-run leaves out its last forward op."""
     import triosim.graph.recompute as rc
 
-    real = rc._units
-    monkeypatch.setattr(rc, "_units", lambda trace, mode, cuts: [(f[:-1], at, st) for f, at, st in
-                                                                 real(trace, mode, cuts)])
+    real = rc.find_units
+    monkeypatch.setattr(rc, "find_units", lambda trace, spec, cuts: [(f[:-1], at, st) for f, at, st in
+                                                                     real(trace, spec, cuts)])
     with pytest.raises(AssertionError, match="not one forward per layer"):
         check_one_forward_per_layer(gpt)
 

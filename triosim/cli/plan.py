@@ -28,6 +28,7 @@ from ..config.inputs import input_files, refuse_outputs_over_inputs
 from ..config.model_flags import card_flag, check_model_flags
 from ..config.precision import training_precision
 from ..errors import ConfigError
+from ..graph.pipeline.layer_layout import LayerSplit
 from ..limits import check_batch_limit
 from ..output import check_output_path
 from .argparsing import add_config_flag
@@ -88,8 +89,15 @@ def _check_flags(args: argparse.Namespace) -> None:
             where = f"; --config {args.config} sets it" if dest in getattr(args, "config_dests", ()) else ""
             raise ConfigError(f"plan chooses --{spec.name} itself; leave it out (give --gpus and --global-batch)"
                               + where)
+    layout = LayerSplit.of(args)
+    if layout.given:  # its stage cuts are the equal or searched ones
+        raise ConfigError(f"plan does not search pipeline layouts: leave {layout.flags()} out (time a layout with "
+                          "run)")
     if getattr(args, "cp", None) not in (None, 1):  # its estimates know no context parallelism
         raise ConfigError("plan does not search context parallelism: leave --cp out (time a --cp layout with run)")
+    if getattr(args, "ep", None) not in (None, 1):  # nor expert parallelism
+        raise ConfigError("plan does not search expert parallelism: leave --ep out (time --ep layouts with run, or "
+                          "sweep them: --ep 1,8,32)")
     if args.gpus is None or args.gpus < 1:
         raise ConfigError("plan needs --gpus N, the GPUs to train on")
     if args.global_batch is None or args.global_batch < 1:

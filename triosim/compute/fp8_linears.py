@@ -7,7 +7,8 @@ softmax, activations, the embedding, the loss and the LM head (Megatron's ``outp
 a Transformer Engine module). Megatron-Core can also keep the first and last transformer layers
 in bf16 (``--first-last-layers-bf16``): not modelled, every transformer layer runs in FP8.
 
-Found from the trace's shapes: a forward matmul op that reads a 2-D parameter (its weight) and
+Found from the trace's shapes: a forward matmul op that reads a 2-D parameter (its weight; an MoE
+layer's grouped GEMM a 3-D ``[experts, N, K]`` one) and
 one activation (its input) is an FP8 linear, unless it is the LM head — its output goes to a
 loss, or its weight is also read by an op that is not a matmul (a tied embedding). A backward
 matmul op that reads an FP8 linear's weight is that linear's backward (data and weight
@@ -31,6 +32,7 @@ class Fp8Linear:
     input: str
     n: int
     k: int
+    groups: int = 1  # experts of a grouped GEMM (its weight is groups × N × K)
 
 
 @dataclass(frozen=True)
@@ -70,21 +72,23 @@ def _linear(trace: Trace, i: int, params: frozenset[str]) -> Fp8Linear | None:
     """Forward op ``i`` as a linear (weight, input buffer, N, K), or None when it is not one. The
     shapes are the op's own tensors' (a view of a buffer has the shape the op reads)."""
     listed = [trace.tensors[t] for t in dict.fromkeys(trace.ops[i].inputs)]
-    weights = [t for t in listed if trace.base(t.id) in params and len(t.shape or ()) == 2]
+    # a 2-D weight, or a grouped GEMM's [experts, N, K] (Transformer Engine's GroupedLinear runs in FP8 too)
+    weights = [t for t in listed if trace.base(t.id) in params and len(t.shape or ()) in (2, 3)]
     inputs = [t for t in listed if trace.base(t.id) not in params and trace.base(t.id) not in trace.batch_invariant
               and t.shape and t.numel > 0]
     if len(weights) != 1 or not inputs:
         return None
     w, x = weights[0], max(inputs, key=lambda t: t.numel)
-    a, b = w.shape
+    a, b = w.shape[-2:]
+    groups = w.shape[0] if len(w.shape) == 3 else 1
     k = 1
     for d in reversed(x.shape):  # the contraction: the input's last dim(s) (heads × head dim, unflattened)
         k *= d
         if k in (a, b):
-            return Fp8Linear(trace.base(w.id), trace.base(x.id), b if k == a else a, k)
+            return Fp8Linear(trace.base(w.id), trace.base(x.id), b if k == a else a, k, groups)
     for k in (b, a):  # an input read in another layout ([batch, heads, seq, head dim]): its elements tell
         if x.numel % k == 0:
-            return Fp8Linear(trace.base(w.id), trace.base(x.id), b if k == a else a, k)
+            return Fp8Linear(trace.base(w.id), trace.base(x.id), b if k == a else a, k, groups)
     return None
 
 

@@ -54,7 +54,7 @@ def linear_casts(lin: Fp8Linear, forward: bool, rows: int, fp8: Fp8Training, qua
     weight's cast."""
     elements = rows * (lin.k if forward else lin.n) if quantizes_input or not forward else 0
     kernels = tuple(k for k in (amax_bytes(elements, fp8), quantize_bytes(elements, fp8)) if k.total)
-    return LinearCasts(kernels, weight_cast_kernels(lin.n * lin.k, fp8) if forward else ())
+    return LinearCasts(kernels, weight_cast_kernels(lin.n * lin.k * lin.groups, fp8) if forward else ())
 
 
 def _kernel_seconds(k: CastBytes, device: Device) -> float:

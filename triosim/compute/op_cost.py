@@ -12,6 +12,8 @@ distinct tensor counted once per pass):
   A batched product's backward (BmmBackward0 over [..., M, N] = [..., M, K]·[..., K, N], as an
   attention core's QKᵀ and ·V) has no 2-D weight: its (B·M, N, K) comes from its own grad_output
   and operands, ``4·B·M·N·K``.
+- grouped GEMM (``_grouped_mm``, the experts of an MoE layer): ``2·M·N·K`` over its M rows
+  (every expert's tokens), the backward (data and weight gradients) twice that;
 - convolution: ``2·numel(out)·(Cin/groups)·kh·kw`` = ``2·numel(out)·numel(weight)/Cout``
   (groups are in the weight's shape). Its backward (ConvolutionBackward0) is the weight-gradient
   product plus, when the op writes one (the first layer's input needs none), the
@@ -214,8 +216,11 @@ def op_cost(op: Op, tensors: Mapping[str, Tensor], gemm_hint: tuple[int, int, in
         if gemm is not None:
             flops = 2.0 * gemm[0] * gemm[1] * gemm[2]
     elif kind == "matmul_backward":
-        batched = not any(t.shape and len(t.shape) == 2 for t in live_ins) and _batched_backward(live_ins)
-        gemm = batched or _matmul_backward(live_ins, gemm_hint, rows)
+        if short == "GroupedMmBackward0" and len(live_ins) >= 2:  # grad_out [.., M, N], input [.., M, K], weight [E, N, K]
+            gemm = (live_ins[0].numel // live_ins[0].shape[-1], live_ins[0].shape[-1], live_ins[1].shape[-1])
+        else:
+            batched = not any(t.shape and len(t.shape) == 2 for t in live_ins) and _batched_backward(live_ins)
+            gemm = batched or _matmul_backward(live_ins, gemm_hint, rows)
         if gemm is not None:
             m, n, k = gemm
             flops = 4.0 * m * n * k

@@ -16,9 +16,10 @@ MATRIX_CLASSES = frozenset({"matmul", "conv", "attention"})
 _PREFIX = re.compile(r"^(?:autograd::engine::evaluate_function:\s*|aten::|torch::autograd::)+")
 
 MATMUL_FWD = frozenset({"linear", "addmm", "mm", "bmm", "matmul", "baddbmm", "addbmm", "addmv", "mv", "dot",
-                        "_addmm_activation", "einsum"})
+                        "_addmm_activation", "einsum", "_grouped_mm"})
 MATMUL_BWD = frozenset({"AddmmBackward0", "MmBackward0", "BmmBackward0", "LinearBackward0", "MatmulBackward0",
-                        "BaddbmmBackward0", "AddbmmBackward0", "MvBackward0", "AddmvBackward0", "DotBackward0"})
+                        "BaddbmmBackward0", "AddbmmBackward0", "MvBackward0", "AddmvBackward0", "DotBackward0",
+                        "GroupedMmBackward0"})
 CONV_FWD = frozenset({"conv1d", "conv2d", "conv3d", "convolution", "_convolution", "cudnn_convolution",
                       "conv_transpose1d", "conv_transpose2d", "conv_transpose3d", "mkldnn_convolution"})
 CONV_BWD = frozenset({"ConvolutionBackward0", "CudnnConvolutionBackward0", "ConvolutionBackward1",
@@ -62,7 +63,7 @@ LOSS = frozenset({"cross_entropy_loss", "nll_loss", "nll_loss_nd", "nll_loss2d",
 # every GPU here; the count matters only for the compute side of the roofline).
 ELEMENTWISE = {
     "relu": 1, "relu_": 1, "ReluBackward0": 1, "gelu": 8, "gelu_": 8, "GeluBackward0": 12, "silu": 4, "silu_": 4,
-    "SiluBackward0": 6, "tanh": 4, "TanhBackward0": 2, "sigmoid": 4, "SigmoidBackward0": 2, "leaky_relu": 1,
+    "SiluBackward0": 6, "SwiGLUFunction": 5, "SwiGLUFunctionBackward": 8, "tanh": 4, "TanhBackward0": 2, "sigmoid": 4, "SigmoidBackward0": 2, "leaky_relu": 1,
     "leaky_relu_": 1, "LeakyReluBackward0": 1, "hardtanh": 1, "hardtanh_": 1, "HardtanhBackward0": 1,
     "add": 1, "add_": 1, "AddBackward0": 1, "sub": 1, "sub_": 1, "SubBackward0": 1, "mul": 1, "mul_": 1,
     "MulBackward0": 2, "div": 1, "div_": 1, "DivBackward0": 3, "neg": 1, "exp": 4, "log": 4, "sqrt": 2, "rsqrt": 2,
@@ -73,6 +74,10 @@ ELEMENTWISE = {
     "CatBackward0": 0, "ViewBackward0": 1, "UnsafeViewBackward0": 1, "TransposeBackward0": 0, "PermuteBackward0": 0,
     "ExpandBackward0": 1, "CloneBackward0": 0, "mean": 1, "sum": 1, "MeanBackward0": 1, "MeanBackward1": 1,
     "SumBackward0": 1, "SumBackward1": 1, "flatten": 0, "reshape": 0, "view": 0,
+    # mixture of experts: the router's top-k, the token permutation into expert order and back
+    # (un-permutation: a weighted sum of each token's k expert outputs)
+    "topk": 2, "TopkBackward0": 1, "moe::permute": 0, "MoePermuteBackward0": 1, "moe::unpermute": 2,
+    "MoeUnpermuteBackward0": 2,
 }
 
 

@@ -24,6 +24,7 @@ from .comm_flags import apply_link_efficiency
 from .defaults import apply_run_defaults, resolve_schedule
 from .flags import sim_namespace, typed
 from .gpu import GpuOptions, planning_capacity, time_trace_on_gpu
+from .layout_flags import layout_options
 from .model_flags import card_flag, card_trace_error, check_model_flags, model_given, model_trace
 from .notes import check_unused_platform_flags
 from .parallel_flags import degrees_given, parallel_options, resolve_gpus
@@ -199,6 +200,7 @@ def strategy_from_args(args: argparse.Namespace, sim_batch: int) -> Strategy:
         collective_detail=args.collective_detail,
         virtual_stages=getattr(args, "virtual_stages", 1),
         **parallel_options(args),
+        **layout_options(args),
     )
     strategy.validate(resolve_gpus(args))
     return strategy
@@ -261,5 +263,5 @@ def configure(args: argparse.Namespace | Mapping[str, Any] | None = None,
     strategy = strategy_from_args(args, trace.batch_size)
     if strategy.hybrid:  # before any graph is built: a pipeline stage per layer at most
         check_pipeline_depth(trace, strategy.degrees(platform.num_gpus)[2],
-                             strategy.virtual_stages if strategy.schedule == "interleaved" else 1)
+                             strategy.virtual_stages if strategy.schedule == "interleaved" else 1, strategy)
     return trace, platform, strategy

@@ -72,6 +72,30 @@ def apply_run_defaults(args: argparse.Namespace) -> None:
     derive_data_parallel(args)
     default_micro_batch(args)
     default_node_fabric(args)
+    default_recompute(args)
+
+
+def default_recompute(args: argparse.Namespace) -> None:
+    """Recomputation's detail flags without ``--recompute``: the granularity they belong to
+    (``--recompute-method``/``--recompute-num-layers`` full, ``--recompute-modules`` selective);
+    ``--recompute-num-layers N`` without a method: block, the first N layers of each model chunk
+    (the setting that recomputes only some layers)."""
+    method, layers = getattr(args, "recompute_method", None), getattr(args, "recompute_num_layers", None)
+    modules = getattr(args, "recompute_modules", None)
+    if getattr(args, "recompute", "none") == "none":
+        if method is not None or layers is not None:
+            args.recompute = "full"
+            _record(args, AppliedDefault("--recompute", "full", "--recompute-method/--recompute-num-layers without it",
+                                         "recompute", "none"))
+        elif modules is not None:
+            args.recompute = "selective"
+            _record(args, AppliedDefault("--recompute", "selective", "--recompute-modules without it", "recompute",
+                                         "none"))
+    if getattr(args, "recompute", "none") == "full" and method is None and layers is not None:
+        args.recompute_method = "block"
+        _record(args, AppliedDefault("--recompute-method", "block", "--recompute-num-layers without it: the first "
+                                     f"{layers} layer{'s' if layers != 1 else ''} of each model chunk",
+                                     "recompute_method", None))
 
 
 def derive_data_parallel(args: argparse.Namespace) -> None:
@@ -152,4 +176,4 @@ def resolve_schedule(args: argparse.Namespace, micro_batches: int) -> str:
 
 
 __all__ = ["APPLIED", "AppliedDefault", "apply_run_defaults", "applied_defaults", "default_micro_batch",
-           "default_node_fabric", "derive_data_parallel", "resolve_schedule"]
+           "default_node_fabric", "default_recompute", "derive_data_parallel", "resolve_schedule"]

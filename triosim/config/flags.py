@@ -13,6 +13,7 @@ from ..hardware.platform import COLLECTIVE_ALGOS, COLLECTIVE_PROTOCOLS, NETWORKS
 from .batch_flags import add_global_batch_flag
 from .comm_flags import add_comm_flags
 from .gpu import add_gpu_flags
+from .layout_flags import add_layout_flags
 from .model_flags import add_model_flags
 from .parallel_flags import add_parallel_flags
 from .precision import add_precision_flags
@@ -117,6 +118,7 @@ def add_sim_flags(p: argparse.ArgumentParser) -> None:
                         "the stages, else optimal), layers (Megatron-LM's: equal transformer layers per stage, "
                         "the embedding on the first, the head and loss on the last), optimal (searched, then "
                         "re-timed), time (balanced) or count (equal ops)")
+    add_layout_flags(g)
     g.add_argument("--initial-placement", default="gpu",
                    help="where parameters/optimizer state/inputs start: gpu (if they fit) or remote")
     g.add_argument("--collective-detail", default="auto", help="collectives: auto, expanded or macro")

@@ -7,17 +7,31 @@ run (and the bytes) of its native flag:
 * parallel sizes: ``--tensor-model-parallel-size`` → ``--tp``, ``--pipeline-model-parallel-size``
   → ``--pp``, ``--context-parallel-size`` → ``--cp`` (with ``--cp-comm-type``, native);
   ``--virtual-pipeline-model-parallel-size V`` and ``--num-layers-per-virtual-pipeline-stage N``
-  → ``--schedule interleaved --virtual-stages V``; ``--expert-model-parallel-size`` and
-  ``--expert-tensor-parallel-size`` only at 1 (other sizes are refused: not modelled);
+  → ``--schedule interleaved --virtual-stages V``; ``--expert-model-parallel-size`` → ``--ep``,
+  ``--moe-token-dispatcher-type`` → ``--moe-token-dispatcher``, ``--mtp-num-layers`` →
+  ``--mtp-layers``, ``--expert-tensor-parallel-size`` → ``--etp``; the MoE architecture (``--num-experts``,
+  ``--moe-router-topk``, ``--moe-ffn-hidden-size``, ``--moe-shared-expert-intermediate-size``,
+  ``--moe-layer-freq``, ``--moe-router-score-function``, ``--moe-aux-loss-coeff``) and
+  ``--kv-channels`` (the head width) are card fields; ``--moe-grouped-gemm``,
+  ``--moe-permute-fusion`` and ``--moe-router-force-load-balancing`` (the balanced load triosim
+  assumes unless ``--moe-imbalance``) change nothing;
 * batch and sequence: ``--global-batch-size`` → ``--global-batch``, ``--micro-batch-size`` and
   ``--num-layers`` are native, ``--seq-length`` → ``--seq-len``;
 * memory: ``--sequence-parallel`` (native), ``--use-distributed-optimizer`` → ``--zero 1``,
-  ``--recompute-granularity full|selective`` and ``--recompute-activations`` → ``--recompute``
-  (``--recompute-method``/``--recompute-num-layers`` only where they recompute every layer);
+  ``--recompute-granularity full|selective`` and ``--recompute-activations`` → ``--recompute``;
+  ``--recompute-method``, ``--recompute-num-layers`` and ``--recompute-modules`` (a space-
+  separated list in Megatron, comma-separated natively) are native;
+* pipeline layouts: ``--account-for-embedding-in-pipeline-split``,
+  ``--account-for-loss-in-pipeline-split``, ``--decoder-first-pipeline-num-layers``,
+  ``--decoder-last-pipeline-num-layers`` and ``--pipeline-model-parallel-layout`` are native (a
+  layout of pp × V stages implies ``--schedule interleaved --virtual-stages V``, as Megatron
+  derives V from it);
 * precision: ``--bf16``, ``--fp16``, ``--fp8-format`` → ``--dtype``; ``--fp8-recipe`` (Megatron's
   ``tensorwise`` is ``current``) and ``--fp8-param-gather`` are native (Megatron-Core's own
   default recipe is ``delayed``; triosim's is current scaling, MXFP8 on Blackwell: give
   ``--fp8-recipe delayed`` to match a line that names none);
+* activation offload: Megatron-Core's ``--cpu-offloading --cpu-offloading-num-layers N`` →
+  ``--offload-activations N``;
 * overlaps (docs/overlap.md): ``--tp-comm-overlap``, ``--overlap-grad-reduce`` and
   ``--overlap-param-gather`` are native; ``--overlap-p2p-comm`` (Megatron-Core's config name) and
   ``--overlap-p2p-communication`` (Megatron-LM's flag before October 2023) → ``--pipeline-send
@@ -47,17 +61,27 @@ MEGATRON_ARGS = "--megatron-args"
 
 # Megatron name -> native flag; the value passes unchanged.
 _RENAMED = {
+    "--cpu-offloading-num-layers": "--offload-activations",  # Megatron-Core's cpu_offloading_num_layers
     "--tensor-model-parallel-size": "--tp",
     "--pipeline-model-parallel-size": "--pp",
     "--context-parallel-size": "--cp",
+    "--expert-model-parallel-size": "--ep",
+    "--expert-tensor-parallel-size": "--etp",
+    "--mtp-num-layers": "--mtp-layers",
+    "--moe-token-dispatcher-type": "--moe-token-dispatcher",
     "--cp-comm-type": "--cp-comm-type",
     "--global-batch-size": "--global-batch",
     "--seq-length": "--seq-len",
     "--micro-batch-size": "--micro-batch-size",
     "--num-layers": "--num-layers",
+    # pipeline layouts (graph.pipeline.layer_layout): native under Megatron-Core's own names
+    "--decoder-first-pipeline-num-layers": "--decoder-first-pipeline-num-layers",
+    "--decoder-last-pipeline-num-layers": "--decoder-last-pipeline-num-layers",
+    "--pipeline-model-parallel-layout": "--pipeline-model-parallel-layout",
 }
 # Megatron switches -> the native flags they mean.
 _SWITCHES = {
+    "--cpu-offloading": [],  # switched on by its layer count (--cpu-offloading-num-layers)
     "--use-distributed-optimizer": ["--zero", "1"],
     "--bf16": ["--dtype", "bf16"],
     "--fp16": ["--dtype", "fp16"],
@@ -65,6 +89,7 @@ _SWITCHES = {
     "--recompute-activations": ["--recompute", "selective"],
     "--fp8-param-gather": ["--fp8-param-gather"],
     "--tp-comm-overlap": ["--tp-comm-overlap"],
+    "--moe-shared-expert-overlap": ["--moe-shared-expert-overlap"],
     "--overlap-grad-reduce": ["--overlap-grad-reduce"],
     "--overlap-param-gather": ["--overlap-param-gather"],
     "--overlap-p2p-comm": ["--pipeline-send", "overlapped"],
@@ -72,23 +97,23 @@ _SWITCHES = {
     "--no-overlap-p2p-communication": ["--pipeline-send", "blocking"],
     # Megatron-LM 2021-22's switch off of its scatter/gather default: triosim's default already
     "--no-scatter-gather-tensors-in-pipeline": [],
+    "--account-for-embedding-in-pipeline-split": ["--account-for-embedding-in-pipeline-split"],
+    "--account-for-loss-in-pipeline-split": ["--account-for-loss-in-pipeline-split"],
 }
 # Megatron's --fp8-recipe values -> the native ones (tensorwise: per-tensor current scaling).
 _FP8_RECIPES = {"tensorwise": "current"}
-# Sizes of axes triosim does not model: accepted at 1 only.
-_UNMODELLED_SIZES = {
-    "--expert-model-parallel-size": "expert parallelism",
-    "--expert-tensor-parallel-size": "expert tensor parallelism",
-}
 # Architecture flags: value-taking and switches (they make a model card).
 ARCH_VALUES = ("--hidden-size", "--num-attention-heads", "--ffn-hidden-size", "--num-query-groups", "--vocab-size",
                "--normalization", "--position-embedding-type", "--hidden-dropout", "--attention-dropout",
-               "--make-vocab-size-divisible-by", "--kv-channels", "--transformer-impl", "--max-position-embeddings")
+               "--make-vocab-size-divisible-by", "--kv-channels", "--transformer-impl", "--max-position-embeddings",
+               "--num-experts", "--moe-router-topk", "--moe-ffn-hidden-size", "--moe-shared-expert-intermediate-size",
+               "--moe-layer-freq", "--moe-router-score-function", "--moe-aux-loss-coeff")
 ARCH_SWITCHES = ("--swiglu", "--group-query-attention", "--untie-embeddings-and-output-weights",
                  "--disable-bias-linear", "--use-flash-attn", "--use-rotary-position-embeddings")
 # Flags that change nothing in one iteration's time or memory, with how many values each takes.
 _NO_EFFECT = {
     **dict.fromkeys((
+        "--moe-router-load-balancing-type", "--moe-token-drop-policy",
         "--lr", "--min-lr", "--lr-decay-style", "--lr-warmup-fraction", "--lr-warmup-iters", "--lr-decay-iters",
         "--lr-warmup-samples", "--lr-decay-samples", "--lr-warmup-init", "--train-iters", "--train-samples",
         "--weight-decay", "--clip-grad", "--adam-beta1", "--adam-beta2", "--adam-eps", "--init-method-std",
@@ -106,6 +131,7 @@ _NO_EFFECT = {
     ), 1),
     "--rampup-batch-size": 3,
     **dict.fromkeys((
+        "--moe-grouped-gemm", "--moe-router-force-load-balancing", "--moe-permute-fusion",
         "--use-mcore-models", "--no-masked-softmax-fusion", "--no-bias-gelu-fusion", "--no-bias-dropout-fusion",
         "--no-gradient-accumulation-fusion", "--no-async-tensor-model-parallel-allreduce",
         "--accumulate-allreduce-grads-in-fp32", "--apply-query-key-layer-scaling", "--attention-softmax-in-fp32",
@@ -217,6 +243,7 @@ def translate_argv(argv: Sequence[str]) -> Translation:
     _finish_recompute(recompute, out)
     card.emit(out)
     _finish_layers_per_virtual_stage(out)
+    _finish_layout(out)
     _finish_virtual(out)
     return result
 
@@ -257,11 +284,6 @@ def _translate_one(name: str, inline: str | None, reader: _Reader, out: list[str
         value = reader.value(name, inline)
         out.extend([name, _FP8_RECIPES.get(value, value)])
         return True
-    if name in _UNMODELLED_SIZES:
-        size = _positive_int(name, reader.value(name, inline), reader.where)
-        if size != 1:
-            raise ConfigError(f"{reader.where}{name} {size}: {_UNMODELLED_SIZES[name]} is not modelled; only 1")
-        return True
     if name == "--virtual-pipeline-model-parallel-size":
         out.extend(["--virtual-stages", str(_positive_int(name, reader.value(name, inline), reader.where)),
                     "--megatron-interleaved"])
@@ -270,8 +292,20 @@ def _translate_one(name: str, inline: str | None, reader: _Reader, out: list[str
         out.extend(["--megatron-layers-per-virtual-stage",
                     str(_positive_int(name, reader.value(name, inline), reader.where))])
         return True
-    if name in ("--recompute-granularity", "--recompute-method", "--recompute-num-layers"):
+    if name == "--recompute-granularity":
         recompute[name] = reader.value(name, inline)
+        return True
+    if name in ("--recompute-method", "--recompute-num-layers") and strict:
+        out.extend([name, reader.value(name, inline)])
+        return True
+    if name == "--recompute-modules" and strict:
+        # Megatron's list is nargs='*': the words up to the next flag
+        words = [inline] if inline is not None else []
+        while reader.more() and not reader.tokens[reader.i].startswith("--"):
+            words.append(reader.take())
+        if not words:
+            raise ConfigError(f"{reader.where}--recompute-modules needs at least one module")
+        out.extend([name, ",".join(words)])
         return True
     if name in ARCH_VALUES:
         card.set(name, reader.value(name, inline), reader.where)
@@ -291,25 +325,13 @@ def _translate_one(name: str, inline: str | None, reader: _Reader, out: list[str
 
 
 def _finish_recompute(recompute: dict[str, str], out: list[str]) -> None:
-    """Megatron's recomputation settings as ``--recompute``: selective, or full of every layer."""
-    if not recompute:
-        return
+    """Megatron's ``--recompute-granularity`` as ``--recompute`` (the method, layer count and
+    modules are native flags, checked against it by the strategy)."""
     granularity = recompute.get("--recompute-granularity")
-    method, layers = recompute.get("--recompute-method"), recompute.get("--recompute-num-layers")
     if granularity is None:
-        raise ConfigError("--recompute-method/--recompute-num-layers need --recompute-granularity full")
+        return
     if granularity not in ("full", "selective"):
         raise ConfigError(f"--recompute-granularity must be full or selective, got {granularity!r}")
-    if granularity == "full":
-        if method not in (None, "uniform", "block"):
-            raise ConfigError(f"--recompute-method must be uniform or block, got {method!r}")
-        if layers is not None:
-            count = _positive_int("--recompute-num-layers", layers, "")
-            if method == "block" or count != 1:
-                # uniform over groups of 1 layer recomputes every layer; anything else recomputes some
-                raise ConfigError(f"--recompute-method {method or 'uniform'} --recompute-num-layers {count}: "
-                                  "recomputing only some layers is not modelled; triosim recomputes every layer "
-                                  "(--recompute-method uniform --recompute-num-layers 1) or none")
     out.extend(["--recompute", granularity])
 
 
@@ -333,11 +355,31 @@ def _finish_layers_per_virtual_stage(out: list[str]) -> None:
         layers = (read_card_file(path) if path is not None else get_card(_flag_value(out, "--model"))).layers
     else:
         raise ConfigError("--num-layers-per-virtual-pipeline-stage needs --num-layers (or --model)")
+    # the embedding and the loss count as layers here too, where the flags say so (Megatron's arguments.py)
+    layers += sum(flag in out for flag in ("--account-for-embedding-in-pipeline-split",
+                                           "--account-for-loss-in-pipeline-split"))
     if layers % (pp * per_virtual):
         raise ConfigError(f"--num-layers-per-virtual-pipeline-stage {per_virtual}: {layers} layers over "
                           f"--pipeline-model-parallel-size {pp} is not a whole number of virtual stages of "
                           f"{per_virtual} layers")
     out.extend(["--virtual-stages", str(layers // (pp * per_virtual)), "--megatron-interleaved"])
+
+
+def _finish_layout(out: list[str]) -> None:
+    """``--pipeline-model-parallel-layout``: its stages over ``--pp`` give the virtual stages per
+    rank, as Megatron derives them; applied where no virtual stage count or other schedule is given."""
+    from ..graph.pipeline.layer_layout import parse_layout
+    from .megatron_card import _flag_value
+
+    layout = _flag_value(out, "--pipeline-model-parallel-layout")
+    if layout is None or _flag_value(out, "--virtual-stages") is not None:
+        return
+    if _flag_value(out, "--schedule") not in (None, "auto", "interleaved"):
+        return
+    pp = _positive_int("--pipeline-model-parallel-size", _flag_value(out, "--pp") or "1", "")
+    stages = len(parse_layout(layout))
+    if stages % pp == 0 and stages // pp > 1:
+        out.extend(["--virtual-stages", str(stages // pp), "--megatron-interleaved"])
 
 
 def _finish_virtual(out: list[str]) -> None:

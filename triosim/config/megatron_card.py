@@ -143,9 +143,10 @@ class CardArgs:
             fields["kv_heads"] = positive_int("--num-query-groups", v["--num-query-groups"])
         elif model is None and model_file is None:
             fields["kv_heads"] = heads
-        if "--kv-channels" in v and positive_int("--kv-channels", v["--kv-channels"]) * heads != hidden:
-            raise ConfigError(f"--kv-channels {v['--kv-channels']}: a head size other than --hidden-size / "
-                              "--num-attention-heads is not modelled")
+        if "--kv-channels" in v:
+            width = positive_int("--kv-channels", v["--kv-channels"])
+            fields["head_dim_given"] = None if width * heads == hidden else width
+        _moe_fields(v, fields)
         if "--vocab-size" in v or (model is None and model_file is None):
             divisible = positive_int("--make-vocab-size-divisible-by", v.get("--make-vocab-size-divisible-by") or "128")
             vocab = positive_int("--vocab-size", v["--vocab-size"]) if "--vocab-size" in v else GPT2_VOCAB
@@ -198,10 +199,51 @@ class CardArgs:
                 "bias": True, "dropout": 0.1, "sources": {}}
 
 
+def _moe_fields(v: dict, fields: dict) -> None:
+    """Megatron-Core's MoE arguments into the card's ``moe`` mapping (defaults as Megatron's:
+    top-2, the experts as wide as ``--ffn-hidden-size``, every layer MoE, softmax router)."""
+    names = ("--num-experts", "--moe-router-topk", "--moe-ffn-hidden-size", "--moe-shared-expert-intermediate-size",
+             "--moe-layer-freq", "--moe-router-score-function", "--moe-aux-loss-coeff")
+    if not any(n in v for n in names):
+        return
+    moe = dict(fields.get("moe") or {})
+    if "--num-experts" in v:
+        moe["experts"] = positive_int("--num-experts", v["--num-experts"])
+    elif not moe:
+        raise ConfigError("the MoE arguments need --num-experts (or --model NAME of an MoE card)")
+    moe.setdefault("top_k", 2)
+    moe.setdefault("expert_ffn", fields["ffn"])
+    if "--moe-router-topk" in v:
+        moe["top_k"] = positive_int("--moe-router-topk", v["--moe-router-topk"])
+    if "--moe-ffn-hidden-size" in v:
+        moe["expert_ffn"] = positive_int("--moe-ffn-hidden-size", v["--moe-ffn-hidden-size"])
+    if "--moe-shared-expert-intermediate-size" in v:
+        moe.update(shared_experts=1, shared_ffn=positive_int("--moe-shared-expert-intermediate-size",
+                                                             v["--moe-shared-expert-intermediate-size"]))
+    if "--moe-layer-freq" in v:
+        moe["every"] = positive_int("--moe-layer-freq", v["--moe-layer-freq"])
+    if "--moe-router-score-function" in v:
+        moe["router"] = str(v["--moe-router-score-function"])
+    if "--moe-aux-loss-coeff" in v:
+        try:
+            moe["aux_loss"] = float(str(v["--moe-aux-loss-coeff"]))
+        except ValueError:
+            raise ConfigError(f"--moe-aux-loss-coeff must be a number, got {v['--moe-aux-loss-coeff']!r}") from None
+    fields["moe"] = moe
+
+
 def _card_mapping_from_fields(fields: dict) -> dict:
     keep = ("name", "description", "layers", "hidden", "heads", "kv_heads", "ffn", "vocab", "seq_len", "activation",
-            "norm", "tied_embeddings", "attention", "position", "bias", "dropout")
-    return {k: fields[k] for k in keep if k in fields}
+            "norm", "tied_embeddings", "attention", "position", "bias", "dropout", "mtp_layers")
+    out = {k: fields[k] for k in keep if k in fields}
+    if fields.get("head_dim_given"):
+        out["head_dim"] = fields["head_dim_given"]
+    for key in ("moe", "mla", "sliding_window"):  # the optional parts of a card (triosim.trace.card_variants)
+        if fields.get(key):
+            out[key] = {k: (list(x) if isinstance(x, tuple) else x) for k, x in dict(fields[key]).items()}
+    if "moe" in out and not out["moe"].get("shared_experts"):  # no shared expert: no width to give
+        out["moe"].pop("shared_ffn", None)
+    return out
 
 
 def _card_mapping(card: ModelCard) -> dict:

@@ -24,7 +24,7 @@ import os
 import re
 import shutil
 import tempfile
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from ..errors import ConfigError, TraceError
@@ -33,7 +33,7 @@ from ..trace.synthetic_card import CARD_TRACE_VERSION, CardTraceSpec, write_card
 
 # dest -> default of the card flags: a run's configuration block records them only when set, so
 # a run of a trace writes the block it always wrote.
-MODEL_FLAG_DEFAULTS = {"model": None, "model_file": None, "seq_len": None}
+MODEL_FLAG_DEFAULTS = {"model": None, "model_file": None, "seq_len": None, "mtp_layers": None}
 TRACED_LAYERS = 2  # layers written; find_layers needs the layer at least twice to repeat it
 # Bytes of parameters, gradients and activations per --dtype. auto (no --dtype): 16-bit, which
 # the roofline runs as bf16, or as fp16 on a GPU without bf16 (a V100). fp8 math keeps 16-bit tensors.
@@ -48,6 +48,9 @@ def add_model_flags(g: argparse._ArgumentGroup) -> None:
                    help="a model card of your own (the fields of docs/models.md) instead of --model")
     g.add_argument("--seq-len", type=int, default=None, metavar="N",
                    help="with --model/--model-file: the training sequence length instead of the card's")
+    g.add_argument("--mtp-layers", type=int, default=None, metavar="N",
+                   help="with --model/--model-file: multi-token-prediction modules (Megatron's --mtp-num-layers) "
+                        "instead of the card's (deepseek-v3: 1; 0 leaves them out)")
 
 
 def model_given(args: argparse.Namespace) -> bool:
@@ -63,6 +66,8 @@ def check_model_flags(args: argparse.Namespace) -> None:
     if not model_given(args):
         if seq is not None:
             raise ConfigError("--seq-len sets a model card's sequence: give --model NAME or --model-file FILE")
+        if getattr(args, "mtp_layers", None) is not None:
+            raise ConfigError("--mtp-layers sets a model card's prediction modules: give --model NAME or --model-file FILE")
         return
     if model is not None and model_file is not None:
         raise ConfigError("--model and --model-file exclude each other: name a shipped card or give your own file")
@@ -95,6 +100,11 @@ def load_card(args: argparse.Namespace) -> ModelCard:
             raise ConfigError(f"--model-file {exc}") from None
     else:
         card = get_card(args.model)
+    mtp = getattr(args, "mtp_layers", None)
+    if mtp is not None:
+        if not 0 <= mtp <= 16:
+            raise ConfigError(f"--mtp-layers must be a whole number from 0 to 16, got {mtp}")
+        card = replace(card, mtp_layers=mtp)
     seq = getattr(args, "seq_len", None)
     if seq is None or seq == card.seq_len:
         return card
@@ -211,7 +221,9 @@ def model_trace(args: argparse.Namespace, dtype: str) -> ModelTrace:
     depth = model_depth(args, card)
     if depth < 1:
         raise ConfigError(f"--num-layers must be a positive integer, got {depth}")
-    traced = min(depth, TRACED_LAYERS)
+    # layers of several kinds (dense and MoE, sliding and full attention) are each written:
+    # repeating needs every layer alike
+    traced = min(depth, TRACED_LAYERS) if card.uniform_layers else depth
     spec = CardTraceSpec(card, model_batch(args), ELEMENT_BYTES[dtype], traced)
     return ModelTrace(cached_card_trace(spec), spec.batch_size, depth if depth > traced else None, card)
 

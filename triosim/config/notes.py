@@ -96,7 +96,17 @@ def unused_flags(args: argparse.Namespace) -> list[tuple[str, list[str]]]:
         groups.append(("buckets are DDP's (-case 2)", _given(args, _DDP, d)))
     if case not in (4, None):
         groups.append(("micro-batches are the pipeline's (-case 4)", _given(args, _PIPELINE, d)))
+    if case not in (4, None) or (case is None and (getattr(args, "pp", None) or 1) == 1):
+        groups.append(("the layer cuts are the pipeline's, and there is one stage", _layout_given(args)))
     return [(why, flags) for why, flags in groups if flags]
+
+
+def _layout_given(args: argparse.Namespace) -> list[str]:
+    """The layout flags given (graph.pipeline.layer_layout), as typed."""
+    from ..graph.pipeline.layer_layout import LayerSplit
+
+    split = LayerSplit.of(args)
+    return [split.flags()] if split.given else []
 
 
 def _hybrid_unused(args: argparse.Namespace) -> list[tuple[str, list[str]]]:

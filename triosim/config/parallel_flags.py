@@ -1,5 +1,6 @@
 """The flags of a hybrid run (``--dp --tp --pp --cp --cp-comm-type --zero --sequence-parallel
---recompute --tp-style --rank-order --exact``): their argparse definitions and what they become
+--recompute --recompute-method --recompute-num-layers --recompute-modules --tp-style --rank-order
+--exact``): their argparse definitions and what they become
 in a Strategy."""
 
 from __future__ import annotations
@@ -8,8 +9,10 @@ import argparse
 import math
 
 from ..errors import ConfigError
+from ..graph.recompute_spec import METHODS
 from ..graph.strategy import (
     CP_COMM_TYPES,
+    MOE_DISPATCHERS,
     PIPELINE_SENDS,
     RECOMPUTE_MODES,
     parse_rank_order,
@@ -34,6 +37,7 @@ def add_parallel_flags(g: argparse._ArgumentGroup) -> None:
                         "with the partial attentions; default), a2a (all-to-all of q/k/v and the output, heads "
                         "split; DeepSpeed Ulysses), allgather (keys and values gathered before attention); "
                         "a2a+p2p is not modelled")
+    add_expert_flags(g)
     g.add_argument("--zero", default="0", help="ZeRO stage over the DP group: 0, 1, 2, 3 or fsdp (= 3); "
                    "nothing to shard with --dp 1")
     g.add_argument("--sequence-parallel", action="store_true",
@@ -42,6 +46,20 @@ def add_parallel_flags(g: argparse._ArgumentGroup) -> None:
     g.add_argument("--recompute", default="none", choices=RECOMPUTE_MODES,
                    help="activation recomputation (hybrid runs): none, selective (re-run the attention core "
                         "before its backward) or full (re-run each layer's forward, keep only layer inputs)")
+    g.add_argument("--recompute-method", default=None, choices=METHODS,
+                   help="with --recompute full: uniform (every layer, one checkpoint per group of "
+                        "--recompute-num-layers layers) or block (only the first --recompute-num-layers layers of "
+                        "each model chunk); Megatron's names")
+    g.add_argument("--recompute-num-layers", default=None, type=int, metavar="N",
+                   help="layers per checkpoint group (uniform) or recomputed layers per model chunk (block; the "
+                        "default method when this is given alone, with --recompute full)")
+    g.add_argument("--recompute-modules", default=None, metavar="LIST",
+                   help="with --recompute selective: the parts of each layer to re-run, comma-separated: core_attn "
+                        "(default), mlp, layernorm, moe_act")
+    g.add_argument("--offload-activations", default=None, metavar="N|FRACTION",
+                   help="copy the activations of the first N layers of each model chunk (or that fraction of its "
+                        "layers) to host memory over the GPU's host link during forward, and back one layer ahead "
+                        "in backward (Megatron-Core's CPU offloading); not with --recompute")
     g.add_argument("--tp-style", default=None,
                    help="tensor parallel: megatron (default for --tp) or per-op (case 3's scheme)")
     g.add_argument("--rank-order", default="tp,pp,dp",
@@ -52,6 +70,28 @@ def add_parallel_flags(g: argparse._ArgumentGroup) -> None:
     g.add_argument("--representatives", action="store_true",
                    help="build one representative per role however small the mesh (collectives in closed form)")
     add_overlap_flags(g)
+
+
+def add_expert_flags(g: argparse._ArgumentGroup) -> None:
+    """Expert parallelism of a mixture-of-experts model (Megatron-Core's names; docs/moe.md)."""
+    g.add_argument("--ep", type=int, default=None,
+                   help="expert-parallel degree (Megatron's --expert-model-parallel-size): each MoE layer's experts "
+                        "split over N GPUs, folded over the tp x cp x dp GPUs of a stage (no extra GPUs); tokens "
+                        "dispatched to and combined from their experts' GPUs; expert gradients reduced over the "
+                        "tp x cp x dp / N GPUs holding the same experts")
+    g.add_argument("--etp", type=int, default=None,
+                   help="expert tensor parallelism (Megatron's --expert-tensor-parallel-size): each expert's width "
+                        "split over N GPUs, the tokens an expert rank received all-gathered over them and the "
+                        "outputs reduce-scattered; experts / (ep x etp) a GPU (default 1)")
+    g.add_argument("--moe-token-dispatcher", default="alltoall", choices=MOE_DISPATCHERS,
+                   help="how tokens reach their experts: alltoall (default), allgather (tokens gathered, outputs "
+                        "reduce-scattered), flex (DeepEP: between nodes once per node, then NVLink inside it)")
+    g.add_argument("--moe-shared-expert-overlap", action="store_true",
+                   help="run the shared experts while the tokens are dispatched (Megatron's switch of that name); "
+                        "off: the dispatch waits for them")
+    g.add_argument("--moe-imbalance", type=float, default=1.0, metavar="F",
+                   help="the busiest expert's tokens over the mean (1: balanced, as force-balanced benchmarks run); "
+                        "every expert rank waits for the busiest")
 
 
 def add_overlap_flags(g: argparse._ArgumentGroup) -> None:
@@ -110,7 +150,12 @@ def parallel_options(args: argparse.Namespace) -> dict:
                           ("--pipeline-send", str(getattr(args, "pipeline_send", "auto")) != "auto"),
                           ("--pipeline-scatter-gather", getattr(args, "pipeline_scatter_gather", False)),
                           ("--sequence-parallel", getattr(args, "sequence_parallel", False)),
-                          ("--recompute", str(getattr(args, "recompute", "none")) != "none")):
+                          ("--recompute", str(getattr(args, "recompute", "none")) != "none"),
+                          ("--recompute-modules", getattr(args, "recompute_modules", None) is not None),
+                          ("--offload-activations", getattr(args, "offload_activations", None) is not None),
+                          ("--ep", getattr(args, "ep", None) not in (None, 1)),
+                          ("--etp", getattr(args, "etp", None) not in (None, 1)),
+                          ("--moe-shared-expert-overlap", getattr(args, "moe_shared_expert_overlap", False))):
             if bad:
                 raise ConfigError(f"{flag} needs the degrees of a hybrid run: give --dp/--tp/--pp (not -case)")
         case = getattr(args, "case", None)
@@ -128,10 +173,45 @@ def parallel_options(args: argparse.Namespace) -> dict:
         "rank_order": parse_rank_order(getattr(args, "rank_order", "tp,pp,dp")),
         "exact": _exact(args),
         "recompute": str(getattr(args, "recompute", "none")),
+        **recompute_options(args),
         "cp": getattr(args, "cp", None),
         "cp_comm_type": str(getattr(args, "cp_comm_type", "p2p")),
+        "ep": getattr(args, "ep", None),
+        "etp": getattr(args, "etp", None),
+        "moe_token_dispatcher": str(getattr(args, "moe_token_dispatcher", "alltoall")),
+        "moe_imbalance": _imbalance(getattr(args, "moe_imbalance", 1.0)),
+        "moe_shared_expert_overlap": bool(getattr(args, "moe_shared_expert_overlap", False)),
         **overlap_options(args),
     }
+
+
+def _imbalance(value) -> float:
+    x = float(value)
+    if not (math.isfinite(x) and 1.0 <= x <= 1e6):
+        raise ConfigError(f"--moe-imbalance must be a number from 1 (balanced) to 1e6, got {value}")
+    return x
+
+
+def recompute_options(args: argparse.Namespace) -> dict:
+    """Strategy keyword arguments of recomputation's detail flags (checked by the strategy)."""
+    out: dict = {}
+    if getattr(args, "recompute_method", None) is not None:
+        out["recompute_method"] = args.recompute_method
+    layers = getattr(args, "recompute_num_layers", None)
+    if layers is not None:
+        if layers < 1:
+            raise ConfigError(f"--recompute-num-layers must be a positive integer, got {layers}")
+        out["recompute_num_layers"] = layers
+    offload = getattr(args, "offload_activations", None)
+    if offload is not None:
+        from ..graph.offload import OffloadSpec
+
+        OffloadSpec.parse(offload)  # refuse a bad value here, one line
+        out["offload_activations"] = str(offload)
+    modules = getattr(args, "recompute_modules", None)
+    if modules is not None:
+        out["recompute_modules"] = tuple(m for m in str(modules).replace(" ", ",").split(",") if m)
+    return out
 
 
 def overlap_options(args: argparse.Namespace) -> dict:

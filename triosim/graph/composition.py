@@ -65,15 +65,18 @@ from .context.plan import ContextPlan, context_plan, context_split
 from .context.ring import exchange_sent, transient_bytes
 from .data import gradient_sync
 from .data.zero import buffer_roles
+from .expert.plan import ExpertPlan, expert_ops, expert_split
 from .layer_count import check_pipeline_depth, check_virtual_stages
 from .memory import composition as composed_memory
 from .memory.plan import MemoryReport
+from .offload import carry_offload, host_link_rate, offload_on_plan
 from .pipeline.blocking import StreamNeighbours, block_hops, check_blocking
 from .pipeline.builder import choose_stages, micro_batch_sizes
 from .pipeline.rank_program import add_rank_program
 from .pipeline.schedules import FORWARD
 from .pipeline.sends import send_hop_by_hop
 from .pipeline.stages import PipelinePlan, buffer_versions
+from .pipeline.summary import layer_facts
 from .pipeline.tied_embedding import TiedEmbedding, add_tied_allreduce, find_tied
 from .rank_map import rank_map
 from .recompute import activation_facts, carry_plan, fit_to_stages, recompute
@@ -146,10 +149,10 @@ def build(trace: Trace, platform: Platform, strategy: Strategy, fuse_runs: bool 
     dp = ranks.data  # data ranks: a context-parallel rank is a replica of the model too
     virtual = strategy.virtual_stages if strategy.schedule == "interleaved" else 1
     if preset is None:  # case 4 keeps its own check: a forward op per stage (stages.candidate_plans)
-        check_pipeline_depth(trace, pp, virtual)
-        check_virtual_stages(trace, pp, virtual, strategy.partition)
+        check_pipeline_depth(trace, pp, virtual, strategy)
+        check_virtual_stages(trace, pp, virtual, strategy.partition, strategy)
     original = trace  # the tensor-parallel plan is found on it, then carried to the re-runs
-    rec = recompute(trace, strategy.recompute) if preset is None else None
+    rec = recompute(trace, strategy.recompute_spec) if preset is None else None
     if rec is not None:
         trace = rec.trace
     sizes = micro_batch_sizes(trace.batch_size, strategy.micro_batch_size)
@@ -179,12 +182,27 @@ def build(trace: Trace, platform: Platform, strategy: Strategy, fuse_runs: bool 
         trace = rec.trace
     else:
         plan, candidates = plan_for(trace)
+    off = None
+    if preset is None and strategy.offload_activations is not None:  # copies to host and back (graph.offload)
+        rate = host_link_rate(trace)
+        off, plan = offload_on_plan(trace, strategy.offload_activations, plan)
+        trace = off.trace
     tpp = tensor_plan(original, tp, strategy.effective_tp_style, strategy.sequence_parallel)
     context = None
     if ranks.cp > 1:  # one context rank's share of every op and buffer, then its attention ops
         tpp = context_split(original, tpp, ranks.cp, strategy.cp_comm_type)
+    experts = None
+    etp = strategy.expert_tensor_degree
+    if preset is None and (strategy.expert_degree > 1 or etp > 1 or tp > 1):  # an expert rank's share, exchanges
+        tpp, experts = expert_split(original, tpp, strategy.expert_degree, ranks.data, strategy.zero,
+                                    buffer_roles(original), strategy.moe_token_dispatcher, strategy.moe_imbalance, etp,
+                                    strategy.moe_shared_expert_overlap)
     if rec is not None:
         tpp = carry_plan(tpp, rec)
+    if off is not None:
+        tpp = carry_offload(tpp, off)
+    if experts is not None and experts.ops and trace is not original:  # the rewritten trace's ops (re-runs
+        experts = replace(experts, ops=expert_ops(trace)[0])  # exchange again; offload shifts the indices)
     if ranks.cp > 1:
         context = context_plan(trace, ranks.cp, strategy.cp_comm_type)
     # Fused runs of ops keep every time exact only while no memcpy can cut into a run (a run's
@@ -194,14 +212,17 @@ def build(trace: Trace, platform: Platform, strategy: Strategy, fuse_runs: bool 
     tied = find_tied(original) if preset is None and pp > 1 else None
     overlap = None
     if preset is None and strategy.tp_comm_overlap and tp > 1 and getattr(tpp, "sequence_parallel", False):
-        overlap = plan_overlap(trace, tpp, plan.stage, rec.new_index if rec is not None else None)
+        overlap = plan_overlap(trace, tpp, plan.stage, rec.new_index if rec is not None else
+                               off.new_index if off is not None else None)
     blocking = preset is None and pp > 1 and strategy.blocking_sends
     if blocking:
         check_blocking(pp, virtual)
     while True:
         g = Composition(trace, platform, strategy, ranks, plan, tpp, fractions, replicas, roles, fuse=fuse,
-                        preset=preset, exact=exact, tied=tied, context=context, blocks={} if blocking else None,
-                        overlap=overlap, folded=fold,
+                        preset=preset, exact=exact, tied=tied, context=context, experts=experts,
+                        blocks={} if blocking else None, folded=fold,
+                        overlap=overlap, host_copies=off.copies if off is not None else None,
+                        host_rate=rate if off is not None else 0.0,
                         reruns=frozenset(rec.rerun_ops) if rec is not None else frozenset()).assemble()
         if not g.meta.pop("needs_memcpy") or not (fuse or fold):
             break
@@ -212,10 +233,14 @@ def build(trace: Trace, platform: Platform, strategy: Strategy, fuse_runs: bool 
     if preset is None:
         g.meta["hybrid"]["replica_warning"] = replica_warning
         g.meta["hybrid"]["recompute"] = activation_facts(original, rec, tpp, fractions[0])
-        if rec is not None:  # the time breakdown's phases, by the ops of the rewritten trace
+        if off is not None:
+            host = g.meta.pop("host_held", {})
+            g.meta["hybrid"]["offload"] = {**off.summary(fractions[0]), "host_link_gbps": rate / 1e9,
+                                           "host_peak_bytes": max((peak for _, peak in host.values()), default=0)}
+        if rec is not None or off is not None:  # the time breakdown's phases, by the ops of the rewritten trace
             g.meta["op_stages"] = tuple(op.stage for op in trace.ops)
             g.meta["op_parts"] = op_parts(trace, strategy.micro_batch_size)
-            g.meta["recompute_ops"] = frozenset(rec.rerun_ops)
+            g.meta["recompute_ops"] = frozenset(rec.rerun_ops) if rec is not None else frozenset()
     else:
         case_blocks.record(g, trace, strategy, preset, plan, tpp, sizes, candidates)
     return g
@@ -231,6 +256,9 @@ class Composition(CompositionState):
     tied: TiedEmbedding | None = None  # tied input/output embeddings (their all-reduce when pp > 1)
     reruns: frozenset[int] = frozenset()  # re-run forward ops (activation recomputation)
     context: ContextPlan | None = None  # context parallelism's attention ops (graph/context)
+    experts: ExpertPlan | None = None  # expert parallelism's grouped GEMMs and exchanges (graph/expert)
+    host_copies: dict | None = None  # activation offload: op -> its host copy (graph.offload)
+    host_rate: float = 0.0  # the GPU's host link, B/s each way
 
     def assemble(self) -> TaskGraph:
         """The steps in order; the graph's ``needs_memcpy`` says whether a memory plan needed a
@@ -404,9 +432,11 @@ class Composition(CompositionState):
             "collective_warning": collective_warning(comm.crosses_other_gpus),
             "stage_parameters": [len(p) for p in params_of],
             "partition": self.plan.partition if ranks.pp > 1 else None,  # how the stages were cut
+            **(layer_facts(self.plan) if ranks.pp > 1 else {}),
             "pipeline_warnings": list(self.plan.warnings),  # e.g. the partition search ran out of budget
             "memory": memory,
             **({"context_parallel": self.context_facts()} if self.context is not None else {}),
+            **({"expert_parallel": self.expert_facts()} if self.experts is not None else {}),
         }
 
     def context_facts(self) -> dict:
@@ -423,6 +453,17 @@ class Composition(CompositionState):
             held[a.phase] = transient_bytes(self, ctx, a, frac)
         return {"cp": ctx.degree, "comm_type": ctx.comm_type, "attention_ops": len(ctx.ops),
                 "exchange_bytes_per_layer": sent, "exchange_buffers_per_layer": held}
+
+    def expert_facts(self) -> dict:
+        """JSON-ready: the expert-parallel degree, groups and dispatcher, the busiest rank's load,
+        and per MoE layer (its first dispatch, micro-batch 0) the bytes one rank exchanges."""
+        ex = self.experts
+        first = next((e for e in ex.ops.values() if e.phase == "forward" and e.when == "before"), None)
+        routed = self.size(first.routed, self.fractions[0]) if first is not None else 0
+        return {"ep": ex.degree, "etp": ex.etp, "edp": ex.edp, "dispatcher": ex.dispatcher, "imbalance": ex.imbalance,
+                "busiest_rank_factor": round(ex.factor, 6), "experts": ex.experts, "top_k": ex.top_k,
+                "local_experts": ex.experts // ex.degree, "exchanges": len(ex.ops),
+                "routed_bytes_per_layer": routed}
 
 
 __all__ = ["AUTO_EXACT_TASKS", "FOLD_CHECKS_META", "FOLD_RUNS_META", "MIRRORS_META", "Composition", "UNALIKE_EXACT_TASKS", "build",

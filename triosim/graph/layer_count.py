@@ -53,25 +53,67 @@ def count_layers(trace: Trace) -> LayerCount:
     return LayerCount(sum(1 for op in trace.ops if op.stage == "forward"), "forward ops")
 
 
-def check_pipeline_depth(trace: Trace, pp: int, virtual: int = 1) -> None:
+def check_pipeline_depth(trace: Trace, pp: int, virtual: int = 1, strategy: object | None = None) -> None:
     """One-line ConfigError when the pipeline's stages (``--pp`` × ``--virtual-stages``) are more
-    than the model's layers (each stage needs one)."""
+    than the model's layers (each stage needs one). Counting the embedding and the loss as layers
+    (``strategy``'s layout flags, or what ``--partition auto`` picks on a model card) gives two
+    more: then Megatron-Core's rules decide (:mod:`triosim.graph.pipeline.layer_layout`)."""
     stages = pp * virtual
     if stages <= 1:
+        return
+    if _layer_split_decides(trace, pp, virtual, strategy):
         return
     layers = count_layers(trace)
     if stages > layers.count:
         what = f"--pp {pp}" if virtual == 1 else f"--pp {pp} × --virtual-stages {virtual} = {stages} stages"
         raise ConfigError(f"{what} is more than the model's {layers.count} {layers.unit}: every pipeline "
-                          "stage needs at least one")
+                          f"stage needs at least one{_account_for_hint(trace, pp, virtual)}")
 
 
-def check_virtual_stages(trace: Trace, pp: int, virtual: int, partition: str) -> None:
+def _account_for_hint(trace: Trace, pp: int, virtual: int) -> str:
+    """Where counting the embedding and/or the loss as layers would give every stage one."""
+    from .pipeline.layer_layout import auto_split
+    from .pipeline.stages import trace_layers
+
+    layers = len(trace_layers(trace))
+    split = auto_split(layers, pp, virtual) if layers else None
+    if split is None or not split.given:
+        return ""
+    return f" (Megatron-Core's {split.flags()} count the embedding/loss as layers and make them divide)"
+
+
+def _layer_split_decides(trace: Trace, pp: int, virtual: int, strategy: object | None) -> bool:
+    """Whether the stages are cut by a layer split other than the equal one: the layout flags
+    (checked here, by Megatron-Core's rules, with their one-line errors), or ``--partition auto``'s
+    account-for split on a model card whose layers do not divide equally."""
+    if strategy is None:
+        return False
+    from .pipeline.layer_layout import LayerSplit, auto_split, megatron_layers_per_stage
+    from .pipeline.stages import trace_layers  # the layers the partition cuts at
+
+    split = LayerSplit.of(strategy)
+    if split.given:
+        layers = len(trace_layers(trace))
+        if not layers:
+            raise ConfigError(f"{split.flags()}: the trace has no repeated transformer layers to place")
+        megatron_layers_per_stage(layers, pp, virtual, split)
+        return True
+    if getattr(strategy, "partition", None) != "auto" or not trace.info.get("model_card"):
+        return False
+    layers = len(trace_layers(trace))
+    auto = auto_split(layers, pp, virtual) if layers else None
+    return auto is not None and auto.given
+
+
+def check_virtual_stages(trace: Trace, pp: int, virtual: int, partition: str, strategy: object | None = None) -> None:
     """On a model card's trace cut at equal layers (``--partition auto`` or ``layers``), refuse
     a ``--virtual-stages`` V that does not divide each pipeline stage's transformer layers, as
     Megatron-LM asserts (layers per pipeline stage % V == 0). Left alone: V = 1, a trace that
-    is not a card's, a layer count ``--pp`` does not divide, and other partitions."""
+    is not a card's, a layer count ``--pp`` does not divide, other partitions, and a run whose
+    layers are cut by a layout flag or by ``auto``'s account-for split (checked with it)."""
     if virtual <= 1 or partition not in ("auto", "layers") or not trace.info.get("model_card"):
+        return
+    if _layer_split_decides(trace, pp, virtual, strategy):
         return
     from .pipeline.stages import trace_layers  # the layers the partition cuts at
 

@@ -33,14 +33,14 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 
 from ..compute.op_time import reindex_op_time
-from ..errors import ConfigError, TraceError
+from ..errors import TraceError
 from ..trace import Trace
 from ..trace.layers import find_layers
 from .pipeline.schedules import FORWARD
 from .pipeline.stages import with_same_cuts
-from .tensor.megatron import find_blocks
+from .recompute_units import GRANULARITIES, RecomputeSpec, as_spec, find_units
 
-MODES = ("none", "selective", "full")
+MODES = GRANULARITIES
 
 
 @dataclass(frozen=True)
@@ -60,6 +60,7 @@ class Recomputed:
     layers: tuple[tuple[int, ...], ...]
     made_by: dict[str, int] = field(default_factory=dict)  # re-made buffer -> its unit
     inserted: tuple[int, ...] = ()  # per unit: the new index of its first re-run
+    spec: RecomputeSpec | None = None
 
     def copy_at(self, k: str, n: int) -> str:
         """What buffer ``k`` is at new op ``n``: its copy once its unit has been re-run."""
@@ -81,71 +82,25 @@ class Recomputed:
 
     def summary(self) -> dict:
         """JSON-ready facts: the mode, how many layers and ops are re-run, their traced time."""
-        return {"mode": self.mode, "units": len(self.layers), "rerun_ops": len(self.rerun_ops),
+        detail = self.spec is not None and self.spec.label != self.mode  # a method, layer count or module set
+        return {"mode": self.mode, **({**self.spec.facts(), "label": self.spec.label} if detail else {}),
+                "units": len(self.layers), "rerun_ops": len(self.rerun_ops),
                 "rerun_traced_s": round(self.rerun_seconds(), 9)}
-
-
-def _split(ops: Sequence[int], cuts: frozenset[int]) -> list[tuple[int, ...]]:
-    """``ops`` (forward order) cut before every op in ``cuts``: one part per pipeline stage."""
-    parts: list[list[int]] = []
-    for j in ops:
-        if not parts or j in cuts:
-            parts.append([])
-        parts[-1].append(j)
-    return [tuple(p) for p in parts]
-
-
-def _units(trace: Trace, mode: str, cuts: frozenset[int]) -> list[tuple[tuple[int, ...], int, frozenset[int]]]:
-    """(forward ops to re-run, the backward op to put them before, backward ops that keep reading
-    the stored originals) per unit, in forward order. A layer that a pipeline cut (``cuts``:
-    the first forward op of each stage) splits is one unit per stage, each re-run right before
-    the first backward op of its own part, so that every re-run stays on its stage."""
-    try:
-        layout = find_layers(trace)
-    except TraceError as e:
-        raise ConfigError(f"--recompute {mode} needs a transformer trace with repeated layers: {e}") from None
-    partner = trace.forward_partner
-    units = []
-    if mode == "full":
-        for fwd, bwd in zip(layout.forward, layout.backward):
-            if not bwd:
-                continue
-            parts = _split(fwd, cuts)
-            for k, part in enumerate(parts):
-                mine = set(part)
-                at = bwd[0] if k == len(parts) - 1 else next((i for i in bwd if partner[i] in mine), None)
-                if at is not None:
-                    units.append((part, at, frozenset()))
-        return units
-    blocks = [b for b in find_blocks(trace) if b.kind == "attention"]
-    if not blocks:
-        raise ConfigError("--recompute selective needs attention blocks (none found in this trace)")
-    for b in blocks:
-        # The row linear saved its input (the core's output) for its weight gradient, as
-        # Megatron's does: its backward reads the stored copy. The core's own backward reads
-        # what the re-run makes: re-run the core right before it.
-        stored = frozenset(i for i in b.backward if partner[i] == b.row)
-        for part in _split(tuple(sorted(b.middle)), cuts):
-            made = {k for j in part for k in trace.writes[j]}
-            readers = [i for i in b.backward if i not in stored and made.intersection(trace.reads[i])]
-            if readers:
-                units.append((part, readers[0], stored))
-    return units
 
 
 def _activation(trace: Trace, k: str) -> bool:
     return k not in trace.batch_invariant
 
 
-def recompute(trace: Trace, mode: str, cuts: frozenset[int] = frozenset()) -> Recomputed | None:
-    """``trace`` with the re-runs of ``mode`` inserted (None for ``none``); ``cuts``: forward ops
-    that begin a pipeline stage (a layer they split is re-run stage by stage). A ConfigError when
-    the trace has no layers to recompute."""
-    if mode not in MODES:
-        raise ConfigError(f"--recompute must be none, selective or full, got {mode!r}")
-    if mode == "none":
+def recompute(trace: Trace, mode: str | RecomputeSpec, cuts: frozenset[int] = frozenset()) -> Recomputed | None:
+    """``trace`` with the re-runs of ``mode`` (a granularity or a whole setting) inserted (None
+    for ``none``); ``cuts``: forward ops that begin a pipeline stage (a unit they split is re-run
+    stage by stage; block and uniform groups count layers per stage). A ConfigError when the
+    trace has no layers to recompute."""
+    spec = as_spec(mode)
+    if spec.granularity == "none":
         return None
-    units = _units(trace, mode, cuts)
+    units = find_units(trace, spec, cuts)
     before: dict[int, list[int]] = {}
     for u, (_, at, _) in enumerate(units):
         before.setdefault(at, []).append(u)
@@ -167,6 +122,7 @@ def recompute(trace: Trace, mode: str, cuts: frozenset[int] = frozenset()) -> Re
     ops, reads, writes, origin, rerun = [], [], [], [], []
     partner: list[int | None] = []
     inserted: dict[int, int] = {}  # unit -> new index of its first re-run
+    current: dict[str, str] = {}  # buffer -> the copy made by a unit re-run so far
     old_partner = trace.forward_partner
     for i, op in enumerate(trace.ops):
         for u in before.get(i, ()):
@@ -175,8 +131,10 @@ def recompute(trace: Trace, mode: str, cuts: frozenset[int] = frozenset()) -> Re
             inserted[u] = len(ops)
             for j in fwd:
                 src = trace.ops[j]
-                # a re-run reads the copies made by earlier re-runs of its unit, the rest as stored
-                r = tuple(names[k] if k in names and trace.producer.get(k, -1) < j else k for k in trace.reads[j])
+                # a re-run reads the copies made by earlier re-runs of its unit or of a unit re-run
+                # before it (a norm an MLP re-run reads), the rest as stored
+                r = tuple(names[k] if k in names and trace.producer.get(k, -1) < j else current.get(k, k)
+                          for k in trace.reads[j])
                 w = tuple(names.get(k, k) for k in trace.writes[j])
                 ops.append(src._replace(index=len(ops), op_id=next_id, name=f"rc{u}::{src.name}", inputs=r,
                                         outputs=w))
@@ -186,6 +144,7 @@ def recompute(trace: Trace, mode: str, cuts: frozenset[int] = frozenset()) -> Re
                 origin.append(j)
                 rerun.append(u)
                 partner.append(j)  # placed with the op it repeats (its stage)
+            current.update(names)
         r = trace.reads[i]
         if op.stage == "backward" and inserted:
             # a backward op reads the copy of a buffer once its unit has been re-run (unless it
@@ -209,9 +168,9 @@ def recompute(trace: Trace, mode: str, cuts: frozenset[int] = frozenset()) -> Re
     new = replace(trace, ops=ops, tensors=tensors, reads=reads, writes=writes, producer=producer, op_time=model,
                   _columns=None, _op_codes=None)
     new._partner = tuple(partner)
-    return Recomputed(trace=new, mode=mode, origin=tuple(origin), rerun=tuple(rerun), renamed=tuple(renamed),
+    return Recomputed(trace=new, mode=spec.granularity, origin=tuple(origin), rerun=tuple(rerun), renamed=tuple(renamed),
                       layers=tuple(u[0] for u in units), made_by=made_by,
-                      inserted=tuple(inserted[u] for u in range(len(units))))
+                      inserted=tuple(inserted[u] for u in range(len(units))), spec=spec)
 
 
 def carry_plan(plan, rec: Recomputed):
@@ -250,10 +209,11 @@ def fit_to_stages(original: Trace, rec: Recomputed, plan_for: Callable[[Trace], 
     at the chosen cuts and the plan's cuts kept (the forward phase is the same)."""
     chosen = plan_for(rec.trace)
     plan = chosen[0]
-    if not straddling(rec, plan.stage):
+    partial = rec.spec is not None and rec.spec.partial  # which layers re-run depends on the cuts
+    if not partial and not straddling(rec, plan.stage):
         return rec, chosen
     forward = [i for i, ph in enumerate(plan.phase) if ph == FORWARD]
-    rec = recompute(original, rec.mode, frozenset(forward[s] for s in plan.starts[1:]))
+    rec = recompute(original, rec.spec or rec.mode, frozenset(forward[s] for s in plan.starts[1:]))
     return rec, (with_same_cuts(rec.trace, plan), *chosen[1:])
 
 

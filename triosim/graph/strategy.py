@@ -22,6 +22,8 @@ from dataclasses import dataclass
 
 from ..checks import positive
 from ..errors import ConfigError
+from .pipeline.layer_layout import LayerSplit
+from .recompute_spec import DEFAULT_MODULES, RecomputeSpec
 
 CASE_NAMES = {
     0: "single-GPU training",
@@ -31,6 +33,8 @@ CASE_NAMES = {
     4: "pipeline parallel",
 }
 AXES = ("tp", "pp", "dp")
+# Expert parallelism's token exchange (Megatron-Core's --moe-token-dispatcher-type; flex: DeepEP).
+MOE_DISPATCHERS = ("alltoall", "allgather", "flex")
 # Context parallelism's exchange of keys and values (Megatron-Core's --cp-comm-type): p2p (ring
 # attention), a2a (all-to-all of q/k/v and of the output, DeepSpeed-Ulysses style), allgather
 # (keys and values gathered before attention); a2a+p2p (hierarchical) is refused.
@@ -109,7 +113,10 @@ class Strategy:
     representative per distinct role, None (default) every GPU while that graph stays small.
     ``recompute``: activation recomputation (:mod:`triosim.graph.recompute`): ``none``,
     ``selective`` (the attention core re-run before its backward) or ``full`` (each layer's
-    forward re-run before its backward, only layer inputs kept).
+    forward re-run before its backward, only layer inputs kept); ``recompute_method`` and
+    ``recompute_num_layers`` (full: uniform groups of N layers, or the first N layers of each
+    model chunk) and ``recompute_modules`` (selective: core_attn, mlp, layernorm), as
+    Megatron-Core's (:mod:`triosim.graph.recompute_units`).
 
     The overlaps, with Megatron-Core's names and defaults (off; see docs/overlap.md):
     ``tp_comm_overlap`` (sequence-parallel all-gathers and reduce-scatters in chunks beside their
@@ -146,11 +153,28 @@ class Strategy:
     rank_order: tuple[str, ...] = AXES
     exact: bool | None = None
     recompute: str = "none"
+    recompute_method: str = "uniform"
+    recompute_num_layers: int = 1
+    recompute_modules: tuple[str, ...] = DEFAULT_MODULES
+    offload_activations: str | None = None  # N layers or a fraction of each chunk's (graph.offload)
     tp_comm_overlap: bool = False
     overlap_grad_reduce: bool = False
     overlap_param_gather: bool = False
     pipeline_send: str = "auto"
     pipeline_scatter_gather: bool = False
+    # Megatron-Core's layout flags, by its names (graph.pipeline.layer_layout): the embedding and/or
+    # the loss counted as a layer in the split, uneven first/last stages, or an explicit layout.
+    account_for_embedding_in_pipeline_split: bool = False
+    account_for_loss_in_pipeline_split: bool = False
+    decoder_first_pipeline_num_layers: int | None = None
+    decoder_last_pipeline_num_layers: int | None = None
+    pipeline_model_parallel_layout: str | None = None
+
+    @property
+    def recompute_spec(self) -> RecomputeSpec:
+        """The recomputation setting as one value (granularity, method, layers, modules)."""
+        return RecomputeSpec(self.recompute, self.recompute_method, self.recompute_num_layers,
+                             tuple(self.recompute_modules))
 
     @property
     def blocking_sends(self) -> bool:
@@ -163,11 +187,28 @@ class Strategy:
         return self.pipeline_send == "blocking"
     cp: int | None = None
     cp_comm_type: str = "p2p"
+    # Expert parallelism (graph/expert): folded over the tp × cp × dp GPUs of a stage, so it
+    # multiplies no GPUs; the token dispatcher and the busiest expert's load over the mean.
+    ep: int | None = None
+    etp: int | None = None
+    moe_token_dispatcher: str = "alltoall"
+    moe_imbalance: float = 1.0
+    moe_shared_expert_overlap: bool = False
 
     @property
     def context_degree(self) -> int:
         """The context-parallel degree (1 without ``--cp``)."""
         return self.cp or 1
+
+    @property
+    def expert_degree(self) -> int:
+        """The expert-parallel degree (1 without ``--ep``)."""
+        return self.ep or 1
+
+    @property
+    def expert_tensor_degree(self) -> int:
+        """The expert-tensor-parallel degree (1 without ``--etp``)."""
+        return self.etp or 1
 
     @property
     def preset(self) -> Preset:
@@ -204,6 +245,13 @@ class Strategy:
             raise ConfigError(f"--schedule must be gpipe, 1f1b or interleaved, got {self.schedule!r}")
         if self.partition not in PARTITIONS:
             raise ConfigError(f"--partition must be auto, layers, optimal, time or count, got {self.partition!r}")
+        split = LayerSplit.of(self)
+        split.check()
+        if split.given and self.partition not in ("auto", "layers"):
+            raise ConfigError(f"{split.flags()} places Megatron-Core's layers per stage: use --partition auto or "
+                              f"layers, not {self.partition}")
+        if split.given and self.reference_compat:
+            raise ConfigError(f"{split.flags()} has no --reference-compat form (the original splits by op count)")
         if self.schedule == "interleaved":
             if self.virtual_stages < 2:
                 raise ConfigError(f"--schedule interleaved needs --virtual-stages 2 or more, got {self.virtual_stages}")
@@ -230,6 +278,7 @@ class Strategy:
             raise ConfigError("--reference-compat reproduces the original's -case runs; it does not combine "
                               "with --dp/--tp/--pp")
         self._validate_context()
+        self._validate_experts()
         if num_gpus is not None and self.hybrid:
             dp, tp, pp = self.degrees(num_gpus)
             cp = self.context_degree
@@ -243,6 +292,19 @@ class Strategy:
             raise ConfigError(f"--recompute must be none, selective or full, got {self.recompute!r}")
         if self.recompute != "none" and not self.hybrid:
             raise ConfigError("--recompute needs the degrees of a hybrid run: give --dp/--tp/--pp (not -case)")
+        spec = self.recompute_spec  # checks the method, layer count and modules
+        if self.recompute != "full" and (spec.method != "uniform" or spec.num_layers != 1):
+            raise ConfigError("--recompute-method/--recompute-num-layers need --recompute full (Megatron's "
+                              "--recompute-granularity full)")
+        if self.offload_activations is not None:
+            if not self.hybrid:
+                raise ConfigError("--offload-activations needs the degrees of a hybrid run: give --dp/--tp/--pp")
+            if self.recompute != "none":
+                raise ConfigError("--offload-activations with --recompute: Megatron-Core does not offload activations "
+                                  "while it recomputes them (cpu_offloading with recompute_granularity); choose one")
+        if self.recompute != "selective" and spec.modules != DEFAULT_MODULES:
+            raise ConfigError("--recompute-modules needs --recompute selective (Megatron's --recompute-granularity "
+                              "selective)")
         if (self.zero or self.sequence_parallel) and not self.hybrid:
             raise ConfigError("--zero and --sequence-parallel need the degrees: give --dp/--tp/--pp instead of -case")
         self._validate_overlaps()
@@ -267,6 +329,19 @@ class Strategy:
                               "it there is no parameter all-gather to overlap")
         if self.overlap_param_gather and not self.overlap_grad_reduce:
             raise ConfigError("--overlap-param-gather needs --overlap-grad-reduce (as Megatron-LM requires)")
+
+    def _validate_experts(self) -> None:
+        for flag, value in (("--ep", self.ep), ("--etp", self.etp)):
+            if value is not None and value < 1:
+                raise ConfigError(f"{flag} must be a positive integer, got {value}")
+            if (value or 1) > 1 and not self.hybrid:
+                raise ConfigError(f"{flag} needs the degrees of a hybrid run: give --dp/--tp/--pp (not -case); expert "
+                                  "parallelism is folded over their tp x cp x dp GPUs")
+        if self.moe_token_dispatcher not in MOE_DISPATCHERS:
+            raise ConfigError(f"--moe-token-dispatcher must be one of {', '.join(MOE_DISPATCHERS)}, got "
+                              f"{self.moe_token_dispatcher!r}")
+        if not (isinstance(self.moe_imbalance, (int, float)) and 1.0 <= self.moe_imbalance <= 1e6):
+            raise ConfigError(f"--moe-imbalance must be a number from 1 (balanced) up, got {self.moe_imbalance!r}")
 
     def _validate_context(self) -> None:
         if self.cp_comm_type not in CP_COMM_TYPES:
@@ -300,6 +375,11 @@ class Strategy:
                                    else (a for a in self.rank_order if a != "cp")),
             "exact": self.exact,
             "recompute": self.recompute,
+            **({"recompute_method": self.recompute_method, "recompute_num_layers": self.recompute_num_layers}
+               if self.recompute == "full" and self.recompute_spec.partial else {}),
+            **({"recompute_modules": list(self.recompute_modules)}
+               if self.recompute == "selective" and tuple(self.recompute_modules) != DEFAULT_MODULES else {}),
+            **({"offload_activations": self.offload_activations} if self.offload_activations is not None else {}),
             "tp_comm_overlap": self.tp_comm_overlap,
             "overlap_grad_reduce": self.overlap_grad_reduce,
             "overlap_param_gather": self.overlap_param_gather,
@@ -307,4 +387,8 @@ class Strategy:
             "pipeline_scatter_gather": self.pipeline_scatter_gather,
             "cp": self.context_degree,
             **({"cp_comm_type": self.cp_comm_type} if self.context_degree > 1 else {}),
+            **({"ep": self.expert_degree, "etp": self.expert_tensor_degree,
+                "moe_token_dispatcher": self.moe_token_dispatcher, "moe_imbalance": self.moe_imbalance,
+                "moe_shared_expert_overlap": self.moe_shared_expert_overlap}
+               if self.expert_degree > 1 or self.expert_tensor_degree > 1 else {}),
         }

@@ -42,6 +42,9 @@ schema) holds what the roofline op-time model needs to know about a GPU:
   while it runs (one CUDA block per channel, each on an SM of its own), with
   ``sources.collective_sms``; with ``sm_count`` it turns on SM sharing in the scheduler
   (:mod:`triosim.schedule.sm_sharing`). Without it, communication takes no SMs.
+- optional ``host_link_gbps``: GB/s each way between the GPU and its host's memory (PCIe, or
+  NVLink-C2C on a Grace-Blackwell superchip), with ``sources.host_link_gbps``; activation offload
+  copies over it. Without it, ``--offload-activations`` is refused on that GPU.
 
 Names are case-insensitive; ``aliases`` lists other names a device answers to (``h100`` is the
 SXM part); an alias must be unambiguous across the database. Every problem with a file is a
@@ -69,7 +72,7 @@ PEAK_FIELDS = ("matrix_tflops", "vector_tflops", "hbm_gbps", "memory_gb")
 REQUIRED = ("name", "memory_gb", "hbm_gbps", "launch_floor_us", "matrix_tflops", "vector_tflops", "efficiency",
             "sources")
 KEYS = frozenset((*REQUIRED, "display_name", "vendor", "aliases", "notes", "sm_count", "block_read_gbps", "node_fabric",
-                  "processing_mode", "collective_sms", "fp8_recipes"))
+                  "processing_mode", "collective_sms", "fp8_recipes", "host_link_gbps"))
 PER_TENSOR_FP8 = ("delayed", "current")  # the recipes of a GPU with an fp8 peak whose file names none
 EFFICIENCY_KEYS = frozenset(("compute", "memory", "source"))
 EFFICIENCY_OPTIONAL = frozenset(("compute_by_dtype", "vector"))
@@ -124,6 +127,7 @@ class Device:
     node_fabric: str | None = None  # the shipped topology file of the system this GPU is sold in
     collective_sms: int | None = None  # SMs one NCCL collective or send occupies (None: SM sharing off)
     fp8_recipe_names: tuple[str, ...] | None = None  # the file's fp8_recipes (None: not given)
+    host_link_bytes_per_s: float | None = None  # GPU <-> host memory, each way (activation offload)
 
     @property
     def fp8_recipes(self) -> tuple[str, ...]:
@@ -347,6 +351,11 @@ def parse_device(where: str, data: Any) -> Device:
         if not isinstance(sources.get("collective_sms"), str) or not sources["collective_sms"].strip():
             raise ConfigError(f"{where}: missing field sources.collective_sms (where that number comes from)")
         comm_sms = int(comm_sms)
+    host_link = None
+    if "host_link_gbps" in data:
+        host_link = _quantity(where, "host_link_gbps", data["host_link_gbps"], "gbps")
+        if not isinstance(sources.get("host_link_gbps"), str) or not sources["host_link_gbps"].strip():
+            raise ConfigError(f"{where}: missing field sources.host_link_gbps (where that number comes from)")
     block_rate = None
     if "block_read_gbps" in data:
         block_rate = _quantity(where, "block_read_gbps", data["block_read_gbps"], "gbps")
@@ -394,6 +403,7 @@ def parse_device(where: str, data: Any) -> Device:
         node_fabric=fabric,
         collective_sms=comm_sms,
         fp8_recipe_names=recipes,
+        host_link_bytes_per_s=host_link,
     )
 
 

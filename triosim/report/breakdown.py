@@ -31,7 +31,7 @@ from .intervals import union as _union
 from .intervals import union_of_columns
 
 COMPUTE_PARTS = ("forward", "backward", "recompute", "optimizer")
-COMM_PARTS = ("tp", "cp", "pp", "dp", "memory", "other")
+COMM_PARTS = ("tp", "cp", "ep", "pp", "dp", "memory", "other")
 PARTS = (*COMPUTE_PARTS, *(f"exposed_{c}" for c in COMM_PARTS), "idle")
 
 
@@ -53,7 +53,7 @@ def comm_purpose(kind: str, attrs: dict | None, default: str) -> str:
         return "memory"
     attrs = attrs or {}
     group = attrs.get("group_kind")
-    if group in ("tp", "cp", "pp", "dp"):
+    if group in ("tp", "cp", "ep", "pp", "dp"):
         return group
     if "direction" in attrs:  # a pipeline send of activations or their gradients
         return "pp"

@@ -56,7 +56,7 @@ def breakdown_line(result: Result) -> str:
     mean = block.get("mean") if block else None
     if not mean:
         return ""
-    names = {"exposed_tp_ms": "exposed TP", "exposed_cp_ms": "exposed CP", "exposed_pp_ms": "exposed PP",
+    names = {"exposed_tp_ms": "exposed TP", "exposed_cp_ms": "exposed CP", "exposed_ep_ms": "exposed EP (dispatch/combine)", "exposed_pp_ms": "exposed PP",
              "exposed_dp_ms": "exposed DP",
              "exposed_memory_ms": "exposed memory", "exposed_other_ms": "exposed other comm",
              "idle_ms": "idle/bubble"}
@@ -170,8 +170,14 @@ def print_summary(result: Result, console: Console, title: str = "") -> None:
             console.print("Tensor parallel: per-op scheme")
     rec = hybrid_tp.get("recompute") or {}
     if rec.get("mode", "none") != "none":
-        console.print(f"Recomputation: {rec['mode']}, {rec['rerun_ops']} forward op(s) re-run in "
+        console.print(f"Recomputation: {rec.get('label', rec['mode'])}, {rec['rerun_ops']} forward op(s) re-run in "
                       f"{rec['units']} unit(s), {rec['rerun_traced_s'] * 1e3:.2f} ms traced")
+    off = hybrid_tp.get("offload")
+    if off:
+        per = off["bytes_per_layer"][0] if off["bytes_per_layer"] else 0
+        console.print(f"Activation offload: {off['setting']} ({len(off['layers'])} layer(s)), {human_bytes(per)} a layer "
+                      f"and micro-batch over the {off['host_link_gbps']:g} GB/s host link, host memory peak "
+                      f"{human_bytes(off['host_peak_bytes'])}")
     if hybrid_tp:
         _print_hybrid(console, meta.get("parallel", {}), hybrid_tp, result.extra.get("batch_size_sim"))
     if "pipeline" in meta:
@@ -204,13 +210,19 @@ def _print_hybrid(console: Console, parallel: dict, hybrid: dict, batch: int | N
                       f"{2 * context['cp']} chunks; per layer and rank: exchange {human_bytes(sent['forward'])} "
                       f"forward, {human_bytes(sent['backward'])} backward; buffers {human_bytes(held['forward'])} / "
                       f"{human_bytes(held['backward'])} while attention runs")
+    experts = hybrid.get("expert_parallel")
+    if experts:
+        etp = f" × etp {experts['etp']}" if experts.get("etp", 1) > 1 else ""
+        console.print(f"  expert parallel: ep {experts['ep']}{etp} × edp {experts['edp']} ({experts['dispatcher']}), "
+                      f"{experts['local_experts']} of {experts['experts']} experts a GPU, top {experts['top_k']}; "
+                      f"busiest rank {experts['busiest_rank_factor']:g}× the mean; per MoE layer and direction a "
+                      f"rank exchanges {human_bytes(experts['routed_bytes_per_layer'])} of permuted tokens")
     for kind, c in hybrid.get("collectives_dp0_tp0", {}).items():
         console.print(f"  {kind.upper()} groups (one pipeline): {c['collectives']} collective(s), "
                       f"{human_bytes(c['payload_bytes'])} payload, {human_bytes(c['wire_bytes_per_gpu'])} sent per GPU")
     stages = parallel.get("pp") or 1
     if stages > 1 and hybrid.get("partition"):
-        console.print(f"  stage cuts: {hybrid['partition']}"
-                      + (" (Megatron-LM's: equal transformer layers per stage)" if hybrid["partition"] == "layers" else ""))
+        print_stage_cuts(console, hybrid)
     one = stages > 1 and hybrid.get("micro_batches") == 1
     if one:
         console.print(f"  [yellow]hint:[/yellow] {one_micro_batch_hint(stages, batch)}")
@@ -267,6 +279,22 @@ def one_micro_batch_hint(stages: int, batch: int | None) -> str:
 _SMALL_STAGE = re.compile(r"^stage (\d+) holds ([\d.]+%) of the compute \(under ([\d.]+%)\): (.*)$")
 
 
+def print_stage_cuts(console: Console, facts: dict) -> None:
+    """How the pipeline stages were cut; cut at layers, the layers per stage as a Megatron layout
+    string and, for a split other than the equal one, how it was chosen."""
+    partition = facts["partition"]
+    if partition != "layers":
+        console.print(f"  stage cuts: {partition}")
+        return
+    split = facts.get("layer_split")
+    rule = "Megatron-Core's layers per stage" if split else "Megatron-LM's: equal transformer layers per stage"
+    console.print(f"  stage cuts: layers ({rule})")
+    if facts.get("layout"):
+        console.print(f"  layout: {facts['layout']} (E embedding, t transformer layer, L loss)")
+    if split:
+        console.print(f"  layer split: {split}")
+
+
 def fold_stage_warnings(warnings: list[str], drop_small: bool = False) -> list[str]:
     """The plan's warnings with the small-stage ones (one per stage) folded into one line;
     ``drop_small``: leave them out (the one-micro-batch hint says why they are small)."""
@@ -309,6 +337,10 @@ def _print_pipeline(console: Console, result: Result, pp: dict) -> None:
     batch = result.extra.get("batch_size_sim") or (sum(mbs) if not compat else None)
     console.print(f"Pipeline: {pp.get('schedule')} schedule, {micro_batch_text(mbs, batch, compat)}, "
                   f"{pp.get('partition')} partition")
+    if pp.get("layout"):
+        console.print(f"  layout: {pp['layout']} (E embedding, t transformer layer, L loss)")
+    if pp.get("layer_split"):
+        console.print(f"  layer split: {pp['layer_split']}")
     stages = pp.get("stages", [])
     times = None if compat else _stage_times(result)
     for st in stages:

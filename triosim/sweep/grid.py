@@ -20,6 +20,7 @@ from typing import Any
 
 from ..config import DEFAULT_WORD, FlagSpec, FlagTable
 from ..config.files import read_settings_mapping
+from ..config.layout_flags import DESTS as LAYOUT_DESTS
 from ..errors import ConfigError
 
 __all__ = ["DEFAULT_WORD", "MAX_AXIS_VALUES", "MAX_SWEEP_POINTS", "NOT_APPLICABLE", "Axis", "FlagSpec", "FlagTable", "Grid", "Point", "build_grid",
@@ -166,12 +167,21 @@ APPLIES: dict[str, Callable[[Mapping[str, Any]], bool]] = {
     "collective_protocol": _has_collectives,
     "bucket_mb": lambda c: c.get("case") == 2 or _degree(c, "dp") > 1 or _degree(c, "cp") > 1,
     "cp_comm_type": lambda c: _degree(c, "cp") > 1,
+    # expert parallelism is folded over the data ranks: its options apply where it splits experts
+    "moe_token_dispatcher": lambda c: _degree(c, "ep") > 1,
+    "moe_imbalance": lambda c: _degree(c, "ep") > 1,
+    "moe_shared_expert_overlap": lambda c: _degree(c, "ep") > 1,
+    # recomputation's details belong to one granularity each (alone they imply it)
+    "recompute_method": lambda c: _hybrid(c) and c.get("recompute") != "selective",
+    "recompute_num_layers": lambda c: _hybrid(c) and c.get("recompute") != "selective",
+    "recompute_modules": lambda c: _hybrid(c) and c.get("recompute") != "full",
     # A hybrid run cuts each replica's batch into micro-batches whatever its pp (gradient
     # accumulation): the micro-batch applies to every point given as degrees.
     "micro_batch_size": lambda c: _pipelined(c) or _hybrid(c),
     "schedule": _pipelined,
     "partition": _pipelined,
     "virtual_stages": _pipelined,
+    **dict.fromkeys(LAYOUT_DESTS, _pipelined),  # the layer cuts of a pipeline
 }
 
 

@@ -147,7 +147,7 @@ def _baseline_label(row: Row) -> str:
 
     ns = row.point.namespace()
     if degrees_given(ns):
-        degrees = " × ".join(f"{k}{getattr(ns, k)}" for k in ("dp", "tp", "pp", "cp")
+        degrees = " × ".join(f"{k}{getattr(ns, k)}" for k in ("dp", "tp", "pp", "cp", "ep")
                              if getattr(ns, k, None) is not None)
         return f"{degrees}, {_gpus_text(_gpus_used(row))}"
     case = row.point.get("case")

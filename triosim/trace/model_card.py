@@ -14,6 +14,12 @@ log-sum-exp), ``position`` (``learned``: a position-embedding table of ``seq_len
 shipped cards cite the public source of each number under ``sources`` and the published
 parameter count under ``published_params``.
 
+Mixture-of-experts cards and the attention variants of 2024–25 models add the optional
+``moe``, ``mla``, ``sliding_window``, ``head_dim`` and ``mtp_layers`` keys
+(:mod:`triosim.trace.card_variants`), and ``published_active_params`` (parameters one token
+uses, as the model's authors count them: ``active_counts_embedding: false`` when their count
+leaves the input embedding out).
+
 Every problem in a card is one :class:`~triosim.errors.ConfigError` line naming the file and
 the key (a misspelt key gets a "did you mean").
 """
@@ -35,6 +41,18 @@ from typing import Any
 from ..errors import ConfigError
 from ..limits import MAX_LAYERS
 from ..safe_yaml import parse_yaml_text, read_text_file
+from .card_variants import (
+    NESTED_SOURCE_KEYS,
+    MlaSpec,
+    MoeSpec,
+    WindowSpec,
+    attention_params,
+    mlp_params,
+    moe_mlp_params,
+    parse_mla,
+    parse_moe,
+    parse_window,
+)
 
 ACTIVATIONS = ("gelu", "swiglu")
 NORMS = ("layernorm", "rmsnorm")
@@ -48,7 +66,11 @@ COUNT_FIELDS = {"layers": MAX_LAYERS, "hidden": 1_000_000, "heads": 100_000, "kv
 CHOICE_FIELDS = {"activation": ACTIVATIONS, "norm": NORMS, "attention": ATTENTIONS, "position": POSITIONS}
 BOOL_FIELDS = ("tied_embeddings", "bias")
 REQUIRED = (*COUNT_FIELDS, *CHOICE_FIELDS, *BOOL_FIELDS)
-OPTIONAL = ("name", "description", "dropout", "published_params", "sources")
+OPTIONAL = ("name", "description", "dropout", "published_params", "sources", "head_dim", "moe", "mla",
+            "sliding_window", "mtp_layers", "published_active_params", "active_counts_embedding")
+# Not shapes: what the generated trace does not depend on.
+NOT_SHAPES = ("name", "description", "published_params", "published_active_params", "active_counts_embedding",
+              "sources", "path")
 KEYS = frozenset((*REQUIRED, *OPTIONAL))
 # A card's name: a plain file name, never a path (``../x``, ``/tmp/x``), a hidden name or ``..``.
 PLAIN_NAME = re.compile(r"(?!.*\.\.)[A-Za-z0-9][A-Za-z0-9._+-]{0,99}")
@@ -75,12 +97,34 @@ class ModelCard:
     dropout: float = 0.0
     description: str = ""
     published_params: float | None = None
+    head_dim_given: int | None = None  # ``head_dim`` when it is not hidden / heads
+    moe: MoeSpec | None = None
+    mla: MlaSpec | None = None
+    sliding_window: WindowSpec | None = None
+    mtp_layers: int = 0
+    published_active_params: float | None = None
+    active_counts_embedding: bool = True
     sources: dict[str, str] = field(default_factory=dict, compare=False, hash=False)
     path: str = field(default="", compare=False, hash=False)
 
     @property
     def head_dim(self) -> int:
-        return self.hidden // self.heads
+        return self.head_dim_given or self.hidden // self.heads
+
+    def is_moe_layer(self, layer: int) -> bool:
+        """Layer ``layer`` (0-based; the MTP layers after the main ones) has an MoE MLP."""
+        return self.moe is not None and (layer >= self.layers or self.moe.is_moe_layer(layer))
+
+    @property
+    def moe_layers(self) -> int:
+        """MoE layers of the main model (the MTP layers not counted)."""
+        return sum(self.is_moe_layer(i) for i in range(self.layers))
+
+    @property
+    def uniform_layers(self) -> bool:
+        """Every layer alike (a trace of two layers repeats to the card's depth)."""
+        return (self.moe is None or self.moe_layers == self.layers) and self.mtp_layers == 0 and (
+            self.sliding_window is None or len(set(self.sliding_window.pattern)) == 1)
 
     def with_seq_len(self, seq_len: int) -> ModelCard:
         """The card trained at another sequence length (``--seq-len``)."""
@@ -89,7 +133,7 @@ class ModelCard:
     def shape_key(self) -> dict[str, Any]:
         """What the generated trace depends on (not the name, description or sources)."""
         data = asdict(self)
-        for k in ("name", "description", "published_params", "sources", "path"):
+        for k in NOT_SHAPES:
             data.pop(k)
         return data
 
@@ -98,19 +142,53 @@ class ModelCard:
         text = json.dumps(self.shape_key(), sort_keys=True)
         return hashlib.sha256(text.encode()).hexdigest()
 
-    def parameter_count(self) -> int:
-        """Parameters implied by the shapes (the closed form the generated trace must match)."""
-        h, f, kv = self.hidden, self.ffn, self.kv_heads * self.head_dim
-        norm = 2 * h if self.norm == "layernorm" else h
-        attn = h * h + 2 * h * kv + h * h + ((h + 2 * kv + h) if self.bias else 0)
-        if self.activation == "gelu":
-            mlp = 2 * h * f + ((f + h) if self.bias else 0)
+    def _norm_params(self) -> int:
+        return 2 * self.hidden if self.norm == "layernorm" else self.hidden
+
+    def layer_parameters(self, layer: int, routed: int | None = None) -> int:
+        """Layer ``layer``'s parameters (its MoE MLP with ``routed`` of its experts; default all)."""
+        h, norm = self.hidden, self._norm_params()
+        window = self.sliding_window
+        attn = attention_params(h, self.heads, self.kv_heads, self.head_dim, self.bias, self.mla,
+                                norm // h, window is not None and window.sinks)
+        if self.is_moe_layer(layer):
+            assert self.moe is not None
+            mlp = moe_mlp_params(h, self.moe, self.activation, self.bias, routed)
         else:
-            mlp = 3 * h * f + ((2 * f + h) if self.bias else 0)
-        layer = 2 * norm + attn + mlp
-        embed = self.vocab * h + (self.seq_len * h if self.position == "learned" else 0)
-        head = 0 if self.tied_embeddings else self.vocab * h
-        return self.layers * layer + embed + norm + head
+            mlp = mlp_params(h, self.ffn, self.activation, self.bias)
+        return 2 * norm + attn + mlp
+
+    def _embedding_parameters(self) -> int:
+        return self.vocab * self.hidden + (self.seq_len * self.hidden if self.position == "learned" else 0)
+
+    def parameter_count(self) -> int:
+        """Parameters implied by the shapes (the closed form the generated trace must match),
+        the multi-token-prediction modules left out (:meth:`mtp_parameter_count`)."""
+        head = 0 if self.tied_embeddings else self.vocab * self.hidden
+        body = sum(self.layer_parameters(i) for i in range(self.layers))
+        return body + self._embedding_parameters() + self._norm_params() + head
+
+    def mtp_parameter_count(self) -> int:
+        """The multi-token-prediction modules' own parameters (DeepSeek-V3: each two norms of its
+        inputs, a 2·hidden → hidden projection, one transformer layer and a final norm; the
+        embedding and the LM head are the main model's)."""
+        h = self.hidden
+        one = 3 * self._norm_params() + 2 * h * h + self.layer_parameters(self.layers - 1)
+        return self.mtp_layers * one
+
+    def active_parameter_count(self) -> int:
+        """Parameters one token goes through: every MoE layer with ``top_k`` of its routed experts
+        (the input embedding left out when ``active_counts_embedding`` is false, as the model's
+        authors count it); the MTP modules left out."""
+        if self.moe is None:
+            total = self.parameter_count()
+        else:
+            head = 0 if self.tied_embeddings else self.vocab * self.hidden
+            body = sum(self.layer_parameters(i, self.moe.top_k) for i in range(self.layers))
+            total = body + self._embedding_parameters() + self._norm_params() + head
+        if not self.active_counts_embedding:
+            total -= self.vocab * self.hidden if not self.tied_embeddings else 0
+        return total
 
 
 # ----------------------------------------------------------------------------- reading
@@ -129,6 +207,13 @@ def _count(where: str, key: str, value: Any) -> int:
     if not 1 <= value <= limit:
         shown = str(value) if len(str(value)) <= 24 else f"a number of {len(str(value))} digits"
         raise ConfigError(f"{where}: {key}: must be between 1 and {limit:,}, got {shown}")
+    return value
+
+
+def _whole_key(where: str, key: str, value: Any, high: int, low: int = 1) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
+        shown = repr(value) if len(repr(value)) <= 40 else repr(value)[:37] + "..."
+        raise ConfigError(f"{where}: {key}: must be a whole number from {low} to {high:,}, got {shown}")
     return value
 
 
@@ -190,7 +275,10 @@ def parse_card(where: str, data: Any, default_name: str = "") -> ModelCard:
         if not isinstance(data[key], bool):
             raise ConfigError(f"{where}: {key}: must be true or false, got {str(data[key])[:40]!r}")
         flags[key] = data[key]
-    if counts["hidden"] % counts["heads"]:
+    head_dim = data.get("head_dim")
+    if head_dim is not None:
+        head_dim = _whole_key(where, "head_dim", head_dim, 100_000)
+    elif counts["hidden"] % counts["heads"]:
         raise ConfigError(f"{where}: heads: {counts['heads']} does not divide hidden {counts['hidden']} "
                           "(each head is hidden / heads wide)")
     if counts["kv_heads"] > counts["heads"] or counts["heads"] % counts["kv_heads"]:
@@ -200,11 +288,26 @@ def parse_card(where: str, data: Any, default_name: str = "") -> ModelCard:
     published = data.get("published_params")
     if published is not None:
         published = _number(where, "published_params", published, 1.0, 1e15)
+    active = data.get("published_active_params")
+    if active is not None:
+        active = _number(where, "published_active_params", active, 1.0, 1e15)
+    counts_embedding = data.get("active_counts_embedding", True)
+    if not isinstance(counts_embedding, bool):
+        raise ConfigError(f"{where}: active_counts_embedding: must be true or false, got {str(counts_embedding)[:40]!r}")
+    moe = parse_moe(where, data["moe"], counts["layers"]) if "moe" in data else None
+    mla = parse_mla(where, data["mla"]) if "mla" in data else None
+    window = parse_window(where, data["sliding_window"], counts["seq_len"] * 1000) if "sliding_window" in data \
+        else None
+    if mla is not None and window is not None:
+        raise ConfigError(f"{where}: sliding_window: not with mla (no model combines them)")
+    if mla is not None and (flags["bias"] or choices["attention"] != "flash"):
+        raise ConfigError(f"{where}: mla: needs bias false and attention flash (as DeepSeek's models have them)")
+    mtp = _whole_key(where, "mtp_layers", data["mtp_layers"], 16, low=0) if "mtp_layers" in data else 0
     sources = data.get("sources", {})
     if not isinstance(sources, dict):
         raise ConfigError(f"{where}: sources: must map a field name to the public source of its number")
     for key, text in sources.items():
-        if not isinstance(key, str) or key not in KEYS - {"sources", "name", "description"}:
+        if not isinstance(key, str) or key not in (KEYS | NESTED_SOURCE_KEYS) - {"sources", "name", "description"}:
             raise ConfigError(f"{where}: sources: unknown key {str(key)[:40]!r}{_close(str(key), sorted(REQUIRED))}")
         _text(where, f"sources.{key}", text)
     name = _name(where, data["name"]) if "name" in data else default_name
@@ -212,7 +315,9 @@ def parse_card(where: str, data: Any, default_name: str = "") -> ModelCard:
         raise ConfigError(f"{where}: missing key 'name'")
     description = _text(where, "description", data["description"], one_line=True) if "description" in data else ""
     return ModelCard(name=name, **counts, **choices, **flags, dropout=dropout, description=description,
-                     published_params=published, sources={k: " ".join(v.split()) for k, v in sources.items()},
+                     published_params=published, head_dim_given=head_dim, moe=moe, mla=mla,
+                     sliding_window=window, mtp_layers=mtp, published_active_params=active,
+                     active_counts_embedding=counts_embedding, sources={k: " ".join(v.split()) for k, v in sources.items()},
                      path=where)
 
 

@@ -7,7 +7,7 @@ What one step of a decoder-only transformer runs, op by op, as PyTorch's profile
 - per layer: norm → Q, K, V linears (K and V ``kv_heads × head_dim`` wide: grouped-query
   attention) → rotary embedding of Q and K (``position: rope``) → the attention core →
   output projection → dropout → residual add → norm → MLP (GELU: fc1, GELU, fc2; SwiGLU: gate
-  and up linears, SiLU of the gate times up, down linear) → dropout → residual add;
+  and up linears, one fused SwiGLU op as Megatron-Core's, down linear) → dropout → residual add;
 - final norm, LM head (the embedding's weight when tied), cross-entropy loss;
 - the backward pass in reverse (the Q/K/V and gate/up input gradients summed by partner-less
   accumulation ops, each norm's backward adding the residual gradient, a tied embedding's two
@@ -38,10 +38,13 @@ from pathlib import Path
 
 from .model_card import ModelCard
 from .synthetic import write_trace_csvs
+from .synthetic_mla import mla_backward, mla_forward
+from .synthetic_moe import moe_backward, moe_forward
+from .synthetic_mtp import mtp_backward, mtp_forward
 
 FP32 = 4
 # Bumped whenever the rows written for a card change: cached traces of older versions are not reused.
-CARD_TRACE_VERSION = 1
+CARD_TRACE_VERSION = 4
 
 
 @dataclass(frozen=True)
@@ -65,6 +68,7 @@ class _CardTrace:
         self.b, self.s, self.h = spec.batch_size, c.seq_len, c.hidden
         self.hd = c.head_dim
         self.kvw = c.kv_heads * self.hd
+        self.qw = c.heads * self.hd  # the query (and attention output) width: hidden unless head_dim says
         self.tensors: list[tuple[int, tuple[int, ...], str]] = []
         self.ops: list[tuple[str, list[int], list[int], float, str, int]] = []
         self.size: dict[int, int] = {}
@@ -119,11 +123,11 @@ class _CardTrace:
         self.op("aten::native_dropout", [x], [out, mask])
         return out, mask
 
-    def norm(self, x: int) -> dict:
-        h = self.h
+    def norm(self, x: int, width: int | None = None) -> dict:
+        h = self.h if width is None else width
         n: dict = {"x": x, "w": self.param((h,))}
         n["b"] = self.param((h,), "bias") if self.c.norm == "layernorm" else None
-        n["y"] = self.act()
+        n["y"] = self.act(h)
         stats = (self.b, self.s, 1)
         if self.c.norm == "layernorm":
             n["stats"] = [self.new(stats, nbytes=FP32), self.new(stats, nbytes=FP32)]  # mean, rstd
@@ -133,11 +137,11 @@ class _CardTrace:
             self.op("aten::_fused_rms_norm", [x, n["w"]], [n["y"], *n["stats"]])
         return n
 
-    def linear(self, x: int, width_in: int, width_out: int) -> dict:
+    def linear(self, x: int, width_in: int, width_out: int, tp: int = 1) -> dict:
         lin: dict = {"x": x, "w": self.param((width_out, width_in))}
         lin["b"] = self.param((width_out,), "bias") if self.c.bias else None
         lin["y"] = self.act(width_out)
-        self.op("aten::linear", [x, lin["w"]] + ([lin["b"]] if lin["b"] else []), [lin["y"]], tp=1)
+        self.op("aten::linear", [x, lin["w"]] + ([lin["b"]] if lin["b"] else []), [lin["y"]], tp=tp)
         return lin
 
     def rope(self, t: int, width: int, table: int) -> int:
@@ -145,7 +149,7 @@ class _CardTrace:
         self.op("aten::mul", [t, table], [out])
         return out
 
-    def attention_core(self, L: dict) -> None:
+    def attention_core(self, L: dict, sliding: bool = False) -> None:
         b, s, hd, heads, kv = self.b, self.s, self.hd, self.c.heads, self.c.kv_heads
         q4 = self.view(L["qr"], (b, heads, s, hd))
         k4 = self.view(L["kr"], (b, kv, s, hd))
@@ -153,8 +157,15 @@ class _CardTrace:
         L["ctx"] = self.new((b, heads, s, hd))
         if self.c.attention == "flash":
             L["lse"] = self.new((b, heads, s), nbytes=FP32)
-            self.op("aten::_scaled_dot_product_flash_attention", [q4, k4, v4], [L["ctx"], L["lse"]])
-            L["core_in"] = [q4, k4, v4]
+            keys, values = k4, v4
+            if sliding:  # each query sees the window's keys: the op's work is s × window, not s × s
+                w = min(self.c.sliding_window.window, s)
+                keys, values = self.view(L["kr"], (b, kv, w, hd)), self.view(L["v"]["y"], (b, kv, w, hd))
+            L["core_in"] = [q4, keys, values]
+            if self.c.sliding_window is not None and self.c.sliding_window.sinks:  # a learned sink logit per head
+                L["sink"] = self.param((heads,))
+                L["core_in"].append(L["sink"])
+            self.op("aten::_scaled_dot_product_flash_attention", L["core_in"], [L["ctx"], L["lse"]])
             return
         if kv < heads:  # grouped-query attention, unfused: each K/V head repeated for its query heads
             L["k_rep"], L["v_rep"] = self.new((b, heads, s, hd)), self.new((b, heads, s, hd))
@@ -168,32 +179,51 @@ class _CardTrace:
         L["pd"], L["att_mask"] = self.dropout(L["probs"])
         self.op("aten::matmul", [L["pd"], v4], [L["ctx"]])
 
-    def layer(self, x: int, table: int | None) -> tuple[dict, int]:
-        h, kvw = self.h, self.kvw
+    def mlp(self, x: int, f: int) -> dict:
+        """A dense MLP of inner width ``f`` on ``x``: its buffers, ``["out"]`` its output."""
+        h = self.h
+        L: dict = {}
+        if self.c.activation == "gelu":
+            L["fc1"] = self.linear(x, h, f)
+            L["a"] = self.act(f)
+            self.op("aten::gelu", [L["fc1"]["y"]], [L["a"]])
+        else:
+            L["gate"], L["up"] = self.linear(x, h, f), self.linear(x, h, f)
+            L["a"] = self.act(f)
+            # Megatron-Core's fused SwiGLU (bias_swiglu_fusion, on by default; SwiGLUFunction in
+            # megatron/core/fusions/fused_bias_swiglu.py): one kernel that saves only its input,
+            # the gate and up projections, and recomputes SiLU in its backward
+            self.op("SwiGLUFunction", [L["gate"]["y"], L["up"]["y"]], [L["a"]])
+        L["fc2"] = self.linear(L["a"], f, h)
+        L["out"], L["f"] = L["fc2"]["y"], f
+        return L
+
+    def layer(self, x: int, table: int | None, index: int = 0) -> tuple[dict, int]:
+        h, kvw, qw = self.h, self.kvw, self.qw
         L: dict = {"x": x, "n1": self.norm(x)}
         ln1 = L["n1"]["y"]
-        L["q"], L["k"], L["v"] = self.linear(ln1, h, h), self.linear(ln1, h, kvw), self.linear(ln1, h, kvw)
-        L["qr"], L["kr"] = L["q"]["y"], L["k"]["y"]
-        if table is not None:
-            L["qr"], L["kr"] = self.rope(L["q"]["y"], h, table), self.rope(L["k"]["y"], kvw, table)
-        self.attention_core(L)
-        L["o"] = self.linear(self.view(L["ctx"], (self.b, self.s, h)), h, h)
+        if self.c.mla is not None:
+            mla_forward(self, L, ln1, table)
+            qw = self.c.heads * self.c.mla.v_head_dim
+        else:
+            L["q"], L["k"], L["v"] = self.linear(ln1, h, qw), self.linear(ln1, h, kvw), self.linear(ln1, h, kvw)
+            L["qr"], L["kr"] = L["q"]["y"], L["k"]["y"]
+            if table is not None:
+                L["qr"], L["kr"] = self.rope(L["q"]["y"], qw, table), self.rope(L["k"]["y"], kvw, table)
+            window = self.c.sliding_window
+            self.attention_core(L, window is not None and window.is_sliding(index))
+        L["o"] = self.linear(self.view(L["ctx"], (self.b, self.s, qw)), qw, h)
         od, L["m1"] = self.dropout(L["o"]["y"])
         L["x1"] = self.act()
         self.op("aten::add", [x, od], [L["x1"]])
         L["n2"] = self.norm(L["x1"])
-        ln2, f = L["n2"]["y"], self.c.ffn
-        if self.c.activation == "gelu":
-            L["fc1"] = self.linear(ln2, h, f)
-            L["a"] = self.act(f)
-            self.op("aten::gelu", [L["fc1"]["y"]], [L["a"]])
+        if self.c.is_moe_layer(index):
+            L["moe"] = moe_forward(self, L["n2"]["y"])
+            mlp_out = L["moe"]["y"]
         else:
-            L["gate"], L["up"] = self.linear(ln2, h, f), self.linear(ln2, h, f)
-            L["silu"], L["a"] = self.act(f), self.act(f)
-            self.op("aten::silu", [L["gate"]["y"]], [L["silu"]])
-            self.op("aten::mul", [L["silu"], L["up"]["y"]], [L["a"]])
-        L["fc2"] = self.linear(L["a"], f, h)
-        fd, L["m2"] = self.dropout(L["fc2"]["y"])
+            L["mlp"] = self.mlp(L["n2"]["y"], self.c.ffn)
+            mlp_out = L["mlp"]["out"]
+        fd, L["m2"] = self.dropout(mlp_out)
         out = self.act()
         self.op("aten::add", [L["x1"], fd], [out])
         return L, out
@@ -207,12 +237,12 @@ class _CardTrace:
         self.bwd("NativeDropoutBackward0", [g, mask], [out])
         return out
 
-    def linear_bwd(self, g: int, lin: dict, grad_in_shape: tuple[int, ...] | None = None) -> int:
+    def linear_bwd(self, g: int, lin: dict, grad_in_shape: tuple[int, ...] | None = None, tp: int = 1) -> int:
         gx = self.new(grad_in_shape or self.tensors[lin["x"] - 1][1])
         if lin["b"] is not None:
-            self.bwd("AddmmBackward0", [g, lin["w"], lin["x"]], [gx, *self.grads(lin["w"], lin["b"])], tp=1)
+            self.bwd("AddmmBackward0", [g, lin["w"], lin["x"]], [gx, *self.grads(lin["w"], lin["b"])], tp=tp)
         else:
-            self.bwd("MmBackward0", [g, lin["x"], lin["w"]], [gx, *self.grads(lin["w"])], tp=1)
+            self.bwd("MmBackward0", [g, lin["x"], lin["w"]], [gx, *self.grads(lin["w"])], tp=tp)
         return gx
 
     def summed(self, parts: list[int]) -> int:
@@ -226,7 +256,7 @@ class _CardTrace:
 
     def norm_bwd(self, g: int, n: dict, residual: int | None) -> int:
         """The norm's input gradient plus ``residual`` (the gradient the residual add passes by)."""
-        res = self.act()
+        res = self.act(self.tensors[n["w"] - 1][1][0])
         name = "NativeLayerNormBackward0" if self.c.norm == "layernorm" else "FusedRmsNormBackward0"
         ps = [n["w"]] + ([n["b"]] if n["b"] else [])
         extra = [residual] if residual is not None else []
@@ -238,7 +268,7 @@ class _CardTrace:
         if self.c.attention == "flash":
             gq, gk, gv = self.new((b, heads, s, hd)), self.new((b, kv, s, hd)), self.new((b, kv, s, hd))
             self.bwd("ScaledDotProductFlashAttentionBackward0", [g_ctx, *L["core_in"], L["ctx"], L["lse"]],
-                     [gq, gk, gv])
+                     [gq, gk, gv, *self.grads(L.get("sink"))])
             return gq, gk, gv
         g_pd, gv = self.new((b, heads, s, s)), self.new((b, heads, s, hd))
         self.bwd("BmmBackward0", [g_ctx, L["pd"], L["v4"]], [g_pd, gv])
@@ -254,25 +284,30 @@ class _CardTrace:
             gk, gv = gk_kv, gv_kv
         return gq, gk, gv
 
-    def layer_bwd(self, L: dict, res: int, table: int | None) -> int:
-        g = self.dropout_bwd(res, L["m2"])
+    def mlp_bwd(self, g: int, L: dict) -> int:
+        """The backward of :meth:`mlp` from its output gradient: its input's gradient."""
         g_a = self.linear_bwd(g, L["fc2"])
         if self.c.activation == "gelu":
             g_f1 = self.new(self.tensors[L["fc1"]["y"] - 1][1])
             self.bwd("GeluBackward0", [g_a, L["fc1"]["y"]], [g_f1])
-            g_ln2 = self.linear_bwd(g_f1, L["fc1"])
-        else:
-            g_silu, g_up = self.act(self.c.ffn), self.act(self.c.ffn)
-            self.bwd("MulBackward0", [g_a, L["silu"], L["up"]["y"]], [g_silu, g_up])
-            g_gate = self.act(self.c.ffn)
-            self.bwd("SiluBackward0", [g_silu, L["gate"]["y"]], [g_gate])
-            g_ln2 = self.summed([self.linear_bwd(g_up, L["up"]), self.linear_bwd(g_gate, L["gate"])])
+            return self.linear_bwd(g_f1, L["fc1"])
+        g_gate, g_up = self.act(L["f"]), self.act(L["f"])
+        self.bwd("SwiGLUFunctionBackward", [g_a, L["gate"]["y"], L["up"]["y"]], [g_gate, g_up])
+        return self.summed([self.linear_bwd(g_up, L["up"]), self.linear_bwd(g_gate, L["gate"])])
+
+    def layer_bwd(self, L: dict, res: int, table: int | None) -> int:
+        g = self.dropout_bwd(res, L["m2"])
+        g_ln2 = moe_backward(self, g, L["moe"]) if "moe" in L else self.mlp_bwd(g, L["mlp"])
         res2 = self.norm_bwd(g_ln2, L["n2"], res)
         g_o = self.dropout_bwd(res2, L["m1"])
+        if self.c.mla is not None:
+            g_ctx = self.linear_bwd(g_o, L["o"], (self.b, self.c.heads, self.s, self.c.mla.v_head_dim))
+            return self.norm_bwd(mla_backward(self, L, g_ctx, table), L["n1"], res2)
         g_ctx = self.linear_bwd(g_o, L["o"], (self.b, self.c.heads, self.s, self.hd))
+
         gq, gk, gv = self.attention_core_bwd(L, g_ctx)
         if table is not None:
-            gq_in, gk_in = self.act(), self.act(self.kvw)
+            gq_in, gk_in = self.act(self.qw), self.act(self.kvw)
             self.bwd("MulBackward0", [gk, table], [gk_in])
             self.bwd("MulBackward0", [gq, table], [gq_in])
             gq, gk = gq_in, gk_in
@@ -300,8 +335,8 @@ class _CardTrace:
         # RoPE's cos/sin table: a constant every layer reads (fp32, one row per position)
         table = self.new((s, self.hd), "input", FP32) if c.position == "rope" else None
         layers = []
-        for _ in range(self.spec.layers):
-            L, x = self.layer(x, table)
+        for index in range(self.spec.layers):
+            L, x = self.layer(x, table, index)
             layers.append(L)
         nf = self.norm(x)
         head = {"x": nf["y"], "w": wte if c.tied_embeddings else self.param((c.vocab, h)), "b": None}
@@ -309,12 +344,20 @@ class _CardTrace:
         self.op("aten::linear", [nf["y"], head["w"]], [logits], tp=1)
         target, loss = self.new((b, s), "target", 8), self.new((), nbytes=FP32)
         self.op("aten::cross_entropy_loss", [logits, target], [loss])
+        mtps, hidden = [], x  # multi-token prediction: each module on the previous depth's hidden state
+        for k in range(c.mtp_layers):
+            M, hidden = mtp_forward(self, hidden, wte, head["w"], table, self.spec.layers + k)
+            mtps.append(M)
 
         g_logits = self.act(c.vocab)
         self.bwd("NllLossBackward0", [loss, logits, target], [g_logits])
         g_nf = self.act()
         self.bwd("MmBackward0", [g_logits, nf["y"], head["w"]], [g_nf, *self.grads(head["w"])], tp=1)
-        res = self.norm_bwd(g_nf, nf, None)
+        g_next, emb_parts = None, []
+        for M in reversed(mtps):
+            g_next, part = mtp_backward(self, M, g_next, table)
+            emb_parts.append(part)
+        res = self.norm_bwd(g_nf, nf, g_next)  # the MTP module's gradient of the hidden state added
         for L in reversed(layers):
             res = self.layer_bwd(L, res, table)
         g_x0 = self.dropout_bwd(res, m0)
@@ -326,6 +369,8 @@ class _CardTrace:
             self.op("aten::add_", [self.grad[wte], part], [self.grad[wte]], "backward")
         else:
             self.bwd("EmbeddingBackward0", [g_x0, ids], self.grads(wte), tp=1)
+        for part in emb_parts:  # the MTP modules' share of the embedding's gradient
+            self.op("aten::add_", [self.grad[wte], part], [self.grad[wte]], "backward")
         moments = [(self.new(self.tensors[p - 1][1], "input", FP32), self.new(self.tensors[p - 1][1], "input", FP32))
                    for p in self.params]
         # like torch's multi-tensor Adam: one list per kind, each in parameter order

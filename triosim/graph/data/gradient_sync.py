@@ -1,7 +1,9 @@
 """Data-parallel group collectives of the composition: each pipeline rank's gradients packed into
 DDP buckets and synchronised over its DP groups (all-reduce at ZeRO-0, reduce-scatter above), the
 optimizer share after them, ZeRO-1/2's all-gather of the updated parameters and ZeRO-3's
-per-unit parameter gathers (see :mod:`triosim.graph.composition`).
+per-unit parameter gathers (see :mod:`triosim.graph.composition`). Under expert parallelism the
+expert parameters' buckets come after the dense ones and are reduced (and their updated values
+gathered) over the expert-data-parallel group (:func:`triosim.graph.expert.dispatch.edp_group`).
 
 The standard data-parallel preset (case 1, ``Preset.gradient_sync == "whole"``) synchronises
 every gradient in one all-reduce after the last backward op instead of DDP buckets.
@@ -21,6 +23,7 @@ from collections.abc import Sequence
 from ...trace.precision import gathered_parameter_bytes, reduced_gradient_bytes
 from ..collectives.group_comm import GroupComm
 from ..composition_state import CompositionState
+from ..expert.dispatch import edp_group
 from ..pipeline.schedules import FORWARD, OPTIMIZER
 from ..rank_map import RankMap
 from ..single import op_label
@@ -41,9 +44,43 @@ def sync_buckets(b: CompositionState, params: Sequence[str], s: int) -> list[Buc
     bucket of every gradient, ready after the last backward op."""
     if b.preset is not None and b.preset.gradient_sync == "whole":  # one stage: params are every parameter
         return whole_gradient(b.trace)
+    experts = expert_params(b)
+    if experts:  # the dense buckets, then the experts' (another group)
+        dense = _buckets_of(b, [q for q in params if q not in experts], s)
+        moe = _buckets_of(b, [q for q in params if q in experts], s)
+        return dense + [Bucket(len(dense) + k, bk.params, bk.nbytes, bk.ready_op) for k, bk in enumerate(moe)]
+    return _buckets_of(b, params, s)
+
+
+def _buckets_of(b: CompositionState, params: Sequence[str], s: int) -> list[Bucket]:
+    if not params:
+        return []
     if not overlapped(b):
         return _stage_buckets(b, params)
     return _buckets(b, params, s)
+
+
+def expert_params(b: CompositionState) -> frozenset[str]:
+    """The expert parameters under expert parallelism (else none)."""
+    experts = getattr(b, "experts", None)
+    return experts.params if experts is not None else frozenset()
+
+
+def _group_of(b: CompositionState, params: Sequence[str], s: int):
+    """(group of replica (d, t), group kind) for a bucket or gather of ``params``: the DP group,
+    or the expert-data-parallel group for expert parameters."""
+    ranks = b.ranks
+    if params and params[0] in expert_params(b):
+        ep, etp = b.experts.degree, b.experts.etp
+        return (lambda d, t: edp_group(ranks, ep, d, t, s, etp)), "edp"
+    return (lambda d, t: ranks.dp_group(t, s)), "dp"
+
+
+def _by_group(b: CompositionState, group_of) -> dict[tuple[int, ...], list[tuple[int, int]]]:
+    out: dict[tuple[int, ...], list[tuple[int, int]]] = {}
+    for d, t in b.replicas:
+        out.setdefault(group_of(d, t), []).append((d, t))
+    return out
 
 
 def overlapped(b: CompositionState) -> bool:
@@ -104,12 +141,20 @@ def _dp_groups(ranks: RankMap, s: int):
     return (ranks.dp_group(t, s) for t in range(ranks.tp))
 
 
+def _parallel(b: CompositionState, kind: str, s: int):
+    """Every group of ``kind`` (dp, edp) on stage ``s`` (they run side by side)."""
+    ranks = b.ranks
+    if kind == "dp":
+        return _dp_groups(ranks, s)
+    ep, etp = b.experts.degree, b.experts.etp
+    return (edp_group(ranks, ep, x // ranks.tp, x % ranks.tp, s, etp) for x in range(ep * etp))
+
+
 def add_gradient_sync(b: CompositionState, comm: GroupComm, s: int, params: list[str], last) -> None:
     """DDP buckets (ZeRO-0 all-reduce, else reduce-scatter), the optimizer share, and ZeRO-1/2's
     all-gather of the updated parameters, on pipeline rank ``s`` of every built replica after its
     program (``last``: each replica's last task there)."""
     trace, plan, ranks, strategy = b.trace, b.plan, b.ranks, b.strategy
-    ts = sorted({t for _, t in b.replicas})
     zero = strategy.zero
     r_last = len(b.fractions) - 1
     done: dict[tuple[int, int], list[int]] = {rep: [] for rep in b.replicas}
@@ -119,27 +164,29 @@ def add_gradient_sync(b: CompositionState, comm: GroupComm, s: int, params: list
     # A data-parallel preset syncs its buckets on one GPU too (a sync task each, as its case did).
     dp_preset = not typed and b.preset.axis == "dp"
     as_filled = overlapped(b)
-    for bk in (sync_buckets(b, params, s) if ranks.data > 1 or zero or dp_preset else []):
-        for t in ts:
-            group = ranks.dp_group(t, s)
+    edp = b.experts.edp if getattr(b, "experts", None) is not None else 1
+    for bk in (sync_buckets(b, params, s) if ranks.data > 1 or edp > 1 or zero or dp_preset else []):
+        group_of, kind = _group_of(b, bk.params, s)
+        if kind == "edp" and edp == 1:  # every GPU holds its own experts: nothing to reduce
+            continue
+        for n, (group, members) in enumerate(_by_group(b, group_of).items()):
+            t = members[0][1]
             after = {}
-            for d, tt in b.replicas:
-                if tt != t:
-                    continue
-                ready = b.task.get((d, t, bk.ready_op, r_last)) if as_filled else None
-                after[ranks.rank(d, t, s)] = [*(last[(d, t)] if ready is None else [ready]), *done[(d, t)]]
+            for d, tt in members:
+                ready = b.task.get((d, tt, bk.ready_op, r_last)) if as_filled else None
+                after[ranks.rank(d, tt, s)] = [*(last[(d, tt)] if ready is None else [ready]), *done[(d, tt)]]
             if typed:
-                label = f"{'allreduce' if zero == 0 else 'reducescatter'} bucket{bk.index} stage{s} tp{t}"
-                out = comm.run(op, group, bk.nbytes, label, after, parallel=lambda s=s: _dp_groups(ranks, s),
+                label = f"{'allreduce' if zero == 0 else 'reducescatter'} bucket{bk.index} stage{s} " + \
+                    (f"tp{t}" if kind == "dp" else f"edp{n}")
+                out = comm.run(op, group, bk.nbytes, label, after, parallel=lambda s=s, kind=kind: _parallel(b, kind, s),
                                bucket=bk.index, group_kind="dp")
             else:
                 label = "allreduce gradients" if whole else f"allreduce bucket{bk.index}"
                 out = comm.run(op, group, bk.nbytes, label, after, bucket=bk.index)
-            for d, tt in b.replicas:
-                if tt == t:
-                    done[(d, t)] = [out[ranks.rank(d, t, s)]]
-            if t == 0:
-                b.count("dp", op, group, bk.nbytes)
+            for d, tt in members:
+                done[(d, tt)] = [out[ranks.rank(d, tt, s)]]
+            if (0, 0) in members:
+                b.count("dp" if kind == "dp" else "edp", op, group, bk.nbytes)
     scale = b.tpp.time_scale
     if not b.optimizer_stages:  # every optimizer op's ranks and shares, once (a foreach op touches every parameter)
         b.optimizer_stages.update((i, plan.optimizer_ranks(i)) for i, ph in enumerate(plan.phase) if ph == OPTIMIZER)
@@ -163,15 +210,22 @@ def add_gradient_sync(b: CompositionState, comm: GroupComm, s: int, params: list
         b.seq[gpu].append((task, (i,), None))
         last[(d, t)] = [task]
         done[(d, t)] = []
-    if zero in (1, 2) and ranks.data > 1 and not (typed and strategy.overlap_param_gather):
-        nbytes = sum(-(-gathered_parameter_bytes(trace, p) // b.tpp.shard_divisor.get(p, 1)) for p in params)
-        for t in ts:
-            group = ranks.dp_group(t, s)
-            after = {ranks.rank(d, t, s): [*last[(d, t)], *done[(d, t)]] for d, tt in b.replicas if tt == t}
-            comm.run("all_gather", group, nbytes, f"zero{zero} gather parameters stage{s} tp{t}", after,
-                     parallel=lambda s=s: _dp_groups(ranks, s), group_kind="dp")
-            if t == 0:
-                b.count("dp", "all_gather", group, nbytes)
+    if zero in (1, 2) and (ranks.data > 1 or edp > 1) and not (typed and strategy.overlap_param_gather):
+        experts = expert_params(b)
+        for part in ([q for q in params if q not in experts], [q for q in params if q in experts]):
+            nbytes = sum(-(-gathered_parameter_bytes(trace, p) // b.tpp.shard_divisor.get(p, 1)) for p in part)
+            if not part:
+                continue
+            group_of, kind = _group_of(b, part, s)
+            if kind == "edp" and edp == 1:
+                continue
+            for n, (group, members) in enumerate(_by_group(b, group_of).items()):
+                after = {ranks.rank(d, t, s): [*last[(d, t)], *done[(d, t)]] for d, t in members}
+                where = f"tp{members[0][1]}" if kind == "dp" else f"edp{n}"
+                comm.run("all_gather", group, nbytes, f"zero{zero} gather parameters stage{s} {where}", after,
+                         parallel=lambda s=s, kind=kind: _parallel(b, kind, s), group_kind="dp")
+                if (0, 0) in members:
+                    b.count("dp" if kind == "dp" else "edp", "all_gather", group, nbytes)
 
 
 __all__ = ["add_gradient_sync", "gather_unit", "overlapped", "stage_params", "sync_buckets"]

@@ -14,6 +14,7 @@ from ...trace import Trace
 from ..composition_state import CompositionState
 from ..context.ring import transient_bytes
 from ..data.zero import bytes_per_step
+from ..expert.dispatch import exchange_buffer_bytes
 from ..pipeline.stages import optimizer_buffers
 from ..single import persistent_buffers
 from .plan import MemoryReport, Step, plan_replicas
@@ -153,7 +154,11 @@ def _stage_memory_fits(b: CompositionState, s: int, persistent: set[str], receiv
 
 
 def _exchange_bytes(b: CompositionState, i: int, r: int | None) -> int:
-    """Bytes op ``i``'s context-parallel exchange holds in micro-batch ``r`` (0 for other ops)."""
+    """Bytes op ``i``'s context-parallel exchange (or expert-parallel token exchange) holds in
+    micro-batch ``r`` (0 for other ops)."""
+    experts = getattr(b, "experts", None)
+    if experts is not None and r is not None and i in experts.ops:
+        return exchange_buffer_bytes(b, experts, experts.ops[i], b.fractions[r])
     context = getattr(b, "context", None)
     if context is None or r is None or i not in context.ops:
         return 0

@@ -22,6 +22,7 @@ from ..context import ring
 from ..data import gradient_sync
 from ..data.data_parallel import MIB
 from ..data.zero import fsdp_units, gathered_copies
+from ..expert.dispatch import add_expert_op
 from ..rank_map import RankMap
 from ..tensor import per_op
 from ..tensor.comm_overlap import PIPELINE_SPLITS, USERBUFFER_SMS, Part, add_ring_steps
@@ -144,6 +145,10 @@ def add_rank_program(b: CompositionState, comm: GroupComm, p: int, waits, colls,
         return last
     context = getattr(b, "context", None)  # context parallelism: its attention ops (graph/context)
     attention = context.ops if context is not None else {}
+    experts = getattr(b, "experts", None)  # expert parallelism: grouped GEMMs with token exchanges (graph/expert)
+    exchanged = experts.ops if experts is not None else {}
+    host = getattr(b, "host_copies", None) or {}  # activation offload's copies (graph/offload)
+    host_waits: dict[tuple, int] = {}  # (replica, op, micro-batch) -> the reload it waits for
     stats = b.stats
     ran: list = []  # with blocking sends: each block run and its first and last task per replica
     ring_in: dict[tuple[int, int, int], dict[int, list[int]]] = {}  # (AG op, mb, d) -> gpu -> arriving steps
@@ -244,10 +249,16 @@ def add_rank_program(b: CompositionState, comm: GroupComm, p: int, waits, colls,
             # one attribute dict for the segment's task on every GPU (in add_compute's key order)
             tags = {"op": i, "stage": phase, "microbatch": r, "stage_index": s, **extra} if tagged \
                 else {"op": i, "stage": phase, **extra}
-            if i in attention:  # the op with its key/value exchange over the context-parallel ranks
+            if i in host:  # a copy to or from host memory, beside the compute stream
+                add_host_copy(b, host[i], i, r, frac, f"{base}{mb_s}", tags, reps, last, host_waits)
+                continue
+            if i in attention or i in exchanged:  # the op with its exchange over the context/expert ranks
                 waits = {rep: [*last[rep], *(tp_done[(c_op, r, rep[0])][gpu] for c_op in w
                                              if (c_op, r, rep[0]) in tp_done)] for rep, gpu in reps}
-                ends = ring.add_attention(b, comm, context, attention[i], r, s, p, base, tags, dur, reps, waits)
+                if i in attention:
+                    ends = ring.add_attention(b, comm, context, attention[i], r, s, p, base, tags, dur, reps, waits)
+                else:
+                    ends = add_expert_op(b, comm, experts, exchanged[i], r, s, p, base, tags, dur, reps, waits)
                 for rep, gpu in reps:
                     task_of[(*rep, i, r)] = ends[rep][1]
                     seq[gpu].append((ends[rep][0], seg_ops, r))
@@ -255,6 +266,9 @@ def add_rank_program(b: CompositionState, comm: GroupComm, p: int, waits, colls,
                 continue
             for rep, gpu in reps:
                 after = last[rep]
+                held = host_waits.pop((rep, i, r), None) if host_waits else None
+                if held is not None:
+                    after = [*after, held]
                 if w or k is not None or step:
                     after = list(after)
                     if step:  # a chunk of a GEMM waits for the ring step bringing its shard
@@ -332,6 +346,32 @@ def add_rank_program(b: CompositionState, comm: GroupComm, p: int, waits, colls,
         warm = interleaved_warmup(ranks.pp, r_count, p, plan.virtual) if plan.virtual > 1 else None
         record_comm_points(b, ran, warm, len(order))
     return last
+
+
+def add_host_copy(b: CompositionState, copy, i: int, r: int, frac: float, label: str, tags: dict, reps, last,
+                  host_waits: dict) -> None:
+    """Op ``i``, a copy of activation offload (:mod:`triosim.graph.offload`), on every built
+    GPU: a task on the GPU's host link in its direction (copy engines: no SMs), its buffers' bytes
+    at the micro-batch's share. An offload starts when its layer's forward ends and holds back
+    the compute after it; a reload starts with the compute before it and holds back the op that
+    first reads what it brings."""
+    nbytes = sum(b.size(k, frac) for k in copy.buffers)
+    dur = nbytes / b.host_rate
+    attrs = {**tags, "direction": copy.direction, "sms": 0}
+    host = b.graph.meta.setdefault("host_held", {})  # GPU -> [held on host now, most held], in program order
+    for rep, gpu in reps:
+        held = host.setdefault(gpu, [0, 0])
+        held[0] += nbytes if copy.waiter is None else -nbytes
+        held[1] = max(held)
+        start = [b.task[(*rep, copy.start_after, r)]] if copy.start_after is not None else list(last[rep])
+        task = b.graph.add_tagged("memcpy", f"{label} gpu{gpu}", dur, (f"host{gpu}:{copy.direction}",), (gpu,), attrs,
+                                  nbytes, start)
+        b.seq[gpu].append((task, (i,), r))
+        b.task[(*rep, i, r)] = task  # a buffer it reads may arrive from another stage
+        if copy.waiter is None:
+            last[rep] = [*last[rep], task]
+        else:
+            host_waits[(rep, copy.waiter, r)] = task
 
 
 def piece_facts(part: Part, label: str, extra: dict, seg: list[int], waits_here, cs: tuple):
@@ -433,6 +473,17 @@ def _segment_cuts(b: CompositionState, s: int, params: list[str], waits_here, co
     if context is not None:  # an attention op runs with its exchange (graph/context/ring.py): a task of its own
         before.update(context.ops)
         after.update(context.ops)
+    experts = getattr(b, "experts", None)
+    if experts is not None:  # so is a grouped GEMM with its token exchange (graph/expert/dispatch.py)
+        before.update(experts.ops)
+        after.update(experts.ops)
+        after.update(e.source for e in experts.ops.values() if e.source is not None)  # a dispatch may start there
+    host = getattr(b, "host_copies", None)
+    if host:  # activation offload: each copy a task of its own, the ops it starts after or holds back cut
+        before.update(host)
+        after.update(host)
+        after.update(c.start_after for c in host.values() if c.start_after is not None)
+        before.update(c.waiter for c in host.values() if c.waiter is not None)
     return before, after
 
 

@@ -32,6 +32,7 @@ from ...trace.layers import forward_layers
 from ...trace.precision import size_key
 from ..strategy import Strategy
 from .estimate import BatchEstimator
+from .layer_layout import choose_split, megatron_layers_per_stage
 from .partition import count_starts, optimal_search, time_partition
 from .recurrence import PartitionEstimate
 from .schedules import BACKWARD, FORWARD, OPTIMIZER, Layout, block_order, check_interleaved
@@ -86,6 +87,10 @@ class PipelinePlan:
     virtual: int = 1
     estimate_s: float | None = None  # the partition's block-level estimate (None: not computed)
     warnings: tuple[str, ...] = ()
+    # Cut at layers: each stage's transformer layers as placed (Megatron-Core's rule), and how the
+    # rule was chosen (the flags, or what --partition auto picked); () / None for other partitions.
+    layer_counts: tuple[int, ...] = ()
+    layer_split: str | None = None
 
     def __post_init__(self) -> None:
         if not self.gpus:
@@ -253,6 +258,21 @@ def with_same_cuts(trace: Trace, plan: PipelinePlan) -> PipelinePlan:
     pos = _positions(trace, phase, fops)
     new = _plan_from_starts(trace, phase, fops, pos, plan.starts, plan.partition, plan.gpus, plan.virtual,
                             plan.estimate_s)
+    return replace(new, warnings=tuple(dict.fromkeys((*plan.warnings, *new.warnings))),
+                   layer_counts=plan.layer_counts, layer_split=plan.layer_split)
+
+
+def with_cuts_moved(trace: Trace, plan: PipelinePlan, new_index: Sequence[int]) -> PipelinePlan:
+    """``plan``'s cuts on ``trace``, a rewrite of the plan's trace with ops inserted (activation
+    offload's copies); ``new_index``: each op of the plan's trace -> its index in ``trace``. Each
+    stage starts at the same original op as before."""
+    phase = op_phases(trace)
+    fops = [i for i, p in enumerate(phase) if p == FORWARD]
+    old = [i for i, p in enumerate(plan.phase) if p == FORWARD]
+    at = {op: n for n, op in enumerate(fops)}
+    starts = tuple(at[new_index[old[s]]] for s in plan.starts)
+    pos = _positions(trace, phase, fops)
+    new = _plan_from_starts(trace, phase, fops, pos, starts, plan.partition, plan.gpus, plan.virtual, plan.estimate_s)
     return replace(new, warnings=tuple(dict.fromkeys((*plan.warnings, *new.warnings))))
 
 
@@ -281,7 +301,7 @@ def with_warnings(trace: Trace, plan: PipelinePlan) -> PipelinePlan:
         "optimal": "no cut gave it more without a slower iteration (larger boundary transfers or a busier stage "
                    "elsewhere)",
         "time": "the time split cuts where few bytes cross; --partition optimal weighs the whole iteration",
-        "layers": "Megatron-LM's equal layers per stage; --partition optimal balances the stages' times",
+        "layers": "Megatron-LM's layers per stage; --partition optimal balances the stages' times",
     }.get(plan.partition, "equal op counts ignore op times; --partition optimal weighs the whole iteration")
     for s, t in enumerate(compute):
         if total > 0 and t < SMALL_STAGE_SHARE * total:
@@ -318,9 +338,16 @@ def candidate_plans(trace: Trace, platform: Platform, strategy: Strategy, fracti
     pos = _positions(trace, phase, fops)
     layers = trace_layers(trace) if strategy.partition in ("auto", "layers") else ()
     partition = resolve_partition(trace, strategy.partition, n, layers)
-    if partition == "layers":
+    split, how = choose_split(strategy, len(gpus), virtual, len(layers), partition, bool(trace.info.get("model_card")))
+    if split is not None and not split.given:  # Megatron's equal split
         starts = layer_starts(trace, fops, n, layers)
-        return [_plan_from_starts(trace, phase, fops, pos, starts, "layers", gpus, virtual)]
+        plan = _plan_from_starts(trace, phase, fops, pos, starts, "layers", gpus, virtual)
+        return [replace(plan, layer_counts=(len(layers) // n,) * n)]
+    if split is not None:
+        counts = megatron_layers_per_stage(len(layers), len(gpus), virtual, split)
+        starts = layer_starts(trace, fops, n, layers, counts)
+        plan = _plan_from_starts(trace, phase, fops, pos, starts, "layers", gpus, virtual)
+        return [replace(plan, layer_counts=counts, layer_split=how)]
     if partition == "count":
         return [_plan_from_starts(trace, phase, fops, pos, count_starts(len(fops), n), "count", gpus, virtual)]
     costs = stage_costs(trace, phase, fops, pos, sizes)
@@ -374,21 +401,48 @@ def resolve_partition(trace: Trace, partition: str, n: int,
 
 
 def layer_starts(trace: Trace, fops: Sequence[int], n: int,
-                 layers: tuple[tuple[int, ...], ...] | None = None) -> list[int]:
-    """Megatron-LM's split: each of the ``n`` (virtual) stages runs L/n consecutive transformer
-    layers; what comes before the first layer (the embedding) runs on the first stage, what comes
-    after the last (the final norm, the head, the loss) on the last. Megatron requires L to be a
-    multiple of the stages (pipeline size × virtual stages per GPU). Returns each stage's first
-    forward position (an index into ``fops``)."""
+                 layers: tuple[tuple[int, ...], ...] | None = None,
+                 counts: Sequence[int] | None = None) -> list[int]:
+    """Megatron-LM's split: stage s runs ``counts[s]`` consecutive transformer layers (default:
+    L/n each, Megatron's equal split, which needs L to be a multiple of the ``n`` stages); what
+    comes before the first layer (the embedding) runs on the first stage, what comes after the
+    last (the final norm, the head, the loss) on the last. Returns each stage's first forward
+    position (an index into ``fops``)."""
     layers = trace_layers(trace) if layers is None else layers
     count = len(layers)
     if count == 0:
         raise ConfigError("--partition layers: the trace has no repeated layers to place")
-    if count % n:
-        raise ConfigError(f"--partition layers: {count} layers do not split equally over {n} pipeline stages "
-                          "(Megatron-LM needs them to); use --partition optimal")
+    if counts is None:
+        if count % n:
+            raise ConfigError(f"--partition layers: {count} layers do not split equally over {n} pipeline stages "
+                              "(Megatron-LM needs them to); use --partition optimal")
+        counts = [count // n] * n
     first = {op: k for k, op in enumerate(fops)}
-    return [0] + [first[layers[s * count // n][0]] for s in range(1, n)]
+    after_last = max(first[op] for op in layers[-1]) + 1  # where the final norm, head and loss begin
+    starts, offset = [0], 0
+    for s in range(1, n):
+        offset += counts[s - 1]
+        starts.append(first[layers[offset][0]] if offset < count else after_last)
+    ends = [*starts[1:], len(fops)]
+    for s, (a, b) in enumerate(zip(starts, ends)):
+        if b <= a:  # a stage with only the embedding or the loss, where the trace has none
+            raise ConfigError(f"pipeline stage {s} of the layer split holds no op of the trace (nothing before the "
+                              "first or after the last transformer layer): use --partition optimal")
+    return starts
+
+
+def stage_layer_counts(trace: Trace, plan: PipelinePlan) -> tuple[int, ...]:
+    """Transformer layers each (virtual) stage of ``plan`` runs, in stage order (stage c is
+    virtual stage c // P of pipeline rank c % P), for any partition: a layer counts on the stage
+    of its first forward op. A plan cut at layers gives its own (Megatron-Core's) counts."""
+    if plan.layer_counts:
+        return plan.layer_counts
+    out = [0] * plan.num_stages
+    for layer in trace_layers(trace):
+        s = plan.stage[layer[0]]
+        if s >= 0:
+            out[s] += 1
+    return tuple(out)
 
 
 def trace_layers(trace: Trace) -> tuple[tuple[int, ...], ...]:
@@ -437,5 +491,5 @@ def compat_chunks(trace: Trace, n: int) -> list[tuple[int, list[int]]]:
 
 __all__ = [
     "BACKWARD", "FORWARD", "OPTIMIZER", "PipelinePlan", "block_order", "buffer_versions", "candidate_plans",
-    "compat_chunks", "op_phases", "optimizer_buffers", "with_same_cuts",
+    "compat_chunks", "op_phases", "optimizer_buffers", "stage_layer_counts", "with_same_cuts",
 ]

@@ -8,7 +8,17 @@ from collections.abc import Sequence
 from ...schedule.tasks import TaskGraph
 from ...trace import Trace
 from ..strategy import Strategy
+from .layer_layout import layout_text
 from .stages import BACKWARD, FORWARD, PipelinePlan
+
+
+def layer_facts(plan: PipelinePlan) -> dict:
+    """JSON-ready: a plan cut at layers, its transformer layers per (virtual) stage in stage order,
+    the same as a Megatron layout string, and how the split was chosen; {} for other partitions."""
+    if not plan.layer_counts:
+        return {}
+    return {"layers_per_stage": list(plan.layer_counts), "layout": layout_text(plan.layer_counts),
+            "layer_split": plan.layer_split}
 
 
 def summary(trace: Trace, graph: TaskGraph, plan: PipelinePlan, strategy: Strategy, sizes: Sequence[int]) -> dict:
@@ -42,6 +52,7 @@ def summary(trace: Trace, graph: TaskGraph, plan: PipelinePlan, strategy: Strate
         "schedule": strategy.schedule,
         "virtual_stages": plan.virtual,
         "partition": "count (reference_compat)" if strategy.reference_compat else plan.partition,
+        **layer_facts(plan),
         "micro_batches": list(sizes),
         "stages": stages,
         "boundaries": [{"from": j, "to": j + 1, "forward_bytes": fwd[j], "backward_bytes": bwd[j]} for j in range(n - 1)],
@@ -49,4 +60,4 @@ def summary(trace: Trace, graph: TaskGraph, plan: PipelinePlan, strategy: Strate
     }
 
 
-__all__ = ["summary"]
+__all__ = ["layer_facts", "summary"]
