@@ -5,7 +5,8 @@
     python bench/regressions.py --code DIR --record  # … or from another checkout's triosim (e.g. main)
 
 Each run is a whole process (imports included), timed by its CPU seconds (user + system, steadier
-than wall time on a shared machine) and, over ``--repeat`` runs, the fastest. A machine's speed
+than wall time on a shared machine) and, over ``--repeat`` runs, the fastest; its wall seconds,
+peak RSS and the load average after it are printed and recorded beside them. A machine's speed
 drifts with its load, so every time is divided by a calibration loop (a fixed pure-Python loop)
 timed just before it: the baseline and a later run compare in loops, not seconds. A run that
 takes more than ``--slower`` (1.5) times its baseline is printed as SLOWER and the exit status is
@@ -18,10 +19,10 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import resource
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 from calibration import calibration_seconds  # bench/calibration.py (bench/ is on the path)
@@ -47,19 +48,38 @@ RUNS: dict[str, list[str]] = {
                                                              "8", "--pp", "16", "--topology", "nvlink-cluster"],
     "GPT 96 layers, dp 8 x tp 8 x pp 16, ring": ["-trace-dir", str(GPT), *HYBRID, "--dp", "8", "--tp", "8", "--pp",
                                                  "16"],
+    # Issue 36's targets (CPU s on 2 cores): <= 1 s, <= 2 s, <= 8 s, <= 8 s.
+    "resnet50 case 2, 4096 GPUs": ["-trace-dir", str(REFERENCE / "resnet50"), "-case", "2", "-GPUnumber", "4096"],
+    "resnet50 case 3, 4096 GPUs": ["-trace-dir", str(REFERENCE / "resnet50"), "-case", "3", "-GPUnumber", "4096"],
+    "megatron-1t, tp 8 x pp 64, 512 micro-batches, selective + SP": [
+        "--gpu", "a100-80gb", "--topology-file", str(REPO / "topologies" / "dgx-a100-superpod.yaml"), "--dtype", "fp16",
+        "--model", "megatron-1t", "--tp", "8", "--pp", "64", "--schedule", "1f1b", "--global-batch", "512",
+        "-micro-batch-size", "1", "--pipeline-send", "blocking", "--pipeline-scatter-gather", "--recompute",
+        "selective", "--sequence-parallel"],
+    "llama3-405b, dp 1024 x tp 8 x pp 16, 131,072 H100s": [
+        "--model", "llama3-405b", "--gpu", "h100-sxm", "--topology-file",
+        str(REPO / "topologies" / "dgx-h100-superpod.yaml"), "--dp", "1024", "--tp", "8", "--pp", "16",
+        "--global-batch", "8192", "-micro-batch-size", "1", "--seq-len", "8192", "--dtype", "bf16"],
 }
 
 
-def run_once(argv: list[str], code: Path) -> tuple[float, str]:
-    """CPU seconds of one `triosim run -q` process with ``code`` first on the path, and what it printed."""
+def run_once(argv: list[str], code: Path) -> tuple[float, str, float, float]:
+    """CPU seconds of one `triosim run -q` process with ``code`` first on the path, what it
+    printed, its wall seconds and its peak RSS (MiB, the process's own: ``os.wait4``)."""
     env = dict(os.environ, PYTHONPATH=str(code))
-    before = resource.getrusage(resource.RUSAGE_CHILDREN)
-    proc = subprocess.run([sys.executable, "-c", CLI, "run", *argv, "-q"], capture_output=True, text=True,
-                          cwd=code, env=env, timeout=1800)
-    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
+        t0 = time.perf_counter()
+        proc = subprocess.Popen([sys.executable, "-c", CLI, "run", *argv, "-q"], stdout=out, stderr=err, cwd=code,
+                                env=env)
+        _pid, status, usage = os.wait4(proc.pid, 0)
+        wall = time.perf_counter() - t0
+        proc.returncode = os.waitstatus_to_exitcode(status)
+        out.seek(0)
+        err.seek(0)
+        stdout, stderr = out.read().decode(), err.read().decode()
     if proc.returncode != 0:
-        raise SystemExit(f"regressions: {' '.join(argv)}: exit {proc.returncode}: {proc.stderr.strip()[-300:]}")
-    return (after.ru_utime + after.ru_stime) - (before.ru_utime + before.ru_stime), proc.stdout.strip()
+        raise SystemExit(f"regressions: {' '.join(argv)}: exit {proc.returncode}: {stderr.strip()[-300:]}")
+    return usage.ru_utime + usage.ru_stime, stdout.strip(), wall, usage.ru_maxrss / 1024
 
 
 def measure(code: Path, repeat: int, only: list[str]) -> dict[str, dict]:
@@ -67,20 +87,22 @@ def measure(code: Path, repeat: int, only: list[str]) -> dict[str, dict]:
     for name, argv in RUNS.items():
         if only and not any(o in name for o in only):
             continue
-        trace_dir = Path(argv[argv.index("-trace-dir") + 1])
-        if not (trace_dir / "trace.csv").is_file():
+        trace_dir = Path(argv[argv.index("-trace-dir") + 1]) if "-trace-dir" in argv else None  # else a model card
+        if trace_dir is not None and not (trace_dir / "trace.csv").is_file():
             print(f"  skipped (no {trace_dir}): {name}", file=sys.stderr)
             continue
         best = None
         for _ in range(max(1, repeat)):
             calib = calibration_seconds()
-            cpu, printed = run_once(argv, code)
+            cpu, printed, wall, rss = run_once(argv, code)
             loops = cpu / calib
             if best is None or loops < best["loops"]:
                 best = {"cpu_s": round(cpu, 3), "calibration_s": round(calib, 3), "loops": round(loops, 3),
-                        "iteration_ms": printed}
+                        "iteration_ms": printed, "wall_s": round(wall, 3), "peak_rss_mib": round(rss),
+                        "load_average": round(os.getloadavg()[0], 2)}
         out[name] = best
-        print(f"  {name}: {best['cpu_s']:.2f} s CPU = {best['loops']:.2f} loops ({best['iteration_ms']} ms)",
+        print(f"  {name}: {best['cpu_s']:.2f} s CPU = {best['loops']:.2f} loops, {best['wall_s']:.2f} s wall, "
+              f"{best['peak_rss_mib']} MiB, load {best['load_average']:.2f} ({best['iteration_ms']} ms)",
               file=sys.stderr, flush=True)
     return out
 

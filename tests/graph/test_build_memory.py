@@ -72,7 +72,7 @@ def test_case_2_on_4096_switch_gpus_under_1_5_gb_is_one_line(tmp_path) -> None:
 def test_a_memory_error_is_one_line(monkeypatch, capsys) -> None:
     import triosim.graph as graph_package
 
-    def exhausted(*args):
+    def exhausted(*args, **kwargs):
         raise MemoryError
 
     monkeypatch.setattr(graph_package, "build_graph", exhausted)

@@ -226,7 +226,8 @@ def cmd_run(args: argparse.Namespace) -> int:
         for line in run_notices(args, trace, platform, strategy):
             print(line, file=sys.stderr)
         progress.phase("building the task graph")
-        graph = build_graph(trace, platform, strategy)
+        # A data-parallel preset is built folded (GPU 0 and its mirrors) unless a timeline needs every GPU's tasks.
+        graph = build_graph(trace, platform, strategy, fold=not args.timeline)
         progress.phase("scheduling", total=len(graph))
         sched = schedule(graph, progress=progress.scheduled if progress.enabled else None)
         progress.phase("writing the report")

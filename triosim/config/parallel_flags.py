@@ -158,6 +158,11 @@ def parallel_options(args: argparse.Namespace) -> dict:
                           ("--moe-shared-expert-overlap", getattr(args, "moe_shared_expert_overlap", False))):
             if bad:
                 raise ConfigError(f"{flag} needs the degrees of a hybrid run: give --dp/--tp/--pp (not -case)")
+        case = getattr(args, "case", None)
+        if getattr(args, "representatives", False) and case not in (1, 2, 3):
+            # cases 1-3 build GPU 0 and mirror the others (the default); case 0 and 4 have no replicas
+            raise ConfigError(f"--representatives: -case {case} has no replicas to stand for (cases 1-3 build "
+                              "GPU 0 and mirror the other GPUs by default)")
     return {
         "dp": getattr(args, "dp", None),
         "tp": getattr(args, "tp", None),

@@ -25,6 +25,7 @@ from ..compute.op_time_source import gpu_timing
 from ..errors import ConfigError
 from ..hardware.platform import Platform
 from ..limits import check_graph_size, op_copies
+from ..schedule.list_scheduler import SCHEDULED_META, schedule
 from ..schedule.network import attach_network
 from ..schedule.sm_sharing import COMM_SMS_META, SM_COUNT_META
 from ..schedule.tasks import TaskGraph
@@ -32,6 +33,7 @@ from ..trace import Trace
 from ..trace.load import collector_paused
 from . import composition, single
 from .build_size import check_build_memory
+from .composition import FOLD_CHECKS_META, MIRRORS_META
 from .data import data_parallel
 from .pipeline import reference
 from .rank_map import RankMap
@@ -45,15 +47,25 @@ class GraphBuilder:
     """Builds the DAG of ``strategy`` on ``platform`` from ``trace``: :meth:`check`, :meth:`compose`,
     then the run's ``parallel`` block and the platform's network recorded on the graph."""
 
-    def __init__(self, trace: Trace, platform: Platform, strategy: Strategy) -> None:
+    def __init__(self, trace: Trace, platform: Platform, strategy: Strategy, fold: bool = False) -> None:
         self.trace = trace
         self.platform = platform
         self.strategy = strategy
         self.requested = strategy  # as given (the JSON's ``parallel``); :meth:`check` may settle ``exact``
+        # A data-parallel preset built as GPU 0 and its mirrors (composition.folds), where no
+        # output needs every GPU's tasks (a timeline, a DOT export) and no SMs are shared.
+        self.fold = fold and self.sm_sharing() is None
 
     def build(self) -> TaskGraph:
         self.check()
-        graph = self.compose()
+        graph = self.finish(self.compose())
+        if graph.meta.get(MIRRORS_META) and not mirrors_hold(graph):
+            self.fold = False  # a member's part of a collective ends apart from GPU 0's: build every GPU
+            graph = self.finish(self.compose())
+        return graph
+
+    def finish(self, graph: TaskGraph) -> TaskGraph:
+        """The run-level blocks and the platform's network recorded on a composed graph."""
         graph.meta.setdefault("parallel", self.requested.parallel_dict(self.platform.num_gpus))
         precision = self.trace.precision
         if precision is not None:  # only under a training dtype: a run as traced writes what it always wrote
@@ -68,15 +80,21 @@ class GraphBuilder:
         self.share_sms(graph)
         return attach_network(graph, self.platform)
 
+    def sm_sharing(self) -> tuple[int, int] | None:
+        """(SMs, SMs a collective takes) with ``--gpu`` on a device whose file gives both, else None."""
+        timing = gpu_timing(self.trace)
+        device = timing.device if timing is not None else None
+        if device is not None and device.sm_count and device.collective_sms and not self.strategy.reference_compat:
+            return device.sm_count, device.collective_sms
+        return None
+
     def share_sms(self, graph: TaskGraph) -> None:
         """With ``--gpu`` on a device whose file gives ``sm_count`` and ``collective_sms``: record
         them for the scheduler, whose compute then slows while communication holds SMs
         (:mod:`triosim.schedule.sm_sharing`); without them SMs are not shared."""
-        timing = gpu_timing(self.trace)
-        device = timing.device if timing is not None else None
-        if device is not None and device.sm_count and device.collective_sms and not self.strategy.reference_compat:
-            graph.meta[SM_COUNT_META] = device.sm_count
-            graph.meta[COMM_SMS_META] = device.collective_sms
+        sms = self.sm_sharing()
+        if sms is not None:
+            graph.meta[SM_COUNT_META], graph.meta[COMM_SMS_META] = sms
 
     def check(self) -> None:
         """Refuse a bad strategy, and at once what would exhaust the task limit or the machine's
@@ -109,7 +127,7 @@ class GraphBuilder:
         if not strategy.hybrid and strategy.preset.axis is None:  # one GPU: from the trace's columns only
             return single.build(self.trace, self.platform, strategy)
         graph = self.replay() if strategy.reference_compat else None
-        return graph if graph is not None else composition.build(self.trace, self.platform, strategy)
+        return graph if graph is not None else composition.build(self.trace, self.platform, strategy, fold=self.fold)
 
     def replay(self) -> TaskGraph | None:
         """The original's model of this preset where it is not the composition's (None: it is)."""
@@ -125,14 +143,29 @@ class GraphBuilder:
         return None
 
 
-def build_graph(trace: Trace, platform: Platform, strategy: Strategy) -> TaskGraph:
+def mirrors_hold(graph: TaskGraph) -> bool:
+    """Whether a folded graph's schedule is its exact build's: every member's completion task of
+    every collective ends when GPU 0's does. Each GPU's program then starts every op when GPU
+    0's does (the same chain of durations on a stream of its own, the same waits), so it would
+    feed the collectives as GPU 0 does, and every collective runs as it ran here."""
+    sched = schedule(graph)
+    end = sched.end
+    if not all(end[m] == end[built] for members, built in graph.meta.pop(FOLD_CHECKS_META) for m in members):
+        return False
+    graph.meta[SCHEDULED_META] = sched  # the run's own schedule: the next schedule(graph) takes it
+    return True
+
+
+def build_graph(trace: Trace, platform: Platform, strategy: Strategy, fold: bool = False) -> TaskGraph:
     """The task DAG of one training iteration of ``trace`` under ``strategy`` on ``platform``.
+    ``fold``: a data-parallel preset may be built as GPU 0 and its mirrors (the graph's
+    ``mirrors``; only where nothing needs every GPU's tasks: the report mirrors them).
 
     A large mesh makes millions of tasks' lists, tuples and dicts, all alive until the run ends
     and none of them cyclic garbage: the cyclic collector, which walked them again and again
     (a third of a 1T-parameter build), is paused meanwhile, as for loading a trace."""
     with collector_paused():
-        return GraphBuilder(trace, platform, strategy).build()
+        return GraphBuilder(trace, platform, strategy, fold).build()
 
 
 __all__ = ["GraphBuilder", "build_graph"]

@@ -57,6 +57,7 @@ from ..hardware.platform import Platform
 from ..schedule.tasks import TaskGraph
 from ..trace import Trace
 from . import case_blocks
+from .collectives.fragment import FOLD_BUILT_META
 from .collectives.group_comm import GroupComm, collective_warning
 from .collectives.star_routes import prime_routes
 from .composition_state import CompositionState
@@ -86,6 +87,13 @@ from .strategy import Preset, Strategy
 from .tensor.comm_overlap import plan_overlap
 from .tensor.plans import tensor_plan, tp_waits
 
+# A folded build's mirrored GPUs ({GPU: the built GPU it copies}) and its collectives' members'
+# completion tasks ([(members' tasks, GPU 0's task)]) for the check after scheduling.
+MIRRORS_META = "mirrors"
+FOLD_CHECKS_META = "fold_checks"
+# ... and the spans of task ids (lo, hi, each) whose compute tasks an exact build adds for every
+# GPU: each task once per GPU in turn (each), or the whole span GPU after GPU.
+FOLD_RUNS_META = "fold_runs"
 # Without --exact/--representatives, every GPU is built while dp·tp·ops·micro-batches stays below
 # this many compute tasks; above it one representative per role.
 AUTO_EXACT_TASKS = 100_000
@@ -101,6 +109,18 @@ def stage_plan(trace: Trace, platform: Platform, strategy: Strategy, fractions: 
                          stage_gpus=tuple(stage_gpus))[0]
 
 
+def folds(strategy: Strategy, preset: Preset | None) -> bool:
+    """Whether a ``-case`` run may be built folded: a data- or tensor-parallel preset (cases 1-3,
+    every GPU the same program, each collective over every GPU) not asked for ``--exact``, its
+    buffers on the GPU (no copies to remote memory, whose links the GPUs share). GPU 0's
+    program is built and every collective exactly over all GPUs, each member waiting for GPU
+    0's tasks, which end when each GPU's own would; the builder keeps the folded graph only
+    when every member's part of every collective ends when GPU 0's does (then every GPU's
+    program runs as GPU 0's, and the schedule is the exact build's)."""
+    return (preset is not None and preset.axis in ("dp", "tp") and strategy.exact is not True
+            and strategy.initial_placement == "gpu" and strategy.zero != 3)
+
+
 def preset_strategy(strategy: Strategy, preset: Preset) -> Strategy:
     """What the composition builds for a ``-case`` run: every GPU, and outside the pipeline preset
     one micro-batch on one stage (the pipeline options of a case 0–3 run are not used)."""
@@ -109,12 +129,15 @@ def preset_strategy(strategy: Strategy, preset: Preset) -> Strategy:
     return replace(strategy, exact=True, micro_batch_size=None, schedule="gpipe", virtual_stages=1)
 
 
-def build(trace: Trace, platform: Platform, strategy: Strategy, fuse_runs: bool = True) -> TaskGraph:
+def build(trace: Trace, platform: Platform, strategy: Strategy, fuse_runs: bool = True,
+          fold: bool = False) -> TaskGraph:
     """The composed DAG of ``strategy``'s degrees on ``platform`` (one representative per role
     unless ``strategy.exact``), or of its ``-case`` preset. A representative build runs each
     stretch of ops that nothing outside the GPU enters or leaves as one task (``fuse_runs``; same
-    times, fewer tasks)."""
+    times, fewer tasks). ``fold``: a data-parallel preset builds GPU 0's program alone, its
+    collectives exactly over every GPU (:func:`folds`); the caller checks the schedule."""
     preset = None if strategy.hybrid else strategy.preset
+    fold = fold and folds(strategy, preset)
     if preset is not None:
         strategy = preset_strategy(strategy, preset)
     dp, tp, pp = strategy.degrees(platform.num_gpus)
@@ -147,7 +170,7 @@ def build(trace: Trace, platform: Platform, strategy: Strategy, fuse_runs: bool 
             replica_warning = (f"the replicas meet the nodes differently (tp {tp} × pp {pp} GPUs a replica, "
                                f"{platform.node_of.count(0)} a node): replica (dp 0, tp 0) stands for all of them and "
                                "the times may be off; --exact builds every GPU")
-    replicas = [(d, t) for d in range(dp) for t in range(tp)] if exact else [(0, 0)]
+    replicas = [(d, t) for d in range(dp) for t in range(tp)] if exact and not fold else [(0, 0)]
     # interleaved: stage P−1 (last GPU) hands over to stage P (first GPU again)
     prime_routes(platform, ((ranks.rank(d, t, s), ranks.rank(d, t, (s + e) % pp)) for d, t in replicas
                             for s in range(pp) for e in (-1, 1) if 0 <= s + e < pp or (virtual > 1 and pp > 1)))
@@ -197,12 +220,15 @@ def build(trace: Trace, platform: Platform, strategy: Strategy, fuse_runs: bool 
     while True:
         g = Composition(trace, platform, strategy, ranks, plan, tpp, fractions, replicas, roles, fuse=fuse,
                         preset=preset, exact=exact, tied=tied, context=context, experts=experts,
-                        blocks={} if blocking else None,
+                        blocks={} if blocking else None, folded=fold,
                         overlap=overlap, host_copies=off.copies if off is not None else None,
                         host_rate=rate if off is not None else 0.0,
                         reruns=frozenset(rec.rerun_ops) if rec is not None else frozenset()).assemble()
-        if not g.meta.pop("needs_memcpy") or not fuse:
+        if not g.meta.pop("needs_memcpy") or not (fuse or fold):
             break
+        if fold:  # a memcpy's remote links are every GPU's: build them all
+            fold, replicas = False, [(d, t) for d in range(dp) for t in range(tp)]
+            continue
         fuse = False
     if preset is None:
         g.meta["hybrid"]["replica_warning"] = replica_warning
@@ -226,6 +252,7 @@ class Composition(CompositionState):
     is built and collectives are simulated on their links, not charged in closed form."""
 
     exact: bool = False
+    folded: bool = False  # a data-parallel preset: GPU 0 built, the others its mirrors (see folds)
     tied: TiedEmbedding | None = None  # tied input/output embeddings (their all-reduce when pp > 1)
     reruns: frozenset[int] = frozenset()  # re-run forward ops (activation recomputation)
     context: ContextPlan | None = None  # context parallelism's attention ops (graph/context)
@@ -241,6 +268,9 @@ class Composition(CompositionState):
         self.prefixes = [f"mb{r}:" for r in range(len(self.fractions))]
         self.versions = buffer_versions(trace, self.plan.phase) if ranks.pp > 1 else []
         comm = group_comm(self.graph, self.platform, self.strategy.collective_detail, self.exact)
+        if self.folded:
+            comm.fold_members = True
+            self.graph.meta[FOLD_BUILT_META] = frozenset(gg for s in range(ranks.pp) for gg in self.gpus(s))
         waits, cover = tp_waits(trace, tpp.collectives if ranks.tp > 1 else ())
         params_of = self.add_programs(comm, waits)
         self.add_crossings(cover, comm)
@@ -248,6 +278,15 @@ class Composition(CompositionState):
         g = self.graph
         g.meta["needs_memcpy"] = any(r.fetch_tasks or r.evictions for r in reports)
         g.meta["devices"] = sorted(gg for s in range(ranks.pp) for gg in self.gpus(s))
+        if self.folded:  # every GPU is GPU 0's mirror: its program, memory and times (checked after scheduling)
+            del g.meta[FOLD_BUILT_META]
+            built = g.meta["devices"][0]
+            g.meta["devices"] = list(range(self.platform.num_gpus))
+            g.meta[MIRRORS_META] = {gg: built for gg in g.meta["devices"] if gg != built}
+            g.meta[FOLD_CHECKS_META] = comm.fold_checks
+            mem = g.meta.get("memory", {})
+            if built in mem:
+                mem.update((gg, dict(mem[built])) for gg in g.meta[MIRRORS_META])
         if self.preset is None:
             g.meta["cluster_names"] = {
                 gg: f"GPU {gg} (dp {d}, tp {t}, stage {s})" for gg in g.meta["devices"]
@@ -272,8 +311,14 @@ class Composition(CompositionState):
                 gradient_sync.add_gradient_sync(self, comm, p, params_of[p], lasts[p])
             return params_of
         for p in range(self.ranks.pp):
+            first = len(self.graph)
             last = add_rank_program(self, comm, p, waits, colls, params_of[p])
+            mid = len(self.graph)
             gradient_sync.add_gradient_sync(self, comm, p, params_of[p], last)
+            if self.folded:  # how the exact build orders these compute tasks (report.compute_kinds):
+                # a program with collectives op by op, every GPU's task of an op in turn; without,
+                # and the optimizer, GPU after GPU
+                self.graph.meta[FOLD_RUNS_META] = [(first, mid, bool(colls)), (mid, len(self.graph), False)]
         return params_of
 
     def add_crossings(self, cover: dict[tuple[int, str], int], comm: GroupComm) -> None:
@@ -421,4 +466,5 @@ class Composition(CompositionState):
                 "routed_bytes_per_layer": routed}
 
 
-__all__ = ["AUTO_EXACT_TASKS", "Composition", "UNALIKE_EXACT_TASKS", "build", "stage_plan"]
+__all__ = ["AUTO_EXACT_TASKS", "FOLD_CHECKS_META", "FOLD_RUNS_META", "MIRRORS_META", "Composition", "UNALIKE_EXACT_TASKS", "build",
+           "folds", "stage_plan"]

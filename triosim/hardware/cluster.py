@@ -10,8 +10,8 @@ import networkx as nx
 
 from ..errors import ConfigError
 from ..limits import check_link_count
-from .link_efficiency import scale_links
-from .platform import GB, REMOTE, Platform, add_link, gpu_node
+from .link_efficiency import link_class
+from .platform import GB, REMOTE, Platform, gpu_node
 from .topology_file import ClusterSpec
 
 
@@ -44,6 +44,22 @@ class ClusterRouter:
         return path
 
 
+def _both_ways(links, efficiency):
+    """Both directed edges of each (a, b, bandwidth, latency, kind), with the attributes
+    :func:`~triosim.hardware.platform.add_link` and then
+    :func:`~triosim.hardware.link_efficiency.scale_links` give them, in that order: made in one
+    pass for networkx's bulk insert (10^6 edges at 131,072 GPUs)."""
+    for a, b, bw, lat, kind in links:
+        for x, y in ((a, b), (b, a)):
+            cls = link_class(x, y, kind)
+            if cls is None:
+                yield x, y, {"bandwidth": bw, "latency": lat, "kind": kind}
+            else:
+                eff = efficiency.get(cls, 1.0)
+                yield x, y, {"bandwidth": bw * eff, "latency": lat, "kind": kind, "nominal_bandwidth": bw,
+                             "efficiency": eff}
+
+
 def build_cluster(spec: ClusterSpec, path: Path, num_gpus: int, capacity_log2: float, remote_bandwidth_gbps: float,
                   network: str, collective_algo: str, collective_latency_us: float | None):
     """The platform of a ``kind: cluster`` file with ``num_gpus`` GPUs: whole nodes, or part of
@@ -52,39 +68,39 @@ def build_cluster(spec: ClusterSpec, path: Path, num_gpus: int, capacity_log2: f
     if num_gpus % per and num_gpus > per:
         raise ConfigError(f"{path}: -GPUnumber {num_gpus} is not a whole number of nodes of {per} GPUs "
                           f"(fewer than {per} run on part of one node)")
-    nodes = -(-num_gpus // per)
-    units = -(-nodes // spec.nodes_per_leaf)
+    nodes_count = -(-num_gpus // per)
+    units = -(-nodes_count // spec.nodes_per_leaf)
     # Both directions of: GPU-remote memory, GPU-NVSwitch, GPU-leaf, and each leaf's uplink.
     check_link_count(2 * (3 * num_gpus + (units * per if units > 1 else 0)), num_gpus,
                      f"{path}: nodes of {per} GPU{'s' if per > 1 else ''}")
     remote = (spec.remote_bandwidth_gbps or remote_bandwidth_gbps) * GB
-    g = nx.DiGraph()
-    for i in range(num_gpus):
-        g.add_node(gpu_node(i), kind="gpu")
-    g.add_node(REMOTE, kind="remote")
-    for i in range(num_gpus):
-        add_link(g, gpu_node(i), REMOTE, remote, 0.0, kind="pcie")
     # A GPU's NICs are one link of their summed bandwidth to its rail's leaf: traffic is striped
     # evenly over them (NCCL spreads its channels over a GPU's NICs), and the leaf has that many
     # more ports, so its uplink widens with them.
     nic_bw, nv_bw = spec.nics_per_gpu * spec.nic.bandwidth_gbps * GB, spec.nvlink.bandwidth_gbps * GB
+    # Collectives reach only a share of each link's nominal rate (the file's ``efficiency``).
+    efficiency = spec.efficiency()
+    nodes: dict[str, str] = {gpu_node(i): "gpu" for i in range(num_gpus)}
+    nodes[REMOTE] = "remote"
+    links = [(gpu_node(i), REMOTE, remote, 0.0, "pcie") for i in range(num_gpus)]
     for i in range(num_gpus):
         node = i // per
-        g.add_node(f"nvsw{node}", kind="switch")
-        add_link(g, gpu_node(i), f"nvsw{node}", nv_bw, spec.nvlink.latency_us * 1e-6)
-        leaf = f"leaf{node // spec.nodes_per_leaf}r{i % per}"
-        g.add_node(leaf, kind="switch")
-        add_link(g, gpu_node(i), leaf, nic_bw, spec.nic.latency_us * 1e-6, kind="net")
+        switch, leaf = f"nvsw{node}", f"leaf{node // spec.nodes_per_leaf}r{i % per}"
+        nodes.setdefault(switch, "switch")
+        links.append((gpu_node(i), switch, nv_bw, spec.nvlink.latency_us * 1e-6, "nvlink"))
+        nodes.setdefault(leaf, "switch")
+        links.append((gpu_node(i), leaf, nic_bw, spec.nic.latency_us * 1e-6, "net"))
     if units > 1:
-        g.add_node("spine", kind="switch")
+        nodes["spine"] = "switch"
         for su in range(units):
-            in_unit = min(spec.nodes_per_leaf, nodes - su * spec.nodes_per_leaf)
+            in_unit = min(spec.nodes_per_leaf, nodes_count - su * spec.nodes_per_leaf)
             # A leaf's uplinks carry its downlinks' bandwidth divided by the oversubscription.
             up = in_unit * nic_bw / spec.oversubscription
             for rail in range(per):
-                add_link(g, f"leaf{su}r{rail}", "spine", up, spec.spine_latency_us * 1e-6, kind="net")
-    # Collectives reach only a share of each link's nominal rate (the file's ``efficiency``).
-    scale_links(g, spec.efficiency())
+                links.append((f"leaf{su}r{rail}", "spine", up, spec.spine_latency_us * 1e-6, "net"))
+    g = nx.DiGraph()
+    g.add_nodes_from((name, {"kind": kind}) for name, kind in nodes.items())
+    g.add_edges_from(_both_ways(links, efficiency))
     return Platform(
         num_gpus=num_gpus, capacity_bytes=int(2**capacity_log2), graph=g, ring=tuple(range(num_gpus)),
         topology=spec.name, remote_bandwidth=remote, ptp_bandwidth=nv_bw, ptp_bandwidth_nominal=nv_bw,

@@ -22,6 +22,7 @@ from operator import add
 
 import numpy as np
 
+from ..graph.composition import MIRRORS_META
 from ..schedule.tasks import COMM_KINDS
 from .compute_kinds import compute_kinds
 from .intervals import length as _length
@@ -72,23 +73,38 @@ def breakdown(result) -> list[Breakdown]:
     axis = getattr(preset, "axis", None) if not getattr(result.strategy, "hybrid", False) else None
     default = axis if axis in ("tp", "pp", "dp") else "other"
     compute, busy = _compute_parts(graph, sched)
-    comm: dict[int, dict[str, list[tuple[float, float]]]] = {}
+    # Spans by the GPUs their task names and purpose (a collective names its whole group); a
+    # GPU's spans of a purpose are those of the tuples naming it (a union sorts them), found
+    # once for GPUs named by the same tuples.
+    comm_of: dict[tuple[int, ...], dict[str, list[tuple[float, float]]]] = {}
     kinds, attrs, devices, start, end = graph.kind, graph.attrs, graph.devices, sched.start, sched.end
     for i in [i for i, kind in enumerate(kinds) if kind in COMM_KINDS]:
         purpose = comm_purpose(kinds[i], attrs[i], default)
-        for d in devices[i]:
-            comm.setdefault(d, {}).setdefault(purpose, []).append((start[i], end[i]))
+        comm_of.setdefault(devices[i], {}).setdefault(purpose, []).append((start[i], end[i]))
+    tuples = list(comm_of.values())
+    named_by: dict[int, list[int]] = {}
+    for k, devs in enumerate(comm_of):
+        for d in devs:
+            named_by.setdefault(d, []).append(k)
+    unions: dict[tuple[tuple[int, ...], str], list[tuple[float, float]]] = {}
+    exposed_of: dict[tuple[tuple[int, ...], int], dict[str, float]] = {}
     makespan = sched.makespan
     rows = []
     for d in sorted(compute):
-        parts = dict(compute[d])
+        key = tuple(named_by.get(d, ()))
         covered = busy[d]
-        for purpose in COMM_PARTS:
-            spans = _union(comm.get(d, {}).get(purpose, []))
-            exposed = _subtract(spans, covered)
-            parts[f"exposed_{purpose}"] = _length(exposed)
-            covered = _union(covered + exposed)
-        parts["idle"] = max(0.0, makespan - _length(covered))
+        hit = exposed_of.get((key, id(covered)))  # a folded build's mirrors: the built GPU's, once
+        if hit is None:
+            hit = exposed_of[(key, id(covered))] = {}
+            for purpose in COMM_PARTS:
+                spans = unions.get((key, purpose))
+                if spans is None:
+                    spans = unions[(key, purpose)] = _union([iv for k in key for iv in tuples[k].get(purpose, ())])
+                exposed = _subtract(spans, covered)
+                hit[f"exposed_{purpose}"] = _length(exposed)
+                covered = _union(covered + exposed)
+            hit["idle"] = max(0.0, makespan - _length(covered))
+        parts = {**compute[d], **hit}
         rows.append(Breakdown(gpu=d, parts={k: parts[k] for k in PARTS}))
     return rows
 
@@ -132,6 +148,8 @@ def _compute_parts(graph, sched) -> tuple[dict[int, dict[str, float]], dict[int,
             mine = took[rows[phase[rows] == k]]
             if len(mine):
                 parts[name] = reduce(add, mine.tolist(), 0.0)  # left to right, as += added them
+    for d, built in graph.meta.get(MIRRORS_META, {}).items():  # a folded build: GPU d runs as the built GPU
+        compute[d], busy[d] = dict(compute[built]), busy[built]
     return compute, busy
 
 

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..graph.composition import FOLD_RUNS_META, MIRRORS_META
+
 PART_NAMES = ("gemm", "fp8_casts", "attention", "other")
 _OTHER = np.array([0.0, 0.0, 0.0, 1.0])
 
@@ -48,9 +50,39 @@ def compute_kinds(result) -> dict[str, float]:
         gpus.update(graph.devices[i])
     if not rows:
         return {}
-    sums = np.asarray(took) @ np.vstack(rows)
+    mirrors = graph.meta.get(MIRRORS_META)
+    if mirrors:  # a folded build: the rows of the exact build, each span once per GPU in turn
+        took_a, rows_a = _unfolded(graph, np.asarray(took), np.vstack(rows), 1 + len(mirrors))
+        gpus.update(mirrors)
+    else:
+        took_a, rows_a = np.asarray(took), np.vstack(rows)
+    sums = took_a @ rows_a
     n = max(1, len(gpus))
     return {f"{name}_ms": round(float(v) / n * 1e3, 9) for name, v in zip(PART_NAMES, sums)}
+
+
+def _unfolded(graph, took: np.ndarray, rows: np.ndarray, copies: int) -> tuple[np.ndarray, np.ndarray]:
+    """``took`` and ``rows`` (one per compute task, in task order) as the exact build of a folded
+    graph has them: the compute tasks of each span of ``graph.meta["fold_runs"]`` once per GPU,
+    task by task or span by span as that build adds them, so the sums add the same numbers in
+    the same order."""
+    ids = np.flatnonzero(np.fromiter(map("compute".__eq__, graph.kind), dtype=bool, count=len(graph.kind)))
+    out_took, out_rows = [], []
+    k = 0
+    for lo, hi, each in graph.meta[FOLD_RUNS_META]:
+        j = int(np.searchsorted(ids, hi))
+        if j > k and ids[k] < lo:
+            raise AssertionError("compute tasks outside the folded spans")
+        if each:
+            out_took.append(np.repeat(took[k:j], copies))
+            out_rows.append(np.repeat(rows[k:j], copies, axis=0))
+        else:
+            out_took.append(np.tile(took[k:j], copies))
+            out_rows.append(np.tile(rows[k:j], (copies, 1)))
+        k = j
+    if k != len(ids):
+        raise AssertionError("compute tasks outside the folded spans")
+    return np.concatenate(out_took), np.concatenate(out_rows)
 
 
 __all__ = ["PART_NAMES", "compute_kinds"]

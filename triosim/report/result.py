@@ -15,6 +15,7 @@ from typing import Any
 
 import numpy as np
 
+from ..graph.composition import MIRRORS_META
 from ..graph.strategy import Strategy
 from ..hardware.platform import Platform
 from ..schedule.list_scheduler import Schedule
@@ -158,7 +159,10 @@ def summarize(graph: TaskGraph, sched: Schedule, platform: Platform) -> tuple[li
 
 def _summarize(graph: TaskGraph, sched: Schedule, platform: Platform) -> tuple[list[GpuStats], list[LinkStats]]:
     devices = graph.meta.get("devices") or list(range(platform.num_gpus))
-    comm: dict[int, list[tuple[float, float]]] = {d: [] for d in devices}
+    # Communication spans by the GPUs their task names (a collective names its whole group):
+    # each GPU's spans are those of the tuples naming it, and GPUs named by the same tuples
+    # share their union (a union sorts its spans: the order they are gathered in is no matter).
+    comm_of: dict[tuple[int, ...], list[tuple[float, float]]] = {}
     link_bytes: dict[str, int] = {}
     names = graph.resource_names
     # Compute spans, per GPU, as columns (a large run has 10^5 compute tasks).
@@ -176,6 +180,8 @@ def _summarize(graph: TaskGraph, sched: Schedule, platform: Platform) -> tuple[l
     for d, lo, hi in zip(gpus.tolist(), firsts.tolist(), [*firsts[1:].tolist(), len(by_gpu)]):
         mine = at[by_gpu[lo:hi]]
         compute_union[d] = _union_of_columns(starts[mine], ends[mine])
+    for d, built in graph.meta.get(MIRRORS_META, {}).items():  # a folded build: GPU d runs as the built GPU
+        compute_union[d] = compute_union[built]
     # Tasks are grouped by the tuple of links they hold (a collective's ring, a route): each link
     # of a tuple gets the same spans, so spans and uniform bytes are gathered once per tuple.
     spans_of: dict[tuple[int, ...], list[tuple[float, float]]] = {}
@@ -190,8 +196,11 @@ def _summarize(graph: TaskGraph, sched: Schedule, platform: Platform) -> tuple[l
                                                      map(graph.attrs.__getitem__, others),
                                                      map(graph.nbytes.__getitem__, others)):
         if kind in COMM_KINDS:
-            for d in devs:
-                comm.setdefault(d, []).append((s, e))
+            spans = comm_of.get(devs)
+            if spans is None:
+                comm_of[devs] = [(s, e)]
+            else:
+                spans.append((s, e))
             if not rids:
                 continue
             attrs = attrs or {}
@@ -207,25 +216,33 @@ def _summarize(graph: TaskGraph, sched: Schedule, platform: Platform) -> tuple[l
             else:
                 bytes_of[rids] = bytes_of.get(rids, 0) + int(attrs.get("link_bytes", nbytes))
             spans_of.setdefault(rids, []).append((s, e))
-    for (rids, _), (load, calls) in loads.items():
-        for rid in rids:
-            name = names[rid]
-            link_bytes[name] = link_bytes.get(name, 0) + calls * int(round(load[name]))
+    _add_loads(loads, names, link_bytes)
     link_busy = _links_busy(spans_of, bytes_of, names, link_bytes)
     makespan = sched.makespan
     mem = graph.meta.get("memory", {})
+    named_by = _named_by(comm_of)
+    comm_of_list = list(comm_of.values())
+    unions: dict[tuple[int, ...], list[tuple[float, float]]] = {}
+    figures: dict[tuple[tuple[int, ...], int], tuple[float, float, float, float]] = {}
     per_gpu = []
     for d in sorted(compute_union):
         cu = compute_union[d]
-        co = _union(comm.get(d, []))
-        busy = _length(cu)
+        key = named_by.get(d, ())
+        hit = figures.get((key, id(cu)))  # a folded build's mirrors: the built GPU's spans, once
+        if hit is None:
+            co = unions.get(key)
+            if co is None:
+                co = unions[key] = _union([iv for k in key for iv in comm_of_list[k]]) if key else []
+            busy = _length(cu)
+            hit = figures[(key, id(cu))] = (busy * 1e3, _length(co) * 1e3, _minus(co, cu) * 1e3,
+                                            max(0.0, makespan - busy) * 1e3)
         per_gpu.append(
             GpuStats(
                 gpu=d,
-                compute_ms=busy * 1e3,
-                comm_ms=_length(co) * 1e3,
-                exposed_comm_ms=_minus(co, cu) * 1e3,
-                idle_ms=max(0.0, makespan - busy) * 1e3,
+                compute_ms=hit[0],
+                comm_ms=hit[1],
+                exposed_comm_ms=hit[2],
+                idle_ms=hit[3],
                 peak_memory_bytes=int(mem.get(d, {}).get("peak_bytes", 0)),
             )
         )
@@ -239,6 +256,41 @@ def _summarize(graph: TaskGraph, sched: Schedule, platform: Platform) -> tuple[l
         for name in sorted(link_bytes, key=_natural_key)
     ]
     return per_gpu, per_link
+
+
+def _add_loads(loads: dict, names: list[str], link_bytes: dict[str, int]) -> None:
+    """Add each charge's bytes per link (rounded, times its calls) to ``link_bytes``: per link,
+    with numpy over the resource ids where a charge's tasks name its load's links in the load's
+    order (a macro collective on 8,192 links), one by one otherwise. Whole numbers: any order
+    sums them alike."""
+    total = np.zeros(len(names), dtype=np.int64)
+    named = np.zeros(len(names), dtype=bool)
+    for (rids, _), (load, calls) in loads.items():
+        if len(load) == len(rids) and all(map(str.__eq__, load, map(names.__getitem__, rids))):
+            ids = np.fromiter(rids, dtype=np.int64, count=len(rids))
+            np.add.at(total, ids, calls * np.rint(np.fromiter(load.values(), dtype=np.float64,
+                                                              count=len(load))).astype(np.int64))
+            named[ids] = True
+        else:
+            for rid in rids:
+                name = names[rid]
+                link_bytes[name] = link_bytes.get(name, 0) + calls * int(round(load[name]))
+    for rid, nbytes in zip(np.flatnonzero(named).tolist(), total[named].tolist()):
+        name = names[rid]
+        link_bytes[name] = link_bytes.get(name, 0) + nbytes
+
+
+def _named_by(spans_of: dict[tuple[int, ...], list]) -> dict[int, tuple[int, ...]]:
+    """Per GPU, the positions (in ``spans_of``'s order) of the device tuples naming it."""
+    out: dict[int, list[int]] = {}
+    for k, devs in enumerate(spans_of):
+        for d in devs:
+            hit = out.get(d)
+            if hit is None:
+                out[d] = [k]
+            else:
+                hit.append(k)
+    return {d: tuple(ks) for d, ks in out.items()}
 
 
 def _links_busy(spans_of: dict[tuple[int, ...], list[tuple[float, float]]], bytes_of: dict[tuple[int, ...], int],

@@ -26,7 +26,7 @@ import numpy as np
 from ..errors import TriosimError
 from ..hardware.flow_network import ActiveFlows, maxmin_rates
 from ..trace.load import collector_paused
-from .flows import flow_of
+from .flows import alike_links, flow_of
 from .network import BANDWIDTH_META, NETWORK_META
 from .private_links import private_tuples
 from .sm_sharing import SharedStreams, task_sms
@@ -50,10 +50,20 @@ class Schedule:
         return len(self.start)
 
 
+# A schedule a builder found to check its graph (graph.builder.mirrors_hold), handed to the
+# next caller instead of placing the same tasks again.
+SCHEDULED_META = "scheduled"
+
+
 def schedule(graph: TaskGraph, progress: Callable[[int], None] | None = None,
              record_rates: bool = False) -> Schedule:
     """Place every task of ``graph``; raises if the graph has a cycle. The cyclic collector is
     paused meanwhile (the start and end lists and the flows are no cyclic garbage)."""
+    done = graph.meta.pop(SCHEDULED_META, None)
+    if done is not None and not record_rates and len(done) == len(graph):
+        if progress is not None:
+            progress(len(graph))
+        return done
     with collector_paused():
         return _schedule(graph, progress, record_rates)
 
@@ -156,6 +166,8 @@ def _schedule_flows(graph: TaskGraph, progress: Callable[[int], None] | None, re
     pop, push = heapq.heappop, heapq.heappush
     active = ActiveFlows()
     memo: dict = {}  # flows of identical link tasks (see flow_of)
+    # Links another stands for in every flow (record=False only: the rate log names every link).
+    alike = frozenset() if record else alike_links(graph, bandwidth)
     placed = 0
     tick = max(1, n // 100)
     log: list[tuple[float, float, dict[int, float]]] | None = [] if record else None
@@ -217,7 +229,7 @@ def _schedule_flows(graph: TaskGraph, progress: Callable[[int], None] | None, re
                 starting.append(pop(events)[2])
             joining = []
             for i in starting:
-                f = flow_of(graph, i, bandwidth, memo)
+                f = flow_of(graph, i, bandwidth, memo, alike)
                 if f.remaining <= 0 or not f.coefs:
                     release(i, t)
                     placed += 1

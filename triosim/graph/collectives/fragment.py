@@ -39,6 +39,10 @@ def resolve_detail(detail: str, transfers: int) -> str:
     return detail
 
 
+# The GPUs a folded build builds (graph.composition.folds), while it adds its collectives.
+FOLD_BUILT_META = "fold_built"
+
+
 def preds(graph: TaskGraph, group: tuple[int, ...], after: After, label: str) -> dict[int, list[int]]:
     """Per-GPU predecessors; common predecessors are joined once so edges stay O(N)."""
     if isinstance(after, Mapping):
@@ -50,8 +54,19 @@ def preds(graph: TaskGraph, group: tuple[int, ...], after: After, label: str) ->
 
 
 def done_syncs(graph: TaskGraph, label: str, attrs: dict[str, Any], deps: Mapping[int, Iterable[int]]) -> dict[int, int]:
-    """One ``done`` sync per GPU of ``deps`` (in its order), after that GPU's tasks in it."""
+    """One ``done`` sync per GPU of ``deps`` (in its order), after that GPU's tasks in it. In a
+    folded build (``graph.meta["fold_built"]``: the GPUs built) where every GPU waits for the same
+    tasks, only the built GPUs' syncs are added and the others share the first: they would end
+    together."""
     tags = {"collective": label, **attrs}  # one dict for every GPU's sync
+    built = graph.meta.get(FOLD_BUILT_META)
+    if built is not None and deps:
+        first = next(iter(deps.values()))
+        if all(after is first or after == first for after in deps.values()):
+            mine = {g: graph.add_sync_tagged(f"{label} done gpu{g}", first, (g,), tags) for g in deps if g in built}
+            if mine:
+                shared = next(iter(mine.values()))
+                return {g: mine.get(g, shared) for g in deps}
     return {g: graph.add_sync_tagged(f"{label} done gpu{g}", after, (g,), tags) for g, after in deps.items()}
 
 

@@ -127,6 +127,11 @@ class GroupComm:
         # to the GPU on the destination's rail, then its NIC): the other groups' traffic there
         # meets it only in an exact build. One example group, or None.
         self.crosses_other_gpus: tuple[int, ...] | None = None
+        # A folded build (graph.composition.folds): the one built member stands for every member
+        # of an exact collective; each member's completion task beside the built one's, checked
+        # after scheduling.
+        self.fold_members = False
+        self.fold_checks: list[tuple[list[int], int]] = []
 
     def ordered(self, group: Sequence[int]) -> tuple[int, ...]:
         if len(group) == self.platform.num_gpus and len(group) > 1:
@@ -266,6 +271,12 @@ class GroupComm:
         Returns ``{built member: task after which it holds the result}``.
         """
         group = self.ordered(group)
+        if self.fold_members and len(after) == 1 and len(group) > 1:
+            (built, deps), = after.items()
+            after = {g: deps for g in group}
+            out = self.run(kind, group, nbytes, label, after, parallel, **attrs)
+            self.fold_checks.append(([out[g] for g in group if g != built], out[built]))
+            return {built: out[built]}
         # A group whose every GPU is built (the tied embedding's first and last stage of the
         # representative pipeline) stands for nobody else: it is built as an exact build has it
         # (its members may start at different times, which one charged task cannot show).

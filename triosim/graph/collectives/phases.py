@@ -8,7 +8,7 @@ relative to its bandwidth, sets the pace.
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from ...hardware.platform import Platform
 
@@ -28,6 +28,10 @@ class Phase:
     fill: float = 1.0
     # A pipelined schedule whose time is its plan's longest path (the tree), not the formula.
     fixed_seconds: float | None = None
+    # A phase scaled from a 1-byte plan (plans.plan): its links' distinct (1-byte load,
+    # bandwidth) pairs, the payload and the link graph they were read from. Links with the same
+    # pair pace alike, so the busiest is found over the pairs (a ring of 8,192 links has a few).
+    scaled: tuple | None = field(default=None, compare=False, repr=False)
 
     def seconds(self, platform: Platform) -> float:
         if self.fixed_seconds is not None:
@@ -35,7 +39,11 @@ class Phase:
         return self.base_latency + self.steps * self.step_latency + self.bandwidth_seconds(platform)
 
     def bandwidth_seconds(self, platform: Platform) -> float:
-        busiest = max((b / platform.link_bandwidth(name) for name, b in self.link_load.items()), default=0.0)
+        if self.scaled is not None and self.scaled[2] is platform.graph:
+            pairs, nbytes, _graph = self.scaled  # link_load[name] is unit load × nbytes: the same floats
+            busiest = max(((u * nbytes) / bw for u, bw in pairs), default=0.0)
+        else:
+            busiest = max((b / platform.link_bandwidth(name) for name, b in self.link_load.items()), default=0.0)
         return busiest * self.fill
 
     def latency_seconds(self) -> float:

@@ -49,13 +49,25 @@ def plan(platform: Platform, group: tuple[int, ...], op: str, nbytes: float, alg
     if algo == "tree":  # its pipeline's time is not linear in the payload; no per-call latency
         return tree_phases(platform, group, nbytes)
     unit, _times = _unit(platform, group, op, algo, root)
-    phases = [Phase(p.name, p.steps, p.step_latency, {k: v * nbytes for k, v in p.link_load.items()}, 0.0, p.fill)
-              for p in unit]
+    pairs = _load_pairs(platform, (group, op, algo, root, platform.collective_latency_us), unit)
+    phases = [Phase(p.name, p.steps, p.step_latency, {k: v * nbytes for k, v in p.link_load.items()}, 0.0, p.fill,
+                    scaled=(pp, nbytes, platform.graph))
+              for p, pp in zip(unit, pairs)]
     base = base_latency_s(platform, "tree" if algo == "tree" else "ring")
     if phases and base:
         first = phases[0]
-        phases[0] = Phase(first.name, first.steps, first.step_latency, first.link_load, base, first.fill)
+        phases[0] = Phase(first.name, first.steps, first.step_latency, first.link_load, base, first.fill,
+                          scaled=first.scaled)
     return phases
+
+
+def _load_pairs(platform: Platform, key: tuple, unit: list[Phase]) -> list[tuple[tuple[float, float], ...]]:
+    """Per phase of a 1-byte plan, its links' distinct (load, bandwidth) pairs (see Phase.scaled)."""
+    hit = platform._plans.get(("pairs", key))
+    if hit is None:
+        hit = platform._plans[("pairs", key)] = [
+            tuple(dict.fromkeys((v, platform.link_bandwidth(k)) for k, v in p.link_load.items())) for p in unit]
+    return hit
 
 
 def plan_seconds(platform: Platform, group: tuple[int, ...], op: str, nbytes: float, algo: str,

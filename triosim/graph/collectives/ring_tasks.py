@@ -256,7 +256,7 @@ def multi_ring(graph: TaskGraph, platform: Platform, group: tuple[int, ...], op:
     if fragment.resolve_detail(detail, ring_transfers(platform, group, op)) == "macro":
         phases = plans.plan(platform, group, op, size, "ring", root)
         if not base:  # a sub-collective of a hierarchical one: the call's latency is charged once
-            phases = [Phase(p.name, p.steps, p.step_latency, p.link_load, 0.0, p.fill) for p in phases]
+            phases = [Phase(p.name, p.steps, p.step_latency, p.link_load, 0.0, p.fill, scaled=p.scaled) for p in phases]
         return fragment.phase_macros(graph, platform, group, op, nbytes, phases, label, pre, attrs)
     shares = fragment.chunk_sizes(nbytes, nch)
     parts = []
