@@ -68,9 +68,12 @@ def build_cluster(spec: ClusterSpec, path: Path, num_gpus: int, capacity_log2: f
     # evenly over them (NCCL spreads its channels over a GPU's NICs), and the leaf has that many
     # more ports, so its uplink widens with them.
     nic_bw, nv_bw = spec.nics_per_gpu * spec.nic.bandwidth_gbps * GB, spec.nvlink.bandwidth_gbps * GB
+    # A switch offering NVLink SHARP carries the share of the NVLink rate NVLS reaches
+    # (triosim.graph.collectives.nvls_cost); the attribute is absent otherwise.
+    sharp = {} if spec.nvlink_sharp_efficiency is None else {"sharp_efficiency": spec.nvlink_sharp_efficiency}
     for i in range(num_gpus):
         node = i // per
-        g.add_node(f"nvsw{node}", kind="switch")
+        g.add_node(f"nvsw{node}", kind="switch", **sharp)
         add_link(g, gpu_node(i), f"nvsw{node}", nv_bw, spec.nvlink.latency_us * 1e-6)
         leaf = f"leaf{node // spec.nodes_per_leaf}r{i % per}"
         g.add_node(leaf, kind="switch")
