@@ -5,6 +5,7 @@ and the closed-form all-reduce time of every algorithm, for a few group sizes an
     python bench/collective_table.py --plot docs/allreduce_vs_size.png
     python bench/collective_table.py --auto-table   # auto's pick per size, markdown (docs)
     python bench/collective_table.py --auto-table --protocol auto   # protocol picked too
+    python bench/collective_table.py --nvls-table   # NVLS against the ring on SHARP switches
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from triosim import build_platform
 from triosim.graph.collectives.cost import collective_cost
 
 SIZES = [2**k for k in range(10, 33, 2)]  # 1 KiB … 4 GiB
-ALGOS = ("one-way-ring", "ring", "tree", "hierarchical", "direct")
+ALGOS = ("one-way-ring", "ring", "tree", "hierarchical", "direct", "nvls")
 
 
 def human(n: int) -> str:
@@ -36,6 +37,8 @@ def platforms():
         yield f"switch {n} GPUs", build_platform(
             n, topology="switch", ptp_bandwidth_gbps=450, network="flow", collective_algo="auto",
             collective_latency_us=None)
+    yield "dgx-h100-superpod 8 GPUs (NVLink SHARP)", build_platform(
+        8, topology_file="dgx-h100-superpod", network="flow", collective_algo="auto", collective_latency_us=None)
     yield "ring 8 GPUs", build_platform(8, ptp_bandwidth_gbps=65, collective_latency_us=None)
     yield "fully-connected 8 GPUs", build_platform(8, topology="fully-connected", collective_latency_us=None)
 
@@ -76,6 +79,28 @@ def auto_table(protocol: str = "simple") -> None:
         print(f"| {human(size)} | " + " | ".join(cells) + " |")
 
 
+NVLS_SYSTEMS = (("dgx-h100-superpod", 8), ("dgx-b200-superpod", 8), ("gb200-nvl72", 72))
+NVLS_SIZES = (2**20, 2**30)  # 1 MiB, 1 GiB
+
+
+def nvls_table() -> None:
+    """Markdown: NVLS against the ring inside one NVLink domain of each shipped file whose switch
+    offers SHARP (8 GPUs of a DGX H100 or B200 node, the 72 of a GB200 NVL72 rack), per
+    operation and size: both times, NVLS's algbw and nccl-tests' busbw, and auto's pick (Simple,
+    NCCL latencies)."""
+    print("| system | GPUs | operation | size | ring µs | nvls µs | nvls algbw GB/s | nvls busbw GB/s | auto |")
+    print("|---|---|---|---|---|---|---|---|---|")
+    for name, n in NVLS_SYSTEMS:
+        p = build_platform(n, topology_file=name, collective_latency_us=None)
+        for op in ("all_reduce", "reduce_scatter", "all_gather"):
+            for size in NVLS_SIZES:
+                ring = collective_cost(p, range(n), op, size, "ring")
+                nvls = collective_cost(p, range(n), op, size, "nvls")
+                auto = collective_cost(p, range(n), op, size).algo
+                print(f"| {name} | {n} | {op.replace('_', '-')} | {human(size)} | {ring.seconds * 1e6:.1f} | "
+                      f"{nvls.seconds * 1e6:.1f} | {nvls.algbw / 1e9:.0f} | {nvls.busbw / 1e9:.0f} | {auto} |")
+
+
 def plot(path: str) -> None:
     import matplotlib
 
@@ -108,11 +133,16 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--plot", metavar="PNG", help="also write the all-reduce time vs size plot")
     ap.add_argument("--auto-table", action="store_true", help="print only auto's pick per size (markdown)")
+    ap.add_argument("--nvls-table", action="store_true",
+                    help="print only NVLS against the ring on the shipped SHARP switches (markdown)")
     ap.add_argument("--protocol", default="simple", choices=("simple", "ll", "ll128", "auto"),
                     help="the collectives' protocol for --auto-table (default simple)")
     args = ap.parse_args()
     if args.auto_table:
         auto_table(args.protocol)
+        return
+    if args.nvls_table:
+        nvls_table()
         return
     table()
     if args.plot:

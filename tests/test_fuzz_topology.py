@@ -41,7 +41,7 @@ HOSTILE = ["9" * 400, "-" + "9" * 400, ".nan", ".inf", "-.inf", "1e400", "-1", "
 KEYS = ["kind", "name", "topology", "gpus", "gpus_per_node", "nvlink", "nic", "leaf", "spine", "bandwidth_gbps",
         "latency_us", "nodes_per_leaf", "oversubscription", "nics_per_gpu", "ptp_bandwidth_gbps",
         "remote_bandwidth_gbps", "link_latency_us", "interconnects", "num_rows", "num_cols", "description",
-        "node_bandwidth_gbps"]
+        "node_bandwidth_gbps", "sharp", "sharp_efficiency"]
 DEVICE_KEYS = ["name", "display_name", "vendor", "aliases", "memory_gb", "hbm_gbps", "sm_count", "block_read_gbps",
                "launch_floor_us", "matrix_tflops", "vector_tflops", "sources", "efficiency", "compute",
                "compute_by_dtype", "memory", "bf16", "fp16", "fp32", "tf32", "fp8", "source"]

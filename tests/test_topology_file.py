@@ -99,6 +99,14 @@ def test_superpod_rings_use_every_rail():
     ("kind: preset\ntopology: ring\nlinks: 3\n", "unknown field 'links'"),
     ("kind: [unclosed\n", "not valid YAML"),
     ("kind: preset\ngpus: 4\n", "-GPUnumber is 16"),
+    ("kind: cluster\ngpus_per_node: 8\nnvlink: {bandwidth_gbps: 1, sharp: 1}\nnic: {bandwidth_gbps: 1}\n"
+     "leaf: {nodes_per_leaf: 1}\n", "nvlink: field 'sharp' must be true or false, got 1"),
+    ("kind: cluster\ngpus_per_node: 8\nnvlink: {bandwidth_gbps: 1, sharp_efficiency: 0.5}\nnic: {bandwidth_gbps: 1}\n"
+     "leaf: {nodes_per_leaf: 1}\n", "field 'sharp_efficiency' needs 'sharp: true'"),
+    ("kind: cluster\ngpus_per_node: 8\nnvlink: {bandwidth_gbps: 1, sharp: true, sharp_efficiency: 1.5}\n"
+     "nic: {bandwidth_gbps: 1}\nleaf: {nodes_per_leaf: 1}\n", "'sharp_efficiency' must be <= 1"),
+    ("kind: cluster\ngpus_per_node: 8\nnvlink: {bandwidth_gbps: 1}\nnic: {bandwidth_gbps: 1, sharp: true}\n"
+     "leaf: {nodes_per_leaf: 1}\n", "nic: unknown field 'sharp'"),
 ])
 def test_bad_files_name_the_file_and_field(tmp_path, text, needle):
     f = tmp_path / "bad.yaml"

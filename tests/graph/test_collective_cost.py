@@ -1,9 +1,11 @@
-"""Collective algorithms against their closed forms (``collective_cost``): every algorithm, in
-expanded and macro form, under both network models, on groups where its channels use disjoint
+"""Collective algorithms against their closed forms (``collective_cost``): every algorithm (NVLS
+on a node whose NVSwitch offers SHARP), in expanded and macro form, under both network models, on groups where its channels use disjoint
 links; nccl-tests' bus-bandwidth relation; byte conservation per link; ``auto``; sub-groups in
 any order; and planted bugs the properties catch."""
 
 from __future__ import annotations
+
+from pathlib import Path
 
 import pytest
 from hypothesis import HealthCheck, Phase, given, settings
@@ -17,6 +19,8 @@ import triosim.graph.collectives.ring_cost as ring_cost
 import triosim.graph.collectives.ring_tasks as ring_tasks
 from triosim import build_platform
 from triosim.graph.collectives.cost import collective_cost
+from triosim.hardware.cluster import build_cluster
+from triosim.hardware.topology_file import ClusterSpec, LinkSpec
 from triosim.report.result import summarize
 from triosim.schedule.list_scheduler import schedule
 from triosim.schedule.network import attach_network
@@ -40,12 +44,20 @@ def run(platform, op, group, nbytes, algo, detail, root=None):
 @st.composite
 def symmetric_cases(draw):
     """(platform, op, group, S, algo, detail) where the algorithm's links are disjoint and even."""
-    algo = draw(st.sampled_from(("ring", "direct", "hierarchical", "tree", "one-way-ring")))
+    algo = draw(st.sampled_from(("ring", "direct", "hierarchical", "tree", "one-way-ring", "nvls")))
     network = draw(st.sampled_from(("flow", "exclusive")))
     latency = draw(st.sampled_from((None, 0.0, 2.5)))
     link_lat = draw(st.sampled_from((0.0, 0.5)))
     bw = draw(st.floats(1, 900))
-    if algo == "hierarchical":
+    if algo == "nvls":  # one node of GPUs on an NVSwitch offering SHARP
+        n = draw(st.integers(2, 9))
+        spec = ClusterSpec(name="sharp", gpus_per_node=n, nvlink=LinkSpec(bw, link_lat, 0.8), nics_per_gpu=1,
+                           nic=LinkSpec(50.0), nodes_per_leaf=1, oversubscription=1.0, spine_latency_us=0.0,
+                           remote_bandwidth_gbps=None, gpus=None,
+                           nvlink_sharp_efficiency=draw(st.sampled_from((0.8, 0.69))))
+        p = build_cluster(spec, Path("sharp.yaml"), n, 40, 696, network, "auto", latency)
+        ops = ("all_reduce", "reduce_scatter", "all_gather")
+    elif algo == "hierarchical":
         per, nodes = draw(st.integers(2, 4)), draw(st.integers(2, 3))
         p = build_platform(per * nodes, topology="nvlink-cluster", gpus_per_node=per, ptp_bandwidth_gbps=bw,
                            node_bandwidth_gbps=draw(st.floats(1, 100)), link_latency_us=link_lat,
@@ -64,7 +76,7 @@ def symmetric_cases(draw):
                                                                      "broadcast"))
     op = draw(st.sampled_from(ops))
     group = tuple(range(p.num_gpus))
-    if p.topology == "fully-connected" and algo != "one-way-ring":
+    if p.topology in ("fully-connected", "sharp") and algo != "one-way-ring":
         group = tuple(draw(st.permutations(group)))
     nbytes = draw(st.integers(0, 2**33))
     detail = draw(st.sampled_from(("expanded", "macro")))

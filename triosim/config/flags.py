@@ -89,7 +89,8 @@ def add_sim_flags(p: argparse.ArgumentParser) -> None:
                         "(a transfer reserves its whole route, the original model)")
     g.add_argument("--collective-algo", choices=COLLECTIVE_ALGOS, default="auto",
                    help="collective algorithm: auto (fastest closed form, as NCCL's tuner; default), ring, "
-                        "one-way-ring (the original), tree, hierarchical or direct")
+                        "one-way-ring (the original), tree, hierarchical, direct or nvls (NVLink SHARP, where "
+                        "the topology file's NVLink switch offers it; elsewhere ring)")
     g.add_argument("--collective-protocol", choices=COLLECTIVE_PROTOCOLS, default="simple",
                    help="NCCL protocol of every collective: simple (default), ll or ll128 (lower latency, less "
                         "bandwidth), or auto (the fastest protocol and algorithm per collective, as NCCL's tuner); "

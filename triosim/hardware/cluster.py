@@ -80,6 +80,9 @@ def build_cluster(spec: ClusterSpec, path: Path, num_gpus: int, capacity_log2: f
     nic_bw, nv_bw = spec.nics_per_gpu * spec.nic.bandwidth_gbps * GB, spec.nvlink.bandwidth_gbps * GB
     # Collectives reach only a share of each link's nominal rate (the file's ``efficiency``).
     efficiency = spec.efficiency()
+    # A switch offering NVLink SHARP carries the share of the NVLink rate NVLS reaches
+    # (triosim.graph.collectives.nvls_cost); the attribute is absent otherwise.
+    sharp = {} if spec.nvlink_sharp_efficiency is None else {"sharp_efficiency": spec.nvlink_sharp_efficiency}
     nodes: dict[str, str] = {gpu_node(i): "gpu" for i in range(num_gpus)}
     nodes[REMOTE] = "remote"
     links = [(gpu_node(i), REMOTE, remote, 0.0, "pcie") for i in range(num_gpus)]
@@ -99,7 +102,8 @@ def build_cluster(spec: ClusterSpec, path: Path, num_gpus: int, capacity_log2: f
             for rail in range(per):
                 links.append((f"leaf{su}r{rail}", "spine", up, spec.spine_latency_us * 1e-6, "net"))
     g = nx.DiGraph()
-    g.add_nodes_from((name, {"kind": kind}) for name, kind in nodes.items())
+    g.add_nodes_from((name, {"kind": kind, **(sharp if name.startswith("nvsw") else {})})
+                     for name, kind in nodes.items())
     g.add_edges_from(_both_ways(links, efficiency))
     return Platform(
         num_gpus=num_gpus, capacity_bytes=int(2**capacity_log2), graph=g, ring=tuple(range(num_gpus)),

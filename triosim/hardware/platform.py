@@ -32,7 +32,7 @@ TOPOLOGIES = ("ring", "fully-connected", "switch", "mesh", "nvlink-cluster")
 NETWORKS = ("flow", "exclusive")
 # "one-way-ring" is the original single ring in the group's order; "ring" uses every channel
 # the topology offers (both directions, one ring per rail); see triosim/graph/collectives/cost.py.
-COLLECTIVE_ALGOS = ("auto", "ring", "one-way-ring", "tree", "hierarchical", "direct")
+COLLECTIVE_ALGOS = ("auto", "ring", "one-way-ring", "tree", "hierarchical", "direct", "nvls")
 # NCCL's protocols: Simple (bandwidth), LL and LL128 (low latency, less bandwidth); auto picks
 # per collective with the algorithm.
 COLLECTIVE_PROTOCOLS = ("auto", "simple", "ll", "ll128")

@@ -15,8 +15,11 @@ Two kinds of file:
 
 Bandwidths are GB/s per direction, latencies µs per link. ``nvlink``, ``nic`` and ``spine`` may
 give an ``efficiency`` (0 < e ≤ 1): the share of the nominal bandwidth NCCL achieves on that link
-class (defaults :data:`~triosim.hardware.link_efficiency.DEFAULT_CLUSTER_EFFICIENCY`). The GPU count comes from
-``-GPUnumber``; ``gpus`` in the file, if present, must agree with it.
+class (defaults :data:`~triosim.hardware.link_efficiency.DEFAULT_CLUSTER_EFFICIENCY`). ``nvlink`` may
+say ``sharp: true``: the node's NVLink switch reduces and multicasts in the switch (NVLink SHARP,
+NCCL's NVLS algorithm), reaching ``sharp_efficiency`` of the nominal rate (default: the link's
+``efficiency``). The GPU count comes from ``-GPUnumber``; ``gpus`` in the file, if present, must
+agree with it.
 
 The file is read by :func:`triosim.safe_yaml.load_yaml_file` (at most 1 MiB, nested at most 32
 deep, 100,000 values with aliases expanded, no key twice). Every field is checked here: an
@@ -47,7 +50,7 @@ PRESET_KEYS = {"kind", "name", "description", "source", "gpus", "topology", "ptp
 CLUSTER_KEYS = {"kind", "name", "description", "source", "gpus", "gpus_per_node", "nvlink", "nics_per_gpu", "nic",
                 "leaf", "spine", "remote_bandwidth_gbps"}
 LINK_KEYS = {"bandwidth_gbps", "latency_us", "efficiency"}
-NESTED_KEYS = {"nvlink": LINK_KEYS, "nic": LINK_KEYS, "leaf": {"nodes_per_leaf"},
+NESTED_KEYS = {"nvlink": LINK_KEYS | {"sharp", "sharp_efficiency"}, "nic": LINK_KEYS, "leaf": {"nodes_per_leaf"},
                "spine": {"oversubscription", "latency_us", "efficiency"}}
 
 # The largest value each field may take (the smallest is 0 or just above it). Far above any
@@ -61,6 +64,7 @@ RANGES = {
     "gpus": MAX_GPUS, "gpus_per_node": MAX_GPUS, "nodes_per_leaf": MAX_GPUS, "num_rows": MAX_GPUS,
     "num_cols": MAX_GPUS, "nics_per_gpu": 64, "oversubscription": 1024, "interconnects": 1,
     "efficiency": 1,  # achieved share of the nominal rate (triosim.hardware.link_efficiency)
+    "sharp_efficiency": 1,  # the same for NVLink SHARP collectives (NCCL's NVLS)
 }
 
 
@@ -94,6 +98,9 @@ class ClusterSpec:
     remote_bandwidth_gbps: float | None
     gpus: int | None
     spine_efficiency: float = DEFAULT_CLUSTER_EFFICIENCY["spine"]
+    # The NVLink switch's SHARP (in-switch reduction and multicast): the share of the nominal
+    # NVLink rate NCCL's NVLS algorithm reaches; None: the switch offers no SHARP.
+    nvlink_sharp_efficiency: float | None = None
 
     def efficiency(self) -> dict[str, float]:
         """The achieved share of nominal bandwidth per link class."""
@@ -184,15 +191,30 @@ def _link(p: Path, data: dict, key: str) -> LinkSpec:
                     _number(q, sub, "efficiency", DEFAULT_CLUSTER_EFFICIENCY[key]))
 
 
+def _sharp(p: Path, data: dict, nvlink: LinkSpec) -> float | None:
+    """The ``nvlink`` mapping's SHARP efficiency (``sharp: true``), or None without SHARP."""
+    sub = data.get("nvlink")
+    q = Path(f"{p}: nvlink")
+    sharp = sub.get("sharp", False)
+    if not isinstance(sharp, bool):
+        raise ConfigError(f"{q}: field 'sharp' must be true or false, got {_shown(sharp)}")
+    if not sharp:
+        if "sharp_efficiency" in sub:
+            raise ConfigError(f"{q}: field 'sharp_efficiency' needs 'sharp: true'")
+        return None
+    return _number(q, sub, "sharp_efficiency", nvlink.efficiency)
+
+
 def cluster_spec(p: Path, data: dict) -> ClusterSpec:
     leaf = data.get("leaf", {})
     spine = data.get("spine", {})
     if not isinstance(leaf, dict) or not isinstance(spine, dict):
         raise ConfigError(f"{p}: fields 'leaf' and 'spine' must be mappings")
+    nvlink = _link(p, data, "nvlink")
     return ClusterSpec(
         name=str(data.get("name", p.stem)),
         gpus_per_node=_number(p, data, "gpus_per_node", integer=True),
-        nvlink=_link(p, data, "nvlink"),
+        nvlink=nvlink,
         nics_per_gpu=_number(p, data, "nics_per_gpu", 1, integer=True),
         nic=_link(p, data, "nic"),
         nodes_per_leaf=_number(Path(f"{p}: leaf"), leaf, "nodes_per_leaf", integer=True),
@@ -201,6 +223,7 @@ def cluster_spec(p: Path, data: dict) -> ClusterSpec:
         remote_bandwidth_gbps=_number(p, data, "remote_bandwidth_gbps") if "remote_bandwidth_gbps" in data else None,
         gpus=_number(p, data, "gpus", integer=True) if "gpus" in data else None,
         spine_efficiency=_number(Path(f"{p}: spine"), spine, "efficiency", DEFAULT_CLUSTER_EFFICIENCY["spine"]),
+        nvlink_sharp_efficiency=_sharp(p, data, nvlink),
     )
 
 

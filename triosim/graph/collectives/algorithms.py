@@ -1,14 +1,15 @@
 """Collective communication over a group of GPUs: all-reduce, reduce-scatter, all-gather,
 broadcast and all-to-all, as task-DAG fragments, with the algorithms of
 :mod:`triosim.graph.collectives.cost` (one-way ring, multi-channel ring, direct, hierarchical,
-double binary tree; ``algo="auto"`` picks the fastest closed form, as NCCL's tuner does).
+double binary tree, NVLS; ``algo="auto"`` picks the fastest closed form, as NCCL's tuner does).
 
 This module checks the call, resolves the algorithm and protocol
 (:mod:`~triosim.graph.collectives.choice`), records it for the summary and hands the fragment
 to the algorithm's builder: :mod:`~triosim.graph.collectives.ring_tasks` (one-way and
 multi-channel ring), :mod:`~triosim.graph.collectives.direct_tasks`,
-:mod:`~triosim.graph.collectives.hierarchical_tasks` and
-:mod:`~triosim.graph.collectives.tree_tasks`; what they share is
+:mod:`~triosim.graph.collectives.hierarchical_tasks`,
+:mod:`~triosim.graph.collectives.tree_tasks` and :mod:`~triosim.graph.collectives.nvls_tasks`;
+what they share is
 :mod:`~triosim.graph.collectives.fragment`.
 
 Every collective comes in two forms that give the same time when run in isolation:
@@ -45,7 +46,8 @@ from .direct_tasks import direct
 from .fragment import After
 from .groups import check_group
 from .hierarchical_tasks import hierarchical
-from .protocols import base_latency_s, protocol, wire_bytes
+from .nvls_tasks import nvls
+from .protocols import base_latency_s, latency_family, protocol, wire_bytes
 from .tree_tasks import tree
 
 
@@ -79,7 +81,7 @@ def _collective(graph: TaskGraph, platform: Platform, op: str, group: Sequence[i
     record_collective(graph, op, chosen, nbytes, proto)
     tags = {**attrs, "algo": chosen} if proto == "simple" else {**attrs, "algo": chosen, "protocol": proto}
     nbytes = wire_bytes(platform, chosen, order, op, nbytes)  # what the links carry under the protocol
-    base = base_latency_s(platform, "tree" if chosen == "tree" else "ring")
+    base = base_latency_s(platform, latency_family(chosen))
     if chosen == "one-way-ring":
         ring = ring_tasks.make_ring(platform, order)
         if op == "broadcast":
@@ -91,6 +93,8 @@ def _collective(graph: TaskGraph, platform: Platform, op: str, group: Sequence[i
         return direct(graph, platform, order, op, nbytes, label, pre, detail, tags, base, root)
     if chosen == "hierarchical":
         return hierarchical(graph, platform, order, op, nbytes, label, pre, detail, tags, base, root)
+    if chosen == "nvls":
+        return nvls(graph, platform, order, op, nbytes, label, pre, tags)
     return tree(graph, platform, order, nbytes, label, pre, detail, tags)
 
 
@@ -102,7 +106,7 @@ def add_all_reduce(graph: TaskGraph, platform: Platform, group: Sequence[int], n
     """All-reduce of ``nbytes`` on every GPU of ``group``.
 
     ``after``: common predecessors, or ``{gpu: predecessors}`` (a GPU's first send waits for
-    its own). ``algo``: auto, ring, one-way-ring, tree, hierarchical or direct (default: the
+    its own). ``algo``: auto, ring, one-way-ring, tree, hierarchical, direct or nvls (default: the
     platform's ``collective_algo``). Returns ``{gpu: sync}``: the GPU holds the reduced buffer
     when the sync ends.
     """

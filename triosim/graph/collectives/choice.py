@@ -9,11 +9,12 @@ from __future__ import annotations
 
 from ...hardware.platform import Platform
 from .hierarchical_cost import hierarchical_split
+from .nvls_cost import nvls_supported
 from .plans import plan_seconds
 from .protocols import wire_bytes
 from .tree_cost import tree_lower_bound
 
-ALGOS = ("ring", "one-way-ring", "tree", "hierarchical", "direct")
+ALGOS = ("ring", "one-way-ring", "tree", "hierarchical", "direct", "nvls")
 # "auto" tries the protocols in this order; a tie keeps the earlier one.
 PROTOCOL_ORDER = ("simple", "ll128", "ll")
 # "auto" leaves out the direct algorithm above this group size: its plan has N² transfers.
@@ -28,6 +29,8 @@ def supported(platform: Platform, group: tuple[int, ...], op: str, algo: str) ->
         return op == "all_reduce"
     if algo == "hierarchical":
         return hierarchical_split(platform, group) is not None
+    if algo == "nvls":  # one SHARP switch under every GPU, Simple protocol
+        return nvls_supported(platform, group, op)
     return algo in ALGOS
 
 
@@ -40,7 +43,7 @@ def fallback(platform: Platform, group: tuple[int, ...], op: str, algo: str) -> 
 
 def candidates(platform: Platform, group: tuple[int, ...], op: str) -> list[str]:
     """The algorithms ``auto`` compares, simplest first."""
-    out = [a for a in ("ring", "tree", "hierarchical", "direct") if supported(platform, group, op, a)]
+    out = [a for a in ("ring", "tree", "hierarchical", "direct", "nvls") if supported(platform, group, op, a)]
     if len(group) > DIRECT_AUTO_LIMIT and op != "all_to_all":
         out = [a for a in out if a != "direct"]
     return out

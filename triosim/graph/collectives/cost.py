@@ -25,6 +25,9 @@ Algorithms (``algo``), one module each for their phases:
   payload in chunks, reduce up and broadcast down, pipelined (:mod:`triosim.graph.collectives.double_tree`;
   its time is the longest path of that pipeline; :mod:`~triosim.graph.collectives.tree_cost`).
   Other operations fall back to ``ring``.
+- ``nvls``: NCCL's NVLink SHARP: all-reduce, reduce-scatter and all-gather reduced and
+  multicast in an NVLink switch that offers SHARP, one phase of GPU↔switch link loads
+  (:mod:`~triosim.graph.collectives.nvls_cost`). Elsewhere it falls back to ``ring``.
 
 Latency and protocols (:mod:`~triosim.graph.collectives.protocols`): with
 ``Platform.collective_latency_us`` None, NCCL's published constants for its Simple protocol

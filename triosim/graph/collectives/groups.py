@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from ...hardware.platform import Platform
+from ...hardware.platform import Platform, gpu_node
 
 
 def check_group(platform: Platform, group: Sequence[int]) -> tuple[int, ...]:
@@ -37,3 +37,17 @@ def spans_even_nodes(nodes: list[list[int]] | None) -> bool:
     """Whether :func:`node_groups` found ≥ 2 nodes holding the same ≥ 2 GPUs of the group each:
     the shape whose GPUs pair up across nodes by local rank (rails)."""
     return not (nodes is None or len(nodes) < 2 or len({len(x) for x in nodes}) != 1 or len(nodes[0]) < 2)
+
+
+def sharp_switch(platform: Platform, group: tuple[int, ...]) -> str | None:
+    """The switch every GPU of ``group`` is linked to that offers NVLink SHARP (a
+    ``sharp_efficiency`` on the switch node, set by a topology file's ``nvlink: {sharp: true}``),
+    or None: then NVLS cannot run on the group."""
+    graph = platform.graph
+    common: set[str] | None = None
+    for g in group:
+        hubs = {s for s in graph.successors(gpu_node(g)) if graph.nodes[s].get("sharp_efficiency") is not None}
+        common = hubs if common is None else common & hubs
+        if not common:
+            return None
+    return min(common) if common else None

@@ -10,8 +10,9 @@ from __future__ import annotations
 from ...hardware.platform import Platform
 from .direct_cost import direct_phases
 from .hierarchical_cost import hierarchical_phases
+from .nvls_cost import nvls_phases
 from .phases import Phase
-from .protocols import base_latency_s
+from .protocols import base_latency_s, latency_family
 from .ring_cost import one_way_ring_phases, ring_phases
 from .tree_cost import tree_phases, tree_seconds
 
@@ -24,6 +25,8 @@ def _build_phases(platform: Platform, group: tuple[int, ...], op: str, nbytes: f
         return ring_phases(platform, group, op, nbytes, root)
     if algo == "direct":
         return direct_phases(platform, group, op, nbytes, root)
+    if algo == "nvls":
+        return nvls_phases(platform, group, op, nbytes)
     return hierarchical_phases(platform, group, op, nbytes, root)
 
 
@@ -53,7 +56,7 @@ def plan(platform: Platform, group: tuple[int, ...], op: str, nbytes: float, alg
     phases = [Phase(p.name, p.steps, p.step_latency, {k: v * nbytes for k, v in p.link_load.items()}, 0.0, p.fill,
                     scaled=(pp, nbytes, platform.graph))
               for p, pp in zip(unit, pairs)]
-    base = base_latency_s(platform, "tree" if algo == "tree" else "ring")
+    base = base_latency_s(platform, latency_family(algo))
     if phases and base:
         first = phases[0]
         phases[0] = Phase(first.name, first.steps, first.step_latency, first.link_load, base, first.fill,
@@ -76,5 +79,5 @@ def plan_seconds(platform: Platform, group: tuple[int, ...], op: str, nbytes: fl
     if algo == "tree":
         return tree_seconds(platform, group, nbytes)
     _unit_phases, times = _unit(platform, group, op, algo, root)
-    base = base_latency_s(platform, "tree" if algo == "tree" else "ring") if times else 0.0
+    base = base_latency_s(platform, latency_family(algo)) if times else 0.0
     return base + sum(lat + nbytes * per_byte for lat, per_byte in times)

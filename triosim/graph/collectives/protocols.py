@@ -12,14 +12,16 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 
-from ...hardware.platform import Platform
-from .groups import node_groups
+from ...hardware.platform import Platform, gpu_node, link_name
+from .groups import node_groups, sharp_switch
 
-# NCCL 2.18 src/graph/tuning.cc (µs): baseLat and hwLat, Simple protocol.
-NCCL_BASE_LATENCY_US = {"ring": 8.4, "tree": 0.0}
+# NCCL 2.18 src/graph/tuning.cc (µs): baseLat and hwLat, Simple protocol; NVLS (NVLink SHARP,
+# Simple only) from NCCL 2.30's: no base latency, 25 µs on NVLink.
+NCCL_BASE_LATENCY_US = {"ring": 8.4, "tree": 0.0, "nvls": 0.0}
 NCCL_STEP_LATENCY_US = {
     ("ring", "nvlink"): 3.4, ("ring", "pcie"): 5.7, ("ring", "net"): 14.0,
     ("tree", "nvlink"): 28.0, ("tree", "pcie"): 28.0, ("tree", "net"): 28.0,
+    ("nvls", "nvlink"): 25.0,
 }
 # The same for the LL and LL128 protocols.
 NCCL_PROTOCOL_BASE_LATENCY_US = {
@@ -41,8 +43,13 @@ def protocol(platform: Platform) -> str:
     return "simple" if p == "auto" else p
 
 
+def latency_family(algo: str) -> str:
+    """Which of NCCL's latency rows an algorithm pays: ``tree``, ``nvls`` or ``ring`` (the rest)."""
+    return algo if algo in ("tree", "nvls") else "ring"
+
+
 def step_latency_s(platform: Platform, family: str, route: tuple[str, ...]) -> float:
-    """λ for one step of ``family`` ("ring" or "tree") over ``route``."""
+    """λ for one step of ``family`` ("ring", "tree" or "nvls") over ``route``."""
     lat = platform.collective_latency_us
     if lat is not None:
         return lat * 1e-6
@@ -50,7 +57,7 @@ def step_latency_s(platform: Platform, family: str, route: tuple[str, ...]) -> f
 
 
 def base_latency_s(platform: Platform, family: str) -> float:
-    """The per-call latency of a collective of ``family`` ("ring" or "tree")."""
+    """The per-call latency of a collective of ``family`` ("ring", "tree" or "nvls")."""
     if platform.collective_latency_us is not None:
         return 0.0
     return NCCL_PROTOCOL_BASE_LATENCY_US[protocol(platform)][family] * 1e-6
@@ -96,8 +103,12 @@ def protocol_efficiency(platform: Platform, algo: str, group: tuple[int, ...], o
     NCCL's tuner (``src/graph/tuning.cc``): Simple 1; LL (8-byte lines of 4 data bytes and a
     flag, and slower polling) 1/4 on rings for all-reduce or across nodes, else 1/3, and 1/3.8
     on trees; LL128 (120 data bytes per 128-byte line) 0.92 on rings, 0.7 when each node has
-    one GPU of the group, and on trees 120/128 across nodes, 7/9 inside one.
+    one GPU of the group, and on trees 120/128 across nodes, 7/9 inside one. NVLS (Simple only)
+    reaches its switch's ``sharp_efficiency`` of the nominal rate where the links run at the
+    ring's ``efficiency``: its share is their ratio (1 when the file gives no own figure).
     """
+    if algo == "nvls":
+        return nvls_share(platform, group)
     proto = protocol(platform)
     if proto == "simple":
         return 1.0
@@ -109,6 +120,18 @@ def protocol_efficiency(platform: Platform, algo: str, group: tuple[int, ...], o
     if tree:
         return 120 / 128 if multi_node else 7 / 9
     return 0.7 if nodes is not None and all(len(x) == 1 for x in nodes) and multi_node else 0.92
+
+
+def nvls_share(platform: Platform, group: tuple[int, ...]) -> float:
+    """NVLS's payload share of the GPU↔switch links' modelled bandwidth: the switch's SHARP
+    efficiency over the link's own (both shares of the same nominal rate)."""
+    switch = sharp_switch(platform, group)
+    if switch is None:
+        raise ValueError(f"NVLS needs a SHARP switch linking every GPU of {group}")
+    link = platform.link(link_name(gpu_node(group[0]), switch))
+    sharp = platform.graph.nodes[switch]["sharp_efficiency"]
+    own = link.get("efficiency", 1.0)  # bandwidth = nominal × efficiency (link_efficiency)
+    return 1.0 if sharp == own else sharp / own
 
 
 def wire_bytes(platform: Platform, algo: str, group: tuple[int, ...], op: str, nbytes: float) -> int:
