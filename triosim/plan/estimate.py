@@ -22,12 +22,10 @@ forward and backward of every micro-batch; a gather overlaps the previous unit's
 pass is charged what exceeds its compute, plus the first unit. Collectives are charged their
 closed form on the group's links; the iteration ends when the last rank has done so.
 
-Memory per GPU: parameters, gradients (÷ dp at ZeRO ≥ 3 / ≥ 2) and optimizer state (÷ dp at
-ZeRO ≥ 1), one TP shard each, plus activations: a micro-batch's forward outputs, times the
-micro-batches a 1F1B rank holds at once (min(m, pp − r)), or Megatron's interleaved warm-up
-((pp − r − 1) · 2 + (V − 1) · pp + 1 chunks); full recomputation keeps only each stage's input
-per micro-batch (plus one micro-batch whole during its backward), selective drops the attention
-core's outputs. ZeRO-3 adds two gathered units.
+Memory per GPU: what the DAG's memory plan holds at the fullest block of each pipeline rank's
+program, from the same buffers (:mod:`triosim.plan.stage_memory`: the trace with its re-runs,
+TP shards, the micro-batch's share, the training precision's sizes and FP8 copies, ZeRO's shards
+by role), plus the optimizer state (÷ dp at ZeRO ≥ 1) and, at ZeRO-3, two gathered units.
 """
 
 from __future__ import annotations
@@ -40,6 +38,7 @@ import numpy as np
 from .candidates import Candidate
 from .pipeline_time import PipelineTimer
 from .profile import ModelProfile, PositionTimes
+from .stage_memory import rank_activations, rank_blocks, rank_invariant, role_divisors
 
 MIB = 1024 * 1024
 
@@ -180,18 +179,34 @@ def _dp_synced_all(c: Candidate, op: str, starts: list[int], B: np.ndarray, ends
     return synced
 
 
-def _activations(c: Candidate, r: int, m: int, bounds: list[tuple[int, int]], pt: PositionTimes) -> float:
-    """Activation bytes pipeline rank r holds at its peak (module docstring)."""
+def _rank_peaks(c: Candidate, m: int, bounds: list[tuple[int, int]], params: np.ndarray, opt_state: np.ndarray,
+                profile: ModelProfile, settings: PlanSettings, timer: PipelineTimer, key: tuple) -> list[float]:
+    """Per pipeline rank, its peak bytes: the buffers the DAG's memory plan holds at the fullest
+    block of the rank's program (:mod:`triosim.plan.stage_memory`), the optimizer state ÷ dp at
+    ZeRO ≥ 1, ZeRO-3's two gathered units."""
+    batch = settings.global_batch // c.dp
     P, V = c.pp, c.virtual
-    chunks = bounds[r::P]
-    act = sum(float(pt.act[a:b].sum()) for a, b in chunks)
-    if c.recompute == "selective":
-        act -= sum(float(pt.attn_act[a:b].sum()) for a, b in chunks)
-    held = min(m, P - r) if V == 1 else min(m * V, (P - r - 1) * 2 + (V - 1) * P + 1) / V
-    if c.recompute == "full":
-        inputs = sum(float(pt.cut_fwd_bytes[a - 1]) if a > 0 else 0.0 for a, _ in chunks)
-        return held * inputs + act / V
-    return held * act
+    sharded = c.dp > 1 and c.zero >= 1
+    div = role_divisors(c.zero, c.dp)[:, None]
+
+    def per_rank():
+        mems = profile.stage_memories(batch, c.tp, c.sequence_parallel, c.micro_batch, [a for a, _ in bounds])
+        out = []
+        for r in range(P):
+            blocks = timer.memo(("blocks", c.schedule, P, V, m, r), lambda r=r: rank_blocks(c.schedule, P, m, r, V))
+            mine = mems[r::P]
+            inputs = m * sum(s.inputs for s in mine)
+            out.append((rank_activations(blocks, mine) + inputs, rank_invariant(blocks, mine)))
+        return out
+
+    peaks = []
+    for r, (act, inv) in enumerate(timer.memo(("memory", key), per_rank)):
+        held = float(((inv / div).sum(axis=0) + act).max())
+        held += float(opt_state[r]) / (c.dp if sharded else 1)
+        if c.zero == 3 and c.dp > 1:  # a unit's gathered parameters in use and the next one arriving
+            held += 2 * min(settings.bucket_bytes, float(params[r]))
+        peaks.append(held)
+    return peaks
 
 
 def estimate(c: Candidate, profile: ModelProfile, settings: PlanSettings, timer: PipelineTimer) -> Estimate:
@@ -230,12 +245,7 @@ def estimate(c: Candidate, profile: ModelProfile, settings: PlanSettings, timer:
             f_r, b_r = float(F[r::P].sum()), float(B[r::P].sum())
             t += m * (max(0.0, whole - f_r) + max(0.0, whole - b_r) + 2 * first)
         finish = max(finish, t)
-    div = c.dp if c.dp > 1 else 1
-    held = params / (div if c.zero >= 3 else 1) + params / (div if c.zero >= 2 else 1) \
-        + opt_state / (div if c.zero >= 1 else 1)
-    peaks = [float(held[r]) + _activations(c, r, m, bounds, pt)
-             + (2 * min(settings.bucket_bytes, float(params[r])) if c.zero == 3 and c.dp > 1 else 0.0)
-             for r in range(P)]
+    peaks = _rank_peaks(c, m, bounds, params, opt_state, profile, settings, timer, key)
     peak, worst = int(max(peaks)), int(np.argmax(peaks))
     fits, reason = True, None
     cap = settings.capacity_bytes

@@ -44,10 +44,12 @@ from ..graph.pipeline.stages import (
     trace_layers,
 )
 from ..graph.recompute import carry_plan, recompute
+from ..graph.single import persistent_buffers
 from ..graph.tensor.megatron import attention_heads
 from ..graph.tensor.plans import tensor_plan, tp_waits
 from ..hardware.platform import Platform
 from ..trace import Trace
+from .stage_memory import StageMemory, stage_memories, touches
 
 EXACT_GROUP = 8  # collectives on groups up to this size are costed exactly at every size
 
@@ -107,6 +109,8 @@ class ModelProfile:
     _children: dict[str, ModelProfile] = field(default_factory=dict, repr=False)
     _rewrites: dict[int, object] = field(default_factory=dict, repr=False)  # batch -> its Recomputed
     _layer_units: tuple[tuple[int, ...], ...] | None = field(default=None, repr=False)
+    _touches: dict[tuple[int, int, bool], object] = field(default_factory=dict, repr=False)
+    _stage_mem: dict[tuple, list[StageMemory]] = field(default_factory=dict, repr=False)
 
     def __post_init__(self) -> None:
         trace = self.raw
@@ -301,6 +305,24 @@ class ModelProfile:
         np.add.at(cb, pa.v_pos[behind], -v_bytes[behind])
         return PositionTimes(fwd, bwd, tpf, tpb, attn, act, attn_act, np.cumsum(cf)[:n - 1], np.cumsum(cb)[:n - 1],
                              pa.params, pa.params_full, pa.opt_state, pa.optimizer_s, op_s, pa.b_ops, pa.b_pos)
+
+    def stage_memories(self, batch: int, tp: int, sp: bool, micro_batch: int, starts: list[int]) -> list[StageMemory]:
+        """The buffers of each stage (``starts``: their first forward positions) for one
+        micro-batch, as the DAG's memory plan holds them (:mod:`triosim.plan.stage_memory`;
+        cached per key)."""
+        sp = sp and tp > 1
+        key = (batch, tp, sp, micro_batch, tuple(starts))
+        hit = self._stage_mem.get(key)
+        if hit is None:
+            uses = self._touches.get((batch, tp, sp))
+            if uses is None:
+                trace = self.scaled(batch)
+                uses = self._touches[(batch, tp, sp)] = touches(
+                    trace, self.phase, self.pos, self.tensor_plan(batch, tp, sp), self.roles,
+                    persistent_buffers(trace))
+            hit = self._stage_mem[key] = stage_memories(uses, list(starts),
+                                                        micro_batch / self.scaled(batch).batch_size)
+        return hit
 
     def gradients(self, batch: int, tp: int, sp: bool) -> _Gradients:
         """Every gradient in the order backward completes it (cached per key)."""
