@@ -249,7 +249,9 @@ def plan_inputs(args: argparse.Namespace) -> PlanInputs:
                            precision=training_precision(ns))
     settings = PlanSettings(args.global_batch, memory_capacity(ns), bucket_bytes=args.bucket_mb * 1024 * 1024,
                             seq_len=_seq_len(args, batches.trace_dir),
-                            partition=args.partition if args.partition in ("count", "layers", "auto") else "time")
+                            partition=args.partition if args.partition in ("count", "layers", "auto") else "time",
+                            overlap_grad_reduce=bool(getattr(ns, "overlap_grad_reduce", False)),
+                            overlap_param_gather=bool(getattr(ns, "overlap_param_gather", False)))
     flops = model_flops_per_sample(raw, raw.batch_size) * args.global_batch
     figures = Figures(args.gpus, args.global_batch, settings.seq_len, flops, _peak_flops(args, raw),
                       global_flag="global_batch" in base)

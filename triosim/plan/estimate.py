@@ -54,6 +54,11 @@ class PlanSettings:
     # stage cuts: time (balanced weights), count (equal positions, as --partition count), layers
     # (Megatron's equal layers) or auto (layers for a model card's trace, else time)
     partition: str = "time"
+    # Megatron-Core's overlaps (as `triosim run`'s flags): buckets of bucket_bytes reduced as
+    # backward fills them (else one bucket per stage after the rank's last backward); ZeRO-1/2's
+    # updated parameters gathered before the next forward (else after the optimizer)
+    overlap_grad_reduce: bool = False
+    overlap_param_gather: bool = False
 
 
 @dataclass(frozen=True)
@@ -139,7 +144,7 @@ def _dp_synced(c: Candidate, key: tuple, starts: list[int], B: np.ndarray, ends:
     last gradient has run in the last micro-batch's backward, one after another. Worked out once
     per pipeline (``key``), DP degree and reduce op: ZeRO-1, 2 and 3 share it."""
     op = "all_reduce" if c.zero == 0 else "reduce_scatter"
-    return timer.memo(("synced", key, c.dp, op, settings.bucket_bytes),
+    return timer.memo(("synced", key, c.dp, op, settings.bucket_bytes, settings.overlap_grad_reduce),
                       lambda: _dp_synced_all(c, op, starts, B, ends, pt, profile, settings, timer))
 
 
@@ -148,9 +153,20 @@ def _dp_synced_all(c: Candidate, op: str, starts: list[int], B: np.ndarray, ends
     batch = settings.global_batch // c.dp
     bounds = list(zip(starts, [*starts[1:], profile.positions]))
 
+    overlap = settings.overlap_grad_reduce
+
     def buckets() -> list[tuple[np.ndarray, np.ndarray]]:
         out = []
         for r in range(c.pp):
+            if not overlap:  # Megatron's default: one bucket per stage of the rank, in chunk order
+                parts = []
+                for x, y in bounds[r::c.pp]:
+                    owned = np.zeros(profile.positions, dtype=bool)
+                    owned[x:y] = True
+                    parts.append(profile.rank_buckets(batch, c.tp, c.sequence_parallel, owned, float("inf"))[0])
+                sizes = np.concatenate(parts) if parts else np.zeros(0, dtype=np.int64)
+                out.append((sizes, np.full(len(sizes), -1, dtype=np.intp)))
+                continue
             owned = np.zeros(profile.positions, dtype=bool)
             for x, y in bounds[r::c.pp]:
                 owned[x:y] = True
@@ -158,7 +174,7 @@ def _dp_synced_all(c: Candidate, op: str, starts: list[int], B: np.ndarray, ends
         return out
 
     bkey = ("buckets", profile.recompute, batch, c.tp, c.sequence_parallel, tuple(starts), c.pp,
-            settings.bucket_bytes)
+            settings.bucket_bytes, overlap)
     per_rank = timer.memo(bkey, buckets)
     group = tuple(range(0, c.dp * c.tp * c.pp, c.tp * c.pp))  # rank order tp, pp, dp
     costs = timer.memo(("bucket costs", bkey, op, c.dp),
@@ -166,6 +182,9 @@ def _dp_synced_all(c: Candidate, op: str, starts: list[int], B: np.ndarray, ends
     synced = np.zeros(c.pp)
     for r, ((sizes, ready_ops), cost) in enumerate(zip(per_rank, costs)):
         if not len(sizes):
+            continue
+        if not overlap:  # every bucket after the rank's last backward, one after another
+            synced[r] = float(ends[r]) + float(cost.sum())
             continue
         a, b = bounds[r]  # the rank's last block: the backward of its first chunk
         ops = pt.b_ops[(pt.b_pos >= a) & (pt.b_pos < b)]
@@ -235,7 +254,9 @@ def estimate(c: Candidate, profile: ModelProfile, settings: PlanSettings, timer:
         opt = pt.optimizer_s * float(share[r]) / (c.dp if sharded else 1)
         opt_max = max(opt_max, opt)
         t += opt
-        if sharded and c.zero < 3:  # ZeRO-1/2: every rank gathers the updated parameters
+        if sharded and c.zero < 3 and settings.overlap_param_gather:
+            pass  # ZeRO-1/2 gathering before the forward ops that use them: hidden behind the next iteration
+        elif sharded and c.zero < 3:  # ZeRO-1/2: every rank gathers the updated parameters
             t += profile.collective_s("all_gather", dp_group, int(params[r]))
         elif sharded:  # ZeRO-3: a gather per unit, pass and micro-batch, each hidden behind the last unit's ops
             units = _buckets(float(params[r]), settings.bucket_bytes)

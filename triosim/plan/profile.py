@@ -49,6 +49,7 @@ from ..graph.tensor.megatron import attention_heads
 from ..graph.tensor.plans import tensor_plan, tp_waits
 from ..hardware.platform import Platform
 from ..trace import Trace
+from ..trace.precision import reduced_gradient_bytes
 from .stage_memory import StageMemory, stage_memories, touches
 
 EXACT_GROUP = 8  # collectives on groups up to this size are costed exactly at every size
@@ -336,7 +337,7 @@ class ModelProfile:
             ready, order = trace.grad_ready_op, self.gradient_order
             hit = self._grads[key] = _Gradients(
                 np.array([self.first_reader.get(p, 0) for p in order], dtype=np.intp),
-                [-(-trace.tensors[p].bytes // shard.get(p, 1)) for p in order],
+                [-(-reduced_gradient_bytes(trace, p) // shard.get(p, 1)) for p in order],
                 [ready.get(p, last) for p in order])
         return hit
 
