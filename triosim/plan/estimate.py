@@ -25,7 +25,8 @@ closed form on the group's links; the iteration ends when the last rank has done
 Memory per GPU: what the DAG's memory plan holds at the fullest block of each pipeline rank's
 program, from the same buffers (:mod:`triosim.plan.stage_memory`: the trace with its re-runs,
 TP shards, the micro-batch's share, the training precision's sizes and FP8 copies, ZeRO's shards
-by role), plus the optimizer state (÷ dp at ZeRO ≥ 1) and, at ZeRO-3, two gathered units.
+by role), plus the optimizer state (÷ dp at ZeRO ≥ 1) and, at ZeRO-3, the two largest consecutive
+gathered units.
 """
 
 from __future__ import annotations
@@ -209,21 +210,23 @@ def _rank_peaks(c: Candidate, m: int, bounds: list[tuple[int, int]], params: np.
     div = role_divisors(c.zero, c.dp)[:, None]
 
     def per_rank():
-        mems = profile.stage_memories(batch, c.tp, c.sequence_parallel, c.micro_batch, [a for a, _ in bounds])
+        mems = profile.stage_memories(batch, c.tp, c.sequence_parallel, c.micro_batch, [a for a, _ in bounds],
+                                      settings.bucket_bytes)
         out = []
         for r in range(P):
             blocks = timer.memo(("blocks", c.schedule, P, V, m, r), lambda r=r: rank_blocks(c.schedule, P, m, r, V))
             mine = mems[r::P]
             inputs = m * sum(s.inputs for s in mine)
-            out.append((rank_activations(blocks, mine) + inputs, rank_invariant(blocks, mine)))
+            out.append((rank_activations(blocks, mine) + inputs, rank_invariant(blocks, mine),
+                        max(s.gathered for s in mine)))
         return out
 
     peaks = []
-    for r, (act, inv) in enumerate(timer.memo(("memory", key), per_rank)):
+    for r, (act, inv, gathered) in enumerate(timer.memo(("memory", key, settings.bucket_bytes), per_rank)):
         held = float(((inv / div).sum(axis=0) + act).max())
         held += float(opt_state[r]) / (c.dp if sharded else 1)
         if c.zero == 3 and c.dp > 1:  # a unit's gathered parameters in use and the next one arriving
-            held += 2 * min(settings.bucket_bytes, float(params[r]))
+            held += gathered
         peaks.append(held)
     return peaks
 

@@ -307,12 +307,13 @@ class ModelProfile:
         return PositionTimes(fwd, bwd, tpf, tpb, attn, act, attn_act, np.cumsum(cf)[:n - 1], np.cumsum(cb)[:n - 1],
                              pa.params, pa.params_full, pa.opt_state, pa.optimizer_s, op_s, pa.b_ops, pa.b_pos)
 
-    def stage_memories(self, batch: int, tp: int, sp: bool, micro_batch: int, starts: list[int]) -> list[StageMemory]:
+    def stage_memories(self, batch: int, tp: int, sp: bool, micro_batch: int, starts: list[int],
+                       unit_bytes: float = float("inf")) -> list[StageMemory]:
         """The buffers of each stage (``starts``: their first forward positions) for one
         micro-batch, as the DAG's memory plan holds them (:mod:`triosim.plan.stage_memory`;
         cached per key)."""
         sp = sp and tp > 1
-        key = (batch, tp, sp, micro_batch, tuple(starts))
+        key = (batch, tp, sp, micro_batch, tuple(starts), unit_bytes)
         hit = self._stage_mem.get(key)
         if hit is None:
             uses = self._touches.get((batch, tp, sp))
@@ -322,7 +323,7 @@ class ModelProfile:
                     trace, self.phase, self.pos, self.tensor_plan(batch, tp, sp), self.roles,
                     persistent_buffers(trace))
             hit = self._stage_mem[key] = stage_memories(uses, list(starts),
-                                                        micro_batch / self.scaled(batch).batch_size)
+                                                        micro_batch / self.scaled(batch).batch_size, unit_bytes)
         return hit
 
     def gradients(self, batch: int, tp: int, sp: bool) -> _Gradients:

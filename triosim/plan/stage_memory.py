@@ -47,6 +47,7 @@ class StageMemory:
     b_peak: float  # most during its backward block (the kept bytes included)
     inputs: float  # trace inputs it reads, per micro-batch (resident from the start)
     invariant: dict[tuple[int, int, int], float]  # (role index, start, end) -> bytes
+    gathered: float = 0.0  # ZeRO-3: the most two consecutive FSDP units of its weights hold gathered
 
 
 @dataclass(frozen=True)
@@ -107,9 +108,29 @@ def touches(trace, phase, pos, plan, roles, persistent: set[str]) -> _Touches:
     )
 
 
-def stage_memories(t: _Touches, starts: list[int], fraction: float) -> list[StageMemory]:
+def _gathered(first_step: np.ndarray, size: np.ndarray, unit_bytes: float) -> float:
+    """ZeRO-3's gathered copies at their most (:func:`triosim.graph.data.zero.fsdp_units`: the
+    weights in the order the pass first reads them, weights first read by one op kept together,
+    a unit closed at ``unit_bytes``; a unit is gathered while the one before it runs, so two are
+    whole at once)."""
+    if not len(size):
+        return 0.0
+    order = np.argsort(first_step, kind="stable")
+    units, cur, at = [], 0.0, None
+    for step, nbytes in zip(first_step[order].tolist(), size[order].tolist()):
+        if cur >= unit_bytes and step != at:
+            units.append(cur)
+            cur = 0.0
+        cur += nbytes
+        at = step
+    units.append(cur)
+    return max(a + b for a, b in zip(units, [*units[1:], 0.0]))
+
+
+def stage_memories(t: _Touches, starts: list[int], fraction: float, unit_bytes: float = float("inf")) -> list[StageMemory]:
     """The buffers of each stage (``starts``: each stage's first forward position) for a
-    micro-batch of ``fraction`` of the batch (module docstring), all stages in one pass."""
+    micro-batch of ``fraction`` of the batch (module docstring), all stages in one pass;
+    ``unit_bytes``: ZeRO-3's unit size."""
     S = len(starts)
     stage = np.searchsorted(np.asarray(starts), t.pos, side="right") - 1
     # each stage's program: its forward ops in trace order, then its backward ops (the uses are
@@ -157,6 +178,7 @@ def stage_memories(t: _Touches, starts: list[int], fraction: float) -> list[Stag
     external = (first_read[k] & ~t.made[u]) | t.early[u]
     start = np.where(external, START, np.where(in_f[k], FIRST_F, FIRST_B))
     end = np.where(t.lasting[u], END, np.where(lst[k] < f_end[st[k]], LAST_F, LAST_B))
+    w_k = k[t.role[u] == 0]  # the weights, for ZeRO-3's units
     cells = np.zeros((S, len(ROLES), 3, 3))
     np.add.at(cells, (st[k], t.role[u], start, end), size[k])
     out = []
@@ -166,8 +188,10 @@ def stage_memories(t: _Touches, starts: list[int], fraction: float) -> list[Stag
             continue
         lo, mid, hi = int(stage_lo[j]), int(f_end[j]), int(stage_hi[j])
         inv = {(int(r), int(s0), int(e)): float(cells[j, r, s0, e]) for r, s0, e in zip(*np.nonzero(cells[j]))}
+        mine = w_k[st[w_k] == j]
         out.append(StageMemory(float(occ[lo:mid].max()) if mid > lo else 0.0, float(kept[j]),
-                               float(occ[mid:hi].max()) if hi > mid else 0.0, float(inputs[j]), inv))
+                               float(occ[mid:hi].max()) if hi > mid else 0.0, float(inputs[j]), inv,
+                               _gathered(f[mine], size[mine], unit_bytes)))
     return out
 
 
