@@ -25,14 +25,14 @@ closed form on the group's links; the iteration ends when the last rank has done
 Memory per GPU: what the DAG's memory plan holds at the fullest block of each pipeline rank's
 program, from the same buffers (:mod:`triosim.plan.stage_memory`: the trace with its re-runs,
 TP shards, the micro-batch's share, the training precision's sizes and FP8 copies, ZeRO's shards
-by role), plus the optimizer state (÷ dp at ZeRO ≥ 1) and, at ZeRO-3, the two largest consecutive
-gathered units.
+by role, ZeRO-3's gathered copies in the blocks that hold them), plus the optimizer state (÷ dp
+at ZeRO ≥ 1).
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -217,16 +217,16 @@ def _rank_peaks(c: Candidate, m: int, bounds: list[tuple[int, int]], params: np.
             blocks = timer.memo(("blocks", c.schedule, P, V, m, r), lambda r=r: rank_blocks(c.schedule, P, m, r, V))
             mine = mems[r::P]
             inputs = m * sum(s.inputs for s in mine)
-            out.append((rank_activations(blocks, mine) + inputs, rank_invariant(blocks, mine),
-                        max(s.gathered for s in mine)))
+            if c.zero == 3 and c.dp > 1:  # each block's peak with its gathered copies
+                mine = [replace(s, f_peak=s.f_peak_zero3, b_peak=s.b_peak_zero3) for s in mine]
+            out.append((rank_activations(blocks, mine) + inputs, rank_invariant(blocks, mine)))
         return out
 
     peaks = []
-    for r, (act, inv, gathered) in enumerate(timer.memo(("memory", key, settings.bucket_bytes), per_rank)):
+    zero3 = c.zero == 3 and c.dp > 1
+    for r, (act, inv) in enumerate(timer.memo(("memory", key, settings.bucket_bytes, zero3), per_rank)):
         held = float(((inv / div).sum(axis=0) + act).max())
         held += float(opt_state[r]) / (c.dp if sharded else 1)
-        if c.zero == 3 and c.dp > 1:  # a unit's gathered parameters in use and the next one arriving
-            held += gathered
         peaks.append(held)
     return peaks
 
@@ -237,9 +237,11 @@ def estimate(c: Candidate, profile: ModelProfile, settings: PlanSettings, timer:
     m = batch // c.micro_batch
     P = c.pp
     profile = profile.for_recompute(c.recompute)
-    pt = profile.times(batch, c.tp, c.sequence_parallel, c.micro_batch)
+    # FP8 training: a weight is cast once an iteration and cached (every micro-batch under ZeRO-3)
+    share = (1.0 if c.zero >= 3 else 1.0 / m) if profile.fp8_weight_casts else None
+    pt = profile.times(batch, c.tp, c.sequence_parallel, c.micro_batch, share)
     key = (batch, c.tp, c.sequence_parallel, c.micro_batch, c.recompute, c.schedule, P, c.virtual,
-           settings.partition)
+           settings.partition, share)
     starts, F, B, ends = timer.memo(key, lambda: _pipeline(c, pt, profile, settings, timer, m))
     bounds = list(zip(starts, [*starts[1:], profile.positions]))
     pipeline = float(ends.max())

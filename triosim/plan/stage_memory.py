@@ -47,7 +47,8 @@ class StageMemory:
     b_peak: float  # most during its backward block (the kept bytes included)
     inputs: float  # trace inputs it reads, per micro-batch (resident from the start)
     invariant: dict[tuple[int, int, int], float]  # (role index, start, end) -> bytes
-    gathered: float = 0.0  # ZeRO-3: the most two consecutive FSDP units of its weights hold gathered
+    f_peak_zero3: float = 0.0  # f_peak and b_peak with ZeRO-3's gathered copies
+    b_peak_zero3: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -108,23 +109,42 @@ def touches(trace, phase, pos, plan, roles, persistent: set[str]) -> _Touches:
     )
 
 
-def _gathered(first_step: np.ndarray, size: np.ndarray, unit_bytes: float) -> float:
-    """ZeRO-3's gathered copies at their most (:func:`triosim.graph.data.zero.fsdp_units`: the
-    weights in the order the pass first reads them, weights first read by one op kept together,
-    a unit closed at ``unit_bytes``; a unit is gathered while the one before it runs, so two are
-    whole at once)."""
-    if not len(size):
-        return 0.0
-    order = np.argsort(first_step, kind="stable")
-    units, cur, at = [], 0.0, None
-    for step, nbytes in zip(first_step[order].tolist(), size[order].tolist()):
-        if cur >= unit_bytes and step != at:
-            units.append(cur)
-            cur = 0.0
-        cur += nbytes
-        at = step
-    units.append(cur)
-    return max(a + b for a, b in zip(units, [*units[1:], 0.0]))
+def _gathered_steps(stage: np.ndarray, step: np.ndarray, buf: np.ndarray, size_of: np.ndarray,
+                    n: int, unit_bytes: float) -> np.ndarray:
+    """Per step, ZeRO-3's gathered copies resident (:func:`triosim.graph.data.zero.fsdp_units` and
+    ``gathered_copies``): per stage and pass, its weights in the order the pass first reads them
+    (weights first read by one op kept together) cut into units closed at ``unit_bytes``; unit k
+    is allocated at the first op of unit k − 1 (one unit of prefetch; unit 0 at its own) and
+    freed after the last op of the pass that reads one of its weights. ``stage``, ``step``,
+    ``buf``: one pass's uses of weights, in program order; ``size_of``: per buffer, its bytes."""
+    occ = np.zeros(n + 1)
+    if not len(buf):
+        return occ[:n]
+    key = stage * len(size_of) + buf
+    uniq, first_at = np.unique(key, return_index=True)
+    last_at = np.zeros(len(uniq), dtype=np.intp)
+    _, inverse = np.unique(key, return_inverse=True)
+    np.maximum.at(last_at, inverse, np.arange(len(key)))
+    w_stage, w_buf = uniq // len(size_of), uniq % len(size_of)
+    first, last = step[first_at], step[last_at]
+    for j in np.unique(w_stage).tolist():
+        mine = np.flatnonzero(w_stage == j)
+        mine = mine[np.argsort(first[mine], kind="stable")]
+        units: list[tuple[int, int, float]] = []  # (first step, last step, bytes)
+        lo, hi, nbytes, at = -1, -1, 0.0, None
+        for w in mine.tolist():
+            if nbytes >= unit_bytes and first[w] != at:
+                units.append((lo, hi, nbytes))
+                lo, hi, nbytes = -1, -1, 0.0
+            lo = int(first[w]) if lo < 0 else lo
+            hi = max(hi, int(last[w]))
+            nbytes += float(size_of[w_buf[w]])
+            at = first[w]
+        units.append((lo, hi, nbytes))
+        for k, (lo, hi, nbytes) in enumerate(units):
+            occ[units[k - 1][0] if k else lo] += nbytes
+            occ[hi + 1] -= nbytes
+    return np.cumsum(occ[:n])
 
 
 def stage_memories(t: _Touches, starts: list[int], fraction: float, unit_bytes: float = float("inf")) -> list[StageMemory]:
@@ -178,7 +198,14 @@ def stage_memories(t: _Touches, starts: list[int], fraction: float, unit_bytes: 
     external = (first_read[k] & ~t.made[u]) | t.early[u]
     start = np.where(external, START, np.where(in_f[k], FIRST_F, FIRST_B))
     end = np.where(t.lasting[u], END, np.where(lst[k] < f_end[st[k]], LAST_F, LAST_B))
-    w_k = k[t.role[u] == 0]  # the weights, for ZeRO-3's units
+    # ZeRO-3: each pass's gathered copies beside the micro-batch's buffers
+    w_size = np.zeros(nb)
+    w_size[used[k]] = size[k]
+    occ3 = occ.copy()
+    if np.isfinite(unit_bytes):
+        is_w = (t.role[buf] == 0) & ~t.keyed[buf]
+        for pass_mask in (is_w & ~backward, is_w & backward):
+            occ3 += _gathered_steps(stage[pass_mask], step[pass_mask], buf[pass_mask], w_size, n, unit_bytes)
     cells = np.zeros((S, len(ROLES), 3, 3))
     np.add.at(cells, (st[k], t.role[u], start, end), size[k])
     out = []
@@ -188,10 +215,10 @@ def stage_memories(t: _Touches, starts: list[int], fraction: float, unit_bytes: 
             continue
         lo, mid, hi = int(stage_lo[j]), int(f_end[j]), int(stage_hi[j])
         inv = {(int(r), int(s0), int(e)): float(cells[j, r, s0, e]) for r, s0, e in zip(*np.nonzero(cells[j]))}
-        mine = w_k[st[w_k] == j]
         out.append(StageMemory(float(occ[lo:mid].max()) if mid > lo else 0.0, float(kept[j]),
                                float(occ[mid:hi].max()) if hi > mid else 0.0, float(inputs[j]), inv,
-                               _gathered(f[mine], size[mine], unit_bytes)))
+                               float(occ3[lo:mid].max()) if mid > lo else 0.0,
+                               float(occ3[mid:hi].max()) if hi > mid else 0.0))
     return out
 
 
