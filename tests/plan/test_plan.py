@@ -124,7 +124,7 @@ def test_profile_is_measured_once_per_key(uniform: Path) -> None:
     profile._measure = lambda *a: calls.append(a) or measure(*a)
     for z in (0, 1, 2, 3):
         estimate(Candidate(tp=1, pp=2, dp=2, micro_batch=2, zero=z), profile, settings, timer)
-    assert calls == [(8, 1, False, 2)]
+    assert calls == [(8, 1, False, 2, None)]  # (batch, tp, sp, micro-batch, FP8 cast share)
 
 
 def test_candidate_rules() -> None:
