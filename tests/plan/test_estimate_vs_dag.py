@@ -110,7 +110,7 @@ def _kept_twice(original):
 
 def _no_block_peak(original):
     def planted(*args, **kwargs):
-        return [replace(s, f_peak=s.kept, b_peak=s.kept) for s in original(*args, **kwargs)]
+        return [replace(s, f_peak=s.kept, b_peak=s.kept, f_steps=None, b_steps=None) for s in original(*args, **kwargs)]
     return planted
 
 
@@ -123,7 +123,8 @@ def _no_gradients(original):
 
 def _no_gathered(original):
     def planted(*args, **kwargs):
-        return [replace(s, f_peak_zero3=s.f_peak, b_peak_zero3=s.b_peak) for s in original(*args, **kwargs)]
+        return [replace(s, f_peak_zero3=s.f_peak, b_peak_zero3=s.b_peak, f_steps3=s.f_steps, b_steps3=s.b_steps)
+                for s in original(*args, **kwargs)]
     return planted
 
 

@@ -39,7 +39,13 @@ import numpy as np
 from .candidates import Candidate
 from .pipeline_time import PipelineTimer
 from .profile import ModelProfile, PositionTimes
-from .stage_memory import rank_activations, rank_blocks, rank_invariant, role_divisors
+from .stage_memory import (
+    first_block_corrections,
+    rank_activations,
+    rank_blocks,
+    rank_invariant,
+    role_divisors,
+)
 
 MIB = 1024 * 1024
 
@@ -202,12 +208,13 @@ def _dp_synced_all(c: Candidate, op: str, starts: list[int], B: np.ndarray, ends
 def _rank_peaks(c: Candidate, m: int, bounds: list[tuple[int, int]], params: np.ndarray, opt_state: np.ndarray,
                 profile: ModelProfile, settings: PlanSettings, timer: PipelineTimer, key: tuple) -> list[float]:
     """Per pipeline rank, its peak bytes: the buffers the DAG's memory plan holds at the fullest
-    block of the rank's program (:mod:`triosim.plan.stage_memory`), the optimizer state ÷ dp at
-    ZeRO ≥ 1, ZeRO-3's two gathered units."""
+    block of the rank's program (:mod:`triosim.plan.stage_memory`; ZeRO-3's gathered copies
+    included), the optimizer state ÷ dp at ZeRO ≥ 1."""
     batch = settings.global_batch // c.dp
     P, V = c.pp, c.virtual
     sharded = c.dp > 1 and c.zero >= 1
     div = role_divisors(c.zero, c.dp)[:, None]
+    zero3 = c.zero == 3 and c.dp > 1
 
     def per_rank():
         mems = profile.stage_memories(batch, c.tp, c.sequence_parallel, c.micro_batch, [a for a, _ in bounds],
@@ -217,15 +224,20 @@ def _rank_peaks(c: Candidate, m: int, bounds: list[tuple[int, int]], params: np.
             blocks = timer.memo(("blocks", c.schedule, P, V, m, r), lambda r=r: rank_blocks(c.schedule, P, m, r, V))
             mine = mems[r::P]
             inputs = m * sum(s.inputs for s in mine)
-            if c.zero == 3 and c.dp > 1:  # each block's peak with its gathered copies
+            if zero3:  # each block's peak with its gathered copies
                 mine = [replace(s, f_peak=s.f_peak_zero3, b_peak=s.b_peak_zero3) for s in mine]
-            out.append((rank_activations(blocks, mine) + inputs, rank_invariant(blocks, mine)))
+            out.append((rank_activations(blocks, mine) + inputs, rank_invariant(blocks, mine), blocks, mine))
         return out
 
     peaks = []
-    zero3 = c.zero == 3 and c.dp > 1
-    for r, (act, inv) in enumerate(timer.memo(("memory", key, settings.bucket_bytes, zero3), per_rank)):
-        held = float(((inv / div).sum(axis=0) + act).max())
+    div1 = role_divisors(c.zero, c.dp)
+    for r, (act, inv, blocks, mine) in enumerate(timer.memo(("memory", key, settings.bucket_bytes, zero3), per_rank)):
+        total = (inv / div).sum(axis=0) + act
+        for v, s in enumerate(mine):  # a chunk's first blocks: its invariant buffers come one op after another
+            fix_f, fix_b = first_block_corrections(s, div1, zero3)
+            total[blocks.first_f[v]] += fix_f
+            total[blocks.first_b[v]] += fix_b
+        held = float(total.max())
         held += float(opt_state[r]) / (c.dp if sharded else 1)
         peaks.append(held)
     return peaks

@@ -49,6 +49,15 @@ class StageMemory:
     invariant: dict[tuple[int, int, int], float]  # (role index, start, end) -> bytes
     f_peak_zero3: float = 0.0  # f_peak and b_peak with ZeRO-3's gathered copies
     b_peak_zero3: float = 0.0
+    # Step by step, for the chunk's first forward and backward blocks (where its invariant
+    # buffers come to life one op after another): the micro-batch's bytes (without, with ZeRO-3's
+    # gathered copies) and, per role (rows), the invariant bytes allocated so far.
+    f_steps: np.ndarray | None = None
+    b_steps: np.ndarray | None = None
+    f_steps3: np.ndarray | None = None
+    b_steps3: np.ndarray | None = None
+    f_new: np.ndarray | None = None
+    b_new: np.ndarray | None = None
 
 
 @dataclass(frozen=True)
@@ -208,6 +217,9 @@ def stage_memories(t: _Touches, starts: list[int], fraction: float, unit_bytes: 
             occ3 += _gathered_steps(stage[pass_mask], step[pass_mask], buf[pass_mask], w_size, n, unit_bytes)
     cells = np.zeros((S, len(ROLES), 3, 3))
     np.add.at(cells, (st[k], t.role[u], start, end), size[k])
+    fresh_inv = start != START  # allocated by an op of the stage's first forward or backward block
+    alloc = np.zeros((len(ROLES), n))
+    np.add.at(alloc, (t.role[u[fresh_inv]], f[k[fresh_inv]]), size[k[fresh_inv]])
     out = []
     for j in range(S):
         if not seen[j]:
@@ -218,7 +230,9 @@ def stage_memories(t: _Touches, starts: list[int], fraction: float, unit_bytes: 
         out.append(StageMemory(float(occ[lo:mid].max()) if mid > lo else 0.0, float(kept[j]),
                                float(occ[mid:hi].max()) if hi > mid else 0.0, float(inputs[j]), inv,
                                float(occ3[lo:mid].max()) if mid > lo else 0.0,
-                               float(occ3[mid:hi].max()) if hi > mid else 0.0))
+                               float(occ3[mid:hi].max()) if hi > mid else 0.0,
+                               occ[lo:mid], occ[mid:hi], occ3[lo:mid], occ3[mid:hi],
+                               np.cumsum(alloc[:, lo:mid], axis=1), np.cumsum(alloc[:, mid:hi], axis=1)))
     return out
 
 
@@ -272,6 +286,22 @@ def rank_invariant(blocks: RankBlocks, stages: list[StageMemory]) -> np.ndarray:
     return np.cumsum(delta[:, :n], axis=1)
 
 
+def first_block_corrections(s: StageMemory, div: np.ndarray, zero3: bool) -> tuple[float, float]:
+    """(forward, backward): what a chunk's first forward (backward) block holds at its fullest
+    less what :func:`rank_activations` and :func:`rank_invariant` count there (the block's peak
+    plus every invariant buffer the block allocates, as if all from its first op). ``div``: per
+    role, its ZeRO divisor."""
+    out = []
+    for steps, new, peak in ((s.f_steps3 if zero3 else s.f_steps, s.f_new, s.f_peak_zero3 if zero3 else s.f_peak),
+                             (s.b_steps3 if zero3 else s.b_steps, s.b_new, s.b_peak_zero3 if zero3 else s.b_peak)):
+        if steps is None or not len(steps):
+            out.append(0.0)
+            continue
+        grown = (new / div[:, None]).sum(axis=0)
+        out.append(float((steps + grown).max()) - peak - float(grown[-1]))
+    return out[0], out[1]
+
+
 def role_divisors(zero: int, dp: int) -> np.ndarray:
     """Per role of ROLES, how many DP ranks share it at ZeRO stage ``zero`` (the rule of
     :func:`triosim.graph.data.zero.zero_divisor`)."""
@@ -280,5 +310,5 @@ def role_divisors(zero: int, dp: int) -> np.ndarray:
     return np.array([dp if zero >= 3 else 1, dp if zero >= 2 else 1, dp, 1], dtype=float)
 
 
-__all__ = ["ROLES", "RankBlocks", "StageMemory", "rank_activations", "rank_blocks", "rank_invariant",
+__all__ = ["ROLES", "RankBlocks", "StageMemory", "first_block_corrections", "rank_activations", "rank_blocks", "rank_invariant",
            "role_divisors", "stage_memories", "touches"]
