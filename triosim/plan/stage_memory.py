@@ -136,23 +136,27 @@ def _gathered_steps(stage: np.ndarray, step: np.ndarray, buf: np.ndarray, size_o
     np.maximum.at(last_at, inverse, np.arange(len(key)))
     w_stage, w_buf = uniq // len(size_of), uniq % len(size_of)
     first, last = step[first_at], step[last_at]
-    for j in np.unique(w_stage).tolist():
-        mine = np.flatnonzero(w_stage == j)
-        mine = mine[np.argsort(first[mine], kind="stable")]
-        units: list[tuple[int, int, float]] = []  # (first step, last step, bytes)
-        lo, hi, nbytes, at = -1, -1, 0.0, None
-        for w in mine.tolist():
-            if nbytes >= unit_bytes and first[w] != at:
-                units.append((lo, hi, nbytes))
-                lo, hi, nbytes = -1, -1, 0.0
-            lo = int(first[w]) if lo < 0 else lo
-            hi = max(hi, int(last[w]))
-            nbytes += float(size_of[w_buf[w]])
-            at = first[w]
-        units.append((lo, hi, nbytes))
-        for k, (lo, hi, nbytes) in enumerate(units):
-            occ[units[k - 1][0] if k else lo] += nbytes
-            occ[hi + 1] -= nbytes
+    # weights first read by one op go together: one group per (stage, first step)
+    order = np.lexsort((first, w_stage))
+    g_key = w_stage[order] * (n + 1) + first[order]
+    starts = np.flatnonzero(np.concatenate(([True], g_key[1:] != g_key[:-1])))
+    g_stage = w_stage[order][starts].tolist()
+    g_lo = first[order][starts].tolist()
+    g_hi = np.maximum.reduceat(last[order], starts).tolist()
+    g_bytes = np.add.reduceat(size_of[w_buf[order]], starts).tolist()
+    units: list[tuple[int, int, float]] = []  # (first step, last step, bytes), one stage after another
+    cur = None
+    for j, lo, hi, nbytes in zip(g_stage, g_lo, g_hi, g_bytes):
+        if cur is not None and (cur[0] != j or cur[3] >= unit_bytes):
+            units.append(cur)
+            cur = None
+        cur = [j, lo, hi, nbytes] if cur is None else [j, cur[1], max(cur[2], hi), cur[3] + nbytes]
+    if cur is not None:
+        units.append(cur)
+    for k, (j, lo, hi, nbytes) in enumerate(units):
+        start = units[k - 1][1] if k and units[k - 1][0] == j else lo
+        occ[start] += nbytes
+        occ[hi + 1] -= nbytes
     return np.cumsum(occ[:n])
 
 
