@@ -172,6 +172,7 @@ def test_plan_writes_every_candidate(tmp_path: Path) -> None:
     near = [row for row in dag if int(row["estimate_peak_memory_bytes"]) > capacity]
     assert near and all(int(row["estimate_peak_memory_bytes"]) <= capacity * 1.05 for row in near)
     assert "triosim run" in r.stdout and "--dp" in rows[0]["command"]
+    assert rows[0]["pareto"] == "true" and "Pareto set" in r.stdout  # the fastest is on the front
 
 
 def test_pinned_axes_stay_the_rest_is_searched(tmp_path: Path) -> None:
