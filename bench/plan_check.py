@@ -3,11 +3,18 @@
 1. speed at 1,024 GPUs: the GPT-3 175B card on the DGX H100 SuperPOD topology, H100 roofline
    times, global batch 1536 — candidates estimated and the wall and CPU time of the estimator,
    then of DAG-timing the best ``--top``;
+   with the estimate against the DAG (time and peak memory) on those rows;
 2. the ranking at 64 GPUs: the 4-layer GPT sample on an NVLink cluster, global batch 64 — every
    feasible candidate DAG-timed; the plan's best (the best of its top 20 by DAG time) against
-   the exhaustive best, which must be within 2 %.
+   the exhaustive best, which must be within 2 %;
+3. ``--cards``: GPT-3 175B and Llama 3 70B on 64 and 256 H100s of the SuperPOD (and the 1,024-GPU
+   case with ``--cards 1024``): the plan's best against a DAG timing of every candidate that
+   fits — all of them with ``--exhaustive``, else every one whose estimate is within
+   ``--within`` (6 %) of the plan's best DAG time: with the estimate within 5 % of the DAG
+   (tests/plan/test_estimate_vs_dag.py), no candidate outside that band can beat it.
 
     python bench/plan_check.py [--skip-1024] [--skip-64] [--jobs 2] [--top 20]
+    python bench/plan_check.py --skip-1024 --skip-64 --cards 64,256 [--exhaustive | --within 0.06]
 """
 
 from __future__ import annotations
@@ -25,7 +32,7 @@ sys.path.insert(0, str(ROOT))
 from triosim.cli.console import build_parser  # noqa: E402
 from triosim.cli.plan import plan_inputs  # noqa: E402
 from triosim.plan.report import dag_seconds  # noqa: E402
-from triosim.plan.search import best_estimated, dag_time, estimate_all  # noqa: E402
+from triosim.plan.search import best_estimated, dag_time, estimate_all, near_limit  # noqa: E402
 
 
 def _args(argv: list[str]) -> argparse.Namespace:
@@ -52,6 +59,7 @@ def check_1024(jobs: int, top: int) -> None:
           f"({sum(r.feasible for r in rows):,} fit)")
     s = inputs.space
     best = best_estimated(rows, top)
+    best += near_limit(rows, best, inputs.settings.capacity_bytes)
     w5, c5 = time.perf_counter(), _cpu()
     dag_time(best, inputs.base, s.global_batch, jobs)
     w6, c6 = time.perf_counter(), _cpu()
@@ -60,6 +68,7 @@ def check_1024(jobs: int, top: int) -> None:
     if errors:
         print(f"  estimate vs DAG on the top {len(errors)}: median {statistics.median(errors) * 100:+.1f} %, "
               f"range {min(errors) * 100:+.1f} % .. {max(errors) * 100:+.1f} %")
+    _memory_rows(best)
     timed = sorted((r for r in best if dag_seconds(r)), key=dag_seconds)
     if timed:
         c = timed[0].candidate
@@ -69,6 +78,62 @@ def check_1024(jobs: int, top: int) -> None:
     total_cpu = (c2 - c0) + (c6 - c5)
     print(f"  plan total (load, estimate all, DAG top {len(best)}): {total_wall:.1f} s wall, {total_cpu:.1f} s CPU; "
           f"peak RSS {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024:.0f} MiB (this process)")
+
+
+def _memory_rows(rows) -> None:
+    """Peak memory per GPU, estimate against DAG, on the DAG-timed rows (fastest first)."""
+    timed = sorted((r for r in rows if dag_seconds(r) and r.dag.max_peak_memory_bytes), key=dag_seconds)
+    if not timed:
+        return
+    errors = [r.estimate.peak_bytes / r.dag.max_peak_memory_bytes - 1 for r in timed]
+    print(f"  peak memory, estimate vs DAG on the {len(timed)} DAG-timed: median {statistics.median(errors) * 100:+.2f} %, "
+          f"range {min(errors) * 100:+.2f} % .. {max(errors) * 100:+.2f} %")
+    for r in timed[:5]:
+        c = r.candidate
+        print(f"    {c.mesh} mb{c.micro_batch} {c.schedule_label} ZeRO-{c.zero} {c.recompute}"
+              f"{' SP' if c.sequence_parallel else ''}: DAG {dag_seconds(r) * 1e3:,.2f} ms (estimate "
+              f"{r.estimate.time_s * 1e3:,.2f}), memory DAG {r.dag.max_peak_memory_bytes / 1e9:.2f} GB, "
+              f"estimate {r.estimate.peak_bytes / 1e9:.2f} GB")
+
+
+def check_card(model: str, gpus: int, global_batch: int, jobs: int, top: int, exhaustive: bool, within: float) -> None:
+    """The plan's best against the DAG's best over every candidate that fits (or those within
+    ``within`` of the plan's best by estimate)."""
+    argv = ["--model", model, "--gpu", "h100-sxm", "--topology-file", str(ROOT / "topologies" / "dgx-h100-superpod.yaml"),
+            "--gpus", str(gpus), "--global-batch", str(global_batch)]
+    print(f"{model} on {gpus:,} GPUs, global batch {global_batch:,}:")
+    w0, c0 = time.perf_counter(), _cpu()
+    inputs = plan_inputs(_args(argv))
+    rows, _ = estimate_all(inputs.candidates, inputs.profile, inputs.settings, jobs=jobs)
+    best = best_estimated(rows, top)
+    best += near_limit(rows, best, inputs.settings.capacity_bytes)
+    dag_time(best, inputs.base, global_batch, jobs)
+    w1, c1 = time.perf_counter(), _cpu()
+    timed = [r for r in best if dag_seconds(r) and r.reason is None]
+    plans = min(timed, key=dag_seconds)
+    print(f"  plan: {len(rows):,} candidates, {sum(r.feasible for r in rows):,} fit; best of {len(best)} DAG-timed: "
+          f"{_label(plans)} {dag_seconds(plans) * 1e3:,.2f} ms ({w1 - w0:.0f} s wall, {c1 - c0:.0f} s CPU)")
+    done = {id(r) for r in best}
+    bound = dag_seconds(plans) * (1 + within)
+    rest = [r for r in rows if r.feasible and id(r) not in done and (exhaustive or r.estimate.time_s <= bound)]
+    dag_time(rest, inputs.base, global_batch, jobs)
+    w2, c2 = time.perf_counter(), _cpu()
+    all_timed = [r for r in [*best, *rest] if dag_seconds(r) and r.reason is None]
+    top_row = min(all_timed, key=dag_seconds)
+    scope = "every candidate that fits" if exhaustive else f"every one that fits estimated within {within:.0%} of it"
+    gap = dag_seconds(plans) / dag_seconds(top_row) - 1
+    print(f"  DAG over {scope}: {len(rest) + len(best):,} timed ({w2 - w1:.0f} s wall, {c2 - c1:.0f} s CPU); best "
+          f"{_label(top_row)} {dag_seconds(top_row) * 1e3:,.2f} ms; the plan's best is {gap * 100:.2f} % slower")
+    errors = [abs(r.estimate.time_s / dag_seconds(r) - 1) for r in all_timed]
+    mem = [abs(r.estimate.peak_bytes / r.dag.max_peak_memory_bytes - 1) for r in all_timed if r.dag.max_peak_memory_bytes]
+    print(f"  |estimate / DAG - 1| over those: time max {max(errors) * 100:.1f} % (median "
+          f"{statistics.median(errors) * 100:.1f} %), peak memory max {max(mem) * 100:.2f} %")
+
+
+def _label(r) -> str:
+    c = r.candidate
+    return (f"{c.mesh} mb{c.micro_batch} {c.schedule_label} ZeRO-{c.zero} {c.recompute}"
+            f"{' SP' if c.sequence_parallel else ''}")
 
 
 def check_64(jobs: int, top: int) -> None:
@@ -107,11 +172,19 @@ def main() -> int:
     p.add_argument("--skip-64", action="store_true")
     p.add_argument("--jobs", type=int, default=2)
     p.add_argument("--top", type=int, default=20)
+    p.add_argument("--cards", default="", help="GPU counts of the model-card checks: 64, 256 and/or 1024")
+    p.add_argument("--models", default="gpt3-175b,llama3-70b")
+    p.add_argument("--exhaustive", action="store_true", help="DAG-time every candidate that fits")
+    p.add_argument("--within", type=float, default=0.06)
     a = p.parse_args()
     if not a.skip_1024:
         check_1024(a.jobs, a.top)
     if not a.skip_64:
         check_64(a.jobs, a.top)
+    batch = {64: 256, 256: 512, 1024: 1536}
+    for gpus in [int(g) for g in a.cards.split(",") if g]:
+        for model in a.models.split(","):
+            check_card(model, gpus, batch[gpus], a.jobs, a.top, a.exhaustive, a.within)
     return 0
 
 

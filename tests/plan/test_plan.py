@@ -43,17 +43,19 @@ def uniform(tmp_path_factory) -> Path:
     return d
 
 
-def _both(trace_dir: Path, c: Candidate, bucket_mb: float) -> tuple[float, float]:
-    """(DAG seconds, estimated seconds) of candidate ``c`` on a switch."""
+def _both(trace_dir: Path, c: Candidate, bucket_mb: float, overlap: bool = True) -> tuple[float, float]:
+    """(DAG seconds, estimated seconds) of candidate ``c`` on a switch (``overlap``:
+    --overlap-grad-reduce)."""
     per_replica = BATCH // c.dp
     trace, platform, strategy = configure(
         trace_dir=str(trace_dir), dp=c.dp, tp=c.tp, pp=c.pp, topology="switch", representatives=True,
         partition="count", bucket_mb=bucket_mb, micro_batch_size=c.micro_batch, schedule=c.schedule,
         virtual_stages=c.virtual, batch_size_sim=per_replica, zero=str(c.zero), recompute=c.recompute,
-        overlap_grad_reduce=True, pipeline_send="overlapped")  # what the estimator models
+        overlap_grad_reduce=overlap, pipeline_send="overlapped")  # what the estimator models
     dag = simulate(trace, platform, strategy).makespan_s
     raw = load_recorded_trace(trace_dir, BATCH, "nooverlap", None, "auto", 2.0)
-    settings = PlanSettings(BATCH, None, bucket_bytes=bucket_mb * 1024 * 1024, partition="count")
+    settings = PlanSettings(BATCH, None, bucket_bytes=bucket_mb * 1024 * 1024, partition="count",
+                            overlap_grad_reduce=overlap)
     return dag, estimate(c, ModelProfile(raw, platform), settings, PipelineTimer(platform)).time_s
 
 
@@ -90,6 +92,16 @@ def test_estimate_equals_dag_where_exact(uniform: Path, c: Candidate, bucket_mb:
     assert est == pytest.approx(dag, rel=rel, abs=0.0)
 
 
+@pytest.mark.parametrize("c", [c for c in EXACT if c.dp > 1] + [Candidate(tp=1, pp=2, dp=2, micro_batch=4)],
+                         ids=lambda c: f"{c.mesh}-mb{c.micro_batch}-z{c.zero}-{c.recompute}")
+def test_estimate_equals_dag_without_overlapped_grad_reduce(uniform: Path, c: Candidate) -> None:
+    # Megatron's default: one bucket per stage, reduced after the rank's last backward (the
+    # estimate used to pack 25 MB buckets reduced as backward fills them: 20-40 % short on
+    # Llama 3 8B over 8 GPUs)
+    dag, est = _both(uniform, c, 0.01, overlap=False)
+    assert est == pytest.approx(dag, rel=1e-9, abs=0.0)
+
+
 def test_estimate_is_close_on_the_gpt_sample() -> None:
     """A real trace, mixed mesh: not exact (link sharing, unequal stages), but close."""
     c = Candidate(tp=2, pp=2, dp=2, micro_batch=2)
@@ -112,7 +124,7 @@ def test_profile_is_measured_once_per_key(uniform: Path) -> None:
     profile._measure = lambda *a: calls.append(a) or measure(*a)
     for z in (0, 1, 2, 3):
         estimate(Candidate(tp=1, pp=2, dp=2, micro_batch=2, zero=z), profile, settings, timer)
-    assert calls == [(8, 1, False, 2)]
+    assert calls == [(8, 1, False, 2, None)]  # (batch, tp, sp, micro-batch, FP8 cast share)
 
 
 def test_candidate_rules() -> None:
@@ -152,8 +164,25 @@ def test_plan_writes_every_candidate(tmp_path: Path) -> None:
     statuses = {row["status"] for row in rows}
     assert "dag" in statuses and "infeasible" in statuses
     assert all(row["reason"].startswith("memory:") for row in rows if row["status"] == "infeasible")
-    assert sum(1 for row in rows if row["status"].startswith("dag")) == 4
+    dag = [row for row in rows if row["status"].startswith("dag")]
+    # the best four estimates, and those over the capacity by at most 5 % by their estimate that
+    # are no slower: DAG-checked rather than dropped (the DAG's verdict stands)
+    assert len(dag) > 4
+    capacity = 2 ** 25.3
+    near = [row for row in dag if int(row["estimate_peak_memory_bytes"]) > capacity]
+    assert near and all(int(row["estimate_peak_memory_bytes"]) <= capacity * 1.05 for row in near)
     assert "triosim run" in r.stdout and "--dp" in rows[0]["command"]
+    assert rows[0]["pareto"] == "true" and "Pareto set" in r.stdout  # the fastest is on the front
+
+
+def test_pinned_axes_stay_the_rest_is_searched(tmp_path: Path) -> None:
+    out = tmp_path / "plan.csv"
+    r = _plan("--gpus", "8", "--global-batch", "16", "--topology", "switch", "--tp", "2", "--top", "1", "--out", str(out),
+              cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    rows = list(csv.DictReader(out.open()))
+    assert {row["tp"] for row in rows} == {"2"} and len({row["pp"] for row in rows}) > 1
+    assert rows[0]["command"].count("--tp") == 1  # the pin is the candidate's own flag, not repeated
 
 
 def test_nothing_fits_says_why(tmp_path: Path) -> None:
@@ -166,7 +195,9 @@ def test_nothing_fits_says_why(tmp_path: Path) -> None:
     (("--gpus", "64", "--global-batch", "3"), "not divisible"),
     (("--gpus", "12", "--global-batch", "12", "--topology-file", str(ROOT / "topologies" / "dgx-h100-superpod.yaml")),
      "12"),
-    (("--gpus", "4", "--global-batch", "8", "--dp", "2"), "plan chooses --dp"),
+    (("--gpus", "4", "--global-batch", "8", "--zero", "2"), "plan chooses --zero"),
+    (("--gpus", "4", "--global-batch", "8", "--dp", "3"), "--dp 3 pins the dp degree"),
+    (("--gpus", "8", "--global-batch", "16", "--pp", "8"), "--pp 8: no mesh"),
     (("--gpus", "4",), "--global-batch"),
 ])
 def test_bad_input_one_line(tmp_path: Path, args, words) -> None:

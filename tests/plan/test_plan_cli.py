@@ -68,7 +68,7 @@ def test_plan_reads_its_flags_from_config_and_the_command_line_wins(tmp_path, ca
     assert "--topology nvlink-cluster" in line and "--global-batch 16" in line
     assert main(["plan", "--config", str(cfg), "--gpus", "4", "--top", "0", "--show", "1"]) == 0
     assert "on 4 GPUs" in capsys.readouterr().out
-    cfg.write_text(f"trace-dir: {GPT}\ngpus: 8\nglobal-batch: 16\ndp: 2\n")
+    cfg.write_text(f"trace-dir: {GPT}\ngpus: 8\nglobal-batch: 16\nschedule: 1f1b\n")
     assert main(["plan", "--config", str(cfg)]) == 2
     assert f"--config {cfg} sets it" in _one_line(capsys)
 

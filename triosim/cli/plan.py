@@ -38,6 +38,8 @@ from .progress import ProgressLines, is_terminal
 # Strategy flags the plan chooses itself: given to `plan`, they would be silently replaced.
 CHOSEN = ("case", "dp", "tp", "pp", "micro_batch_size", "schedule", "virtual_stages", "zero", "sequence_parallel",
           "batch_size_sim", "gpus", "global_batch", "recompute")
+# Of them, the parallel degrees a user may pin (the rest of the mesh is searched around them).
+PINNABLE = ("tp", "pp", "dp")
 EXIT_NOTHING_FITS = 3
 
 
@@ -64,7 +66,8 @@ def register(sub: Any, defaults: dict | None = None) -> None:
     g.add_argument("--max-tp", type=int, default=None, metavar="T",
                    help="largest tensor-parallel degree (default: the GPUs of a node, so a TP group stays on NVLink)")
     g.add_argument("--out", metavar="FILE.csv", help="every candidate, infeasible ones with the reason (CSV)")
-    g.add_argument("--plot", metavar="FILE.png", help="throughput against peak memory (needs matplotlib)")
+    g.add_argument("--plot", metavar="FILE.png", help="iteration time against peak memory, the Pareto set joined "
+                                                      "(needs matplotlib: the plot extra)")
     g.add_argument("--jobs", "-j", type=int, default=None,
                    help="processes for estimating a large search and for the DAG timing (default: the CPUs "
                         "this process may use; 1 = in this process)")
@@ -79,7 +82,7 @@ def register(sub: Any, defaults: dict | None = None) -> None:
 def _check_flags(args: argparse.Namespace) -> None:
     table = FlagTable.from_cli()
     for dest in CHOSEN:
-        if dest in ("gpus", "global_batch") or not hasattr(args, dest):
+        if dest in ("gpus", "global_batch", *PINNABLE) or not hasattr(args, dest):
             continue
         try:
             spec = table.by_dest(dest)
@@ -100,6 +103,16 @@ def _check_flags(args: argparse.Namespace) -> None:
                           "sweep them: --ep 1,8,32)")
     if args.gpus is None or args.gpus < 1:
         raise ConfigError("plan needs --gpus N, the GPUs to train on")
+    for axis in PINNABLE:
+        value = getattr(args, axis, None)
+        if value is None:
+            continue
+        if value < 1 or args.gpus % value:
+            raise ConfigError(f"--{axis} {value} pins the {axis} degree: it must be 1 or more and divide --gpus "
+                              f"{args.gpus}")
+    pinned = [getattr(args, a, None) or 1 for a in PINNABLE]
+    if pinned[0] * pinned[1] * pinned[2] > args.gpus or args.gpus % (pinned[0] * pinned[1] * pinned[2]):
+        raise ConfigError("--tp × --pp × --dp as pinned must divide --gpus " + str(args.gpus))
     if args.global_batch is None or args.global_batch < 1:
         raise ConfigError("plan needs --global-batch B, the samples per iteration over all replicas")
     check_batch_limit(args.global_batch, "--global-batch")
@@ -240,7 +253,7 @@ def plan_inputs(args: argparse.Namespace) -> PlanInputs:
     protect = input_files(args)
     refuse_outputs_over_inputs([("--out", args.out), ("--plot", args.plot)], args)
     # the platform of all N GPUs, and the trace at its recorded batch
-    ns = argparse.Namespace(**{**base, "dp": args.gpus, "gpus": None, "global_batch": None})
+    ns = argparse.Namespace(**{**base, "dp": args.gpus, "tp": None, "pp": None, "gpus": None, "global_batch": None})
     check_model_flags(ns)
     platform = platform_from_args(ns)
     batches = resolve_batches(ns)  # a model card's trace is built here, at one sequence per op
@@ -248,7 +261,8 @@ def plan_inputs(args: argparse.Namespace) -> PlanInputs:
                               *op_time_options(ns), gpu_timing_options(ns), card=card_flag(ns))
     layers, unit, heads = layer_facts(raw)
     node = platform.node_of.count(0) if platform.node_of else args.gpus_per_node
-    space = SearchSpace(args.gpus, args.global_batch, layers, heads, max(1, node), args.max_tp)
+    pinned = tuple((a, getattr(args, a)) for a in PINNABLE if getattr(args, a, None) is not None)
+    space = SearchSpace(args.gpus, args.global_batch, layers, heads, max(1, node), args.max_tp, pinned=pinned)
     if not mesh_shapes(space):
         raise ConfigError(explain_empty(space, unit))
     candidates = list(enumerate_candidates(space))
@@ -257,7 +271,9 @@ def plan_inputs(args: argparse.Namespace) -> PlanInputs:
                            precision=training_precision(ns))
     settings = PlanSettings(args.global_batch, memory_capacity(ns), bucket_bytes=args.bucket_mb * 1024 * 1024,
                             seq_len=_seq_len(args, batches.trace_dir),
-                            partition=args.partition if args.partition in ("count", "layers", "auto") else "time")
+                            partition=args.partition if args.partition in ("count", "layers", "auto") else "time",
+                            overlap_grad_reduce=bool(getattr(ns, "overlap_grad_reduce", False)),
+                            overlap_param_gather=bool(getattr(ns, "overlap_param_gather", False)))
     flops = model_flops_per_sample(raw, raw.batch_size) * args.global_batch
     figures = Figures(args.gpus, args.global_batch, settings.seq_len, flops, _peak_flops(args, raw),
                       global_flag="global_batch" in base)
@@ -268,6 +284,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
     from ..plan import (
         explain_infeasible,
         mesh_shapes,
+        print_pareto,
         print_table,
         run_line,
         search,
@@ -295,7 +312,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
         if args.out:
             write_csv(args.out, outcome.rows, outcome.ranked, figures, base_flags, protect=protect)
         if args.plot and not outcome.interrupted:
-            write_plot(args.plot, outcome.rows, figures, protect=protect)
+            write_plot(args.plot, outcome.rows, outcome.ranked, figures, protect=protect)
     if outcome.interrupted:
         done = sum(1 for r in outcome.rows if r.estimate is not None)
         timed = sum(1 for r in outcome.rows if r.dag is not None)
@@ -322,6 +339,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
     title = f"{name}" + (f" × {args.num_layers} layers" if args.num_layers else "") + \
         f" · {args.gpus} GPUs · global batch {args.global_batch}"
     print_table(console, outcome.ranked, figures, base_flags, args.show, title)
+    print_pareto(console, outcome.ranked, args.show)
     for flag, path in (("CSV", args.out), ("plot", args.plot)):
         if path:
             console.print(f"{flag} written to {shlex.quote(path)}")

@@ -1,6 +1,7 @@
 """The configurations a plan searches: every valid composition of tensor, pipeline and data
 parallelism on N GPUs with a micro-batch size, a pipeline schedule, a ZeRO stage, an activation
-recomputation mode and sequence parallelism on or off.
+recomputation mode and sequence parallelism on or off. Axes the user pins (``--tp``, ``--pp``,
+``--dp``) keep their degree; the others are searched.
 
 Rules (Megatron-LM's): tp divides the attention heads (megatron splits whole heads) and, by
 default, the GPUs of a node (a TP group's all-reduces stay on NVLink); pp divides the layers;
@@ -84,6 +85,12 @@ class SearchSpace:
     recompute_modes: Sequence[str] | None = None  # None: all when the strategy supports them
     sequence_parallel: Sequence[bool] = (False, True)
     micro_batches: Sequence[int] | None = None  # None: every divisor of the per-replica batch
+    # Axes the user pinned (--tp/--pp/--dp), as (axis, degree) pairs; the rest is searched. A new
+    # parallel axis (ep, cp) joins by its name here and in mesh_shapes.
+    pinned: tuple[tuple[str, int], ...] = ()
+
+    def pin(self, axis: str) -> int | None:
+        return dict(self.pinned).get(axis)
 
 
 def divisors(n: int) -> list[int]:
@@ -102,15 +109,19 @@ def divisors(n: int) -> list[int]:
 def mesh_shapes(space: SearchSpace) -> list[tuple[int, int, int]]:
     """Every (tp, pp, dp) with tp · pp · dp = GPUs that the rules allow."""
     cap = space.max_tp if space.max_tp is not None else space.gpus_per_node
+    pin_tp, pin_pp, pin_dp = space.pin("tp"), space.pin("pp"), space.pin("dp")
     out = []
     for tp in divisors(space.gpus):
-        if tp > cap or (space.heads is not None and space.heads % tp):
+        # a pinned tp may leave the node (the user asked for it); a searched one stays on NVLink
+        if (tp > cap and pin_tp is None) or (space.heads is not None and space.heads % tp):
+            continue
+        if pin_tp is not None and tp != pin_tp:
             continue
         for pp in divisors(space.gpus // tp):
-            if space.layers % pp:
+            if space.layers % pp or (pin_pp is not None and pp != pin_pp):
                 continue
             dp = space.gpus // (tp * pp)
-            if space.global_batch % dp:
+            if space.global_batch % dp or (pin_dp is not None and dp != pin_dp):
                 continue
             out.append((tp, pp, dp))
     return out

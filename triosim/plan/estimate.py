@@ -22,24 +22,30 @@ forward and backward of every micro-batch; a gather overlaps the previous unit's
 pass is charged what exceeds its compute, plus the first unit. Collectives are charged their
 closed form on the group's links; the iteration ends when the last rank has done so.
 
-Memory per GPU: parameters, gradients (÷ dp at ZeRO ≥ 3 / ≥ 2) and optimizer state (÷ dp at
-ZeRO ≥ 1), one TP shard each, plus activations: a micro-batch's forward outputs, times the
-micro-batches a 1F1B rank holds at once (min(m, pp − r)), or Megatron's interleaved warm-up
-((pp − r − 1) · 2 + (V − 1) · pp + 1 chunks); full recomputation keeps only each stage's input
-per micro-batch (plus one micro-batch whole during its backward), selective drops the attention
-core's outputs. ZeRO-3 adds two gathered units.
+Memory per GPU: what the DAG's memory plan holds at the fullest block of each pipeline rank's
+program, from the same buffers (:mod:`triosim.plan.stage_memory`: the trace with its re-runs,
+TP shards, the micro-batch's share, the training precision's sizes and FP8 copies, ZeRO's shards
+by role, ZeRO-3's gathered copies in the blocks that hold them), plus the optimizer state (÷ dp
+at ZeRO ≥ 1).
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
 from .candidates import Candidate
 from .pipeline_time import PipelineTimer
 from .profile import ModelProfile, PositionTimes
+from .stage_memory import (
+    first_block_corrections,
+    rank_activations,
+    rank_blocks,
+    rank_invariant,
+    role_divisors,
+)
 
 MIB = 1024 * 1024
 
@@ -55,6 +61,11 @@ class PlanSettings:
     # stage cuts: time (balanced weights), count (equal positions, as --partition count), layers
     # (Megatron's equal layers) or auto (layers for a model card's trace, else time)
     partition: str = "time"
+    # Megatron-Core's overlaps (as `triosim run`'s flags): buckets of bucket_bytes reduced as
+    # backward fills them (else one bucket per stage after the rank's last backward); ZeRO-1/2's
+    # updated parameters gathered before the next forward (else after the optimizer)
+    overlap_grad_reduce: bool = False
+    overlap_param_gather: bool = False
 
 
 @dataclass(frozen=True)
@@ -140,7 +151,7 @@ def _dp_synced(c: Candidate, key: tuple, starts: list[int], B: np.ndarray, ends:
     last gradient has run in the last micro-batch's backward, one after another. Worked out once
     per pipeline (``key``), DP degree and reduce op: ZeRO-1, 2 and 3 share it."""
     op = "all_reduce" if c.zero == 0 else "reduce_scatter"
-    return timer.memo(("synced", key, c.dp, op, settings.bucket_bytes),
+    return timer.memo(("synced", key, c.dp, op, settings.bucket_bytes, settings.overlap_grad_reduce),
                       lambda: _dp_synced_all(c, op, starts, B, ends, pt, profile, settings, timer))
 
 
@@ -149,9 +160,20 @@ def _dp_synced_all(c: Candidate, op: str, starts: list[int], B: np.ndarray, ends
     batch = settings.global_batch // c.dp
     bounds = list(zip(starts, [*starts[1:], profile.positions]))
 
+    overlap = settings.overlap_grad_reduce
+
     def buckets() -> list[tuple[np.ndarray, np.ndarray]]:
         out = []
         for r in range(c.pp):
+            if not overlap:  # Megatron's default: one bucket per stage of the rank, in chunk order
+                parts = []
+                for x, y in bounds[r::c.pp]:
+                    owned = np.zeros(profile.positions, dtype=bool)
+                    owned[x:y] = True
+                    parts.append(profile.rank_buckets(batch, c.tp, c.sequence_parallel, owned, float("inf"))[0])
+                sizes = np.concatenate(parts) if parts else np.zeros(0, dtype=np.int64)
+                out.append((sizes, np.full(len(sizes), -1, dtype=np.intp)))
+                continue
             owned = np.zeros(profile.positions, dtype=bool)
             for x, y in bounds[r::c.pp]:
                 owned[x:y] = True
@@ -159,7 +181,7 @@ def _dp_synced_all(c: Candidate, op: str, starts: list[int], B: np.ndarray, ends
         return out
 
     bkey = ("buckets", profile.recompute, batch, c.tp, c.sequence_parallel, tuple(starts), c.pp,
-            settings.bucket_bytes)
+            settings.bucket_bytes, overlap)
     per_rank = timer.memo(bkey, buckets)
     group = tuple(range(0, c.dp * c.tp * c.pp, c.tp * c.pp))  # rank order tp, pp, dp
     costs = timer.memo(("bucket costs", bkey, op, c.dp),
@@ -167,6 +189,9 @@ def _dp_synced_all(c: Candidate, op: str, starts: list[int], B: np.ndarray, ends
     synced = np.zeros(c.pp)
     for r, ((sizes, ready_ops), cost) in enumerate(zip(per_rank, costs)):
         if not len(sizes):
+            continue
+        if not overlap:  # every bucket after the rank's last backward, one after another
+            synced[r] = float(ends[r]) + float(cost.sum())
             continue
         a, b = bounds[r]  # the rank's last block: the backward of its first chunk
         ops = pt.b_ops[(pt.b_pos >= a) & (pt.b_pos < b)]
@@ -180,18 +205,42 @@ def _dp_synced_all(c: Candidate, op: str, starts: list[int], B: np.ndarray, ends
     return synced
 
 
-def _activations(c: Candidate, r: int, m: int, bounds: list[tuple[int, int]], pt: PositionTimes) -> float:
-    """Activation bytes pipeline rank r holds at its peak (module docstring)."""
+def _rank_peaks(c: Candidate, m: int, bounds: list[tuple[int, int]], params: np.ndarray, opt_state: np.ndarray,
+                profile: ModelProfile, settings: PlanSettings, timer: PipelineTimer, key: tuple) -> list[float]:
+    """Per pipeline rank, its peak bytes: the buffers the DAG's memory plan holds at the fullest
+    block of the rank's program (:mod:`triosim.plan.stage_memory`; ZeRO-3's gathered copies
+    included), the optimizer state ÷ dp at ZeRO ≥ 1."""
+    batch = settings.global_batch // c.dp
     P, V = c.pp, c.virtual
-    chunks = bounds[r::P]
-    act = sum(float(pt.act[a:b].sum()) for a, b in chunks)
-    if c.recompute == "selective":
-        act -= sum(float(pt.attn_act[a:b].sum()) for a, b in chunks)
-    held = min(m, P - r) if V == 1 else min(m * V, (P - r - 1) * 2 + (V - 1) * P + 1) / V
-    if c.recompute == "full":
-        inputs = sum(float(pt.cut_fwd_bytes[a - 1]) if a > 0 else 0.0 for a, _ in chunks)
-        return held * inputs + act / V
-    return held * act
+    sharded = c.dp > 1 and c.zero >= 1
+    div = role_divisors(c.zero, c.dp)[:, None]
+    zero3 = c.zero == 3 and c.dp > 1
+
+    def per_rank():
+        mems = profile.stage_memories(batch, c.tp, c.sequence_parallel, c.micro_batch, [a for a, _ in bounds],
+                                      settings.bucket_bytes)
+        out = []
+        for r in range(P):
+            blocks = timer.memo(("blocks", c.schedule, P, V, m, r), lambda r=r: rank_blocks(c.schedule, P, m, r, V))
+            mine = mems[r::P]
+            inputs = m * sum(s.inputs for s in mine)
+            if zero3:  # each block's peak with its gathered copies
+                mine = [replace(s, f_peak=s.f_peak_zero3, b_peak=s.b_peak_zero3) for s in mine]
+            out.append((rank_activations(blocks, mine) + inputs, rank_invariant(blocks, mine), blocks, mine))
+        return out
+
+    peaks = []
+    div1 = role_divisors(c.zero, c.dp)
+    for r, (act, inv, blocks, mine) in enumerate(timer.memo(("memory", key, settings.bucket_bytes, zero3), per_rank)):
+        total = (inv / div).sum(axis=0) + act
+        for v, s in enumerate(mine):  # a chunk's first blocks: its invariant buffers come one op after another
+            fix_f, fix_b = first_block_corrections(s, div1, zero3)
+            total[blocks.first_f[v]] += fix_f
+            total[blocks.first_b[v]] += fix_b
+        held = float(total.max())
+        held += float(opt_state[r]) / (c.dp if sharded else 1)
+        peaks.append(held)
+    return peaks
 
 
 def estimate(c: Candidate, profile: ModelProfile, settings: PlanSettings, timer: PipelineTimer) -> Estimate:
@@ -200,9 +249,11 @@ def estimate(c: Candidate, profile: ModelProfile, settings: PlanSettings, timer:
     m = batch // c.micro_batch
     P = c.pp
     profile = profile.for_recompute(c.recompute)
-    pt = profile.times(batch, c.tp, c.sequence_parallel, c.micro_batch)
+    # FP8 training: a weight is cast once an iteration and cached (every micro-batch under ZeRO-3)
+    share = (1.0 if c.zero >= 3 else 1.0 / m) if profile.fp8_weight_casts else None
+    pt = profile.times(batch, c.tp, c.sequence_parallel, c.micro_batch, share)
     key = (batch, c.tp, c.sequence_parallel, c.micro_batch, c.recompute, c.schedule, P, c.virtual,
-           settings.partition)
+           settings.partition, share)
     starts, F, B, ends = timer.memo(key, lambda: _pipeline(c, pt, profile, settings, timer, m))
     bounds = list(zip(starts, [*starts[1:], profile.positions]))
     pipeline = float(ends.max())
@@ -220,7 +271,9 @@ def estimate(c: Candidate, profile: ModelProfile, settings: PlanSettings, timer:
         opt = pt.optimizer_s * float(share[r]) / (c.dp if sharded else 1)
         opt_max = max(opt_max, opt)
         t += opt
-        if sharded and c.zero < 3:  # ZeRO-1/2: every rank gathers the updated parameters
+        if sharded and c.zero < 3 and settings.overlap_param_gather:
+            pass  # ZeRO-1/2 gathering before the forward ops that use them: hidden behind the next iteration
+        elif sharded and c.zero < 3:  # ZeRO-1/2: every rank gathers the updated parameters
             t += profile.collective_s("all_gather", dp_group, int(params[r]))
         elif sharded:  # ZeRO-3: a gather per unit, pass and micro-batch, each hidden behind the last unit's ops
             units = _buckets(float(params[r]), settings.bucket_bytes)
@@ -230,12 +283,7 @@ def estimate(c: Candidate, profile: ModelProfile, settings: PlanSettings, timer:
             f_r, b_r = float(F[r::P].sum()), float(B[r::P].sum())
             t += m * (max(0.0, whole - f_r) + max(0.0, whole - b_r) + 2 * first)
         finish = max(finish, t)
-    div = c.dp if c.dp > 1 else 1
-    held = params / (div if c.zero >= 3 else 1) + params / (div if c.zero >= 2 else 1) \
-        + opt_state / (div if c.zero >= 1 else 1)
-    peaks = [float(held[r]) + _activations(c, r, m, bounds, pt)
-             + (2 * min(settings.bucket_bytes, float(params[r])) if c.zero == 3 and c.dp > 1 else 0.0)
-             for r in range(P)]
+    peaks = _rank_peaks(c, m, bounds, params, opt_state, profile, settings, timer, key)
     peak, worst = int(max(peaks)), int(np.argmax(peaks))
     fits, reason = True, None
     cap = settings.capacity_bytes

@@ -3,13 +3,20 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import replace
 
-from .candidates import SearchSpace, divisors
+from .candidates import SearchSpace, divisors, mesh_shapes
 from .search import Row
 
 
 def explain_empty(space: SearchSpace, layer_unit: str) -> str:
-    """One line: why no (tp, pp, dp) passes the rules (the global batch, in practice)."""
+    """One line: why no (tp, pp, dp) passes the rules (the global batch, or the pinned axes)."""
+    if space.pinned and mesh_shapes(replace(space, pinned=())):
+        pins = " ".join(f"--{a} {v}" for a, v in space.pinned)
+        heads = f"tp dividing the {space.heads} attention heads, " if space.heads else ""
+        return (f"{pins}: no mesh on {space.gpus} GPUs keeps them ({heads}pp dividing the {space.layers} "
+                f"{layer_unit}, dp = GPUs / (tp × pp) dividing --global-batch {space.global_batch}); "
+                "pin other degrees or leave them out")
     cap = space.max_tp if space.max_tp is not None else space.gpus_per_node
     dps = sorted({space.gpus // (tp * pp) for tp in divisors(space.gpus)
                   if tp <= cap and (space.heads is None or space.heads % tp == 0)

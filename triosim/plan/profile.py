@@ -23,7 +23,7 @@ thousands of candidates and recomputing them per candidate was what made an earl
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
@@ -44,10 +44,13 @@ from ..graph.pipeline.stages import (
     trace_layers,
 )
 from ..graph.recompute import carry_plan, recompute
+from ..graph.single import persistent_buffers
 from ..graph.tensor.megatron import attention_heads
 from ..graph.tensor.plans import tensor_plan, tp_waits
 from ..hardware.platform import Platform
 from ..trace import Trace
+from ..trace.precision import gathered_parameter_bytes, reduced_gradient_bytes
+from .stage_memory import StageMemory, stage_memories, touches
 
 EXACT_GROUP = 8  # collectives on groups up to this size are costed exactly at every size
 
@@ -71,7 +74,7 @@ class PositionTimes:
     attn_act: np.ndarray  # of which the attention core's
     cut_fwd_bytes: np.ndarray  # bytes crossing the cut after each position, forward (len n-1)
     cut_bwd_bytes: np.ndarray
-    params: np.ndarray  # parameter bytes (one TP shard), by the position that first reads them
+    params: np.ndarray  # parameter bytes as ZeRO gathers them (one TP shard), by the position that first reads them
     params_full: np.ndarray  # the same unsharded (what a stage's share of the optimizer follows)
     opt_state: np.ndarray  # optimizer-state bytes (one TP shard), following the parameters
     optimizer_s: float  # the whole optimizer's time on one TP rank (split by parameter bytes)
@@ -107,6 +110,8 @@ class ModelProfile:
     _children: dict[str, ModelProfile] = field(default_factory=dict, repr=False)
     _rewrites: dict[int, object] = field(default_factory=dict, repr=False)  # batch -> its Recomputed
     _layer_units: tuple[tuple[int, ...], ...] | None = field(default=None, repr=False)
+    _touches: dict[tuple[int, int, bool], object] = field(default_factory=dict, repr=False)
+    _stage_mem: dict[tuple, list[StageMemory]] = field(default_factory=dict, repr=False)
 
     def __post_init__(self) -> None:
         trace = self.raw
@@ -246,23 +251,47 @@ class ModelProfile:
 
     # ------------------------------------------------------------------ per-key figures
 
-    def times(self, batch: int, tp: int, sp: bool, micro_batch: int) -> PositionTimes:
-        """Per-position figures of one micro-batch (cached per key)."""
+    def times(self, batch: int, tp: int, sp: bool, micro_batch: int, cast_share: float | None = None) -> PositionTimes:
+        """Per-position figures of one micro-batch (cached per key); ``cast_share``: under FP8
+        training, the share of a weight's cast each forward pays (:meth:`op_times`)."""
         sp = sp and tp > 1
-        key = (batch, tp, sp, micro_batch)
+        key = (batch, tp, sp, micro_batch, cast_share)
         hit = self._times.get(key)
         if hit is None:
-            hit = self._times[key] = self._measure(batch, tp, sp, micro_batch)
+            hit = self._times[key] = self._measure(batch, tp, sp, micro_batch, cast_share)
         return hit
 
-    def op_times(self, batch: int, micro_batch: int) -> np.ndarray:
-        """Every op's seconds at ``micro_batch`` samples in the trace scaled to ``batch``."""
-        key = (batch, micro_batch)
+    @property
+    def fp8_weight_casts(self) -> bool:
+        """Whether the op times carry FP8 weight casts, whose share per micro-batch a candidate
+        sets (1 / micro-batches: cast once and cached; every micro-batch under ZeRO-3)."""
+        root = self.parent or self
+        return getattr(root.precision, "fp8", None) is not None
+
+    def op_times(self, batch: int, micro_batch: int, cast_share: float | None = None) -> np.ndarray:
+        """Every op's seconds at ``micro_batch`` samples in the trace scaled to ``batch``; under FP8
+        training with ``cast_share`` of each weight's cast (the op times are linear in it)."""
+        key = (batch, micro_batch, cast_share)
         hit = self._op_times.get(key)
         if hit is None:
-            trace = self.scaled(batch)
-            hit = self._op_times[key] = np.array([op_seconds(trace, i, micro_batch) for i in range(len(trace.ops))])
+            if self.parent is not None:  # a re-run takes its original's time
+                self.scaled(batch)
+                hit = self.parent.op_times(batch, micro_batch, cast_share)[list(self._rewrites[batch].origin)]
+            elif cast_share is not None and _fp8_plan(self.scaled(batch).op_time) is not None:
+                none, whole = (self._cast_times(batch, micro_batch, share) for share in (0.0, 1.0))
+                hit = none + cast_share * (whole - none)
+            else:
+                trace = self.scaled(batch)
+                hit = np.array([op_seconds(trace, i, micro_batch) for i in range(len(trace.ops))])
+            self._op_times[key] = hit
         return hit
+
+    def _cast_times(self, batch: int, micro_batch: int, share: float) -> np.ndarray:
+        """Every op's seconds with ``share`` of each FP8 weight cast."""
+        model = self.scaled(batch).op_time
+        plan = _fp8_plan(model)
+        timed = replace(model, fp8=replace(plan, fp8=replace(plan.fp8, weight_cast_share=share)), _times={}, _casts={})
+        return np.array([timed.seconds(i, micro_batch) for i in range(len(self.scaled(batch).ops))])
 
     def _plan_arrays(self, batch: int, tp: int, sp: bool) -> _PlanArrays:
         key = (batch, tp, sp)
@@ -271,12 +300,12 @@ class ModelProfile:
             hit = self._arrays[key] = _plan_arrays(self, self.scaled(batch), self.tensor_plan(batch, tp, sp))
         return hit
 
-    def _measure(self, batch: int, tp: int, sp: bool, mb: int) -> PositionTimes:
+    def _measure(self, batch: int, tp: int, sp: bool, mb: int, cast_share: float | None) -> PositionTimes:
         trace = self.scaled(batch)
         pa = self._plan_arrays(batch, tp, sp)
         n = self.positions
         frac = mb / trace.batch_size
-        t = self.op_times(batch, mb) * pa.scale
+        t = self.op_times(batch, mb, cast_share) * pa.scale
         fwd = np.bincount(pa.f_pos, weights=t[pa.f_ops], minlength=n)
         bwd = np.bincount(pa.b_pos, weights=t[pa.b_ops], minlength=n)
         attn = np.bincount(pa.f_pos, weights=t[pa.f_ops] * pa.f_attn, minlength=n)
@@ -302,6 +331,25 @@ class ModelProfile:
         return PositionTimes(fwd, bwd, tpf, tpb, attn, act, attn_act, np.cumsum(cf)[:n - 1], np.cumsum(cb)[:n - 1],
                              pa.params, pa.params_full, pa.opt_state, pa.optimizer_s, op_s, pa.b_ops, pa.b_pos)
 
+    def stage_memories(self, batch: int, tp: int, sp: bool, micro_batch: int, starts: list[int],
+                       unit_bytes: float = float("inf")) -> list[StageMemory]:
+        """The buffers of each stage (``starts``: their first forward positions) for one
+        micro-batch, as the DAG's memory plan holds them (:mod:`triosim.plan.stage_memory`;
+        cached per key)."""
+        sp = sp and tp > 1
+        key = (batch, tp, sp, micro_batch, tuple(starts), unit_bytes)
+        hit = self._stage_mem.get(key)
+        if hit is None:
+            uses = self._touches.get((batch, tp, sp))
+            if uses is None:
+                trace = self.scaled(batch)
+                uses = self._touches[(batch, tp, sp)] = touches(
+                    trace, self.phase, self.pos, self.tensor_plan(batch, tp, sp), self.roles,
+                    persistent_buffers(trace))
+            hit = self._stage_mem[key] = stage_memories(uses, list(starts),
+                                                        micro_batch / self.scaled(batch).batch_size, unit_bytes)
+        return hit
+
     def gradients(self, batch: int, tp: int, sp: bool) -> _Gradients:
         """Every gradient in the order backward completes it (cached per key)."""
         sp = sp and tp > 1
@@ -314,7 +362,7 @@ class ModelProfile:
             ready, order = trace.grad_ready_op, self.gradient_order
             hit = self._grads[key] = _Gradients(
                 np.array([self.first_reader.get(p, 0) for p in order], dtype=np.intp),
-                [-(-trace.tensors[p].bytes // shard.get(p, 1)) for p in order],
+                [-(-reduced_gradient_bytes(trace, p) // shard.get(p, 1)) for p in order],
                 [ready.get(p, last) for p in order])
         return hit
 
@@ -381,6 +429,11 @@ class _PlanArrays:
     optimizer_s: float
 
 
+def _fp8_plan(model):
+    """The FP8 plan of a roofline op-time model (None: not FP8 training, or not the roofline)."""
+    return getattr(model, "fp8", None) if type(model).__name__ == "RooflineTimes" else None
+
+
 def _sizes(full: np.ndarray, invariant: np.ndarray, div: np.ndarray, frac: float) -> np.ndarray:
     """One GPU's bytes per buffer in a micro-batch of ``frac``, as CompositionState.size."""
     b = np.where(invariant, full, np.round(full * frac))
@@ -417,7 +470,7 @@ def _plan_arrays(profile: ModelProfile, trace: Trace, plan) -> _PlanArrays:
     first = profile.first_reader
     for prm in trace.parameters:
         if prm in first:
-            params[first[prm]] += -(-trace.tensors[prm].bytes // shard.get(prm, 1))
+            params[first[prm]] += -(-gathered_parameter_bytes(trace, prm) // shard.get(prm, 1))
             params_full[first[prm]] += trace.tensors[prm].bytes
     opt_total = sum(-(-trace.tensors[b].bytes // shard.get(b, 1)) for b in profile.optimizer_buffers)
     opt_state = params / params.sum() * opt_total if params.sum() > 0 else np.zeros(n)

@@ -1,6 +1,6 @@
 """What a plan shows and writes: the ranked table, the ``triosim run`` line reproducing each
-configuration, a CSV of every candidate (infeasible ones with the reason) and a plot of
-throughput against memory.
+configuration, a CSV of every candidate (infeasible ones with the reason), the Pareto
+set of time against memory and a plot of them.
 
 Throughput is tokens per second (global batch × sequence length / iteration time; samples per
 second when the sequence length is unknown). MFU is model FLOPs utilisation, as ``triosim run``
@@ -24,6 +24,7 @@ from rich.table import Table
 from ..output import atomic_write, atomic_write_text
 from ..sweep.execute import OK
 from .estimate import fmt_bytes
+from .pareto import pareto_set, time_and_memory
 from .search import Row
 
 
@@ -77,7 +78,7 @@ def print_table(console: Console, ranked: Sequence[Row], figures: Figures, base_
     """The best ``limit`` rows with both times, then the command line of each."""
     table = Table(title=title, title_justify="left")
     for name in ("#", "mesh", "micro-batch", "schedule", "ZeRO", "recompute", "SP", "estimate ms", "DAG ms",
-                 "est. error", figures.throughput_unit, "MFU", "peak memory"):
+                 "est. error", figures.throughput_unit, "MFU", "est. memory", "DAG memory"):
         table.add_column(name, justify="right" if name not in ("mesh", "schedule", "recompute") else "left")
     shown = list(ranked[:limit])
     for k, row in enumerate(shown, 1):
@@ -87,20 +88,39 @@ def print_table(console: Console, ranked: Sequence[Row], figures: Figures, base_
         err = f"{(e.time_s / dag - 1) * 100:+.1f} %" if dag else "—"
         tps = figures.tokens_per_s(t)
         mfu = figures.mfu(t)
-        peak = row.dag.max_peak_memory_bytes if dag is not None and row.dag.max_peak_memory_bytes else e.peak_bytes
+        dag_peak = row.dag.max_peak_memory_bytes if dag is not None and row.dag.max_peak_memory_bytes else None
         m = (figures.global_batch // c.dp) // c.micro_batch
         table.add_row(str(k), c.mesh, f"{c.micro_batch} × {m}", c.schedule_label, str(c.zero), c.recompute,
                       "on" if c.sequence_parallel else "off", _ms(e.time_s), _ms(dag), err,
-                      "—" if tps is None else f"{tps:,.0f}", "—" if mfu is None else f"{mfu * 100:.1f} %", _gb(peak))
+                      "—" if tps is None else f"{tps:,.0f}", "—" if mfu is None else f"{mfu * 100:.1f} %",
+                      _gb(e.peak_bytes), _gb(dag_peak))
     console.print(table)
     for k, row in enumerate(shown, 1):
         console.print(f"{k:>3}  {run_line(base_flags, row, figures)}", soft_wrap=True)
 
 
+def print_pareto(console: Console, ranked: Sequence[Row], limit: int) -> None:
+    """The Pareto set of time against peak memory (the DAG's figures where timed), fastest first."""
+    front = pareto_set(ranked)
+    rank_of = {id(r): k for k, r in enumerate(ranked, 1)}
+    table = Table(title=f"Pareto set, time against peak memory per GPU: {len(front)} configuration"
+                        + ("s" if len(front) != 1 else "") + (f" (the {limit} fastest shown)" if len(front) > limit else ""),
+                  title_justify="left")
+    for name in ("#", "mesh", "micro-batch", "schedule", "ZeRO", "recompute", "SP", "ms", "peak memory", "from"):
+        table.add_column(name, justify="right" if name not in ("mesh", "schedule", "recompute", "from") else "left")
+    for row in front[:limit]:
+        c = row.candidate
+        t, mem = time_and_memory(row)
+        table.add_row(str(rank_of[id(row)]), c.mesh, str(c.micro_batch), c.schedule_label, str(c.zero), c.recompute,
+                      "on" if c.sequence_parallel else "off", _ms(t), _gb(mem),
+                      "DAG" if dag_seconds(row) is not None else "estimate")
+    console.print(table)
+
+
 CSV_COLUMNS = ("rank", "status", "reason", "dp", "tp", "pp", "micro_batch", "micro_batches", "schedule",
                "virtual_stages", "zero", "recompute", "sequence_parallel", "estimate_ms", "pipeline_ms", "bubble_ms",
                "dp_exposed_ms", "optimizer_ms", "estimate_peak_memory_bytes", "dag_ms", "dag_peak_memory_bytes",
-               "throughput", "mfu", "command")
+               "throughput", "mfu", "command", "pareto")
 
 
 def _status(row: Row) -> str:
@@ -108,10 +128,8 @@ def _status(row: Row) -> str:
         return "error"
     if row.estimate is None:
         return "not estimated"
-    if not row.estimate.fits:
-        return "infeasible"
     if row.dag is None:
-        return "estimated"
+        return "estimated" if row.estimate.fits else "infeasible"
     if row.dag.status != OK:
         return f"dag {row.dag.status}"
     return "dag" if row.dag.fits is not False else "dag: does not fit"
@@ -120,6 +138,7 @@ def _status(row: Row) -> str:
 def csv_text(rows: Sequence[Row], ranked: Sequence[Row], figures: Figures, base_flags: Sequence[str]) -> str:
     """One line per candidate, in rank order, then the unranked (infeasible, failed) ones."""
     position = {id(r): k for k, r in enumerate(ranked, 1)}
+    front = {id(r) for r in pareto_set(ranked)}
     order = list(ranked) + [r for r in rows if id(r) not in position]
     buf = io.StringIO()
     w = csv.writer(buf, lineterminator="\n")
@@ -141,7 +160,7 @@ def csv_text(rows: Sequence[Row], ranked: Sequence[Row], figures: Figures, base_
             num(e.optimizer_s if e else None, 1e3), e.peak_bytes if e else "",
             num(dag, 1e3), row.dag.max_peak_memory_bytes if dag is not None else "",
             num(figures.tokens_per_s(t) if t else None, 1.0, 1), num(figures.mfu(t) if t else None, 1.0, 4),
-            run_line(base_flags, row, figures),
+            run_line(base_flags, row, figures), "true" if id(row) in front else "false",
         ])
     return buf.getvalue()
 
@@ -151,23 +170,30 @@ def write_csv(path: str, rows: Sequence[Row], ranked: Sequence[Row], figures: Fi
     atomic_write_text(path, csv_text(rows, ranked, figures, base_flags), protect=protect, flag="--out")
 
 
-def write_plot(path: str, rows: Sequence[Row], figures: Figures, protect: Sequence[Path] = ()) -> None:
-    """Throughput against peak memory per GPU: every feasible estimate, the DAG-timed ones marked."""
+def write_plot(path: str, rows: Sequence[Row], ranked: Sequence[Row], figures: Figures,
+               protect: Sequence[Path] = ()) -> None:
+    """Iteration time against peak memory per GPU: every candidate that fits by its estimate,
+    the DAG-timed ones marked, the Pareto set joined by a line."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    est = [(r.estimate.peak_bytes / 1e9, figures.tokens_per_s(r.estimate.time_s)) for r in rows if r.feasible]
-    timed = [((r.dag.max_peak_memory_bytes or r.estimate.peak_bytes) / 1e9, figures.tokens_per_s(dag_seconds(r)))
-             for r in rows if dag_seconds(r) is not None]
+    est = [(r.estimate.peak_bytes / 1e9, r.estimate.time_s * 1e3) for r in rows
+           if r.feasible and dag_seconds(r) is None]
+    timed = [(m / 1e9, t * 1e3) for m, t in ((time_and_memory(r)[1], time_and_memory(r)[0]) for r in ranked
+                                            if dag_seconds(r) is not None)]
+    front = [(time_and_memory(r)[1] / 1e9, time_and_memory(r)[0] * 1e3) for r in pareto_set(ranked)]
     fig, ax = plt.subplots(figsize=(7, 4.5), dpi=120)
     if est:
         ax.scatter(*zip(*est), s=6, alpha=0.35, label="estimated")
     if timed:
         ax.scatter(*zip(*timed), s=28, marker="x", color="C3", label="DAG-timed")
+    if front:
+        ax.plot(*zip(*sorted(front)), color="C2", marker="o", ms=4, lw=1.2, drawstyle="steps-post",
+                label="Pareto set")
     ax.set_xlabel("peak memory per GPU (GB)")
-    ax.set_ylabel(figures.throughput_unit)
+    ax.set_ylabel("iteration time (ms)")
     ax.set_title(f"triosim plan: {figures.gpus} GPUs, global batch {figures.global_batch}")
     ax.grid(True, alpha=0.3)
     ax.legend()
@@ -177,4 +203,5 @@ def write_plot(path: str, rows: Sequence[Row], figures: Figures, protect: Sequen
     plt.close(fig)
 
 
-__all__ = ["CSV_COLUMNS", "Figures", "csv_text", "dag_seconds", "print_table", "run_line", "write_csv", "write_plot"]
+__all__ = ["CSV_COLUMNS", "Figures", "csv_text", "dag_seconds", "print_pareto", "print_table", "run_line", "write_csv",
+           "write_plot"]

@@ -41,15 +41,18 @@ class Row:
 
     @property
     def reason(self) -> str | None:
-        """Why the candidate is out (None: it is in)."""
+        """Why the candidate is out (None: it is in). The DAG's memory verdict, where there is
+        one, overrides the estimate's (a candidate near the limit is DAG-checked)."""
         if self.error is not None:
             return self.error
-        if self.estimate is not None and not self.estimate.fits:
-            return self.estimate.reason
         if self.dag is not None and self.dag.status != OK:
             return f"DAG: {self.dag.reason}"
         if self.dag is not None and self.dag.fits is False:
             return "DAG: memory peak over the GPU's capacity"
+        if self.dag is not None and self.dag.fits is True:
+            return None
+        if self.estimate is not None and not self.estimate.fits:
+            return self.estimate.reason
         return None
 
     @property
@@ -115,11 +118,28 @@ def _estimate_forked(candidates: Sequence[Candidate], profile: ModelProfile, set
     return [done[k] for k in sorted(done)], interrupted
 
 
+# A candidate whose estimated peak is at most this far over the capacity is DAG-checked rather
+# than dropped when it is among the fastest: the DAG's memory verdict decides.
+NEAR_LIMIT = 0.05
+
+
 def best_estimated(rows: Sequence[Row], k: int) -> list[Row]:
     """The ``k`` feasible rows of lowest estimated time (ties: enumeration order)."""
     feasible = [r for r in rows if r.feasible]
     feasible.sort(key=lambda r: r.estimate.time_s)
     return feasible[:k]
+
+
+def near_limit(rows: Sequence[Row], best: Sequence[Row], capacity: int | None) -> list[Row]:
+    """Rows over ``capacity`` by their estimate but within :data:`NEAR_LIMIT` of it, no slower
+    by estimate than the slowest of ``best`` (all of them when ``best`` is empty), fastest first."""
+    if capacity is None:
+        return []
+    slowest = max((r.estimate.time_s for r in best), default=float("inf"))
+    near = [r for r in rows if r.error is None and r.estimate is not None and not r.estimate.fits
+            and r.estimate.peak_bytes <= capacity * (1 + NEAR_LIMIT) and r.estimate.time_s <= slowest]
+    near.sort(key=lambda r: r.estimate.time_s)
+    return near[:max(1, len(best))]
 
 
 def candidate_config(base: dict, c: Candidate, global_batch: int) -> dict:
@@ -192,6 +212,7 @@ def search(candidates: Sequence[Candidate], profile: ModelProfile, settings: Pla
     if not interrupted and top > 0:
         try:
             best = best_estimated(rows, top)
+            best += near_limit(rows, best, settings.capacity_bytes)
             if best:
                 out.interrupted = dag_time(best, base, settings.global_batch, jobs, progress, dask)
         except KeyboardInterrupt:  # before the timing started (preparing its traces): the estimates stand
@@ -201,4 +222,5 @@ def search(candidates: Sequence[Candidate], profile: ModelProfile, settings: Pla
     return out
 
 
-__all__ = ["PlanOutcome", "Row", "best_estimated", "candidate_config", "dag_time", "estimate_all", "rank", "search"]
+__all__ = ["NEAR_LIMIT", "PlanOutcome", "Row", "best_estimated", "candidate_config", "dag_time", "estimate_all",
+           "near_limit", "rank", "search"]

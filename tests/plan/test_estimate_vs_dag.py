@@ -1,0 +1,194 @@
+"""The plan's estimate against the task DAG, candidate by candidate: a stratified sample of every
+kind (1F1B and interleaved, ZeRO 0-3, no/selective/full recomputation, sequence parallelism on
+and off, tp, pp and dp alone and together, micro-batches of 1 and more, bf16 and FP8 training)
+on a 4-layer Llama 3 8B over 8 GPUs, and a 4-layer GPT-3 175B (whose attention scores selective
+recomputation drops), each DAG-timed once. Peak memory within 5 % everywhere;
+time within 5 % (ZeRO-3's per-unit gathers: 25 %, see docs/plan.md). Each term of the memory
+estimate is then broken on purpose and the comparison must catch it."""
+
+from __future__ import annotations
+
+import importlib
+from dataclasses import replace
+
+import numpy as np
+import pytest
+
+from triosim.cli.console import build_parser
+from triosim.cli.plan import plan_inputs
+from triosim.plan import Candidate, PipelineTimer, estimate
+from triosim.plan.report import dag_seconds
+from triosim.plan.search import Row, dag_time
+
+stage_memory = importlib.import_module("triosim.plan.stage_memory")
+estimate_module = importlib.import_module("triosim.plan.estimate")
+
+LLAMA = ["--model", "llama3-8b", "--num-layers", "4", "--seq-len", "4096", "--gpu", "h100-sxm",
+         "--topology", "nvlink-cluster", "--gpus", "8", "--global-batch", "16"]
+# GPT-3's attention core keeps its s² scores (what selective recomputation drops)
+GPT3 = ["--model", "gpt3-175b", "--num-layers", "4", "--seq-len", "2048", "--gpu", "h100-sxm",
+        "--topology", "nvlink-cluster", "--gpus", "8", "--global-batch", "16"]
+C = Candidate
+# (tp, pp, dp, micro-batch, schedule, V, ZeRO, recompute, sequence parallel)
+BF16 = [
+    C(1, 1, 8, 1, "1f1b", 1, 0, "none"),
+    C(1, 1, 8, 2, "1f1b", 1, 1, "selective"),
+    C(2, 1, 4, 1, "1f1b", 1, 2, "full", True),
+    C(1, 2, 4, 1, "1f1b", 1, 3, "none"),
+    C(1, 2, 4, 2, "interleaved", 2, 2, "selective"),
+    C(2, 2, 2, 1, "interleaved", 2, 1, "selective", True),
+    C(2, 2, 2, 2, "1f1b", 1, 2, "selective"),
+    C(2, 2, 2, 1, "1f1b", 1, 3, "full", True),
+    C(2, 4, 1, 1, "1f1b", 1, 0, "full"),
+    C(4, 2, 1, 1, "interleaved", 2, 0, "none", True),
+    C(4, 2, 1, 2, "1f1b", 1, 0, "full", True),
+    C(8, 1, 1, 2, "1f1b", 1, 0, "selective", True),
+]
+FP8 = [
+    C(2, 2, 2, 1, "interleaved", 2, 1, "selective", True),
+    C(1, 2, 4, 1, "1f1b", 1, 2, "none"),
+    C(2, 1, 4, 1, "1f1b", 1, 3, "full", True),
+]
+GPT3_SAMPLE = [
+    C(8, 1, 1, 2, "1f1b", 1, 0, "selective", True),
+    C(1, 1, 8, 1, "1f1b", 1, 3, "none"),
+]
+# short sequences: FP8 weight casts (once an iteration, not per micro-batch) weigh most
+SHORT_FP8 = [x if x != "4096" else "256" for x in LLAMA] + ["--dtype", "fp8"]
+GROUPS = ((LLAMA, BF16), ([*LLAMA, "--dtype", "fp8"], FP8), (GPT3, GPT3_SAMPLE),
+          (SHORT_FP8, [C(2, 2, 2, 1, "interleaved", 2, 1, "selective", True)]))
+
+
+@pytest.fixture(scope="module")
+def timed() -> list[tuple[object, list[Row]]]:
+    """Each sample candidate with its estimate and its DAG outcome (the DAG runs once)."""
+    out = []
+    for argv, sample in GROUPS:
+        inputs = plan_inputs(build_parser().parse_args(["plan", *argv]))
+        rows = [Row(c) for c in sample]
+        dag_time(rows, inputs.base, inputs.space.global_batch)
+        out.append((inputs, rows))
+    return out
+
+
+def errors(timed) -> list[str]:
+    """Every candidate whose estimate is off the DAG's by more than the bounds, as lines."""
+    bad = []
+    for inputs, rows in timed:
+        timer = PipelineTimer(inputs.profile.platform)
+        inputs.profile._stage_mem.clear()  # a planted bug must reach the cached stage figures
+        for child in inputs.profile._children.values():
+            child._stage_mem.clear()
+        for row in rows:
+            c = row.candidate
+            e = estimate(c, inputs.profile, inputs.settings, timer)
+            dag_s, dag_peak = dag_seconds(row), row.dag.max_peak_memory_bytes
+            assert dag_s is not None and dag_peak, f"{c}: the DAG did not run: {row.dag.reason}"
+            t_err, m_err = e.time_s / dag_s - 1, e.peak_bytes / dag_peak - 1
+            t_bound = 0.25 if c.zero == 3 else 0.05
+            if abs(m_err) > 0.05 or abs(t_err) > t_bound:
+                bad.append(f"{c}: time {t_err:+.1%}, memory {m_err:+.1%}")
+    return bad
+
+
+def test_estimate_equals_the_dag_on_every_kind(timed) -> None:
+    assert errors(timed) == []
+
+
+def test_the_sample_has_every_kind() -> None:
+    sample = BF16 + FP8 + GPT3_SAMPLE
+    for field, values in (("schedule", {"1f1b", "interleaved"}), ("zero", {0, 1, 2, 3}),
+                          ("recompute", {"none", "selective", "full"}), ("sequence_parallel", {False, True})):
+        assert {getattr(c, field) for c in sample} == values
+    assert {(c.tp > 1, c.pp > 1, c.dp > 1) for c in sample} >= {(False, False, True), (True, False, False),
+                                                                 (True, True, False), (True, True, True)}
+    assert {c.micro_batch for c in sample} >= {1, 2}
+
+
+def _kept_twice(original):
+    def planted(*args, **kwargs):
+        return [replace(s, kept=2 * s.kept) for s in original(*args, **kwargs)]
+    return planted
+
+
+def _no_block_peak(original):
+    def planted(*args, **kwargs):
+        return [replace(s, f_peak=s.kept, b_peak=s.kept, f_steps=None, b_steps=None) for s in original(*args, **kwargs)]
+    return planted
+
+
+def _no_gradients(original):
+    def planted(*args, **kwargs):
+        return [replace(s, invariant={k: v for k, v in s.invariant.items() if k[0] != 1})
+                for s in original(*args, **kwargs)]
+    return planted
+
+
+def _no_gathered(original):
+    def planted(*args, **kwargs):
+        return [replace(s, f_peak_zero3=s.f_peak, b_peak_zero3=s.b_peak, f_steps3=s.f_steps, b_steps3=s.b_steps)
+                for s in original(*args, **kwargs)]
+    return planted
+
+
+def _every_micro_batch_held(original):
+    def planted(blocks, stages):  # as if every micro-batch's forward ran before any backward
+        acts = original(blocks, stages)
+        return acts + float(np.sum([s.kept for s in stages])) * len(blocks.backward) / 4
+    return planted
+
+
+def _zero_shards_nothing(original):
+    def planted(zero, dp):
+        return original(0, dp)
+    return planted
+
+
+def _optimizer_state_whole(original):
+    def planted(*args, **kwargs):
+        peaks = original(*args, **kwargs)
+        c = args[0]
+        if c.zero >= 1 and c.dp > 1:
+            return [p * 1.5 for p in peaks]
+        return peaks
+    return planted
+
+
+def _selective_keeps_the_attention_core(original):
+    def planted(self, mode):
+        return original(self, "none" if mode == "selective" else mode)
+    return planted
+
+
+PLANTED = [
+    ("stage_memories", stage_memory, "stage_memories", _kept_twice, "kept activations"),
+    ("stage_memories", stage_memory, "stage_memories", _no_block_peak, "a block's own peak"),
+    ("stage_memories", stage_memory, "stage_memories", _no_gradients, "gradient buffers"),
+    ("stage_memories", stage_memory, "stage_memories", _no_gathered, "ZeRO-3 gathered units"),
+    ("rank_activations", estimate_module, "rank_activations", _every_micro_batch_held, "in-flight micro-batches"),
+    ("role_divisors", estimate_module, "role_divisors", _zero_shards_nothing, "ZeRO shards"),
+    ("_rank_peaks", estimate_module, "_rank_peaks", _optimizer_state_whole, "optimizer state"),
+]
+
+
+@pytest.mark.parametrize("name,module,attr,plant,term", PLANTED, ids=[p[-1] for p in PLANTED])
+def test_a_planted_bug_in_each_memory_term_is_caught(timed, monkeypatch, name, module, attr, plant, term) -> None:
+    monkeypatch.setattr(module, attr, plant(getattr(module, attr)))
+    if module is stage_memory:  # the profile calls it through its own import
+        monkeypatch.setattr(importlib.import_module("triosim.plan.profile"), attr, plant(getattr(module, attr)))
+    assert errors(timed), f"a bug in the {term} went unnoticed"
+
+
+def test_selective_recomputation_dropping_nothing_is_caught(timed, monkeypatch) -> None:
+    # the issue's bug: selective recomputation's dropped attention-core activations still counted
+    profile_module = importlib.import_module("triosim.plan.profile")
+    original = profile_module.ModelProfile.stage_memories
+
+    def planted(self, *args, **kwargs):
+        root = self.parent or self
+        if self.recompute == "selective":
+            return original(root, *args, **kwargs)
+        return original(self, *args, **kwargs)
+
+    monkeypatch.setattr(profile_module.ModelProfile, "stage_memories", planted)
+    assert any("selective" in line for line in errors(timed))
