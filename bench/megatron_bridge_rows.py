@@ -20,11 +20,7 @@ The check reads the flags of ``triosim run``'s own parser, so a row runs as soon
 from __future__ import annotations
 
 import argparse
-import json
-import subprocess
 import sys
-import tempfile
-import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -147,17 +143,18 @@ def command(row: Row, dtype: str, available: set[str]) -> tuple[list[str], list[
 
 
 def simulate(cmd: list[str], timeout: int) -> dict:
-    with tempfile.TemporaryDirectory() as tmp:
-        out = Path(tmp) / "r.json"
-        argv = [sys.executable, "-m", "triosim.cli", *cmd[1:], "--json", str(out)]
-        t0 = time.perf_counter()
-        proc = subprocess.run(argv, cwd=REPO, capture_output=True, text=True, timeout=timeout)
-        wall = time.perf_counter() - t0
-        if proc.returncode != 0:
-            return {"error": (proc.stderr.strip().splitlines() or [f"exit {proc.returncode}"])[-1], "wall_s": wall}
-        data = json.loads(out.read_text())
-        data["wall_s"] = wall
-        return data
+    return _sibling("megatron_validation").cli_json(cmd, timeout)
+
+
+def _sibling(name: str):
+    """A script of this folder, imported by path (bench/ is not a package)."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(name, Path(__file__).resolve().parent / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module  # its dataclasses look their module up while it loads
+    spec.loader.exec_module(module)
+    return module
 
 
 BREAKDOWN = (("GEMM", "compute_by_kind", "gemm_ms"), ("FP8 casts", "compute_by_kind", "fp8_casts_ms"),

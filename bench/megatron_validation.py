@@ -94,10 +94,11 @@ def command(cfg: Config, mode: str) -> list[str]:
     return cmd
 
 
-def run(cfg: Config, mode: str, timeout: int) -> dict:
+def cli_json(cmd: list[str], timeout: int) -> dict:
+    """``cmd`` (a ``triosim ...`` command line) run in a subprocess; its JSON result with the run's
+    wall seconds, or its last error line."""
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp) / "r.json"
-        cmd = command(cfg, mode)
         argv = [sys.executable, "-m", "triosim.cli", *cmd[1:], "--json", str(out)]
         t0 = time.perf_counter()
         proc = subprocess.run(argv, cwd=REPO, capture_output=True, text=True, timeout=timeout)
@@ -107,6 +108,10 @@ def run(cfg: Config, mode: str, timeout: int) -> dict:
         data = json.loads(out.read_text())
         data["wall_s"] = wall
         return data
+
+
+def run(cfg: Config, mode: str, timeout: int) -> dict:
+    return cli_json(command(cfg, mode), timeout)
 
 
 def llm_analysis_seconds(cfg: Config, mode: str) -> float | None:

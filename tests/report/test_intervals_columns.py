@@ -14,23 +14,10 @@ times = st.floats(0.0, 10.0, allow_nan=False).map(lambda x: round(x, 3)) | st.fl
 spans = st.lists(st.tuples(times, times), min_size=iv.COLUMNS_FROM, max_size=400)
 
 
-def _loop_union(xs):
-    out = []
-    for s, e in sorted(xs):
-        if e <= s:
-            continue
-        if out and s <= out[-1][1]:
-            if e > out[-1][1]:
-                out[-1] = (out[-1][0], e)
-        else:
-            out.append((s, e))
-    return out
-
-
 @settings(max_examples=150, deadline=None)
 @given(xs=spans)
 def test_columns_equal_loops(xs) -> None:
-    assert iv.union(xs) == _loop_union(xs)
+    assert iv.union(xs) == iv.union_by_loop(xs)
     assert iv.length(xs) == sum(e - s for s, e in xs)
 
 

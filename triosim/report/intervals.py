@@ -12,6 +12,11 @@ def union(intervals: list[tuple[float, float]]) -> list[tuple[float, float]]:
     if len(intervals) >= COLUMNS_FROM:  # a link's 10^5 spans in a 1T-parameter run
         spans = np.array(intervals, dtype=np.float64)
         return union_of_columns(spans[:, 0], spans[:, 1])
+    return union_by_loop(intervals)
+
+
+def union_by_loop(intervals: list[tuple[float, float]]) -> list[tuple[float, float]]:
+    """:func:`union` one interval at a time (what the numpy path must equal)."""
     out: list[tuple[float, float]] = []
     for s, e in sorted(intervals):
         if e <= s:
