@@ -5,7 +5,6 @@ on each (virtual) stage; what breaks Megatron's rules is refused in one line."""
 from __future__ import annotations
 
 import itertools
-from dataclasses import replace
 
 import pytest
 
@@ -25,9 +24,6 @@ from triosim.graph.pipeline.schedules import FORWARD
 from triosim.graph.pipeline.summary import layer_facts
 from triosim.graph.strategy import Strategy
 from triosim.trace.layers import forward_layers
-from triosim.trace.load import load_trace
-from triosim.trace.model_card import get_card
-from triosim.trace.synthetic_card import CardTraceSpec, write_card_trace
 
 from ..cli_capture import run
 
@@ -178,14 +174,6 @@ def test_refusals_name_the_rule(args, needle):
 # --------------------------------------------------------------- placed on a model card's trace
 
 LAYERS = 8
-
-
-@pytest.fixture(scope="module")
-def card_trace(tmp_path_factory):
-    card = replace(get_card("gpt3-175b"), layers=LAYERS, hidden=64, heads=4, kv_heads=4, ffn=256, vocab=100,
-                   seq_len=16)
-    d = write_card_trace(tmp_path_factory.mktemp("card") / "t", CardTraceSpec(card, 2, 2, LAYERS))
-    return load_trace(d, batch_size=2)
 
 
 def plan(trace, gpus: int, virtual: int = 1, partition: str = "auto", **flags):

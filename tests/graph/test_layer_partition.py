@@ -4,8 +4,6 @@ first stage, the final norm, head and loss on the last."""
 
 from __future__ import annotations
 
-from dataclasses import replace
-
 import pytest
 
 import triosim.graph.pipeline.builder as pp
@@ -17,19 +15,9 @@ from triosim.graph.pipeline.schedules import FORWARD
 from triosim.graph.strategy import Strategy
 from triosim.trace.layers import forward_layers
 from triosim.trace.load import load_trace
-from triosim.trace.model_card import get_card
 from triosim.trace.synthetic import SyntheticModel, write_synthetic_trace
-from triosim.trace.synthetic_card import CardTraceSpec, write_card_trace
 
 LAYERS = 8
-
-
-@pytest.fixture(scope="module")
-def card_trace(tmp_path_factory):
-    card = replace(get_card("gpt3-175b"), layers=LAYERS, hidden=64, heads=4, kv_heads=4, ffn=256, vocab=100,
-                   seq_len=16)
-    d = write_card_trace(tmp_path_factory.mktemp("card") / "t", CardTraceSpec(card, 2, 2, LAYERS))
-    return load_trace(d, batch_size=2)
 
 
 def plan(trace, partition: str, gpus: int, virtual: int = 1):
