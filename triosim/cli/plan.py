@@ -101,6 +101,12 @@ def _check_flags(args: argparse.Namespace) -> None:
     if getattr(args, "ep", None) not in (None, 1):  # nor expert parallelism
         raise ConfigError("plan does not search expert parallelism: leave --ep out (time --ep layouts with run, or "
                           "sweep them: --ep 1,8,32)")
+    # its estimates know recomputation as none, selective (the attention core) or full, and no offload
+    for dest, flag in (("recompute_method", "--recompute-method"), ("recompute_num_layers", "--recompute-num-layers"),
+                       ("recompute_modules", "--recompute-modules"), ("offload_activations", "--offload-activations")):
+        if getattr(args, dest, None) is not None:
+            raise ConfigError(f"plan does not search {flag}: leave it out (it searches --recompute none, selective "
+                              "and full; time partial recomputation or offload with run, or sweep them)")
     if args.gpus is None or args.gpus < 1:
         raise ConfigError("plan needs --gpus N, the GPUs to train on")
     for axis in PINNABLE:
