@@ -136,12 +136,8 @@ def _norm_units(trace: Trace, layout, cuts: frozenset[int]) -> list[Unit]:
     units = []
     for fwd in layout.forward:
         for j in fwd:
-            if classify(trace.ops[j].name, "forward")[0] != "norm":
-                continue
-            made = _made(trace, (j,))
-            readers = sorted(i for k in made for i in trace.consumers.get(k, ()) if i >= first_back)
-            if readers:
-                units.append(((j,), readers[0], frozenset()))
+            if classify(trace.ops[j].name, "forward")[0] == "norm":
+                units += _single_op_unit(trace, j, first_back)
     return units
 
 
@@ -154,13 +150,17 @@ def _expert_activation_units(trace: Trace) -> list[Unit]:
         if classify(trace.ops[j].name, "forward")[0] != "elementwise":
             continue
         fed = [trace.producer.get(k) for k in trace.reads[j]]
-        if not any(p is not None and "_grouped_mm" in trace.ops[p].name for p in fed):
-            continue
-        made = _made(trace, (j,))
-        readers = sorted(i for k in made for i in trace.consumers.get(k, ()) if i >= first_back)
-        if readers:
-            units.append(((j,), readers[0], frozenset()))
+        if any(p is not None and "_grouped_mm" in trace.ops[p].name for p in fed):
+            units += _single_op_unit(trace, j, first_back)
     return units
+
+
+def _single_op_unit(trace: Trace, j: int, first_back: int) -> list[Unit]:
+    """Op ``j`` re-run alone before the first backward op reading what it makes (none if no
+    backward op does)."""
+    made = _made(trace, (j,))
+    readers = sorted(i for k in made for i in trace.consumers.get(k, ()) if i >= first_back)
+    return [((j,), readers[0], frozenset())] if readers else []
 
 
 def _readers_first(trace: Trace, units: list[Unit]) -> list[Unit]:
