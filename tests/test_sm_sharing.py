@@ -61,7 +61,8 @@ def test_sm_sharing_catches_a_planted_bug(monkeypatch) -> None:
 
 def test_no_sharing_without_the_device_numbers() -> None:
     assert get_device("h100-sxm").collective_sms == 16 and get_device("h100-sxm").sm_count == 132
-    assert get_device("b200").collective_sms is None  # no sourced number: its compute is never slowed
+    assert get_device("b200").collective_sms == 24 and get_device("gb200").collective_sms == 24  # NCCL's sm_100 NVLS
+    assert get_device("l40s").collective_sms is None  # no sourced number: its compute is never slowed
     g = TaskGraph()
     g.add_compute(0, 1.0, "gemm")
     g.add_task("collective", "c", 0.5, (LINK,), (0,), 1000)
