@@ -82,9 +82,12 @@ def flow_of(graph: TaskGraph, task: int, bandwidth: dict[int, float],
     transfer time (a collective repeated per micro-batch): their flows differ only in the task.
     ``alike``: links left out of the flow's links (:func:`alike_links`)."""
     xfer = graph.duration[task] - graph.latency[task]
-    attrs = graph.attrs[task] or {}
-    load = attrs.get("link_load")
-    uniform = attrs.get("link_bytes")
+    attrs = graph.attrs[task]
+    if attrs:
+        load = attrs.get("link_load")
+        uniform = attrs.get("link_bytes")
+    else:
+        load = uniform = None
     key = None
     if memo is not None:
         # A per-link load is one dict per charge, shared by every task of that charge: its
