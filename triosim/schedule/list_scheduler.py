@@ -204,8 +204,18 @@ def _schedule_flows(graph: TaskGraph, progress: Callable[[int], None] | None, re
 
     flows = active.flows
     t_next = float("inf")  # the next flow's end: it changes only when flows start or end
-    while events or flows:
-        if flows and (not events or t_next < events[0][0]):
+    # The one event an event's handling made last, kept off the heap: the next event is the
+    # smaller of it and the heap's first (heappushpop: no heap step when it is the smaller, as
+    # a GPU's next task ready when the one before it ends mostly is). Events are distinct
+    # tuples, so the order they are taken in is the same.
+    pending = None
+    inf = float("inf")
+    while events or flows or pending is not None:
+        if flows:
+            first = events[0][0] if events else inf
+            if pending is not None and pending[0] < first:
+                first = pending[0]
+        if flows and t_next < first:
             t = t_next
             if log is not None:
                 note(t)
@@ -226,7 +236,11 @@ def _schedule_flows(graph: TaskGraph, progress: Callable[[int], None] | None, re
             if progress is not None and placed // tick != (placed - len(done)) // tick:
                 progress(placed)
             continue
-        t, kind, i = pop(events)
+        if pending is not None:
+            t, kind, i = heapq.heappushpop(events, pending)
+            pending = None
+        else:
+            t, kind, i = pop(events)
         if kind < 0:  # SM sharing: a compute task's end (−1), a communication task's SMs taken (−2) or freed (−3)
             if kind == -1:
                 # SharedStreams.finished, inline: a stale end event is dropped
@@ -244,14 +258,17 @@ def _schedule_flows(graph: TaskGraph, progress: Callable[[int], None] | None, re
                     left[gpu] = dur[nxt]
                     since[gpu] = t
                     e = due[nxt] = t + dur[nxt] / rate
-                    push(events, (e, -1, nxt))
+                    pending = (e, -1, nxt)
                 end[i] = t  # release(i, t), inline: a compute task holds no SMs of its own
                 for j in succ[i]:
                     if t > ready_at[j]:
                         ready_at[j] = t
                     indeg[j] -= 1
                     if indeg[j] == 0:
-                        push(events, (ready_at[j], 0, j))
+                        if pending is None:
+                            pending = (ready_at[j], 0, j)
+                        else:
+                            push(events, (ready_at[j], 0, j))
                 placed += 1
                 if progress is not None and placed % tick == 0:
                     progress(placed)
@@ -302,13 +319,13 @@ def _schedule_flows(graph: TaskGraph, progress: Callable[[int], None] | None, re
                 left[gpu] = dur[i]
                 since[gpu] = t
                 e = due[i] = t + dur[i] / rate
-                push(events, (e, -1, i))
+                pending = (e, -1, i)
             continue
         if how == 1:
             start[i] = t
             if streams is not None and sms[i]:
                 change(i, t, 1)
-            push(events, (t + latency[i], 1, i))
+            pending = (t + latency[i], 1, i)
             continue
         for r in res[i]:
             if free[r] > t:
@@ -326,7 +343,10 @@ def _schedule_flows(graph: TaskGraph, progress: Callable[[int], None] | None, re
                 ready_at[j] = e
             indeg[j] -= 1
             if indeg[j] == 0:
-                push(events, (ready_at[j], 0, j))
+                if pending is None:
+                    pending = (ready_at[j], 0, j)
+                else:
+                    push(events, (ready_at[j], 0, j))
         placed += 1
         if progress is not None and placed % tick == 0:
             progress(placed)
