@@ -167,7 +167,7 @@ def _schedule_flows(graph: TaskGraph, progress: Callable[[int], None] | None, re
     active = ActiveFlows()
     memo: dict = {}  # flows of identical link tasks (see flow_of)
     # Links another stands for in every flow (record=False only: the rate log names every link).
-    alike = frozenset() if record else alike_links(graph, bandwidth)
+    alike = frozenset() if record else alike_links(graph, bandwidth, is_flow)
     placed = 0
     tick = max(1, n // 100)
     log: list[tuple[float, float, dict[int, float]]] | None = [] if record else None
