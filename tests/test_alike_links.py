@@ -37,9 +37,9 @@ def _graph(charges: list[tuple[dict[str, float], int]], sends: list[tuple[str, .
 def _schedules(graph: TaskGraph, monkeypatch, alike=None) -> tuple[scheduler.Schedule, scheduler.Schedule]:
     with_alike = scheduler.schedule(graph) if alike is None else None
     if alike is not None:
-        monkeypatch.setattr(scheduler, "alike_links", lambda g, bw: alike)
+        monkeypatch.setattr(scheduler, "alike_links", lambda g, bw, *holds: alike)
         with_alike = scheduler.schedule(graph)
-    monkeypatch.setattr(scheduler, "alike_links", lambda g, bw: frozenset())
+    monkeypatch.setattr(scheduler, "alike_links", lambda g, bw, *holds: frozenset())
     every = scheduler.schedule(graph)
     monkeypatch.undo()
     return with_alike, every

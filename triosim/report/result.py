@@ -21,10 +21,7 @@ from ..hardware.platform import Platform
 from ..schedule.list_scheduler import Schedule
 from ..schedule.tasks import COMM_KINDS, TaskGraph
 from ..trace.load import collector_paused
-from .intervals import length as _length
-from .intervals import subtract as _subtract
-from .intervals import union as _union
-from .intervals import union_of_columns as _union_of_columns
+from .intervals import Columns, columns_length, merged_columns, subtract_length
 
 # Facts builders record about their strategy that belong in the JSON result.
 STRATEGY_META = ("gradient_bytes", "buckets", "tensor_parallel", "pipeline", "parallel", "hybrid", "collectives",
@@ -146,11 +143,6 @@ class Result:
         }
 
 
-def _minus(a: list[tuple[float, float]], b: list[tuple[float, float]]) -> float:
-    """Length of union ``a`` not covered by union ``b`` (both sorted, disjoint)."""
-    return _length(_subtract(a, b))
-
-
 def summarize(graph: TaskGraph, sched: Schedule, platform: Platform) -> tuple[list[GpuStats], list[LinkStats]]:
     """Per-GPU and per-link figures of ``sched`` (the cyclic collector paused: as the build)."""
     with collector_paused():
@@ -159,70 +151,63 @@ def summarize(graph: TaskGraph, sched: Schedule, platform: Platform) -> tuple[li
 
 def _summarize(graph: TaskGraph, sched: Schedule, platform: Platform) -> tuple[list[GpuStats], list[LinkStats]]:
     devices = graph.meta.get("devices") or list(range(platform.num_gpus))
-    # Communication spans by the GPUs their task names (a collective names its whole group):
-    # each GPU's spans are those of the tuples naming it, and GPUs named by the same tuples
-    # share their union (a union sorts its spans: the order they are gathered in is no matter).
-    comm_of: dict[tuple[int, ...], list[tuple[float, float]]] = {}
-    link_bytes: dict[str, int] = {}
     names = graph.resource_names
-    # Compute spans, per GPU, as columns (a large run has 10^5 compute tasks).
+    # Every union below is kept as columns (report.intervals.Columns): a large run has 10^6
+    # compute and 10^5 communication spans per GPU or link.
     kinds = graph.kind
     is_compute = np.fromiter(map("compute".__eq__, kinds), dtype=bool, count=len(kinds))
     at = np.flatnonzero(is_compute)
     gpu_of = np.fromiter(map(itemgetter(0), map(graph.devices.__getitem__, at.tolist())), dtype=np.int64,
                          count=len(at))
     starts, ends = np.asarray(sched.start, dtype=np.float64), np.asarray(sched.end, dtype=np.float64)
-    compute_union: dict[int, list[tuple[float, float]]] = {d: [] for d in devices}
-    # Grouped by one stable sort (each GPU's tasks keep their order), not a mask per GPU: that
-    # scanned every compute task once per GPU, 4,096 × 1.6e6 at 4,096 GPUs.
-    by_gpu = np.argsort(gpu_of, kind="stable")
-    gpus, firsts = np.unique(gpu_of[by_gpu], return_index=True)
-    for d, lo, hi in zip(gpus.tolist(), firsts.tolist(), [*firsts[1:].tolist(), len(by_gpu)]):
-        mine = at[by_gpu[lo:hi]]
-        compute_union[d] = _union_of_columns(starts[mine], ends[mine])
+    compute_union: dict[int, Columns] = {d: _NONE for d in devices}
+    for d, mine in _grouped(at, gpu_of):
+        compute_union[d] = merged_columns(starts[mine], ends[mine])
     for d, built in graph.meta.get(MIRRORS_META, {}).items():  # a folded build: GPU d runs as the built GPU
         compute_union[d] = compute_union[built]
-    # Tasks are grouped by the tuple of links they hold (a collective's ring, a route): each link
-    # of a tuple gets the same spans, so spans and uniform bytes are gathered once per tuple.
-    spans_of: dict[tuple[int, ...], list[tuple[float, float]]] = {}
+    # Communication spans by the GPUs their task names (a collective names its whole group):
+    # each GPU's spans are those of the tuples naming it, and GPUs named by the same tuples
+    # share their union. Tasks are grouped by the tuple of links they hold (a collective's
+    # ring, a route): each link of a tuple gets the same spans, so spans and uniform bytes are
+    # gathered once per tuple.
+    comm = [i for i in np.flatnonzero(~is_compute).tolist() if kinds[i] in COMM_KINDS]
+    comm_at = np.array(comm, dtype=np.int64)
+    devs_code: dict[tuple[int, ...], int] = {}
+    devs = np.fromiter((devs_code.setdefault(d, len(devs_code)) for d in map(graph.devices.__getitem__, comm)),
+                       dtype=np.int64, count=len(comm))
+    comm_of = {k: (starts[mine], ends[mine]) for k, mine in _grouped(comm_at, devs)}
+    link_bytes: dict[str, int] = {}
     bytes_of: dict[tuple[int, ...], int] = {}
     loads: dict[tuple[tuple[int, ...], int], list] = {}  # (links, id of the load dict) -> [load, tasks]
-    # One pass over the other tasks' columns together.
-    others = np.flatnonzero(~is_compute).tolist()
-    for kind, s, e, devs, rids, attrs, nbytes in zip(map(kinds.__getitem__, others), map(sched.start.__getitem__, others),
-                                                     map(sched.end.__getitem__, others),
-                                                     map(graph.devices.__getitem__, others),
-                                                     map(graph.resources.__getitem__, others),
-                                                     map(graph.attrs.__getitem__, others),
-                                                     map(graph.nbytes.__getitem__, others)):
-        if kind in COMM_KINDS:
-            spans = comm_of.get(devs)
-            if spans is None:
-                comm_of[devs] = [(s, e)]
+    rids_code: dict[tuple[int, ...], int] = {}
+    holding: list[int] = []
+    codes: list[int] = []
+    for i, rids, attrs, nbytes in zip(comm, map(graph.resources.__getitem__, comm), map(graph.attrs.__getitem__, comm),
+                                      map(graph.nbytes.__getitem__, comm)):
+        if not rids:
+            continue
+        holding.append(i)
+        codes.append(rids_code.setdefault(rids, len(rids_code)))
+        load = attrs.get("link_load") if attrs else None  # macro collectives whose links carry different bytes
+        if load:
+            # one dict per charge, shared by its tasks: counted here, added once per link below
+            key = (rids, id(load))
+            hit = loads.get(key)
+            if hit is None:
+                loads[key] = [load, 1]
             else:
-                spans.append((s, e))
-            if not rids:
-                continue
-            attrs = attrs or {}
-            load = attrs.get("link_load")  # macro collectives whose links carry different bytes
-            if load:
-                # one dict per charge, shared by its tasks: counted here, added once per link below
-                key = (rids, id(load))
-                hit = loads.get(key)
-                if hit is None:
-                    loads[key] = [load, 1]
-                else:
-                    hit[1] += 1
-            else:
-                bytes_of[rids] = bytes_of.get(rids, 0) + int(attrs.get("link_bytes", nbytes))
-            spans_of.setdefault(rids, []).append((s, e))
+                hit[1] += 1
+        else:
+            bytes_of[rids] = bytes_of.get(rids, 0) + int(attrs.get("link_bytes", nbytes) if attrs else nbytes)
+    tuples = list(rids_code)
+    spans_of = {tuples[k]: (starts[mine], ends[mine])
+                for k, mine in _grouped(np.array(holding, dtype=np.int64), np.array(codes, dtype=np.int64))}
     _add_loads(loads, names, link_bytes)
     link_busy = _links_busy(spans_of, bytes_of, names, link_bytes)
     makespan = sched.makespan
     mem = graph.meta.get("memory", {})
-    named_by = _named_by(comm_of)
-    comm_of_list = list(comm_of.values())
-    unions: dict[tuple[int, ...], list[tuple[float, float]]] = {}
+    named_by = _named_by({d: None for d in devs_code})
+    unions: dict[tuple[int, ...], Columns] = {}
     figures: dict[tuple[tuple[int, ...], int], tuple[float, float, float, float]] = {}
     per_gpu = []
     for d in sorted(compute_union):
@@ -232,9 +217,10 @@ def _summarize(graph: TaskGraph, sched: Schedule, platform: Platform) -> tuple[l
         if hit is None:
             co = unions.get(key)
             if co is None:
-                co = unions[key] = _union([iv for k in key for iv in comm_of_list[k]]) if key else []
-            busy = _length(cu)
-            hit = figures[(key, id(cu))] = (busy * 1e3, _length(co) * 1e3, _minus(co, cu) * 1e3,
+                co = unions[key] = merged_columns(np.concatenate([comm_of[k][0] for k in key]),
+                                                  np.concatenate([comm_of[k][1] for k in key])) if key else _NONE
+            busy = columns_length(*cu)
+            hit = figures[(key, id(cu))] = (busy * 1e3, columns_length(*co) * 1e3, subtract_length(co, cu) * 1e3,
                                             max(0.0, makespan - busy) * 1e3)
         per_gpu.append(
             GpuStats(
@@ -256,6 +242,20 @@ def _summarize(graph: TaskGraph, sched: Schedule, platform: Platform) -> tuple[l
         for name in sorted(link_bytes, key=_natural_key)
     ]
     return per_gpu, per_link
+
+
+_NONE: Columns = (np.zeros(0, dtype=np.float64), np.zeros(0, dtype=np.float64))
+
+
+def _grouped(tasks: np.ndarray, group: np.ndarray):
+    """(group, its tasks in order) per distinct value of ``group`` (one per task): grouped by one
+    stable sort, not a mask per group (4,096 GPUs × 1.6e6 tasks)."""
+    if not len(tasks):
+        return
+    order = np.argsort(group, kind="stable")
+    values, firsts = np.unique(group[order], return_index=True)
+    for g, lo, hi in zip(values.tolist(), firsts.tolist(), [*firsts[1:].tolist(), len(order)]):
+        yield g, tasks[order[lo:hi]]
 
 
 def _add_loads(loads: dict, names: list[str], link_bytes: dict[str, int]) -> None:
@@ -293,7 +293,7 @@ def _named_by(spans_of: dict[tuple[int, ...], list]) -> dict[int, tuple[int, ...
     return {d: tuple(ks) for d, ks in out.items()}
 
 
-def _links_busy(spans_of: dict[tuple[int, ...], list[tuple[float, float]]], bytes_of: dict[tuple[int, ...], int],
+def _links_busy(spans_of: dict[tuple[int, ...], Columns], bytes_of: dict[tuple[int, ...], int],
                 names: list[str], link_bytes: dict[str, int]) -> dict[str, float]:
     """Each link's busy time (the union of the spans of every link tuple holding it), adding the
     tuples' uniform bytes to ``link_bytes``.
@@ -314,7 +314,7 @@ def _links_busy(spans_of: dict[tuple[int, ...], list[tuple[float, float]]], byte
     uniform = np.array([bytes_of.get(t, 0) for t in tuples], dtype=np.int64)
     added = np.add.reduceat(uniform[owner], starts).tolist()
     bounds = [*starts.tolist(), len(flat)]
-    unions = [_union(spans_of[t]) for t in tuples]
+    unions = [merged_columns(*spans_of[t]) for t in tuples]
     by_owners: dict[tuple[int, ...], float] = {}
     out: dict[str, float] = {}
     owners = owner.tolist()
@@ -322,8 +322,9 @@ def _links_busy(spans_of: dict[tuple[int, ...], list[tuple[float, float]]], byte
         key = tuple(owners[bounds[j]:bounds[j + 1]])
         hit = by_owners.get(key)
         if hit is None:
-            spans = unions[key[0]] if len(key) == 1 else _union([iv for t in key for iv in unions[t]])
-            hit = by_owners[key] = _length(spans)
+            spans = unions[key[0]] if len(key) == 1 else merged_columns(np.concatenate([unions[t][0] for t in key]),
+                                                                        np.concatenate([unions[t][1] for t in key]))
+            hit = by_owners[key] = columns_length(*spans)
         name = names[rid]
         out[name] = hit
         link_bytes[name] = link_bytes.get(name, 0) + added[j]

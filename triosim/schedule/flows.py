@@ -3,13 +3,15 @@
 
 from __future__ import annotations
 
+from itertools import compress
+
 import numpy as np
 
 from ..hardware.flow_network import Flow, alone_rate
 from .tasks import TaskGraph
 
 
-def alike_links(graph: TaskGraph, bandwidth: dict[int, float]) -> frozenset[int]:
+def alike_links(graph: TaskGraph, bandwidth: dict[int, float], holds_links: list[bool] | None = None) -> frozenset[int]:
     """Links that another link stands for in every flow: held by the same link tasks' charges
     with the same bytes and bandwidth (a macro collective's ring of 8,192 alike links). Each
     flow uses every such link as it uses the first of them (the same share of its rate), so
@@ -17,10 +19,12 @@ def alike_links(graph: TaskGraph, bandwidth: dict[int, float]) -> frozenset[int]
     the flows' links changes no rate. Returns the links left out.
 
     Found by refining one class of every link: by bandwidth, then by each charge (the links it
-    holds, with the bytes it puts on each), with numpy over the links."""
+    holds, with the bytes it puts on each), with numpy over the links. ``holds_links``: per task,
+    whether it holds a link (the others charge none: only those are read, when given)."""
     names = graph.resource_names
     charges: dict[tuple, tuple] = {}  # (links, id of the load dict, uniform bytes) -> (links, uniform, load)
-    for rs, attrs in zip(graph.resources, graph.attrs):
+    tasks = zip(graph.resources, graph.attrs)
+    for rs, attrs in tasks if holds_links is None else compress(tasks, holds_links):
         if not rs or (len(rs) == 1 and rs[0] not in bandwidth):
             continue
         load = attrs.get("link_load") if attrs else None
@@ -82,9 +86,12 @@ def flow_of(graph: TaskGraph, task: int, bandwidth: dict[int, float],
     transfer time (a collective repeated per micro-batch): their flows differ only in the task.
     ``alike``: links left out of the flow's links (:func:`alike_links`)."""
     xfer = graph.duration[task] - graph.latency[task]
-    attrs = graph.attrs[task] or {}
-    load = attrs.get("link_load")
-    uniform = attrs.get("link_bytes")
+    attrs = graph.attrs[task]
+    if attrs:
+        load = attrs.get("link_load")
+        uniform = attrs.get("link_bytes")
+    else:
+        load = uniform = None
     key = None
     if memo is not None:
         # A per-link load is one dict per charge, shared by every task of that charge: its

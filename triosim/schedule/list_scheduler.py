@@ -167,7 +167,7 @@ def _schedule_flows(graph: TaskGraph, progress: Callable[[int], None] | None, re
     active = ActiveFlows()
     memo: dict = {}  # flows of identical link tasks (see flow_of)
     # Links another stands for in every flow (record=False only: the rate log names every link).
-    alike = frozenset() if record else alike_links(graph, bandwidth)
+    alike = frozenset() if record else alike_links(graph, bandwidth, is_flow)
     placed = 0
     tick = max(1, n // 100)
     log: list[tuple[float, float, dict[int, float]]] | None = [] if record else None
@@ -183,11 +183,17 @@ def _schedule_flows(graph: TaskGraph, progress: Callable[[int], None] | None, re
 
     sms = task_sms(graph)  # SMs shared between compute and communication (schedule.sm_sharing)
     streams = SharedStreams(graph, sms, events, start) if sms is not None else None
-    on_stream = [k == "compute" and len(rs) == 1 for k, rs in zip(graph.kind, res)] if streams else None
+    # How the loop places each task: 0 on its resources, 1 a flow, 2 on a shared compute stream.
+    route = [1 if f else 0 for f in is_flow]
+    if streams is not None:
+        route = [2 if not f and k == "compute" and len(rs) == 1 else f for k, rs, f in zip(graph.kind, res, route)]
+        running, due, queue, stream_rate = streams.running, streams.due, streams.queue, streams.rate
+        left, since, speed, change = streams.left, streams.since, streams.speed, streams.change
+    devices = graph.devices
 
     def release(i: int, t: float) -> None:
         if streams is not None and sms[i]:
-            streams.change(i, t, -1)
+            change(i, t, -1)
         end[i] = t
         for j in succ[i]:
             if t > ready_at[j]:
@@ -198,32 +204,80 @@ def _schedule_flows(graph: TaskGraph, progress: Callable[[int], None] | None, re
 
     flows = active.flows
     t_next = float("inf")  # the next flow's end: it changes only when flows start or end
-    while events or flows:
-        if flows and (not events or t_next < events[0][0]):
+    # The one event an event's handling made last, kept off the heap: the next event is the
+    # smaller of it and the heap's first (heappushpop: no heap step when it is the smaller, as
+    # a GPU's next task ready when the one before it ends mostly is). Events are distinct
+    # tuples, so the order they are taken in is the same.
+    pending = None
+    inf = float("inf")
+    while events or flows or pending is not None:
+        if flows:
+            first = events[0][0] if events else inf
+            if pending is not None and pending[0] < first:
+                first = pending[0]
+        if flows and t_next < first:
             t = t_next
-            note(t)
+            if log is not None:
+                note(t)
             done = active.due(t)
             active.remove(done, t, maxmin_rates)
             t_next = active.next_finish()
-            for i in done:
-                release(i, t)
+            for i in done:  # release(i, t), inline
+                if streams is not None and sms[i]:
+                    change(i, t, -1)
+                end[i] = t
+                for j in succ[i]:
+                    if t > ready_at[j]:
+                        ready_at[j] = t
+                    indeg[j] -= 1
+                    if indeg[j] == 0:
+                        push(events, (ready_at[j], 0, j))
             placed += len(done)
             if progress is not None and placed // tick != (placed - len(done)) // tick:
                 progress(placed)
             continue
-        t, kind, i = pop(events)
+        if pending is not None:
+            t, kind, i = heapq.heappushpop(events, pending)
+            pending = None
+        else:
+            t, kind, i = pop(events)
         if kind < 0:  # SM sharing: a compute task's end (−1), a communication task's SMs taken (−2) or freed (−3)
             if kind == -1:
-                if streams.finished(i, t):
-                    release(i, t)  # a compute task holds no SMs of its own
-                    placed += 1
-                    if progress is not None and placed % tick == 0:
-                        progress(placed)
+                # SharedStreams.finished, inline: a stale end event is dropped
+                if due.get(i) != t:
+                    continue
+                del due[i]
+                gpu = devices[i][0]
+                del running[gpu]
+                q = queue.get(gpu)
+                if q:  # SharedStreams.begin, inline: the GPU's next queued task starts
+                    nxt = heapq.heappop(q)[1]
+                    start[nxt] = t
+                    running[gpu] = nxt
+                    rate = stream_rate[gpu] = speed.get(gpu, 1.0)
+                    left[gpu] = dur[nxt]
+                    since[gpu] = t
+                    e = due[nxt] = t + dur[nxt] / rate
+                    pending = (e, -1, nxt)
+                end[i] = t  # release(i, t), inline: a compute task holds no SMs of its own
+                for j in succ[i]:
+                    if t > ready_at[j]:
+                        ready_at[j] = t
+                    indeg[j] -= 1
+                    if indeg[j] == 0:
+                        if pending is None:
+                            pending = (ready_at[j], 0, j)
+                        else:
+                            push(events, (ready_at[j], 0, j))
+                placed += 1
+                if progress is not None and placed % tick == 0:
+                    progress(placed)
             else:
-                streams.change(i, t, 1 if kind == -2 else -1)
+                change(i, t, 1 if kind == -2 else -1)
             continue
         if kind == 1:  # flows whose latency is over join the link sharing, all those due at t at once
-            note(t)
+            if log is not None:
+                note(t)
             starting = [i]
             while events and events[0][0] == t and events[0][1] == 1:
                 starting.append(pop(events)[2])
@@ -249,14 +303,29 @@ def _schedule_flows(graph: TaskGraph, progress: Callable[[int], None] | None, re
                 active.add(joining, t, maxmin_rates)
                 t_next = active.next_finish()
             continue
-        if is_flow[i]:
+        how = route[i]
+        if how == 2:  # SharedStreams.offer, inline
+            gpu = devices[i][0]
+            if gpu in running:
+                q = queue.get(gpu)
+                if q is None:
+                    queue[gpu] = [(t, i)]
+                else:
+                    heapq.heappush(q, (t, i))
+            else:  # SharedStreams.begin, inline
+                start[i] = t
+                running[gpu] = i
+                rate = stream_rate[gpu] = speed.get(gpu, 1.0)
+                left[gpu] = dur[i]
+                since[gpu] = t
+                e = due[i] = t + dur[i] / rate
+                pending = (e, -1, i)
+            continue
+        if how == 1:
             start[i] = t
             if streams is not None and sms[i]:
-                streams.change(i, t, 1)
-            push(events, (t + latency[i], 1, i))
-            continue
-        if streams is not None and on_stream[i]:
-            streams.offer(i, t)
+                change(i, t, 1)
+            pending = (t + latency[i], 1, i)
             continue
         for r in res[i]:
             if free[r] > t:
@@ -274,7 +343,10 @@ def _schedule_flows(graph: TaskGraph, progress: Callable[[int], None] | None, re
                 ready_at[j] = e
             indeg[j] -= 1
             if indeg[j] == 0:
-                push(events, (ready_at[j], 0, j))
+                if pending is None:
+                    pending = (ready_at[j], 0, j)
+                else:
+                    push(events, (ready_at[j], 0, j))
         placed += 1
         if progress is not None and placed % tick == 0:
             progress(placed)

@@ -33,10 +33,8 @@ def task_sms(graph: TaskGraph) -> list[int] | None:
     if not sm_count:
         return None
     default = int(graph.meta.get(COMM_SMS_META) or 0)
-    out = [0] * len(graph)
-    for i, (kind, attrs) in enumerate(zip(graph.kind, graph.attrs)):
-        if kind in _COMM:
-            out[i] = int((attrs or {}).get("sms", default))
+    out = [int((attrs or {}).get("sms", default)) if kind in _COMM else 0
+           for kind, attrs in zip(graph.kind, graph.attrs)]
     return out if any(out) else None
 
 
@@ -44,7 +42,10 @@ class SharedStreams:
     """Each GPU's compute stream when SMs are shared: one compute task at a time in the order the
     list scheduler would place them (earliest ready first, then task id), its end moved whenever
     the SMs taken by communication on that GPU change. End events go on the caller's heap as
-    ``(time, -1, task)``; an event whose time is no longer the task's end is stale."""
+    ``(time, -1, task)``; an event whose time is no longer the task's end is stale.
+
+    The scheduler's loop runs :meth:`offer` and :meth:`finished` inline on these dicts (a 1T run
+    places 10^6 compute tasks): they are the reference of what it does."""
 
     def __init__(self, graph: TaskGraph, sms: list[int], events: list, start: list[float]) -> None:
         self.sm_count = float(graph.meta[SM_COUNT_META])
@@ -59,6 +60,7 @@ class SharedStreams:
         self.since: dict[int, float] = {}
         self.rate: dict[int, float] = {}
         self.taken: dict[int, int] = {}  # GPU -> SMs held by communication
+        self.speed: dict[int, float] = {}  # GPU -> its compute speed now (absent: full speed, 1.0)
         self.queue: dict[int, list[tuple[float, int]]] = {}
         self.due: dict[int, float] = {}  # task -> its current end
 
@@ -72,12 +74,13 @@ class SharedStreams:
         if gpu in self.running:
             heapq.heappush(self.queue.setdefault(gpu, []), (ready, task))
         else:
-            self._begin(task, gpu, ready)
+            self.begin(task, gpu, ready)
 
-    def _begin(self, task: int, gpu: int, t: float) -> None:
+    def begin(self, task: int, gpu: int, t: float) -> None:
+        """``task`` starts on ``gpu``'s stream at ``t``."""
         self.start[task] = t
         self.running[gpu] = task
-        rate = self.rate[gpu] = self._speed(gpu)
+        rate = self.rate[gpu] = self.speed.get(gpu, 1.0)
         self.left[gpu] = self.dur[task]
         self.since[gpu] = t
         end = self.due[task] = t + self.dur[task] / rate
@@ -93,7 +96,7 @@ class SharedStreams:
         del self.running[gpu]
         queue = self.queue.get(gpu)
         if queue:
-            self._begin(heapq.heappop(queue)[1], gpu, t)
+            self.begin(heapq.heappop(queue)[1], gpu, t)
         return True
 
     def change(self, task: int, t: float, sign: int) -> None:
@@ -103,15 +106,19 @@ class SharedStreams:
         if not sms:
             return
         devices = self.devices[task]
-        for gpu in devices[:1] if self.kind[task] == "transfer" else devices:
-            self.taken[gpu] = self.taken.get(gpu, 0) + sign * sms
-            run = self.running.get(gpu)
+        if self.kind[task] == "transfer":
+            devices = devices[:1]
+        taken, running, speed, n = self.taken, self.running, self.speed, self.sm_count
+        for gpu in devices:
+            held = taken[gpu] = taken.get(gpu, 0) + sign * sms
+            rate = speed[gpu] = 1.0 - min(held, n - 1) / n  # _speed(gpu)
+            run = running.get(gpu)
             if run is None:
                 continue
-            self.left[gpu] -= (t - self.since[gpu]) * self.rate[gpu]
+            left = self.left[gpu] = self.left[gpu] - (t - self.since[gpu]) * self.rate[gpu]
             self.since[gpu] = t
-            rate = self.rate[gpu] = self._speed(gpu)
-            end = self.due[run] = t + max(0.0, self.left[gpu]) / rate
+            self.rate[gpu] = rate
+            end = self.due[run] = t + max(0.0, left) / rate
             heapq.heappush(self.events, (end, -1, run))
 
 

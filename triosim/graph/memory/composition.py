@@ -136,8 +136,11 @@ def _stage_memory_fits(b: CompositionState, s: int, persistent: set[str], receiv
         b.persistent_ids = {ids[k] for k in persistent if k in ids}
     gpus = b.gpus(s)
     runs = b.seq[gpus[0]]
-    held = np.fromiter((_exchange_bytes(b, i, r) for _, ops, r in runs for i in ops), dtype=np.int64)
-    top = int(held.max()) if len(held) else 0
+    if getattr(b, "experts", None) is None and getattr(b, "context", None) is None:
+        top = 0  # no exchange holds buffers beside an op (the step-by-step count below is all zeros)
+    else:
+        held = np.fromiter((_exchange_bytes(b, i, r) for _, ops, r in runs for i in ops), dtype=np.int64)
+        top = int(held.max()) if len(held) else 0
     got = stage_occupancy(runs, template, size_of, b.fractions, nb, delivered, b.persistent_ids,
                           b.platform.capacity_bytes - top, resident={ids[k] for k in trace.preallocated if k in ids})
     if got is None:

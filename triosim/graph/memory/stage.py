@@ -45,37 +45,36 @@ def stage_occupancy(
     allocated before the program even when it first writes them (a preallocated gradient buffer).
     """
     m = len(runs)
-    # Templates: one per (ops of a run, optimizer share or not), with each entry's op position.
+    # Templates: one per (ops of a run, optimizer share or not), in first-seen order, with each
+    # entry's op position; the runs are matched to them in one pass (a 1T stage has 10^4 runs).
+    keys = [(ops, r is None) for _task, ops, r in runs]
+    first_r = dict(zip(reversed(keys), [r for _task, _ops, r in reversed(runs)]))  # each key's first run's
     slot: dict[tuple[tuple[int, ...], bool], int] = {}
     t_ids: list[list[int]] = []
     t_reads: list[list[bool]] = []
     t_keyed: list[list[bool]] = []
     t_local: list[list[int]] = []
-    which = np.empty(m, dtype=np.int64)
-    mbs = np.empty(m, dtype=np.int64)
-    ops_in = np.empty(m, dtype=np.int64)
-    for j, (_task, ops, r) in enumerate(runs):
-        ck = (ops, r is None)
-        k = slot.get(ck)
-        if k is None:
-            k = slot[ck] = len(t_ids)
-            ids_k: list[int] = []
-            reads_k: list[bool] = []
-            keyed_k: list[bool] = []
-            local_k: list[int] = []
-            for pos, i in enumerate(ops):
-                ids, reads, keyed = template_of(i, r)
-                ids_k += ids
-                reads_k += reads
-                keyed_k += keyed
-                local_k += [pos] * len(ids)
-            t_ids.append(ids_k)
-            t_reads.append(reads_k)
-            t_keyed.append(keyed_k)
-            t_local.append(local_k)
-        which[j] = k
-        mbs[j] = 0 if r is None else r
-        ops_in[j] = len(ops)
+    for ck in dict.fromkeys(keys):
+        ops = ck[0]
+        slot[ck] = len(t_ids)
+        ids_k: list[int] = []
+        reads_k: list[bool] = []
+        keyed_k: list[bool] = []
+        local_k: list[int] = []
+        for pos, i in enumerate(ops):
+            ids, reads, keyed = template_of(i, first_r[ck])
+            ids_k += ids
+            reads_k += reads
+            keyed_k += keyed
+            local_k += [pos] * len(ids)
+        t_ids.append(ids_k)
+        t_reads.append(reads_k)
+        t_keyed.append(keyed_k)
+        t_local.append(local_k)
+    which = np.fromiter(map(slot.__getitem__, keys), dtype=np.int64, count=m)
+    mbs = np.fromiter((0 if r is None else r for _task, _ops, r in runs), dtype=np.int64, count=m)
+    ops_in = np.fromiter((len(ops) for ops, _ in slot), dtype=np.int64, count=len(slot))[which] if m else \
+        np.zeros(0, dtype=np.int64)
     n = int(ops_in.sum()) if m else 0
     t_len = np.array([len(x) for x in t_ids], dtype=np.int64)
     lengths = t_len[which] if m else np.zeros(0, dtype=np.int64)
