@@ -4,6 +4,7 @@ routes between any two GPUs (:class:`ClusterRouter`)."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 
 import networkx as nx
@@ -43,6 +44,26 @@ class ClusterRouter:
         path.append(dst)
         return path
 
+    def canonical(self, groups: Sequence[tuple[int, ...]]) -> list[tuple[int, ...]]:
+        """``groups`` with their nodes renumbered together, in order inside each scalable unit
+        (the j-th of their nodes in unit u becomes node u·nodes_per_leaf + j), every GPU keeping
+        its rail.
+
+        Every link of a kind has the same attributes, except a leaf's uplink, which is its
+        unit's, and a route is named by its GPUs' nodes, rails and units alone: groups renamed
+        so have routes over the same links, renamed, with the same attributes in the same
+        order, and cross each other's links as before. The renaming keeps the order of GPU ids
+        (sorting, first appearance and node membership are kept)."""
+        g, npl = self.g, self.npl
+        rename: dict[int, int] = {}
+        unit, j = -1, 0
+        for node in sorted({x // g for group in groups for x in group}):
+            if node // npl != unit:
+                unit, j = node // npl, 0
+            rename[node] = unit * npl + j
+            j += 1
+        return [tuple(rename[x // g] * g + x % g for x in group) for group in groups]
+
 
 def _both_ways(links, efficiency):
     """Both directed edges of each (a, b, bandwidth, latency, kind), with the attributes
@@ -58,6 +79,23 @@ def _both_ways(links, efficiency):
                 eff = efficiency.get(cls, 1.0)
                 yield x, y, {"bandwidth": bw * eff, "latency": lat, "kind": kind, "nominal_bandwidth": bw,
                              "efficiency": eff}
+
+
+def _bulk_graph(nodes, edges) -> nx.DiGraph:
+    """The graph ``add_nodes_from(nodes)`` then ``add_edges_from(edges)`` makes, nodes and edges
+    in the same order, written straight into its adjacency dicts: the generic inserts check
+    and merge every edge, a third of a 131,072-GPU run. Every edge is new and between known
+    nodes, and its attribute dict is its own (made per edge by :func:`_both_ways`)."""
+    g = nx.DiGraph()
+    node, succ, pred = g._node, g._succ, g._pred
+    for name, attrs in nodes:
+        node[name] = attrs
+        succ[name] = {}
+        pred[name] = {}
+    for a, b, attrs in edges:
+        succ[a][b] = attrs
+        pred[b][a] = attrs
+    return g
 
 
 def build_cluster(spec: ClusterSpec, path: Path, num_gpus: int, capacity_log2: float, remote_bandwidth_gbps: float,
@@ -101,10 +139,8 @@ def build_cluster(spec: ClusterSpec, path: Path, num_gpus: int, capacity_log2: f
             up = in_unit * nic_bw / spec.oversubscription
             for rail in range(per):
                 links.append((f"leaf{su}r{rail}", "spine", up, spec.spine_latency_us * 1e-6, "net"))
-    g = nx.DiGraph()
-    g.add_nodes_from((name, {"kind": kind, **(sharp if name.startswith("nvsw") else {})})
-                     for name, kind in nodes.items())
-    g.add_edges_from(_both_ways(links, efficiency))
+    g = _bulk_graph(((name, {"kind": kind, **(sharp if name.startswith("nvsw") else {})})
+                     for name, kind in nodes.items()), _both_ways(links, efficiency))
     return Platform(
         num_gpus=num_gpus, capacity_bytes=int(2**capacity_log2), graph=g, ring=tuple(range(num_gpus)),
         topology=spec.name, remote_bandwidth=remote, ptp_bandwidth=nv_bw, ptp_bandwidth_nominal=nv_bw,

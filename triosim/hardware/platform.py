@@ -19,7 +19,7 @@ command line defaults to ``flow``, ``auto`` and NCCL's latencies.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 import networkx as nx
@@ -141,6 +141,20 @@ class Platform:
             return None
         a, b = self.node_of[int(src[3:])], self.node_of[int(dst[3:])]
         return f"nvsw{a}" if a == b else "net"
+
+    def canonical_group(self, group: tuple[int, ...]) -> tuple[int, ...]:
+        """A group whose routes cross links of the same attributes in the same pattern as
+        ``group``'s, member for member, and the same for every group alike in that way (a
+        cluster file's groups of different nodes: :meth:`ClusterRouter.canonical
+        <triosim.hardware.cluster.ClusterRouter.canonical>`); ``group`` itself elsewhere. Closed
+        forms that depend only on the links of a group's routes are found once per canonical group."""
+        return self.canonical_groups((group,))[0]
+
+    def canonical_groups(self, groups: Sequence[tuple[int, ...]]) -> list[tuple[int, ...]]:
+        """:meth:`canonical_group` of several groups renamed together, so that they also share
+        links as the given groups do (the groups unchanged where the platform has no renaming)."""
+        canonical = getattr(self.router, "canonical", None)
+        return list(groups) if canonical is None else canonical(groups)
 
     def link(self, name: str) -> dict:
         # Looked up millions of times by the collectives' closed forms on large rings: a dict of

@@ -120,6 +120,7 @@ class GroupComm:
         self._base_cost: dict[tuple[str, tuple[int, ...], int], tuple[float, str, str]] = {}  # per canonical group
         self._primed: set[tuple[int, ...]] = set()  # canonical groups whose routes are known
         self._sharing: dict[tuple[int, ...], int] = {}
+        self._sharing_alike: dict[tuple[tuple[int, ...], ...], int] = {}  # per renamed (group, parallel groups)
         self._charges: dict[tuple[str, tuple[int, ...], int], Charge | None] = {}
         self._rows: dict[int, tuple[Charge, dict[str, Any]]] = {}  # id(charge) -> (charge, its collectives row)
         self.sharing_unknown = False
@@ -156,11 +157,17 @@ class GroupComm:
                 self.sharing_unknown = True
                 hit = 1
             else:
-                count: dict[str, int] = {}
-                for g in groups:
-                    for link in set(self.links(g)):
-                        count[link] = count.get(link, 0) + 1
-                hit = max((count.get(link, 1) for link in self.links(group)), default=1)
+                # Counted on the groups renamed together (Platform.canonical_groups): the same
+                # count, found once for the alike groups of every pipeline stage.
+                mine, *others = self.platform.canonical_groups([group, *groups])
+                key = (mine, *others)
+                hit = self._sharing_alike.get(key)
+                if hit is None:
+                    count: dict[str, int] = {}
+                    for g in others:
+                        for link in set(self.links(g)):
+                            count[link] = count.get(link, 0) + 1
+                    hit = self._sharing_alike[key] = max((count.get(link, 1) for link in self.links(mine)), default=1)
             self._sharing[group] = hit
         return hit
 

@@ -78,6 +78,10 @@ def plan_seconds(platform: Platform, group: tuple[int, ...], op: str, nbytes: fl
     """``sum(p.seconds(platform) for p in plan(...))`` without building the scaled phases."""
     if algo == "tree":
         return tree_seconds(platform, group, nbytes)
+    if root is None and (group, op, algo, root, platform.collective_latency_us) not in platform._plans:
+        # The time depends only on the links of the group's routes: found once per canonical
+        # group (``auto`` times every algorithm on every stage's data-parallel group).
+        group = platform.canonical_group(group)
     _unit_phases, times = _unit(platform, group, op, algo, root)
     base = base_latency_s(platform, latency_family(algo)) if times else 0.0
     return base + sum(lat + nbytes * per_byte for lat, per_byte in times)
