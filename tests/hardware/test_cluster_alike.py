@@ -13,7 +13,7 @@ from triosim.graph.collectives.cost import collective_cost
 from triosim.graph.collectives.group_comm import GroupComm
 from triosim.graph.collectives.ring_tasks import make_ring
 from triosim.graph.collectives.tree_cost import tree_lower_bound, tree_seconds
-from triosim.hardware.cluster import _both_ways
+from triosim.hardware.cluster import edge_attrs
 from triosim.hardware.topology_file import packaged_dir
 from triosim.schedule.tasks import TaskGraph
 
@@ -26,7 +26,8 @@ def test_bulk_graph_is_the_generic_inserts_graph():
     p = build_platform(400, topology_file=A100)
     g = nx.DiGraph()
     g.add_nodes_from(p.graph.nodes(data=True))
-    g.add_edges_from(_both_ways(_one_way(p), p.link_efficiency))
+    g.add_edges_from((x, y, edge_attrs(x, y, bw, lat, kind, p.link_efficiency))
+                     for a, b, bw, lat, kind in _one_way(p) for x, y in ((a, b), (b, a)))
     assert list(g.nodes(data=True)) == list(p.graph.nodes(data=True))
     assert list(g.edges(data=True)) == list(p.graph.edges(data=True))
     assert all(list(g.pred[n].items()) == list(p.graph.pred[n].items()) for n in g)

@@ -65,36 +65,39 @@ class ClusterRouter:
         return [tuple(rename[x // g] * g + x % g for x in group) for group in groups]
 
 
-def _both_ways(links, efficiency):
-    """Both directed edges of each (a, b, bandwidth, latency, kind), with the attributes
-    :func:`~triosim.hardware.platform.add_link` and then
-    :func:`~triosim.hardware.link_efficiency.scale_links` give them, in that order: made in one
-    pass for networkx's bulk insert (10^6 edges at 131,072 GPUs)."""
-    for a, b, bw, lat, kind in links:
-        for x, y in ((a, b), (b, a)):
-            cls = link_class(x, y, kind)
-            if cls is None:
-                yield x, y, {"bandwidth": bw, "latency": lat, "kind": kind}
-            else:
-                eff = efficiency.get(cls, 1.0)
-                yield x, y, {"bandwidth": bw * eff, "latency": lat, "kind": kind, "nominal_bandwidth": bw,
-                             "efficiency": eff}
+def edge_attrs(a: str, b: str, bandwidth: float, latency: float, kind: str, efficiency: dict[str, float]) -> dict:
+    """The attributes of the directed link ``a -> b`` that :func:`~triosim.hardware.platform.add_link`
+    and then :func:`~triosim.hardware.link_efficiency.scale_links` give it, in that order."""
+    cls = link_class(a, b, kind)
+    if cls is None:
+        return {"bandwidth": bandwidth, "latency": latency, "kind": kind}
+    eff = efficiency.get(cls, 1.0)
+    return {"bandwidth": bandwidth * eff, "latency": latency, "kind": kind, "nominal_bandwidth": bandwidth,
+            "efficiency": eff}
 
 
-def _bulk_graph(nodes, edges) -> nx.DiGraph:
-    """The graph ``add_nodes_from(nodes)`` then ``add_edges_from(edges)`` makes, nodes and edges
-    in the same order, written straight into its adjacency dicts: the generic inserts check
-    and merge every edge, a third of a 131,072-GPU run. Every edge is new and between known
-    nodes, and its attribute dict is its own (made per edge by :func:`_both_ways`)."""
+def link_graph(nodes: dict[str, dict], links: list[tuple[str, str, float, float, str]],
+               efficiency: dict[str, float]) -> nx.DiGraph:
+    """The graph ``add_nodes_from(nodes.items())`` then ``add_edges_from`` of both directions of
+    each (a, b, bandwidth, latency, kind) with :func:`edge_attrs` makes, nodes and edges in the
+    same order, written straight into its adjacency dicts: the generic inserts check and merge
+    every edge (a third of a 131,072-GPU run's 10^6 edges). Every edge is new and between known
+    nodes; links alike share their attributes' values, each edge has its own dict."""
     g = nx.DiGraph()
     node, succ, pred = g._node, g._succ, g._pred
-    for name, attrs in nodes:
+    for name, attrs in nodes.items():
         node[name] = attrs
         succ[name] = {}
         pred[name] = {}
-    for a, b, attrs in edges:
-        succ[a][b] = attrs
-        pred[b][a] = attrs
+    alike: dict[tuple, dict] = {}
+    for a, b, bw, lat, kind in links:
+        # A link's class, hence its attributes, depends on its kind and on whether it is a spine link.
+        key = (bw, lat, kind, "spine" in (a, b))
+        attrs = alike.get(key)
+        if attrs is None:
+            attrs = alike[key] = edge_attrs(a, b, bw, lat, kind, efficiency)
+        succ[a][b] = pred[b][a] = attrs.copy()
+        succ[b][a] = pred[a][b] = attrs.copy()
     return g
 
 
@@ -139,8 +142,8 @@ def build_cluster(spec: ClusterSpec, path: Path, num_gpus: int, capacity_log2: f
             up = in_unit * nic_bw / spec.oversubscription
             for rail in range(per):
                 links.append((f"leaf{su}r{rail}", "spine", up, spec.spine_latency_us * 1e-6, "net"))
-    g = _bulk_graph(((name, {"kind": kind, **(sharp if name.startswith("nvsw") else {})})
-                     for name, kind in nodes.items()), _both_ways(links, efficiency))
+    g = link_graph({name: {"kind": kind, **(sharp if name.startswith("nvsw") else {})} for name, kind in nodes.items()},
+                   links, efficiency)
     return Platform(
         num_gpus=num_gpus, capacity_bytes=int(2**capacity_log2), graph=g, ring=tuple(range(num_gpus)),
         topology=spec.name, remote_bandwidth=remote, ptp_bandwidth=nv_bw, ptp_bandwidth_nominal=nv_bw,

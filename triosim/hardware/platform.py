@@ -193,7 +193,9 @@ class Platform:
         return [self.route(gpu_node(order[i]), gpu_node(order[(i + 1) % n])) for i in range(n)]
 
     def links(self) -> list[str]:
-        return [link_name(a, b) for a, b in self.graph.edges]
+        """Every directed link's name, in the graph's edge order."""
+        # link_name inlined over the raw adjacency: 1.6 million links at 131,072 GPUs.
+        return [f"{a}->{b}" for a, nbrs in self.graph.adjacency() for b in nbrs]
 
     def link_bandwidth(self, name: str) -> float:
         return self.link(name)["bandwidth"]

@@ -73,12 +73,12 @@ def _port_bound(platform: Platform, group: tuple[int, ...], nbytes: float) -> fl
         for child, parent in tree:  # S/T up from the child and S/T down from the parent
             out[child] = out.get(child, 0.0) + share
             out[parent] = out.get(parent, 0.0) + share
-    g = platform.graph
+    succ, pred = platform.graph.succ, platform.graph.pred  # a GPU's out- and in-edges, in the graph's order
     worst = 0.0
     for gpu, sent in out.items():  # every edge moves as much in as out: ins mirror outs
         name = gpu_node(gpu)
-        cap_out = sum(a["bandwidth"] for _x, _y, a in g.out_edges(name, data=True) if a.get("kind") != "pcie")
-        cap_in = sum(a["bandwidth"] for _x, _y, a in g.in_edges(name, data=True) if a.get("kind") != "pcie")
+        cap_out = sum(a["bandwidth"] for a in succ[name].values() if a.get("kind") != "pcie")
+        cap_in = sum(a["bandwidth"] for a in pred[name].values() if a.get("kind") != "pcie")
         worst = max(worst, sent / cap_out, sent / cap_in)
     return worst
 
