@@ -280,14 +280,14 @@ class GroupComm:
         group = self.ordered(group)
         if self.fold_members and len(after) == 1 and len(group) > 1:
             (built, deps), = after.items()
-            after = {g: deps for g in group}
+            after = dict.fromkeys(group, deps)
             out = self.run(kind, group, nbytes, label, after, parallel, **attrs)
-            self.fold_checks.append(([out[g] for g in group if g != built], out[built]))
+            self.fold_checks.append((list(map(out.__getitem__, filter(built.__ne__, group))), out[built]))
             return {built: out[built]}
         # A group whose every GPU is built (the tied embedding's first and last stage of the
         # representative pipeline) stands for nobody else: it is built as an exact build has it
         # (its members may start at different times, which one charged task cannot show).
-        whole = self.exact or (len(group) > 1 and all(g in after for g in group))
+        whole = self.exact or (len(group) > 1 and all(map(after.__contains__, group)))
         charge = None if whole else self.charge(kind, group, nbytes, parallel)
         if whole:
             add = getattr(algorithms, _ADD[kind])

@@ -53,7 +53,7 @@ def plan(platform: Platform, group: tuple[int, ...], op: str, nbytes: float, alg
         return tree_phases(platform, group, nbytes)
     unit, _times = _unit(platform, group, op, algo, root)
     pairs = _load_pairs(platform, (group, op, algo, root, platform.collective_latency_us), unit)
-    phases = [Phase(p.name, p.steps, p.step_latency, {k: v * nbytes for k, v in p.link_load.items()}, 0.0, p.fill,
+    phases = [Phase(p.name, p.steps, p.step_latency, _scaled(p.link_load, pp, nbytes), 0.0, p.fill,
                     scaled=(pp, nbytes, platform.graph))
               for p, pp in zip(unit, pairs)]
     base = base_latency_s(platform, latency_family(algo))
@@ -62,6 +62,14 @@ def plan(platform: Platform, group: tuple[int, ...], op: str, nbytes: float, alg
         phases[0] = Phase(first.name, first.steps, first.step_latency, first.link_load, base, first.fill,
                           scaled=first.scaled)
     return phases
+
+
+def _scaled(unit_load: dict[str, float], pairs: tuple[tuple[float, float], ...], nbytes: float) -> dict[str, float]:
+    """``unit_load`` times ``nbytes``, link by link; where every link carries the same 1-byte
+    load (a ring's links, ``pairs`` says), that one product for every link, in one pass."""
+    if len({u for u, _bw in pairs}) == 1:
+        return dict.fromkeys(unit_load, pairs[0][0] * nbytes)
+    return {k: v * nbytes for k, v in unit_load.items()}
 
 
 def _load_pairs(platform: Platform, key: tuple, unit: list[Phase]) -> list[tuple[tuple[float, float], ...]]:
