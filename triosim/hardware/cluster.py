@@ -124,26 +124,29 @@ def build_cluster(spec: ClusterSpec, path: Path, num_gpus: int, capacity_log2: f
     # A switch offering NVLink SHARP carries the share of the NVLink rate NVLS reaches
     # (triosim.graph.collectives.nvls_cost); the attribute is absent otherwise.
     sharp = {} if spec.nvlink_sharp_efficiency is None else {"sharp_efficiency": spec.nvlink_sharp_efficiency}
-    nodes: dict[str, str] = {gpu_node(i): "gpu" for i in range(num_gpus)}
-    nodes[REMOTE] = "remote"
-    links = [(gpu_node(i), REMOTE, remote, 0.0, "pcie") for i in range(num_gpus)]
-    for i in range(num_gpus):
-        node = i // per
-        switch, leaf = f"nvsw{node}", f"leaf{node // spec.nodes_per_leaf}r{i % per}"
-        nodes.setdefault(switch, "switch")
-        links.append((gpu_node(i), switch, nv_bw, spec.nvlink.latency_us * 1e-6, "nvlink"))
-        nodes.setdefault(leaf, "switch")
-        links.append((gpu_node(i), leaf, nic_bw, spec.nic.latency_us * 1e-6, "net"))
+    gpus = [gpu_node(i) for i in range(num_gpus)]
+    nodes: dict[str, dict] = {name: {"kind": "gpu"} for name in gpus}
+    nodes[REMOTE] = {"kind": "remote"}
+    links = [(name, REMOTE, remote, 0.0, "pcie") for name in gpus]
+    nv_lat, nic_lat, npl = spec.nvlink.latency_us * 1e-6, spec.nic.latency_us * 1e-6, spec.nodes_per_leaf
+    for i, name in enumerate(gpus):
+        node, rail = divmod(i, per)
+        switch, leaf = f"nvsw{node}", f"leaf{node // npl}r{rail}"
+        if switch not in nodes:
+            nodes[switch] = {"kind": "switch", **sharp}
+        links.append((name, switch, nv_bw, nv_lat, "nvlink"))
+        if leaf not in nodes:
+            nodes[leaf] = {"kind": "switch"}
+        links.append((name, leaf, nic_bw, nic_lat, "net"))
     if units > 1:
-        nodes["spine"] = "switch"
+        nodes["spine"] = {"kind": "switch"}
         for su in range(units):
-            in_unit = min(spec.nodes_per_leaf, nodes_count - su * spec.nodes_per_leaf)
+            in_unit = min(npl, nodes_count - su * npl)
             # A leaf's uplinks carry its downlinks' bandwidth divided by the oversubscription.
             up = in_unit * nic_bw / spec.oversubscription
             for rail in range(per):
                 links.append((f"leaf{su}r{rail}", "spine", up, spec.spine_latency_us * 1e-6, "net"))
-    g = link_graph({name: {"kind": kind, **(sharp if name.startswith("nvsw") else {})} for name, kind in nodes.items()},
-                   links, efficiency)
+    g = link_graph(nodes, links, efficiency)
     return Platform(
         num_gpus=num_gpus, capacity_bytes=int(2**capacity_log2), graph=g, ring=tuple(range(num_gpus)),
         topology=spec.name, remote_bandwidth=remote, ptp_bandwidth=nv_bw, ptp_bandwidth_nominal=nv_bw,
