@@ -9,8 +9,10 @@ import random
 import networkx as nx
 
 from triosim import build_platform
+from triosim.graph.collectives.choice import supported
 from triosim.graph.collectives.cost import collective_cost
 from triosim.graph.collectives.group_comm import GroupComm
+from triosim.graph.collectives.plans import _build_phases, _unit
 from triosim.graph.collectives.ring_tasks import make_ring
 from triosim.graph.collectives.tree_cost import tree_lower_bound, tree_seconds
 from triosim.hardware.cluster import edge_attrs
@@ -115,3 +117,26 @@ def _count(p, group, groups):
         for link in set(make_ring(p, g).links()):
             count[link] = count.get(link, 0) + 1
     return max(count.get(link, 1) for link in make_ring(p, group).links())
+
+
+def test_a_plan_renamed_from_the_canonical_group_is_the_groups_own():
+    rng = random.Random(11)
+    for path, gpus in ((A100, 400), (H100, 1024)):
+        p = build_platform(gpus, topology_file=path)
+        for _ in range(5):
+            group = tuple(rng.sample(range(gpus), rng.choice((6, 16, 32))))
+            for op, algo in (("all_reduce", "ring"), ("all_gather", "ring"), ("reduce_scatter", "direct"),
+                             ("all_reduce", "hierarchical")):
+                if algo == "hierarchical" and not supported(p, group, op, algo):
+                    continue
+                own = _build_phases(build_platform(gpus, topology_file=path), group, op, 1.0, algo, None)
+                renamed, _times = _unit(p, group, op, algo, None)
+                assert [list(ph.link_load.items()) for ph in renamed] == [list(ph.link_load.items()) for ph in own]
+                assert [(ph.name, ph.steps, ph.step_latency, ph.fill) for ph in renamed] == [
+                    (ph.name, ph.steps, ph.step_latency, ph.fill) for ph in own]
+    # Groups of a stage alike: the second is renamed from the first's plan, not planned again.
+    p = build_platform(1024, topology_file=H100)
+    stages = [tuple(8 * s + 32 * d for d in range(32)) for s in range(2)]
+    for g in stages:
+        _unit(p, g, "all_reduce", "ring", None)
+    assert sum(1 for key in p._plans if isinstance(key[0], tuple) and key[1:3] == ("all_reduce", "ring")) == 3

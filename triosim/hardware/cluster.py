@@ -4,7 +4,7 @@ routes between any two GPUs (:class:`ClusterRouter`)."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import networkx as nx
@@ -63,6 +63,28 @@ class ClusterRouter:
             rename[node] = unit * npl + j
             j += 1
         return [tuple(rename[x // g] * g + x % g for x in group) for group in groups]
+
+    def link_renaming(self, source: tuple[int, ...], target: tuple[int, ...]) -> Callable[[str], str]:
+        """The renaming of links that takes ``source``'s routes to ``target``'s, member for member
+        (two groups with one canonical group): each node of ``source`` becomes the matching node of
+        ``target`` (its GPUs by rail, its NVSwitch); leaves and the spine are kept. A route between
+        two members only crosses their nodes' GPUs and NVSwitches, leaves and the spine."""
+        g = self.g
+        node = {a // g: b // g for a, b in zip(source, target)}
+
+        def one(name: str) -> str:
+            if name.startswith("gpu"):
+                x = int(name[3:])
+                return f"gpu{node[x // g] * g + x % g}"
+            if name.startswith("nvsw"):
+                return f"nvsw{node[int(name[4:])]}"
+            return name
+
+        def rename(link: str) -> str:
+            a, b = link.split("->")
+            return f"{one(a)}->{one(b)}"
+
+        return rename
 
 
 def edge_attrs(a: str, b: str, bandwidth: float, latency: float, kind: str, efficiency: dict[str, float]) -> dict:

@@ -156,6 +156,12 @@ class Platform:
         canonical = getattr(self.router, "canonical", None)
         return list(groups) if canonical is None else canonical(groups)
 
+    def link_renaming(self, source: tuple[int, ...], target: tuple[int, ...]) -> Callable[[str], str] | None:
+        """How the links of ``source``'s routes are named on ``target``, member for member, for two
+        groups with one :meth:`canonical_group` (None where the platform renames no group)."""
+        renaming = getattr(self.router, "link_renaming", None)
+        return None if renaming is None else renaming(source, target)
+
     def link(self, name: str) -> dict:
         # Looked up millions of times by the collectives' closed forms on large rings: a dict of
         # the edge attribute dicts themselves (so attributes read later are the graph's own),

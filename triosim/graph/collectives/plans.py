@@ -7,6 +7,8 @@ collective once per bucket) and scaled; the tree's pipeline is timed per payload
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from ...hardware.platform import Platform
 from .direct_cost import direct_phases
 from .hierarchical_cost import hierarchical_phases
@@ -40,8 +42,17 @@ def _unit(platform: Platform, group: tuple[int, ...], op: str, algo: str, root: 
     key = (group, op, algo, root, platform.collective_latency_us)
     hit = platform._plans.get(key)
     if hit is None:
-        phases = _build_phases(platform, group, op, 1.0, algo, root)
-        hit = (phases, [(p.latency_seconds(), p.bandwidth_seconds(platform)) for p in phases])
+        canonical = platform.canonical_group(group) if root is None else group
+        if canonical != group and (rename := platform.link_renaming(canonical, group)) is not None:
+            # The canonical group's plan with its links renamed: the same loads in the same order
+            # as this group's own plan, and the same times (every stage's data-parallel group of
+            # a cluster file is planned once).
+            phases, times = _unit(platform, canonical, op, algo, root)
+            phases = [replace(p, link_load={rename(x): b for x, b in p.link_load.items()}) for p in phases]
+            hit = (phases, times)
+        else:
+            phases = _build_phases(platform, group, op, 1.0, algo, root)
+            hit = (phases, [(p.latency_seconds(), p.bandwidth_seconds(platform)) for p in phases])
         platform._plans[key] = hit
     return hit
 
