@@ -16,8 +16,6 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from rich.console import Console
-
 from ..config import (
     add_sim_flags,
     check_config_facts,
@@ -275,8 +273,11 @@ def cmd_run(args: argparse.Namespace) -> int:
         if not to_stdout:
             print(f"{result.makespan_ms:.4f}")
     elif not to_stdout:
-        print_to = Console(highlight=False)
+        from rich.console import Console  # here: a quiet run prints no table and skips rich
+
         from ..report.summary import print_summary
+
+        print_to = Console(highlight=False)
 
         print_summary(result, print_to, title=f"{Path(trace.path).name} · batch {trace.batch_size}")
         if trace.op_time is not None and (trace.op_time.batch != trace.batch_size or strategy.case == 4):

@@ -4,6 +4,7 @@ routes between any two GPUs (:class:`ClusterRouter`)."""
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import networkx as nx
@@ -43,21 +44,83 @@ class ClusterRouter:
         path.append(dst)
         return path
 
+    def canonical(self, groups: Sequence[tuple[int, ...]]) -> list[tuple[int, ...]]:
+        """``groups`` with their nodes renumbered together, in order inside each scalable unit
+        (the j-th of their nodes in unit u becomes node u·nodes_per_leaf + j), every GPU keeping
+        its rail.
 
-def _both_ways(links, efficiency):
-    """Both directed edges of each (a, b, bandwidth, latency, kind), with the attributes
-    :func:`~triosim.hardware.platform.add_link` and then
-    :func:`~triosim.hardware.link_efficiency.scale_links` give them, in that order: made in one
-    pass for networkx's bulk insert (10^6 edges at 131,072 GPUs)."""
+        Every link of a kind has the same attributes, except a leaf's uplink, which is its
+        unit's, and a route is named by its GPUs' nodes, rails and units alone: groups renamed
+        so have routes over the same links, renamed, with the same attributes in the same
+        order, and cross each other's links as before. The renaming keeps the order of GPU ids
+        (sorting, first appearance and node membership are kept)."""
+        g, npl = self.g, self.npl
+        rename: dict[int, int] = {}
+        unit, j = -1, 0
+        for node in sorted({x // g for group in groups for x in group}):
+            if node // npl != unit:
+                unit, j = node // npl, 0
+            rename[node] = unit * npl + j
+            j += 1
+        return [tuple(rename[x // g] * g + x % g for x in group) for group in groups]
+
+    def link_renaming(self, source: tuple[int, ...], target: tuple[int, ...]) -> Callable[[str], str]:
+        """The renaming of links that takes ``source``'s routes to ``target``'s, member for member
+        (two groups with one canonical group): each node of ``source`` becomes the matching node of
+        ``target`` (its GPUs by rail, its NVSwitch); leaves and the spine are kept. A route between
+        two members only crosses their nodes' GPUs and NVSwitches, leaves and the spine."""
+        g = self.g
+        node = {a // g: b // g for a, b in zip(source, target)}
+
+        def one(name: str) -> str:
+            if name.startswith("gpu"):
+                x = int(name[3:])
+                return f"gpu{node[x // g] * g + x % g}"
+            if name.startswith("nvsw"):
+                return f"nvsw{node[int(name[4:])]}"
+            return name
+
+        def rename(link: str) -> str:
+            a, b = link.split("->")
+            return f"{one(a)}->{one(b)}"
+
+        return rename
+
+
+def edge_attrs(a: str, b: str, bandwidth: float, latency: float, kind: str, efficiency: dict[str, float]) -> dict:
+    """The attributes of the directed link ``a -> b`` that :func:`~triosim.hardware.platform.add_link`
+    and then :func:`~triosim.hardware.link_efficiency.scale_links` give it, in that order."""
+    cls = link_class(a, b, kind)
+    if cls is None:
+        return {"bandwidth": bandwidth, "latency": latency, "kind": kind}
+    eff = efficiency.get(cls, 1.0)
+    return {"bandwidth": bandwidth * eff, "latency": latency, "kind": kind, "nominal_bandwidth": bandwidth,
+            "efficiency": eff}
+
+
+def link_graph(nodes: dict[str, dict], links: list[tuple[str, str, float, float, str]],
+               efficiency: dict[str, float]) -> nx.DiGraph:
+    """The graph ``add_nodes_from(nodes.items())`` then ``add_edges_from`` of both directions of
+    each (a, b, bandwidth, latency, kind) with :func:`edge_attrs` makes, nodes and edges in the
+    same order, written straight into its adjacency dicts: the generic inserts check and merge
+    every edge (a third of a 131,072-GPU run's 10^6 edges). Every edge is new and between known
+    nodes; links alike share their attributes' values, each edge has its own dict."""
+    g = nx.DiGraph()
+    node, succ, pred = g._node, g._succ, g._pred
+    for name, attrs in nodes.items():
+        node[name] = attrs
+        succ[name] = {}
+        pred[name] = {}
+    alike: dict[tuple, dict] = {}
     for a, b, bw, lat, kind in links:
-        for x, y in ((a, b), (b, a)):
-            cls = link_class(x, y, kind)
-            if cls is None:
-                yield x, y, {"bandwidth": bw, "latency": lat, "kind": kind}
-            else:
-                eff = efficiency.get(cls, 1.0)
-                yield x, y, {"bandwidth": bw * eff, "latency": lat, "kind": kind, "nominal_bandwidth": bw,
-                             "efficiency": eff}
+        # A link's class, hence its attributes, depends on its kind and on whether it is a spine link.
+        key = (bw, lat, kind, "spine" in (a, b))
+        attrs = alike.get(key)
+        if attrs is None:
+            attrs = alike[key] = edge_attrs(a, b, bw, lat, kind, efficiency)
+        succ[a][b] = pred[b][a] = attrs.copy()
+        succ[b][a] = pred[a][b] = attrs.copy()
+    return g
 
 
 def build_cluster(spec: ClusterSpec, path: Path, num_gpus: int, capacity_log2: float, remote_bandwidth_gbps: float,
@@ -83,28 +146,29 @@ def build_cluster(spec: ClusterSpec, path: Path, num_gpus: int, capacity_log2: f
     # A switch offering NVLink SHARP carries the share of the NVLink rate NVLS reaches
     # (triosim.graph.collectives.nvls_cost); the attribute is absent otherwise.
     sharp = {} if spec.nvlink_sharp_efficiency is None else {"sharp_efficiency": spec.nvlink_sharp_efficiency}
-    nodes: dict[str, str] = {gpu_node(i): "gpu" for i in range(num_gpus)}
-    nodes[REMOTE] = "remote"
-    links = [(gpu_node(i), REMOTE, remote, 0.0, "pcie") for i in range(num_gpus)]
-    for i in range(num_gpus):
-        node = i // per
-        switch, leaf = f"nvsw{node}", f"leaf{node // spec.nodes_per_leaf}r{i % per}"
-        nodes.setdefault(switch, "switch")
-        links.append((gpu_node(i), switch, nv_bw, spec.nvlink.latency_us * 1e-6, "nvlink"))
-        nodes.setdefault(leaf, "switch")
-        links.append((gpu_node(i), leaf, nic_bw, spec.nic.latency_us * 1e-6, "net"))
+    gpus = [gpu_node(i) for i in range(num_gpus)]
+    nodes: dict[str, dict] = {name: {"kind": "gpu"} for name in gpus}
+    nodes[REMOTE] = {"kind": "remote"}
+    links = [(name, REMOTE, remote, 0.0, "pcie") for name in gpus]
+    nv_lat, nic_lat, npl = spec.nvlink.latency_us * 1e-6, spec.nic.latency_us * 1e-6, spec.nodes_per_leaf
+    for i, name in enumerate(gpus):
+        node, rail = divmod(i, per)
+        switch, leaf = f"nvsw{node}", f"leaf{node // npl}r{rail}"
+        if switch not in nodes:
+            nodes[switch] = {"kind": "switch", **sharp}
+        links.append((name, switch, nv_bw, nv_lat, "nvlink"))
+        if leaf not in nodes:
+            nodes[leaf] = {"kind": "switch"}
+        links.append((name, leaf, nic_bw, nic_lat, "net"))
     if units > 1:
-        nodes["spine"] = "switch"
+        nodes["spine"] = {"kind": "switch"}
         for su in range(units):
-            in_unit = min(spec.nodes_per_leaf, nodes_count - su * spec.nodes_per_leaf)
+            in_unit = min(npl, nodes_count - su * npl)
             # A leaf's uplinks carry its downlinks' bandwidth divided by the oversubscription.
             up = in_unit * nic_bw / spec.oversubscription
             for rail in range(per):
                 links.append((f"leaf{su}r{rail}", "spine", up, spec.spine_latency_us * 1e-6, "net"))
-    g = nx.DiGraph()
-    g.add_nodes_from((name, {"kind": kind, **(sharp if name.startswith("nvsw") else {})})
-                     for name, kind in nodes.items())
-    g.add_edges_from(_both_ways(links, efficiency))
+    g = link_graph(nodes, links, efficiency)
     return Platform(
         num_gpus=num_gpus, capacity_bytes=int(2**capacity_log2), graph=g, ring=tuple(range(num_gpus)),
         topology=spec.name, remote_bandwidth=remote, ptp_bandwidth=nv_bw, ptp_bandwidth_nominal=nv_bw,

@@ -5,12 +5,14 @@ from __future__ import annotations
 
 from collections.abc import Collection
 from dataclasses import dataclass
-
-import graphviz
+from typing import TYPE_CHECKING
 
 from ..schedule.tasks import KINDS, TaskGraph
 from .collapse import Collapsed, Group, collapse, parameter_ops
 from .repeats import repeats_picture
+
+if TYPE_CHECKING:  # imported where a picture is drawn: a run that draws none skips it
+    import graphviz
 
 KIND_COLOURS = {
     "compute": "#9ecae1",
@@ -93,6 +95,8 @@ def to_dot(graph: TaskGraph, name: str = "triosim", collapsed: Collapsed | None 
            rankdir: str = "TB") -> graphviz.Digraph:
     """DOT of ``graph`` (or of its groups, when ``collapsed`` is given): top to bottom by default,
     colour by task kind, one cluster per GPU (or pipeline stage)."""
+    import graphviz
+
     if collapsed is None:
         collapsed = collapse(graph, "none")
     dot = graphviz.Digraph(name=name, graph_attr={"rankdir": rankdir, "fontname": "Helvetica",

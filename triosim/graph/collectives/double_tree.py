@@ -38,6 +38,8 @@ import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
+import numpy as np
+
 from ...hardware.platform import Platform, gpu_node
 from .fragment import chunk_sizes
 from .ring_tree_links import UniformRing, uniform_ring
@@ -287,10 +289,12 @@ def _walk_ring(ring: UniformRing, shape_info: list, k: int, nominal: float,
     """:func:`_walk`'s time on a ring of alike links (:mod:`.ring_tree_links`): each link has
     one lane, so a lane heap holds one entry, the end of the link's last transfer; a transfer
     waits for the largest over its arc's links, and leaves them all busy until it ends. The
-    same maxima in the same order as the heaps: the same time, in O(arc) list slices."""
+    same maxima in the same order as the heaps: the same time, in O(arc) array slices."""
     n = len(shape_info[0][0].gpu)
     lam0 = step_latency(ring.probe)
-    free = [[0.0] * ring.n, [0.0] * ring.n]
+    # Per direction, each link's free time: numpy arrays, so that the largest over an arc and
+    # the arc's new free time are one call each (arcs of a heap tree span up to half the ring).
+    free = [np.zeros(ring.n), np.zeros(ring.n)]
     arcs = {}
     for t, (sh, _ch, _h, _d) in enumerate(shape_info):
         for i, p in enumerate(sh.parent):
@@ -313,14 +317,14 @@ def _walk_ring(ring: UniformRing, shape_info: list, k: int, nominal: float,
                 start = end[f]
         start += (0.0 if c else lam0) + first
         for links, lo, hi in spans:
-            at = max(links[lo:hi])
+            at = links[lo:hi].max()
             if at > start:
-                start = at
+                start = float(at)
         done = end[me] = start + chunk_s
         if done > last:
             last = done
         for links, lo, hi in spans:
-            links[lo:hi] = [done] * (hi - lo)
+            links[lo:hi] = done
     return last
 
 

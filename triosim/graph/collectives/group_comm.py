@@ -120,6 +120,7 @@ class GroupComm:
         self._base_cost: dict[tuple[str, tuple[int, ...], int], tuple[float, str, str]] = {}  # per canonical group
         self._primed: set[tuple[int, ...]] = set()  # canonical groups whose routes are known
         self._sharing: dict[tuple[int, ...], int] = {}
+        self._sharing_alike: dict[tuple[tuple[int, ...], ...], int] = {}  # per renamed (group, parallel groups)
         self._charges: dict[tuple[str, tuple[int, ...], int], Charge | None] = {}
         self._rows: dict[int, tuple[Charge, dict[str, Any]]] = {}  # id(charge) -> (charge, its collectives row)
         self.sharing_unknown = False
@@ -156,11 +157,17 @@ class GroupComm:
                 self.sharing_unknown = True
                 hit = 1
             else:
-                count: dict[str, int] = {}
-                for g in groups:
-                    for link in set(self.links(g)):
-                        count[link] = count.get(link, 0) + 1
-                hit = max((count.get(link, 1) for link in self.links(group)), default=1)
+                # Counted on the groups renamed together (Platform.canonical_groups): the same
+                # count, found once for the alike groups of every pipeline stage.
+                mine, *others = self.platform.canonical_groups([group, *groups])
+                key = (mine, *others)
+                hit = self._sharing_alike.get(key)
+                if hit is None:
+                    count: dict[str, int] = {}
+                    for g in others:
+                        for link in set(self.links(g)):
+                            count[link] = count.get(link, 0) + 1
+                    hit = self._sharing_alike[key] = max((count.get(link, 1) for link in self.links(mine)), default=1)
             self._sharing[group] = hit
         return hit
 
@@ -273,14 +280,14 @@ class GroupComm:
         group = self.ordered(group)
         if self.fold_members and len(after) == 1 and len(group) > 1:
             (built, deps), = after.items()
-            after = {g: deps for g in group}
+            after = dict.fromkeys(group, deps)
             out = self.run(kind, group, nbytes, label, after, parallel, **attrs)
-            self.fold_checks.append(([out[g] for g in group if g != built], out[built]))
+            self.fold_checks.append((list(map(out.__getitem__, filter(built.__ne__, group))), out[built]))
             return {built: out[built]}
         # A group whose every GPU is built (the tied embedding's first and last stage of the
         # representative pipeline) stands for nobody else: it is built as an exact build has it
         # (its members may start at different times, which one charged task cannot show).
-        whole = self.exact or (len(group) > 1 and all(g in after for g in group))
+        whole = self.exact or (len(group) > 1 and all(map(after.__contains__, group)))
         charge = None if whole else self.charge(kind, group, nbytes, parallel)
         if whole:
             add = getattr(algorithms, _ADD[kind])

@@ -7,6 +7,8 @@ collective once per bucket) and scaled; the tree's pipeline is timed per payload
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from ...hardware.platform import Platform
 from .direct_cost import direct_phases
 from .hierarchical_cost import hierarchical_phases
@@ -40,8 +42,17 @@ def _unit(platform: Platform, group: tuple[int, ...], op: str, algo: str, root: 
     key = (group, op, algo, root, platform.collective_latency_us)
     hit = platform._plans.get(key)
     if hit is None:
-        phases = _build_phases(platform, group, op, 1.0, algo, root)
-        hit = (phases, [(p.latency_seconds(), p.bandwidth_seconds(platform)) for p in phases])
+        canonical = platform.canonical_group(group) if root is None else group
+        if canonical != group and (rename := platform.link_renaming(canonical, group)) is not None:
+            # The canonical group's plan with its links renamed: the same loads in the same order
+            # as this group's own plan, and the same times (every stage's data-parallel group of
+            # a cluster file is planned once).
+            phases, times = _unit(platform, canonical, op, algo, root)
+            phases = [replace(p, link_load={rename(x): b for x, b in p.link_load.items()}) for p in phases]
+            hit = (phases, times)
+        else:
+            phases = _build_phases(platform, group, op, 1.0, algo, root)
+            hit = (phases, [(p.latency_seconds(), p.bandwidth_seconds(platform)) for p in phases])
         platform._plans[key] = hit
     return hit
 
@@ -53,7 +64,7 @@ def plan(platform: Platform, group: tuple[int, ...], op: str, nbytes: float, alg
         return tree_phases(platform, group, nbytes)
     unit, _times = _unit(platform, group, op, algo, root)
     pairs = _load_pairs(platform, (group, op, algo, root, platform.collective_latency_us), unit)
-    phases = [Phase(p.name, p.steps, p.step_latency, {k: v * nbytes for k, v in p.link_load.items()}, 0.0, p.fill,
+    phases = [Phase(p.name, p.steps, p.step_latency, _scaled(p.link_load, pp, nbytes), 0.0, p.fill,
                     scaled=(pp, nbytes, platform.graph))
               for p, pp in zip(unit, pairs)]
     base = base_latency_s(platform, latency_family(algo))
@@ -62,6 +73,14 @@ def plan(platform: Platform, group: tuple[int, ...], op: str, nbytes: float, alg
         phases[0] = Phase(first.name, first.steps, first.step_latency, first.link_load, base, first.fill,
                           scaled=first.scaled)
     return phases
+
+
+def _scaled(unit_load: dict[str, float], pairs: tuple[tuple[float, float], ...], nbytes: float) -> dict[str, float]:
+    """``unit_load`` times ``nbytes``, link by link; where every link carries the same 1-byte
+    load (a ring's links, ``pairs`` says), that one product for every link, in one pass."""
+    if len({u for u, _bw in pairs}) == 1:
+        return dict.fromkeys(unit_load, pairs[0][0] * nbytes)
+    return {k: v * nbytes for k, v in unit_load.items()}
 
 
 def _load_pairs(platform: Platform, key: tuple, unit: list[Phase]) -> list[tuple[tuple[float, float], ...]]:
@@ -78,6 +97,10 @@ def plan_seconds(platform: Platform, group: tuple[int, ...], op: str, nbytes: fl
     """``sum(p.seconds(platform) for p in plan(...))`` without building the scaled phases."""
     if algo == "tree":
         return tree_seconds(platform, group, nbytes)
+    if root is None and (group, op, algo, root, platform.collective_latency_us) not in platform._plans:
+        # The time depends only on the links of the group's routes: found once per canonical
+        # group (``auto`` times every algorithm on every stage's data-parallel group).
+        group = platform.canonical_group(group)
     _unit_phases, times = _unit(platform, group, op, algo, root)
     base = base_latency_s(platform, latency_family(algo)) if times else 0.0
     return base + sum(lat + nbytes * per_byte for lat, per_byte in times)

@@ -10,7 +10,7 @@ bookkeeping then needs no route's link names:
 - every link carries one transfer at a time (its bandwidth is every crossing route's rate, so
   the flow model gives it one lane too), and after a transfer each link of its arc is free when
   the transfer ends: a link's free time is a float per link, and a transfer waits for the
-  largest over its arc (a slice of a list, not a heap per link group);
+  largest over its arc (a slice of an array, not a heap per link group);
 - a link's load is the tree's per-tree share times the number of arcs crossing it, found with a
   difference array, and summed share by share as the route-by-route sum adds it; the links come
   in the order the routes first cross them, as the route-by-route dict has them.

@@ -55,7 +55,9 @@ def tree_port_bound(platform: Platform, group: tuple[int, ...], nbytes: float) -
 
 def _per_byte(platform: Platform, name: str, bound: Callable[[Platform, tuple[int, ...], float], float],
               group: tuple[int, ...]) -> float:
-    """``bound`` for one byte, found once per group (the bounds are linear in the payload)."""
+    """``bound`` for one byte, found once per canonical group (the bounds are linear in the
+    payload and depend only on the links of the group's routes: :meth:`Platform.canonical_group`)."""
+    group = platform.canonical_group(group)
     key = (name, group)
     unit = platform._plans.get(key)
     if unit is None:
@@ -71,12 +73,12 @@ def _port_bound(platform: Platform, group: tuple[int, ...], nbytes: float) -> fl
         for child, parent in tree:  # S/T up from the child and S/T down from the parent
             out[child] = out.get(child, 0.0) + share
             out[parent] = out.get(parent, 0.0) + share
-    g = platform.graph
+    succ, pred = platform.graph.succ, platform.graph.pred  # a GPU's out- and in-edges, in the graph's order
     worst = 0.0
     for gpu, sent in out.items():  # every edge moves as much in as out: ins mirror outs
         name = gpu_node(gpu)
-        cap_out = sum(a["bandwidth"] for _x, _y, a in g.out_edges(name, data=True) if a.get("kind") != "pcie")
-        cap_in = sum(a["bandwidth"] for _x, _y, a in g.in_edges(name, data=True) if a.get("kind") != "pcie")
+        cap_out = sum(a["bandwidth"] for a in succ[name].values() if a.get("kind") != "pcie")
+        cap_in = sum(a["bandwidth"] for a in pred[name].values() if a.get("kind") != "pcie")
         worst = max(worst, sent / cap_out, sent / cap_in)
     return worst
 
@@ -115,13 +117,17 @@ def tree_latency_bound(platform: Platform, group: tuple[int, ...]) -> float:
     else:
         table = NCCL_PROTOCOL_STEP_LATENCY_US[protocol(platform)]
         lam = min(v for (family, _kind), v in table.items() if family == "tree") * 1e-6
-    depth = max(max(shape.height_depth()[1]) for shape in tree_shapes(platform, group))
+    key = ("tree-depth", group)
+    depth = platform._plans.get(key)
+    if depth is None:
+        depth = platform._plans[key] = max(max(shape.height_depth()[1]) for shape in tree_shapes(platform, group))
     return base_latency_s(platform, "tree") + 2 * depth * lam
 
 
 def _link_bound(platform: Platform, group: tuple[int, ...], nbytes: float) -> float:
     """The busiest link's bytes at its bandwidth; the per-byte load is kept per group (a DDP
-    run asks once per bucket)."""
+    run asks once per bucket), per canonical group."""
+    group = platform.canonical_group(group)
     key = ("tree-link-bound", group, platform.collective_protocol)
     per_byte = platform._plans.get(key)
     if per_byte is None and (ring := uniform_ring(platform)) is not None:
@@ -176,7 +182,10 @@ def tree_plan(platform: Platform, group: tuple[int, ...], nbytes: float) -> doub
 
 
 def tree_seconds(platform: Platform, group: tuple[int, ...], nbytes: float) -> float:
-    """The tree all-reduce's time alone: the longest path of its pipeline, per payload size."""
+    """The tree all-reduce's time alone: the longest path of its pipeline, per payload size,
+    walked once per canonical group (the walk depends only on the links of the trees' routes:
+    the data-parallel groups of every pipeline stage of a cluster are alike)."""
+    group = platform.canonical_group(group)
     key = ("tree", group, float(nbytes), platform.collective_latency_us)
     hit = platform._plans.get(key)
     if hit is None:
