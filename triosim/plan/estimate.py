@@ -144,19 +144,22 @@ def _rank_sums(values: np.ndarray, bounds: list[tuple[int, int]], ranks: int) ->
     return np.array([sum(prefix[b] - prefix[a] for a, b in bounds[r::ranks]) for r in range(ranks)])
 
 
-def _dp_synced(c: Candidate, key: tuple, starts: list[int], B: np.ndarray, ends: np.ndarray, pt: PositionTimes,
-               profile: ModelProfile, settings: PlanSettings, timer: PipelineTimer) -> np.ndarray:
+def _dp_synced(c: Candidate, key: tuple, starts: list[int], B: np.ndarray, ends: np.ndarray, after: np.ndarray,
+               pt: PositionTimes, profile: ModelProfile, settings: PlanSettings, timer: PipelineTimer) -> np.ndarray:
     """Per pipeline rank, when its last DDP bucket is reduced on its DP group (its last block,
     the backward of its first chunk, ends at ``ends[r]``): each bucket once the op completing its
-    last gradient has run in the last micro-batch's backward, one after another. Worked out once
+    last gradient has run in the last micro-batch's backward, one after another; without
+    ``--overlap-grad-reduce`` all after ``after[r]`` (the rank's end, or the tied embedding's
+    all-reduce). Worked out once
     per pipeline (``key``), DP degree and reduce op: ZeRO-1, 2 and 3 share it."""
     op = "all_reduce" if c.zero == 0 else "reduce_scatter"
     return timer.memo(("synced", key, c.dp, op, settings.bucket_bytes, settings.overlap_grad_reduce),
-                      lambda: _dp_synced_all(c, op, starts, B, ends, pt, profile, settings, timer))
+                      lambda: _dp_synced_all(c, op, starts, B, ends, after, pt, profile, settings, timer))
 
 
-def _dp_synced_all(c: Candidate, op: str, starts: list[int], B: np.ndarray, ends: np.ndarray, pt: PositionTimes,
-                   profile: ModelProfile, settings: PlanSettings, timer: PipelineTimer) -> np.ndarray:
+def _dp_synced_all(c: Candidate, op: str, starts: list[int], B: np.ndarray, ends: np.ndarray, after: np.ndarray,
+                   pt: PositionTimes, profile: ModelProfile, settings: PlanSettings,
+                   timer: PipelineTimer) -> np.ndarray:
     batch = settings.global_batch // c.dp
     bounds = list(zip(starts, [*starts[1:], profile.positions]))
 
@@ -191,7 +194,7 @@ def _dp_synced_all(c: Candidate, op: str, starts: list[int], B: np.ndarray, ends
         if not len(sizes):
             continue
         if not overlap:  # every bucket after the rank's last backward, one after another
-            synced[r] = float(ends[r]) + float(cost.sum())
+            synced[r] = float(after[r]) + float(cost.sum())
             continue
         a, b = bounds[r]  # the rank's last block: the backward of its first chunk
         ops = pt.b_ops[(pt.b_pos >= a) & (pt.b_pos < b)]
@@ -263,9 +266,15 @@ def estimate(c: Candidate, profile: ModelProfile, settings: PlanSettings, timer:
     dp_group = tuple(range(0, c.dp * c.tp * P, c.tp * P))
     sharded = c.dp > 1 and c.zero >= 1
     finish, dp_exposed, opt_max = 0.0, 0.0, 0.0
-    synced = _dp_synced(c, key, starts, B, ends, pt, profile, settings, timer) if c.dp > 1 else None
+    # the tied embedding's all-reduce between ranks 0 and P − 1, once both have run their programs;
+    # their gradient buckets (without --overlap-grad-reduce) and optimizer wait for it
+    tied = profile.tied_allreduce_s(batch, c.tp, c.sequence_parallel, P)
+    after = ends.copy()
+    if tied > 0:
+        after[0] = after[P - 1] = max(float(ends[0]), float(ends[P - 1])) + tied
+    synced = _dp_synced(c, key, starts, B, ends, after, pt, profile, settings, timer) if c.dp > 1 else None
     for r in range(P):
-        end = float(ends[r])
+        end = float(after[r])
         t = max(end, float(synced[r])) if synced is not None else end
         dp_exposed = max(dp_exposed, t - end)
         opt = pt.optimizer_s * float(share[r]) / (c.dp if sharded else 1)
