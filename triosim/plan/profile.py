@@ -51,7 +51,7 @@ from ..graph.tensor.plans import tensor_plan, tp_waits
 from ..hardware.platform import Platform
 from ..trace import Trace
 from ..trace.precision import gathered_parameter_bytes, reduced_gradient_bytes
-from .stage_memory import StageMemory, stage_memories, touches
+from .stage_memory import StageLayout, StageMemory, stage_layout, stage_memories, touches
 
 EXACT_GROUP = 8  # collectives on groups up to this size are costed exactly at every size
 
@@ -113,6 +113,7 @@ class ModelProfile:
     _layer_units: tuple[tuple[int, ...], ...] | None = field(default=None, repr=False)
     _touches: dict[tuple[int, int, bool], object] = field(default_factory=dict, repr=False)
     _stage_mem: dict[tuple, list[StageMemory]] = field(default_factory=dict, repr=False)
+    _layouts: dict[tuple, StageLayout] = field(default_factory=dict, repr=False)
 
     def __post_init__(self) -> None:
         trace = self.raw
@@ -361,8 +362,14 @@ class ModelProfile:
                 uses = self._touches[(batch, tp, sp)] = touches(
                     trace, self.phase, self.pos, self.tensor_plan(batch, tp, sp), self.roles,
                     persistent_buffers(trace))
+            # the cut's layout does not depend on the micro-batch size: shared by all of them
+            lkey = (batch, tp, sp, tuple(starts), unit_bytes)
+            layout = self._layouts.get(lkey)
+            if layout is None:
+                layout = self._layouts[lkey] = stage_layout(uses, list(starts), unit_bytes)
             hit = self._stage_mem[key] = stage_memories(uses, list(starts),
-                                                        micro_batch / self.scaled(batch).batch_size, unit_bytes)
+                                                        micro_batch / self.scaled(batch).batch_size, unit_bytes,
+                                                        layout)
         return hit
 
     def gradients(self, batch: int, tp: int, sp: bool) -> _Gradients:
