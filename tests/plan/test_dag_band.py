@@ -64,3 +64,20 @@ def test_near_the_memory_limit_is_in_the_band_too(timed_in_rounds) -> None:
 def test_the_band_keeps_unbounded_rows() -> None:
     rows = [_row(0, 100.0), _row(1, 200.0), _row(2, 300.0, bounded=False)]
     assert [r.estimate.time_s for r in dag_band(rows, 0.1)] == [0.1, 0.3]
+
+
+def test_bounded_only_on_a_model_card_below_zero_3() -> None:
+    from pathlib import Path
+
+    from triosim.cli.console import build_parser
+    from triosim.cli.plan import plan_inputs
+    from triosim.plan import PipelineTimer, estimate
+
+    gpt = Path(__file__).resolve().parents[2] / "sample_trace" / "gpt-cpu-bs8"
+    for argv, want in ((["--model", "llama3-8b", "--num-layers", "4", "--seq-len", "512", "--gpu", "h100-sxm"], True),
+                       (["--trace-dir", str(gpt)], False)):
+        i = plan_inputs(build_parser().parse_args(["plan", *argv, "--topology", "nvlink-cluster", "--gpus", "8",
+                                                   "--global-batch", "16"]))
+        timer = PipelineTimer(i.profile.platform)
+        for c in (Candidate(1, 1, 8, 1), Candidate(2, 2, 2, 1, "interleaved", 2, 1), Candidate(1, 2, 4, 1, zero=3)):
+            assert estimate(c, i.profile, i.settings, timer).bounded is (want and c.zero < 3), (argv[1], c)

@@ -82,9 +82,9 @@ class Estimate:
     peak_bytes: int  # the fullest pipeline rank
     fits: bool
     reason: str | None = None  # why it does not fit
-    # the stages are cut as the DAG cuts them (one stage, or Megatron-LM's equal layers on both
-    # sides) and ZeRO is below 3 (whose per-unit gathers the estimate does not follow op by op):
-    # then the time is at most TIME_OVER_BOUND above the DAG's (search.dag_band)
+    # a model card's trace, its stages cut as the DAG cuts them (one stage, or Megatron-LM's equal
+    # layers on both sides) and ZeRO below 3 (whose per-unit gathers the estimate does not follow
+    # op by op): then the time is at most TIME_OVER_BOUND above the DAG's (search.dag_band)
     bounded: bool = False
 
 
@@ -130,12 +130,15 @@ def _pipeline(c: Candidate, pt, profile: ModelProfile, settings: PlanSettings, t
     S, P, V = c.pp * c.virtual, c.pp, c.virtual
     fw = pt.fwd + pt.tp_fwd
     bw = pt.bwd + pt.tp_bwd  # with recomputation, the re-runs are backward ops (profile.for_recompute)
-    bounded = S == 1
+    # bounded only on a model card's trace, where the sample of tests/plan/test_estimate_vs_dag.py
+    # shows the bound (on other traces a TP collective a re-run hides can put it 17 % above)
+    card = bool((profile.parent or profile).raw.info.get("model_card"))
+    bounded = card and S == 1
     if settings.partition == "count":
         starts = [k * profile.positions // S for k in range(S)]
     else:
         starts = profile.layer_cuts(settings.partition, S) if settings.partition in ("layers", "auto") else None
-        bounded = bounded or starts is not None  # Megatron-LM's equal layers, as the DAG cuts them
+        bounded = bounded or (card and starts is not None)  # Megatron-LM's equal layers, as the DAG cuts them
         if starts is None:
             starts = stage_starts(pt.fwd + pt.bwd + pt.tp_fwd + pt.tp_bwd, S)
     bounds = list(zip(starts, [*starts[1:], profile.positions]))
