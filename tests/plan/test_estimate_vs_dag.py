@@ -2,9 +2,11 @@
 kind (1F1B and interleaved, ZeRO 0-3, no/selective/full recomputation, sequence parallelism on
 and off, tp, pp and dp alone and together, micro-batches of 1 and more, bf16 and FP8 training)
 on a 4-layer Llama 3 8B over 8 GPUs, and a 4-layer GPT-3 175B (whose attention scores selective
-recomputation drops), each DAG-timed once. Peak memory within 5 % everywhere;
-time within 5 % (ZeRO-3's per-unit gathers: 25 %, see docs/plan.md). Each term of the memory
-estimate is then broken on purpose and the comparison must catch it."""
+recomputation drops, and whose tied embeddings pipelines all-reduce), each DAG-timed once. Peak
+memory within 5 % everywhere; time within 5 % (ZeRO-3's per-unit gathers: 25 %, see
+docs/plan.md), and never more than TIME_OVER_BOUND above it where the estimate says it is bounded
+(what the plan's choice of candidates to DAG-time rests on). Each term of the memory estimate, and the tied embedding's terms of the time, are
+then broken on purpose and the comparison must catch it."""
 
 from __future__ import annotations
 
@@ -17,6 +19,7 @@ import pytest
 from triosim.cli.console import build_parser
 from triosim.cli.plan import plan_inputs
 from triosim.plan import Candidate, PipelineTimer, estimate
+from triosim.plan.estimate import TIME_OVER_BOUND
 from triosim.plan.report import dag_seconds
 from triosim.plan.search import Row, dag_time
 
@@ -55,8 +58,16 @@ GPT3_SAMPLE = [
 ]
 # short sequences: FP8 weight casts (once an iteration, not per micro-batch) weigh most
 SHORT_FP8 = [x if x != "4096" else "256" for x in LLAMA] + ["--dtype", "fp8"]
+# GPT-3 ties its LM head to the embedding: over a pipeline, the head's gradient part is not sent
+# stage to stage (1.3 GB a micro-batch), the first and last rank all-reduce it once; at short
+# sequences that all-reduce weighs most
+SHORT_GPT3 = [x if x != "2048" else "256" for x in GPT3]
+TIED_SAMPLE = [
+    C(1, 4, 2, 1, "1f1b", 1, 1, "none"),
+    C(2, 2, 2, 1, "interleaved", 2, 1, "selective", True),
+]
 GROUPS = ((LLAMA, BF16), ([*LLAMA, "--dtype", "fp8"], FP8), (GPT3, GPT3_SAMPLE),
-          (SHORT_FP8, [C(2, 2, 2, 1, "interleaved", 2, 1, "selective", True)]))
+          (SHORT_FP8, [C(2, 2, 2, 1, "interleaved", 2, 1, "selective", True)]), (SHORT_GPT3, TIED_SAMPLE))
 
 
 @pytest.fixture(scope="module")
@@ -86,8 +97,11 @@ def errors(timed) -> list[str]:
             assert dag_s is not None and dag_peak, f"{c}: the DAG did not run: {row.dag.reason}"
             t_err, m_err = e.time_s / dag_s - 1, e.peak_bytes / dag_peak - 1
             t_bound = 0.25 if c.zero == 3 else 0.05
-            if abs(m_err) > 0.05 or abs(t_err) > t_bound:
-                bad.append(f"{c}: time {t_err:+.1%}, memory {m_err:+.1%}")
+            # the plan leaves out of its DAG timing what a bounded estimate puts past the best
+            # by more than this (search.dag_band): it must not be further above the DAG
+            over = e.bounded and t_err > TIME_OVER_BOUND
+            if abs(m_err) > 0.05 or abs(t_err) > t_bound or over:
+                bad.append(f"{c}: time {t_err:+.1%}, memory {m_err:+.1%}" + (" (over the bound)" if over else ""))
     return bad
 
 
@@ -96,7 +110,7 @@ def test_estimate_equals_the_dag_on_every_kind(timed) -> None:
 
 
 def test_the_sample_has_every_kind() -> None:
-    sample = BF16 + FP8 + GPT3_SAMPLE
+    sample = BF16 + FP8 + GPT3_SAMPLE + TIED_SAMPLE
     for field, values in (("schedule", {"1f1b", "interleaved"}), ("zero", {0, 1, 2, 3}),
                           ("recompute", {"none", "selective", "full"}), ("sequence_parallel", {False, True})):
         assert {getattr(c, field) for c in sample} == values
@@ -192,3 +206,29 @@ def test_selective_recomputation_dropping_nothing_is_caught(timed, monkeypatch) 
 
     monkeypatch.setattr(profile_module.ModelProfile, "stage_memories", planted)
     assert any("selective" in line for line in errors(timed))
+
+
+def test_the_tied_embeddings_hand_over_sent_between_stages_is_caught(timed, monkeypatch) -> None:
+    # the bug behind issue 36's +0.6 … +5.6 % on the 175B plan: the LM head's part of the tied
+    # table's gradient counted as crossing every backward cut (2.5 GB a micro-batch on 175B)
+    profile_module = importlib.import_module("triosim.plan.profile")
+    monkeypatch.setattr(profile_module, "handed_over", lambda profile: frozenset())
+    _forget_cut_bytes(timed)  # they are cached per key: rebuilt with the bug, then without
+    try:
+        assert any("pp=4" in line for line in errors(timed))
+    finally:
+        monkeypatch.undo()
+        _forget_cut_bytes(timed)
+
+
+def _forget_cut_bytes(timed) -> None:
+    for inputs, _ in timed:
+        for p in (inputs.profile, *inputs.profile._children.values()):
+            p._arrays.clear()
+            p._times.clear()
+
+
+def test_the_tied_embeddings_all_reduce_left_out_is_caught(timed, monkeypatch) -> None:
+    profile_module = importlib.import_module("triosim.plan.profile")
+    monkeypatch.setattr(profile_module.ModelProfile, "tied_allreduce_s", lambda self, *args: 0.0)
+    assert any("pp=4" in line for line in errors(timed))

@@ -89,7 +89,8 @@ def test_pool_ranks_as_in_process() -> None:
     one, pool = _search(1), _search(2)
     assert not one.interrupted and not pool.interrupted
     assert [(r.candidate, r.dag) for r in one.ranked] == [(r.candidate, r.dag) for r in pool.ranked]
-    assert sum(r.dag is not None for r in pool.rows) == 4
+    timed = [r for r in pool.rows if r.dag is not None]
+    assert 1 <= len(timed) <= 4 and [r.candidate for r in timed] == [r.candidate for r in one.rows if r.dag is not None]
 
 
 def test_ctrl_c_in_the_pool_keeps_what_was_timed() -> None:

@@ -62,7 +62,8 @@ def register(sub: Any, defaults: dict | None = None) -> None:
         g.add_argument("--seq-len", type=int, default=None, metavar="S",
                        help="tokens per sample, for tokens/s and MFU (default: the trace's meta.json)")
     g.add_argument("--top", type=int, default=20, metavar="K",
-                   help="DAG-time the K best estimates and rank them by the DAG (20; 0: estimates only)")
+                   help="DAG-time at most the K best estimates, skipping those that cannot beat the best "
+                        "DAG time, and rank them by the DAG (20; 0: estimates only)")
     g.add_argument("--max-tp", type=int, default=None, metavar="T",
                    help="largest tensor-parallel degree (default: the GPUs of a node, so a TP group stays on NVLink)")
     g.add_argument("--out", metavar="FILE.csv", help="every candidate, infeasible ones with the reason (CSV)")

@@ -43,6 +43,7 @@ from ..graph.pipeline.stages import (
     resolve_partition,
     trace_layers,
 )
+from ..graph.pipeline.tied_embedding import TiedEmbedding, find_tied
 from ..graph.recompute import carry_plan, recompute
 from ..graph.single import persistent_buffers
 from ..graph.tensor.megatron import attention_heads
@@ -50,7 +51,7 @@ from ..graph.tensor.plans import tensor_plan, tp_waits
 from ..hardware.platform import Platform
 from ..trace import Trace
 from ..trace.precision import gathered_parameter_bytes, reduced_gradient_bytes
-from .stage_memory import StageMemory, stage_memories, touches
+from .stage_memory import StageLayout, StageMemory, stage_layout, stage_memories, touches
 
 EXACT_GROUP = 8  # collectives on groups up to this size are costed exactly at every size
 
@@ -112,6 +113,7 @@ class ModelProfile:
     _layer_units: tuple[tuple[int, ...], ...] | None = field(default=None, repr=False)
     _touches: dict[tuple[int, int, bool], object] = field(default_factory=dict, repr=False)
     _stage_mem: dict[tuple, list[StageMemory]] = field(default_factory=dict, repr=False)
+    _layouts: dict[tuple, StageLayout] = field(default_factory=dict, repr=False)
 
     def __post_init__(self) -> None:
         trace = self.raw
@@ -130,6 +132,9 @@ class ModelProfile:
         self.first_reader = first  # buffer -> position of its first reader (a parameter's owner)
         self.optimizer_buffers = tuple(k for k in trace.tensors if self.roles.role(k) == "optimizer")
         self.attention_ops = frozenset(i for i, op in enumerate(trace.ops) if _ATTENTION_CORE.search(op.name))
+        # tied input/output embeddings: the head's gradient part is not sent between stages, an
+        # all-reduce between the first and last pipeline rank replaces it (as the simulation does)
+        self.tied: TiedEmbedding | None = self.parent.tied if self.parent is not None else find_tied(trace)
 
     # ------------------------------------------------------------------ cached inputs
 
@@ -331,6 +336,17 @@ class ModelProfile:
         return PositionTimes(fwd, bwd, tpf, tpb, attn, act, attn_act, np.cumsum(cf)[:n - 1], np.cumsum(cb)[:n - 1],
                              pa.params, pa.params_full, pa.opt_state, pa.optimizer_s, op_s, pa.b_ops, pa.b_pos)
 
+    def tied_allreduce_s(self, batch: int, tp: int, sp: bool, pp: int) -> float:
+        """Seconds of the tied embedding's gradient all-reduce between pipeline rank 0 and the last
+        (one TP shard of the table, on GPUs 0 and (pp - 1) · tp: ranks tp innermost), as the
+        simulation adds it after both ranks' programs (:mod:`triosim.graph.pipeline.tied_embedding`);
+        0 without tied embeddings or with one stage."""
+        if self.tied is None or pp < 2:
+            return 0.0
+        trace = self.scaled(batch)
+        shard = self.tensor_plan(batch, tp, sp and tp > 1).shard_divisor.get(self.tied.table, 1)
+        return self.collective_s("all_reduce", (0, (pp - 1) * tp), -(-trace.tensors[self.tied.table].bytes // shard))
+
     def stage_memories(self, batch: int, tp: int, sp: bool, micro_batch: int, starts: list[int],
                        unit_bytes: float = float("inf")) -> list[StageMemory]:
         """The buffers of each stage (``starts``: their first forward positions) for one
@@ -346,8 +362,14 @@ class ModelProfile:
                 uses = self._touches[(batch, tp, sp)] = touches(
                     trace, self.phase, self.pos, self.tensor_plan(batch, tp, sp), self.roles,
                     persistent_buffers(trace))
+            # the cut's layout does not depend on the micro-batch size: shared by all of them
+            lkey = (batch, tp, sp, tuple(starts), unit_bytes)
+            layout = self._layouts.get(lkey)
+            if layout is None:
+                layout = self._layouts[lkey] = stage_layout(uses, list(starts), unit_bytes)
             hit = self._stage_mem[key] = stage_memories(uses, list(starts),
-                                                        micro_batch / self.scaled(batch).batch_size, unit_bytes)
+                                                        micro_batch / self.scaled(batch).batch_size, unit_bytes,
+                                                        layout)
         return hit
 
     def gradients(self, batch: int, tp: int, sp: bool) -> _Gradients:
@@ -440,6 +462,12 @@ def _sizes(full: np.ndarray, invariant: np.ndarray, div: np.ndarray, frac: float
     return -np.floor_divide(-b, div)
 
 
+def handed_over(profile: ModelProfile) -> frozenset[str]:
+    """Buffers the trace hands between stages that the pipeline does not send: the LM head's part
+    of a tied embedding's gradient (the first and last rank's all-reduce replaces it)."""
+    return frozenset(profile.tied.head_part) if profile.tied is not None else frozenset()
+
+
 def _plan_arrays(profile: ModelProfile, trace: Trace, plan) -> _PlanArrays:
     phase, pos = profile.phase, profile.pos
     shard = plan.shard_divisor
@@ -449,7 +477,10 @@ def _plan_arrays(profile: ModelProfile, trace: Trace, plan) -> _PlanArrays:
     acts = [(pos[i], float(trace.tensors[k].bytes), shard.get(k, 1), i in profile.attention_ops)
             for i in f_ops for k in trace.writes[i] if k not in invariant]
     vers = []
+    handed = handed_over(profile)
     for v in profile.versions:
+        if v.buffer in handed:  # the tied embedding's all-reduce replaces this hand-over
+            continue
         p = pos.get(v.writer)
         cs = [pos[c] for c in v.readers if c in pos]
         if p is not None and cs:

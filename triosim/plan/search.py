@@ -17,7 +17,7 @@ from ..errors import ConfigError
 from ..sweep.execute import OK, Outcome, prepare, run_dask, run_inprocess, run_pool
 from ..sweep.grid import Point
 from .candidates import Candidate
-from .estimate import Estimate, PlanSettings, estimate
+from .estimate import TIME_OVER_BOUND, Estimate, PlanSettings, estimate
 from .forked_estimate import Estimated, can_fork, estimate_forked
 from .pipeline_time import PipelineTimer
 from .profile import ModelProfile
@@ -193,6 +193,44 @@ def dag_time(rows: Sequence[Row], base: dict, global_batch: int, jobs: int = 1,
     return False
 
 
+def dag_band(rows: Sequence[Row], best_s: float) -> list[Row]:
+    """The rows that could still beat a DAG time of ``best_s``: those whose estimate is within
+    :data:`~triosim.plan.estimate.TIME_OVER_BOUND` of it, and every row whose estimate is not
+    bounded (its stages cut otherwise than the DAG's: no bound on how far above the DAG it is).
+    A bounded row estimated above that has a DAG time above ``best_s``."""
+    limit = best_s * (1 + TIME_OVER_BOUND)
+    return [r for r in rows if not r.estimate.bounded or r.estimate.time_s <= limit]
+
+
+def _best_dag_s(rows: Sequence[Row]) -> float:
+    return min((r.best_time_s for r in rows if r.dag is not None and r.reason is None), default=float("inf"))
+
+
+def dag_check(rows: Sequence[Row], settings: PlanSettings, base: dict, top: int, jobs: int,
+               progress: Progress | None, dask: str | None) -> bool:
+    """DAG-time at most ``top`` of the best estimates, and those near the memory limit, skipping
+    those that cannot beat the best DAG time: the fastest estimate is timed, then whichever of the
+    rest :func:`dag_band` keeps. Returns True when interrupted."""
+    best = best_estimated(rows, top)
+    best += near_limit(rows, best, settings.capacity_bytes)
+    best.sort(key=lambda r: r.estimate.time_s)  # stable: the fastest first, as estimated
+    if not best:
+        return False
+    if all(not r.estimate.bounded for r in best):
+        return dag_time(best, base, settings.global_batch, jobs, progress, dask)
+    first = best[:1]  # one, whatever --jobs: the rows timed must not depend on it
+    if dag_time(first, base, settings.global_batch, jobs, progress, dask):
+        return True
+    rest = dag_band(best[len(first):], _best_dag_s(first))
+    if not rest:
+        return False
+    after_first = None
+    if progress is not None:  # counted on from the first round
+        def after_first(phase: str, done: int, total: int) -> None:
+            progress(phase, len(first) + done, len(first) + total)
+    return dag_time(rest, base, settings.global_batch, jobs, after_first, dask)
+
+
 def rank(rows: Sequence[Row]) -> list[Row]:
     """DAG-timed rows that ran and fit, fastest first; then the other feasible ones by estimate."""
     timed = [r for r in rows if r.dag is not None and r.reason is None]
@@ -211,10 +249,7 @@ def search(candidates: Sequence[Candidate], profile: ModelProfile, settings: Pla
     out = PlanOutcome(rows, estimate_s=t1 - t0, interrupted=interrupted)
     if not interrupted and top > 0:
         try:
-            best = best_estimated(rows, top)
-            best += near_limit(rows, best, settings.capacity_bytes)
-            if best:
-                out.interrupted = dag_time(best, base, settings.global_batch, jobs, progress, dask)
+            out.interrupted = dag_check(rows, settings, base, top, jobs, progress, dask)
         except KeyboardInterrupt:  # before the timing started (preparing its traces): the estimates stand
             out.interrupted = True
     out.dag_s = time.perf_counter() - t1
@@ -222,5 +257,5 @@ def search(candidates: Sequence[Candidate], profile: ModelProfile, settings: Pla
     return out
 
 
-__all__ = ["NEAR_LIMIT", "PlanOutcome", "Row", "best_estimated", "candidate_config", "dag_time", "estimate_all",
+__all__ = ["NEAR_LIMIT", "PlanOutcome", "Row", "best_estimated", "candidate_config", "dag_band", "dag_check", "dag_time", "estimate_all",
            "near_limit", "rank", "search"]

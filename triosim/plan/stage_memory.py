@@ -160,10 +160,35 @@ def _gathered_steps(stage: np.ndarray, step: np.ndarray, buf: np.ndarray, size_o
     return np.cumsum(occ[:n])
 
 
-def stage_memories(t: _Touches, starts: list[int], fraction: float, unit_bytes: float = float("inf")) -> list[StageMemory]:
-    """The buffers of each stage (``starts``: each stage's first forward position) for a
-    micro-batch of ``fraction`` of the batch (module docstring), all stages in one pass;
-    ``unit_bytes``: ZeRO-3's unit size."""
+@dataclass(frozen=True)
+class StageLayout:
+    """What :func:`stage_memories` finds of a cut that does not depend on the micro-batch's size:
+    each stage's steps, each (stage, buffer)'s first and last step, the invariant buffers (their
+    sizes do not change with the micro-batch) by role and block, and ZeRO-3's gathered copies
+    step by step (per pass). Worked out once per (key, cut) and shared by every micro-batch size."""
+
+    S: int
+    n: int
+    seen: np.ndarray
+    stage_lo: np.ndarray
+    f_end: np.ndarray
+    stage_hi: np.ndarray
+    used: np.ndarray  # per (stage, buffer) pair: the buffer
+    st: np.ndarray  # and the stage
+    f: np.ndarray  # first step
+    lst: np.ndarray  # last step
+    live: np.ndarray  # a micro-batch buffer made on the stage
+    leaving: np.ndarray  # made in the forward block, read after it: kept until the backward
+    inputs_mask: np.ndarray  # a trace input: resident from the start
+    inv: tuple[dict[tuple[int, int, int], float], ...]  # per stage: (role, start, end) -> bytes
+    f_new: tuple[np.ndarray | None, ...]  # per stage: invariant bytes allocated so far, by role
+    b_new: tuple[np.ndarray | None, ...]
+    gathered: tuple[np.ndarray, ...]  # ZeRO-3's gathered copies per step, one array per pass
+
+
+def stage_layout(t: _Touches, starts: list[int], unit_bytes: float = float("inf")) -> StageLayout:
+    """The micro-batch-independent part of :func:`stage_memories` (``starts``: each stage's first
+    forward position; ``unit_bytes``: ZeRO-3's unit size)."""
     S = len(starts)
     stage = np.searchsorted(np.asarray(starts), t.pos, side="right") - 1
     # each stage's program: its forward ops in trace order, then its backward ops (the uses are
@@ -191,52 +216,75 @@ def stage_memories(t: _Touches, starts: list[int], fraction: float, unit_bytes: 
     f, lst = step[first_at], step[last_at]
     first_read = is_read[first_at]
     keyed = t.keyed[used]
-    # per-GPU bytes as CompositionState.size: the micro-batch's share rounded, then the TP shard
-    whole = np.where(keyed, np.round(t.full[used] * fraction), t.full[used])
-    size = -np.floor_divide(-whole, t.div[used])
     inputs_mask = keyed & first_read & ~t.made[used]  # a trace input: resident from the start
     live = keyed & ~inputs_mask
     n = int(step[-1]) + 1 if len(step) else 0
-    delta = np.zeros(n + 1)
-    np.add.at(delta, f[live], size[live])
-    np.add.at(delta, lst[live] + 1, -size[live])
-    occ = np.cumsum(delta[:n])
     in_f = f < f_end[st]
-    kept = np.bincount(st[live & in_f & (lst >= f_end[st])], weights=size[live & in_f & (lst >= f_end[st])],
-                       minlength=S)
-    inputs = np.bincount(st[inputs_mask], weights=size[inputs_mask], minlength=S)
-    # the invariant buffers by (stage, role, from which block, to which block)
+    # the invariant buffers (sized as the batch's: the micro-batch does not change them) by
+    # (stage, role, from which block, to which block)
+    size = -np.floor_divide(-t.full[used], t.div[used])
     k = np.flatnonzero(~keyed & (size > 0))
     u = used[k]
     external = (first_read[k] & ~t.made[u]) | t.early[u]
     start = np.where(external, START, np.where(in_f[k], FIRST_F, FIRST_B))
     end = np.where(t.lasting[u], END, np.where(lst[k] < f_end[st[k]], LAST_F, LAST_B))
     # ZeRO-3: each pass's gathered copies beside the micro-batch's buffers
-    w_size = np.zeros(nb)
-    w_size[used[k]] = size[k]
-    occ3 = occ.copy()
+    gathered: list[np.ndarray] = []
     if np.isfinite(unit_bytes):
+        w_size = np.zeros(nb)
+        w_size[used[k]] = size[k]
         is_w = (t.role[buf] == 0) & ~t.keyed[buf]
         for pass_mask in (is_w & ~backward, is_w & backward):
-            occ3 += _gathered_steps(stage[pass_mask], step[pass_mask], buf[pass_mask], w_size, n, unit_bytes)
+            gathered.append(_gathered_steps(stage[pass_mask], step[pass_mask], buf[pass_mask], w_size, n, unit_bytes))
     cells = np.zeros((S, len(ROLES), 3, 3))
     np.add.at(cells, (st[k], t.role[u], start, end), size[k])
     fresh_inv = start != START  # allocated by an op of the stage's first forward or backward block
     alloc = np.zeros((len(ROLES), n))
     np.add.at(alloc, (t.role[u[fresh_inv]], f[k[fresh_inv]]), size[k[fresh_inv]])
+    inv, f_new, b_new = [], [], []
+    for j in range(S):
+        lo, mid, hi = int(stage_lo[j]), int(f_end[j]), int(stage_hi[j])
+        inv.append({(int(r), int(s0), int(e)): float(cells[j, r, s0, e]) for r, s0, e in zip(*np.nonzero(cells[j]))})
+        f_new.append(np.cumsum(alloc[:, lo:mid], axis=1) if seen[j] else None)
+        b_new.append(np.cumsum(alloc[:, mid:hi], axis=1) if seen[j] else None)
+    return StageLayout(S, n, seen, stage_lo, f_end, stage_hi, used, st, f, lst, live,
+                       live & in_f & (lst >= f_end[st]), inputs_mask, tuple(inv), tuple(f_new), tuple(b_new),
+                       tuple(gathered))
+
+
+def stage_memories(t: _Touches, starts: list[int], fraction: float, unit_bytes: float = float("inf"),
+                   layout: StageLayout | None = None) -> list[StageMemory]:
+    """The buffers of each stage (``starts``: each stage's first forward position) for a
+    micro-batch of ``fraction`` of the batch (module docstring), all stages in one pass;
+    ``unit_bytes``: ZeRO-3's unit size; ``layout``: :func:`stage_layout` of the same cut, if at
+    hand."""
+    g = stage_layout(t, starts, unit_bytes) if layout is None else layout
+    S, n, used, st = g.S, g.n, g.used, g.st
+    # per-GPU bytes as CompositionState.size: the micro-batch's share rounded, then the TP shard
+    keyed = t.keyed[used]
+    whole = np.where(keyed, np.round(t.full[used] * fraction), t.full[used])
+    size = -np.floor_divide(-whole, t.div[used])
+    live = g.live
+    delta = np.zeros(n + 1)
+    np.add.at(delta, g.f[live], size[live])
+    np.add.at(delta, g.lst[live] + 1, -size[live])
+    occ = np.cumsum(delta[:n])
+    kept = np.bincount(st[g.leaving], weights=size[g.leaving], minlength=S)
+    inputs = np.bincount(st[g.inputs_mask], weights=size[g.inputs_mask], minlength=S)
+    occ3 = occ.copy()
+    for copies in g.gathered:
+        occ3 += copies
     out = []
     for j in range(S):
-        if not seen[j]:
+        if not g.seen[j]:
             out.append(StageMemory(0.0, 0.0, 0.0, 0.0, {}))
             continue
-        lo, mid, hi = int(stage_lo[j]), int(f_end[j]), int(stage_hi[j])
-        inv = {(int(r), int(s0), int(e)): float(cells[j, r, s0, e]) for r, s0, e in zip(*np.nonzero(cells[j]))}
+        lo, mid, hi = int(g.stage_lo[j]), int(g.f_end[j]), int(g.stage_hi[j])
         out.append(StageMemory(float(occ[lo:mid].max()) if mid > lo else 0.0, float(kept[j]),
-                               float(occ[mid:hi].max()) if hi > mid else 0.0, float(inputs[j]), inv,
+                               float(occ[mid:hi].max()) if hi > mid else 0.0, float(inputs[j]), dict(g.inv[j]),
                                float(occ3[lo:mid].max()) if mid > lo else 0.0,
                                float(occ3[mid:hi].max()) if hi > mid else 0.0,
-                               occ[lo:mid], occ[mid:hi], occ3[lo:mid], occ3[mid:hi],
-                               np.cumsum(alloc[:, lo:mid], axis=1), np.cumsum(alloc[:, mid:hi], axis=1)))
+                               occ[lo:mid], occ[mid:hi], occ3[lo:mid], occ3[mid:hi], g.f_new[j], g.b_new[j]))
     return out
 
 
@@ -314,5 +362,5 @@ def role_divisors(zero: int, dp: int) -> np.ndarray:
     return np.array([dp if zero >= 3 else 1, dp if zero >= 2 else 1, dp, 1], dtype=float)
 
 
-__all__ = ["ROLES", "RankBlocks", "StageMemory", "first_block_corrections", "rank_activations", "rank_blocks", "rank_invariant",
-           "role_divisors", "stage_memories", "touches"]
+__all__ = ["ROLES", "RankBlocks", "StageLayout", "StageMemory", "first_block_corrections", "rank_activations", "rank_blocks", "rank_invariant",
+           "role_divisors", "stage_layout", "stage_memories", "touches"]
