@@ -1,11 +1,13 @@
 """The plan's estimate against the task DAG on context-parallel candidates (``--cp``, ring
 attention): a 4-layer Llama 3 8B on 8 GPUs, cp 2, 4 and 8 with tp, pp and dp around it (1F1B and
-interleaved, ZeRO 0-2, every recomputation mode, sequence parallelism on and off), each
+interleaved, ZeRO 0-3, every recomputation mode, sequence parallelism on and off), each
 DAG-timed once. At 4,096 tokens on NVLink the ring's exchanges hide behind the partial
-attentions; at 16,384 tokens with 100 µs links they take about as long as the partials (on
-cp 8, leaving the exposed part out puts the estimate 21 % low, running the exchanges after
-the partials instead of beside them 15 % high), so the ring's overlap is weighed too. Time within 5 %, peak memory equal (within
-0.1 %). Each cp term of the estimate is then broken on purpose and the comparison must catch it."""
+attentions; at 16,384 tokens with 100 µs links they take about as long as the partials (on cp 8,
+leaving the exposed part out puts the estimate 21 % low, running the exchanges after the
+partials instead of beside them 15 % high), so the ring's overlap is weighed too. Time within
+5 % (ZeRO-3: 25 %, its per-unit gathers, as in test_estimate_vs_dag), peak memory equal (within
+0.1 %). Each cp term of the estimate is then broken on purpose and the comparison must catch it;
+the exchange's bytes and buffers are also checked against the DAG's own per-layer figures."""
 
 from __future__ import annotations
 
@@ -35,6 +37,7 @@ HIDDEN = [  # 4,096 tokens on NVLink: the exchanges hide behind the partial atte
     C(2, 2, 1, 1, "1f1b", 1, 0, "none", False, 2),
     C(2, 1, 2, 2, "1f1b", 1, 1, "selective", True, 2),
     C(1, 2, 2, 1, "interleaved", 2, 2, "full", False, 2),
+    C(1, 1, 4, 2, "1f1b", 1, 3, "full", False, 2),
 ]
 EXPOSED = [  # 16,384 tokens, 100 µs a link: exchanges about as long as the partial attentions beside them
     C(1, 1, 1, 1, "1f1b", 1, 0, "none", False, 8),
@@ -71,7 +74,8 @@ def errors(timed) -> list[str]:
             dag_s, dag_peak = dag_seconds(row), row.dag.max_peak_memory_bytes
             assert dag_s is not None and dag_peak, f"{c}: the DAG did not run: {row.dag.reason}"
             t_err, m_err = e.time_s / dag_s - 1, e.peak_bytes / dag_peak - 1
-            if abs(t_err) > 0.05 or abs(m_err) > 0.001:
+            t_bound = 0.25 if c.zero == 3 else 0.05  # ZeRO-3's per-unit gathers: as test_estimate_vs_dag
+            if abs(t_err) > t_bound or abs(m_err) > 0.001:
                 bad.append(f"{c.mesh} {c.recompute} ZeRO-{c.zero}: time {t_err:+.2%}, memory {m_err:+.2%}")
     return bad
 
@@ -80,11 +84,20 @@ def test_estimate_equals_the_dag_with_context_parallelism(timed) -> None:
     assert errors(timed) == []
 
 
+def test_cp_estimates_are_not_bounded(timed) -> None:
+    """A ring beside pipeline transfers can put the estimate above the DAG's (+2.3 % seen with cp 4,
+    pp 2, full recomputation, 20 µs links): the plan must DAG-time such candidates, not skip them
+    by the bound of search.dag_band."""
+    for inputs, rows in timed:
+        timer = PipelineTimer(inputs.profile.platform)
+        assert not any(estimate(r.candidate, inputs.profile, inputs.settings, timer).bounded for r in rows)
+
+
 def test_the_sample_has_every_kind() -> None:
     sample = HIDDEN + EXPOSED
     assert {c.cp for c in sample} == {2, 4, 8}
     assert {c.schedule for c in sample} == {"1f1b", "interleaved"}
-    assert {c.zero for c in sample} == {0, 1, 2}
+    assert {c.zero for c in sample} == {0, 1, 2, 3}
     assert {c.recompute for c in sample} == {"none", "selective", "full"}
     assert {c.sequence_parallel for c in sample} == {False, True}
     assert {(c.tp > 1, c.pp > 1, c.dp > 1) for c in sample} >= {(False, False, False), (True, True, False),

@@ -51,7 +51,7 @@ def _has_option(p: argparse.ArgumentParser, option: str) -> bool:
 def register(sub: Any, defaults: dict | None = None) -> None:
     """Add ``triosim plan`` to the CLI's sub-parsers; ``defaults`` (flag dest → value, from
     ``--config``) replace the simulation flags' defaults, as for ``triosim run``."""
-    p = sub.add_parser("plan", help="search every DP × TP × PP × micro-batch × schedule × ZeRO configuration "
+    p = sub.add_parser("plan", help="search every DP × TP × PP × CP × micro-batch × schedule × ZeRO configuration "
                                     "for the fastest, DAG-timing the best few")
     add_sim_flags(p)
     add_config_flag(p)
