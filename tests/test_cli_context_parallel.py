@@ -3,6 +3,7 @@ the rank placement, what the summary and the JSON result say, and the one-line r
 
 from __future__ import annotations
 
+import csv
 import json
 
 import pytest
@@ -86,6 +87,34 @@ def test_unfused_attention_is_refused_in_one_line() -> None:
     assert "--cp 2 needs fused attention ops" in err
 
 
-def test_plan_refuses_cp_rather_than_ignoring_it() -> None:
-    code, _, err = run("plan", *CARD, "-GPUnumber", "8", "--global-batch", "8", "--cp", "2")
-    assert code == 2 and err.count("\n") == 1 and "plan does not search context parallelism" in err
+def test_plan_pins_cp_and_searches_it(tmp_path) -> None:
+    csv_path = tmp_path / "plan.csv"
+    code, out, err = run("plan", *CARD, "--gpus", "8", "--global-batch", "8", "--cp", "2", "--top", "0",
+                         "--out", str(csv_path), "-q")
+    assert code == 0, err
+    assert "--cp 2" in out  # with -q, the best configuration's run line
+    rows = list(csv.DictReader(csv_path.open()))
+    assert rows and {r["cp"] for r in rows} == {"2"}
+    assert all(int(r["dp"]) * int(r["tp"]) * int(r["pp"]) * 2 == 8 for r in rows)
+    # searched: 2,048 tokens cut into 4 chunks of 512 is below the searched floor, so cp stays 1 unless pinned
+    code, out, err = run("plan", *CARD, "--gpus", "8", "--global-batch", "8", "--top", "0", "-q")
+    assert code == 0 and "--cp" not in out, err
+    code, out, err = run("plan", *[x if x != "2048" else "8192" for x in CARD], "--gpus", "8", "--global-batch", "8",
+                         "--top", "1", "--show", "50")
+    assert code == 0, err
+    assert "×cp2×" in out and "×cp4×" in out and "×cp8×" not in out  # 8,192 tokens: chunks of 1,024 or more
+
+
+@pytest.mark.parametrize("extra,message", [
+    (["--cp", "3"], "--cp 3 cuts each sequence into 6 chunks (causal load balancing): the sequence of 2048 tokens"),
+    (["--cp", "2", "--cp-comm-type", "a2a"], "plan searches context parallelism as ring attention"),
+])
+def test_plan_refuses_cp_it_cannot_estimate_in_one_line(extra: list[str], message: str) -> None:
+    code, _, err = run("plan", *CARD, "--gpus", "24", "--global-batch", "24", *extra)
+    assert code == 2 and err.count("\n") == 1 and message in err, err
+
+
+def test_plan_refuses_cp_without_fused_attention_in_one_line() -> None:
+    code, _, err = run("plan", "--model", "gpt-neo-1.3b", "--num-layers", "2", "--gpu", "h100-sxm", "--seq-len", "512",
+                       "--gpus", "8", "--global-batch", "8", "--cp", "2")
+    assert code == 2 and err.count("\n") == 1 and "--cp 2 needs fused attention ops" in err, err

@@ -7,6 +7,7 @@ import csv
 import importlib
 import subprocess
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -130,8 +131,9 @@ def test_profile_is_measured_once_per_key(uniform: Path) -> None:
 def test_candidate_rules() -> None:
     space = SearchSpace(gpus=16, global_batch=32, layers=8, heads=4, gpus_per_node=8)
     meshes = mesh_shapes(space)
-    assert (8, 1, 2) not in meshes  # tp 8 does not divide 4 heads
-    assert all(4 % tp == 0 and 8 % pp == 0 and tp * pp * dp == 16 and 32 % dp == 0 for tp, pp, dp in meshes)
+    assert (8, 1, 2, 1) not in meshes  # tp 8 does not divide 4 heads
+    assert all(4 % tp == 0 and 8 % pp == 0 and tp * pp * dp == 16 and 32 % dp == 0 and cp == 1
+               for tp, pp, dp, cp in meshes)  # no attention sequence: cp 1 only
     assert len(meshes) == 11  # tp in {1, 2, 4} × pp in {1, 2, 4, 8} with dp = 16 / (tp · pp) ≥ 1, less tp4·pp8
     cands = list(enumerate_candidates(space))
     assert len(set(cands)) == len(cands)
@@ -146,6 +148,24 @@ def test_candidate_rules() -> None:
     # 1F1B + interleaved V2, V4 (V3 does not divide 8 layers / 2) × ZeRO 0-3 × SP on/off
     # × recomputation none/selective/full where the strategy has it
     assert len(one) == 3 * 4 * 2 * (3 if strategy_has("recompute") else 1)
+
+
+def test_context_parallel_rules() -> None:
+    """cp cuts the attention's sequence into 2 · cp chunks of MIN_CP_CHUNK tokens or more when
+    searched, of any whole length when pinned; ZeRO shards over dp × cp."""
+    space = SearchSpace(gpus=16, global_batch=32, layers=8, heads=4, gpus_per_node=8, sequence=8192)
+    meshes = mesh_shapes(space)
+    assert {cp for *_, cp in meshes} == {1, 2, 4}  # 8,192 / (2 · 8) = 512 tokens: below the floor
+    assert all(tp * pp * dp * cp == 16 for tp, pp, dp, cp in meshes)
+    assert (1, 1, 4, 4) in meshes and (2, 2, 2, 2) in meshes
+    pinned = mesh_shapes(replace(space, pinned=(("cp", 8),)))
+    assert pinned and {cp for *_, cp in pinned} == {8}
+    assert not mesh_shapes(replace(space, sequence=8190, pinned=(("cp", 2),)))  # 8,190 is not a multiple of 4
+    cands = list(enumerate_candidates(replace(space, pinned=(("dp", 1), ("cp", 4)))))
+    assert cands and all(c.cp == 4 and c.dp == 1 for c in cands)
+    assert {c.zero for c in cands} == {0, 1, 2, 3}  # ZeRO shards over the 4 context ranks
+    assert "--cp 4" in " ".join(cands[0].run_flags(32)) and "×cp4×" in cands[0].mesh
+    assert "cp" not in Candidate(1, 1, 16, 1).mesh and "--cp" not in Candidate(1, 1, 16, 1).run_flags(32)
 
 
 def _plan(*args: str, cwd: Path) -> subprocess.CompletedProcess:

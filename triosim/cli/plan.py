@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import shlex
 import sys
 from dataclasses import dataclass
@@ -37,9 +38,9 @@ from .progress import ProgressLines, is_terminal
 
 # Strategy flags the plan chooses itself: given to `plan`, they would be silently replaced.
 CHOSEN = ("case", "dp", "tp", "pp", "micro_batch_size", "schedule", "virtual_stages", "zero", "sequence_parallel",
-          "batch_size_sim", "gpus", "global_batch", "recompute")
+          "batch_size_sim", "gpus", "global_batch", "recompute", "cp")
 # Of them, the parallel degrees a user may pin (the rest of the mesh is searched around them).
-PINNABLE = ("tp", "pp", "dp")
+PINNABLE = ("tp", "pp", "dp", "cp")
 EXIT_NOTHING_FITS = 3
 
 
@@ -50,7 +51,7 @@ def _has_option(p: argparse.ArgumentParser, option: str) -> bool:
 def register(sub: Any, defaults: dict | None = None) -> None:
     """Add ``triosim plan`` to the CLI's sub-parsers; ``defaults`` (flag dest → value, from
     ``--config``) replace the simulation flags' defaults, as for ``triosim run``."""
-    p = sub.add_parser("plan", help="search every DP × TP × PP × micro-batch × schedule × ZeRO configuration "
+    p = sub.add_parser("plan", help="search every DP × TP × PP × CP × micro-batch × schedule × ZeRO configuration "
                                     "for the fastest, DAG-timing the best few")
     add_sim_flags(p)
     add_config_flag(p)
@@ -97,8 +98,9 @@ def _check_flags(args: argparse.Namespace) -> None:
     if layout.given:  # its stage cuts are the equal or searched ones
         raise ConfigError(f"plan does not search pipeline layouts: leave {layout.flags()} out (time a layout with "
                           "run)")
-    if getattr(args, "cp", None) not in (None, 1):  # its estimates know no context parallelism
-        raise ConfigError("plan does not search context parallelism: leave --cp out (time a --cp layout with run)")
+    if getattr(args, "cp_comm_type", "p2p") != "p2p":  # its estimates know the ring only
+        raise ConfigError(f"plan searches context parallelism as ring attention (--cp-comm-type p2p): leave "
+                          f"--cp-comm-type {args.cp_comm_type} out (time it with run, or sweep it)")
     if getattr(args, "ep", None) not in (None, 1):  # nor expert parallelism
         raise ConfigError("plan does not search expert parallelism: leave --ep out (time --ep layouts with run, or "
                           "sweep them: --ep 1,8,32)")
@@ -117,9 +119,9 @@ def _check_flags(args: argparse.Namespace) -> None:
         if value < 1 or args.gpus % value:
             raise ConfigError(f"--{axis} {value} pins the {axis} degree: it must be 1 or more and divide --gpus "
                               f"{args.gpus}")
-    pinned = [getattr(args, a, None) or 1 for a in PINNABLE]
-    if pinned[0] * pinned[1] * pinned[2] > args.gpus or args.gpus % (pinned[0] * pinned[1] * pinned[2]):
-        raise ConfigError("--tp × --pp × --dp as pinned must divide --gpus " + str(args.gpus))
+    pinned = math.prod(getattr(args, a, None) or 1 for a in PINNABLE)
+    if pinned > args.gpus or args.gpus % pinned:
+        raise ConfigError("--tp × --pp × --cp × --dp as pinned must divide --gpus " + str(args.gpus))
     if args.global_batch is None or args.global_batch < 1:
         raise ConfigError("plan needs --global-batch B, the samples per iteration over all replicas")
     check_batch_limit(args.global_batch, "--global-batch")
@@ -147,6 +149,19 @@ def _check_flags(args: argparse.Namespace) -> None:
         from ..sweep.plot import require_matplotlib
 
         require_matplotlib(args.plot)
+
+
+def _check_context(cp: int | None, sequence: int | None) -> None:
+    """One line where a pinned ``--cp`` cannot run on the trace: no fused attention to split (or
+    none whose sequence the trace shows), or a sequence that 2 · cp chunks do not divide."""
+    if cp is None or cp == 1:
+        return
+    if sequence is None:
+        raise ConfigError(f"--cp {cp} needs fused attention ops whose sequence the trace shows (scaled-dot-product "
+                          "or flash attention); this trace has none: leave --cp out")
+    if sequence % (2 * cp):
+        raise ConfigError(f"--cp {cp} cuts each sequence into {2 * cp} chunks (causal load balancing): the sequence "
+                          f"of {sequence} tokens is not a multiple of {2 * cp}")
 
 
 def base_config(args: argparse.Namespace) -> tuple[dict, list[str]]:
@@ -251,6 +266,7 @@ def plan_inputs(args: argparse.Namespace) -> PlanInputs:
         explain_empty,
         mesh_shapes,
     )
+    from ..plan.context_time import attention_sequence
     from ..plan.profile import layer_facts
     from ..plan.search_size import check_search_size
 
@@ -260,7 +276,8 @@ def plan_inputs(args: argparse.Namespace) -> PlanInputs:
     protect = input_files(args)
     refuse_outputs_over_inputs([("--out", args.out), ("--plot", args.plot)], args)
     # the platform of all N GPUs, and the trace at its recorded batch
-    ns = argparse.Namespace(**{**base, "dp": args.gpus, "tp": None, "pp": None, "gpus": None, "global_batch": None})
+    ns = argparse.Namespace(**{**base, "dp": args.gpus, "tp": None, "pp": None, "cp": None, "gpus": None,
+                               "global_batch": None})
     check_model_flags(ns)
     platform = platform_from_args(ns)
     batches = resolve_batches(ns)  # a model card's trace is built here, at one sequence per op
@@ -269,7 +286,10 @@ def plan_inputs(args: argparse.Namespace) -> PlanInputs:
     layers, unit, heads = layer_facts(raw)
     node = platform.node_of.count(0) if platform.node_of else args.gpus_per_node
     pinned = tuple((a, getattr(args, a)) for a in PINNABLE if getattr(args, a, None) is not None)
-    space = SearchSpace(args.gpus, args.global_batch, layers, heads, max(1, node), args.max_tp, pinned=pinned)
+    sequence = attention_sequence(raw)
+    _check_context(getattr(args, "cp", None), sequence)
+    space = SearchSpace(args.gpus, args.global_batch, layers, heads, max(1, node), args.max_tp, pinned=pinned,
+                        sequence=sequence)
     if not mesh_shapes(space):
         raise ConfigError(explain_empty(space, unit))
     candidates = list(enumerate_candidates(space))

@@ -1,14 +1,20 @@
-"""The configurations a plan searches: every valid composition of tensor, pipeline and data
-parallelism on N GPUs with a micro-batch size, a pipeline schedule, a ZeRO stage, an activation
-recomputation mode and sequence parallelism on or off. Axes the user pins (``--tp``, ``--pp``,
-``--dp``) keep their degree; the others are searched.
+"""The configurations a plan searches: every valid composition of tensor, pipeline, context and
+data parallelism on N GPUs with a micro-batch size, a pipeline schedule, a ZeRO stage, an
+activation recomputation mode and sequence parallelism on or off. Axes the user pins (``--tp``,
+``--pp``, ``--cp``, ``--dp``) keep their degree; the others are searched.
 
 Rules (Megatron-LM's): tp divides the attention heads (megatron splits whole heads) and, by
 default, the GPUs of a node (a TP group's all-reduces stay on NVLink); pp divides the layers;
-dp = N / (tp · pp) divides the global batch; the micro-batch divides the per-replica batch; the
+dp = N / (tp · pp · cp) divides the global batch; the micro-batch divides the per-replica batch; the
 interleaved schedule needs pp ≥ 2, V · pp dividing the layers and the micro-batches a multiple
 of pp. Sequence parallelism needs tp ≥ 2, ZeRO ≥ 1 needs dp ≥ 2 (otherwise it is ZeRO-0 again).
 Recomputation modes are searched only when the strategy has a ``recompute`` field.
+
+Context parallelism (ring attention, ``--cp-comm-type p2p``) cuts each sequence into 2 · cp
+chunks, so 2 · cp divides the sequence of the trace's fused attention ops; a trace without them
+(no sequence to split) has cp 1 only. A searched cp also leaves each chunk
+:data:`MIN_CP_CHUNK` tokens or more: shorter chunks make the ring's exchanges longer than the
+partial attentions they hide behind (a pinned ``--cp`` may go below).
 """
 
 from __future__ import annotations
@@ -22,6 +28,7 @@ SCHEDULES = ("1f1b", "interleaved")
 VIRTUAL_STAGES = (2, 3, 4)
 ZERO_STAGES = (0, 1, 2, 3)
 RECOMPUTE_MODES = ("none", "selective", "full")
+MIN_CP_CHUNK = 1024  # tokens of each of the 2 · cp chunks of a sequence, for a searched cp
 
 
 def strategy_has(name: str) -> bool:
@@ -42,10 +49,17 @@ class Candidate:
     zero: int = 0
     recompute: str = "none"
     sequence_parallel: bool = False
+    cp: int = 1  # context-parallel degree (ring attention); GPUs = tp · pp · cp · dp
 
     @property
     def mesh(self) -> str:
-        return f"dp{self.dp}×tp{self.tp}×pp{self.pp}"
+        cp = f"×cp{self.cp}" if self.cp > 1 else ""
+        return f"dp{self.dp}{cp}×tp{self.tp}×pp{self.pp}"
+
+    @property
+    def data(self) -> int:
+        """Data ranks: dp × cp GPUs reduce gradients together and share ZeRO's shards."""
+        return self.dp * self.cp
 
     @property
     def schedule_label(self) -> str:
@@ -56,7 +70,8 @@ class Candidate:
         batch as ``--global-batch`` (``global_flag``) or as one replica's ``--batch-size-sim``."""
         batch = ["--global-batch", str(global_batch)] if global_flag else \
             ["--batch-size-sim", str(global_batch // self.dp)]
-        flags = ["--dp", str(self.dp), "--tp", str(self.tp), "--pp", str(self.pp), *batch,
+        flags = ["--dp", str(self.dp), "--tp", str(self.tp), "--pp", str(self.pp),
+                 *(["--cp", str(self.cp)] if self.cp > 1 else []), *batch,
                  "--micro-batch-size", str(self.micro_batch), "--schedule", self.schedule]
         if self.schedule == "interleaved":
             flags += ["--virtual-stages", str(self.virtual)]
@@ -85,9 +100,11 @@ class SearchSpace:
     recompute_modes: Sequence[str] | None = None  # None: all when the strategy supports them
     sequence_parallel: Sequence[bool] = (False, True)
     micro_batches: Sequence[int] | None = None  # None: every divisor of the per-replica batch
-    # Axes the user pinned (--tp/--pp/--dp), as (axis, degree) pairs; the rest is searched. A new
-    # parallel axis (ep, cp) joins by its name here and in mesh_shapes.
+    # Axes the user pinned (--tp/--pp/--cp/--dp), as (axis, degree) pairs; the rest is searched. A
+    # new parallel axis (ep) joins by its name here and in mesh_shapes.
     pinned: tuple[tuple[str, int], ...] = ()
+    # tokens of the sequence the fused attention ops see (None: no fused attention, cp 1 only)
+    sequence: int | None = None
 
     def pin(self, axis: str) -> int | None:
         return dict(self.pinned).get(axis)
@@ -106,8 +123,24 @@ def divisors(n: int) -> list[int]:
     return low + high[::-1]
 
 
-def mesh_shapes(space: SearchSpace) -> list[tuple[int, int, int]]:
-    """Every (tp, pp, dp) with tp · pp · dp = GPUs that the rules allow."""
+def context_degrees(space: SearchSpace, gpus: int) -> list[int]:
+    """The cp degrees to try on ``gpus`` GPUs (those left after tp and pp): 1, and where the
+    trace's attention has a sequence to split, every divisor cutting it into 2 · cp chunks of
+    :data:`MIN_CP_CHUNK` tokens or more (a pinned cp: of any length)."""
+    pin = space.pin("cp")
+    seq = space.sequence
+    out = []
+    for cp in divisors(gpus):
+        if pin is not None and cp != pin:
+            continue
+        if cp > 1 and (seq is None or seq % (2 * cp) or (pin is None and seq // (2 * cp) < MIN_CP_CHUNK)):
+            continue
+        out.append(cp)
+    return out
+
+
+def mesh_shapes(space: SearchSpace) -> list[tuple[int, int, int, int]]:
+    """Every (tp, pp, dp, cp) with tp · pp · cp · dp = GPUs that the rules allow."""
     cap = space.max_tp if space.max_tp is not None else space.gpus_per_node
     pin_tp, pin_pp, pin_dp = space.pin("tp"), space.pin("pp"), space.pin("dp")
     out = []
@@ -120,10 +153,11 @@ def mesh_shapes(space: SearchSpace) -> list[tuple[int, int, int]]:
         for pp in divisors(space.gpus // tp):
             if space.layers % pp or (pin_pp is not None and pp != pin_pp):
                 continue
-            dp = space.gpus // (tp * pp)
-            if space.global_batch % dp or (pin_dp is not None and dp != pin_dp):
-                continue
-            out.append((tp, pp, dp))
+            for cp in context_degrees(space, space.gpus // (tp * pp)):
+                dp = space.gpus // (tp * pp * cp)
+                if space.global_batch % dp or (pin_dp is not None and dp != pin_dp):
+                    continue
+                out.append((tp, pp, dp, cp))
     return out
 
 
@@ -133,7 +167,7 @@ def enumerate_candidates(space: SearchSpace) -> Iterator[Candidate]:
     recompute = space.recompute_modes
     if recompute is None:
         recompute = RECOMPUTE_MODES if strategy_has("recompute") else ("none",)
-    for tp, pp, dp in mesh_shapes(space):
+    for tp, pp, dp, cp in mesh_shapes(space):
         batch = space.global_batch // dp
         for mb in divisors(batch):
             if space.micro_batches is not None and mb not in space.micro_batches:
@@ -145,14 +179,14 @@ def enumerate_candidates(space: SearchSpace) -> Iterator[Candidate]:
                     schedules.append((sched, 1))
                 elif pp >= 2 and m % pp == 0:
                     schedules += [(sched, v) for v in VIRTUAL_STAGES if space.layers % (pp * v) == 0]
-            zeros = [z for z in space.zero_stages if z == 0 or dp > 1]
+            zeros = [z for z in space.zero_stages if z == 0 or dp * cp > 1]  # ZeRO shards over dp × cp
             sps = [s for s in space.sequence_parallel if not s or tp > 1]
             for sched, v in schedules:
                 for z in zeros:
                     for rc in recompute:
                         for sp in sps:
-                            yield Candidate(tp, pp, dp, mb, sched, v, z, rc, sp)
+                            yield Candidate(tp, pp, dp, mb, sched, v, z, rc, sp, cp)
 
 
-__all__ = ["RECOMPUTE_MODES", "SCHEDULES", "Candidate", "SearchSpace", "divisors", "enumerate_candidates",
-           "mesh_shapes", "strategy_has"]
+__all__ = ["MIN_CP_CHUNK", "RECOMPUTE_MODES", "SCHEDULES", "Candidate", "SearchSpace", "context_degrees", "divisors",
+           "enumerate_candidates", "mesh_shapes", "strategy_has"]

@@ -22,6 +22,12 @@ forward and backward of every micro-batch; a gather overlaps the previous unit's
 pass is charged what exceeds its compute, plus the first unit. Collectives are charged their
 closed form on the group's links; the iteration ends when the last rank has done so.
 
+Context parallelism (``c.cp`` > 1, ring attention): the profile is one context rank's
+(:meth:`~triosim.plan.profile.ModelProfile.for_context`: the DAG's own split, activations ÷ cp,
+TP collectives on 1/cp of the tokens), each attention op's ring exchange added where the partial
+attentions do not hide it (:mod:`triosim.plan.context_time`), gradients reduced and ZeRO-sharded
+over the dp × cp data ranks, pipeline stages tp · cp GPUs apart.
+
 Memory per GPU: what the DAG's memory plan holds at the fullest block of each pipeline rank's
 program, from the same buffers (:mod:`triosim.plan.stage_memory`: the trace with its re-runs,
 TP shards, the micro-batch's share, the training precision's sizes and FP8 copies, ZeRO's shards
@@ -37,6 +43,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from .candidates import Candidate
+from .context_time import data_group, with_ring
 from .pipeline_time import PipelineTimer
 from .profile import ModelProfile, PositionTimes
 from .stage_memory import (
@@ -84,7 +91,8 @@ class Estimate:
     reason: str | None = None  # why it does not fit
     # a model card's trace, its stages cut as the DAG cuts them (one stage, or Megatron-LM's equal
     # layers on both sides) and ZeRO below 3 (whose per-unit gathers the estimate does not follow
-    # op by op): then the time is at most TIME_OVER_BOUND above the DAG's (search.dag_band)
+    # op by op) without context parallelism (a ring beside pipeline transfers came out 2.3 % above
+    # it): then the time is at most TIME_OVER_BOUND above the DAG's (search.dag_band)
     bounded: bool = False
 
 
@@ -151,7 +159,7 @@ def _pipeline(c: Candidate, pt, profile: ModelProfile, settings: PlanSettings, t
     for j in range(1, S):
         cut_f[j] = pt.cut_fwd_bytes[starts[j] - 1]
         cut_b[j] = pt.cut_bwd_bytes[starts[j] - 1]
-    ends = timer.rank_ends(c.schedule, P, V, m, c.tp, F, B, cut_f, cut_b)
+    ends = timer.rank_ends(c.schedule, P, V, m, c.tp * c.cp, F, B, cut_f, cut_b)  # stage GPUs tp · cp apart
     return starts, F, B, ends, bounded
 
 
@@ -170,7 +178,7 @@ def _dp_synced(c: Candidate, key: tuple, starts: list[int], B: np.ndarray, ends:
     all-reduce). Worked out once
     per pipeline (``key``), DP degree and reduce op: ZeRO-1, 2 and 3 share it."""
     op = "all_reduce" if c.zero == 0 else "reduce_scatter"
-    return timer.memo(("synced", key, c.dp, op, settings.bucket_bytes, settings.overlap_grad_reduce),
+    return timer.memo(("synced", key, c.data, op, settings.bucket_bytes, settings.overlap_grad_reduce),
                       lambda: _dp_synced_all(c, op, starts, B, ends, after, pt, profile, settings, timer))
 
 
@@ -200,11 +208,11 @@ def _dp_synced_all(c: Candidate, op: str, starts: list[int], B: np.ndarray, ends
             out.append(profile.rank_buckets(batch, c.tp, c.sequence_parallel, owned, settings.bucket_bytes))
         return out
 
-    bkey = ("buckets", profile.recompute, batch, c.tp, c.sequence_parallel, tuple(starts), c.pp,
+    bkey = ("buckets", profile.recompute, profile.cp, batch, c.tp, c.sequence_parallel, tuple(starts), c.pp,
             settings.bucket_bytes, overlap)
     per_rank = timer.memo(bkey, buckets)
-    group = tuple(range(0, c.dp * c.tp * c.pp, c.tp * c.pp))  # rank order tp, pp, dp
-    costs = timer.memo(("bucket costs", bkey, op, c.dp),
+    group = data_group(c)  # dp × cp GPUs; rank order tp, (cp,) pp, dp
+    costs = timer.memo(("bucket costs", bkey, op, c.data),
                        lambda: [profile.collective_many(op, group, sizes) for sizes, _ in per_rank])
     synced = np.zeros(c.pp)
     for r, ((sizes, ready_ops), cost) in enumerate(zip(per_rank, costs)):
@@ -232,9 +240,9 @@ def _rank_peaks(c: Candidate, m: int, bounds: list[tuple[int, int]], params: np.
     included), the optimizer state ÷ dp at ZeRO ≥ 1."""
     batch = settings.global_batch // c.dp
     P, V = c.pp, c.virtual
-    sharded = c.dp > 1 and c.zero >= 1
-    div = role_divisors(c.zero, c.dp)[:, None]
-    zero3 = c.zero == 3 and c.dp > 1
+    sharded = c.data > 1 and c.zero >= 1  # ZeRO shards over the dp × cp data ranks
+    div = role_divisors(c.zero, c.data)[:, None]
+    zero3 = c.zero == 3 and c.data > 1
 
     def per_rank():
         mems = profile.stage_memories(batch, c.tp, c.sequence_parallel, c.micro_batch, [a for a, _ in bounds],
@@ -250,7 +258,7 @@ def _rank_peaks(c: Candidate, m: int, bounds: list[tuple[int, int]], params: np.
         return out
 
     peaks = []
-    div1 = role_divisors(c.zero, c.dp)
+    div1 = role_divisors(c.zero, c.data)
     for r, (act, inv, blocks, mine) in enumerate(timer.memo(("memory", key, settings.bucket_bytes, zero3), per_rank)):
         total = (inv / div).sum(axis=0) + act
         for v, s in enumerate(mine):  # a chunk's first blocks: its invariant buffers come one op after another
@@ -258,7 +266,7 @@ def _rank_peaks(c: Candidate, m: int, bounds: list[tuple[int, int]], params: np.
             total[blocks.first_f[v]] += fix_f
             total[blocks.first_b[v]] += fix_b
         held = float(total.max())
-        held += float(opt_state[r]) / (c.dp if sharded else 1)
+        held += float(opt_state[r]) / (c.data if sharded else 1)
         peaks.append(held)
     return peaks
 
@@ -268,20 +276,23 @@ def estimate(c: Candidate, profile: ModelProfile, settings: PlanSettings, timer:
     batch = settings.global_batch // c.dp
     m = batch // c.micro_batch
     P = c.pp
-    profile = profile.for_recompute(c.recompute)
+    profile = profile.for_context(c.cp).for_recompute(c.recompute)
     # FP8 training: a weight is cast once an iteration and cached (every micro-batch under ZeRO-3)
     share = (1.0 if c.zero >= 3 else 1.0 / m) if profile.fp8_weight_casts else None
     pt = profile.times(batch, c.tp, c.sequence_parallel, c.micro_batch, share)
     key = (batch, c.tp, c.sequence_parallel, c.micro_batch, c.recompute, c.schedule, P, c.virtual,
-           settings.partition, share)
+           settings.partition, share, c.cp)
+    if c.cp > 1:  # the ring's key/value exchange where the partial attentions do not hide it
+        pt = timer.memo(("ring", c.cp, c.recompute, batch, c.tp, c.sequence_parallel, c.micro_batch, share),
+                        lambda: with_ring(pt, profile, batch, c.tp, c.sequence_parallel, c.micro_batch, share))
     starts, F, B, ends, bounded = timer.memo(key, lambda: _pipeline(c, pt, profile, settings, timer, m))
     bounds = list(zip(starts, [*starts[1:], profile.positions]))
     pipeline = float(ends.max())
     params = _rank_sums(pt.params, bounds, P)
     opt_state = _rank_sums(pt.opt_state, bounds, P)
     share = _rank_sums(pt.params_full, bounds, P) / (float(pt.params_full.sum()) or 1.0)
-    dp_group = tuple(range(0, c.dp * c.tp * P, c.tp * P))
-    sharded = c.dp > 1 and c.zero >= 1
+    dp_group = data_group(c)
+    sharded = c.data > 1 and c.zero >= 1
     finish, dp_exposed, opt_max = 0.0, 0.0, 0.0
     # the tied embedding's all-reduce between ranks 0 and P − 1, once both have run their programs;
     # their gradient buckets (without --overlap-grad-reduce) and optimizer wait for it
@@ -289,12 +300,12 @@ def estimate(c: Candidate, profile: ModelProfile, settings: PlanSettings, timer:
     after = ends.copy()
     if tied > 0:
         after[0] = after[P - 1] = max(float(ends[0]), float(ends[P - 1])) + tied
-    synced = _dp_synced(c, key, starts, B, ends, after, pt, profile, settings, timer) if c.dp > 1 else None
+    synced = _dp_synced(c, key, starts, B, ends, after, pt, profile, settings, timer) if c.data > 1 else None
     for r in range(P):
         end = float(after[r])
         t = max(end, float(synced[r])) if synced is not None else end
         dp_exposed = max(dp_exposed, t - end)
-        opt = pt.optimizer_s * float(share[r]) / (c.dp if sharded else 1)
+        opt = pt.optimizer_s * float(share[r]) / (c.data if sharded else 1)
         opt_max = max(opt_max, opt)
         t += opt
         if sharded and c.zero < 3 and settings.overlap_param_gather:
@@ -320,7 +331,7 @@ def estimate(c: Candidate, profile: ModelProfile, settings: PlanSettings, timer:
     tp_comm = m * float(pt.tp_fwd.sum() + pt.tp_bwd.sum()) / P  # one rank's share, about
     busiest = max(float(F[r::P].sum() + B[r::P].sum()) for r in range(P))
     return Estimate(c, float(finish), pipeline, max(0.0, pipeline - m * busiest), tp_comm,
-                    dp_exposed, opt_max, peak, fits, reason, bounded and not (c.zero == 3 and c.dp > 1))
+                    dp_exposed, opt_max, peak, fits, reason, bounded and not (c.zero == 3 and c.data > 1) and c.cp == 1)
 
 
 __all__ = ["TIME_OVER_BOUND", "Estimate", "PlanSettings", "estimate", "fmt_bytes", "stage_starts"]

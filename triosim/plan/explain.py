@@ -15,7 +15,7 @@ def explain_empty(space: SearchSpace, layer_unit: str) -> str:
         pins = " ".join(f"--{a} {v}" for a, v in space.pinned)
         heads = f"tp dividing the {space.heads} attention heads, " if space.heads else ""
         return (f"{pins}: no mesh on {space.gpus} GPUs keeps them ({heads}pp dividing the {space.layers} "
-                f"{layer_unit}, dp = GPUs / (tp × pp) dividing --global-batch {space.global_batch}); "
+                f"{layer_unit}, dp = GPUs / (tp × pp × cp) dividing --global-batch {space.global_batch}); "
                 "pin other degrees or leave them out")
     cap = space.max_tp if space.max_tp is not None else space.gpus_per_node
     dps = sorted({space.gpus // (tp * pp) for tp in divisors(space.gpus)

@@ -30,6 +30,7 @@ import numpy as np
 from ..compute.op_time import op_seconds
 from ..compute.scale import scale_trace
 from ..graph.collectives.cost import collective_cost
+from ..graph.context.plan import context_split
 from ..graph.data.data_parallel import gradient_order
 from ..graph.data.precision import with_training_precision
 from ..graph.data.zero import buffer_roles
@@ -51,6 +52,7 @@ from ..graph.tensor.plans import tensor_plan, tp_waits
 from ..hardware.platform import Platform
 from ..trace import Trace
 from ..trace.precision import gathered_parameter_bytes, reduced_gradient_bytes
+from .context_time import held_bytes
 from .stage_memory import StageLayout, StageMemory, stage_layout, stage_memories, touches
 
 EXACT_GROUP = 8  # collectives on groups up to this size are costed exactly at every size
@@ -114,6 +116,8 @@ class ModelProfile:
     _touches: dict[tuple[int, int, bool], object] = field(default_factory=dict, repr=False)
     _stage_mem: dict[tuple, list[StageMemory]] = field(default_factory=dict, repr=False)
     _layouts: dict[tuple, StageLayout] = field(default_factory=dict, repr=False)
+    cp: int = 1  # context-parallel degree: one context rank's share of every op and activation
+    _contexts: dict[int, ModelProfile] = field(default_factory=dict, repr=False)
 
     def __post_init__(self) -> None:
         trace = self.raw
@@ -151,6 +155,19 @@ class ModelProfile:
             return None
         return layer_starts(root.raw, root.fops, stages, units)
 
+    def for_context(self, cp: int) -> ModelProfile:
+        """One context rank's profile at ``cp`` (its ops and activations split as the simulation's
+        :func:`~triosim.graph.context.plan.context_split` does), with this one's recomputation;
+        built once per degree, sharing the cp-1 profile's scaled traces and op times."""
+        root = self.parent or self
+        base = root if root.cp == 1 else root._contexts[1]
+        hit = root if cp == root.cp else base if cp == 1 else base._contexts.get(cp)
+        if hit is None:
+            hit = base._contexts[cp] = ModelProfile(base.raw, base.platform, base.reference_compat, base.precision,
+                                                    _scaled=base._scaled, _op_times=base._op_times, cp=cp)
+            hit._contexts[1] = base
+        return hit.for_recompute(self.recompute)
+
     def for_recompute(self, mode: str) -> ModelProfile:
         """The profile of the trace with ``mode``'s re-runs inserted, as the simulation rewrites
         it (:mod:`triosim.graph.recompute`: the re-runs are backward ops of their layer's
@@ -164,7 +181,7 @@ class ModelProfile:
         if hit is None:
             hit = root._children[mode] = ModelProfile(
                 recompute(root.raw, mode).trace, root.platform, root.reference_compat, root.precision,
-                recompute=mode, parent=root)
+                recompute=mode, parent=root, cp=root.cp)
         return hit
 
     def scaled(self, batch: int) -> Trace:
@@ -192,6 +209,8 @@ class ModelProfile:
                 hit = carry_plan(self.parent.tensor_plan(batch, tp, sp), self._rewrites[batch])
             else:
                 hit = tensor_plan(self.scaled(batch), tp, "megatron", sp and tp > 1)
+                if self.cp > 1:  # one context rank's share, before the re-runs get theirs (as build does)
+                    hit = context_split(self.scaled(batch), hit, self.cp, "p2p")
             self._plans[key] = hit
         return hit
 
@@ -322,7 +341,8 @@ class ModelProfile:
         if tp > 1:
             group = tuple(range(tp))  # rank order tp innermost: a TP group is tp consecutive GPUs
             for (kind, nbytes, forward), (positions, ops) in pa.collectives.items():
-                size = nbytes if frac == 1.0 else int(round(nbytes * frac))
+                # a context rank's collectives carry its 1/cp of the tokens (as rank_program sizes them)
+                size = nbytes if frac == 1.0 and self.cp == 1 else int(round(nbytes * frac / self.cp))
                 cost = self.collective_s(kind, group, size)
                 np.add.at(tpf if forward else tpb, positions, cost)
                 np.add.at(op_s, ops, cost)
@@ -345,7 +365,9 @@ class ModelProfile:
             return 0.0
         trace = self.scaled(batch)
         shard = self.tensor_plan(batch, tp, sp and tp > 1).shard_divisor.get(self.tied.table, 1)
-        return self.collective_s("all_reduce", (0, (pp - 1) * tp), -(-trace.tensors[self.tied.table].bytes // shard))
+        # the last stage's GPU: ranks tp innermost, then cp, then pp
+        return self.collective_s("all_reduce", (0, (pp - 1) * tp * self.cp),
+                                 -(-trace.tensors[self.tied.table].bytes // shard))
 
     def stage_memories(self, batch: int, tp: int, sp: bool, micro_batch: int, starts: list[int],
                        unit_bytes: float = float("inf")) -> list[StageMemory]:
@@ -369,7 +391,7 @@ class ModelProfile:
                 layout = self._layouts[lkey] = stage_layout(uses, list(starts), unit_bytes)
             hit = self._stage_mem[key] = stage_memories(uses, list(starts),
                                                         micro_batch / self.scaled(batch).batch_size, unit_bytes,
-                                                        layout)
+                                                        layout, held_bytes(self, batch, tp, sp, micro_batch))
         return hit
 
     def gradients(self, batch: int, tp: int, sp: bool) -> _Gradients:

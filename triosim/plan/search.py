@@ -152,7 +152,7 @@ def candidate_config(base: dict, c: Candidate, global_batch: int) -> dict:
         config.update(batch_size_sim=global_batch // c.dp)
     config.update(dp=c.dp, tp=c.tp, pp=c.pp, micro_batch_size=c.micro_batch,
                   schedule=c.schedule, virtual_stages=c.virtual, zero=str(c.zero),
-                  sequence_parallel=c.sequence_parallel, gpus=None)
+                  sequence_parallel=c.sequence_parallel, gpus=None, cp=c.cp if c.cp > 1 else None)
     if c.recompute != "none":
         config["recompute"] = c.recompute
     return config

@@ -35,7 +35,7 @@ def check_search_size(space: SearchSpace, candidates: Iterable[Candidate], limit
     the count."""
     blocks = pipeline_blocks(candidates, space.global_batch)
     if blocks > limit:
-        replica = max(space.global_batch // dp for _, _, dp in mesh_shapes(space))
+        replica = max(space.global_batch // dp for _, _, dp, _ in mesh_shapes(space))
         raise ConfigError(
             f"--global-batch {space.global_batch:,} on {space.gpus:,} GPUs: the search would time "
             f"{blocks:,} pipeline blocks (a replica trains up to {replica:,} samples, as many micro-batches "

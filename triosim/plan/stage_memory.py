@@ -184,6 +184,7 @@ class StageLayout:
     f_new: tuple[np.ndarray | None, ...]  # per stage: invariant bytes allocated so far, by role
     b_new: tuple[np.ndarray | None, ...]
     gathered: tuple[np.ndarray, ...]  # ZeRO-3's gathered copies per step, one array per pass
+    step_op: np.ndarray | None = None  # the op of each step
 
 
 def stage_layout(t: _Touches, starts: list[int], unit_bytes: float = float("inf")) -> StageLayout:
@@ -249,15 +250,16 @@ def stage_layout(t: _Touches, starts: list[int], unit_bytes: float = float("inf"
         b_new.append(np.cumsum(alloc[:, mid:hi], axis=1) if seen[j] else None)
     return StageLayout(S, n, seen, stage_lo, f_end, stage_hi, used, st, f, lst, live,
                        live & in_f & (lst >= f_end[st]), inputs_mask, tuple(inv), tuple(f_new), tuple(b_new),
-                       tuple(gathered))
+                       tuple(gathered), op[fresh])
 
 
 def stage_memories(t: _Touches, starts: list[int], fraction: float, unit_bytes: float = float("inf"),
-                   layout: StageLayout | None = None) -> list[StageMemory]:
+                   layout: StageLayout | None = None, held: dict[int, float] | None = None) -> list[StageMemory]:
     """The buffers of each stage (``starts``: each stage's first forward position) for a
     micro-batch of ``fraction`` of the batch (module docstring), all stages in one pass;
     ``unit_bytes``: ZeRO-3's unit size; ``layout``: :func:`stage_layout` of the same cut, if at
-    hand."""
+    hand; ``held``: per op, bytes held beside its buffers while it runs (a context-parallel
+    attention's exchange buffers, as the DAG's memory plan adds them to the op's step)."""
     g = stage_layout(t, starts, unit_bytes) if layout is None else layout
     S, n, used, st = g.S, g.n, g.used, g.st
     # per-GPU bytes as CompositionState.size: the micro-batch's share rounded, then the TP shard
@@ -269,6 +271,8 @@ def stage_memories(t: _Touches, starts: list[int], fraction: float, unit_bytes: 
     np.add.at(delta, g.f[live], size[live])
     np.add.at(delta, g.lst[live] + 1, -size[live])
     occ = np.cumsum(delta[:n])
+    if held:
+        occ += np.array([held.get(i, 0.0) for i in g.step_op.tolist()])
     kept = np.bincount(st[g.leaving], weights=size[g.leaving], minlength=S)
     inputs = np.bincount(st[g.inputs_mask], weights=size[g.inputs_mask], minlength=S)
     occ3 = occ.copy()
