@@ -118,12 +118,15 @@ def sm_speed(profile) -> float:
 
 
 def links_shared(platform, tp_group: tuple[int, ...], dp_group: tuple[int, ...]) -> bool:
-    """Whether GPU 0's TP collectives and its DP group's gathers use a link in common."""
+    """Whether GPU 0's TP collectives use a link that limits its DP group's gathers (one the
+    gather loads most for its bandwidth): only there does a TP collective beside a gather slow it."""
     if len(tp_group) < 2 or len(dp_group) < 2:
         return False
     tp = collective_cost(platform, tp_group, "all_gather", 1 << 20).link_bytes
     dp = collective_cost(platform, dp_group, "all_gather", 1 << 20).link_bytes
-    return bool(set(tp) & set(dp))
+    load = {name: nbytes / platform.link(name)["bandwidth"] for name, nbytes in dp.items()}
+    most = max(load.values(), default=0.0)
+    return any(name in tp for name, t in load.items() if t >= 0.99 * most)
 
 
 def block_times(compute: np.ndarray, tp_after: np.ndarray, unit_of: np.ndarray, gathers: list[float],
@@ -134,10 +137,12 @@ def block_times(compute: np.ndarray, tp_after: np.ndarray, unit_of: np.ndarray, 
     share a link (then, while both run, each moves at half its speed: max-min fair shares)."""
     out = []
     n = len(compute)
-    for first in (gathers[0] if gathers else 0.0, 0.0):  # Dg: unit 0 gathered from the start; Dd: already
-        done = [first] + [0.0] * (len(gathers) - 1)  # each unit's gather end
+    # Dg: the GPU free at 0 (unit 0's gather from then); Dd: the input at 0, the GPU free long
+    # before (every gather issued before the block's first op has ended by then)
+    for free in (0.0, -np.inf):
+        done = [free + gathers[0] if gathers else free] + [0.0] * (len(gathers) - 1)  # each unit's gather end
         active = 0  # the gather running beside the ops (its end: done[active])
-        ce, x = 0.0, 0.0  # the previous op's compute end and the TP collectives after it
+        ce, x = free, 0.0  # the previous op's compute end and the TP collectives after it
         for j in range(n + 1):
             k = int(unit_of[j]) if j < n else -1
             # the previous op's TP collective from ce, beside the gather running then
@@ -153,7 +158,7 @@ def block_times(compute: np.ndarray, tp_after: np.ndarray, unit_of: np.ndarray, 
                     now, left, done[active] = _beside(now, left, now + gathers[active])
                 else:
                     done[active] = g + gathers[active]
-            t = now + left  # the TP collective's end
+            t = now + left if j else 0.0  # the TP collective's end; the block's first op: its input
             if j == n:
                 out.append(t)
                 break
