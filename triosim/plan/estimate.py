@@ -49,7 +49,7 @@ from .stage_memory import (
     rank_invariant,
     role_divisors,
 )
-from .zero3_time import block_times, links_shared, param_reads, sm_speed, stage_units
+from .zero3_time import block_times, input_gate, links_shared, param_reads, sm_speed, stage_units
 
 MIB = 1024 * 1024
 
@@ -193,7 +193,8 @@ def _zero3_pipeline(c: Candidate, pt: PositionTimes, profile: ModelProfile, sett
                 for k, op in enumerate(firsts):
                     unit_of[where[op]] = k
                 gathers = [profile.collective_s("all_gather", group, int(n)) for n in sizes]
-                free, data = block_times(compute[ops], tp_after[ops], unit_of, gathers, speed, shared)
+                free, data = block_times(compute[ops], tp_after[ops], unit_of, gathers, speed, shared,
+                                         input_gate(reads, ops, lo, hi, ph))
                 out[row, j], out[row + 2, j] = data, free
     cut_f, cut_b = np.zeros(S), np.zeros(S)
     for j in range(1, S):

@@ -28,6 +28,7 @@ from ..compute.op_time_source import gpu_timing
 from ..graph.collectives.cost import collective_cost
 from ..graph.pipeline.schedules import BACKWARD, FORWARD
 from ..trace.precision import gathered_parameter_bytes
+from .profile import handed_over
 
 
 @dataclass(frozen=True)
@@ -41,6 +42,9 @@ class ParamReads:
     ready: np.ndarray  # per parameter: the backward op completing its gradient (-1: none)
     ready_pos: np.ndarray  # and its position (-1: none)
     ops: dict[str, tuple[np.ndarray, np.ndarray]]  # phase -> (its ops in trace order, their positions)
+    # phase -> (op, its position, the writer's position) for each read of a buffer version an op
+    # of the same phase wrote at another position: what a block may receive from another stage
+    received: dict[str, tuple[np.ndarray, np.ndarray, np.ndarray]]
 
 
 def param_reads(profile, batch: int, tp: int, sp: bool) -> ParamReads:
@@ -71,7 +75,29 @@ def param_reads(profile, batch: int, tp: int, sp: bool) -> ParamReads:
     for ph in (FORWARD, BACKWARD):
         mine = [i for i in sorted(profile.pos) if profile.phase[i] == ph]
         phase_ops[ph] = (np.array(mine, dtype=np.intp), np.array([profile.pos[i] for i in mine], dtype=np.intp))
-    return ParamReads(nbytes, owner, reads, ready, ready_pos, phase_ops)
+    handed = handed_over(profile)  # not sent between stages (the tied embedding's all-reduce)
+    got: dict[str, list[tuple[int, int, int]]] = {FORWARD: [], BACKWARD: []}
+    for v in profile.versions:
+        w = profile.pos.get(v.writer)
+        ph = profile.phase[v.writer]
+        if w is None or ph not in got or v.buffer in handed:
+            continue
+        for c in v.readers:
+            q = profile.pos.get(c)
+            if q is not None and q != w and profile.phase[c] == ph:
+                got[ph].append((c, q, w))
+    received = {ph: tuple(np.array([x[n] for x in rows], dtype=np.intp) for n in range(3)) for ph, rows in got.items()}
+    return ParamReads(nbytes, owner, reads, ready, ready_pos, phase_ops, received)
+
+
+def input_gate(r: ParamReads, ops: np.ndarray, lo: int, hi: int, phase: str) -> int:
+    """The index in ``ops`` (stage [lo, hi)'s block, in program order) of the first op reading
+    what another stage sends in this pass: the op the block's input holds up (0 if none)."""
+    op, q, w = r.received[phase]
+    mine = (q >= lo) & (q < hi) & ((w < lo) | (w >= hi))
+    if not mine.any():
+        return 0
+    return int(np.searchsorted(ops, op[mine].min()))
 
 
 def stage_units(r: ParamReads, lo: int, hi: int, owned: np.ndarray, phase: str,
@@ -130,15 +156,17 @@ def links_shared(platform, tp_group: tuple[int, ...], dp_group: tuple[int, ...])
 
 
 def block_times(compute: np.ndarray, tp_after: np.ndarray, unit_of: np.ndarray, gathers: list[float],
-                speed: float, shared: bool) -> tuple[float, float]:
+                speed: float, shared: bool, gate: int = 0) -> tuple[float, float]:
     """(Dg, Dd) of one block (module docstring): ``compute``/``tp_after``: each op's compute and
     the TP collectives after it, in program order; ``unit_of``: the unit an op starts (-1: none);
     ``gathers``: each unit's gather seconds; ``shared``: whether a TP collective and a gather
-    share a link (then, while both run, each moves at half its speed: max-min fair shares)."""
+    share a link (then, while both run, each moves at half its speed: max-min fair shares);
+    ``gate``: the op the block's input holds up (with full recomputation a backward block's
+    re-runs come before it)."""
     out = []
     n = len(compute)
     # Dg: the GPU free at 0 (unit 0's gather from then); Dd: the input at 0, the GPU free long
-    # before (every gather issued before the block's first op has ended by then)
+    # before (the ops before the gate and every gather issued before it have ended by then)
     for free in (0.0, -np.inf):
         done = [free + gathers[0] if gathers else free] + [0.0] * (len(gathers) - 1)  # each unit's gather end
         active = 0  # the gather running beside the ops (its end: done[active])
@@ -158,7 +186,9 @@ def block_times(compute: np.ndarray, tp_after: np.ndarray, unit_of: np.ndarray, 
                     now, left, done[active] = _beside(now, left, now + gathers[active])
                 else:
                     done[active] = g + gathers[active]
-            t = now + left if j else 0.0  # the TP collective's end; the block's first op: its input
+            t = now + left  # the TP collective's end
+            if j == (0 if free == 0.0 else gate):  # the GPU free, or the input in
+                t = max(t, 0.0)
             if j == n:
                 out.append(t)
                 break
@@ -183,4 +213,4 @@ def _beside(now: float, tp_left: float, gather_end: float) -> tuple[float, float
     return now + 2 * g_left, tp_left - g_left, now + 2 * g_left
 
 
-__all__ = ["ParamReads", "block_times", "links_shared", "param_reads", "sm_speed", "stage_units"]
+__all__ = ["ParamReads", "block_times", "input_gate", "links_shared", "param_reads", "sm_speed", "stage_units"]
