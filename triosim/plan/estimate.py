@@ -187,12 +187,14 @@ def _zero3_pipeline(c: Candidate, pt: PositionTimes, profile: ModelProfile, sett
             for row, ph in ((0, FORWARD), (1, BACKWARD)):
                 all_ops, all_pos = reads.ops[ph]
                 ops = all_ops[(all_pos >= lo) & (all_pos < hi)]
-                firsts, sizes = stage_units(reads, lo, hi, owned, ph, settings.bucket_bytes)
+                ukey = ("zero3 units", profile.recompute, batch, c.tp, sp, lo, hi, tuple(bounds[r::P]), ph,
+                        settings.bucket_bytes)
+                firsts, sizes = timer.memo(ukey, lambda lo=lo, hi=hi, owned=owned, ph=ph: stage_units(
+                    reads, lo, hi, owned, ph, settings.bucket_bytes))
                 unit_of = np.full(len(ops), -1, dtype=np.intp)
-                where = {op: k for k, op in enumerate(ops.tolist())}
-                for k, op in enumerate(firsts):
-                    unit_of[where[op]] = k
-                gathers = [profile.collective_s("all_gather", group, int(n)) for n in sizes]
+                unit_of[np.searchsorted(ops, firsts)] = np.arange(len(firsts))
+                gathers = timer.memo((ukey, group), lambda sizes=sizes: profile.collective_many(
+                    "all_gather", group, np.array(sizes, dtype=np.int64)).tolist())
                 free, data = block_times(compute[ops], tp_after[ops], unit_of, gathers, speed, shared,
                                          input_gate(reads, ops, lo, hi, ph))
                 out[row, j], out[row + 2, j] = data, free

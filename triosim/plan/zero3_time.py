@@ -163,8 +163,10 @@ def block_times(compute: np.ndarray, tp_after: np.ndarray, unit_of: np.ndarray, 
     share a link (then, while both run, each moves at half its speed: max-min fair shares);
     ``gate``: the op the block's input holds up (with full recomputation a backward block's
     re-runs come before it)."""
+    runs, tps, units, gate = _runs(compute, tp_after, unit_of, gate)
+    runs, tps, units = runs.tolist(), tps.tolist(), units.tolist()  # the walk reads Python floats
     out = []
-    n = len(compute)
+    n = len(runs)
     # Dg: the GPU free at 0 (unit 0's gather from then); Dd: the input at 0, the GPU free long
     # before (the ops before the gate and every gather issued before it have ended by then)
     for free in (0.0, -np.inf):
@@ -172,7 +174,7 @@ def block_times(compute: np.ndarray, tp_after: np.ndarray, unit_of: np.ndarray, 
         active = 0  # the gather running beside the ops (its end: done[active])
         ce, x = free, 0.0  # the previous op's compute end and the TP collectives after it
         for j in range(n + 1):
-            k = int(unit_of[j]) if j < n else -1
+            k = units[j] if j < n else -1
             # the previous op's TP collective from ce, beside the gather running then
             now, left = ce, x
             if shared and left > 0 and done[active] > now:
@@ -193,14 +195,33 @@ def block_times(compute: np.ndarray, tp_after: np.ndarray, unit_of: np.ndarray, 
                 out.append(t)
                 break
             start = max(t, done[k]) if k >= 0 else t
-            c, ge = float(compute[j]), done[active]
+            c, ge = runs[j], done[active]
             if start < ge and speed < 1.0:  # the gather holds its SMs: compute runs slower
                 slow = ge - start
                 ce = start + c / speed if c <= slow * speed else ge + c - slow * speed
             else:
                 ce = start + c
-            x = float(tp_after[j])
+            x = tps[j]
     return out[0], out[1]
+
+
+def _runs(compute: np.ndarray, tp_after: np.ndarray, unit_of: np.ndarray, gate: int):
+    """The block's ops joined into runs that nothing enters or leaves between (no unit starting,
+    no TP collective after, not the gate): a run's compute is its ops' back to back, at whatever
+    speed the gather beside it leaves, so the walk gives the same ends."""
+    n = len(compute)
+    if n == 0:
+        return compute, tp_after, unit_of, gate
+    starts = unit_of >= 0
+    starts[0] = True
+    starts[1:] |= tp_after[:-1] > 0
+    if 0 < gate < n:
+        starts[gate] = True
+    run = np.cumsum(starts) - 1
+    first = np.flatnonzero(starts)
+    last = np.append(first[1:] - 1, n - 1)
+    return (np.bincount(run, weights=compute), tp_after[last], unit_of[first],
+            int(run[gate]) if 0 < gate < n else 0)
 
 
 def _beside(now: float, tp_left: float, gather_end: float) -> tuple[float, float, float]:
