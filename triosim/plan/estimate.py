@@ -49,7 +49,15 @@ from .stage_memory import (
     rank_invariant,
     role_divisors,
 )
-from .zero3_time import block_times, input_gate, links_shared, param_reads, sm_speed, stage_units
+from .zero3_time import (
+    block_times,
+    input_gate,
+    links_shared,
+    param_reads,
+    read_shape,
+    sm_speed,
+    stage_units,
+)
 
 MIB = 1024 * 1024
 
@@ -168,8 +176,9 @@ def _zero3_pipeline(c: Candidate, pt: PositionTimes, profile: ModelProfile, sett
     S, P = c.pp * c.virtual, c.pp
     batch = settings.global_batch // c.dp
     sp = c.sequence_parallel and c.tp > 1
+    shape = timer.memo(("zero3 shape", profile.recompute), lambda: read_shape(profile))
     reads = timer.memo(("zero3 reads", profile.recompute, batch, c.tp, sp),
-                       lambda: param_reads(profile, batch, c.tp, sp))
+                       lambda: param_reads(profile, batch, c.tp, sp, shape))
     compute = profile.op_times(batch, c.micro_batch, cast_share) * np.asarray(
         profile.tensor_plan(batch, c.tp, sp).time_scale, dtype=float)
     tp_after = pt.op_s - compute
@@ -185,7 +194,7 @@ def _zero3_pipeline(c: Candidate, pt: PositionTimes, profile: ModelProfile, sett
         for j in range(r, S, P):
             lo, hi = bounds[j]
             for row, ph in ((0, FORWARD), (1, BACKWARD)):
-                all_ops, all_pos = reads.ops[ph]
+                all_ops, all_pos = shape.ops[ph]
                 ops = all_ops[(all_pos >= lo) & (all_pos < hi)]
                 ukey = ("zero3 units", profile.recompute, batch, c.tp, sp, lo, hi, tuple(bounds[r::P]), ph,
                         settings.bucket_bytes)
@@ -195,8 +204,9 @@ def _zero3_pipeline(c: Candidate, pt: PositionTimes, profile: ModelProfile, sett
                 unit_of[np.searchsorted(ops, firsts)] = np.arange(len(firsts))
                 gathers = timer.memo((ukey, group), lambda sizes=sizes: profile.collective_many(
                     "all_gather", group, np.array(sizes, dtype=np.int64)).tolist())
-                free, data = block_times(compute[ops], tp_after[ops], unit_of, gathers, speed, shared,
-                                         input_gate(reads, ops, lo, hi, ph))
+                gate = timer.memo(("zero3 gate", profile.recompute, lo, hi, ph),
+                                  lambda ops=ops, lo=lo, hi=hi, ph=ph: input_gate(shape, ops, lo, hi, ph))
+                free, data = block_times(compute[ops], tp_after[ops], unit_of, gathers, speed, shared, gate)
                 out[row, j], out[row + 2, j] = data, free
     cut_f, cut_b = np.zeros(S), np.zeros(S)
     for j in range(1, S):

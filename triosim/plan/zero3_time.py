@@ -20,7 +20,7 @@ free (unit 0's gather at the start), ``Dd`` when the input arrives later than th
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -47,13 +47,22 @@ class ParamReads:
     received: dict[str, tuple[np.ndarray, np.ndarray, np.ndarray]]
 
 
-def param_reads(profile, batch: int, tp: int, sp: bool) -> ParamReads:
-    """The parameter reads of the trace ``profile`` runs at (batch, tp, sp)."""
+def param_reads(profile, batch: int, tp: int, sp: bool, shape: ParamReads | None = None) -> ParamReads:
+    """The parameter reads of the trace ``profile`` runs at (batch, tp, sp); ``shape``: its
+    :func:`read_shape`, if at hand (the same for every key: only the bytes differ)."""
     trace = profile.scaled(batch)
     shard = profile.tensor_plan(batch, tp, sp).shard_divisor
-    params = [p for p in trace.parameters]
+    nbytes = np.array([-(-gathered_parameter_bytes(trace, p) // shard.get(p, 1)) for p in trace.parameters],
+                      dtype=float)
+    return replace(read_shape(profile) if shape is None else shape, nbytes=nbytes)
+
+
+def read_shape(profile) -> ParamReads:
+    """What :func:`param_reads` finds of the trace's ops and buffers (its bytes left empty)."""
+    trace = profile.raw  # scaled and sized alike: the same ops, reads and parameters
+    params = list(trace.parameters)
     ids = {p: n for n, p in enumerate(params)}
-    nbytes = np.array([-(-gathered_parameter_bytes(trace, p) // shard.get(p, 1)) for p in params], dtype=float)
+    nbytes = np.zeros(len(params))
     owner = np.array([profile.first_reader.get(p, -1) for p in params], dtype=np.intp)
     reads = {}
     for ph in (FORWARD, BACKWARD):
@@ -234,4 +243,4 @@ def _beside(now: float, tp_left: float, gather_end: float) -> tuple[float, float
     return now + 2 * g_left, tp_left - g_left, now + 2 * g_left
 
 
-__all__ = ["ParamReads", "block_times", "input_gate", "links_shared", "param_reads", "sm_speed", "stage_units"]
+__all__ = ["ParamReads", "block_times", "input_gate", "links_shared", "param_reads", "read_shape", "sm_speed", "stage_units"]
