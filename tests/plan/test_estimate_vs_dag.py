@@ -3,10 +3,10 @@ kind (1F1B and interleaved, ZeRO 0-3, no/selective/full recomputation, sequence 
 and off, tp, pp and dp alone and together, micro-batches of 1 and more, bf16 and FP8 training)
 on a 4-layer Llama 3 8B over 8 GPUs, and a 4-layer GPT-3 175B (whose attention scores selective
 recomputation drops, and whose tied embeddings pipelines all-reduce), each DAG-timed once. Peak
-memory within 5 % everywhere; time within 5 % (ZeRO-3's per-unit gathers: 25 %, see
-docs/plan.md), and never more than TIME_OVER_BOUND above it where the estimate says it is bounded
-(what the plan's choice of candidates to DAG-time rests on). Each term of the memory estimate, and the tied embedding's terms of the time, are
-then broken on purpose and the comparison must catch it."""
+memory and time within 5 % everywhere (ZeRO-3's unit gathers included), and never more than
+TIME_OVER_BOUND above it where the estimate says it is bounded (what the plan's choice of
+candidates to DAG-time rests on). Each term of the memory estimate, and the tied embedding's and
+ZeRO-3's gathers' terms of the time, are then broken on purpose and the comparison must catch it."""
 
 from __future__ import annotations
 
@@ -42,6 +42,7 @@ BF16 = [
     C(2, 2, 2, 1, "interleaved", 2, 1, "selective", True),
     C(2, 2, 2, 2, "1f1b", 1, 2, "selective"),
     C(2, 2, 2, 1, "1f1b", 1, 3, "full", True),
+    C(2, 2, 2, 1, "interleaved", 2, 3, "selective", True),
     C(2, 4, 1, 1, "1f1b", 1, 0, "full"),
     C(4, 2, 1, 1, "interleaved", 2, 0, "none", True),
     C(4, 2, 1, 2, "1f1b", 1, 0, "full", True),
@@ -96,11 +97,10 @@ def errors(timed) -> list[str]:
             dag_s, dag_peak = dag_seconds(row), row.dag.max_peak_memory_bytes
             assert dag_s is not None and dag_peak, f"{c}: the DAG did not run: {row.dag.reason}"
             t_err, m_err = e.time_s / dag_s - 1, e.peak_bytes / dag_peak - 1
-            t_bound = 0.25 if c.zero == 3 else 0.05
             # the plan leaves out of its DAG timing what a bounded estimate puts past the best
             # by more than this (search.dag_band): it must not be further above the DAG
             over = e.bounded and t_err > TIME_OVER_BOUND
-            if abs(m_err) > 0.05 or abs(t_err) > t_bound or over:
+            if abs(m_err) > 0.05 or abs(t_err) > 0.05 or over:
                 bad.append(f"{c}: time {t_err:+.1%}, memory {m_err:+.1%}" + (" (over the bound)" if over else ""))
     return bad
 
@@ -232,3 +232,48 @@ def test_the_tied_embeddings_all_reduce_left_out_is_caught(timed, monkeypatch) -
     profile_module = importlib.import_module("triosim.plan.profile")
     monkeypatch.setattr(profile_module.ModelProfile, "tied_allreduce_s", lambda self, *args: 0.0)
     assert any("pp=4" in line for line in errors(timed))
+
+
+def test_zero3s_first_gather_counted_hidden_is_caught(timed, monkeypatch) -> None:
+    # each block's first unit gather starts when the GPU is free, not when the block's input
+    # arrives: exposed unless it hides behind that wait (the embedding table's: 6 ms a block)
+    zero3 = importlib.import_module("triosim.plan.zero3_time")
+    original = zero3.block_times
+
+    def planted(*args, **kwargs):
+        return (original(*args, **kwargs)[1],) * 2
+
+    monkeypatch.setattr(estimate_module, "block_times", planted)
+    assert any("zero=3" in line for line in errors(timed))
+
+
+def test_zero3s_gathers_sharing_the_tp_links_left_out_is_caught(timed, monkeypatch) -> None:
+    # in one NVLink domain the gathers and the TP collectives share each GPU's link
+    monkeypatch.setattr(estimate_module, "links_shared", lambda *args: False)
+    assert any("zero=3" in line and "tp=2" in line for line in errors(timed))
+
+
+def zero3_alone(timed) -> list[str]:
+    """ZeRO-3 on one stage without TP (gathers beside the compute and nothing else): the
+    estimate must be the DAG's to 0.1 %."""
+    bad = []
+    for inputs, rows in timed:
+        timer = PipelineTimer(inputs.profile.platform)
+        for row in rows:
+            c = row.candidate
+            if c.zero == 3 and c.pp == 1 and c.tp == 1:
+                err = estimate(c, inputs.profile, inputs.settings, timer).time_s / dag_seconds(row) - 1
+                if abs(err) > 1e-3:
+                    bad.append(f"{c}: time {err:+.3%}")
+    return bad
+
+
+def test_zero3_alone_is_the_dags(timed) -> None:
+    assert any(c.zero == 3 and c.pp == c.tp == 1 for c in GPT3_SAMPLE)
+    assert zero3_alone(timed) == []
+
+
+def test_zero3s_gathers_not_slowing_the_compute_is_caught(timed, monkeypatch) -> None:
+    # a gather holds 16 of an H100's 132 SMs: the compute beside it runs at 116/132 of its speed
+    monkeypatch.setattr(estimate_module, "sm_speed", lambda profile: 1.0)
+    assert zero3_alone(timed)

@@ -61,14 +61,16 @@ def test_rank_buckets_pack_as_make_buckets(gpt_profile: ModelProfile, bucket_byt
 
 
 def test_dp_sync_once_for_zero_1_2_3(gpt_profile: ModelProfile, monkeypatch) -> None:
-    """ZeRO-1, 2 and 3 reduce-scatter the same buckets: one DP-sync pass serves the three."""
+    """ZeRO-1 and 2 reduce-scatter the same buckets after the same pipeline: one DP-sync pass
+    serves both; ZeRO-3's gathers lengthen its blocks, so it has a pass of its own (on the same
+    buckets and costs, found once)."""
     calls = []
     real = estimate_module._dp_synced_all
     monkeypatch.setattr(estimate_module, "_dp_synced_all", lambda *a: calls.append(a[1]) or real(*a))
     timer, settings = PipelineTimer(gpt_profile.platform), PlanSettings(16, None, bucket_bytes=2**20)
     times = [estimate(Candidate(tp=2, pp=2, dp=4, micro_batch=1, zero=z), gpt_profile, settings, timer).time_s
              for z in (0, 1, 2, 3)]
-    assert calls == ["all_reduce", "reduce_scatter"]
+    assert calls == ["all_reduce", "reduce_scatter", "reduce_scatter"]
     fresh = [estimate(Candidate(tp=2, pp=2, dp=4, micro_batch=1, zero=z), gpt_profile, settings,
                       PipelineTimer(gpt_profile.platform)).time_s for z in (0, 1, 2, 3)]
     assert times == fresh

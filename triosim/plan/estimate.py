@@ -17,10 +17,12 @@ Rank r's last backward ends Σ_{j<r} (B_j + y_j) before rank 0's. Its gradients 
 into buckets of ``bucket_bytes`` in backward order, each ready when the last micro-batch's
 backward has produced it (spread over that backward in proportion to bytes) and reduced on the
 DP group one after another: t ← max(t, ready) + cost. Then its optimizer share (÷ dp at ZeRO ≥ 1)
-and, at ZeRO-1/2, the all-gather of the updated parameters. ZeRO-3 gathers every parameter in
-forward and backward of every micro-batch; a gather overlaps the previous unit's compute, so a
-pass is charged what exceeds its compute, plus the first unit. Collectives are charged their
-closed form on the group's links; the iteration ends when the last rank has done so.
+and, at ZeRO-1/2, the all-gather of the updated parameters. ZeRO-3 gathers each stage's
+parameters unit by unit in every forward and backward block, as the DAG does
+(:mod:`triosim.plan.zero3_time`: the DAG's units, one unit of prefetch, the first gather from when
+the GPU is free, compute slowed by the SMs a gather holds, TP collectives sharing its links):
+its blocks are longer and the recurrence runs on them. Collectives are charged their closed form
+on the group's links; the iteration ends when the last rank has done so.
 
 Context parallelism (``c.cp`` > 1, ring attention): the profile is one context rank's
 (:meth:`~triosim.plan.profile.ModelProfile.for_context`: the DAG's own split, activations ÷ cp,
@@ -42,6 +44,7 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
+from ..graph.pipeline.schedules import BACKWARD, FORWARD
 from .candidates import Candidate
 from .context_time import data_group, with_ring
 from .pipeline_time import PipelineTimer
@@ -52,6 +55,15 @@ from .stage_memory import (
     rank_blocks,
     rank_invariant,
     role_divisors,
+)
+from .zero3_time import (
+    block_times,
+    input_gate,
+    links_shared,
+    param_reads,
+    read_shape,
+    sm_speed,
+    stage_units,
 )
 
 MIB = 1024 * 1024
@@ -90,9 +102,10 @@ class Estimate:
     fits: bool
     reason: str | None = None  # why it does not fit
     # a model card's trace, its stages cut as the DAG cuts them (one stage, or Megatron-LM's equal
-    # layers on both sides) and ZeRO below 3 (whose per-unit gathers the estimate does not follow
-    # op by op) without context parallelism (a ring beside pipeline transfers came out 2.3 % above
-    # it): then the time is at most TIME_OVER_BOUND above the DAG's (search.dag_band)
+    # layers on both sides) and ZeRO below 3 (whose gathers' link sharing with TP collectives the
+    # estimate follows only approximately) without context parallelism (a ring beside pipeline
+    # transfers came out 2.3 % above it): then the time is at most TIME_OVER_BOUND above the
+    # DAG's (search.dag_band)
     bounded: bool = False
 
 
@@ -163,6 +176,54 @@ def _pipeline(c: Candidate, pt, profile: ModelProfile, settings: PlanSettings, t
     return starts, F, B, ends, bounded
 
 
+def _zero3_pipeline(c: Candidate, pt: PositionTimes, profile: ModelProfile, settings: PlanSettings,
+                    timer: PipelineTimer, m: int, starts: list[int], cast_share: float | None):
+    """Per stage the forward and backward block seconds with ZeRO-3's unit gathers
+    (:mod:`triosim.plan.zero3_time`: from the input's arrival; the ones from the GPU free go to
+    the recurrence) and each rank's end."""
+    S, P = c.pp * c.virtual, c.pp
+    batch = settings.global_batch // c.dp
+    sp = c.sequence_parallel and c.tp > 1
+    shape = timer.memo(("zero3 shape", profile.recompute), lambda: read_shape(profile))
+    reads = timer.memo(("zero3 reads", profile.recompute, batch, c.tp, sp),
+                       lambda: param_reads(profile, batch, c.tp, sp, shape))
+    compute = profile.op_times(batch, c.micro_batch, cast_share) * np.asarray(
+        profile.tensor_plan(batch, c.tp, sp).time_scale, dtype=float)
+    tp_after = pt.op_s - compute
+    speed = sm_speed(profile)
+    group = tuple(range(0, c.dp * c.tp * P, c.tp * P))  # rank order tp, pp, dp
+    shared = timer.memo(("zero3 shared", c.tp, group), lambda: links_shared(profile.platform, tuple(range(c.tp)), group))
+    bounds = list(zip(starts, [*starts[1:], profile.positions]))
+    out = np.zeros((4, S))  # forward from the input, backward from the input, both from the GPU free
+    for r in range(P):
+        owned = np.zeros(profile.positions, dtype=bool)
+        for x, y in bounds[r::P]:
+            owned[x:y] = True
+        for j in range(r, S, P):
+            lo, hi = bounds[j]
+            for row, ph in ((0, FORWARD), (1, BACKWARD)):
+                all_ops, all_pos = shape.ops[ph]
+                ops = all_ops[(all_pos >= lo) & (all_pos < hi)]
+                ukey = ("zero3 units", profile.recompute, batch, c.tp, sp, lo, hi, tuple(bounds[r::P]), ph,
+                        settings.bucket_bytes)
+                firsts, sizes = timer.memo(ukey, lambda lo=lo, hi=hi, owned=owned, ph=ph: stage_units(
+                    reads, lo, hi, owned, ph, settings.bucket_bytes))
+                unit_of = np.full(len(ops), -1, dtype=np.intp)
+                unit_of[np.searchsorted(ops, firsts)] = np.arange(len(firsts))
+                gathers = timer.memo((ukey, group), lambda sizes=sizes: profile.collective_many(
+                    "all_gather", group, np.array(sizes, dtype=np.int64)).tolist())
+                gate = timer.memo(("zero3 gate", profile.recompute, lo, hi, ph),
+                                  lambda ops=ops, lo=lo, hi=hi, ph=ph: input_gate(shape, ops, lo, hi, ph))
+                free, data = block_times(compute[ops], tp_after[ops], unit_of, gathers, speed, shared, gate)
+                out[row, j], out[row + 2, j] = data, free
+    cut_f, cut_b = np.zeros(S), np.zeros(S)
+    for j in range(1, S):
+        cut_f[j] = pt.cut_fwd_bytes[starts[j] - 1]
+        cut_b[j] = pt.cut_bwd_bytes[starts[j] - 1]
+    ends = timer.rank_ends(c.schedule, P, c.virtual, m, c.tp, out[0], out[1], cut_f, cut_b, (out[2], out[3]))
+    return out[0], out[1], ends
+
+
 def _rank_sums(values: np.ndarray, bounds: list[tuple[int, int]], ranks: int) -> np.ndarray:
     """Per pipeline rank, the sum of ``values`` over its stages' positions."""
     prefix = np.concatenate(([0.0], np.cumsum(values)))
@@ -176,7 +237,7 @@ def _dp_synced(c: Candidate, key: tuple, starts: list[int], B: np.ndarray, ends:
     last gradient has run in the last micro-batch's backward, one after another; without
     ``--overlap-grad-reduce`` all after ``after[r]`` (the rank's end, or the tied embedding's
     all-reduce). Worked out once
-    per pipeline (``key``), DP degree and reduce op: ZeRO-1, 2 and 3 share it."""
+    per pipeline (``key``: ZeRO-3's has its gathers), DP degree and reduce op: ZeRO-1 and 2 share it."""
     op = "all_reduce" if c.zero == 0 else "reduce_scatter"
     return timer.memo(("synced", key, c.data, op, settings.bucket_bytes, settings.overlap_grad_reduce),
                       lambda: _dp_synced_all(c, op, starts, B, ends, after, pt, profile, settings, timer))
@@ -287,6 +348,10 @@ def estimate(c: Candidate, profile: ModelProfile, settings: PlanSettings, timer:
                         lambda: with_ring(pt, profile, batch, c.tp, c.sequence_parallel, c.micro_batch, share))
     starts, F, B, ends, bounded = timer.memo(key, lambda: _pipeline(c, pt, profile, settings, timer, m))
     bounds = list(zip(starts, [*starts[1:], profile.positions]))
+    zero3 = c.zero == 3 and c.dp > 1
+    if zero3:  # its gathers run inside every block: the pipeline's blocks are longer
+        key = (*key, "zero3", c.dp, settings.bucket_bytes)
+        F, B, ends = timer.memo(key, lambda: _zero3_pipeline(c, pt, profile, settings, timer, m, starts, share))
     pipeline = float(ends.max())
     params = _rank_sums(pt.params, bounds, P)
     opt_state = _rank_sums(pt.opt_state, bounds, P)
@@ -312,13 +377,6 @@ def estimate(c: Candidate, profile: ModelProfile, settings: PlanSettings, timer:
             pass  # ZeRO-1/2 gathering before the forward ops that use them: hidden behind the next iteration
         elif sharded and c.zero < 3:  # ZeRO-1/2: every rank gathers the updated parameters
             t += profile.collective_s("all_gather", dp_group, int(params[r]))
-        elif sharded:  # ZeRO-3: a gather per unit, pass and micro-batch, each hidden behind the last unit's ops
-            units = _buckets(float(params[r]), settings.bucket_bytes)
-            first = profile.collective_s("all_gather", dp_group, int(units[0])) if units else 0.0
-            whole = first * (len(units) - 1) + profile.collective_s("all_gather", dp_group, int(units[-1])) \
-                if units else 0.0  # all units but the last are one bucket's size
-            f_r, b_r = float(F[r::P].sum()), float(B[r::P].sum())
-            t += m * (max(0.0, whole - f_r) + max(0.0, whole - b_r) + 2 * first)
         finish = max(finish, t)
     peaks = _rank_peaks(c, m, bounds, params, opt_state, profile, settings, timer, key)
     peak, worst = int(max(peaks)), int(np.argmax(peaks))

@@ -70,13 +70,18 @@ class PipelineTimer:
         return prog, lat, bw
 
     def rank_ends(self, schedule: str, pp: int, virtual: int, micro: int, tp: int, forward: np.ndarray,
-                  backward: np.ndarray, cut_fwd: np.ndarray, cut_bwd: np.ndarray) -> np.ndarray:
+                  backward: np.ndarray, cut_fwd: np.ndarray, cut_bwd: np.ndarray,
+                  from_free: tuple[np.ndarray, np.ndarray] | None = None) -> np.ndarray:
         """Per pipeline rank, when its last block ends; ``forward``/``backward``: seconds of each of
         the pp · V stages per micro-batch; ``cut_fwd``/``cut_bwd``: bytes crossing boundary j
-        (between stage j − 1 and j, j ≥ 1; index 0 unused) per micro-batch."""
+        (between stage j − 1 and j, j ≥ 1; index 0 unused) per micro-batch. ``from_free``: the
+        forward and backward seconds counted from when the GPU is free rather than from the
+        input's arrival (ZeRO-3's first gather: :mod:`triosim.plan.zero3_time`); a block then
+        ends at max(GPU free + those, input + ``forward``/``backward``)."""
         n = pp * virtual
         if n == 1:
-            return np.array([micro * (float(forward[0]) + float(backward[0]))])
+            f, b = (forward, backward) if from_free is None else from_free
+            return np.array([micro * (float(f[0]) + float(b[0]))])
         prog, lat, bw = self._program(schedule, pp, virtual, micro, tp)
         if not prog.runnable:
             return np.full(pp, np.inf)
@@ -86,11 +91,15 @@ class PipelineTimer:
             transfers[d * n + 1: d * n + n] = lat[d, 1:] + cut[1:] / bw[d, 1:]
         nb = prog.num_blocks
         dur = durations[prog.duration_row]
+        dur_free = None if from_free is None else np.concatenate(from_free)[prog.duration_row]
         sent = transfers[prog.transfer_row]
         times = np.zeros(2 * nb + 1)
         for lv in prog.levels:
             a, b = lv.start, lv.end
-            times[a:b] = np.maximum(times[lv.wait_gpu], times[lv.wait_data]) + dur[a:b]
+            if dur_free is None:
+                times[a:b] = np.maximum(times[lv.wait_gpu], times[lv.wait_data]) + dur[a:b]
+            else:
+                times[a:b] = np.maximum(times[lv.wait_gpu] + dur_free[a:b], times[lv.wait_data] + dur[a:b])
             if lv.sends:
                 e = a + lv.sends
                 times[nb + a: nb + e] = np.maximum(times[lv.wait_route], times[a:e]) + sent[a:e]
