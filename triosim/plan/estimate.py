@@ -184,14 +184,15 @@ def _zero3_pipeline(c: Candidate, pt: PositionTimes, profile: ModelProfile, sett
     S, P = c.pp * c.virtual, c.pp
     batch = settings.global_batch // c.dp
     sp = c.sequence_parallel and c.tp > 1
-    shape = timer.memo(("zero3 shape", profile.recompute), lambda: read_shape(profile))
-    reads = timer.memo(("zero3 reads", profile.recompute, batch, c.tp, sp),
+    # the memo keys name cp: a context rank's profile (profile.for_context) differs from cp 1's
+    shape = timer.memo(("zero3 shape", profile.recompute, c.cp), lambda: read_shape(profile))
+    reads = timer.memo(("zero3 reads", profile.recompute, c.cp, batch, c.tp, sp),
                        lambda: param_reads(profile, batch, c.tp, sp, shape))
     compute = profile.op_times(batch, c.micro_batch, cast_share) * np.asarray(
         profile.tensor_plan(batch, c.tp, sp).time_scale, dtype=float)
     tp_after = pt.op_s - compute
     speed = sm_speed(profile)
-    group = tuple(range(0, c.dp * c.tp * P, c.tp * P))  # rank order tp, pp, dp
+    group = data_group(c)  # ZeRO-3 shards over the dp × cp data ranks
     shared = timer.memo(("zero3 shared", c.tp, group), lambda: links_shared(profile.platform, tuple(range(c.tp)), group))
     bounds = list(zip(starts, [*starts[1:], profile.positions]))
     out = np.zeros((4, S))  # forward from the input, backward from the input, both from the GPU free
@@ -204,7 +205,7 @@ def _zero3_pipeline(c: Candidate, pt: PositionTimes, profile: ModelProfile, sett
             for row, ph in ((0, FORWARD), (1, BACKWARD)):
                 all_ops, all_pos = shape.ops[ph]
                 ops = all_ops[(all_pos >= lo) & (all_pos < hi)]
-                ukey = ("zero3 units", profile.recompute, batch, c.tp, sp, lo, hi, tuple(bounds[r::P]), ph,
+                ukey = ("zero3 units", profile.recompute, c.cp, batch, c.tp, sp, lo, hi, tuple(bounds[r::P]), ph,
                         settings.bucket_bytes)
                 firsts, sizes = timer.memo(ukey, lambda lo=lo, hi=hi, owned=owned, ph=ph: stage_units(
                     reads, lo, hi, owned, ph, settings.bucket_bytes))
@@ -212,7 +213,7 @@ def _zero3_pipeline(c: Candidate, pt: PositionTimes, profile: ModelProfile, sett
                 unit_of[np.searchsorted(ops, firsts)] = np.arange(len(firsts))
                 gathers = timer.memo((ukey, group), lambda sizes=sizes: profile.collective_many(
                     "all_gather", group, np.array(sizes, dtype=np.int64)).tolist())
-                gate = timer.memo(("zero3 gate", profile.recompute, lo, hi, ph),
+                gate = timer.memo(("zero3 gate", profile.recompute, c.cp, lo, hi, ph),
                                   lambda ops=ops, lo=lo, hi=hi, ph=ph: input_gate(shape, ops, lo, hi, ph))
                 free, data = block_times(compute[ops], tp_after[ops], unit_of, gathers, speed, shared, gate)
                 out[row, j], out[row + 2, j] = data, free
@@ -220,7 +221,8 @@ def _zero3_pipeline(c: Candidate, pt: PositionTimes, profile: ModelProfile, sett
     for j in range(1, S):
         cut_f[j] = pt.cut_fwd_bytes[starts[j] - 1]
         cut_b[j] = pt.cut_bwd_bytes[starts[j] - 1]
-    ends = timer.rank_ends(c.schedule, P, c.virtual, m, c.tp, out[0], out[1], cut_f, cut_b, (out[2], out[3]))
+    ends = timer.rank_ends(c.schedule, P, c.virtual, m, c.tp * c.cp, out[0], out[1], cut_f, cut_b,
+                           (out[2], out[3]))  # stage GPUs tp · cp apart
     return out[0], out[1], ends
 
 
