@@ -71,16 +71,22 @@ GROUPS = ((LLAMA, BF16), ([*LLAMA, "--dtype", "fp8"], FP8), (GPT3, GPT3_SAMPLE),
           (SHORT_FP8, [C(2, 2, 2, 1, "interleaved", 2, 1, "selective", True)]), (SHORT_GPT3, TIED_SAMPLE))
 
 
-@pytest.fixture(scope="module")
-def timed() -> list[tuple[object, list[Row]]]:
-    """Each sample candidate with its estimate and its DAG outcome (the DAG runs once)."""
+def time_groups(groups) -> list[tuple[object, list[Row]]]:
+    """Each (plan arguments, sample candidates) group as its plan inputs and the candidates with
+    their DAG outcome (each DAG runs once)."""
     out = []
-    for argv, sample in GROUPS:
+    for argv, sample in groups:
         inputs = plan_inputs(build_parser().parse_args(["plan", *argv]))
         rows = [Row(c) for c in sample]
         dag_time(rows, inputs.base, inputs.space.global_batch)
         out.append((inputs, rows))
     return out
+
+
+@pytest.fixture(scope="module")
+def timed() -> list[tuple[object, list[Row]]]:
+    """Each sample candidate with its estimate and its DAG outcome (the DAG runs once)."""
+    return time_groups(GROUPS)
 
 
 def errors(timed) -> list[str]:

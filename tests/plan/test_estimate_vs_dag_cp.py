@@ -18,11 +18,11 @@ from dataclasses import replace
 import pytest
 from cli_capture import run
 
-from triosim.cli.console import build_parser
-from triosim.cli.plan import plan_inputs
 from triosim.plan import Candidate, ModelProfile, PipelineTimer, estimate
 from triosim.plan.report import dag_seconds
-from triosim.plan.search import Row, dag_time
+from triosim.plan.search import Row
+
+from .test_estimate_vs_dag import time_groups
 
 context_time = importlib.import_module("triosim.plan.context_time")
 profile_module = importlib.import_module("triosim.plan.profile")
@@ -51,13 +51,7 @@ GROUPS = (([*BASE, "--seq-len", "4096"], HIDDEN), ([*BASE, "--seq-len", "16384",
 @pytest.fixture(scope="module")
 def timed() -> list[tuple[object, list[Row]]]:
     """Each sample candidate with its DAG outcome (the DAG runs once)."""
-    out = []
-    for argv, sample in GROUPS:
-        inputs = plan_inputs(build_parser().parse_args(["plan", *argv]))
-        rows = [Row(c) for c in sample]
-        dag_time(rows, inputs.base, inputs.space.global_batch)
-        out.append((inputs, rows))
-    return out
+    return time_groups(GROUPS)
 
 
 def errors(timed) -> list[str]:
@@ -210,10 +204,8 @@ def test_zero3_gathers_on_the_data_ranks_catch_a_dp_only_group(timed, monkeypatc
     """ZeRO-3's unit gathers run on the dp × cp data ranks (rank order tp, cp, pp, dp); a group
     numbered as if there were no context parallelism (dp GPUs tp · pp apart) puts a cp ZeRO-3
     candidate outside the bound."""
-    est = importlib.import_module("triosim.plan.estimate")  # the module (the package exports a function of that name)
-
     def dp_only(c):
         return tuple(range(0, c.dp * c.tp * c.pp, c.tp * c.pp))
 
-    monkeypatch.setattr(est, "data_group", dp_only)
+    monkeypatch.setattr(estimate_module, "data_group", dp_only)
     assert any("ZeRO-3" in line for line in errors(timed))
