@@ -4,7 +4,8 @@ The DAG (:mod:`triosim.graph.pipeline.rank_program`, :func:`triosim.graph.data.z
 :func:`triosim.graph.data.gradient_sync.gather_unit`) cuts each stage's parameters, per pass, into
 units of at least ``--bucket-mb`` in the order the pass first uses them (parameters first used by
 one op together; in backward, a parameter no backward op reads by the op completing its gradient),
-and in every forward and backward block of every micro-batch all-gathers them on the DP group:
+and in every forward and backward block of every micro-batch all-gathers them on the data ranks
+(dp × cp GPUs: ZeRO shards over both):
 
 - unit 0 once the GPU's previous task has run (not waiting for the block's input from another
   stage: it may hide behind that wait, else it is exposed);
