@@ -259,22 +259,10 @@ def _schedule_flows(graph: TaskGraph, progress: Callable[[int], None] | None, re
                     since[gpu] = t
                     e = due[nxt] = t + dur[nxt] / rate
                     pending = (e, -1, nxt)
-                end[i] = t  # release(i, t), inline: a compute task holds no SMs of its own
-                for j in succ[i]:
-                    if t > ready_at[j]:
-                        ready_at[j] = t
-                    indeg[j] -= 1
-                    if indeg[j] == 0:
-                        if pending is None:
-                            pending = (ready_at[j], 0, j)
-                        else:
-                            push(events, (ready_at[j], 0, j))
-                placed += 1
-                if progress is not None and placed % tick == 0:
-                    progress(placed)
+                e = t  # released below, as a task run on the links is (a compute task holds no SMs of its own)
             else:
                 change(i, t, 1 if kind == -2 else -1)
-            continue
+                continue
         if kind == 1:  # flows whose latency is over join the link sharing, all those due at t at once
             if log is not None:
                 note(t)
@@ -303,41 +291,42 @@ def _schedule_flows(graph: TaskGraph, progress: Callable[[int], None] | None, re
                 active.add(joining, t, maxmin_rates)
                 t_next = active.next_finish()
             continue
-        how = route[i]
-        if how == 2:  # SharedStreams.offer, inline
-            gpu = devices[i][0]
-            if gpu in running:
-                q = queue.get(gpu)
-                if q is None:
-                    queue[gpu] = [(t, i)]
-                else:
-                    heapq.heappush(q, (t, i))
-            else:  # SharedStreams.begin, inline
+        if kind == 0:  # a task ready at t (kind −1 falls through: its end, released below)
+            how = route[i]
+            if how == 2:  # SharedStreams.offer, inline
+                gpu = devices[i][0]
+                if gpu in running:
+                    q = queue.get(gpu)
+                    if q is None:
+                        queue[gpu] = [(t, i)]
+                    else:
+                        heapq.heappush(q, (t, i))
+                else:  # SharedStreams.begin, inline
+                    start[i] = t
+                    running[gpu] = i
+                    rate = stream_rate[gpu] = speed.get(gpu, 1.0)
+                    left[gpu] = dur[i]
+                    since[gpu] = t
+                    e = due[i] = t + dur[i] / rate
+                    pending = (e, -1, i)
+                continue
+            if how == 1:
                 start[i] = t
-                running[gpu] = i
-                rate = stream_rate[gpu] = speed.get(gpu, 1.0)
-                left[gpu] = dur[i]
-                since[gpu] = t
-                e = due[i] = t + dur[i] / rate
-                pending = (e, -1, i)
-            continue
-        if how == 1:
+                if streams is not None and sms[i]:
+                    change(i, t, 1)
+                pending = (t + latency[i], 1, i)
+                continue
+            for r in res[i]:
+                if free[r] > t:
+                    t = free[r]
+            e = t + dur[i]
+            for r in res[i]:
+                free[r] = e
+            if streams is not None and sms[i]:  # communication off the links: its SMs from start to end
+                push(events, (t, -2, i))
+                push(events, (e, -3, i))
             start[i] = t
-            if streams is not None and sms[i]:
-                change(i, t, 1)
-            pending = (t + latency[i], 1, i)
-            continue
-        for r in res[i]:
-            if free[r] > t:
-                t = free[r]
-        e = t + dur[i]
-        for r in res[i]:
-            free[r] = e
-        if streams is not None and sms[i]:  # communication off the links: its SMs from start to end
-            push(events, (t, -2, i))
-            push(events, (e, -3, i))
-        start[i] = t
-        end[i] = e  # release(i, e), inline: most tasks are compute tasks
+        end[i] = e  # release(i, e), inline: most tasks are compute tasks (and a shared stream's ends)
         for j in succ[i]:
             if e > ready_at[j]:
                 ready_at[j] = e
