@@ -222,16 +222,8 @@ def _schedule_flows(graph: TaskGraph, progress: Callable[[int], None] | None, re
             done = active.due(t)
             active.remove(done, t, maxmin_rates)
             t_next = active.next_finish()
-            for i in done:  # release(i, t), inline
-                if streams is not None and sms[i]:
-                    change(i, t, -1)
-                end[i] = t
-                for j in succ[i]:
-                    if t > ready_at[j]:
-                        ready_at[j] = t
-                    indeg[j] -= 1
-                    if indeg[j] == 0:
-                        push(events, (ready_at[j], 0, j))
+            for i in done:
+                release(i, t)
             placed += len(done)
             if progress is not None and placed // tick != (placed - len(done)) // tick:
                 progress(placed)
