@@ -19,7 +19,8 @@ distinct tensor counted once per pass):
   product plus, when the op writes one (the first layer's input needs none), the
   input-gradient product: twice the forward.
 - attention (scaled_dot_product / flash): QKᵀ and PV, ``4·numel(q)·s_k`` (= 4·b·h·s_q·s_k·d),
-  no causal discount (the trace does not say); backward 2.5× (FlashAttention-2's accounting).
+  half that under a causal mask (meta.json ``attention_mask: causal``; with as many keys as
+  queries); backward 2.5× (FlashAttention-2's accounting).
   Bytes: q, k, v and the outputs only (no s×s matrix in HBM).
 - norms and softmax: bytes-bound, ~5 FLOPs per element (8 for backward); layer/RMS norm and
   softmax read a row once, group/instance norm read their input twice (statistics, then normalise).
@@ -63,6 +64,7 @@ class OpCost:
     known: bool = True
     gemm: tuple[int, int, int] | None = None  # (M, N, K) of a matmul's forward product
     blocks: int | None = None  # thread blocks of a kernel whose parallelism the shape limits (BN: C)
+    attention: tuple[int, bool] | None = None  # a fused attention op's (head size, causal mask)
 
     @property
     def bytes(self) -> float:
@@ -195,11 +197,11 @@ def _batch_norm(short: str, ins: list[Tensor], read: float) -> tuple[float, floa
 
 
 def op_cost(op: Op, tensors: Mapping[str, Tensor], gemm_hint: tuple[int, int, int] | None = None,
-            rows: int | None = None) -> OpCost:
+            rows: int | None = None, causal: bool = False) -> OpCost:
     """The cost of ``op`` from its tensors' shapes. For a matmul backward that lists only its
     weight (the original's traces): ``gemm_hint``, the (M, N, K) of the forward product it belongs
     to, else ``rows`` (the batch) as M. A matmul without a product it can find is costed by bytes
-    only (``known=False``)."""
+    only (``known=False``). ``causal``: the trace's fused attention ops run under a causal mask."""
     kind, op_class = classify(op.name, op.stage)
     short = base_name(op.name)
     ins = _unique(op.inputs, tensors)
@@ -211,6 +213,7 @@ def op_cost(op: Op, tensors: Mapping[str, Tensor], gemm_hint: tuple[int, int, in
     flops = 0.0
     gemm = None
     blocks = None
+    attention = None
     if kind == "matmul":
         gemm = _matmul_forward(short, live_ins, outs)
         if gemm is not None:
@@ -243,6 +246,12 @@ def op_cost(op: Op, tensors: Mapping[str, Tensor], gemm_hint: tuple[int, int, in
         q, k = (data[0], data[1]) if kind == "attention" and len(data) >= 2 else (
             (data[1], data[2]) if len(data) >= 3 else (None, None))
         flops = _attention_flops(q, k) * (1.0 if kind == "attention" else 2.5)
+        if q is not None and k is not None and flops > 0:
+            # the mask keeps half the (query, key) pairs only where queries and keys are the same
+            # positions; a sliding window's keys are already the window
+            square = causal and len(q.shape) >= 2 and q.shape[-2] == k.shape[-2]
+            attention = (q.shape[-1], square)
+            flops *= 0.5 if square else 1.0
     elif kind == "norm" and short in BATCH_NORM:
         read, flops, blocks = _batch_norm(short, live_ins, read)
     elif kind == "norm":
@@ -267,7 +276,7 @@ def op_cost(op: Op, tensors: Mapping[str, Tensor], gemm_hint: tuple[int, int, in
         per = ELEMENTWISE.get(short, 1 if kind == "elementwise" else 4)
         flops = float(per * big.numel) if big is not None else 0.0
     known = kind != "unknown" and not (kind.startswith("matmul") and gemm is None)
-    return OpCost(flops, read, written, kind, op_class, dtype, known=known, gemm=gemm, blocks=blocks)
+    return OpCost(flops, read, written, kind, op_class, dtype, known=known, gemm=gemm, blocks=blocks, attention=attention)
 
 
 def trace_op_costs(trace: Trace) -> list[OpCost]:
@@ -275,6 +284,7 @@ def trace_op_costs(trace: Trace) -> list[OpCost]:
     forward op it belongs to (:attr:`Trace.forward_partner`)."""
     costs: list[OpCost] = []
     partner = None
+    causal = trace.info.get("attention_mask") == "causal"
     for op in trace.ops:
         hint = None
         if classify(op.name, op.stage)[0] == "matmul_backward":
@@ -283,7 +293,7 @@ def trace_op_costs(trace: Trace) -> list[OpCost]:
             p = partner[op.index]
             if p is not None and p < len(costs):
                 hint = costs[p].gemm
-        costs.append(op_cost(op, trace.tensors, hint, trace.batch_size))
+        costs.append(op_cost(op, trace.tensors, hint, trace.batch_size, causal))
     return costs
 
 

@@ -19,8 +19,9 @@ schema) holds what the roofline op-time model needs to know about a GPU:
   below x (the first point's below it), which is how Calculon reads its ``gflops_efficiency`` /
   ``MB_efficiency`` tables. Optional ``vector``: the curve for vector-unit ops (elementwise,
   norms, softmax) when they differ from the matrix units; without it they use the compute
-  curves. They are device-level defaults, to be calibrated on measured traces;
-  ``efficiency.source`` says where their shape comes from.
+  curves. Optional ``attention``: measured fused-attention curves per head size, direction and
+  mask (:mod:`triosim.hardware.attention_curves`). They are device-level defaults, to be
+  calibrated on measured traces; ``efficiency.source`` says where their shape comes from.
 - optional ``processing_mode``: ``roofline`` (the default: an op's time is the larger of its
   compute and memory times, the two overlap) or ``no_overlap`` (their sum, as Calculon's
   system files may say: a kernel that does not hide its memory traffic behind its math).
@@ -66,6 +67,7 @@ from typing import Any
 from ..errors import ConfigError
 from ..safe_yaml import parse_yaml_text, read_text_file
 from ..trace.fp8 import FP8_RECIPES
+from .attention_curves import AttentionCurves, parse_attention
 
 DTYPES = ("fp64", "fp32", "tf32", "bf16", "fp16", "fp8")
 PEAK_FIELDS = ("matrix_tflops", "vector_tflops", "hbm_gbps", "memory_gb")
@@ -75,7 +77,7 @@ KEYS = frozenset((*REQUIRED, "display_name", "vendor", "aliases", "notes", "sm_c
                   "processing_mode", "collective_sms", "fp8_recipes", "host_link_gbps"))
 PER_TENSOR_FP8 = ("delayed", "current")  # the recipes of a GPU with an fp8 peak whose file names none
 EFFICIENCY_KEYS = frozenset(("compute", "memory", "source"))
-EFFICIENCY_OPTIONAL = frozenset(("compute_by_dtype", "vector"))
+EFFICIENCY_OPTIONAL = frozenset(("attention", "compute_by_dtype", "vector"))
 PROCESSING_MODES = ("roofline", "no_overlap")
 INTERPOLATIONS = ("log-linear", "step")
 
@@ -128,6 +130,7 @@ class Device:
     collective_sms: int | None = None  # SMs one NCCL collective or send occupies (None: SM sharing off)
     fp8_recipe_names: tuple[str, ...] | None = None  # the file's fp8_recipes (None: not given)
     host_link_bytes_per_s: float | None = None  # GPU <-> host memory, each way (activation offload)
+    attention_efficiency: AttentionCurves | None = None  # measured fused-attention curves (None: the GEMM curve)
 
     @property
     def fp8_recipes(self) -> tuple[str, ...]:
@@ -316,8 +319,8 @@ def parse_device(where: str, data: Any) -> Device:
         raise ConfigError(f"{where}: field 'efficiency' must be a mapping with compute, memory and source")
     bad = sorted(set(map(str, eff)) - EFFICIENCY_KEYS - EFFICIENCY_OPTIONAL)
     if bad:
-        raise ConfigError(f"{where}: unknown field efficiency.{bad[0]} (known: compute, compute_by_dtype, memory, "
-                          "source, vector)")
+        raise ConfigError(f"{where}: unknown field efficiency.{bad[0]} (known: attention, compute, compute_by_dtype, "
+                          "memory, source, vector)")
     by_dtype = eff.get("compute_by_dtype", {})
     if not isinstance(by_dtype, dict):
         raise ConfigError(f"{where}: field efficiency.compute_by_dtype must map a dtype to a curve")
@@ -404,6 +407,7 @@ def parse_device(where: str, data: Any) -> Device:
         collective_sms=comm_sms,
         fp8_recipe_names=recipes,
         host_link_bytes_per_s=host_link,
+        attention_efficiency=parse_attention(where, eff["attention"], _curve) if "attention" in eff else None,
     )
 
 

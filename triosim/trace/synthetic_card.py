@@ -25,7 +25,8 @@ storage (no copy), so the memory plan counts each once.
 Element sizes: parameters, gradients and activations ``element_bytes`` (2 for bf16/fp16), the
 Adam moments, norm statistics, log-sum-exp and loss fp32, dropout masks 1 byte (bool), token
 IDs and targets 8 (int64). Dropout ops (and their masks) exist only when the card's dropout is
-above 0. The trace holds no measured times (every op is written with 0 µs): its op times come
+above 0. Every card is a decoder: ``meta.json`` says ``attention_mask: causal``, which halves a
+fused attention op's counted FLOPs. The trace holds no measured times (every op is written with 0 µs): its op times come
 from a GPU model. ``meta.json`` says ``device: synthetic`` and names the card.
 """
 
@@ -44,7 +45,7 @@ from .synthetic_mtp import mtp_backward, mtp_forward
 
 FP32 = 4
 # Bumped whenever the rows written for a card change: cached traces of older versions are not reused.
-CARD_TRACE_VERSION = 4
+CARD_TRACE_VERSION = 5
 
 
 @dataclass(frozen=True)
@@ -391,7 +392,7 @@ def write_card_trace(directory: str | os.PathLike, spec: CardTraceSpec) -> Path:
     c = spec.card
     meta = {"batch_size": spec.batch_size, "device": "synthetic", "model": c.name, "seq_len": c.seq_len,
             "model_card": c.name, "model_card_digest": c.digest(), "element_bytes": spec.element_bytes,
-            "traced_layers": spec.layers, "card_layers": c.layers,
+            "traced_layers": spec.layers, "card_layers": c.layers, "attention_mask": "causal",
             "model_description": f"model card {c.name}: {c.layers} layers, hidden {c.hidden}, {c.heads} heads "
                                  f"({c.kv_heads} key/value), FFN {c.ffn} ({c.activation}), vocab {c.vocab}, "
                                  f"sequence {c.seq_len}, {c.norm}, {c.attention} attention, {c.position} positions"}
