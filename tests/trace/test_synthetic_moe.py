@@ -53,10 +53,11 @@ def test_moe_layer_repeats_and_has_no_tensor_parallel_mlp_block(tmp_path) -> Non
 
 
 def test_sliding_window_layers_cost_the_window(tmp_path) -> None:
-    """GPT-OSS: the sliding layers' attention sees 128 keys per query, the full ones every key."""
+    """GPT-OSS: the sliding layers' attention sees 128 keys per query, the full ones every key
+    before it (the causal mask: half the square)."""
     card = replace(get_card("gpt-oss-120b"), layers=2, hidden=64, heads=4, kv_heads=2, head_dim_given=16,
                    vocab=100, seq_len=512, moe=MoeSpec(E, K, F))
     trace = build(tmp_path, card)
     costs = trace_op_costs(trace)
     attn = [c.flops for op, c in zip(trace.ops, costs) if op.name.endswith("flash_attention")]
-    assert attn == [4 * B * 4 * 512 * 16 * 128, 4 * B * 4 * 512 * 16 * 512]
+    assert attn == [4 * B * 4 * 512 * 16 * 128, 4 * B * 4 * 512 * 16 * 512 / 2]
