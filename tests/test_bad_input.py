@@ -134,6 +134,9 @@ CASES = [
          lambda d: write_meta(d, '{"batch_size": 2.5}')),
     Case("meta.json batch_size 0", ("run", "-trace-dir", T, "-q"), "meta.json: batch_size: must be >= 1, got 0",
          lambda d: write_meta(d, '{"batch_size": 0}')),
+    Case("meta.json attention_mask \"Causal\"", ("run", "-trace-dir", T, "-q"),
+         'meta.json: attention_mask: must be causal, full or mixed, got "Causal"',
+         lambda d: write_meta(d, '{"batch_size": 4, "attention_mask": "Causal"}')),
     Case("--link-latency-us nan", ("run", "-trace-dir", T, "-case", "1", "--link-latency-us", "nan", "-q"),
          "--link-latency-us must be a finite number, got nan"),
     # --- output paths

@@ -169,6 +169,10 @@ def _summary(tables: TraceTables, out: Path) -> str:
     text = (f"wrote {out / 'trace.csv'}: {len(tables.ops)} ops: {parts}; total {total:.3f} ms "
             f"of {source} time\nwrote {out / 'tensor.csv'}: {len(tables.tensors)} rows, "
             f"{unique} tensors (ops paired with profiler events by {how})")
+    if tables.stats.attention_mask == "mixed":
+        text += (f"\nnote: {tables.stats.causal_attention_ops} of {tables.stats.attention_ops} fused "
+                 "attention ops are causal: meta.json says attention_mask mixed, which triosim costs "
+                 "as the full mask")
     if tables.stats.unpaired_ops:
         text += (f"\nnote: {tables.stats.unpaired_ops} of {tables.stats.top_level_ops} "
                  "operators had no profiler event: no time is known for them")
@@ -217,7 +221,8 @@ def cmd_repeat(args: argparse.Namespace) -> int:
 def write_convert_meta(tables: TraceTables, out: Path, graph: Path, profiler: Path,
                        batch_size: int | None) -> Path:
     """meta.json beside the converted CSVs: what ``triosim run`` reads the batch and the time
-    source (kernels or CPU ops) from. Only facts the JSON pair and the flags give; no date, so
+    source (kernels or CPU ops) from, and the attention mask of its fused attention ops (none
+    without such ops). Only facts the JSON pair and the flags give; no date, so
     converting the same pair twice writes the same bytes."""
     import json
 
@@ -230,6 +235,8 @@ def write_convert_meta(tables: TraceTables, out: Path, graph: Path, profiler: Pa
         "pairing": tables.stats.pairing,
         "time_source": tables.stats.time_source,
     }
+    if tables.stats.attention_mask is not None:  # the step's fused attention: causal, full or mixed
+        meta["attention_mask"] = tables.stats.attention_mask
     path = Path(out) / "meta.json"
     if path.resolve() in {Path(graph).resolve(), Path(profiler).resolve()}:
         raise TracerError(f"{path}: refusing to overwrite an input file")

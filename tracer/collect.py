@@ -386,6 +386,8 @@ def collect_into(out_dir: Path, record: Callable[[Path, Any], RecordedStep], *, 
             "raw": ([str(recorded.graph_path), str(recorded.profiler_path)]
                     if keep_raw or raw_dir else []),
         })
+        if tables.stats.attention_mask is not None:  # causal, full or mixed
+            meta["attention_mask"] = tables.stats.attention_mask
         write_atomic(out_dir / "meta.json", json.dumps(meta, indent=2, sort_keys=True) + "\n")
         progress.advance(conv)
     notes = []

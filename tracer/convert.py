@@ -17,6 +17,11 @@ The model of one training step written here:
   tensor it made that a later op reads (saved activations such as max-pool indices, gradients).
   Views resolve to the tensor they alias (see ``tensors.py``), so a consumer of a view reads the
   producer's tensor.
+* **Attention mask**: a kept op that runs a fused attention call (``scaled_dot_product_attention``,
+  its flash/efficient/cuDNN/CPU kernels and their backward calls: the first call under the op
+  whose name says attention and whose schema has ``is_causal``) counts as causal or full by that
+  flag; the step is ``causal`` when all are, ``full`` when none is, ``mixed`` otherwise, and has
+  no mask when it has no such op (``ConvertStats.attention_mask``, written to meta.json).
 * **Stage**: ``backward`` for autograd nodes, ``optimizer`` inside the optimizer step (or after
   the last backward op), else ``forward``.  **tpflag** = 1 for ops named in the target list and
   for backward ops whose forward op (matched by autograd sequence number) is one of them.
@@ -102,6 +107,18 @@ class ConvertStats:
     kept_ops: int
     unpaired_ops: int
     dropped: dict[str, int] = field(default_factory=dict)  # name -> count of dropped ops
+    attention_ops: int = 0  # kept ops that run a fused attention call
+    causal_attention_ops: int = 0  # of those, the ones whose call says is_causal
+
+    @property
+    def attention_mask(self) -> str | None:
+        """``causal`` when every fused attention op is causal, ``full`` when none is, ``mixed``
+        when some are (triosim costs a mixed step as full), None without fused attention."""
+        if not self.attention_ops:
+            return None
+        if self.causal_attention_ops == self.attention_ops:
+            return "causal"
+        return "full" if not self.causal_attention_ops else "mixed"
 
 
 @dataclass
@@ -265,6 +282,18 @@ def _track_tensors(et: ExecutionTrace, tops: list[_TopOp]) -> TensorTracker:
     return tracker
 
 
+def _is_causal(et: ExecutionTrace, top: _TopOp) -> bool | None:
+    """The ``is_causal`` flag of the first fused attention call under a top-level op (the
+    op itself, or the kernel call inside an autograd node), or None when it runs none. The
+    argument is found by its schema name: its position differs from op to op."""
+    for n in et.subtree(top.node):
+        if "attention" in n.name:
+            flag = n.scalar("is_causal")
+            if isinstance(flag, bool):
+                return flag
+    return None
+
+
 def _fwd_ops(et: ExecutionTrace, tops: list[_TopOp]) -> dict[int, _TopOp]:
     """Backward op index -> forward top-level op that created its autograd node."""
     by_seq: dict[tuple[int, int], _TopOp] = {}
@@ -364,10 +393,14 @@ def convert_trace(et: ExecutionTrace, prof: ProfilerTrace,
     ops: list[OpRow] = []
     rows: list[TensorRow] = []
     dropped: dict[str, int] = defaultdict(int)
+    masks: list[bool] = []
     for i, t in enumerate(tops):
         if not t.keep:
             dropped[t.node.name] += 1
             continue
+        causal = _is_causal(et, t)
+        if causal is not None:
+            masks.append(causal)
         op = t.tensors
         inputs: list[tuple[int, str]] = list(op.declared_inputs)
         listed = {g for g, _ in inputs}
@@ -401,7 +434,8 @@ def convert_trace(et: ExecutionTrace, prof: ProfilerTrace,
     stats = ConvertStats(pairing=pairing_method,
                          time_source="kernels" if prof.has_kernels else "cpu",
                          top_level_ops=len(tops), kept_ops=len(ops), unpaired_ops=unpaired,
-                         dropped=dict(sorted(dropped.items())))
+                         dropped=dict(sorted(dropped.items())), attention_ops=len(masks),
+                         causal_attention_ops=sum(masks))
     if not ops:
         raise TracerError(f"{prof.path}: no operator did any work (is this the profile of the "
                           f"same step as {et.path}?)")

@@ -3,7 +3,8 @@
 The execution trace records every operator call of the step with its parent (the op that called
 it), its record-function id, sequence number, thread, schema and its arguments.  A tensor argument
 is recorded as ``[tensor_id, storage_id, offset, numel, itemsize, device]``; ids are assigned per
-tensor object (and storage) by the observer.  Two JSON layouts exist and are both read here:
+tensor object (and storage) by the observer; an argument that is no tensor keeps its recorded
+value when that is a JSON scalar (a fused attention call's ``is_causal``).  Two JSON layouts exist and are both read here:
 
 * schema 1.0.x (PyTorch 2.1): flat fields ``parent``, ``rf_id``, ``seq_id``, ``tid``, ``fw_tid``,
   ``op_schema``, ``inputs`` / ``input_shapes`` / ``input_types`` (same for outputs);
@@ -41,13 +42,16 @@ class TensorRef:
 
 @dataclass(frozen=True)
 class Arg:
-    """One argument (or return) of a node: its schema name and the tensors it holds (0, 1 or many)."""
+    """One argument (or return) of a node: its schema name and the tensors it holds (0, 1 or many);
+    for an argument that is no tensor, its recorded value when that is a JSON scalar (``true``,
+    ``0.0``, ``"<None>"``, ...), else None."""
 
     name: str
     tensors: tuple[TensorRef, ...]
     is_list: bool
     alias: str | None = None
     mutable: bool = False
+    value: bool | int | float | str | None = None
 
 
 @dataclass
@@ -75,6 +79,11 @@ class Node:
 
     def has_tensors(self) -> bool:
         return any(a.tensors for a in self.inputs) or any(a.tensors for a in self.outputs)
+
+    def scalar(self, name: str) -> bool | int | float | str | None:
+        """The recorded value of the scalar input argument the schema calls ``name`` (e.g.
+        ``is_causal``), or None when the call has no such argument."""
+        return next((a.value for a in self.inputs if a.name == name), None)
 
 
 @dataclass
@@ -135,6 +144,7 @@ def _args(values: list, shapes: list, types: list, schema_args: tuple) -> list[A
         mutable = sarg.mutable if sarg is not None else False
         tensors: list[TensorRef] = []
         is_list = False
+        scalar = None
         if typ.startswith("Tensor") and _is_tensor_value(value):
             t = _tensor(value, shape)
             if t is not None:
@@ -147,8 +157,10 @@ def _args(values: list, shapes: list, types: list, schema_args: tuple) -> list[A
                     t = _tensor(ev, elem_shapes[j] if j < len(elem_shapes) else [])
                     if t is not None:
                         tensors.append(t)
+        elif isinstance(value, (bool, int, float, str)) and not (sarg is not None and sarg.is_tensor):
+            scalar = value  # e.g. attention's is_causal, which the converter reports in meta.json
         out.append(Arg(name=name, tensors=tuple(tensors), is_list=is_list, alias=alias,
-                       mutable=mutable))
+                       mutable=mutable, value=scalar))
     return out
 
 

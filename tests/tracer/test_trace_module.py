@@ -38,6 +38,20 @@ class KeywordNet(nn.Module):
         return {"logits": self.head(self.emb(ids)) * scale}
 
 
+class FullMaskAttention(nn.Module):
+    """Self-attention over every token (an encoder's): SDPA with is_causal=False."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.qkv = nn.Linear(16, 48)
+
+    def forward(self, x):
+        b, t, _ = x.shape
+        q, k, v = self.qkv(x).view(b, t, 3, 2, 8).permute(2, 0, 3, 1, 4)
+        y = nn.functional.scaled_dot_product_attention(q, k, v, is_causal=False)
+        return y.transpose(1, 2).reshape(b, t, 16)
+
+
 def _rows(path: Path) -> list[dict[str, str]]:
     with open(path, newline="") as f:
         return list(csv.DictReader(f))
@@ -72,6 +86,23 @@ def test_trace_module_writes_a_trace_that_loads_and_simulates(tmp_path: Path) ->
     single = triosim.simulate(*triosim.configure(trace_dir=str(out)))
     data_parallel = triosim.simulate(*triosim.configure(case=2, GPUnumber=2, trace_dir=str(out)))
     assert single.makespan_ms > 0 and data_parallel.makespan_ms >= single.makespan_ms
+
+
+def test_a_full_mask_attention_model_is_traced_as_full(tmp_path: Path) -> None:
+    import triosim
+    from triosim.compute.op_cost import trace_op_costs
+
+    torch.manual_seed(0)
+    model = FullMaskAttention()
+    out = tmp_path / "full"
+    trace_module(model, torch.randn(2, 8, 16), lambda y: y.square().mean(),
+                 torch.optim.SGD(model.parameters(), lr=0.1), out, iterations=2)
+    assert json.loads((out / "meta.json").read_text())["attention_mask"] == "full"
+    costs = [c for c in trace_op_costs(triosim.load_trace(out)) if c.attention is not None]
+    assert [c.kind for c in costs] == ["attention", "attention_backward"]
+    assert costs[0].attention == (8, False)
+    # 4 · b·h·s_q·d · s_k: every (query, key) pair of the full mask
+    assert costs[0].flops == 4 * 2 * 2 * 8 * 8 * 8
 
 
 def test_trace_module_keyword_inputs_loss_without_target_and_raw_files(tmp_path: Path) -> None:

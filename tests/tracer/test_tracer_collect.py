@@ -97,6 +97,25 @@ def test_collect_gpt_with_sgd_per_tensor(tmp_path):
     assert opt_inputs
 
 
+def test_a_traced_causal_gpt_says_so_and_its_attention_counts_half_the_flops(tmp_path):
+    """gpt-tiny calls scaled_dot_product_attention with is_causal=True: meta.json says causal, so
+    its attention ops (forward and backward) count half the FLOPs of the same trace read as full."""
+    from dataclasses import replace
+
+    from triosim import load_trace
+    from triosim.compute.op_cost import trace_op_costs
+
+    out = _collect(tmp_path, "--model", "gpt-tiny", "--batch-size", "2", "--iterations", "2", "--no-raw")
+    assert json.loads((out / "meta.json").read_text())["attention_mask"] == "causal"
+    trace = load_trace(out)
+    full = replace(trace, info={**trace.info, "attention_mask": "full"})
+    pairs = [(c.kind, c.flops, f.flops) for c, f in zip(trace_op_costs(trace), trace_op_costs(full))
+             if c.attention is not None]
+    # 2 layers: one forward and one backward attention op each
+    assert sorted(k for k, _, _ in pairs) == ["attention"] * 2 + ["attention_backward"] * 2
+    assert all(causal == full / 2 > 0 for _, causal, full in pairs)
+
+
 def test_conversion_of_a_recorded_step_is_deterministic(tmp_path):
     out = _collect(tmp_path, "--model", "tinycnn", "--batch-size", "2", "--image-size", "8",
                    "--iterations", "2")

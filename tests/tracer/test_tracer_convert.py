@@ -447,3 +447,44 @@ def test_convert_writes_meta_json_that_run_reads(tmp_path, step_pair):
     assert json.loads((bare / "meta.json").read_text())["batch_size"] is None
     with pytest.warns(UserWarning, match="assuming 128"):
         assert load_trace(bare).batch_source == "assumed"
+
+
+@pytest.mark.parametrize("layout", ["1.0.1", "1.1.1"])
+@pytest.mark.parametrize(("flags", "mask"), [((True, True), "causal"), ((False,), "full"),
+                                             ((True, False), "mixed"), ((), None)])
+def test_the_attention_mask_comes_from_is_causal_by_name(layout, flags, mask):
+    # is_causal is the 6th argument of scaled_dot_product_attention and the 5th of the flash
+    # kernel call inside it: found by its schema name, not by position
+    tables, _ = convert(layout=layout, attention=flags)
+    assert [o.name for o in tables.ops].count("aten::scaled_dot_product_attention") == len(flags)
+    assert tables.stats.attention_ops == len(flags)
+    assert tables.stats.causal_attention_ops == sum(flags)
+    assert tables.stats.attention_mask == mask
+
+
+def test_meta_json_says_mixed_and_triosim_costs_it_as_full(tmp_path, capsys):
+    from dataclasses import replace
+
+    from triosim.compute.op_cost import trace_op_costs
+    from triosim.trace import load_trace
+
+    costs = {}
+    for flags in ((True, False), (True, True)):
+        graph, prof = write_pair(tmp_path, build_step(attention=flags), stem=str(len(set(flags))))
+        out = tmp_path / f"out-{len(set(flags))}"
+        assert main(["convert", "--graph", str(graph), "--profiler", str(prof), "--out", str(out),
+                     "--batch-size", "2"]) == 0
+        again = tmp_path / f"again-{len(set(flags))}"
+        assert main(["convert", "--graph", str(graph), "--profiler", str(prof), "--out", str(again),
+                     "--batch-size", "2", "-q"]) == 0
+        assert (again / "meta.json").read_bytes() == (out / "meta.json").read_bytes()
+        meta = json.loads((out / "meta.json").read_text())
+        trace = load_trace(out)
+        unmasked = replace(trace, info={k: v for k, v in trace.info.items() if k != "attention_mask"})
+        costs[meta["attention_mask"]] = [
+            (a.flops, b.flops) for a, b in zip(trace_op_costs(trace), trace_op_costs(unmasked))
+            if a.kind == "attention"]
+    assert "note: 1 of 2 fused attention ops are causal: meta.json says attention_mask mixed" in \
+        capsys.readouterr().out
+    assert len(costs["mixed"]) == 2 and all(f == full > 0 for f, full in costs["mixed"])
+    assert all(f == full / 2 > 0 for f, full in costs["causal"])

@@ -187,6 +187,31 @@ def forward_ops() -> list[Op]:
     ]
 
 
+S_SDPA = ("aten::scaled_dot_product_attention(Tensor query, Tensor key, Tensor value, Tensor? "
+          "attn_mask=None, float dropout_p=0., bool is_causal=False, *, float? scale=None, bool "
+          "enable_gqa=False) -> Tensor")
+S_FLASH = ("aten::_scaled_dot_product_flash_attention(Tensor query, Tensor key, Tensor value, float "
+           "dropout_p=0., bool is_causal=False, bool return_debug_mask=False, *, float? scale=None) -> "
+           "(Tensor output, Tensor logsumexp, Tensor cum_seq_q, Tensor cum_seq_k, SymInt max_q, SymInt "
+           "max_k, Tensor rng_state, Tensor unused, Tensor debug_attn_mask)")
+
+
+def attention_ops(causal: tuple[bool, ...]) -> list[Op]:
+    """One fused attention call per flag, each on its own q, k, v (b 2, 2 heads, 4 tokens, d 8):
+    ``scaled_dot_product_attention`` with ``is_causal`` 6th, and inside it the flash kernel call
+    with ``is_causal`` 5th, as PyTorch records them."""
+    ops = []
+    for i, flag in enumerate(causal):
+        q, k, v, o, lse = (T(300 + 10 * i + 2 * j, 301 + 10 * i + 2 * j, (2, 2, 4, 8) if j < 4 else (2, 2, 4))
+                           for j in range(5))
+        ops.append(Op("aten::scaled_dot_product_attention", S_SDPA, ins=[q, k, v, None, 0.0, flag, None, False],
+                      outs=[o], seq=20 + i, children=[
+                          Op("aten::_scaled_dot_product_flash_attention", S_FLASH,
+                             ins=[q, k, v, 0.0, flag, False, None], outs=[o, lse], seq=20 + i,
+                             kernels=[8])]))
+    return ops
+
+
 def backward_ops() -> list[Op]:
     ev = "autograd::engine::evaluate_function: "
     return [
@@ -259,9 +284,11 @@ class Built:
 
 def build_step(layout: str = "1.0.1", record_function_ids: bool = False, cuda: bool = True,
                shuffle_events: bool = False, autograd_thread: bool = True,
-               zero_grad: bool = True) -> Built:
-    """The step as (graph JSON, profiler JSON) in the given flavour."""
+               zero_grad: bool = True, attention: tuple[bool, ...] = ()) -> Built:
+    """The step as (graph JSON, profiler JSON) in the given flavour; ``attention``: the
+    ``is_causal`` flags of fused attention calls made after the loss (none by default)."""
     fwd, bwd, opt = forward_ops(), backward_ops(), optimizer_ops()
+    fwd[-1:-1] = attention_ops(attention)
     main_tid, bwd_tid = 1, (2 if autograd_thread else 1)
     nodes: list[dict] = []
     events: list[dict] = []

@@ -25,6 +25,9 @@ from .dataflow import Trace, derive
 from .order_check import check_read_order
 
 DEFAULT_TRACE_BATCH = 128  # the batch assumed for a trace with neither meta.json nor a given batch
+# meta.json's attention_mask: the mask of the trace's fused attention ops (the tracer writes
+# mixed when only some are causal; the op cost reads anything but causal as the full mask)
+ATTENTION_MASKS = ("causal", "full", "mixed")
 
 
 def trace_batch_size(path: str | os.PathLike) -> tuple[int, str]:
@@ -141,7 +144,8 @@ def _reject_constant(name: str) -> None:
 
 
 def read_trace_info(path: str | os.PathLike) -> dict:
-    """Optional ``meta.json`` beside the CSVs (written by our tracer): batch size, device…"""
+    """Optional ``meta.json`` beside the CSVs (written by our tracer): batch size, device, the
+    attention mask (``causal``, ``full`` or ``mixed``; any other value is refused)…"""
     info = Path(path) / "meta.json"
     if not info.is_file():
         return {}
@@ -156,6 +160,10 @@ def read_trace_info(path: str | os.PathLike) -> dict:
         raise TraceError(str(info), "expected a JSON object")
     if data.get("batch_size") is not None:  # null: the converter did not know the batch
         data["batch_size"] = json_int(data["batch_size"], str(info), "batch_size")
+    if "attention_mask" in data and data["attention_mask"] not in ATTENTION_MASKS:
+        # a misspelt mask would otherwise be costed as the full one without a word
+        raise TraceError(str(info), f"must be {', '.join(ATTENTION_MASKS[:-1])} or {ATTENTION_MASKS[-1]}, "
+                         f"got {json.dumps(data['attention_mask'])}", field="attention_mask")
     return data
 
 
