@@ -4,7 +4,8 @@ The execution trace records every operator call of the step with its parent (the
 it), its record-function id, sequence number, thread, schema and its arguments.  A tensor argument
 is recorded as ``[tensor_id, storage_id, offset, numel, itemsize, device]``; ids are assigned per
 tensor object (and storage) by the observer; an argument that is no tensor keeps its recorded
-value when that is a JSON scalar (a fused attention call's ``is_causal``).  Two JSON layouts exist and are both read here:
+value when that is a JSON scalar (a fused attention call's ``is_causal``).  Two JSON layouts
+exist and are both read here:
 
 * schema 1.0.x (PyTorch 2.1): flat fields ``parent``, ``rf_id``, ``seq_id``, ``tid``, ``fw_tid``,
   ``op_schema``, ``inputs`` / ``input_shapes`` / ``input_types`` (same for outputs);
