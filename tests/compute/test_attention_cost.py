@@ -101,6 +101,18 @@ def test_the_nearest_measured_head_size_times_an_op():
                                                                             Precision("fp32"))
 
 
+def test_a_traced_three_dimensional_query_has_no_head_size_and_takes_no_curve():
+    """A tracer records SDPA's q as a view with its base's [b, s, heads·d] shape: the head size is
+    not the last dimension, so no measured curve is picked; the causal op is charged its full mask."""
+    q, k, v = _t("q", (2, 1024, 768)), _t("k", (2, 1024, 768)), _t("v", (2, 1024, 768))
+    o = _t("o", (2, 1024, 768))
+    op = Op(0, 1, "aten::_scaled_dot_product_flash_attention", ("q", "k", "v"), ("o",), 0.0, 0.0, "forward", False, 2)
+    cost = op_cost(op, {t.id: t for t in (q, k, v, o)}, causal=True)
+    assert cost.attention == (0, True) and cost.flops == 4.0 * 2 * 1024 * 1024 * 768 / 2
+    h100 = get_device("h100-sxm")
+    assert roofline_seconds(cost, h100, BF16) == roofline_seconds(cost, replace(h100, attention_efficiency=None), BF16)
+
+
 def _device_file(attention) -> dict:
     return {"name": "x", "memory_gb": 80, "hbm_gbps": 3000, "launch_floor_us": 1, "matrix_tflops": {"bf16": 900},
             "vector_tflops": {"fp32": 60}, "efficiency": {"source": "s", "compute": [[1e9, 0.5]],

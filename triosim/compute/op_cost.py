@@ -250,7 +250,9 @@ def op_cost(op: Op, tensors: Mapping[str, Tensor], gemm_hint: tuple[int, int, in
             # the mask keeps half the (query, key) pairs only where queries and keys are the same
             # positions; a sliding window's keys are already the window
             square = causal and len(q.shape) >= 2 and q.shape[-2] == k.shape[-2]
-            attention = (q.shape[-1], square)
+            # a traced q is often a view recorded with its base's [b, s, heads·d] shape: its head
+            # size is then unknown (0), and no measured attention curve is chosen for it
+            attention = (q.shape[-1] if len(q.shape) == 4 else 0, square)
             flops *= 0.5 if square else 1.0
     elif kind == "norm" and short in BATCH_NORM:
         read, flops, blocks = _batch_norm(short, live_ins, read)

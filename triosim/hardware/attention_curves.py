@@ -17,7 +17,7 @@ counted as half the full mask's, as attention benchmarks count them)::
           backward_causal: [[flops, fraction], ...]
 
 An op takes the curve of the nearest measured head size (by ratio; the larger on a tie), since a
-kernel's tile shapes follow the head size. A direction/mask the head size does not list, or a
+kernel's tile shapes follow the head size; an op whose head size its trace does not show (0) takes none. A direction/mask the head size does not list, or a
 device without the section, leaves the op to the GEMM curve (see :mod:`triosim.compute.roofline`).
 """
 
