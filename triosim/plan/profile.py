@@ -46,6 +46,7 @@ from ..graph.pipeline.stages import (
 )
 from ..graph.pipeline.tied_embedding import TiedEmbedding, find_tied
 from ..graph.recompute import carry_plan, recompute
+from ..graph.recompute_spec import RecomputeSpec, as_spec
 from ..graph.single import persistent_buffers
 from ..graph.tensor.megatron import attention_heads
 from ..graph.tensor.plans import tensor_plan, tp_waits
@@ -53,7 +54,8 @@ from ..hardware.platform import Platform
 from ..trace import Trace
 from ..trace.precision import gathered_parameter_bytes, reduced_gradient_bytes
 from .context_time import held_bytes
-from .stage_memory import StageLayout, StageMemory, stage_layout, stage_memories, touches
+from .stage_memory import StageLayout, StageMemory, gpu_bytes, stage_layout, stage_memories, touches
+from .variants import rewrite_key
 
 EXACT_GROUP = 8  # collectives on groups up to this size are costed exactly at every size
 
@@ -108,7 +110,9 @@ class ModelProfile:
     _grads: dict[tuple[int, int, bool], _Gradients] = field(default_factory=dict, repr=False)
     _op_times: dict[tuple[int, int], np.ndarray] = field(default_factory=dict, repr=False)
     _arrays: dict[tuple[int, int, bool], _PlanArrays] = field(default_factory=dict, repr=False)
-    recompute: str = "none"  # the activation recomputation this profile's trace carries
+    recompute: str | tuple = "none"  # the recomputation its trace carries (variants.rewrite_key)
+    rc_spec: RecomputeSpec = field(default_factory=RecomputeSpec, repr=False)
+    rc_cuts: frozenset[int] = field(default_factory=frozenset, repr=False)  # first forward op of each chunk
     parent: ModelProfile | None = field(default=None, repr=False)
     _children: dict[str, ModelProfile] = field(default_factory=dict, repr=False)
     _rewrites: dict[int, object] = field(default_factory=dict, repr=False)  # batch -> its Recomputed
@@ -166,22 +170,26 @@ class ModelProfile:
             hit = base._contexts[cp] = ModelProfile(base.raw, base.platform, base.reference_compat, base.precision,
                                                     _scaled=base._scaled, _op_times=base._op_times, cp=cp)
             hit._contexts[1] = base
-        return hit.for_recompute(self.recompute)
+        return hit.for_recompute(self.rc_spec, self.rc_cuts)
 
-    def for_recompute(self, mode: str) -> ModelProfile:
+    def for_recompute(self, mode: str | RecomputeSpec, cuts: frozenset[int] = frozenset()) -> ModelProfile:
         """The profile of the trace with ``mode``'s re-runs inserted, as the simulation rewrites
         it (:mod:`triosim.graph.recompute`: the re-runs are backward ops of their layer's
-        position, so its backward time includes them); built once per mode."""
-        if mode == self.recompute:
+        position, so its backward time includes them); built once per setting. ``cuts``: each
+        chunk's first forward op, where the re-run layers depend on them (RecomputeSpec.partial)."""
+        spec = as_spec(mode)
+        key = rewrite_key(spec, cuts)
+        if key == self.recompute:
             return self
         root = self.parent or self
-        if mode == "none":
+        if key == "none":
             return root
-        hit = root._children.get(mode)
+        hit = root._children.get(key)
         if hit is None:
-            hit = root._children[mode] = ModelProfile(
-                recompute(root.raw, mode).trace, root.platform, root.reference_compat, root.precision,
-                recompute=mode, parent=root, cp=root.cp)
+            cuts = frozenset(cuts) if spec.partial else frozenset()
+            hit = root._children[key] = ModelProfile(
+                recompute(root.raw, spec, cuts).trace, root.platform, root.reference_compat, root.precision,
+                recompute=key, rc_spec=spec, rc_cuts=cuts, parent=root, cp=root.cp)
         return hit
 
     def scaled(self, batch: int) -> Trace:
@@ -190,7 +198,7 @@ class ModelProfile:
         hit = self._scaled.get(batch)
         if hit is None:
             if self.parent is not None:
-                rec = self._rewrites[batch] = recompute(self.parent.scaled(batch), self.recompute)
+                rec = self._rewrites[batch] = recompute(self.parent.scaled(batch), self.rc_spec, self.rc_cuts)
                 hit = rec.trace
             else:
                 hit = scale_trace(self.raw, batch, reference_compat=self.reference_compat)
@@ -333,7 +341,7 @@ class ModelProfile:
         fwd = np.bincount(pa.f_pos, weights=t[pa.f_ops], minlength=n)
         bwd = np.bincount(pa.b_pos, weights=t[pa.b_ops], minlength=n)
         attn = np.bincount(pa.f_pos, weights=t[pa.f_ops] * pa.f_attn, minlength=n)
-        act_bytes = _sizes(pa.act_bytes, pa.act_invariant, pa.act_div, frac)
+        act_bytes = gpu_bytes(pa.act_bytes, pa.act_invariant, pa.act_div, frac)
         act = np.bincount(pa.act_pos, weights=act_bytes, minlength=n)
         attn_act = np.bincount(pa.act_pos, weights=act_bytes * pa.act_attn, minlength=n)
         tpf, tpb = np.zeros(n), np.zeros(n)
@@ -346,7 +354,7 @@ class ModelProfile:
                 cost = self.collective_s(kind, group, size)
                 np.add.at(tpf if forward else tpb, positions, cost)
                 np.add.at(op_s, ops, cost)
-        v_bytes = _sizes(pa.v_bytes, pa.v_invariant, pa.v_div, frac)
+        v_bytes = gpu_bytes(pa.v_bytes, pa.v_invariant, pa.v_div, frac)
         cf, cb = np.zeros(n + 1), np.zeros(n + 1)
         ahead, behind = pa.v_hi > pa.v_pos, pa.v_lo < pa.v_pos
         np.add.at(cf, pa.v_pos[ahead], v_bytes[ahead])
@@ -476,12 +484,6 @@ class _PlanArrays:
 def _fp8_plan(model):
     """The FP8 plan of a roofline op-time model (None: not FP8 training, or not the roofline)."""
     return getattr(model, "fp8", None) if type(model).__name__ == "RooflineTimes" else None
-
-
-def _sizes(full: np.ndarray, invariant: np.ndarray, div: np.ndarray, frac: float) -> np.ndarray:
-    """One GPU's bytes per buffer in a micro-batch of ``frac``, as CompositionState.size."""
-    b = np.where(invariant, full, np.round(full * frac))
-    return -np.floor_divide(-b, div)
 
 
 def handed_over(profile: ModelProfile) -> frozenset[str]:

@@ -14,6 +14,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from ..errors import ConfigError
+from ..graph.recompute_spec import DEFAULT_MODULES
 from ..sweep.execute import OK, Outcome, prepare, run_dask, run_inprocess, run_pool
 from ..sweep.grid import Point
 from .candidates import Candidate
@@ -21,6 +22,7 @@ from .estimate import TIME_OVER_BOUND, Estimate, PlanSettings, estimate
 from .forked_estimate import Estimated, can_fork, estimate_forked
 from .pipeline_time import PipelineTimer
 from .profile import ModelProfile
+from .variants import is_parent, module_variants, smallest_fitting_block
 
 Progress = Callable[[str, int, int], None]  # (phase, done, total)
 
@@ -118,6 +120,40 @@ def _estimate_forked(candidates: Sequence[Candidate], profile: ModelProfile, set
     return [done[k] for k in sorted(done)], interrupted
 
 
+def refine(rows: list[Row], profile: ModelProfile, settings: PlanSettings, top: int,
+           progress: Progress | None = None) -> list[Row]:
+    """The rows of the settings between none, selective and full worth estimating
+    (:mod:`triosim.plan.variants`): those of every parent that does not fit and whose estimate is
+    below the ``top``-th fastest that fits (any, when fewer fit), each estimated; in the order of
+    their parents, then as tried."""
+    fitting = sorted(r.estimate.time_s for r in rows if r.feasible)
+    limit = fitting[max(1, top) - 1] if len(fitting) >= max(1, top) else float("inf")
+    parents = [r for r in rows if r.error is None and r.estimate is not None and not r.estimate.fits
+               and r.estimate.time_s < limit and is_parent(r.candidate)]
+    timer = PipelineTimer(profile.platform)
+    out: list[Row] = []
+
+    def run(c: Candidate) -> Row:
+        row = Row(c)
+        try:
+            row.estimate = estimate(c, profile, settings, timer)
+        except ConfigError as exc:
+            row.error = str(exc).splitlines()[0]
+        out.append(row)
+        return row
+
+    for k, parent in enumerate(parents):
+        c = parent.candidate
+        if c.recompute == "none":
+            smallest_fitting_block(c, profile.layers, lambda v: run(v).feasible)
+        else:
+            for v in module_variants(c):
+                run(v)
+        if progress is not None and k % 16 == 0:
+            progress("refining", k + 1, len(parents))
+    return out
+
+
 # A candidate whose estimated peak is at most this far over the capacity is DAG-checked rather
 # than dropped when it is among the fastest: the DAG's memory verdict decides.
 NEAR_LIMIT = 0.05
@@ -155,6 +191,12 @@ def candidate_config(base: dict, c: Candidate, global_batch: int) -> dict:
                   sequence_parallel=c.sequence_parallel, gpus=None, cp=c.cp if c.cp > 1 else None)
     if c.recompute != "none":
         config["recompute"] = c.recompute
+    if c.recompute == "full" and (c.recompute_method != "uniform" or c.recompute_num_layers != 1):
+        config.update(recompute_method=c.recompute_method, recompute_num_layers=c.recompute_num_layers)
+    if c.recompute == "selective" and c.recompute_modules != DEFAULT_MODULES:
+        config["recompute_modules"] = ",".join(c.recompute_modules)
+    if c.offload is not None:
+        config["offload_activations"] = c.offload
     return config
 
 
@@ -241,10 +283,17 @@ def rank(rows: Sequence[Row]) -> list[Row]:
 
 
 def search(candidates: Sequence[Candidate], profile: ModelProfile, settings: PlanSettings, base: dict,
-           top: int = 20, jobs: int = 1, progress: Progress | None = None, dask: str | None = None) -> PlanOutcome:
-    """Estimate all, DAG-time the best ``top``, rank (module docstring)."""
+           top: int = 20, jobs: int = 1, progress: Progress | None = None, dask: str | None = None,
+           refined: bool = True) -> PlanOutcome:
+    """Estimate all, refine (``refined``: :func:`refine`), DAG-time the best ``top``, rank (module
+    docstring)."""
     t0 = time.perf_counter()
     rows, interrupted = estimate_all(candidates, profile, settings, progress, jobs if dask is None else 1)
+    if refined and not interrupted:
+        try:
+            rows += refine(rows, profile, settings, top, progress)
+        except KeyboardInterrupt:
+            interrupted = True
     t1 = time.perf_counter()
     out = PlanOutcome(rows, estimate_s=t1 - t0, interrupted=interrupted)
     if not interrupted and top > 0:
@@ -257,5 +306,5 @@ def search(candidates: Sequence[Candidate], profile: ModelProfile, settings: Pla
     return out
 
 
-__all__ = ["NEAR_LIMIT", "PlanOutcome", "Row", "best_estimated", "candidate_config", "dag_band", "dag_check", "dag_time", "estimate_all",
-           "near_limit", "rank", "search"]
+__all__ = ["NEAR_LIMIT", "PlanOutcome", "Row", "best_estimated", "candidate_config", "dag_band", "dag_check", "dag_time",
+           "estimate_all", "near_limit", "rank", "refine", "search"]
