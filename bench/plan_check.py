@@ -62,7 +62,7 @@ def check_1024(jobs: int, top: int) -> None:
     more = refine(rows, inputs.profile, inputs.settings, top)
     rows += more
     w4, c4 = time.perf_counter(), _cpu()
-    print(f"  {len(more):,} partial-recomputation refinements estimated: {w4 - w3:.1f} s wall, {c4 - c3:.1f} s CPU "
+    print(f"  {len(more):,} partial-recomputation and offload refinements estimated: {w4 - w3:.1f} s wall, {c4 - c3:.1f} s CPU "
           f"({sum(r.feasible for r in more):,} fit)")
     w5, c5 = time.perf_counter(), _cpu()
     dag_check(rows, inputs.settings, inputs.base, top, jobs, None, None)

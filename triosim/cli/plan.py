@@ -39,9 +39,9 @@ from .progress import ProgressLines, is_terminal
 # Strategy flags the plan chooses itself: given to `plan`, they would be silently replaced.
 CHOSEN = ("case", "dp", "tp", "pp", "micro_batch_size", "schedule", "virtual_stages", "zero", "sequence_parallel",
           "batch_size_sim", "gpus", "global_batch", "recompute", "cp", "recompute_method", "recompute_num_layers",
-          "recompute_modules")
-# Of them, the recomputation details a user may pin (every candidate then has them).
-RECOMPUTE_DETAIL = ("recompute_method", "recompute_num_layers", "recompute_modules")
+          "recompute_modules", "offload_activations")
+# Of them, the recomputation details and the offload a user may pin (every candidate then has them).
+RECOMPUTE_DETAIL = ("recompute_method", "recompute_num_layers", "recompute_modules", "offload_activations")
 # Of them, the parallel degrees a user may pin (the rest of the mesh is searched around them).
 PINNABLE = ("tp", "pp", "dp", "cp")
 EXIT_NOTHING_FITS = 3
@@ -60,10 +60,13 @@ def register(sub: Any, defaults: dict | None = None) -> None:
                                    "ZeRO 0-3 × sequence parallel × recomputation (none, selective, full) configuration, "
                                    "and, where one does not fit and would be among the fastest, partial recomputation: "
                                    "block recomputation of the fewest layers a chunk that fit (--recompute-method block "
-                                   "--recompute-num-layers N) and selective core_attn,mlp and core_attn,layernorm,mlp. "
+                                   "--recompute-num-layers N), activation offload of the fewest layers a chunk that "
+                                   "fit (--offload-activations N; not under ZeRO-3) and selective core_attn,mlp and "
+                                   "core_attn,layernorm,mlp. "
                                    "--tp/--pp/--cp/--dp pin a degree; --recompute-num-layers N (with "
-                                   "--recompute-method) or --recompute-modules LIST pin a recomputation setting for "
-                                   "every candidate. The best few estimates are timed with the task DAG and ranked.")
+                                   "--recompute-method), --recompute-modules LIST or --offload-activations pin a "
+                                   "setting for every candidate. The best few estimates are timed with the task DAG "
+                                   "and ranked.")
     add_sim_flags(p)
     add_config_flag(p)
     g = p.add_argument_group("plan")
@@ -115,10 +118,9 @@ def _check_flags(args: argparse.Namespace) -> None:
     if getattr(args, "ep", None) not in (None, 1):  # nor expert parallelism
         raise ConfigError("plan does not search expert parallelism: leave --ep out (time --ep layouts with run, or "
                           "sweep them: --ep 1,8,32)")
-    _recompute_pin(args)
-    if getattr(args, "offload_activations", None) is not None:  # its estimates know no host copies yet
-        raise ConfigError("plan does not search --offload-activations: leave it out (time offload with run, or "
-                          "sweep it)")
+    if _recompute_pin(args) is not None and getattr(args, "offload_activations", None) is not None:
+        raise ConfigError("--offload-activations with a recomputation setting: Megatron-Core does not offload "
+                          "activations while it recomputes them; give one")
     if args.gpus is None or args.gpus < 1:
         raise ConfigError("plan needs --gpus N, the GPUs to train on")
     for axis in PINNABLE:
@@ -182,6 +184,18 @@ def _recompute_pin(args: argparse.Namespace) -> tuple[str, str, int, tuple[str, 
     else:
         return None
     return spec.granularity, spec.method, spec.num_layers, spec.modules
+
+
+def _offload_pin(args: argparse.Namespace, trace) -> str | None:
+    """``--offload-activations`` as given (checked, and the GPU's host link there to copy over)."""
+    text = getattr(args, "offload_activations", None)
+    if text is None:
+        return None
+    from ..graph.offload import OffloadSpec, host_link_rate
+
+    OffloadSpec.parse(text)
+    host_link_rate(trace)
+    return str(text).strip()
 
 
 def _check_context(cp: int | None, sequence: int | None) -> None:
@@ -299,8 +313,8 @@ def plan_inputs(args: argparse.Namespace) -> PlanInputs:
         explain_empty,
         mesh_shapes,
     )
+    from ..plan.candidates import layer_facts
     from ..plan.context_time import attention_sequence
-    from ..plan.profile import layer_facts
     from ..plan.search_size import check_search_size
 
     _check_flags(args)
@@ -322,7 +336,7 @@ def plan_inputs(args: argparse.Namespace) -> PlanInputs:
     sequence = attention_sequence(raw)
     _check_context(getattr(args, "cp", None), sequence)
     space = SearchSpace(args.gpus, args.global_batch, layers, heads, max(1, node), args.max_tp, pinned=pinned,
-                        sequence=sequence, recompute_pin=_recompute_pin(args))
+                        sequence=sequence, recompute_pin=_recompute_pin(args), offload_pin=_offload_pin(args, raw))
     if not mesh_shapes(space):
         raise ConfigError(explain_empty(space, unit))
     candidates = list(enumerate_candidates(space))
@@ -396,7 +410,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
     timed = sum(1 for r in outcome.rows if r.dag is not None)
     refinements = len(outcome.rows) - len(candidates)  # partial recomputation of those that do not fit
     console.print(f"{len(candidates):,} candidates"
-                  + (f" and {refinements:,} partial-recomputation refinements" if refinements else "")
+                  + (f" and {refinements:,} partial-recomputation and offload refinements" if refinements else "")
                   + f" on {args.gpus:,} GPUs ({len(mesh_shapes(space))} meshes), "
                   f"global batch {args.global_batch}: {feasible:,} fit, {out_of_memory:,} do not fit in memory"
                   + (f", {errors:,} refused" if errors else "")

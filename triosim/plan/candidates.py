@@ -22,8 +22,11 @@ from __future__ import annotations
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, fields
 
+from ..graph.layer_count import count_layers
 from ..graph.recompute_spec import DEFAULT_MODULES, RecomputeSpec
 from ..graph.strategy import Strategy
+from ..graph.tensor.megatron import attention_heads
+from ..trace import Trace
 
 SCHEDULES = ("1f1b", "interleaved")
 VIRTUAL_STAGES = (2, 3, 4)
@@ -148,6 +151,13 @@ class SearchSpace:
         return dict(self.pinned).get(axis)
 
 
+def layer_facts(trace: Trace) -> tuple[int, str, int | None]:
+    """(layers, their unit, attention heads or None): what the search space splits."""
+    layers = count_layers(trace)
+    heads = attention_heads(trace) if layers.unit == "transformer layers" else None
+    return layers.count, layers.unit, heads
+
+
 def divisors(n: int) -> list[int]:
     """Every divisor of ``n``, ascending (pairs up to √n: a batch of 10^8 has 81)."""
     low, high = [], []
@@ -225,6 +235,8 @@ def enumerate_candidates(space: SearchSpace) -> Iterator[Candidate]:
                 elif pp >= 2 and m % pp == 0:
                     schedules += [(sched, v) for v in VIRTUAL_STAGES if space.layers % (pp * v) == 0]
             zeros = [z for z in space.zero_stages if z == 0 or dp * cp > 1]  # ZeRO shards over dp × cp
+            if space.offload_pin is not None:  # not under ZeRO-3 (plan.offload_profile)
+                zeros = [z for z in zeros if z < 3]
             sps = [s for s in space.sequence_parallel if not s or tp > 1]
             for sched, v in schedules:
                 for z in zeros:
@@ -234,4 +246,4 @@ def enumerate_candidates(space: SearchSpace) -> Iterator[Candidate]:
 
 
 __all__ = ["MIN_CP_CHUNK", "RECOMPUTE_MODES", "SCHEDULES", "Candidate", "SearchSpace", "context_degrees", "divisors",
-           "enumerate_candidates", "mesh_shapes", "strategy_has"]
+           "enumerate_candidates", "layer_facts", "mesh_shapes", "strategy_has"]

@@ -47,6 +47,7 @@ import numpy as np
 from ..graph.pipeline.schedules import BACKWARD, FORWARD
 from .candidates import Candidate
 from .context_time import data_group, with_ring
+from .offload_profile import for_offload
 from .pipeline_time import PipelineTimer
 from .profile import ModelProfile, PositionTimes
 from .stage_memory import (
@@ -165,9 +166,11 @@ def _starts(c: Candidate, pt, profile: ModelProfile, settings: PlanSettings) -> 
 
 
 def _pipeline(c: Candidate, pt, profile: ModelProfile, settings: PlanSettings, timer: PipelineTimer, m: int,
-              chosen: tuple[list[int], bool] | None = None):
+              chosen: tuple[list[int], bool] | None = None, share: float | None = None):
     """Stage starts (``chosen``: already chosen, else :func:`_starts`), per-stage forward and
-    backward seconds and each rank's end (module docstring)."""
+    backward seconds and each rank's end (module docstring); ``share``: the FP8 casts' (the
+    profile's times key)."""
+    key = (settings.global_batch // c.dp, c.tp, c.sequence_parallel and c.tp > 1, c.micro_batch, share)
     S, P, V = c.pp * c.virtual, c.pp, c.virtual
     fw = pt.fwd + pt.tp_fwd
     bw = pt.bwd + pt.tp_bwd  # with recomputation, the re-runs are backward ops (profile.for_recompute)
@@ -181,7 +184,9 @@ def _pipeline(c: Candidate, pt, profile: ModelProfile, settings: PlanSettings, t
     for j in range(1, S):
         cut_f[j] = pt.cut_fwd_bytes[starts[j] - 1]
         cut_b[j] = pt.cut_bwd_bytes[starts[j] - 1]
-    ends = timer.rank_ends(c.schedule, P, V, m, c.tp * c.cp, F, B, cut_f, cut_b)  # stage GPUs tp · cp apart
+    free = getattr(profile, "free_backward", None)  # activation offload's reloads (offload_profile)
+    from_free = None if free is None else (F, free(pt, key, starts, B))
+    ends = timer.rank_ends(c.schedule, P, V, m, c.tp * c.cp, F, B, cut_f, cut_b, from_free)  # stage GPUs tp · cp apart
     return starts, F, B, ends, bounded
 
 
@@ -363,7 +368,13 @@ def estimate(c: Candidate, profile: ModelProfile, settings: PlanSettings, timer:
     # FP8 training: a weight is cast once an iteration and cached (every micro-batch under ZeRO-3)
     share = (1.0 if c.zero >= 3 else 1.0 / m) if profile.fp8_weight_casts else None
     chosen = None
-    if spec.partial:
+    if c.offload is not None:  # the chunks cut without the offload ops, as the simulation cuts them
+        chosen = timer.memo(("starts", "none", batch, c.tp, c.sequence_parallel, c.micro_batch, share, c.cp,
+                             c.pp * c.virtual, settings.partition),
+                            lambda: _starts(c, _times(c, profile, batch, share, timer), profile, settings))
+        profile, moved = for_offload(profile, c.offload, chosen[0])
+        chosen = (moved, chosen[1])
+    elif spec.partial:
         # Which layers re-run depends on the chunks, and the chunks are cut on the trace with the
         # re-runs of one chunk (the whole model), as the simulation cuts them (recompute.fit_to_stages)
         whole = profile.for_recompute(spec)
@@ -377,7 +388,7 @@ def estimate(c: Candidate, profile: ModelProfile, settings: PlanSettings, timer:
     pt = _times(c, profile, batch, share, timer)
     key = (batch, c.tp, c.sequence_parallel, c.micro_batch, profile.recompute, c.schedule, P, c.virtual,
            settings.partition, share, c.cp)
-    starts, F, B, ends, bounded = timer.memo(key, lambda: _pipeline(c, pt, profile, settings, timer, m, chosen))
+    starts, F, B, ends, bounded = timer.memo(key, lambda: _pipeline(c, pt, profile, settings, timer, m, chosen, share))
     bounds = list(zip(starts, [*starts[1:], profile.positions]))
     zero3 = c.zero == 3 and c.dp > 1
     if zero3:  # its gathers run inside every block: the pipeline's blocks are longer

@@ -34,7 +34,6 @@ from ..graph.context.plan import context_split
 from ..graph.data.data_parallel import gradient_order
 from ..graph.data.precision import with_training_precision
 from ..graph.data.zero import buffer_roles
-from ..graph.layer_count import count_layers
 from ..graph.pipeline.schedules import BACKWARD, FORWARD, OPTIMIZER
 from ..graph.pipeline.stage_costs import buffer_versions
 from ..graph.pipeline.stages import (
@@ -48,11 +47,11 @@ from ..graph.pipeline.tied_embedding import TiedEmbedding, find_tied
 from ..graph.recompute import carry_plan, recompute
 from ..graph.recompute_spec import RecomputeSpec, as_spec
 from ..graph.single import persistent_buffers
-from ..graph.tensor.megatron import attention_heads
 from ..graph.tensor.plans import tensor_plan, tp_waits
 from ..hardware.platform import Platform
 from ..trace import Trace
 from ..trace.precision import gathered_parameter_bytes, reduced_gradient_bytes
+from .candidates import layer_facts
 from .context_time import held_bytes
 from .stage_memory import StageLayout, StageMemory, gpu_bytes, stage_layout, stage_memories, touches
 from .variants import rewrite_key
@@ -88,13 +87,6 @@ class PositionTimes:
     b_pos: np.ndarray  # and their positions
 
 
-def layer_facts(trace: Trace) -> tuple[int, str, int | None]:
-    """(layers, their unit, attention heads or None): what the search space splits."""
-    layers = count_layers(trace)
-    heads = attention_heads(trace) if layers.unit == "transformer layers" else None
-    return layers.count, layers.unit, heads
-
-
 @dataclass
 class ModelProfile:
     """The trace a plan searches over and the platform it runs on, with cached per-key figures."""
@@ -113,6 +105,7 @@ class ModelProfile:
     recompute: str | tuple = "none"  # the recomputation its trace carries (variants.rewrite_key)
     rc_spec: RecomputeSpec = field(default_factory=RecomputeSpec, repr=False)
     rc_cuts: frozenset[int] = field(default_factory=frozenset, repr=False)  # first forward op of each chunk
+    rc_units: tuple = field(default=(), repr=False)  # its units (recompute_units): the same on every scaled copy
     parent: ModelProfile | None = field(default=None, repr=False)
     _children: dict[str, ModelProfile] = field(default_factory=dict, repr=False)
     _rewrites: dict[int, object] = field(default_factory=dict, repr=False)  # batch -> its Recomputed
@@ -129,7 +122,8 @@ class ModelProfile:
         self.fops = [i for i, p in enumerate(self.phase) if p == FORWARD]
         self.pos = _positions(trace, self.phase, self.fops)
         self.positions = len(self.fops)
-        self.layers, self.layer_unit, self.heads = layer_facts(trace)
+        root = self.parent  # a rewrite keeps the layers (inserted ops are re-runs)
+        self.layers, self.layer_unit, self.heads = (root.layers, root.layer_unit, root.heads) if root else layer_facts(trace)
         self.roles = buffer_roles(trace)
         self.versions = buffer_versions(trace, self.phase)
         self.gradient_order = gradient_order(trace)
@@ -187,9 +181,10 @@ class ModelProfile:
         hit = root._children.get(key)
         if hit is None:
             cuts = frozenset(cuts) if spec.partial else frozenset()
-            hit = root._children[key] = ModelProfile(
-                recompute(root.raw, spec, cuts).trace, root.platform, root.reference_compat, root.precision,
-                recompute=key, rc_spec=spec, rc_cuts=cuts, parent=root, cp=root.cp)
+            rec = recompute(root.raw, spec, cuts)
+            hit = root._children[key] = ModelProfile(rec.trace, root.platform, root.reference_compat, root.precision,
+                                                     recompute=key, rc_spec=spec, rc_cuts=cuts, rc_units=rec.units,
+                                                     parent=root, cp=root.cp)
         return hit
 
     def scaled(self, batch: int) -> Trace:
@@ -197,12 +192,13 @@ class ModelProfile:
         its re-runs, as ``triosim run`` scales, sizes and rewrites it."""
         hit = self._scaled.get(batch)
         if hit is None:
-            if self.parent is not None:
-                rec = self._rewrites[batch] = recompute(self.parent.scaled(batch), self.rc_spec, self.rc_cuts)
+            if self.parent is not None:  # a scaled copy has the same ops: the same units
+                rec = self._rewrites[batch] = recompute(self.parent.scaled(batch), self.rc_spec, self.rc_cuts,
+                                                        list(self.rc_units))
                 hit = rec.trace
             else:
-                hit = scale_trace(self.raw, batch, reference_compat=self.reference_compat)
-                hit = with_training_precision(hit, self.precision)
+                hit = with_training_precision(scale_trace(self.raw, batch, reference_compat=self.reference_compat),
+                                              self.precision)
             self._scaled[batch] = hit
         return hit
 

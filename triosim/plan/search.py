@@ -14,6 +14,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from ..errors import ConfigError
+from ..graph.offload import host_link_rate
 from ..graph.recompute_spec import DEFAULT_MODULES
 from ..sweep.execute import OK, Outcome, prepare, run_dask, run_inprocess, run_pool
 from ..sweep.grid import Point
@@ -22,7 +23,7 @@ from .estimate import TIME_OVER_BOUND, Estimate, PlanSettings, estimate
 from .forked_estimate import Estimated, can_fork, estimate_forked
 from .pipeline_time import PipelineTimer
 from .profile import ModelProfile
-from .variants import is_parent, module_variants, smallest_fitting_block
+from .variants import block, can_offload, is_parent, module_variants, offloaded, smallest_fitting
 
 Progress = Callable[[str, int, int], None]  # (phase, done, total)
 
@@ -122,7 +123,7 @@ def _estimate_forked(candidates: Sequence[Candidate], profile: ModelProfile, set
 
 def refine(rows: list[Row], profile: ModelProfile, settings: PlanSettings, top: int,
            progress: Progress | None = None) -> list[Row]:
-    """The rows of the settings between none, selective and full worth estimating
+    """The rows of the settings between none, selective and full (and activation offload) worth estimating
     (:mod:`triosim.plan.variants`): those of every parent that does not fit and whose estimate is
     below the ``top``-th fastest that fits (any, when fewer fit), each estimated; in the order of
     their parents, then as tried."""
@@ -142,10 +143,16 @@ def refine(rows: list[Row], profile: ModelProfile, settings: PlanSettings, top: 
         out.append(row)
         return row
 
+    try:
+        offload = host_link_rate(profile.raw) > 0
+    except ConfigError:  # no host link in the device file: nothing to offload over
+        offload = False
     for k, parent in enumerate(parents):
         c = parent.candidate
         if c.recompute == "none":
-            smallest_fitting_block(c, profile.layers, lambda v: run(v).feasible)
+            smallest_fitting(c, profile.layers, block, lambda v: run(v).feasible)
+            if offload and can_offload(c):
+                smallest_fitting(c, profile.layers, offloaded, lambda v: run(v).feasible)
         else:
             for v in module_variants(c):
                 run(v)

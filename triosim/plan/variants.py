@@ -1,5 +1,5 @@
 """The settings between none, selective and full that a plan searches where they can matter:
-partial recomputation (Megatron-Core's ``recompute_method`` block with ``recompute_num_layers``
+activation offload, partial recomputation (Megatron-Core's ``recompute_method`` block with ``recompute_num_layers``
 N: the first N layers of each model chunk re-run whole, the others keep everything) and larger
 module sets of selective recomputation (``recompute_modules``).
 
@@ -12,6 +12,10 @@ K the rows the plan DAG-times). For such a parent
   − 1 (all of them is full recomputation, already searched); memory falls as N grows, time
   rises, so the plan estimates the N that halve the range until it has the smallest N that fits
   (about log2 of the chunk's layers estimates);
+- without recomputation and below ZeRO-3, on a GPU whose device file gives its host link: activation offload of
+  N layers a chunk (``--offload-activations N``: Megatron-Core's CPU offloading of the first N
+  layers, never the chunk's last), N found the same way (the copies to host and back cost time
+  where the compute beside them does not hide them);
 - with selective recomputation of the attention core: core_attn with mlp, and with mlp and
   layernorm (:data:`MODULE_SETS`; Megatron-Core's ``core_attn`` is its default, ``mlp`` the
   part of a dense layer whose activations weigh most, ``layernorm`` the rest). Other sets
@@ -54,15 +58,20 @@ def module_variants(c: Candidate) -> list[Candidate]:
     return [replace(c, recompute_modules=m) for m in MODULE_SETS]
 
 
-def smallest_fitting_block(c: Candidate, layers: int, fits: Callable[[Candidate], bool]) -> list[Candidate]:
-    """The block settings of ``c`` (no recomputation) tried while halving 1 … chunk layers − 1
-    for the smallest N that fits (``fits``: estimates a candidate, True when it fits), in the
-    order tried."""
+def offloaded(c: Candidate, n: int) -> Candidate:
+    return replace(c, offload=str(n))
+
+
+def smallest_fitting(c: Candidate, layers: int, make: Callable[[Candidate, int], Candidate],
+                     fits: Callable[[Candidate], bool]) -> list[Candidate]:
+    """The settings ``make(c, N)`` of ``c`` (no recomputation: :func:`block` or
+    :func:`offloaded`) tried while halving 1 … chunk layers − 1 for the smallest N that fits
+    (``fits``: estimates a candidate, True when it fits), in the order tried."""
     lo, hi = 1, chunk_layers(c, layers) - 1
     tried = []
     while lo <= hi:
         n = (lo + hi) // 2
-        v = block(c, n)
+        v = make(c, n)
         tried.append(v)
         if fits(v):
             hi = n - 1
@@ -71,10 +80,15 @@ def smallest_fitting_block(c: Candidate, layers: int, fits: Callable[[Candidate]
     return tried
 
 
+def can_offload(c: Candidate) -> bool:
+    """Offload is searched without recomputation and below ZeRO-3 (:mod:`triosim.plan.offload_profile`)."""
+    return c.recompute == "none" and not (c.zero == 3 and c.data > 1)
+
+
 def is_parent(c: Candidate) -> bool:
     """Whether the search may refine ``c``: none or plain selective, nothing pinned or offloaded."""
     return not c.detailed and c.recompute in ("none", "selective")
 
 
-__all__ = ["MODULE_SETS", "block", "chunk_layers", "is_parent", "module_variants", "rewrite_key",
-           "smallest_fitting_block"]
+__all__ = ["MODULE_SETS", "block", "can_offload", "chunk_layers", "is_parent", "module_variants", "offloaded", "rewrite_key",
+           "smallest_fitting"]
