@@ -155,3 +155,23 @@ def test_spec_key_names_the_chunks_only_where_they_matter() -> None:
     assert key(RecomputeSpec("full", "block", 1), frozenset({3})) != key(RecomputeSpec("full", "block", 1))
     assert key(RecomputeSpec("selective", modules=("mlp", "core_attn")), frozenset({3})) == key(
         RecomputeSpec("selective", modules=("core_attn", "mlp")))
+
+
+def test_block_is_tried_only_where_it_can_fit_and_stay_below_the_limit() -> None:
+    from types import SimpleNamespace
+
+    from triosim.plan.variants import block_may_help, smallest_fitting
+
+    c = C(1, 2, 4, 1)  # 8 layers over 2 stages: 4 a chunk
+
+    def row(t: float, fits: bool = True):
+        return SimpleNamespace(candidate=c, estimate=SimpleNamespace(time_s=t), feasible=fits)
+
+    parent = row(1.0, False)
+    assert block_may_help(parent, row(1.4), 8, 1.1)  # one layer a chunk: at least 1.0 + 0.5 · 0.4 / 4 = 1.05
+    assert not block_may_help(parent, row(1.4), 8, 1.04)
+    assert not block_may_help(parent, row(1.4, fits=False), 8, 9.0)  # full recomputation does not fit: none does
+    # the largest N first; nothing more when it does not fit; else halving to the smallest that fits
+    assert [v.recompute_num_layers for v in smallest_fitting(c, 8, block, lambda v: False)] == [3]
+    fits_from_2 = smallest_fitting(c, 8, block, lambda v: v.recompute_num_layers >= 2)
+    assert [v.recompute_num_layers for v in fits_from_2] == [3, 1, 2]
