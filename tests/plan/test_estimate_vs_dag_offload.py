@@ -119,3 +119,10 @@ def test_a_pinned_offload_is_every_candidates(tmp_path) -> None:
 def test_offload_refusals_are_one_line(flags, words) -> None:
     code, _, stderr = run(["plan", *TIGHT, *flags])
     assert code == 2 and words in stderr and len(stderr.strip().splitlines()) == 1, stderr
+
+
+def test_offload_estimates_claim_no_bound(timed) -> None:
+    # up to +2.6 % above the DAG: the plan must DAG-time them rather than skip them by the 1 % bound
+    for inputs, rows in timed:
+        timer = PipelineTimer(inputs.profile.platform)
+        assert not any(estimate(r.candidate, inputs.profile, inputs.settings, timer).bounded for r in rows)
