@@ -14,7 +14,6 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 
 from ..errors import ConfigError
-from ..graph.offload import host_link_rate
 from ..graph.recompute_spec import DEFAULT_MODULES
 from ..sweep.execute import OK, Outcome, prepare, run_dask, run_inprocess, run_pool
 from ..sweep.grid import Point
@@ -26,10 +25,8 @@ from .profile import ModelProfile
 from .variants import (
     block,
     block_may_help,
-    can_offload,
     is_parent,
     module_variants,
-    offloaded,
     smallest_fitting,
 )
 
@@ -131,7 +128,7 @@ def _estimate_forked(candidates: Sequence[Candidate], profile: ModelProfile, set
 
 def refine(rows: list[Row], profile: ModelProfile, settings: PlanSettings, limit_s: float,
            progress: Progress | None = None) -> list[Row]:
-    """The rows of the settings between none, selective and full (and activation offload) worth
+    """The rows of the settings between none, selective and full worth
     estimating (:mod:`triosim.plan.variants`): those of every parent that does not fit and whose
     estimate is below ``limit_s`` (of the :data:`MAX_PARENTS` fastest, when the limit is
     infinite), each estimated; in the order of their parents, then as tried."""
@@ -151,10 +148,6 @@ def refine(rows: list[Row], profile: ModelProfile, settings: PlanSettings, limit
         out.append(row)
         return row
 
-    try:
-        offload = host_link_rate(profile.raw) > 0
-    except ConfigError:  # no host link in the device file: nothing to offload over
-        offload = False
     full = {r.candidate: r for r in rows if r.candidate.recompute == "full" and not r.candidate.detailed}
     for k, parent in enumerate(parents):
         c = parent.candidate
@@ -162,8 +155,6 @@ def refine(rows: list[Row], profile: ModelProfile, settings: PlanSettings, limit
             sibling = full.get(replace(c, recompute="full"))
             if sibling is None or block_may_help(parent, sibling, profile.layers, limit_s):
                 smallest_fitting(c, profile.layers, block, lambda v: run(v).feasible)
-            if offload and can_offload(c):
-                smallest_fitting(c, profile.layers, offloaded, lambda v: run(v).feasible)
         else:
             sibling = full.get(replace(c, recompute="full"))
             if sibling is None or sibling.feasible:  # none fits where full recomputation (holding least) does not

@@ -1,10 +1,9 @@
 """The settings between none, selective and full that a plan searches where they can matter:
-activation offload, partial recomputation (Megatron-Core's ``recompute_method`` block with ``recompute_num_layers``
+partial recomputation (Megatron-Core's ``recompute_method`` block with ``recompute_num_layers``
 N: the first N layers of each model chunk re-run whole, the others keep everything) and larger
 module sets of selective recomputation (``recompute_modules``).
 
-They only add work to the candidate they refine (re-runs, host copies; the forward pass is the
-same), so each is slower than its *parent* and saves memory: worth estimating only for a parent
+They only add work to the candidate they refine (re-runs; the forward pass is the same), so each is slower than its *parent* and saves memory: worth estimating only for a parent
 that does not fit in memory and whose estimate could beat the best DAG time (below it plus
 :data:`~triosim.plan.estimate.TIME_OVER_BOUND`; :func:`triosim.plan.search.refine_and_time`).
 For such a parent
@@ -16,10 +15,6 @@ For such a parent
   estimates); none where full recomputation of the same candidate does not fit (it holds less
   than any block setting) or where re-running one layer a chunk cannot stay below the limit
   (:func:`block_may_help`);
-- without recomputation and below ZeRO-3, on a GPU whose device file gives its host link: activation offload of
-  N layers a chunk (``--offload-activations N``: Megatron-Core's CPU offloading of the first N
-  layers, never the chunk's last), N found the same way (the copies to host and back cost time
-  where the compute beside them does not hide them);
 - with selective recomputation of the attention core: core_attn with mlp, and with mlp and
   layernorm, the largest first and the other only where it fits, none where full recomputation
   of the same candidate does not fit (:data:`MODULE_SETS`; Megatron-Core's ``core_attn`` is its default, ``mlp`` the
@@ -69,14 +64,9 @@ def module_variants(c: Candidate, fits: Callable[[Candidate], bool]) -> list[Can
     return tried
 
 
-def offloaded(c: Candidate, n: int) -> Candidate:
-    return replace(c, offload=str(n))
-
-
 def smallest_fitting(c: Candidate, layers: int, make: Callable[[Candidate, int], Candidate],
                      fits: Callable[[Candidate], bool]) -> list[Candidate]:
-    """The settings ``make(c, N)`` of ``c`` (no recomputation: :func:`block` or
-    :func:`offloaded`) tried while halving 1 … chunk layers − 1 for the smallest N that fits
+    """The settings ``make(c, N)`` of ``c`` (no recomputation: :func:`block`) tried while halving 1 … chunk layers − 1 for the smallest N that fits
     (``fits``: estimates a candidate, True when it fits), in the order tried: the largest N
     first, and nothing more when it does not fit."""
     lo, hi = 1, chunk_layers(c, layers) - 1
@@ -95,11 +85,6 @@ def smallest_fitting(c: Candidate, layers: int, make: Callable[[Candidate, int],
         else:
             lo = n + 1
     return tried
-
-
-def can_offload(c: Candidate) -> bool:
-    """Offload is searched without recomputation and below ZeRO-3 (:mod:`triosim.plan.offload_profile`)."""
-    return c.recompute == "none" and not (c.zero == 3 and c.data > 1)
 
 
 # Of the time full recomputation adds per layer, the least a block setting is taken to add per
@@ -125,5 +110,9 @@ def is_parent(c: Candidate) -> bool:
     return not c.detailed and c.recompute in ("none", "selective")
 
 
-__all__ = ["BLOCK_SHARE", "MODULE_SETS", "block", "block_may_help", "can_offload", "chunk_layers", "is_parent", "module_variants", "offloaded", "rewrite_key",
+__all__ = ["BLOCK_SHARE", "MODULE_SETS", "block", "block_may_help", "chunk_layers", "is_parent", "module_variants", "rewrite_key",
            "smallest_fitting"]
+
+# Activation offload is not searched, only pinned (--offload-activations): on the 175B / 1,024-GPU
+# plan its estimates of interleaved pipelines came out up to 10.5 % below the DAG (the host link's
+# copies of one micro-batch queue behind another's, which plan.offload_profile does not follow).
