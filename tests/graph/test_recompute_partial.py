@@ -196,13 +196,3 @@ def test_moe_act_drops_the_expert_activation() -> None:
     with pytest.raises(ConfigError, match="needs mixture-of-experts layers"):
         recompute(load_trace(write_card_trace(Path(tempfile.mkdtemp()) / "d", CardTraceSpec(
             replace(card, moe=None), B, 2, 2)), batch_size=B), spec)
-
-
-@pytest.mark.parametrize("flags", [["--recompute-num-layers", "2"], ["--recompute-method", "block"],
-                                   ["--recompute-modules", "mlp"], ["--offload-activations", "1"]])
-def test_plan_refuses_what_it_does_not_search(flags) -> None:
-    """plan's estimates know --recompute none|selective|full and no offload: the finer settings are
-    refused in one line rather than passed through untimed."""
-    code, _, err = run(["plan", "--model", "llama3-8b", "--num-layers", "4", "--gpu", "h100-sxm", "--gpus", "8",
-                        "--global-batch", "8", *flags])
-    assert code == 2 and err.count("\n") == 1 and f"plan does not search {flags[0]}" in err, err

@@ -38,7 +38,10 @@ from .progress import ProgressLines, is_terminal
 
 # Strategy flags the plan chooses itself: given to `plan`, they would be silently replaced.
 CHOSEN = ("case", "dp", "tp", "pp", "micro_batch_size", "schedule", "virtual_stages", "zero", "sequence_parallel",
-          "batch_size_sim", "gpus", "global_batch", "recompute", "cp")
+          "batch_size_sim", "gpus", "global_batch", "recompute", "cp", "recompute_method", "recompute_num_layers",
+          "recompute_modules", "offload_activations")
+# Of them, the recomputation details and the offload a user may pin (every candidate then has them).
+RECOMPUTE_DETAIL = ("recompute_method", "recompute_num_layers", "recompute_modules", "offload_activations")
 # Of them, the parallel degrees a user may pin (the rest of the mesh is searched around them).
 PINNABLE = ("tp", "pp", "dp", "cp")
 EXIT_NOTHING_FITS = 3
@@ -51,8 +54,17 @@ def _has_option(p: argparse.ArgumentParser, option: str) -> bool:
 def register(sub: Any, defaults: dict | None = None) -> None:
     """Add ``triosim plan`` to the CLI's sub-parsers; ``defaults`` (flag dest → value, from
     ``--config``) replace the simulation flags' defaults, as for ``triosim run``."""
-    p = sub.add_parser("plan", help="search every DP × TP × PP × CP × micro-batch × schedule × ZeRO configuration "
-                                    "for the fastest, DAG-timing the best few")
+    p = sub.add_parser("plan", help="search every DP × TP × PP × CP × micro-batch × schedule × ZeRO × recomputation "
+                                    "configuration for the fastest, DAG-timing the best few",
+                       description="Search every DP × TP × PP × CP × micro-batch × schedule (1F1B, interleaved V 2-4) × "
+                                   "ZeRO 0-3 × sequence parallel × recomputation (none, selective, full) configuration, "
+                                   "and, where one does not fit and would be among the fastest, partial recomputation: "
+                                   "block recomputation of the fewest layers a chunk that fit (--recompute-method block "
+                                   "--recompute-num-layers N) and selective core_attn,mlp and core_attn,layernorm,mlp. "
+                                   "--tp/--pp/--cp/--dp pin a degree; --recompute-num-layers N (with "
+                                   "--recompute-method), --recompute-modules LIST or --offload-activations N|FRACTION "
+                                   "(not under ZeRO-3) pin a setting for every candidate. The best few estimates are timed with the task DAG "
+                                   "and ranked.")
     add_sim_flags(p)
     add_config_flag(p)
     g = p.add_argument_group("plan")
@@ -84,7 +96,7 @@ def register(sub: Any, defaults: dict | None = None) -> None:
 def _check_flags(args: argparse.Namespace) -> None:
     table = FlagTable.from_cli()
     for dest in CHOSEN:
-        if dest in ("gpus", "global_batch", *PINNABLE) or not hasattr(args, dest):
+        if dest in ("gpus", "global_batch", *PINNABLE, *RECOMPUTE_DETAIL) or not hasattr(args, dest):
             continue
         try:
             spec = table.by_dest(dest)
@@ -104,12 +116,9 @@ def _check_flags(args: argparse.Namespace) -> None:
     if getattr(args, "ep", None) not in (None, 1):  # nor expert parallelism
         raise ConfigError("plan does not search expert parallelism: leave --ep out (time --ep layouts with run, or "
                           "sweep them: --ep 1,8,32)")
-    # its estimates know recomputation as none, selective (the attention core) or full, and no offload
-    for dest, flag in (("recompute_method", "--recompute-method"), ("recompute_num_layers", "--recompute-num-layers"),
-                       ("recompute_modules", "--recompute-modules"), ("offload_activations", "--offload-activations")):
-        if getattr(args, dest, None) is not None:
-            raise ConfigError(f"plan does not search {flag}: leave it out (it searches --recompute none, selective "
-                              "and full; time partial recomputation or offload with run, or sweep them)")
+    if _recompute_pin(args) is not None and getattr(args, "offload_activations", None) is not None:
+        raise ConfigError("--offload-activations with a recomputation setting: Megatron-Core does not offload "
+                          "activations while it recomputes them; give one")
     if args.gpus is None or args.gpus < 1:
         raise ConfigError("plan needs --gpus N, the GPUs to train on")
     for axis in PINNABLE:
@@ -149,6 +158,42 @@ def _check_flags(args: argparse.Namespace) -> None:
         from ..sweep.plot import require_matplotlib
 
         require_matplotlib(args.plot)
+
+
+def _recompute_pin(args: argparse.Namespace) -> tuple[str, str, int, tuple[str, ...]] | None:
+    """The recomputation setting the flags pin, as (granularity, method, layers, modules): full
+    with ``--recompute-num-layers`` (and ``--recompute-method``, uniform by default as for run),
+    selective with ``--recompute-modules``; None when they leave it to the search."""
+    from ..config.parallel_flags import recompute_options
+    from ..graph.recompute_spec import RecomputeSpec
+
+    opts = recompute_options(argparse.Namespace(**{k: getattr(args, k, None) for k in (
+        "recompute_method", "recompute_num_layers", "recompute_modules")}))
+    if "recompute_modules" in opts and "recompute_num_layers" in opts:
+        raise ConfigError("--recompute-num-layers (full recomputation) and --recompute-modules (selective) exclude "
+                          "each other: give one")
+    if "recompute_method" in opts and "recompute_num_layers" not in opts:
+        raise ConfigError("--recompute-method pins a setting only with --recompute-num-layers N (plan searches block "
+                          "recomputation's layer count itself): give both, or leave --recompute-method out")
+    if "recompute_num_layers" in opts:
+        spec = RecomputeSpec("full", opts.get("recompute_method", "uniform"), opts["recompute_num_layers"])
+    elif "recompute_modules" in opts:
+        spec = RecomputeSpec("selective", modules=opts["recompute_modules"])
+    else:
+        return None
+    return spec.granularity, spec.method, spec.num_layers, spec.modules
+
+
+def _offload_pin(args: argparse.Namespace, trace) -> str | None:
+    """``--offload-activations`` as given (checked, and the GPU's host link there to copy over)."""
+    text = getattr(args, "offload_activations", None)
+    if text is None:
+        return None
+    from ..graph.offload import OffloadSpec, host_link_rate
+
+    OffloadSpec.parse(text)
+    host_link_rate(trace)
+    return str(text).strip()
 
 
 def _check_context(cp: int | None, sequence: int | None) -> None:
@@ -266,8 +311,8 @@ def plan_inputs(args: argparse.Namespace) -> PlanInputs:
         explain_empty,
         mesh_shapes,
     )
+    from ..plan.candidates import layer_facts
     from ..plan.context_time import attention_sequence
-    from ..plan.profile import layer_facts
     from ..plan.search_size import check_search_size
 
     _check_flags(args)
@@ -289,7 +334,7 @@ def plan_inputs(args: argparse.Namespace) -> PlanInputs:
     sequence = attention_sequence(raw)
     _check_context(getattr(args, "cp", None), sequence)
     space = SearchSpace(args.gpus, args.global_batch, layers, heads, max(1, node), args.max_tp, pinned=pinned,
-                        sequence=sequence)
+                        sequence=sequence, recompute_pin=_recompute_pin(args), offload_pin=_offload_pin(args, raw))
     if not mesh_shapes(space):
         raise ConfigError(explain_empty(space, unit))
     candidates = list(enumerate_candidates(space))
@@ -315,6 +360,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
         print_table,
         run_line,
         search,
+        strategy_has,
         write_csv,
         write_plot,
     )
@@ -326,15 +372,17 @@ def cmd_plan(args: argparse.Namespace) -> int:
     from ..sweep.execute import default_jobs
 
     jobs = default_jobs() if args.jobs is None else args.jobs
+    # the settings between none, selective and full, where nothing of recomputation is pinned
+    refined = space.recompute_pin is None and space.offload_pin is None and strategy_has("recompute")
     prog, update = _progress(args.quiet)
     # The first Ctrl-C stops the search; a second one (people press twice) must not stop the
     # writing of what the search finished.
     with FirstInterruptOnly() as interrupts:
         if prog is not None:
             with prog:
-                outcome = search(candidates, profile, settings, base, args.top, jobs, update, args.dask)
+                outcome = search(candidates, profile, settings, base, args.top, jobs, update, args.dask, refined)
         else:
-            outcome = search(candidates, profile, settings, base, args.top, jobs, update, args.dask)
+            outcome = search(candidates, profile, settings, base, args.top, jobs, update, args.dask, refined)
         interrupts.hold()
         if args.out:
             write_csv(args.out, outcome.rows, outcome.ranked, figures, base_flags, protect=protect)
@@ -358,7 +406,10 @@ def cmd_plan(args: argparse.Namespace) -> int:
     out_of_memory = sum(1 for r in outcome.rows if r.estimate is not None and not r.estimate.fits)
     errors = sum(1 for r in outcome.rows if r.error is not None)
     timed = sum(1 for r in outcome.rows if r.dag is not None)
-    console.print(f"{len(candidates):,} candidates on {args.gpus:,} GPUs ({len(mesh_shapes(space))} meshes), "
+    refinements = len(outcome.rows) - len(candidates)  # partial recomputation of those that do not fit
+    console.print(f"{len(candidates):,} candidates"
+                  + (f" and {refinements:,} partial-recomputation refinements" if refinements else "")
+                  + f" on {args.gpus:,} GPUs ({len(mesh_shapes(space))} meshes), "
                   f"global batch {args.global_batch}: {feasible:,} fit, {out_of_memory:,} do not fit in memory"
                   + (f", {errors:,} refused" if errors else "")
                   + f"; estimated in {outcome.estimate_s:.1f} s, {timed} DAG-timed in {outcome.dag_s:.1f} s")

@@ -61,6 +61,7 @@ class Recomputed:
     made_by: dict[str, int] = field(default_factory=dict)  # re-made buffer -> its unit
     inserted: tuple[int, ...] = ()  # per unit: the new index of its first re-run
     spec: RecomputeSpec | None = None
+    units: tuple = ()  # what find_units gave (forward ops, re-run before, readers of originals)
 
     def copy_at(self, k: str, n: int) -> str:
         """What buffer ``k`` is at new op ``n``: its copy once its unit has been re-run."""
@@ -92,15 +93,18 @@ def _activation(trace: Trace, k: str) -> bool:
     return k not in trace.batch_invariant
 
 
-def recompute(trace: Trace, mode: str | RecomputeSpec, cuts: frozenset[int] = frozenset()) -> Recomputed | None:
+def recompute(trace: Trace, mode: str | RecomputeSpec, cuts: frozenset[int] = frozenset(),
+              units: list | None = None) -> Recomputed | None:
     """``trace`` with the re-runs of ``mode`` (a granularity or a whole setting) inserted (None
     for ``none``); ``cuts``: forward ops that begin a pipeline stage (a unit they split is re-run
-    stage by stage; block and uniform groups count layers per stage). A ConfigError when the
-    trace has no layers to recompute."""
+    stage by stage; block and uniform groups count layers per stage). ``units``: what
+    :func:`find_units` gives for them, when the caller has it from a trace with the same ops (the
+    planner's copies of one trace scaled to other batches). A ConfigError when the trace has no
+    layers to recompute."""
     spec = as_spec(mode)
     if spec.granularity == "none":
         return None
-    units = find_units(trace, spec, cuts)
+    units = find_units(trace, spec, cuts) if units is None else units
     before: dict[int, list[int]] = {}
     for u, (_, at, _) in enumerate(units):
         before.setdefault(at, []).append(u)
@@ -170,7 +174,7 @@ def recompute(trace: Trace, mode: str | RecomputeSpec, cuts: frozenset[int] = fr
     new._partner = tuple(partner)
     return Recomputed(trace=new, mode=spec.granularity, origin=tuple(origin), rerun=tuple(rerun), renamed=tuple(renamed),
                       layers=tuple(u[0] for u in units), made_by=made_by,
-                      inserted=tuple(inserted[u] for u in range(len(units))), spec=spec)
+                      inserted=tuple(inserted[u] for u in range(len(units))), spec=spec, units=tuple(units))
 
 
 def carry_plan(plan, rec: Recomputed):

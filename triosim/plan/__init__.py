@@ -3,7 +3,7 @@ position of the trace once per key (profile), estimate every candidate's time an
 closed form (estimate, pipeline_time), DAG-time the best few and rank them (search), and show
 and write the result (report, explain). A shell over the other layers: it may import them all."""
 
-from .candidates import Candidate, SearchSpace, enumerate_candidates, mesh_shapes
+from .candidates import Candidate, SearchSpace, enumerate_candidates, mesh_shapes, strategy_has
 from .estimate import Estimate, PlanSettings, estimate
 from .explain import explain_empty, explain_infeasible
 from .pareto import pareto_set
@@ -14,4 +14,4 @@ from .search import PlanOutcome, Row, search
 
 __all__ = ["Candidate", "Estimate", "Figures", "ModelProfile", "PipelineTimer", "PlanOutcome", "PlanSettings", "Row",
            "SearchSpace", "csv_text", "enumerate_candidates", "estimate", "explain_empty", "explain_infeasible",
-           "mesh_shapes", "pareto_set", "print_pareto", "print_table", "run_line", "search", "write_csv", "write_plot"]
+           "mesh_shapes", "pareto_set", "print_pareto", "print_table", "run_line", "search", "strategy_has", "write_csv", "write_plot"]

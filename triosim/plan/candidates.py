@@ -22,7 +22,11 @@ from __future__ import annotations
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, fields
 
+from ..graph.layer_count import count_layers
+from ..graph.recompute_spec import DEFAULT_MODULES, RecomputeSpec
 from ..graph.strategy import Strategy
+from ..graph.tensor.megatron import attention_heads
+from ..trace import Trace
 
 SCHEDULES = ("1f1b", "interleaved")
 VIRTUAL_STAGES = (2, 3, 4)
@@ -50,6 +54,31 @@ class Candidate:
     recompute: str = "none"
     sequence_parallel: bool = False
     cp: int = 1  # context-parallel degree (ring attention); GPUs = tp · pp · cp · dp
+    # full recomputation's detail (Megatron-Core's recompute_method / recompute_num_layers): uniform
+    # groups of N layers, or the first N layers of each model chunk (block)
+    recompute_method: str = "uniform"
+    recompute_num_layers: int = 1
+    recompute_modules: tuple[str, ...] = DEFAULT_MODULES  # selective: the parts of each layer re-run
+    offload: str | None = None  # --offload-activations (N layers or a fraction of each chunk's); recompute none
+
+    @property
+    def recompute_spec(self) -> RecomputeSpec:
+        return RecomputeSpec(self.recompute, self.recompute_method, self.recompute_num_layers, self.recompute_modules)
+
+    @property
+    def recompute_label(self) -> str:
+        """``none``, ``selective``, ``full``, ``full (block, 2 layers a chunk)``, ``selective
+        (core_attn+mlp)``, ``offload 2``."""
+        if self.offload is not None:
+            return f"offload {self.offload}"
+        return self.recompute_spec.label
+
+    @property
+    def detailed(self) -> bool:
+        """Whether the recomputation goes beyond a plain none/selective/full (a method, a layer
+        count, modules) or activations are offloaded."""
+        return (self.offload is not None or self.recompute_method != "uniform" or self.recompute_num_layers != 1
+                or self.recompute_modules != DEFAULT_MODULES)
 
     @property
     def mesh(self) -> str:
@@ -81,6 +110,13 @@ class Candidate:
             flags.append("--sequence-parallel")
         if self.recompute != "none":
             flags += ["--recompute", self.recompute]
+        if self.recompute == "full" and (self.recompute_method != "uniform" or self.recompute_num_layers != 1):
+            flags += ["--recompute-method", self.recompute_method, "--recompute-num-layers",
+                      str(self.recompute_num_layers)]
+        if self.recompute == "selective" and self.recompute_modules != DEFAULT_MODULES:
+            flags += ["--recompute-modules", ",".join(self.recompute_modules)]
+        if self.offload is not None:
+            flags += ["--offload-activations", self.offload]
         return flags
 
 
@@ -105,9 +141,21 @@ class SearchSpace:
     pinned: tuple[tuple[str, int], ...] = ()
     # tokens of the sequence the fused attention ops see (None: no fused attention, cp 1 only)
     sequence: int | None = None
+    # A recomputation setting the user pinned (--recompute-method with --recompute-num-layers:
+    # full; --recompute-modules: selective), as (granularity, method, layers, modules), or an
+    # --offload-activations value: every candidate has it. None: searched.
+    recompute_pin: tuple[str, str, int, tuple[str, ...]] | None = None
+    offload_pin: str | None = None
 
     def pin(self, axis: str) -> int | None:
         return dict(self.pinned).get(axis)
+
+
+def layer_facts(trace: Trace) -> tuple[int, str, int | None]:
+    """(layers, their unit, attention heads or None): what the search space splits."""
+    layers = count_layers(trace)
+    heads = attention_heads(trace) if layers.unit == "transformer layers" else None
+    return layers.count, layers.unit, heads
 
 
 def divisors(n: int) -> list[int]:
@@ -167,6 +215,13 @@ def enumerate_candidates(space: SearchSpace) -> Iterator[Candidate]:
     recompute = space.recompute_modes
     if recompute is None:
         recompute = RECOMPUTE_MODES if strategy_has("recompute") else ("none",)
+    settings: list[dict] = [{"recompute": rc} for rc in recompute]
+    if space.recompute_pin is not None:
+        granularity, method, layers, modules = space.recompute_pin
+        settings = [{"recompute": granularity, "recompute_method": method, "recompute_num_layers": layers,
+                     "recompute_modules": modules}]
+    elif space.offload_pin is not None:  # Megatron-Core offloads only without recomputation
+        settings = [{"recompute": "none", "offload": space.offload_pin}]
     for tp, pp, dp, cp in mesh_shapes(space):
         batch = space.global_batch // dp
         for mb in divisors(batch):
@@ -180,13 +235,15 @@ def enumerate_candidates(space: SearchSpace) -> Iterator[Candidate]:
                 elif pp >= 2 and m % pp == 0:
                     schedules += [(sched, v) for v in VIRTUAL_STAGES if space.layers % (pp * v) == 0]
             zeros = [z for z in space.zero_stages if z == 0 or dp * cp > 1]  # ZeRO shards over dp × cp
+            if space.offload_pin is not None:  # not under ZeRO-3 (plan.offload_profile)
+                zeros = [z for z in zeros if z < 3]
             sps = [s for s in space.sequence_parallel if not s or tp > 1]
             for sched, v in schedules:
                 for z in zeros:
-                    for rc in recompute:
+                    for rc in settings:
                         for sp in sps:
-                            yield Candidate(tp, pp, dp, mb, sched, v, z, rc, sp, cp)
+                            yield Candidate(tp, pp, dp, mb, sched, v, z, sequence_parallel=sp, cp=cp, **rc)
 
 
 __all__ = ["MIN_CP_CHUNK", "RECOMPUTE_MODES", "SCHEDULES", "Candidate", "SearchSpace", "context_degrees", "divisors",
-           "enumerate_candidates", "mesh_shapes", "strategy_has"]
+           "enumerate_candidates", "layer_facts", "mesh_shapes", "strategy_has"]

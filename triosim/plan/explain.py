@@ -37,7 +37,7 @@ def explain_infeasible(rows: Sequence[Row], show: int = 3) -> list[str]:
     for r in over[:show]:
         c = r.candidate
         lines.append(f"  {c.mesh} micro-batch {c.micro_batch} {c.schedule_label} ZeRO-{c.zero} "
-                     f"recompute {c.recompute}: {r.reason}")
+                     f"{'' if c.offload else 'recompute '}{c.recompute_label}: {r.reason}")
     for r in [r for r in rows if r.error][:show if not over else 0]:
         lines.append(f"  {r.candidate.mesh}: {r.error}")
     dag = [r for r in rows if r.dag is not None and r.reason]

@@ -34,7 +34,6 @@ from ..graph.context.plan import context_split
 from ..graph.data.data_parallel import gradient_order
 from ..graph.data.precision import with_training_precision
 from ..graph.data.zero import buffer_roles
-from ..graph.layer_count import count_layers
 from ..graph.pipeline.schedules import BACKWARD, FORWARD, OPTIMIZER
 from ..graph.pipeline.stage_costs import buffer_versions
 from ..graph.pipeline.stages import (
@@ -46,14 +45,16 @@ from ..graph.pipeline.stages import (
 )
 from ..graph.pipeline.tied_embedding import TiedEmbedding, find_tied
 from ..graph.recompute import carry_plan, recompute
+from ..graph.recompute_spec import RecomputeSpec, as_spec
 from ..graph.single import persistent_buffers
-from ..graph.tensor.megatron import attention_heads
 from ..graph.tensor.plans import tensor_plan, tp_waits
 from ..hardware.platform import Platform
 from ..trace import Trace
 from ..trace.precision import gathered_parameter_bytes, reduced_gradient_bytes
+from .candidates import layer_facts
 from .context_time import held_bytes
-from .stage_memory import StageLayout, StageMemory, stage_layout, stage_memories, touches
+from .stage_memory import StageLayout, StageMemory, gpu_bytes, stage_layout, stage_memories, touches
+from .variants import rewrite_key
 
 EXACT_GROUP = 8  # collectives on groups up to this size are costed exactly at every size
 
@@ -86,13 +87,6 @@ class PositionTimes:
     b_pos: np.ndarray  # and their positions
 
 
-def layer_facts(trace: Trace) -> tuple[int, str, int | None]:
-    """(layers, their unit, attention heads or None): what the search space splits."""
-    layers = count_layers(trace)
-    heads = attention_heads(trace) if layers.unit == "transformer layers" else None
-    return layers.count, layers.unit, heads
-
-
 @dataclass
 class ModelProfile:
     """The trace a plan searches over and the platform it runs on, with cached per-key figures."""
@@ -108,7 +102,10 @@ class ModelProfile:
     _grads: dict[tuple[int, int, bool], _Gradients] = field(default_factory=dict, repr=False)
     _op_times: dict[tuple[int, int], np.ndarray] = field(default_factory=dict, repr=False)
     _arrays: dict[tuple[int, int, bool], _PlanArrays] = field(default_factory=dict, repr=False)
-    recompute: str = "none"  # the activation recomputation this profile's trace carries
+    recompute: str | tuple = "none"  # the recomputation its trace carries (variants.rewrite_key)
+    rc_spec: RecomputeSpec = field(default_factory=RecomputeSpec, repr=False)
+    rc_cuts: frozenset[int] = field(default_factory=frozenset, repr=False)  # first forward op of each chunk
+    rc_units: tuple = field(default=(), repr=False)  # its units (recompute_units): the same on every scaled copy
     parent: ModelProfile | None = field(default=None, repr=False)
     _children: dict[str, ModelProfile] = field(default_factory=dict, repr=False)
     _rewrites: dict[int, object] = field(default_factory=dict, repr=False)  # batch -> its Recomputed
@@ -125,7 +122,8 @@ class ModelProfile:
         self.fops = [i for i, p in enumerate(self.phase) if p == FORWARD]
         self.pos = _positions(trace, self.phase, self.fops)
         self.positions = len(self.fops)
-        self.layers, self.layer_unit, self.heads = layer_facts(trace)
+        root = self.parent  # a rewrite keeps the layers (inserted ops are re-runs)
+        self.layers, self.layer_unit, self.heads = (root.layers, root.layer_unit, root.heads) if root else layer_facts(trace)
         self.roles = buffer_roles(trace)
         self.versions = buffer_versions(trace, self.phase)
         self.gradient_order = gradient_order(trace)
@@ -166,22 +164,27 @@ class ModelProfile:
             hit = base._contexts[cp] = ModelProfile(base.raw, base.platform, base.reference_compat, base.precision,
                                                     _scaled=base._scaled, _op_times=base._op_times, cp=cp)
             hit._contexts[1] = base
-        return hit.for_recompute(self.recompute)
+        return hit.for_recompute(self.rc_spec, self.rc_cuts)
 
-    def for_recompute(self, mode: str) -> ModelProfile:
+    def for_recompute(self, mode: str | RecomputeSpec, cuts: frozenset[int] = frozenset()) -> ModelProfile:
         """The profile of the trace with ``mode``'s re-runs inserted, as the simulation rewrites
         it (:mod:`triosim.graph.recompute`: the re-runs are backward ops of their layer's
-        position, so its backward time includes them); built once per mode."""
-        if mode == self.recompute:
+        position, so its backward time includes them); built once per setting. ``cuts``: each
+        chunk's first forward op, where the re-run layers depend on them (RecomputeSpec.partial)."""
+        spec = as_spec(mode)
+        key = rewrite_key(spec, cuts)
+        if key == self.recompute:
             return self
         root = self.parent or self
-        if mode == "none":
+        if key == "none":
             return root
-        hit = root._children.get(mode)
+        hit = root._children.get(key)
         if hit is None:
-            hit = root._children[mode] = ModelProfile(
-                recompute(root.raw, mode).trace, root.platform, root.reference_compat, root.precision,
-                recompute=mode, parent=root, cp=root.cp)
+            cuts = frozenset(cuts) if spec.partial else frozenset()
+            rec = recompute(root.raw, spec, cuts)
+            hit = root._children[key] = ModelProfile(rec.trace, root.platform, root.reference_compat, root.precision,
+                                                     recompute=key, rc_spec=spec, rc_cuts=cuts, rc_units=rec.units,
+                                                     parent=root, cp=root.cp)
         return hit
 
     def scaled(self, batch: int) -> Trace:
@@ -189,12 +192,13 @@ class ModelProfile:
         its re-runs, as ``triosim run`` scales, sizes and rewrites it."""
         hit = self._scaled.get(batch)
         if hit is None:
-            if self.parent is not None:
-                rec = self._rewrites[batch] = recompute(self.parent.scaled(batch), self.recompute)
+            if self.parent is not None:  # a scaled copy has the same ops: the same units
+                rec = self._rewrites[batch] = recompute(self.parent.scaled(batch), self.rc_spec, self.rc_cuts,
+                                                        list(self.rc_units))
                 hit = rec.trace
             else:
-                hit = scale_trace(self.raw, batch, reference_compat=self.reference_compat)
-                hit = with_training_precision(hit, self.precision)
+                hit = with_training_precision(scale_trace(self.raw, batch, reference_compat=self.reference_compat),
+                                              self.precision)
             self._scaled[batch] = hit
         return hit
 
@@ -333,7 +337,7 @@ class ModelProfile:
         fwd = np.bincount(pa.f_pos, weights=t[pa.f_ops], minlength=n)
         bwd = np.bincount(pa.b_pos, weights=t[pa.b_ops], minlength=n)
         attn = np.bincount(pa.f_pos, weights=t[pa.f_ops] * pa.f_attn, minlength=n)
-        act_bytes = _sizes(pa.act_bytes, pa.act_invariant, pa.act_div, frac)
+        act_bytes = gpu_bytes(pa.act_bytes, pa.act_invariant, pa.act_div, frac)
         act = np.bincount(pa.act_pos, weights=act_bytes, minlength=n)
         attn_act = np.bincount(pa.act_pos, weights=act_bytes * pa.act_attn, minlength=n)
         tpf, tpb = np.zeros(n), np.zeros(n)
@@ -346,7 +350,7 @@ class ModelProfile:
                 cost = self.collective_s(kind, group, size)
                 np.add.at(tpf if forward else tpb, positions, cost)
                 np.add.at(op_s, ops, cost)
-        v_bytes = _sizes(pa.v_bytes, pa.v_invariant, pa.v_div, frac)
+        v_bytes = gpu_bytes(pa.v_bytes, pa.v_invariant, pa.v_div, frac)
         cf, cb = np.zeros(n + 1), np.zeros(n + 1)
         ahead, behind = pa.v_hi > pa.v_pos, pa.v_lo < pa.v_pos
         np.add.at(cf, pa.v_pos[ahead], v_bytes[ahead])
@@ -476,12 +480,6 @@ class _PlanArrays:
 def _fp8_plan(model):
     """The FP8 plan of a roofline op-time model (None: not FP8 training, or not the roofline)."""
     return getattr(model, "fp8", None) if type(model).__name__ == "RooflineTimes" else None
-
-
-def _sizes(full: np.ndarray, invariant: np.ndarray, div: np.ndarray, frac: float) -> np.ndarray:
-    """One GPU's bytes per buffer in a micro-batch of ``frac``, as CompositionState.size."""
-    b = np.where(invariant, full, np.round(full * frac))
-    return -np.floor_divide(-b, div)
 
 
 def handed_over(profile: ModelProfile) -> frozenset[str]:

@@ -90,7 +90,7 @@ def print_table(console: Console, ranked: Sequence[Row], figures: Figures, base_
         mfu = figures.mfu(t)
         dag_peak = row.dag.max_peak_memory_bytes if dag is not None and row.dag.max_peak_memory_bytes else None
         m = (figures.global_batch // c.dp) // c.micro_batch
-        table.add_row(str(k), c.mesh, f"{c.micro_batch} × {m}", c.schedule_label, str(c.zero), c.recompute,
+        table.add_row(str(k), c.mesh, f"{c.micro_batch} × {m}", c.schedule_label, str(c.zero), c.recompute_label,
                       "on" if c.sequence_parallel else "off", _ms(e.time_s), _ms(dag), err,
                       "—" if tps is None else f"{tps:,.0f}", "—" if mfu is None else f"{mfu * 100:.1f} %",
                       _gb(e.peak_bytes), _gb(dag_peak))
@@ -111,16 +111,26 @@ def print_pareto(console: Console, ranked: Sequence[Row], limit: int) -> None:
     for row in front[:limit]:
         c = row.candidate
         t, mem = time_and_memory(row)
-        table.add_row(str(rank_of[id(row)]), c.mesh, str(c.micro_batch), c.schedule_label, str(c.zero), c.recompute,
+        table.add_row(str(rank_of[id(row)]), c.mesh, str(c.micro_batch), c.schedule_label, str(c.zero),
+                      c.recompute_label,
                       "on" if c.sequence_parallel else "off", _ms(t), _gb(mem),
                       "DAG" if dag_seconds(row) is not None else "estimate")
     console.print(table)
 
 
 CSV_COLUMNS = ("rank", "status", "reason", "dp", "tp", "pp", "cp", "micro_batch", "micro_batches", "schedule",
-               "virtual_stages", "zero", "recompute", "sequence_parallel", "estimate_ms", "pipeline_ms", "bubble_ms",
+               "virtual_stages", "zero", "recompute", "recompute_method", "recompute_num_layers", "recompute_modules",
+               "offload", "sequence_parallel", "estimate_ms", "pipeline_ms", "bubble_ms",
                "dp_exposed_ms", "optimizer_ms", "estimate_peak_memory_bytes", "dag_ms", "dag_peak_memory_bytes",
                "throughput", "mfu", "command", "pareto")
+
+
+def _recompute_detail(c) -> list:
+    """The CSV's recompute_method, recompute_num_layers (full), recompute_modules (selective, joined
+    by +) and offload cells; empty where they do not apply."""
+    full, selective = c.recompute == "full", c.recompute == "selective"
+    return [c.recompute_method if full else "", c.recompute_num_layers if full else "",
+            "+".join(c.recompute_modules) if selective else "", c.offload or ""]
 
 
 def _status(row: Row) -> str:
@@ -154,7 +164,7 @@ def csv_text(rows: Sequence[Row], ranked: Sequence[Row], figures: Figures, base_
         w.writerow([
             position.get(id(row), ""), _status(row), row.reason or "", c.dp, c.tp, c.pp, c.cp, c.micro_batch,
             (figures.global_batch // c.dp) // c.micro_batch, c.schedule, c.virtual, c.zero, c.recompute,
-            str(c.sequence_parallel).lower(),
+            *_recompute_detail(c), str(c.sequence_parallel).lower(),
             num(e.time_s if e else None, 1e3), num(e.pipeline_s if e else None, 1e3),
             num(e.bubble_s if e else None, 1e3), num(e.dp_exposed_s if e else None, 1e3),
             num(e.optimizer_s if e else None, 1e3), e.peak_bytes if e else "",

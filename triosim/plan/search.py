@@ -11,9 +11,10 @@ from __future__ import annotations
 import argparse
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from ..errors import ConfigError
+from ..graph.recompute_spec import DEFAULT_MODULES
 from ..sweep.execute import OK, Outcome, prepare, run_dask, run_inprocess, run_pool
 from ..sweep.grid import Point
 from .candidates import Candidate
@@ -21,6 +22,13 @@ from .estimate import TIME_OVER_BOUND, Estimate, PlanSettings, estimate
 from .forked_estimate import Estimated, can_fork, estimate_forked
 from .pipeline_time import PipelineTimer
 from .profile import ModelProfile
+from .variants import (
+    block,
+    block_may_help,
+    is_parent,
+    module_variants,
+    smallest_fitting,
+)
 
 Progress = Callable[[str, int, int], None]  # (phase, done, total)
 
@@ -118,6 +126,70 @@ def _estimate_forked(candidates: Sequence[Candidate], profile: ModelProfile, set
     return [done[k] for k in sorted(done)], interrupted
 
 
+def refine(rows: list[Row], profile: ModelProfile, settings: PlanSettings, limit_s: float,
+           progress: Progress | None = None) -> list[Row]:
+    """The rows of the settings between none, selective and full worth
+    estimating (:mod:`triosim.plan.variants`): those of every parent that does not fit and whose
+    estimate is below ``limit_s`` (of the :data:`MAX_PARENTS` fastest, when the limit is
+    infinite), each estimated; in the order of their parents, then as tried."""
+    parents = [r for r in rows if r.error is None and r.estimate is not None and not r.estimate.fits
+               and r.estimate.time_s < limit_s and is_parent(r.candidate)]
+    if limit_s == float("inf"):
+        parents = sorted(parents, key=lambda r: r.estimate.time_s)[:MAX_PARENTS]
+    timer = PipelineTimer(profile.platform)
+    out: list[Row] = []
+
+    def run(c: Candidate) -> Row:
+        row = Row(c)
+        try:
+            row.estimate = estimate(c, profile, settings, timer)
+        except ConfigError as exc:
+            row.error = str(exc).splitlines()[0]
+        out.append(row)
+        return row
+
+    full = {r.candidate: r for r in rows if r.candidate.recompute == "full" and not r.candidate.detailed}
+    for k, parent in enumerate(parents):
+        c = parent.candidate
+        if c.recompute == "none":
+            sibling = full.get(replace(c, recompute="full"))
+            if sibling is None or block_may_help(parent, sibling, profile.layers, limit_s):
+                smallest_fitting(c, profile.layers, block, lambda v: run(v).feasible)
+        else:
+            sibling = full.get(replace(c, recompute="full"))
+            if sibling is None or sibling.feasible:  # none fits where full recomputation (holding least) does not
+                module_variants(c, lambda v: run(v).feasible)
+        if progress is not None and k % 16 == 0:
+            progress("refining", k + 1, len(parents))
+    return out
+
+
+MAX_PARENTS = 64  # candidates refined when there is no time to beat (nothing fits)
+
+
+def refine_and_time(rows: list[Row], profile: ModelProfile, settings: PlanSettings, base: dict, top: int,
+                    jobs: int = 1, progress: Progress | None = None,
+                    dask: str | None = None) -> tuple[list[Row], bool, float, float]:
+    """After the DAG timing of the candidates: :func:`refine` the parents whose estimate is
+    below the best DAG time plus :data:`~triosim.plan.estimate.TIME_OVER_BOUND` (a refinement is
+    slower than its parent: above that it cannot beat the best; the fastest estimate that fits
+    stands in for the best without a DAG time), then DAG-time the best ``top`` of the
+    refinements that could beat it (:func:`dag_band`). Returns (the new rows, interrupted,
+    seconds estimating, seconds DAG-timing)."""
+    t0 = time.perf_counter()
+    best = _best_dag_s(rows)
+    if best == float("inf"):
+        best = min((r.estimate.time_s for r in rows if r.feasible), default=float("inf"))
+    more = refine(rows, profile, settings, best * (1 + TIME_OVER_BOUND), progress)
+    t1 = time.perf_counter()
+    interrupted = False
+    if top > 0:
+        timed = dag_band(best_estimated(more, top), best)
+        if timed:
+            interrupted = dag_time(timed, base, settings.global_batch, jobs, progress, dask)
+    return more, interrupted, t1 - t0, time.perf_counter() - t1
+
+
 # A candidate whose estimated peak is at most this far over the capacity is DAG-checked rather
 # than dropped when it is among the fastest: the DAG's memory verdict decides.
 NEAR_LIMIT = 0.05
@@ -155,6 +227,12 @@ def candidate_config(base: dict, c: Candidate, global_batch: int) -> dict:
                   sequence_parallel=c.sequence_parallel, gpus=None, cp=c.cp if c.cp > 1 else None)
     if c.recompute != "none":
         config["recompute"] = c.recompute
+    if c.recompute == "full" and (c.recompute_method != "uniform" or c.recompute_num_layers != 1):
+        config.update(recompute_method=c.recompute_method, recompute_num_layers=c.recompute_num_layers)
+    if c.recompute == "selective" and c.recompute_modules != DEFAULT_MODULES:
+        config["recompute_modules"] = ",".join(c.recompute_modules)
+    if c.offload is not None:
+        config["offload_activations"] = c.offload
     return config
 
 
@@ -241,8 +319,10 @@ def rank(rows: Sequence[Row]) -> list[Row]:
 
 
 def search(candidates: Sequence[Candidate], profile: ModelProfile, settings: PlanSettings, base: dict,
-           top: int = 20, jobs: int = 1, progress: Progress | None = None, dask: str | None = None) -> PlanOutcome:
-    """Estimate all, DAG-time the best ``top``, rank (module docstring)."""
+           top: int = 20, jobs: int = 1, progress: Progress | None = None, dask: str | None = None,
+           refined: bool = True) -> PlanOutcome:
+    """Estimate all, DAG-time the best ``top``, refine and DAG-time the refinements that could
+    beat the best (``refined``: :func:`refine_and_time`), rank (module docstring)."""
     t0 = time.perf_counter()
     rows, interrupted = estimate_all(candidates, profile, settings, progress, jobs if dask is None else 1)
     t1 = time.perf_counter()
@@ -253,9 +333,18 @@ def search(candidates: Sequence[Candidate], profile: ModelProfile, settings: Pla
         except KeyboardInterrupt:  # before the timing started (preparing its traces): the estimates stand
             out.interrupted = True
     out.dag_s = time.perf_counter() - t1
+    if refined and not out.interrupted:
+        try:
+            more, out.interrupted, est_s, dag_s = refine_and_time(rows, profile, settings, base, top, jobs, progress,
+                                                                   dask)
+            rows += more
+            out.estimate_s += est_s
+            out.dag_s += dag_s
+        except KeyboardInterrupt:
+            out.interrupted = True
     out.ranked = rank(rows)
     return out
 
 
-__all__ = ["NEAR_LIMIT", "PlanOutcome", "Row", "best_estimated", "candidate_config", "dag_band", "dag_check", "dag_time", "estimate_all",
-           "near_limit", "rank", "search"]
+__all__ = ["NEAR_LIMIT", "PlanOutcome", "Row", "best_estimated", "candidate_config", "dag_band", "dag_check", "dag_time",
+           "estimate_all", "near_limit", "rank", "refine", "refine_and_time", "search"]

@@ -358,6 +358,12 @@ def first_block_corrections(s: StageMemory, div: np.ndarray, zero3: bool) -> tup
     return out[0], out[1]
 
 
+def gpu_bytes(full: np.ndarray, invariant: np.ndarray, div: np.ndarray, frac: float) -> np.ndarray:
+    """One GPU's bytes per buffer in a micro-batch of ``frac``, as CompositionState.size."""
+    b = np.where(invariant, full, np.round(full * frac))
+    return -np.floor_divide(-b, div)
+
+
 def role_divisors(zero: int, dp: int) -> np.ndarray:
     """Per role of ROLES, how many DP ranks share it at ZeRO stage ``zero`` (the rule of
     :func:`triosim.graph.data.zero.zero_divisor`)."""
@@ -366,5 +372,5 @@ def role_divisors(zero: int, dp: int) -> np.ndarray:
     return np.array([dp if zero >= 3 else 1, dp if zero >= 2 else 1, dp, 1], dtype=float)
 
 
-__all__ = ["ROLES", "RankBlocks", "StageLayout", "StageMemory", "first_block_corrections", "rank_activations", "rank_blocks", "rank_invariant",
+__all__ = ["ROLES", "RankBlocks", "StageLayout", "StageMemory", "first_block_corrections", "gpu_bytes", "rank_activations", "rank_blocks", "rank_invariant",
            "role_divisors", "stage_layout", "stage_memories", "touches"]

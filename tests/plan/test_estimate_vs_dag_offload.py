@@ -1,0 +1,128 @@
+"""The plan's estimate against the task DAG on activation offload (``--offload-activations``,
+Megatron-Core's CPU offloading): a 4-layer Llama 3 8B and a 4-layer GPT-3 175B on 8 H100s
+(a 64 GB/s host link each way), one stage and pipelines (1F1B and interleaved), ZeRO 0-2,
+sequence parallelism on and off, N layers and a fraction of each chunk's, each DAG-timed once.
+Peak memory equal (within 0.1 %: the offloaded activations are freed at the offload op and re-made
+by the reload, as the DAG's memory plan has them), time within 3.5 % (TIME_BOUND). Each term (the copies' time,
+the reload that starts while its block waits for its input, the copy at a chunk's end, the freed
+activations) is then broken on purpose and the comparison must catch it; and the plan, given
+``--offload-activations``, offloads in every candidate."""
+
+from __future__ import annotations
+
+import csv
+import importlib
+from dataclasses import replace
+
+import pytest
+from cli_capture import run
+
+from triosim.plan import Candidate, ModelProfile, PipelineTimer, estimate
+from triosim.plan.report import dag_seconds
+
+from .test_estimate_vs_dag import GPT3, LLAMA, time_groups
+
+offload_profile = importlib.import_module("triosim.plan.offload_profile")
+C = Candidate
+
+
+def off(c: Candidate, text: str) -> Candidate:
+    return replace(c, offload=text)
+
+
+# (tp, pp, dp, micro-batch, schedule, V, ZeRO, recompute, sequence parallel)
+SAMPLE = [
+    off(C(1, 1, 8, 1), "1"),
+    off(C(1, 1, 8, 2, "1f1b", 1, 2), "3"),
+    off(C(1, 2, 4, 1), "1"),
+    off(C(2, 2, 2, 1, "1f1b", 1, 1, "none", True), "1"),
+    off(C(1, 1, 8, 1, "1f1b", 1, 0), "0.5"),
+    off(C(1, 2, 4, 1, "interleaved", 2, 2), "1"),
+]
+
+
+@pytest.fixture(scope="module")
+def timed() -> list[tuple[object, list]]:
+    return time_groups(((LLAMA, SAMPLE), (GPT3, SAMPLE)))
+
+
+# Time within 3.5 %: the sample's worst is +2.6 % (GPT-3 on two 1F1B stages, where the copies
+# hide partly behind the pipeline's waits), and a reload charged as if it started after the
+# compute before it instead of while its block waits for its input is +4.4 % there.
+TIME_BOUND = 0.035
+
+
+def errors(timed) -> list[str]:
+    """Every candidate off the DAG by more than the bounds (on a fresh profile: a planted bug
+    reaches every cached figure)."""
+    bad = []
+    for inputs, rows in timed:
+        p = inputs.profile
+        profile = ModelProfile(p.raw, p.platform, p.reference_compat, p.precision)
+        timer = PipelineTimer(profile.platform)
+        for row in rows:
+            c = row.candidate
+            e = estimate(c, profile, inputs.settings, timer)
+            dag_s, dag_peak = dag_seconds(row), row.dag.max_peak_memory_bytes
+            assert dag_s is not None and dag_peak, f"{c}: the DAG did not run: {row.dag.reason}"
+            t_err, m_err = e.time_s / dag_s - 1, e.peak_bytes / dag_peak - 1
+            if abs(t_err) > TIME_BOUND or abs(m_err) > 0.001:
+                bad.append(f"{c.mesh} {c.schedule_label} ZeRO-{c.zero} {c.recompute_label}: time {t_err:+.2%}, "
+                           f"memory {m_err:+.2%}")
+    return bad
+
+
+def test_estimate_equals_the_dag_with_offload(timed) -> None:
+    assert errors(timed) == []
+
+
+def test_the_copies_time_left_out_is_caught(timed, monkeypatch) -> None:
+    monkeypatch.setattr(offload_profile, "host_link_rate", lambda trace: float("inf"))
+    assert errors(timed)
+
+
+def test_the_reload_waiting_for_the_blocks_input_is_caught(timed, monkeypatch) -> None:
+    # the first reload of a chunk's backward starts while the block waits for its input: charged
+    # after the compute before it instead, a pipeline's estimate comes out high
+    monkeypatch.setattr(offload_profile.OffloadProfile, "_first_reloads", property(lambda self: frozenset()))
+    assert any("pp2" in line for line in errors(timed))
+
+
+def test_the_freed_activations_left_out_is_caught(timed, monkeypatch) -> None:
+    original = offload_profile.ModelProfile.stage_memories
+
+    def planted(self, *args, **kwargs):  # the memory of the trace without the offload
+        return original(self.parent if isinstance(self, offload_profile.OffloadProfile) else self, *args, **kwargs)
+
+    monkeypatch.setattr(offload_profile.ModelProfile, "stage_memories", planted)
+    assert any("memory" in line and "+0.00%" not in line.split("memory")[1] for line in errors(timed))
+
+
+TIGHT = ["--model", "llama3-8b", "--num-layers", "4", "--seq-len", "4096", "--gpu", "h100-sxm", "--topology",
+         "nvlink-cluster", "--gpus", "8", "--global-batch", "16", "--tp", "1", "--pp", "1", "--cp", "1", "--top", "0"]
+
+
+def test_a_pinned_offload_is_every_candidates(tmp_path) -> None:
+    out = tmp_path / "plan.csv"
+    code, _, stderr = run(["plan", *TIGHT, "--offload-activations", "2", "--out", str(out)])
+    assert code == 0, stderr
+    rows = list(csv.DictReader(out.open()))
+    assert {(x["recompute"], x["offload"]) for x in rows} == {("none", "2")}
+    assert "3" not in {x["zero"] for x in rows}  # not under ZeRO-3
+    assert rows[0]["command"].count("--offload-activations 2") == 1
+
+
+@pytest.mark.parametrize("flags,words", [
+    (["--offload-activations", "1", "--recompute-modules", "mlp"], "Megatron-Core does not offload"),
+    (["--offload-activations", "0"], "--offload-activations must be"),
+])
+def test_offload_refusals_are_one_line(flags, words) -> None:
+    code, _, stderr = run(["plan", *TIGHT, *flags])
+    assert code == 2 and words in stderr and len(stderr.strip().splitlines()) == 1, stderr
+
+
+def test_offload_estimates_claim_no_bound(timed) -> None:
+    # up to +2.6 % above the DAG: the plan must DAG-time them rather than skip them by the 1 % bound
+    for inputs, rows in timed:
+        timer = PipelineTimer(inputs.profile.platform)
+        assert not any(estimate(r.candidate, inputs.profile, inputs.settings, timer).bounded for r in rows)
