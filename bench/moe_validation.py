@@ -57,11 +57,17 @@ ROUTING = ("linear", "_softmax", "sigmoid", "topk", "moe::permute", "moe::unperm
 
 
 # Per model, the recipe settings beyond the mesh that triosim has flags for (docs/validation.md).
+# Every model's common settings reduce gradients in bf16 (``grad_reduce_in_fp32 = False``:
+# gpt_oss_llm_pretrain.py:33-34, qwen3_llm_pretrain.py:44-45, deepseek_llm_pretrain.py:40-41).
 EXTRA = {
-    "gpt-oss-120b": {"grad-reduce-dtype": "bf16", "recompute": "selective", "recompute-modules": "layernorm,moe_act"},
+    "gpt-oss-120b": {"recompute": "selective", "recompute-modules": "layernorm,moe_act"},
     "qwen3-235b-a22b": {"account-for-embedding-in-pipeline-split": True, "account-for-loss-in-pipeline-split": True},
-    "deepseek-v3": {"moe-shared-expert-overlap": True},
+    "deepseek-v3": {"moe-shared-expert-overlap": True, "recompute": "selective", "recompute-modules": "mla_up_proj"},
 }
+# Where the summary's row contradicts itself, the recipe's setting: GPT-OSS on H100 lists MBS 4
+# with GA 2, which 64 GPUs at PP 4 (DP 16) cannot give (512 / (16 · 4) = 8), and the recipe
+# (gpt_oss/workload_base_configs.py:58-62 over :22-28) runs MBS 1 (GA 32).
+RECIPE = {("DGX-H100", "gpt-oss-120b"): {"micro-batch-size": 1}}
 
 
 def flags(row: tuple) -> dict:
@@ -70,7 +76,8 @@ def flags(row: tuple) -> dict:
     out = {"model": model, "gpu": gpu, "topology-file": str(TOPOLOGIES / topology), "dp": gpus // (tp * pp),
            "tp": tp, "pp": pp, "ep": ep, "global-batch": gbs, "micro-batch-size": mbs, "seq-len": seq,
            "zero": 1, "overlap-grad-reduce": True, "overlap-param-gather": True, "rank-order": "tp,dp,pp",
-           **PRECISIONS[precision], **EXTRA.get(model, {})}
+           "grad-reduce-dtype": "bf16", **PRECISIONS[precision], **EXTRA.get(model, {}),
+           **RECIPE.get((system, model), {})}
     if tp > 1:
         out["sequence-parallel"] = True
     if vp > 1:
