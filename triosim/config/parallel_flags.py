@@ -89,6 +89,10 @@ def add_expert_flags(g: argparse._ArgumentGroup) -> None:
     g.add_argument("--moe-shared-expert-overlap", action="store_true",
                    help="run the shared experts while the tokens are dispatched (Megatron's switch of that name); "
                         "off: the dispatch waits for them")
+    g.add_argument("--moe-a2a-overlap", action="store_true",
+                   help="run each all-to-all beside another micro-batch's compute: the interleaved schedule's "
+                        "steady state runs one forward and one backward block together (Megatron's "
+                        "--overlap-moe-expert-parallel-comm); needs --ep and, with --pp, --schedule interleaved")
     g.add_argument("--moe-imbalance", type=float, default=1.0, metavar="F",
                    help="the busiest expert's tokens over the mean (1: balanced, as force-balanced benchmarks run); "
                         "every expert rank waits for the busiest")
@@ -155,7 +159,8 @@ def parallel_options(args: argparse.Namespace) -> dict:
                           ("--offload-activations", getattr(args, "offload_activations", None) is not None),
                           ("--ep", getattr(args, "ep", None) not in (None, 1)),
                           ("--etp", getattr(args, "etp", None) not in (None, 1)),
-                          ("--moe-shared-expert-overlap", getattr(args, "moe_shared_expert_overlap", False))):
+                          ("--moe-shared-expert-overlap", getattr(args, "moe_shared_expert_overlap", False)),
+                          ("--moe-a2a-overlap", getattr(args, "moe_a2a_overlap", False))):
             if bad:
                 raise ConfigError(f"{flag} needs the degrees of a hybrid run: give --dp/--tp/--pp (not -case)")
         case = getattr(args, "case", None)
@@ -181,6 +186,7 @@ def parallel_options(args: argparse.Namespace) -> dict:
         "moe_token_dispatcher": str(getattr(args, "moe_token_dispatcher", "alltoall")),
         "moe_imbalance": _imbalance(getattr(args, "moe_imbalance", 1.0)),
         "moe_shared_expert_overlap": bool(getattr(args, "moe_shared_expert_overlap", False)),
+        "moe_a2a_overlap": bool(getattr(args, "moe_a2a_overlap", False)),
         **overlap_options(args),
     }
 
