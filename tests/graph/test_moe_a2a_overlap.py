@@ -79,3 +79,10 @@ def test_megatrons_conditions(flags, message) -> None:
     with pytest.raises(ConfigError, match=message):
         trace, platform, strategy = configure({**CARD, "moe-a2a-overlap": True, **flags})
         simulate(trace, platform, strategy)
+
+
+def test_megatrons_flag_translates() -> None:
+    from triosim.config.megatron_args import translate_argv
+
+    result = translate_argv(["run", "--megatron-args", "--overlap-moe-expert-parallel-comm"])
+    assert "--moe-a2a-overlap" in result.argv and not result.not_modelled
