@@ -15,7 +15,6 @@ from __future__ import annotations
 from functools import partial
 
 from ...compute.op_time import op_seconds
-from ...errors import ConfigError
 from ...trace.precision import gathered_parameter_bytes
 from ..collectives.group_comm import Charge, GroupComm, wire_bytes_per_gpu
 from ..composition_state import CompositionState
@@ -28,14 +27,8 @@ from ..rank_map import RankMap
 from ..tensor import per_op
 from ..tensor.comm_overlap import PIPELINE_SPLITS, USERBUFFER_SMS, Part, add_ring_steps
 from .blocking import record_comm_points
-from .schedules import (
-    BACKWARD,
-    FORWARD,
-    block_order,
-    combined_pairs,
-    interleaved_order,
-    interleaved_warmup,
-)
+from .combined import CombinedPairs
+from .schedules import BACKWARD, FORWARD, block_order, interleaved_order, interleaved_warmup
 
 
 def add_rank_program(b: CompositionState, comm: GroupComm, p: int, waits, colls,
@@ -216,19 +209,10 @@ def add_rank_program(b: CompositionState, comm: GroupComm, p: int, waits, colls,
             dispatch.setdefault(0 if c < 2 else max(0, (c - 1) * ranks.pp - p), []).append(c * ranks.pp + p)
     early: dict[tuple, int] = {}  # (stage, unit, replica) -> its gather, dispatched ahead
     forwards = 0
-    pairs = _combined_pairs(b, order, p)
-    pair_start: dict = {}  # a combined pair: what its blocks start after, what its first block ended with
-    first_end: dict = {}
+    pairs = CombinedPairs(b, order, p)  # --moe-a2a-overlap: forward and backward blocks as two chains
     for pos, (ph, r, v) in enumerate(order):
         s = v * ranks.pp + p
-        if pos - 1 in pairs and pairs[pos - 1] == 1:  # the pair before ended: the next block waits for both
-            last.update({rep: list(dict.fromkeys([*first_end[rep], *last[rep]])) for rep in b.replicas})
-        role = pairs.get(pos)
-        if role == 0:  # --moe-a2a-overlap: the pair's two blocks run as two chains from the same start
-            pair_start = {rep: list(last[rep]) for rep in b.replicas}
-        elif role == 1:
-            first_end = {rep: list(last[rep]) for rep in b.replicas}
-            last.update({rep: list(pair_start[rep]) for rep in b.replicas})
+        pairs.before(pos, last)
         if ph == FORWARD and aligned:
             for st in dispatch.pop(forwards, ()):
                 for kk in range(len(units_of[st][FORWARD])):
@@ -361,32 +345,11 @@ def add_rank_program(b: CompositionState, comm: GroupComm, p: int, waits, colls,
                     tp_done[(i_last, r, d)] = done
         if firsts is not None:
             ran.append((pos, (s, ph, r), {rep: (firsts[rep], last[rep][0]) for rep in b.replicas}))
-    if pairs.get(len(order) - 1) == 1:  # the program ended with a pair
-        last.update({rep: list(dict.fromkeys([*first_end[rep], *last[rep]])) for rep in b.replicas})
+    pairs.before(len(order), last)  # the program may end with a pair
     if b.blocks is not None:  # blocking sends look each block's communication point up
         warm = interleaved_warmup(ranks.pp, r_count, p, plan.virtual) if plan.virtual > 1 else None
         record_comm_points(b, ran, warm, len(order))
     return last
-
-
-def _combined_pairs(b: CompositionState, order: list, p: int) -> dict[int, int]:
-    """Under ``--moe-a2a-overlap`` the blocks of pipeline rank ``p``'s ``order`` that run as
-    combined forward-backward pairs (:func:`~triosim.graph.pipeline.schedules.combined_pairs`):
-    each pair's two blocks are two chains from the same start, so that the GPU computes one
-    block's ops while the other's all-to-alls run (Megatron-Core's two streams,
-    ``TransformerLayerSchedulePlan.run``: the attention of one beside the other's combine, the
-    experts of one beside the other's dispatch). Without the flag: none."""
-    if not getattr(b.strategy, "moe_a2a_overlap", False) or b.preset is not None:
-        return {}
-    ranks, plan = b.ranks, b.plan
-    if plan.virtual > 1:
-        return combined_pairs(order, interleaved_warmup(ranks.pp, len(b.fractions), p, plan.virtual))
-    if ranks.pp > 1:
-        raise ConfigError("--moe-a2a-overlap with --pp 2 or more needs --schedule interleaved (Megatron-Core: the "
-                          "virtual pipeline size must be given)")
-    if b.strategy.schedule == "gpipe":
-        raise ConfigError("--moe-a2a-overlap pairs each backward with the next forward: not with --schedule gpipe")
-    return combined_pairs(order, None)
 
 
 def add_host_copy(b: CompositionState, copy, i: int, r: int, frac: float, label: str, tags: dict, reps, last,
