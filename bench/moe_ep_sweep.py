@@ -2,8 +2,8 @@
 published row (tp 2, pp 8 interleaved over 4 virtual stages, dp 16, FP8 current scaling, global
 batch 2,048 of 4,096 tokens, micro-batch 1, the distributed optimizer with both overlaps, bf16
 gradient reduction, sequence parallel, the embedding and loss counted as pipeline layers,
-Megatron-Core's rank order tp-cp-ep-dp-pp, the all-to-all overlap (``--moe-a2a-overlap``, from
---ep 2: it needs expert parallelism): the row's settings in bench/moe_validation.py).
+Megatron-Core's rank order tp-cp-ep-dp-pp, the all-to-all overlap (``--moe-a2a-overlap
+--delay-wgrad-compute``, from --ep 2: it needs expert parallelism): the row's settings in bench/moe_validation.py).
 
     python bench/moe_ep_sweep.py                     # the table (about 2 minutes on 2 cores)
     python bench/moe_ep_sweep.py --plot ep.png       # and time and memory against ep
@@ -36,6 +36,7 @@ def one(ep: int) -> dict:
     row = {**flags(ROW), "ep": ep}
     if ep == 1:  # the all-to-all overlap needs expert parallelism (Megatron-Core asserts it)
         row.pop("moe-a2a-overlap")
+        row.pop("delay-wgrad-compute")
     trace, platform, strategy = configure(row)
     result = simulate(trace, platform, strategy)
     mean = result.time_breakdown()["mean"]

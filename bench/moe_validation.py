@@ -13,14 +13,14 @@ overlaps (``--zero 1 --overlap-grad-reduce --overlap-param-gather``), bf16 gradi
 tp-cp-ep-dp-pp (``--rank-order tp,dp,pp``: an expert group of 8 inside a node), sequence
 parallelism with TP > 1; GPT-OSS: the recomputation of ``layernorm`` and ``moe_act``, and on
 H100 the recipe's micro-batch 1 (the summary's row, MBS 4 with GA 2, contradicts itself: 64 GPUs
-at PP 4 and MBS 4 make GA 8); Qwen3: ``moe_a2a_overlap`` (``--moe-a2a-overlap``); Qwen3 235B:
+at PP 4 and MBS 4 make GA 8); Qwen3: ``moe_a2a_overlap`` (``--moe-a2a-overlap
+--delay-wgrad-compute``); Qwen3 235B:
 the embedding and the loss counted as pipeline layers; DeepSeek-V3: its MTP layer, the
 recomputation of ``mla_up_proj``, the shared expert overlapped with the dispatch and the
 recipe's pipeline layout (written in triosim's count of layers, which leaves the 3 dense layers
 and the MTP layer out: they run with the embedding and the loss, where the recipe puts them).
-Not typed, for want of the flag or the model: ``delay_wgrad_compute`` (set with
-``moe_a2a_overlap``), DeepSeek-V3's FP8 parameter gather (not modelled with MXFP8), bf16 Adam
-moments, the router's grouped top-k, CUDA graphs.
+Not typed, for want of the flag or the model: DeepSeek-V3's FP8 parameter gather (not
+modelled with MXFP8), bf16 Adam moments, the router's grouped top-k, CUDA graphs.
 
 Iteration time = GBS · seq / (tokens/s/GPU · GPUs). Columns: the simulated time, its error
 against the published one, the peak memory per GPU (fits: under the GPU's memory), and where a
@@ -63,9 +63,10 @@ ROUTING = ("linear", "_softmax", "sigmoid", "topk", "moe::permute", "moe::unperm
 # gpt_oss_llm_pretrain.py:33-34, qwen3_llm_pretrain.py:44-45, deepseek_llm_pretrain.py:40-41).
 EXTRA = {
     "gpt-oss-120b": {"recompute": "selective", "recompute-modules": "layernorm,moe_act"},
-    "qwen3-30b-a3b": {"moe-a2a-overlap": True},
+    # moe_a2a_overlap sets overlap_moe_expert_parallel_comm and delay_wgrad_compute (helpers.py:183-187)
+    "qwen3-30b-a3b": {"moe-a2a-overlap": True, "delay-wgrad-compute": True},
     "qwen3-235b-a22b": {"account-for-embedding-in-pipeline-split": True, "account-for-loss-in-pipeline-split": True,
-                        "moe-a2a-overlap": True},
+                        "moe-a2a-overlap": True, "delay-wgrad-compute": True},
     # DeepSeek-V3's layout for PP 16 (deepseek_v3.py:235-249: E + 4 layers, 14 stages of 4, then one
     # layer + MTP + loss) in triosim's count of layers, the 58 MoE layers (the 3 dense ones run
     # before the first, with the embedding; the MTP layer after the last, with the loss)

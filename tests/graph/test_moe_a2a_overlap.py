@@ -86,3 +86,38 @@ def test_megatrons_flag_translates() -> None:
 
     result = translate_argv(["run", "--megatron-args", "--overlap-moe-expert-parallel-comm"])
     assert "--moe-a2a-overlap" in result.argv and not result.not_modelled
+
+
+def _expert_backward(flags: dict) -> tuple[dict, float, float]:
+    """GPU 0's backward grouped-GEMM tasks by micro-batch (their seconds, in program order), its
+    compute seconds in all, and the iteration."""
+    trace, platform, strategy = configure({**CARD, "moe-a2a-overlap": True, **flags})
+    result = simulate(trace, platform, strategy)
+    g = result.graph
+    by_mb: dict = {}
+    total = 0.0
+    for t, kind in enumerate(g.kind):
+        if kind != "compute" or 0 not in g.devices[t]:
+            continue
+        total += g.duration[t]
+        if "GroupedMmBackward0" in g.label[t]:
+            by_mb.setdefault(g.attrs[t]["microbatch"], []).append(g.duration[t])
+    return by_mb, total, result.makespan_s
+
+
+def test_delayed_weight_gradients_run_beside_the_combine() -> None:
+    """--delay-wgrad-compute: per MoE layer and micro-batch, fc2's backward runs its data
+    gradient (half its products) in place, fc1's its data gradient, then one task the two weight
+    gradients, (fc1 + fc2) / 2, beside the combine's gradient exchange: the GPU's compute seconds
+    are unchanged, the iteration shorter. The planted bug: fc2's weight gradient left in place
+    (the deferred task fc1 / 2)."""
+    plain, total, took = _expert_backward({})
+    delayed, total_d, took_d = _expert_backward({"delay-wgrad-compute": True})
+    assert total_d == pytest.approx(total, rel=1e-12) and took_d < took
+    for r, durs in plain.items():
+        want = []
+        for fc2, fc1 in zip(durs[::2], durs[1::2]):
+            want += [fc2 / 2, fc1 / 2, (fc1 + fc2) / 2]
+        assert delayed[r] == pytest.approx(want, rel=1e-12)
+    with pytest.raises(ConfigError, match="needs --moe-a2a-overlap"):
+        configure({**CARD, "delay-wgrad-compute": True})

@@ -93,6 +93,9 @@ def add_expert_flags(g: argparse._ArgumentGroup) -> None:
                    help="run each all-to-all beside another micro-batch's compute: the interleaved schedule's "
                         "steady state runs one forward and one backward block together (Megatron's "
                         "--overlap-moe-expert-parallel-comm); needs --ep and, with --pp, --schedule interleaved")
+    g.add_argument("--delay-wgrad-compute", action="store_true",
+                   help="with --moe-a2a-overlap: the experts' weight gradients after the MLP's data gradients, "
+                        "beside the backward's combine exchange (Megatron's switch of that name)")
     g.add_argument("--moe-imbalance", type=float, default=1.0, metavar="F",
                    help="the busiest expert's tokens over the mean (1: balanced, as force-balanced benchmarks run); "
                         "every expert rank waits for the busiest")
@@ -160,7 +163,8 @@ def parallel_options(args: argparse.Namespace) -> dict:
                           ("--ep", getattr(args, "ep", None) not in (None, 1)),
                           ("--etp", getattr(args, "etp", None) not in (None, 1)),
                           ("--moe-shared-expert-overlap", getattr(args, "moe_shared_expert_overlap", False)),
-                          ("--moe-a2a-overlap", getattr(args, "moe_a2a_overlap", False))):
+                          ("--moe-a2a-overlap", getattr(args, "moe_a2a_overlap", False)),
+                          ("--delay-wgrad-compute", getattr(args, "delay_wgrad_compute", False))):
             if bad:
                 raise ConfigError(f"{flag} needs the degrees of a hybrid run: give --dp/--tp/--pp (not -case)")
         case = getattr(args, "case", None)
@@ -187,6 +191,7 @@ def parallel_options(args: argparse.Namespace) -> dict:
         "moe_imbalance": _imbalance(getattr(args, "moe_imbalance", 1.0)),
         "moe_shared_expert_overlap": bool(getattr(args, "moe_shared_expert_overlap", False)),
         "moe_a2a_overlap": bool(getattr(args, "moe_a2a_overlap", False)),
+        "delay_wgrad_compute": bool(getattr(args, "delay_wgrad_compute", False)),
         **overlap_options(args),
     }
 
