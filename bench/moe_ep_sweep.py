@@ -1,8 +1,9 @@
 """Expert parallelism on Qwen3 235B-A22B, 256 H100s: --ep 1 → 32 on the mesh of Megatron-Bridge's
 published row (tp 2, pp 8 interleaved over 4 virtual stages, dp 16, FP8 current scaling, global
-batch 2,048 of 4,096 tokens, micro-batch 1, the distributed optimizer with both overlaps, sequence
-parallel, the embedding and loss counted as pipeline layers, Megatron-Core's rank order
-tp-cp-ep-dp-pp: the row's settings in bench/moe_validation.py).
+batch 2,048 of 4,096 tokens, micro-batch 1, the distributed optimizer with both overlaps, bf16
+gradient reduction, sequence parallel, the embedding and loss counted as pipeline layers,
+Megatron-Core's rank order tp-cp-ep-dp-pp, the all-to-all overlap (``--moe-a2a-overlap
+--delay-wgrad-compute``, from --ep 2: it needs expert parallelism): the row's settings in bench/moe_validation.py).
 
     python bench/moe_ep_sweep.py                     # the table (about 2 minutes on 2 cores)
     python bench/moe_ep_sweep.py --plot ep.png       # and time and memory against ep
@@ -19,24 +20,24 @@ from __future__ import annotations
 
 import argparse
 import time
-from pathlib import Path
+
+from moe_validation import ROWS, flags
 
 from triosim.compute.op_time_source import lookup_gpu
 from triosim.config import configure
 from triosim.simulation import simulate
 
-TOPOLOGY = Path(__file__).resolve().parents[1] / "topologies" / "dgx-h100-superpod.yaml"
+ROW = ROWS[2]  # Qwen3 235B-A22B on 256 H100s
 GBS, SEQ, GPUS = 2048, 4096, 256
 
 
 def one(ep: int) -> dict:
     start = time.perf_counter()
-    trace, platform, strategy = configure({
-        "model": "qwen3-235b-a22b", "gpu": "h100-sxm", "topology-file": str(TOPOLOGY), "dp": 16, "tp": 2, "pp": 8,
-        "schedule": "interleaved", "virtual-stages": 4, "ep": ep, "global-batch": GBS, "micro-batch-size": 1,
-        "seq-len": SEQ, "dtype": "fp8", "fp8-recipe": "current", "zero": 1, "overlap-grad-reduce": True,
-        "overlap-param-gather": True, "sequence-parallel": True, "rank-order": "tp,dp,pp",
-        "account-for-embedding-in-pipeline-split": True, "account-for-loss-in-pipeline-split": True})
+    row = {**flags(ROW), "ep": ep}
+    if ep == 1:  # the all-to-all overlap needs expert parallelism (Megatron-Core asserts it)
+        row.pop("moe-a2a-overlap")
+        row.pop("delay-wgrad-compute")
+    trace, platform, strategy = configure(row)
     result = simulate(trace, platform, strategy)
     mean = result.time_breakdown()["mean"]
     peak = max(m["peak_bytes"] for m in result.graph.meta["hybrid"]["memory"])

@@ -8,17 +8,19 @@
 Each row is typed as published (system, model, precision, GPUs, global and micro batch, sequence,
 TP/PP/VP/EP) with the recipe settings docs/validation.md ("The published MoE rows") cites from
 Megatron-Bridge's recipes, where triosim has the flag: the distributed optimizer with both
-overlaps (``--zero 1 --overlap-grad-reduce --overlap-param-gather``), the alltoall dispatcher,
-Megatron-Core's rank order tp-cp-ep-dp-pp (``--rank-order tp,dp,pp``: an expert group of 8
-inside a node), sequence parallelism with TP > 1; GPT-OSS: bf16 gradient reduction and
-the recomputation of ``layernorm`` and ``moe_act``; Qwen3 235B:
-the embedding and the loss counted as pipeline layers; DeepSeek-V3: its MTP layer and the shared
-expert overlapped with the dispatch. Not typed, for want of the flag or the
-model: the recomputation of ``mla_up_proj`` (DeepSeek-V3; not modelled), the all-to-all overlap with the other
-micro-batch (``moe_a2a_overlap``: Qwen3 rows), DeepSeek-V3's pipeline layout (it places the MTP
-layer, which ``--pipeline-model-parallel-layout`` does not take yet), its FP8 parameter gather
-(not modelled with MXFP8), bf16 Adam moments, the
-router's grouped top-k, CUDA graphs.
+overlaps (``--zero 1 --overlap-grad-reduce --overlap-param-gather``), bf16 gradient reduction
+(every model's common settings), the alltoall dispatcher, Megatron-Core's rank order
+tp-cp-ep-dp-pp (``--rank-order tp,dp,pp``: an expert group of 8 inside a node), sequence
+parallelism with TP > 1; GPT-OSS: the recomputation of ``layernorm`` and ``moe_act``, and on
+H100 the recipe's micro-batch 1 (the summary's row, MBS 4 with GA 2, contradicts itself: 64 GPUs
+at PP 4 and MBS 4 make GA 8); Qwen3: ``moe_a2a_overlap`` (``--moe-a2a-overlap
+--delay-wgrad-compute``); Qwen3 235B:
+the embedding and the loss counted as pipeline layers; DeepSeek-V3: its MTP layer, the
+recomputation of ``mla_up_proj``, the shared expert overlapped with the dispatch and the
+recipe's pipeline layout (written in triosim's count of layers, which leaves the 3 dense layers
+and the MTP layer out: they run with the embedding and the loss, where the recipe puts them).
+Not typed, for want of the flag or the model: DeepSeek-V3's FP8 parameter gather (not
+modelled with MXFP8), bf16 Adam moments, the router's grouped top-k, CUDA graphs.
 
 Iteration time = GBS · seq / (tokens/s/GPU · GPUs). Columns: the simulated time, its error
 against the published one, the peak memory per GPU (fits: under the GPU's memory), and where a
@@ -57,11 +59,24 @@ ROUTING = ("linear", "_softmax", "sigmoid", "topk", "moe::permute", "moe::unperm
 
 
 # Per model, the recipe settings beyond the mesh that triosim has flags for (docs/validation.md).
+# Every model's common settings reduce gradients in bf16 (``grad_reduce_in_fp32 = False``:
+# gpt_oss_llm_pretrain.py:33-34, qwen3_llm_pretrain.py:44-45, deepseek_llm_pretrain.py:40-41).
 EXTRA = {
-    "gpt-oss-120b": {"grad-reduce-dtype": "bf16", "recompute": "selective", "recompute-modules": "layernorm,moe_act"},
-    "qwen3-235b-a22b": {"account-for-embedding-in-pipeline-split": True, "account-for-loss-in-pipeline-split": True},
-    "deepseek-v3": {"moe-shared-expert-overlap": True},
+    "gpt-oss-120b": {"recompute": "selective", "recompute-modules": "layernorm,moe_act"},
+    # moe_a2a_overlap sets overlap_moe_expert_parallel_comm and delay_wgrad_compute (helpers.py:183-187)
+    "qwen3-30b-a3b": {"moe-a2a-overlap": True, "delay-wgrad-compute": True},
+    "qwen3-235b-a22b": {"account-for-embedding-in-pipeline-split": True, "account-for-loss-in-pipeline-split": True,
+                        "moe-a2a-overlap": True, "delay-wgrad-compute": True},
+    # DeepSeek-V3's layout for PP 16 (deepseek_v3.py:235-249: E + 4 layers, 14 stages of 4, then one
+    # layer + MTP + loss) in triosim's count of layers, the 58 MoE layers (the 3 dense ones run
+    # before the first, with the embedding; the MTP layer after the last, with the loss)
+    "deepseek-v3": {"moe-shared-expert-overlap": True, "recompute": "selective", "recompute-modules": "mla_up_proj",
+                    "pipeline-model-parallel-layout": "Et|(t*4|)*14,tL"},
 }
+# Where the summary's row contradicts itself, the recipe's setting: GPT-OSS on H100 lists MBS 4
+# with GA 2, which 64 GPUs at PP 4 (DP 16) cannot give (512 / (16 · 4) = 8), and the recipe
+# (gpt_oss/workload_base_configs.py:58-62 over :22-28) runs MBS 1 (GA 32).
+RECIPE = {("DGX-H100", "gpt-oss-120b"): {"micro-batch-size": 1}}
 
 
 def flags(row: tuple) -> dict:
@@ -70,7 +85,8 @@ def flags(row: tuple) -> dict:
     out = {"model": model, "gpu": gpu, "topology-file": str(TOPOLOGIES / topology), "dp": gpus // (tp * pp),
            "tp": tp, "pp": pp, "ep": ep, "global-batch": gbs, "micro-batch-size": mbs, "seq-len": seq,
            "zero": 1, "overlap-grad-reduce": True, "overlap-param-gather": True, "rank-order": "tp,dp,pp",
-           **PRECISIONS[precision], **EXTRA.get(model, {})}
+           "grad-reduce-dtype": "bf16", **PRECISIONS[precision], **EXTRA.get(model, {}),
+           **RECIPE.get((system, model), {})}
     if tp > 1:
         out["sequence-parallel"] = True
     if vp > 1:

@@ -90,6 +90,8 @@ _SWITCHES = {
     "--fp8-param-gather": ["--fp8-param-gather"],
     "--tp-comm-overlap": ["--tp-comm-overlap"],
     "--moe-shared-expert-overlap": ["--moe-shared-expert-overlap"],
+    "--overlap-moe-expert-parallel-comm": ["--moe-a2a-overlap"],
+    "--delay-wgrad-compute": ["--delay-wgrad-compute"],
     "--overlap-grad-reduce": ["--overlap-grad-reduce"],
     "--overlap-param-gather": ["--overlap-param-gather"],
     "--overlap-p2p-comm": ["--pipeline-send", "overlapped"],

@@ -55,7 +55,7 @@ def add_parallel_flags(g: argparse._ArgumentGroup) -> None:
                         "default method when this is given alone, with --recompute full)")
     g.add_argument("--recompute-modules", default=None, metavar="LIST",
                    help="with --recompute selective: the parts of each layer to re-run, comma-separated: core_attn "
-                        "(default), mlp, layernorm, moe_act")
+                        "(default), mlp, layernorm, moe_act, mla_up_proj")
     g.add_argument("--offload-activations", default=None, metavar="N|FRACTION",
                    help="copy the activations of the first N layers of each model chunk (or that fraction of its "
                         "layers) to host memory over the GPU's host link during forward, and back one layer ahead "
@@ -89,6 +89,13 @@ def add_expert_flags(g: argparse._ArgumentGroup) -> None:
     g.add_argument("--moe-shared-expert-overlap", action="store_true",
                    help="run the shared experts while the tokens are dispatched (Megatron's switch of that name); "
                         "off: the dispatch waits for them")
+    g.add_argument("--moe-a2a-overlap", action="store_true",
+                   help="run each all-to-all beside another micro-batch's compute: the interleaved schedule's "
+                        "steady state runs one forward and one backward block together (Megatron's "
+                        "--overlap-moe-expert-parallel-comm); needs --ep and, with --pp, --schedule interleaved")
+    g.add_argument("--delay-wgrad-compute", action="store_true",
+                   help="with --moe-a2a-overlap: the experts' weight gradients after the MLP's data gradients, "
+                        "beside the backward's combine exchange (Megatron's switch of that name)")
     g.add_argument("--moe-imbalance", type=float, default=1.0, metavar="F",
                    help="the busiest expert's tokens over the mean (1: balanced, as force-balanced benchmarks run); "
                         "every expert rank waits for the busiest")
@@ -155,7 +162,9 @@ def parallel_options(args: argparse.Namespace) -> dict:
                           ("--offload-activations", getattr(args, "offload_activations", None) is not None),
                           ("--ep", getattr(args, "ep", None) not in (None, 1)),
                           ("--etp", getattr(args, "etp", None) not in (None, 1)),
-                          ("--moe-shared-expert-overlap", getattr(args, "moe_shared_expert_overlap", False))):
+                          ("--moe-shared-expert-overlap", getattr(args, "moe_shared_expert_overlap", False)),
+                          ("--moe-a2a-overlap", getattr(args, "moe_a2a_overlap", False)),
+                          ("--delay-wgrad-compute", getattr(args, "delay_wgrad_compute", False))):
             if bad:
                 raise ConfigError(f"{flag} needs the degrees of a hybrid run: give --dp/--tp/--pp (not -case)")
         case = getattr(args, "case", None)
@@ -181,6 +190,8 @@ def parallel_options(args: argparse.Namespace) -> dict:
         "moe_token_dispatcher": str(getattr(args, "moe_token_dispatcher", "alltoall")),
         "moe_imbalance": _imbalance(getattr(args, "moe_imbalance", 1.0)),
         "moe_shared_expert_overlap": bool(getattr(args, "moe_shared_expert_overlap", False)),
+        "moe_a2a_overlap": bool(getattr(args, "moe_a2a_overlap", False)),
+        "delay_wgrad_compute": bool(getattr(args, "delay_wgrad_compute", False)),
         **overlap_options(args),
     }
 

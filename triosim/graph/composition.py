@@ -201,6 +201,8 @@ def build(trace: Trace, platform: Platform, strategy: Strategy, fuse_runs: bool 
         tpp = carry_plan(tpp, rec)
     if off is not None:
         tpp = carry_offload(tpp, off)
+    if experts is not None and strategy.delay_wgrad_compute:
+        experts = replace(experts, delay_wgrad=True)
     if experts is not None and experts.ops and trace is not original:  # the rewritten trace's ops (re-runs
         experts = replace(experts, ops=expert_ops(trace)[0])  # exchange again; offload shifts the indices)
     if ranks.cp > 1:

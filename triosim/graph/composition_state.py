@@ -54,6 +54,8 @@ class CompositionState:
     gathered_at: dict[int, list[int]] = field(default_factory=dict)
     # Memory planning: each optimizer op's buffers per owning rank; persistent buffers' indices
     optimizer_split: dict[int, dict[int, tuple]] = field(default_factory=dict)
+    gradient_copy: dict[int, int] = field(default_factory=dict)  # pipeline rank -> its fp32 gradient copy
+    deferred_wgrad: dict[tuple, float] = field(default_factory=dict)  # (replica, mb) -> expert wgrad seconds held back
     persistent_ids: set[int] | None = None
     # A -case run: the preset it builds (None: a run typed as --dp/--tp/--pp). Its tasks and
     # memory steps keep the names its case gave them (timelines, DOT exports, error messages).

@@ -10,8 +10,8 @@ from ..errors import ConfigError
 GRANULARITIES = ("none", "selective", "full")
 METHODS = ("uniform", "block")
 # Megatron-Core's recompute_modules; the MoE and MLA ones need layers this trace does not have.
-MODULES = ("core_attn", "mlp", "layernorm", "moe_act")
-UNMODELLED_MODULES = ("moe", "shared_experts", "mla_up_proj")
+MODULES = ("core_attn", "mlp", "layernorm", "moe_act", "mla_up_proj")
+UNMODELLED_MODULES = ("moe", "shared_experts")
 DEFAULT_MODULES = ("core_attn",)
 
 

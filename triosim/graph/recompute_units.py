@@ -16,8 +16,12 @@ Megatron-Core's names (``TransformerConfig.recompute_granularity``, ``recompute_
 - **selective** with ``modules`` (default ``core_attn``): per layer, ``core_attn`` re-runs the
   attention core (the ops between the Q/K/V linears and the output projection), ``mlp`` the MLP
   (fc1, activation, fc2, and the communication after them), ``layernorm`` each norm of the
-  layer (its output, the next linear's input, is not kept). Modules combine; a norm re-run
-  that an MLP re-run reads goes first.
+  layer (its output, the next linear's input, is not kept), ``moe_act`` each expert
+  activation, ``mla_up_proj`` the up projections of multi-head latent attention and the rotary
+  embedding after them (Megatron-Core's ``MLASelfAttention``: ``qkv_up_proj_and_rope_apply``
+  under ``CheckpointWithoutOutput``, its inputs the normed latents; the queries, keys and values
+  it makes are dropped once the attention core has run and re-made before the core's backward).
+  Modules combine; a norm re-run that an MLP re-run reads goes first.
 """
 
 from __future__ import annotations
@@ -66,6 +70,12 @@ def find_units(trace: Trace, spec: RecomputeSpec, cuts: frozenset[int]) -> list[
         found = _expert_activation_units(trace)
         if not found:
             raise ConfigError("--recompute-modules moe_act needs mixture-of-experts layers (this model has none)")
+        units += found
+    if "mla_up_proj" in spec.modules:
+        found = _mla_up_units(trace)
+        if not found:
+            raise ConfigError("--recompute-modules mla_up_proj needs multi-head latent attention layers "
+                              "(this model has none)")
         units += found
     for b in blocks:
         if b.kind == "attention" and "core_attn" in spec.modules:
@@ -152,6 +162,53 @@ def _expert_activation_units(trace: Trace) -> list[Unit]:
         fed = [trace.producer.get(k) for k in trace.reads[j]]
         if any(p is not None and "_grouped_mm" in trace.ops[p].name for p in fed):
             units += _single_op_unit(trace, j, first_back)
+    return units
+
+
+def _mla_up_units(trace: Trace) -> list[Unit]:
+    """Per attention op fed through latent up projections: the ops from the normed latents to the
+    attention's inputs (the up-projection linears, the rotary products, the key join), re-run
+    before the first backward op reading what they make. A latent norm is a norm of a down
+    projection's output (a linear of a norm's output); the walk back from the attention stops at norms and at linears that do not read a
+    latent norm (the down projections, whose outputs the checkpoint keeps)."""
+    first_back = next((i for i, op in enumerate(trace.ops) if op.stage != "forward"), len(trace.ops))
+    kind = [classify(trace.ops[j].name, "forward")[0] for j in range(first_back)]
+
+    def made_by(p: int | None, what: str) -> bool:
+        return p is not None and p < first_back and kind[p] == what
+
+    def latent_norm(p: int | None) -> bool:  # a norm of a down projection (a linear of a norm's output)
+        return made_by(p, "norm") and any(
+            made_by(q := trace.producer.get(k), "matmul") and any(made_by(trace.producer.get(x), "norm")
+                                                                  for x in trace.reads[q])
+            for k in trace.reads[p])
+
+    units = []
+    for a in range(first_back):
+        if kind[a] != "attention":
+            continue
+        ops: set[int] = set()
+        up = False
+        todo = [trace.producer.get(k) for k in trace.reads[a]]
+        while todo:
+            p = todo.pop()
+            if p is None or p in ops or p >= first_back or kind[p] == "norm":
+                continue
+            if kind[p] == "matmul":
+                if not any(latent_norm(trace.producer.get(k)) for k in trace.reads[p]):
+                    continue
+                up = True
+                ops.add(p)
+                continue
+            ops.add(p)
+            todo += [trace.producer.get(k) for k in trace.reads[p]]
+        if not up:
+            continue
+        part = tuple(sorted(ops))
+        made = _made(trace, part)
+        readers = sorted(i for k in made for i in trace.consumers.get(k, ()) if i >= first_back)
+        if readers:
+            units.append((part, readers[0], frozenset()))
     return units
 
 

@@ -88,6 +88,18 @@ def persistent_buffers(trace: Trace) -> set[str]:
     return {k for k in trace.external if k in params or k in touched_by_optimizer} | set(trace.preallocated)
 
 
+def gradient_copy_bytes(trace: Trace) -> int:
+    """Bytes of the fp32 copy of 16-bit gradients the optimizer step makes and holds through the
+    step (:attr:`~triosim.trace.precision.TrainingPrecision.gradient_copy_bytes`): the trace's
+    share of its optimizer state (0 without one)."""
+    num, den = trace.gradient_copy
+    if not num:
+        return 0
+    from .data.zero import buffer_roles  # noqa: PLC0415 (data imports this module)
+    state = buffer_roles(trace).optimizer
+    return -(-sum(trace.tensors[k].bytes for k in state) * num // den)
+
+
 def resident_from_start(trace: Trace) -> tuple[str, ...]:
     """Buffers that exist before the first op: the trace's external ones and, under a training
     precision, the gradient buffer (Megatron allocates it once, for every iteration)."""
@@ -114,6 +126,11 @@ def plan_program_memory(
     if sizes is None:
         sizes = {k: t.bytes for k, t in trace.tensors.items()}
     steps = op_steps(trace, op_indices, tasks)
+    copy = gradient_copy_bytes(trace)
+    if copy:  # the fp32 gradient copy at each optimizer step, allocated there and freed after
+        sizes = {**sizes, "gradient-copy": copy}
+        steps = [st._replace(writes=(*st.writes, "gradient-copy")) if trace.ops[i].stage == "optimizer" else st
+                 for i, st in zip(op_indices, steps)]
     return plan_memory(
         graph,
         platform,
@@ -139,7 +156,8 @@ def whole_trace_fitting(trace: Trace, capacity: int, device: int, tasks: Sequenc
     last = np.maximum(last_op(cols.read_code, cols.read_op, count, -1),
                       last_op(cols.write_code, cols.write_op, count, -1))
     live = (last >= 0) & (cols.nbytes > 0)
-    if int(cols.nbytes[live].sum()) > capacity:
+    copy = gradient_copy_bytes(trace)
+    if int(cols.nbytes[live].sum()) + copy > capacity:
         return None
     external = cols.mask(resident_from_start(trace))
     optimizer = np.fromiter(map("optimizer".__eq__, map(attrgetter("stage"), trace.ops)), dtype=bool, count=n)
@@ -152,6 +170,8 @@ def whole_trace_fitting(trace: Trace, capacity: int, device: int, tasks: Sequenc
     end = last + 1
     end[persistent] = n
     occ = lifetime_occupancy(first[live], end[live], cols.nbytes[live], n)
+    if copy:
+        occ = occ + np.where(optimizer, copy, 0)
     return MemoryReport(device=device, peak_bytes=int(occ.max()), step_tasks=tuple(tasks), step_bytes=occ)
 
 

@@ -194,6 +194,8 @@ class Strategy:
     moe_token_dispatcher: str = "alltoall"
     moe_imbalance: float = 1.0
     moe_shared_expert_overlap: bool = False
+    moe_a2a_overlap: bool = False  # the steady state's forward and backward blocks run together
+    delay_wgrad_compute: bool = False  # the experts' weight gradients beside the backward's combine
 
     @property
     def context_degree(self) -> int:
@@ -342,6 +344,22 @@ class Strategy:
                               f"{self.moe_token_dispatcher!r}")
         if not (isinstance(self.moe_imbalance, (int, float)) and 1.0 <= self.moe_imbalance <= 1e6):
             raise ConfigError(f"--moe-imbalance must be a number from 1 (balanced) up, got {self.moe_imbalance!r}")
+        if self.delay_wgrad_compute and not self.moe_a2a_overlap:
+            raise ConfigError("--delay-wgrad-compute needs --moe-a2a-overlap (Megatron-Core: "
+                              "overlap_moe_expert_parallel_comm must be enabled when enabling delay_wgrad_compute)")
+        if self.moe_a2a_overlap:  # Megatron-Core's checks (TransformerConfig.__post_init__)
+            if self.expert_degree < 2:
+                raise ConfigError("--moe-a2a-overlap needs expert parallelism (--ep 2 or more), as Megatron-Core")
+            if self.moe_token_dispatcher not in ("alltoall", "flex"):
+                raise ConfigError("--moe-a2a-overlap needs --moe-token-dispatcher alltoall or flex, as Megatron-Core")
+            if self.recompute == "full":
+                raise ConfigError("--moe-a2a-overlap: leave out --recompute full (Megatron-Core refuses the two)")
+            if self.moe_shared_expert_overlap:
+                raise ConfigError("--moe-a2a-overlap: leave out --moe-shared-expert-overlap (Megatron-Core refuses "
+                                  "the two)")
+            if self.pipeline_send == "blocking":
+                raise ConfigError("--moe-a2a-overlap runs a forward and a backward block together: not with "
+                                  "--pipeline-send blocking")
 
     def _validate_context(self) -> None:
         if self.cp_comm_type not in CP_COMM_TYPES:
@@ -389,6 +407,8 @@ class Strategy:
             **({"cp_comm_type": self.cp_comm_type} if self.context_degree > 1 else {}),
             **({"ep": self.expert_degree, "etp": self.expert_tensor_degree,
                 "moe_token_dispatcher": self.moe_token_dispatcher, "moe_imbalance": self.moe_imbalance,
-                "moe_shared_expert_overlap": self.moe_shared_expert_overlap}
+                "moe_shared_expert_overlap": self.moe_shared_expert_overlap,
+                **({"moe_a2a_overlap": True} if self.moe_a2a_overlap else {}),
+                **({"delay_wgrad_compute": True} if self.delay_wgrad_compute else {})}
                if self.expert_degree > 1 or self.expert_tensor_degree > 1 else {}),
         }

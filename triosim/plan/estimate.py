@@ -336,15 +336,20 @@ def _rank_peaks(c: Candidate, m: int, bounds: list[tuple[int, int]], params: np.
 
     peaks = []
     div1 = role_divisors(c.zero, c.data)
+    # the fp32 copy of 16-bit gradients, a share of the optimizer state held at the step only
+    num, den = profile.scaled(batch).gradient_copy
     for r, (act, inv, blocks, mine) in enumerate(timer.memo(("memory", key, settings.bucket_bytes, zero3), per_rank)):
-        total = (inv / div).sum(axis=0) + act
+        invariant = (inv / div).sum(axis=0)
+        total = invariant + act
         for v, s in enumerate(mine):  # a chunk's first blocks: its invariant buffers come one op after another
             fix_f, fix_b = first_block_corrections(s, div1, zero3)
             total[blocks.first_f[v]] += fix_f
             total[blocks.first_b[v]] += fix_b
         held = float(total.max())
-        held += float(opt_state[r]) / (c.data if sharded else 1)
-        peaks.append(held)
+        opt = float(opt_state[r]) / (c.data if sharded else 1)
+        if num:  # at the step: what the last block keeps of the batch-invariant buffers, and the copy
+            held = max(held, float(invariant[-1]) + opt * num / den)
+        peaks.append(held + opt)
     return peaks
 
 

@@ -88,6 +88,8 @@ def overlaps_line(strategy, num_gpus: int) -> str | None:
     if pp > 1:
         parts.append(f"pipeline sends {'blocking' if strategy.blocking_sends else 'overlapped'}"
                      + (" (--pipeline-send auto)" if strategy.pipeline_send == "auto" else ""))
+    if getattr(strategy, "moe_a2a_overlap", False):
+        parts.append("expert all-to-alls beside another micro-batch's compute (--moe-a2a-overlap)")
     return ("Overlaps: " + ", ".join(parts)) if parts else None
 
 

@@ -171,6 +171,8 @@ APPLIES: dict[str, Callable[[Mapping[str, Any]], bool]] = {
     "moe_token_dispatcher": lambda c: _degree(c, "ep") > 1,
     "moe_imbalance": lambda c: _degree(c, "ep") > 1,
     "moe_shared_expert_overlap": lambda c: _degree(c, "ep") > 1,
+    "moe_a2a_overlap": lambda c: _degree(c, "ep") > 1,
+    "delay_wgrad_compute": lambda c: _degree(c, "ep") > 1,
     # recomputation's details belong to one granularity each (alone they imply it)
     "recompute_method": lambda c: _hybrid(c) and c.get("recompute") != "selective",
     "recompute_num_layers": lambda c: _hybrid(c) and c.get("recompute") != "selective",

@@ -66,6 +66,9 @@ class Trace:
     # (the gradient buffer); see triosim.graph.data.precision.
     precision: TrainingPrecision | None = None
     preallocated: frozenset[str] = frozenset()
+    # (numerator, denominator): the share of an optimizer-state buffer's bytes that the fp32 copy
+    # of a 16-bit gradient adds while the optimizer runs (held then only; 0: none).
+    gradient_copy: tuple[int, int] = (0, 1)
     # Derived on first use (``consumers``, ``forward_partner``, ``grad_ready_op``): most runs never ask, and on a trace of
     # hundreds of thousands of ops they took a fifth of the loading time.
     _partner: tuple[int | None, ...] | None = field(default=None, init=False, repr=False, compare=False)

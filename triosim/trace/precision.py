@@ -15,7 +15,9 @@ may train in another dtype (``--dtype bf16|fp16|fp32``); then every buffer is re
 So a parameter costs 2 + 4 + 4 + 4 + 4 = 18 bytes under bf16 with fp32 gradients, 2 + 2 + 16 = 20
 with 16-bit gradients, 16 under fp32, and with the optimizer state sharded over N data-parallel
 ranks (ZeRO-1, Megatron's distributed optimizer) 6 + 12/N, 4 + 16/N and 8 + 8/N
-(:func:`bytes_per_parameter`).
+(:func:`bytes_per_parameter`). Of the 16/N of 16-bit gradients, the fp32 gradient copy's 4/N
+exists only from the optimizer step to the next iteration's start: the forward and backward
+passes hold 4 + 12/N.
 
 Source: Megatron Core developer guide, "Distributed Optimizer"
 (https://docs.nvidia.com/megatron-core/developer-guide/latest/distrib_optimizer.html): bytes per
@@ -72,9 +74,20 @@ class TrainingPrecision:
     def master_bytes(self) -> int:
         """Optimizer bytes per parameter beside the moments: the fp32 master weight of a 16-bit
         run, and the fp32 copy of a 16-bit reduced gradient the optimizer steps with."""
-        if not self.mixed:
-            return 0
-        return MASTER_WEIGHT_BYTES + (MASTER_WEIGHT_BYTES if self.gradient_bytes < MASTER_WEIGHT_BYTES else 0)
+        return self.master_weight_bytes + self.gradient_copy_bytes
+
+    @property
+    def master_weight_bytes(self) -> int:
+        """The fp32 master weight of a 16-bit run: held for the whole iteration."""
+        return MASTER_WEIGHT_BYTES if self.mixed else 0
+
+    @property
+    def gradient_copy_bytes(self) -> int:
+        """The fp32 copy of a 16-bit reduced gradient: made by the optimizer step and freed at the
+        next iteration's start, so held only while the optimizer runs (Megatron-Core's
+        ``_copy_model_grads_to_main_grads`` sets ``main_param.grad = model_grad.float()`` before
+        the step; ``zero_grad(set_to_none=True)``, first thing in the next ``train_step``, drops it)."""
+        return MASTER_WEIGHT_BYTES if self.mixed and self.gradient_bytes < MASTER_WEIGHT_BYTES else 0
 
 
 @dataclass(frozen=True)
@@ -121,8 +134,10 @@ def optimizer_step_bytes(precision: TrainingPrecision) -> OptimizerStepBytes:
 def bytes_per_parameter(precision: TrainingPrecision, zero: int = 0, dp: int = 1,
                         moments: int = ADAM_MOMENTS) -> float:
     """Weights + gradients + optimizer state per parameter on one GPU (the closed form the
-    simulated memory must meet): ZeRO-1 shards the optimizer state (master copy included) over
-    ``dp`` ranks, ZeRO-2 the gradients too, ZeRO-3 the weights too."""
+    simulated memory must meet; Megatron's table): ZeRO-1 shards the optimizer state (master copy
+    included) over ``dp`` ranks, ZeRO-2 the gradients too, ZeRO-3 the weights too. The fp32
+    copy of a 16-bit gradient (:attr:`TrainingPrecision.gradient_copy_bytes`) is counted here
+    though the forward and backward passes do not hold it."""
     n = dp if dp > 1 else 1
     w, g = float(precision.weight_bytes), float(precision.gradient_bytes)
     o = float(precision.master_bytes + moments * OPTIMIZER_STATE_BYTES)

@@ -9,11 +9,12 @@ precision (the facts: :mod:`triosim.trace.precision`):
 - gradients: the gradient-reduce dtype; they are Megatron's contiguous gradient buffer, which
   exists for the whole iteration (``preallocated``), so sharding them (ZeRO-2) lowers the peak by
   (N−1)/N of them wherever the peak falls;
-- optimizer state: fp32 moments, and in a 16-bit run the fp32 master weights (and the fp32 copy
-  of a 16-bit gradient) on top; the trace has no buffer for the master copy, so its bytes are
-  spread over the optimizer-state buffers in proportion to their elements (Adam: each moment
-  buffer carries half a parameter's master copy, 4 + 2 bytes per element), which keeps them
-  sharded with the state under ZeRO-1;
+- optimizer state: fp32 moments, and in a 16-bit run the fp32 master weights on top; the trace
+  has no buffer for the master copy, so its bytes are spread over the optimizer-state buffers in
+  proportion to their elements (Adam: each moment buffer carries half a parameter's master copy,
+  4 + 2 bytes per element), which keeps them sharded with the state under ZeRO-1. The fp32 copy
+  of a 16-bit gradient exists only while the optimizer runs: the trace records its share of the
+  state's bytes (``Trace.gradient_copy``) and the memory plan holds it at the optimizer's steps;
 - every other float buffer (activations, temporaries): the training dtype.
 
 Under FP8 training (``--dtype fp8``: bf16 plus :mod:`triosim.trace.fp8`) two kinds of buffers
@@ -74,7 +75,8 @@ def with_training_precision(trace: Trace, precision: TrainingPrecision | None) -
     sizer = _RoleSizer(trace, roles, precision, width, linears)
     tensors = {tid: sizer.resize(tid, t) for tid, t in trace.tensors.items()}
     out = replace(trace, tensors=tensors, precision=precision,
-                  preallocated=frozenset(k for k in roles.gradients if tensors[k].bytes > 0))
+                  preallocated=frozenset(k for k in roles.gradients if tensors[k].bytes > 0),
+                  gradient_copy=sizer.gradient_copy())
     # The data flow is the trace's: keep what it already derived.
     out._partner, out._consumers, out._grad_ready = trace._partner, trace._consumers, trace._grad_ready
     stepped = with_optimizer_step(out, optimizer_step_bytes(precision))
@@ -102,9 +104,18 @@ class _RoleSizer:
         # Optimizer state of the traced width or already fp32 (a model card's trace keeps Adam's
         # moments in fp32 beside 16-bit weights): both take the fp32 moments plus the master copy.
         state = [k for k in roles.optimizer if self._float_state(tensors[k])]
-        # The master copy (and fp32 gradient copy) per parameter, spread over the state's elements.
-        self.extra_numerator = precision.master_bytes * sum(elements(tensors[p]) for p in roles.weights)
+        # The master copy per parameter, spread over the state's elements.
+        self.weight_elements = sum(elements(tensors[p]) for p in roles.weights)
+        self.extra_numerator = precision.master_weight_bytes * self.weight_elements
         self.state_elements = sum(elements(tensors[k]) for k in state)
+
+    def gradient_copy(self) -> tuple[int, int]:
+        """The fp32 gradient copy's bytes per byte of optimizer state: per state element it is
+        gc·P/S beside the element's 4 + mw·P/S (P weight, S state elements)."""
+        gc = self.precision.gradient_copy_bytes
+        if not gc or not self.state_elements:
+            return (0, 1)
+        return (gc * self.weight_elements, OPTIMIZER_STATE_BYTES * self.state_elements + self.extra_numerator)
 
     def _float_state(self, t: Tensor) -> bool:
         return t.each_byte in (self.width, OPTIMIZER_STATE_BYTES) and t.category not in NOT_FLOAT_CATEGORIES

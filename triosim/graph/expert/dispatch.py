@@ -156,6 +156,11 @@ def add_expert_op(b: CompositionState, comm: GroupComm, plan: ExpertPlan, e: Exp
 
     out: dict[Rep, tuple[int, int]] = {}
     early = plan.shared_overlap and e.source is not None  # the dispatch needs only its rows
+    # --delay-wgrad-compute (Megatron-Core's delay_wgrad_compute, with the combined 1F1B schedule:
+    # TransformerLayerSchedulePlan.run's "mlp_bwd -> mlp_bwd_dw"): a backward grouped GEMM runs its
+    # data gradient (half its products) in place and its weight gradient once the MLP's data
+    # gradients are done, beside the combine's gradient exchange
+    wgrad = plan.delay_wgrad and e.phase == BACKWARD
     for members in blocks.values():
         if e.when == "before":
             start = {rep: ([b.task[(*rep, e.source, r)]] if early and (*rep, e.source, r) in b.task else list(after[rep]))
@@ -163,8 +168,20 @@ def add_expert_op(b: CompositionState, comm: GroupComm, plan: ExpertPlan, e: Exp
             ready = run(start, members)
             for rep, gpu in members:
                 deps = [ready[rep], *after[rep]] if early else [ready[rep]]
-                work = b.graph.add_compute_tagged(gpu, dur, f"{label}{mb} gpu{gpu}", tags, deps)
+                if wgrad:
+                    b.deferred_wgrad[(rep, r)] = b.deferred_wgrad.get((rep, r), 0.0) + dur / 2
+                work = b.graph.add_compute_tagged(gpu, dur / 2 if wgrad else dur, f"{label}{mb} gpu{gpu}", tags, deps)
                 out[rep] = (work, work)
+        elif wgrad:
+            dgrad = {rep: b.graph.add_compute_tagged(gpu, dur / 2, f"{label}{mb} dgrad gpu{gpu}", tags, list(after[rep]))
+                     for rep, gpu in members}
+            done = run({rep: [w] for rep, w in dgrad.items()}, members)
+            for rep, gpu in members:
+                later = dur / 2 + b.deferred_wgrad.pop((rep, r), 0.0)
+                w = b.graph.add_compute_tagged(gpu, later, f"{label}{mb} wgrad gpu{gpu}", tags, [dgrad[rep]])
+                end = b.graph.add_sync_tagged(f"ep wgrad {label}{mb} gpu{gpu}", [w, done[rep]], (gpu,),
+                                              {"op_index": e.index, "microbatch": r})
+                out[rep] = (dgrad[rep], end)
         else:
             work = {rep: b.graph.add_compute_tagged(gpu, dur, f"{label}{mb} gpu{gpu}", tags, list(after[rep]))
                     for rep, gpu in members}

@@ -106,6 +106,7 @@ class ExpertPlan:
     edp: int  # expert-data-parallel ranks
     etp: int = 1  # expert-tensor-parallel ranks (each holds 1/etp of every local expert's width)
     shared_overlap: bool = False  # a dispatch starts after its permutation, beside the shared expert
+    delay_wgrad: bool = False  # the experts' weight gradients beside the backward's combine (delay_wgrad_compute)
 
 
 def _writer(trace: Trace) -> dict[str, int]:

@@ -1,8 +1,9 @@
 """Memory plans of the composition's GPUs (:mod:`triosim.graph.composition`): each built GPU's
 program in run order with buffers keyed per micro-batch (as case 4), sized per GPU (TP shards,
 ZeRO shards, the micro-batch's share, the context-parallel share), ZeRO-3's gathered copies added
-where they live, and the buffers a context-parallel attention's exchange holds while it runs
-(:func:`triosim.graph.context.ring.transient_bytes`). GPUs of one stage run the same program, so
+where they live, the buffers a context-parallel attention's exchange holds while it runs
+(:func:`triosim.graph.context.ring.transient_bytes`), and at the optimizer's steps the fp32 copy
+of 16-bit gradients the step makes. GPUs of one stage run the same program, so
 one plan serves them all when it needs no memcpy; when every buffer a stage touches fits at
 once, the plan is the buffers' lifetimes, computed vectorised."""
 
@@ -68,9 +69,9 @@ def _plan_memory(b: CompositionState) -> list[MemoryReport]:
                 for k in (*extra[0], *extra[1]):
                     sizes[k] = b.gathered_sizes[k]
                     touched[k] = False
-            held = _exchange_bytes(b, i, r)
-            if held:  # context parallelism: the exchange's buffers, allocated here and freed after
-                key = f"{b.prefixes[r]}cp-exchange:{i}"
+            held = _exchange_bytes(b, i, r) if r is not None else _gradient_copy_bytes(b, s)
+            if held:  # an exchange's buffers (or the fp32 gradient copy), allocated here and freed after
+                key = f"{b.prefixes[r]}cp-exchange:{i}" if r is not None else f"gradient-copy:{i}"
                 writes = (*writes, key)
                 sizes[key] = held
                 touched[key] = False
@@ -136,10 +137,12 @@ def _stage_memory_fits(b: CompositionState, s: int, persistent: set[str], receiv
         b.persistent_ids = {ids[k] for k in persistent if k in ids}
     gpus = b.gpus(s)
     runs = b.seq[gpus[0]]
-    if getattr(b, "experts", None) is None and getattr(b, "context", None) is None:
+    copy = _gradient_copy_bytes(b, s)
+    if getattr(b, "experts", None) is None and getattr(b, "context", None) is None and not copy:
         top = 0  # no exchange holds buffers beside an op (the step-by-step count below is all zeros)
     else:
-        held = np.fromiter((_exchange_bytes(b, i, r) for _, ops, r in runs for i in ops), dtype=np.int64)
+        held = np.fromiter((_exchange_bytes(b, i, r) if r is not None else copy for _, ops, r in runs for i in ops),
+                           dtype=np.int64)
         top = int(held.max()) if len(held) else 0
     got = stage_occupancy(runs, template, size_of, b.fractions, nb, delivered, b.persistent_ids,
                           b.platform.capacity_bytes - top, resident={ids[k] for k in trace.preallocated if k in ids})
@@ -166,6 +169,24 @@ def _exchange_bytes(b: CompositionState, i: int, r: int | None) -> int:
     if context is None or r is None or i not in context.ops:
         return 0
     return transient_bytes(b, context, context.ops[i], b.fractions[r])
+
+
+def _gradient_copy_bytes(b: CompositionState, s: int) -> int:
+    """Bytes of the fp32 copy of stage ``s``'s 16-bit gradients (its optimizer share) that the
+    optimizer step makes and holds through the step (:attr:`~triosim.trace.precision.
+    TrainingPrecision.gradient_copy_bytes`): the trace's share of the stage's optimizer state."""
+    num, den = b.trace.gradient_copy
+    if not num:
+        return 0
+    got = b.gradient_copy.get(s)
+    if got is None:
+        state: dict[str, int] = {}
+        for i in {i for _, ops, r in b.seq[b.gpus(s)[0]] if r is None for i in ops}:
+            for k, buf, frac in _step_keys(b, s, i, None)[2]:
+                if b.roles.role(buf) == "optimizer":
+                    state[k] = b.size(buf, frac)
+        got = b.gradient_copy[s] = -(-sum(state.values()) * num // den)
+    return got
 
 
 def _step_keys(b: CompositionState, s: int, i: int, r: int | None):

@@ -27,6 +27,7 @@ from ..rank_map import RankMap
 from ..tensor import per_op
 from ..tensor.comm_overlap import PIPELINE_SPLITS, USERBUFFER_SMS, Part, add_ring_steps
 from .blocking import record_comm_points
+from .combined import CombinedPairs
 from .schedules import BACKWARD, FORWARD, block_order, interleaved_order, interleaved_warmup
 
 
@@ -208,8 +209,10 @@ def add_rank_program(b: CompositionState, comm: GroupComm, p: int, waits, colls,
             dispatch.setdefault(0 if c < 2 else max(0, (c - 1) * ranks.pp - p), []).append(c * ranks.pp + p)
     early: dict[tuple, int] = {}  # (stage, unit, replica) -> its gather, dispatched ahead
     forwards = 0
+    pairs = CombinedPairs(b, order, p)  # --moe-a2a-overlap: forward and backward blocks as two chains
     for pos, (ph, r, v) in enumerate(order):
         s = v * ranks.pp + p
+        pairs.before(pos, last)
         if ph == FORWARD and aligned:
             for st in dispatch.pop(forwards, ()):
                 for kk in range(len(units_of[st][FORWARD])):
@@ -342,6 +345,7 @@ def add_rank_program(b: CompositionState, comm: GroupComm, p: int, waits, colls,
                     tp_done[(i_last, r, d)] = done
         if firsts is not None:
             ran.append((pos, (s, ph, r), {rep: (firsts[rep], last[rep][0]) for rep in b.replicas}))
+    pairs.before(len(order), last)  # the program may end with a pair
     if b.blocks is not None:  # blocking sends look each block's communication point up
         warm = interleaved_warmup(ranks.pp, r_count, p, plan.virtual) if plan.virtual > 1 else None
         record_comm_points(b, ran, warm, len(order))

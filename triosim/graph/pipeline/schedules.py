@@ -86,6 +86,24 @@ def interleaved_warmup(ranks: int, num_micro: int, rank: int, virtual: int) -> i
     return total if num_micro == ranks else min(total, 2 * (ranks - 1 - rank) + (virtual - 1) * ranks)
 
 
+def combined_pairs(order: list[tuple[str, int, int]], warm: int | None) -> dict[int, int]:
+    """Megatron-Core's combined 1F1B (``--overlap-moe-expert-parallel-comm``,
+    ``megatron/core/pipeline_parallel/combined_1f1b.py``): the positions of ``order`` whose
+    forward and backward blocks run together, position -> 0 (the pair's first block) or 1 (its
+    second). Interleaved (``warm`` forward blocks first): each steady-state forward with the
+    backward after it; one stage (``warm`` None, order F0 B0 F1 B1 …): each backward with the
+    next forward, the first forward and the last backward alone."""
+    pairs: dict[int, int] = {}
+    if warm is None:
+        for a in range(1, len(order) - 1, 2):
+            pairs[a], pairs[a + 1] = 0, 1
+        return pairs
+    steady_end = warm + 2 * (len(order) // 2 - warm)
+    for a in range(warm, steady_end - 1, 2):
+        pairs[a], pairs[a + 1] = 0, 1
+    return pairs
+
+
 def schedule_blocks(schedule: str, ranks: int, num_micro: int, rank: int, virtual: int = 1) -> list[tuple[str, int, int]]:
     """(phase, micro-batch, virtual stage) blocks of GPU ``rank`` for any schedule (the virtual
     stage is 0 for gpipe and 1f1b)."""
