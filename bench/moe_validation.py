@@ -11,9 +11,9 @@ Megatron-Bridge's recipes, where triosim has the flag: the distributed optimizer
 overlaps (``--zero 1 --overlap-grad-reduce --overlap-param-gather``), bf16 gradient reduction
 (every model's common settings), the alltoall dispatcher, Megatron-Core's rank order
 tp-cp-ep-dp-pp (``--rank-order tp,dp,pp``: an expert group of 8 inside a node), sequence
-parallelism with TP > 1; GPT-OSS: the recomputation of ``layernorm`` and ``moe_act``, and on
-H100 the recipe's micro-batch 1 (the summary's row, MBS 4 with GA 2, contradicts itself: 64 GPUs
-at PP 4 and MBS 4 make GA 8); Qwen3: ``moe_a2a_overlap`` (``--moe-a2a-overlap
+parallelism with TP > 1; GPT-OSS: the recomputation of ``layernorm`` and ``moe_act`` (on H100
+the summary's MBS 4, as published, though its GA 2 contradicts it: 64 GPUs at PP 4 and MBS 4
+make GA 8, and the recipe's base configuration runs MBS 1); Qwen3: ``moe_a2a_overlap`` (``--moe-a2a-overlap
 --delay-wgrad-compute``); Qwen3 235B:
 the embedding and the loss counted as pipeline layers; DeepSeek-V3: its MTP layer, the
 recomputation of ``mla_up_proj``, the shared expert overlapped with the dispatch and the
@@ -73,10 +73,6 @@ EXTRA = {
     "deepseek-v3": {"moe-shared-expert-overlap": True, "recompute": "selective", "recompute-modules": "mla_up_proj",
                     "pipeline-model-parallel-layout": "Et|(t*4|)*14,tL"},
 }
-# Where the summary's row contradicts itself, the recipe's setting: GPT-OSS on H100 lists MBS 4
-# with GA 2, which 64 GPUs at PP 4 (DP 16) cannot give (512 / (16 · 4) = 8), and the recipe
-# (gpt_oss/workload_base_configs.py:58-62 over :22-28) runs MBS 1 (GA 32).
-RECIPE = {("DGX-H100", "gpt-oss-120b"): {"micro-batch-size": 1}}
 
 
 def flags(row: tuple) -> dict:
@@ -85,8 +81,7 @@ def flags(row: tuple) -> dict:
     out = {"model": model, "gpu": gpu, "topology-file": str(TOPOLOGIES / topology), "dp": gpus // (tp * pp),
            "tp": tp, "pp": pp, "ep": ep, "global-batch": gbs, "micro-batch-size": mbs, "seq-len": seq,
            "zero": 1, "overlap-grad-reduce": True, "overlap-param-gather": True, "rank-order": "tp,dp,pp",
-           "grad-reduce-dtype": "bf16", **PRECISIONS[precision], **EXTRA.get(model, {}),
-           **RECIPE.get((system, model), {})}
+           "grad-reduce-dtype": "bf16", **PRECISIONS[precision], **EXTRA.get(model, {})}
     if tp > 1:
         out["sequence-parallel"] = True
     if vp > 1:
