@@ -33,7 +33,8 @@ Curve rule (``--yaml``): for the compute curve, every GEMM record of the dtype (
 transformer shapes, forward and backward), binned by half-decades of FLOPs; each bin gives one
 point at the median FLOPs and the median ``frac_model`` of its records. Memory: the cold copy
 and add records, binned the same way by bytes. Attention: per head size, direction (forward,
-backward) and mask (full, causal), one point per measured cuDNN shape at its ``frac_model``.
+backward) and mask (full, causal), one point per measured cuDNN sequence length at its
+``frac_model`` (of two shapes of one length, the one with fewer heads).
 """
 
 from __future__ import annotations
@@ -431,26 +432,30 @@ def curve_yaml(data: dict, dtype: str = "bf16") -> str:
 
 
 def attention_yaml(recs: list[dict], backend: str = "cudnn") -> str:
-    """The ``attention`` block: per head size, direction and mask, one point per measured shape of
-    ``backend`` (cuDNN: the fused attention Transformer Engine runs on Hopper and later)."""
-    series: dict[int, dict[str, list]] = {}
+    """The ``attention`` block: per head size, direction and mask, one point per measured sequence
+    length of ``backend`` (cuDNN: the fused attention Transformer Engine runs on Hopper and later);
+    where two shapes share a length, the one with fewer heads (the series' own)."""
+    series: dict[int, dict[str, dict[int, tuple]]] = {}
     for r in recs:
         if r["suite"] != "sdpa" or not r["op"].startswith(f"{backend} "):
             continue
         name = ("backward" if r["op"].endswith("bwd") else "forward") + ("_causal" if r.get("causal") else "")
         frac = r["frac_model"] if r["frac_model"] is not None else r["frac"]
-        series.setdefault(r["shape"][3], {}).setdefault(name, []).append((r["flops"], frac, r["shape"]))
+        b, h, s, d = r["shape"]
+        points = series.setdefault(d, {}).setdefault(name, {})
+        if s not in points or h < points[s][2][1]:
+            points[s] = (s, frac, r["shape"])
     if not series:
         return ""
-    text = f"  attention:   # {backend} fused attention, bf16: counted FLOPs -> fraction of the bf16 peak\n"
+    text = f"  attention:   # {backend} fused attention, bf16: keys per query -> fraction of the bf16 peak\n"
     text += f"    source: >-\n      measured with bench/device_curves.py ({backend} SDPA backend)\n"
     for d in sorted(series):
         text += f"    head_dim_{d}:\n"
         for name in ("forward", "backward", "forward_causal", "backward_causal"):
             if name in series[d]:
                 text += f"      {name}:\n" + "".join(
-                    f"        - [{x:.3e}, {f:.3f}]   # {'x'.join(map(str, shape))}\n"
-                    for x, f, shape in sorted(series[d][name]))
+                    f"        - [{x}, {f:.3f}]   # {'x'.join(map(str, shape))}\n"
+                    for x, f, shape in sorted(series[d][name].values()))
     return text
 
 

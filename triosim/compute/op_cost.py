@@ -64,7 +64,7 @@ class OpCost:
     known: bool = True
     gemm: tuple[int, int, int] | None = None  # (M, N, K) of a matmul's forward product
     blocks: int | None = None  # thread blocks of a kernel whose parallelism the shape limits (BN: C)
-    attention: tuple[int, bool] | None = None  # a fused attention op's (head size, causal mask)
+    attention: tuple[int, bool, int] | None = None  # a fused attention op's (head size, causal mask, keys per query)
 
     @property
     def bytes(self) -> float:
@@ -252,7 +252,7 @@ def op_cost(op: Op, tensors: Mapping[str, Tensor], gemm_hint: tuple[int, int, in
             square = causal and len(q.shape) >= 2 and q.shape[-2] == k.shape[-2]
             # a traced q is often a view recorded with its base's [b, s, heads·d] shape: its head
             # size is then unknown (0), and no measured attention curve is chosen for it
-            attention = (q.shape[-1] if len(q.shape) == 4 else 0, square)
+            attention = (q.shape[-1] if len(q.shape) == 4 else 0, square, k.shape[-2])
             flops *= 0.5 if square else 1.0
     elif kind == "norm" and short in BATCH_NORM:
         read, flops, blocks = _batch_norm(short, live_ins, read)

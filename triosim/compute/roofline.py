@@ -11,7 +11,8 @@ with ``peak`` the dense matrix-unit rate for the matmul, conv and attention clas
 vector rate for every other op, in the op's math dtype (:func:`math_dtype`), and the efficiency
 curves the device file's (:mod:`triosim.hardware.device_db`; vector-unit ops use its ``vector``
 curve where it has one; a fused attention op uses the file's measured attention curve for its
-head size, direction and mask, on its counted FLOPs, where the file has one). The third term is for kernels
+head size, direction and mask, at its keys per query, where the file has one). The third term
+is for kernels
 whose parallelism the op's shape limits (cuDNN's training batch norm: one thread block per
 channel): R bytes read at ``min(blocks, SMs) × the device's single-block read rate``; it applies
 only when both the op (:attr:`OpCost.blocks`) and the device file give it. Since every
@@ -96,19 +97,21 @@ def roofline_seconds(cost: OpCost, device: Device, precision: Precision = DEFAUL
     dtype = math_dtype(cost, device, precision)
     peak = device.matrix_peak(dtype) if cost.on_matrix_units else device.vector_peak(dtype)
     curve = device.compute_curve(dtype) if cost.on_matrix_units else device.vector_curve(dtype)
+    at = flops
     if cost.attention is not None and flops > 0:
-        head_dim, causal = cost.attention
+        head_dim, causal, keys = cost.attention
         measured = device.attention_efficiency
         fused = measured.curve(cost.kind == "attention_backward", causal, head_dim) if (
             measured is not None and dtype in HALF) else None
         if fused is not None:
-            curve = fused
+            curve, at = fused, keys  # a fused kernel's efficiency follows its sequence, not its FLOPs
         elif causal:
             # unmeasured: the kernel is charged as if it computed every tile of the full mask
             # at the GEMM curve (an upper bound: on the measured Hopper kernels causal attention
             # runs 1.6-1.9x faster than that)
             flops *= 2.0
-    compute = flops / (peak * curve.at(flops)) if flops > 0 else 0.0
+            at = flops
+    compute = flops / (peak * curve.at(at)) if flops > 0 else 0.0
     memory = nbytes / (device.hbm_bytes_per_s * device.memory_efficiency.at(nbytes)) if nbytes > 0 else 0.0
     rate = device.block_limited_rate(cost.blocks)
     parallel = cost.bytes_read * nbytes / cost.bytes / rate if rate and cost.bytes > 0 else 0.0

@@ -4,17 +4,20 @@ A fused attention kernel (FlashAttention, cuDNN's fused attention that Transform
 does not run at its GEMMs' efficiency: the softmax between its two products, the online
 rescaling and, under a causal mask, the tiles on the diagonal cost time that a GEMM of the same
 FLOPs does not spend. So a device file may give the measured fraction of the 16-bit matrix peak
-per head size, direction and mask, each a curve over the op's counted FLOPs (the causal mask's
-counted as half the full mask's, as attention benchmarks count them)::
+per head size, direction and mask, each a curve over the op's keys per query (its sequence
+length; a fraction of the FLOPs counted as attention benchmarks count them, the causal mask's as
+half the full mask's). The sequence, not the FLOPs, places an op: tensor parallelism splits the
+heads of a long sequence, which keeps its kernels' tiles and their efficiency (down to some two
+waves of the GPU's SMs; fewer heads than that are not measured)::
 
     efficiency:
       attention:
         source: "..."
         head_dim_128:
-          forward: [[flops, fraction], ...]          # full mask
-          backward: [[flops, fraction], ...]
-          forward_causal: [[flops, fraction], ...]
-          backward_causal: [[flops, fraction], ...]
+          forward: [[keys, fraction], ...]          # full mask
+          backward: [[keys, fraction], ...]
+          forward_causal: [[keys, fraction], ...]
+          backward_causal: [[keys, fraction], ...]
 
 An op takes the curve of the nearest measured head size (by ratio; the larger on a tie), since a
 kernel's tile shapes follow the head size; an op whose head size its trace does not show (0) takes none. A direction/mask the head size does not list, or a
