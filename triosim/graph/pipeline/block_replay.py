@@ -59,6 +59,9 @@ class Template:
     tally: list[tuple[int, int, float]]
     sizes: tuple[int, ...]
 
+    def __post_init__(self) -> None:
+        self.succ_short = [ks[0] if len(ks) == 1 else ks for ks in self.succ]
+
     def same(self, other: Template) -> bool:
         """Whether two recordings left the same template (attribute values that are objects
         compared by identity: a replayed task must share them as a built one would)."""
@@ -120,6 +123,9 @@ class BlockReplay:
             return False
         g = self.graph
         base = len(g.kind)
+        # The new tasks' ids, made once: every list below holds these int objects, as a build
+        # task by task holds the one id each task got (a copy per reference took 200 MiB more).
+        ids = list(range(base, base + len(tmpl.labels)))
         kind, duration, resources, devices, nbytes, latency, npred = tmpl.columns
         mid = f" mb{r} "
         g.kind.extend(kind)
@@ -130,19 +136,25 @@ class BlockReplay:
         g.latency.extend(latency)
         g.npred.extend(npred)
         g.label.extend([head + mid + tail for head, tail in tmpl.labels])
-        # a copy of each attribute dict with the micro-batch's values in their places (key order kept)
-        g.attrs.extend([{**a, "microbatch": r} if c is None else {**a, "microbatch": r, "collective": c[0] + mid + c[1]}
-                        for a, c in tmpl.attrs])
-        g.succ.extend([[base + k for k in ks] for ks in tmpl.succ])
-        g.succ[entry[0]].extend([base + k for k in tmpl.entry_succ])
-        self.task_of.update(zip([(d, t, op, r) for (d, t, op), _k in tmpl.task_of],
-                                [base + k for _dto, k in tmpl.task_of]))
+        attrs_out = []
+        add = attrs_out.append
+        for attrs, coll in tmpl.attrs:  # a copy of each with the micro-batch's values in their places
+            attrs = attrs.copy()
+            attrs["microbatch"] = r
+            if coll is not None:
+                attrs["collective"] = coll[0] + mid + coll[1]
+            add(attrs)
+        g.attrs.extend(attrs_out)
+        # (most tasks have one successor in the block: kept as an int, its list made without a loop)
+        g.succ.extend([[ids[x]] if x.__class__ is int else [ids[k] for k in x] for x in tmpl.succ_short])
+        g.succ[entry[0]].extend([ids[k] for k in tmpl.entry_succ])
+        self.task_of.update(zip([(d, t, op, r) for (d, t, op), _k in tmpl.task_of], [ids[k] for _dto, k in tmpl.task_of]))
         for op, gpu, k in tmpl.tp_done:
-            self.tp_done[(op, r, 0)] = {gpu: base + k}
-        self.seq.extend([(base + k, ops, r) for k, ops in tmpl.seq])
-        last[self.rep] = [base + tmpl.last]
+            self.tp_done[(op, r, 0)] = {gpu: ids[k]}
+        self.seq.extend([(ids[k], ops, r) for k, ops in tmpl.seq])
+        last[self.rep] = [ids[tmpl.last]]
         if firsts is not None and tmpl.first_compute is not None and firsts[self.rep] is None:
-            firsts[self.rep] = base + tmpl.first_compute
+            firsts[self.rep] = ids[tmpl.first_compute]
         for row, calls, nb in tmpl.rows:
             row["calls"] += calls
             row["bytes"] += nb
