@@ -23,6 +23,9 @@ CASES = {
     "full recompute": dict(recompute="full"),
     "interleaved, overlapped sends": dict(schedule="interleaved", virtual_stages=2, num_layers=8,
                                           pipeline_send="overlapped"),
+    "interleaved, blocking sends, pp 4": dict(schedule="interleaved", virtual_stages=2, num_layers=8, pp=4),
+    "dp 2, ZeRO-1, overlapped gradient reduce": dict(dp=2, zero=1, overlap_grad_reduce=True,
+                                                     recompute="selective", sequence_parallel=True),
 }
 
 
