@@ -337,6 +337,7 @@ class Composition(CompositionState):
         split = (self.strategy.pipeline_scatter_gather and ranks.tp > 1
                  and not getattr(self.tpp, "sequence_parallel", False))
         ds = sorted({d for d, _ in self.replicas})
+        rows: dict = {}  # each hop's resolved task row (send_hop_by_hop)
         for v in self.versions:
             if v.buffer in handed:  # the tied embedding's all-reduce replaces this hand-over
                 continue
@@ -364,7 +365,7 @@ class Composition(CompositionState):
                         if done is not None:  # a buffer a TP collective completes leaves after it
                             first = done[ranks.rank(d, t, plan.rank_of(src))]
                         arrive = send_hop_by_hop(self.graph, self.platform, v.buffer, r, sent, src, stages, first,
-                                                 lambda a, d=d, t=t: ranks.rank(d, t, plan.rank_of(a)))
+                                                 lambda a, d=d, t=t: ranks.rank(d, t, plan.rank_of(a)), rows)
                         if near is not None:
                             block_hops(self, near, (d, t), r, src, plan.phase[v.writer], read_in, arrive)
                         for st in set(stages):

@@ -224,8 +224,9 @@ def fit_to_stages(original: Trace, rec: Recomputed, plan_for: Callable[[Trace], 
 def straddling(rec: Recomputed, stage: Sequence[int]) -> bool:
     """Whether some unit's re-runs would run on two stages (``stage``: per op of ``rec.trace``,
     taken from the op each re-run repeats)."""
+    new_index = rec.new_index  # a property that builds the dict: once, not once per op (0.3 s on the 1T run)
     for part in rec.layers:
-        if len({stage[rec.new_index[j]] for j in part}) > 1:
+        if len({stage[new_index[j]] for j in part}) > 1:
             return True
     return False
 

@@ -27,7 +27,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 
-@dataclass
+@dataclass(slots=True)
 class Flow:
     task: int
     remaining: float  # bytes

@@ -111,7 +111,7 @@ class SharedStreams:
         taken, running, speed, n = self.taken, self.running, self.speed, self.sm_count
         for gpu in devices:
             held = taken[gpu] = taken.get(gpu, 0) + sign * sms
-            rate = speed[gpu] = 1.0 - min(held, n - 1) / n  # _speed(gpu)
+            rate = speed[gpu] = 1.0 - (n - 1 if n - 1 < held else held) / n  # _speed(gpu): min(held, n − 1)
             run = running.get(gpu)
             if run is None:
                 continue

@@ -136,6 +136,39 @@ class TaskGraph:
         self.npred.append(self._edges_to(tid, after))
         return tid
 
+    def resolved_row(self, kind: str, label: str, duration_s: float, resources: tuple[str, ...],
+                     devices: Sequence[int]) -> tuple[str, float, tuple[int, ...], tuple[int, ...]]:
+        """What :meth:`add_tagged` checks and resolves of a task added many times alike (a
+        representative collective per layer and micro-batch): its kind, duration (checked, as a
+        float), resource ids and device tuple, for :meth:`add_row`."""
+        if kind not in KINDS:
+            raise ValueError(f"unknown task kind {kind!r}")
+        if not duration_s >= 0.0:
+            raise ValueError(f"task {label!r} has negative or NaN duration {duration_s}")
+        rids = self._rtuples.get(resources)
+        if rids is None:
+            rids = self._rtuples[resources] = tuple(self.resource_id(r) for r in resources)
+        devices = tuple(devices)
+        return kind, float(duration_s), rids, self._dtuples.setdefault(devices, devices)
+
+    def add_row(self, row: tuple[str, float, tuple[int, ...], tuple[int, ...]], label: str, nbytes: int,
+                latency_s: float, attrs: dict[str, Any] | None, after: Iterable[int]) -> int:
+        """:meth:`add_tagged` of a row :meth:`resolved_row` resolved (``nbytes`` an int,
+        ``latency_s`` a float): the same task, without resolving it again."""
+        kind, duration, rids, devices = row
+        tid = len(self.kind)
+        self.kind.append(kind)
+        self.label.append(label)
+        self.duration.append(duration)
+        self.resources.append(rids)
+        self.devices.append(devices)
+        self.nbytes.append(nbytes)
+        self.latency.append(duration if duration < latency_s else latency_s)  # min(latency, duration), as add_tagged
+        self.attrs.append(attrs)
+        self.succ.append([])
+        self.npred.append(self._edges_to(tid, after))
+        return tid
+
     def _edges_to(self, tid: int, after: Iterable[int]) -> int:
         """Add an edge from each of ``after`` to the new task ``tid``; returns how many (its
         predecessor count): :meth:`add_edge` inline, for the 10^6 tasks of a large build."""

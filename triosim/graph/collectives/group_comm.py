@@ -123,6 +123,7 @@ class GroupComm:
         self._sharing_alike: dict[tuple[tuple[int, ...], ...], int] = {}  # per renamed (group, parallel groups)
         self._charges: dict[tuple[str, tuple[int, ...], int], Charge | None] = {}
         self._rows: dict[int, tuple[Charge, dict[str, Any]]] = {}  # id(charge) -> (charge, its collectives row)
+        self._resolved: dict[tuple[int, tuple[int, ...]], tuple] = {}  # (id(charge), built) -> (charge, task row, bytes)
         self.sharing_unknown = False
         # A charged group whose algorithm's routes cross another GPU's links (NCCL's PXN: NVLink
         # to the GPU on the destination's rail, then its NIC): the other groups' traffic there
@@ -243,6 +244,16 @@ class GroupComm:
             self._charges[key] = hit
         return hit
 
+    @property
+    def charged_rows(self) -> dict[int, tuple[Charge, dict[str, Any]]]:
+        """id(charge) -> (charge, its row of the graph's collectives), counted at each task added."""
+        return self._rows
+
+    @property
+    def charges(self) -> dict:
+        """The charges found so far, per (kind, group, bytes)."""
+        return self._charges
+
     def add_charged(self, charge: Charge, label: str, deps: Iterable[int], built: tuple[int, ...],
                     **attrs: Any) -> int:
         """One representative collective task of ``charge`` on the ``built`` members, after ``deps``."""
@@ -263,12 +274,18 @@ class GroupComm:
                     group_size=charge.group_size, representative=True, phase=name, link_load=load, **attrs,
                 )
             return task
-        bytes_on_links = {"link_load": charge.load} if charge.load else {"link_bytes": charge.link_bytes}
-        return self.graph.add_task(
-            "collective", label, charge.seconds, charge.links, built, charge.nbytes, after=deps,
-            op=charge.op, collective=label, group_size=charge.group_size, representative=True,
-            **bytes_on_links, **attrs,
-        )
+        # The task's row (kind, duration, links, devices) is resolved once per charge and members.
+        row = self._resolved.get((id(charge), built))
+        if row is None or row[0] is not charge:
+            row = self._resolved[(id(charge), built)] = (charge, self.graph.resolved_row(
+                "collective", label, charge.seconds, tuple(charge.links), built), int(charge.nbytes))
+        if charge.load:
+            tags = {"op": charge.op, "collective": label, "group_size": charge.group_size, "representative": True,
+                    "link_load": charge.load, **attrs}
+        else:
+            tags = {"op": charge.op, "collective": label, "group_size": charge.group_size, "representative": True,
+                    "link_bytes": charge.link_bytes, **attrs}
+        return self.graph.add_row(row[1], label, row[2], 0.0, tags, deps)
 
     def run(self, kind: str, group: Sequence[int], nbytes: int, label: str, after: Mapping[int, Iterable[int]],
             parallel: Callable[[], Iterable[Sequence[int]]] | None = None, **attrs: Any) -> dict[int, int]:

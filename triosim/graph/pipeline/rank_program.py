@@ -26,6 +26,7 @@ from ..expert.dispatch import add_expert_op
 from ..rank_map import RankMap
 from ..tensor import per_op
 from ..tensor.comm_overlap import PIPELINE_SPLITS, USERBUFFER_SMS, Part, add_ring_steps
+from .block_replay import BlockReplay
 from .blocking import record_comm_points
 from .combined import CombinedPairs
 from .schedules import BACKWARD, FORWARD, block_order, interleaved_order, interleaved_warmup
@@ -210,6 +211,13 @@ def add_rank_program(b: CompositionState, comm: GroupComm, p: int, waits, colls,
     early: dict[tuple, int] = {}  # (stage, unit, replica) -> its gather, dispatched ahead
     forwards = 0
     pairs = CombinedPairs(b, order, p)  # --moe-a2a-overlap: forward and backward blocks as two chains
+    # A representative rank whose blocks nothing but TP collectives enter: the blocks that repeat
+    # per micro-batch are added from a template (graph/pipeline/block_replay).
+    replay = BlockReplay(g, comm.charged_rows, task_of, tp_done, seq[gpu0], gpu0, b.replicas[0], stats,
+                         (charged, comm.charges, seg_time, gathered, ring_in, rs_prev)) \
+        if rep_only and tagged and ovl is None and not host and not attention and not exchanged and not units_of \
+        and not pairs.pairs \
+        else None
     for pos, (ph, r, v) in enumerate(order):
         s = v * ranks.pp + p
         pairs.before(pos, last)
@@ -236,8 +244,14 @@ def add_rank_program(b: CompositionState, comm: GroupComm, p: int, waits, colls,
         durs = seconds(s, ph, frac)
         mb_s = f" mb{r}" if tagged else ""
         firsts = {rep: None for rep in b.replicas} if b.blocks is not None else None
+        rec = tally_log = None
+        replayed = False
+        if replay is not None and not unit_at and not host_waits:
+            replayed = replay.replay((s, ph, frac), r, last, firsts)
+            rec = None if replayed else replay.start((s, ph, frac), r, last)
+            tally_log = rec.tally if rec is not None else None
         for (i, i_last, base, extra, seg_ops, w, phase, cs, c_names, keep_i, keep_last, part), dur in \
-                zip(seg_facts[(s, ph)], durs):
+                zip(seg_facts[(s, ph)] if not replayed else (), durs):
             step = part.step if part is not None and part.ring is not None else 0
             k = unit_at.get(i) if unit_at else None
             if part is not None and unit_at:  # a chunked run of ops may start units after its first op
@@ -324,6 +338,8 @@ def add_rank_program(b: CompositionState, comm: GroupComm, p: int, waits, colls,
                     tally["collectives"] += c.calls  # as b.count, without looking the group up again
                     tally["payload_bytes"] += nbytes * c.calls
                     tally["wire_bytes_per_gpu"] += wire * c.calls
+                    if tally_log is not None:
+                        tally_log.append((c.calls, nbytes * c.calls, wire * c.calls))
                     continue
                 for d in ds:
                     group = tp_groups[d]
@@ -343,6 +359,8 @@ def add_rank_program(b: CompositionState, comm: GroupComm, p: int, waits, colls,
                         if d == 0:
                             b.count("tp", c.kind, group, nbytes)
                     tp_done[(i_last, r, d)] = done
+        if rec is not None:
+            replay.finish(rec, last, firsts)
         if firsts is not None:
             ran.append((pos, (s, ph, r), {rep: (firsts[rep], last[rep][0]) for rep in b.replicas}))
     pairs.before(len(order), last)  # the program may end with a pair

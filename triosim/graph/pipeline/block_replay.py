@@ -1,0 +1,271 @@
+"""Repeated pipeline blocks added from a template instead of op by op.
+
+A representative pipeline rank runs the same forward (or backward) block of a stage once per
+micro-batch: the same segments, TP collectives and dependencies, only the task ids, the
+micro-batch in the labels and attributes, and the task the block starts after differ (the 1T
+run adds 65,536 blocks of ~28 tasks). :class:`BlockReplay` watches the op-by-op build of a block
+(:func:`triosim.graph.pipeline.rank_program.add_rank_program`), keeps what it added with those
+three things taken out, and once two builds of a block (same stage, phase and micro-batch size)
+left the same template, adds every later one by extending the graph's columns with the ids
+offset. Anything a template cannot express (a task that waits for one outside the block other
+than the one it starts after, a label without its micro-batch, a collective recorded for the
+first time) makes two builds differ, and the block stays built op by op: the graph, the
+lookups the later steps read and the counters are the same either way.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from itertools import islice
+
+from ...schedule.tasks import TaskGraph
+
+# Templates recorded per block pattern before giving up on it (two equal ones are needed).
+MAX_RECORDINGS = 4
+_PLAIN = (int, float, str, bool, type(None))
+
+
+@dataclass
+class Recording:
+    """A block being built op by op: where it starts, for :meth:`BlockReplay.finish`."""
+
+    key: tuple
+    r: int
+    entry: int  # the task the block starts after
+    first: int  # its first task's id
+    n_task_of: int
+    n_tp_done: int
+    n_seq: int
+    rows: list[tuple[dict, int, int]]  # each collectives row and its (calls, bytes) before
+    sizes: tuple[int, ...]  # graph and builder state that a block must not grow
+    tally: list[tuple[int, int, float]] = field(default_factory=list)  # TP tally steps, in order
+
+
+@dataclass
+class Template:
+    """What a block added, its micro-batch and ids taken out (ids relative to its first task)."""
+
+    columns: tuple[list, ...]  # kind, duration, resources, devices, nbytes, latency, npred
+    labels: list[tuple[str, str]]  # each label around " mb{r} "
+    attrs: list[tuple[dict, tuple[str, str] | None]]  # attributes (their microbatch and collective label replaced)
+    succ: list[list[int]]  # successors inside the block
+    entry_succ: list[int]  # the tasks that start after the entry task
+    task_of: list[tuple[tuple, int]]  # (d, t, op) -> task, in insertion order
+    tp_done: list[tuple[int, int, int]]  # (op, gpu, task), in insertion order
+    seq: list[tuple[int, tuple]]  # (task, ops) of the GPU's memory steps
+    last: int
+    first_compute: int | None
+    rows: list[tuple[dict, int, int]]  # collectives rows' calls and bytes added
+    tally: list[tuple[int, int, float]]
+    sizes: tuple[int, ...]
+
+    def __post_init__(self) -> None:
+        self.succ_short = [ks[0] if len(ks) == 1 else ks for ks in self.succ]
+
+    def same(self, other: Template) -> bool:
+        """Whether two recordings left the same template (attribute values that are objects
+        compared by identity: a replayed task must share them as a built one would)."""
+        return (self.columns == other.columns and self.labels == other.labels and self.succ == other.succ
+                and self.entry_succ == other.entry_succ and self.task_of == other.task_of
+                and self.tp_done == other.tp_done and _seq_key(self.seq) == _seq_key(other.seq)
+                and self.last == other.last and self.first_compute == other.first_compute
+                and [(id(r), c, b) for r, c, b in self.rows] == [(id(r), c, b) for r, c, b in other.rows]
+                and self.tally == other.tally and self.sizes == other.sizes
+                and list(map(_attrs_key, self.attrs)) == list(map(_attrs_key, other.attrs)))
+
+
+def _seq_key(seq: list[tuple[int, tuple]]) -> list[tuple[int, int]]:
+    return [(k, id(ops)) for k, ops in seq]
+
+
+def _attrs_key(entry: tuple[dict, tuple[str, str] | None]) -> tuple:
+    attrs, coll = entry
+    return (tuple((k, v if isinstance(v, _PLAIN) else ("id", id(v))) for k, v in attrs.items()
+                  if k != "microbatch" and k != "collective"), tuple(attrs), coll)
+
+
+def _split(text: str, mark: str) -> tuple[str, str] | None:
+    head, sep, tail = text.partition(mark)
+    if not sep or mark in tail:
+        return None
+    return head, tail
+
+
+class BlockReplay:
+    """Templates of one pipeline rank's blocks on its one built GPU (see the module docstring)."""
+
+    def __init__(self, graph: TaskGraph, rows: dict, task_of: dict, tp_done: dict, seq: list, gpu: int,
+                 rep: tuple[int, int], stats: dict, state: tuple) -> None:
+        self.graph = graph
+        self.rows = rows  # GroupComm's rows (id(charge) -> (charge, row)), counted per call
+        self.task_of = task_of
+        self.tp_done = tp_done
+        self.seq = seq
+        self.gpu = gpu
+        self.rep = rep
+        self.stats = stats
+        self.state = state  # builder dicts that must not grow in a replayable block
+        self.templates: dict[tuple, Template] = {}
+        self.candidates: dict[tuple, Template] = {}
+        self.recorded: dict[tuple, int] = {}
+        self.replayed = 0
+
+    def _sizes(self) -> tuple[int, ...]:
+        g = self.graph
+        return (len(g.resource_names), len(g.meta), len(g.meta.get("collectives", ())), len(self.stats),
+                len(self.rows), *map(len, self.state))
+
+    def replay(self, key: tuple, r: int, last: dict, firsts: dict | None) -> bool:
+        """Add block ``key`` of micro-batch ``r`` from its template, if it has one."""
+        tmpl = self.templates.get(key)
+        entry = last[self.rep]
+        if tmpl is None or len(entry) != 1:
+            return False
+        g = self.graph
+        base = len(g.kind)
+        # The new tasks' ids, made once: every list below holds these int objects, as a build
+        # task by task holds the one id each task got (a copy per reference took 200 MiB more).
+        ids = list(range(base, base + len(tmpl.labels)))
+        kind, duration, resources, devices, nbytes, latency, npred = tmpl.columns
+        mid = f" mb{r} "
+        g.kind.extend(kind)
+        g.duration.extend(duration)
+        g.resources.extend(resources)
+        g.devices.extend(devices)
+        g.nbytes.extend(nbytes)
+        g.latency.extend(latency)
+        g.npred.extend(npred)
+        g.label.extend([head + mid + tail for head, tail in tmpl.labels])
+        attrs_out = []
+        add = attrs_out.append
+        for attrs, coll in tmpl.attrs:  # a copy of each with the micro-batch's values in their places
+            attrs = attrs.copy()
+            attrs["microbatch"] = r
+            if coll is not None:
+                attrs["collective"] = coll[0] + mid + coll[1]
+            add(attrs)
+        g.attrs.extend(attrs_out)
+        # (most tasks have one successor in the block: kept as an int, its list made without a loop)
+        g.succ.extend([[ids[x]] if x.__class__ is int else [ids[k] for k in x] for x in tmpl.succ_short])
+        g.succ[entry[0]].extend([ids[k] for k in tmpl.entry_succ])
+        self.task_of.update(zip([(d, t, op, r) for (d, t, op), _k in tmpl.task_of], [ids[k] for _dto, k in tmpl.task_of]))
+        for op, gpu, k in tmpl.tp_done:
+            self.tp_done[(op, r, 0)] = {gpu: ids[k]}
+        self.seq.extend([(ids[k], ops, r) for k, ops in tmpl.seq])
+        last[self.rep] = [ids[tmpl.last]]
+        if firsts is not None and tmpl.first_compute is not None and firsts[self.rep] is None:
+            firsts[self.rep] = ids[tmpl.first_compute]
+        for row, calls, nb in tmpl.rows:
+            row["calls"] += calls
+            row["bytes"] += nb
+        if tmpl.tally:
+            tally = self.stats["tp"]
+            for calls, payload, wire in tmpl.tally:  # in the builder's order: the float sum is the same
+                tally["collectives"] += calls
+                tally["payload_bytes"] += payload
+                tally["wire_bytes_per_gpu"] += wire
+        self.replayed += 1
+        return True
+
+    def start(self, key: tuple, r: int, last: dict) -> Recording | None:
+        """Watch block ``key`` of micro-batch ``r`` being built, if its template is still sought."""
+        entry = last[self.rep]
+        if key in self.templates or len(entry) != 1 or self.recorded.get(key, 0) >= MAX_RECORDINGS:
+            return None
+        self.recorded[key] = self.recorded.get(key, 0) + 1
+        rows = list({id(row): (row, row["calls"], row["bytes"]) for _charge, row in self.rows.values()}.values())
+        return Recording(key, r, entry[0], len(self.graph.kind), len(self.task_of), len(self.tp_done), len(self.seq),
+                         rows, self._sizes())
+
+    def finish(self, rec: Recording, last: dict, firsts: dict | None) -> None:
+        """The block ``rec`` watched is built: keep its template; two equal in a row are used."""
+        tmpl = self._template(rec, last, firsts)
+        if tmpl is None:
+            self.recorded[rec.key] = MAX_RECORDINGS  # never expressible: stop watching
+            return
+        prev = self.candidates.get(rec.key)
+        if prev is not None and prev.same(tmpl):
+            self.templates[rec.key] = tmpl
+            del self.candidates[rec.key]
+        else:
+            self.candidates[rec.key] = tmpl
+
+    def _template(self, rec: Recording, last: dict, firsts: dict | None) -> Template | None:
+        g = self.graph
+        first, end, r = rec.first, len(g.kind), rec.r
+        n = end - first
+        if n == 0 or len(last[self.rep]) != 1:
+            return None
+        mid = f" mb{r} "
+        labels = [_split(label, mid) for label in g.label[first:end]]
+        if None in labels:
+            return None
+        attrs: list[tuple[dict, tuple[str, str] | None]] = []
+        for a in g.attrs[first:end]:
+            if a is None or a.get("microbatch") != r:
+                return None
+            coll = None
+            if "collective" in a:
+                coll = _split(a["collective"], mid)
+                if coll is None:
+                    return None
+            attrs.append((a, coll))
+        succ = []
+        count = [0] * n
+        for ks in g.succ[first:end]:
+            rel = [k - first for k in ks]
+            if any(k < 0 for k in rel):
+                return None
+            for k in rel:
+                count[k] += 1
+            succ.append(rel)
+        tail = g.succ[rec.entry]
+        cut = len(tail)
+        while cut and tail[cut - 1] >= first:
+            cut -= 1
+        entry_succ = [k - first for k in tail[cut:]]
+        for k in entry_succ:
+            count[k] += 1
+        npred = g.npred[first:end]
+        if count != npred:  # a task waits for one outside the block other than the entry
+            return None
+        task_of = []
+        for key in reversed(list(islice(reversed(self.task_of), len(self.task_of) - rec.n_task_of))):
+            k = self.task_of[key] - first
+            if len(key) != 4 or key[3] != r or not 0 <= k < n:
+                return None
+            task_of.append((key[:3], k))
+        tp_done = []
+        for key in reversed(list(islice(reversed(self.tp_done), len(self.tp_done) - rec.n_tp_done))):
+            done = self.tp_done[key]
+            if len(key) != 3 or key[1] != r or key[2] != 0 or len(done) != 1:
+                return None
+            (gpu, task), = done.items()
+            if not 0 <= task - first < n:
+                return None
+            tp_done.append((key[0], gpu, task - first))
+        seq = []
+        for task, ops, mb in self.seq[rec.n_seq:]:
+            if mb != r or not 0 <= task - first < n:
+                return None
+            seq.append((task - first, ops))
+        last_task = last[self.rep][0] - first
+        if not 0 <= last_task < n:
+            return None
+        first_compute = None
+        if firsts is not None:
+            f = firsts[self.rep]
+            first_compute = None if f is None or f < first else f - first
+        before = {id(row): (c, b) for row, c, b in rec.rows}
+        rows = []
+        for row in {id(row): row for _charge, row in self.rows.values()}.values():  # charges share rows
+            c, b = before.get(id(row), (0, 0))
+            if (row["calls"], row["bytes"]) != (c, b):
+                rows.append((row, row["calls"] - c, row["bytes"] - b))
+        columns = (g.kind[first:end], g.duration[first:end], g.resources[first:end], g.devices[first:end],
+                   g.nbytes[first:end], g.latency[first:end], npred)
+        return Template(columns, labels, attrs, succ, entry_succ, task_of, tp_done, seq, last_task, first_compute,
+                        rows, list(rec.tally), rec.sizes + self._sizes())
+
+
+__all__ = ["BlockReplay", "Recording", "Template"]
