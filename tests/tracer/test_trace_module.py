@@ -100,7 +100,7 @@ def test_a_full_mask_attention_model_is_traced_as_full(tmp_path: Path) -> None:
     assert json.loads((out / "meta.json").read_text())["attention_mask"] == "full"
     costs = [c for c in trace_op_costs(triosim.load_trace(out)) if c.attention is not None]
     assert [c.kind for c in costs] == ["attention", "attention_backward"]
-    assert costs[0].attention == (8, False)
+    assert costs[0].attention == (8, False, 8)  # head size, mask, keys per query
     # 4 · b·h·s_q·d · s_k: every (query, key) pair of the full mask
     assert costs[0].flops == 4 * 2 * 2 * 8 * 8 * 8
 
