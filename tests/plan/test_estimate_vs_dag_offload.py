@@ -14,6 +14,7 @@ import csv
 import importlib
 from dataclasses import replace
 
+import numpy as np
 import pytest
 from cli_capture import run
 
@@ -41,15 +42,25 @@ SAMPLE = [
 ]
 
 
+# Many interleaved stages with two layers a chunk (the GPT-3 175B plan's dp16×tp4×pp16 V3 in
+# small): each forward block ends with its first layer's copy to host, which holds the GPU (and the
+# next block's first reload) but not the send; charged to the next backward block from its
+# input's arrival instead, the estimate was 6.0 % below the DAG here (7.3 % on the 175B plan).
+INTERLEAVED = ["--model", "gpt3-175b", "--num-layers", "32", "--seq-len", "2048", "--gpu", "h100-sxm",
+               "--topology", "nvlink-cluster", "--gpus", "8", "--global-batch", "64"]
+DEEP = [off(C(1, 8, 1, 1, "interleaved", 2, 1), "1")]
+
+
 @pytest.fixture(scope="module")
 def timed() -> list[tuple[object, list]]:
-    return time_groups(((LLAMA, SAMPLE), (GPT3, SAMPLE)))
+    return time_groups(((LLAMA, SAMPLE), (GPT3, SAMPLE), (INTERLEAVED, DEEP)))
 
 
-# Time within 3.5 %: the sample's worst is +2.6 % (GPT-3 on two 1F1B stages, where the copies
-# hide partly behind the pipeline's waits), and a reload charged as if it started after the
-# compute before it instead of while its block waits for its input is +4.4 % there.
-TIME_BOUND = 0.035
+# Time within 2.5 % and never 1 % above: the sample's worst is −1.9 % (Llama on dp2×tp2×pp2),
+# none is above; a reload charged as if it started after the compute before it instead of while
+# its block waits for its input is +1.5 % (GPT-3 on two 1F1B stages).
+TIME_BOUND = 0.025
+ABOVE_BOUND = 0.01
 
 
 def errors(timed) -> list[str]:
@@ -66,7 +77,7 @@ def errors(timed) -> list[str]:
             dag_s, dag_peak = dag_seconds(row), row.dag.max_peak_memory_bytes
             assert dag_s is not None and dag_peak, f"{c}: the DAG did not run: {row.dag.reason}"
             t_err, m_err = e.time_s / dag_s - 1, e.peak_bytes / dag_peak - 1
-            if abs(t_err) > TIME_BOUND or abs(m_err) > 0.001:
+            if abs(t_err) > TIME_BOUND or t_err > ABOVE_BOUND or abs(m_err) > 0.001:
                 bad.append(f"{c.mesh} {c.schedule_label} ZeRO-{c.zero} {c.recompute_label}: time {t_err:+.2%}, "
                            f"memory {m_err:+.2%}")
     return bad
@@ -86,6 +97,22 @@ def test_the_reload_waiting_for_the_blocks_input_is_caught(timed, monkeypatch) -
     # after the compute before it instead, a pipeline's estimate comes out high
     monkeypatch.setattr(offload_profile.OffloadProfile, "_first_reloads", property(lambda self: frozenset()))
     assert any("pp2" in line for line in errors(timed))
+
+
+def test_the_copy_at_a_chunks_end_charged_to_the_next_backward_is_caught(timed, monkeypatch) -> None:
+    # the estimate before: the copy's time added to the next backward block, from its input's
+    # arrival, as if the GPU ran a backward next and the copy delayed nothing else
+    original = PipelineTimer.rank_ends
+
+    def planted(self, schedule, pp, virtual, micro, tp, forward, backward, cut_fwd, cut_bwd, from_free=None,
+                held=None):
+        if held is not None:
+            backward = backward + held[0]
+            from_free = (from_free[0], np.maximum(from_free[1] + held[0], backward))
+        return original(self, schedule, pp, virtual, micro, tp, forward, backward, cut_fwd, cut_bwd, from_free)
+
+    monkeypatch.setattr(PipelineTimer, "rank_ends", planted)
+    assert any("pp8 interleaved" in line for line in errors(timed))
 
 
 def test_the_freed_activations_left_out_is_caught(timed, monkeypatch) -> None:

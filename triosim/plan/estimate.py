@@ -186,7 +186,11 @@ def _pipeline(c: Candidate, pt, profile: ModelProfile, settings: PlanSettings, t
         cut_b[j] = pt.cut_bwd_bytes[starts[j] - 1]
     free = getattr(profile, "free_backward", None)  # activation offload's reloads (offload_profile)
     from_free = None if free is None else (F, free(pt, key, starts, B))
-    ends = timer.rank_ends(c.schedule, P, V, m, c.tp * c.cp, F, B, cut_f, cut_b, from_free)  # stage GPUs tp · cp apart
+    held = None if free is None else profile.held_after(key, starts)
+    ends = timer.rank_ends(c.schedule, P, V, m, c.tp * c.cp, F, B, cut_f, cut_b, from_free,
+                           held)  # stage GPUs tp · cp apart
+    if held is not None:  # the GPU waits for the copy: busy, not the pipeline's bubble
+        F = F + held[0]
     return starts, F, B, ends, bounded
 
 
