@@ -49,6 +49,7 @@ class OffloadProfile(ModelProfile):
     _reload_s: dict[tuple, float] = field(default_factory=dict, repr=False)  # (times key, reload op) -> seconds
     # times key -> per forward position, the seconds a chunk's last offload holds the GPU after the chunk's forward
     _held: dict[tuple, np.ndarray] = field(default_factory=dict, repr=False)
+    _exposed: dict[tuple, dict[int, float]] = field(default_factory=dict, repr=False)  # times key -> {waiter: s}
 
     def scaled(self, batch: int) -> Trace:
         hit = self._scaled.get(batch)
@@ -83,6 +84,7 @@ class OffloadProfile(ModelProfile):
         fops = [i for i, ph in enumerate(self.phase) if ph == "F"]
         ends = {self.new_index[j] for j in self.cuts} | {fops[-1] + 1}  # the first op after each chunk
         held = self._held[(batch, tp, sp, mb, cast_share)] = np.zeros(self.positions)
+        exposed = self._exposed[(batch, tp, sp, mb, cast_share)] = {}
         for n, copy in off.copies.items():
             nbytes = 0
             for k in copy.buffers:
@@ -99,7 +101,8 @@ class OffloadProfile(ModelProfile):
                 self._reload_s[(batch, tp, sp, mb, cast_share, n)] = seconds
             else:  # after the compute before it: the backward ops until the first op needing it
                 beside = float(pt.op_s[n + 1:copy.waiter].sum())
-                pt.bwd[self.pos[copy.waiter]] += max(0.0, seconds - beside)
+                exposed[copy.waiter] = max(0.0, seconds - beside)
+                pt.bwd[self.pos[copy.waiter]] += exposed[copy.waiter]
         return pt
 
     @property
@@ -122,7 +125,9 @@ class OffloadProfile(ModelProfile):
     def free_backward(self, pt: PositionTimes, key: tuple, starts: list[int], backward: np.ndarray) -> np.ndarray:
         """Per stage, its backward block's seconds from when the GPU is free (``backward``: from
         its input's arrival): the first reload's copy, then the ops from the first one needing
-        it on (:meth:`~triosim.plan.pipeline_time.PipelineTimer.rank_ends`'s ``from_free``)."""
+        it on with what the block's later reloads leave exposed (each waits for the one before it
+        on the GPU's host link) (:meth:`~triosim.plan.pipeline_time.PipelineTimer.rank_ends`'s
+        ``from_free``)."""
         out = backward.copy()
         bounds = list(zip(starts, [*starts[1:], self.positions]))
         batch = key[0]
@@ -132,7 +137,9 @@ class OffloadProfile(ModelProfile):
             a, b = bounds[j]
             waiter = off.copies[n].waiter
             tail = pt.b_ops[(pt.b_pos >= a) & (pt.b_pos < b) & (pt.b_ops >= waiter)]
-            out[j] = max(out[j], self._reload_s[(*key, n)] + float(pt.op_s[tail].sum()))
+            # the block's later reloads wait on the same host link: what they leave exposed
+            later = sum(x for w, x in self._exposed[key].items() if a <= self.pos[w] < b and w >= waiter)
+            out[j] = max(out[j], self._reload_s[(*key, n)] + float(pt.op_s[tail].sum()) + later)
         return out
 
 
