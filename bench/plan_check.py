@@ -66,7 +66,7 @@ def check_1024(jobs: int, top: int) -> None:
     more, _, _, _ = refine_and_time(rows, inputs.profile, inputs.settings, inputs.base, top, jobs)
     rows += more
     w6, c6 = time.perf_counter(), _cpu()
-    print(f"  {len(more):,} partial-recomputation refinements estimated, {sum(r.dag is not None for r in more)}"
+    print(f"  {len(more):,} refinements (partial recomputation, offload) estimated, {sum(r.dag is not None for r in more)}"
           f" DAG-timed: {w6 - w3:.1f} s wall, {c6 - c3:.1f} s CPU ({sum(r.feasible for r in more):,} fit)")
     best = [r for r in rows if r.dag is not None]
     errors = [r.estimate.time_s / dag_seconds(r) - 1 for r in best if dag_seconds(r)]

@@ -60,7 +60,8 @@ def register(sub: Any, defaults: dict | None = None) -> None:
                                    "ZeRO 0-3 × sequence parallel × recomputation (none, selective, full) configuration, "
                                    "and, where one does not fit and would be among the fastest, partial recomputation: "
                                    "block recomputation of the fewest layers a chunk that fit (--recompute-method block "
-                                   "--recompute-num-layers N) and selective core_attn,mlp and core_attn,layernorm,mlp. "
+                                   "--recompute-num-layers N), selective core_attn,mlp and core_attn,layernorm,mlp, "
+                                   "and activation offload of the fewest layers a chunk that fit (below ZeRO-3). "
                                    "--tp/--pp/--cp/--dp pin a degree; --recompute-num-layers N (with "
                                    "--recompute-method), --recompute-modules LIST or --offload-activations N|FRACTION "
                                    "(not under ZeRO-3) pin a setting for every candidate. The best few estimates are timed with the task DAG "
@@ -406,9 +407,9 @@ def cmd_plan(args: argparse.Namespace) -> int:
     out_of_memory = sum(1 for r in outcome.rows if r.estimate is not None and not r.estimate.fits)
     errors = sum(1 for r in outcome.rows if r.error is not None)
     timed = sum(1 for r in outcome.rows if r.dag is not None)
-    refinements = len(outcome.rows) - len(candidates)  # partial recomputation of those that do not fit
+    refinements = len(outcome.rows) - len(candidates)  # partial recomputation or offload of those that do not fit
     console.print(f"{len(candidates):,} candidates"
-                  + (f" and {refinements:,} partial-recomputation refinements" if refinements else "")
+                  + (f" and {refinements:,} refinements" if refinements else "")
                   + f" on {args.gpus:,} GPUs ({len(mesh_shapes(space))} meshes), "
                   f"global batch {args.global_batch}: {feasible:,} fit, {out_of_memory:,} do not fit in memory"
                   + (f", {errors:,} refused" if errors else "")

@@ -11,7 +11,9 @@ compute, as the DAG builds them (:func:`triosim.graph.pipeline.rank_program.add_
 
 - the copy to host starts when L's forward ends and the compute after the offload op waits for
   it: it costs ``max(0, bytes / rate − the next layer's forward)``, charged to the offload op's
-  position in the forward block;
+  position in the forward block; at a chunk's end (the next layer is the chunk's last) nothing
+  after it in the block waits, the send to the next stage neither: the GPU's next block (and its
+  first reload) does, so it holds the GPU after the block (:meth:`OffloadProfile.held_after`);
 - the copy back starts with the compute before the reload op and L's first backward op reading
   what it brings waits for it: ``max(0, bytes / rate − the backward ops in between)``, charged
   to that op's position in the backward block.
@@ -45,6 +47,9 @@ class OffloadProfile(ModelProfile):
     _offloads: dict[int, Offloaded] = field(default_factory=dict, repr=False)
     _firsts: frozenset[int] | None = field(default=None, repr=False)
     _reload_s: dict[tuple, float] = field(default_factory=dict, repr=False)  # (times key, reload op) -> seconds
+    # times key -> per forward position, the seconds a chunk's last offload holds the GPU after the chunk's forward
+    _held: dict[tuple, np.ndarray] = field(default_factory=dict, repr=False)
+    _exposed: dict[tuple, dict[int, float]] = field(default_factory=dict, repr=False)  # times key -> {waiter: s}
 
     def scaled(self, batch: int) -> Trace:
         hit = self._scaled.get(batch)
@@ -78,6 +83,8 @@ class OffloadProfile(ModelProfile):
         invariant = trace.batch_invariant
         fops = [i for i, ph in enumerate(self.phase) if ph == "F"]
         ends = {self.new_index[j] for j in self.cuts} | {fops[-1] + 1}  # the first op after each chunk
+        held = self._held[(batch, tp, sp, mb, cast_share)] = np.zeros(self.positions)
+        exposed = self._exposed[(batch, tp, sp, mb, cast_share)] = {}
         for n, copy in off.copies.items():
             nbytes = 0
             for k in copy.buffers:
@@ -86,14 +93,16 @@ class OffloadProfile(ModelProfile):
             seconds = nbytes / self.rate
             if copy.direction == OFFLOAD:  # the next layer's forward runs beside it
                 beside = float(pt.op_s[copy.start_after + 1:n].sum())
-                # at a chunk's end the send to the next stage does not wait, the GPU's next block does
-                # (the steady state's backward)
-                (pt.bwd if n + 1 in ends else pt.fwd)[self.pos[n]] += max(0.0, seconds - beside)
+                if n + 1 in ends:  # at a chunk's end the send to the next stage does not wait, the GPU's next block does
+                    held[self.pos[n]] += max(0.0, seconds - beside)
+                else:
+                    pt.fwd[self.pos[n]] += max(0.0, seconds - beside)
             elif n in self._first_reloads:  # from when the GPU is free: free_backward
                 self._reload_s[(batch, tp, sp, mb, cast_share, n)] = seconds
             else:  # after the compute before it: the backward ops until the first op needing it
                 beside = float(pt.op_s[n + 1:copy.waiter].sum())
-                pt.bwd[self.pos[copy.waiter]] += max(0.0, seconds - beside)
+                exposed[copy.waiter] = max(0.0, seconds - beside)
+                pt.bwd[self.pos[copy.waiter]] += exposed[copy.waiter]
         return pt
 
     @property
@@ -116,7 +125,9 @@ class OffloadProfile(ModelProfile):
     def free_backward(self, pt: PositionTimes, key: tuple, starts: list[int], backward: np.ndarray) -> np.ndarray:
         """Per stage, its backward block's seconds from when the GPU is free (``backward``: from
         its input's arrival): the first reload's copy, then the ops from the first one needing
-        it on (:meth:`~triosim.plan.pipeline_time.PipelineTimer.rank_ends`'s ``from_free``)."""
+        it on with what the block's later reloads leave exposed (each waits for the one before it
+        on the GPU's host link) (:meth:`~triosim.plan.pipeline_time.PipelineTimer.rank_ends`'s
+        ``from_free``)."""
         out = backward.copy()
         bounds = list(zip(starts, [*starts[1:], self.positions]))
         batch = key[0]
@@ -126,8 +137,22 @@ class OffloadProfile(ModelProfile):
             a, b = bounds[j]
             waiter = off.copies[n].waiter
             tail = pt.b_ops[(pt.b_pos >= a) & (pt.b_pos < b) & (pt.b_ops >= waiter)]
-            out[j] = max(out[j], self._reload_s[(*key, n)] + float(pt.op_s[tail].sum()))
+            # the block's later reloads wait on the same host link: what they leave exposed
+            later = sum(x for w, x in self._exposed[key].items() if a <= self.pos[w] < b and w >= waiter)
+            out[j] = max(out[j], self._reload_s[(*key, n)] + float(pt.op_s[tail].sum()) + later)
         return out
+
+
+    def held_after(self, key: tuple, starts: list[int]) -> tuple[np.ndarray, np.ndarray]:
+        """Per stage, the seconds its forward and backward blocks hold the GPU after they end
+        (:meth:`~triosim.plan.pipeline_time.PipelineTimer.rank_ends`'s ``held``): the copy to host
+        of the chunk's last offloaded layer, when the chunk's last layer runs beside it. The send
+        to the next stage does not wait for it; whatever block the GPU runs next does (a
+        forward in the warm-up, a backward in the steady state), and its first reload starts
+        after it (the host copies of one GPU run one after another)."""
+        prefix = np.concatenate(([0.0], np.cumsum(self._held[key])))
+        bounds = zip(starts, [*starts[1:], self.positions])
+        return np.array([prefix[b] - prefix[a] for a, b in bounds]), np.zeros(len(starts))
 
 
 def trace_copy(profile: OffloadProfile, i: int) -> bool:

@@ -71,17 +71,22 @@ class PipelineTimer:
 
     def rank_ends(self, schedule: str, pp: int, virtual: int, micro: int, tp: int, forward: np.ndarray,
                   backward: np.ndarray, cut_fwd: np.ndarray, cut_bwd: np.ndarray,
-                  from_free: tuple[np.ndarray, np.ndarray] | None = None) -> np.ndarray:
+                  from_free: tuple[np.ndarray, np.ndarray] | None = None,
+                  held: tuple[np.ndarray, np.ndarray] | None = None) -> np.ndarray:
         """Per pipeline rank, when its last block ends; ``forward``/``backward``: seconds of each of
         the pp · V stages per micro-batch; ``cut_fwd``/``cut_bwd``: bytes crossing boundary j
         (between stage j − 1 and j, j ≥ 1; index 0 unused) per micro-batch. ``from_free``: the
         forward and backward seconds counted from when the GPU is free rather than from the
         input's arrival (ZeRO-3's first gather: :mod:`triosim.plan.zero3_time`); a block then
-        ends at max(GPU free + those, input + ``forward``/``backward``)."""
+        ends at max(GPU free + those, input + ``forward``/``backward``). ``held``: the forward and
+        backward seconds each block holds its GPU after it ends without holding back its send
+        (activation offload's copy at a chunk's end: :mod:`triosim.plan.offload_profile`); the
+        GPU's next block starts after them."""
         n = pp * virtual
         if n == 1:
             f, b = (forward, backward) if from_free is None else from_free
-            return np.array([micro * (float(f[0]) + float(b[0]))])
+            hf, hb = (0.0, 0.0) if held is None else (float(held[0][0]), float(held[1][0]))
+            return np.array([micro * (float(f[0]) + float(b[0]) + hf + hb)])
         prog, lat, bw = self._program(schedule, pp, virtual, micro, tp)
         if not prog.runnable:
             return np.full(pp, np.inf)
@@ -94,16 +99,20 @@ class PipelineTimer:
         dur_free = None if from_free is None else np.concatenate(from_free)[prog.duration_row]
         sent = transfers[prog.transfer_row]
         times = np.zeros(2 * nb + 1)
+        after = np.zeros(2 * nb + 1)  # per block row, the seconds its GPU stays held after it ends
+        if held is not None:
+            after[:nb] = np.concatenate(held)[prog.duration_row]
         for lv in prog.levels:
             a, b = lv.start, lv.end
+            free = times[lv.wait_gpu] if held is None else times[lv.wait_gpu] + after[lv.wait_gpu]
             if dur_free is None:
-                times[a:b] = np.maximum(times[lv.wait_gpu], times[lv.wait_data]) + dur[a:b]
+                times[a:b] = np.maximum(free, times[lv.wait_data]) + dur[a:b]
             else:
-                times[a:b] = np.maximum(times[lv.wait_gpu] + dur_free[a:b], times[lv.wait_data] + dur[a:b])
+                times[a:b] = np.maximum(free + dur_free[a:b], times[lv.wait_data] + dur[a:b])
             if lv.sends:
                 e = a + lv.sends
                 times[nb + a: nb + e] = np.maximum(times[lv.wait_route], times[a:e]) + sent[a:e]
-        return times[prog.last]
+        return times[prog.last] + after[prog.last]
 
 
 __all__ = ["PipelineTimer"]

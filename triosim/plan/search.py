@@ -14,6 +14,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 
 from ..errors import ConfigError
+from ..graph.offload import host_link_rate
 from ..graph.recompute_spec import DEFAULT_MODULES
 from ..sweep.execute import OK, Outcome, prepare, run_dask, run_inprocess, run_pool
 from ..sweep.grid import Point
@@ -26,7 +27,9 @@ from .variants import (
     block,
     block_may_help,
     is_parent,
+    may_offload,
     module_variants,
+    offloaded,
     smallest_fitting,
 )
 
@@ -128,8 +131,8 @@ def _estimate_forked(candidates: Sequence[Candidate], profile: ModelProfile, set
 
 def refine(rows: list[Row], profile: ModelProfile, settings: PlanSettings, limit_s: float,
            progress: Progress | None = None) -> list[Row]:
-    """The rows of the settings between none, selective and full worth
-    estimating (:mod:`triosim.plan.variants`): those of every parent that does not fit and whose
+    """The rows of the settings between none, selective and full, and of activation offload,
+    worth estimating (:mod:`triosim.plan.variants`): those of every parent that does not fit and whose
     estimate is below ``limit_s`` (of the :data:`MAX_PARENTS` fastest, when the limit is
     infinite), each estimated; in the order of their parents, then as tried."""
     parents = [r for r in rows if r.error is None and r.estimate is not None and not r.estimate.fits
@@ -149,12 +152,15 @@ def refine(rows: list[Row], profile: ModelProfile, settings: PlanSettings, limit
         return row
 
     full = {r.candidate: r for r in rows if r.candidate.recompute == "full" and not r.candidate.detailed}
+    host = has_host_link(profile)
     for k, parent in enumerate(parents):
         c = parent.candidate
         if c.recompute == "none":
             sibling = full.get(replace(c, recompute="full"))
             if sibling is None or block_may_help(parent, sibling, profile.layers, limit_s):
                 smallest_fitting(c, profile.layers, block, lambda v: run(v).feasible)
+            if host and may_offload(c):
+                smallest_fitting(c, profile.layers, offloaded, lambda v: run(v).feasible)
         else:
             sibling = full.get(replace(c, recompute="full"))
             if sibling is None or sibling.feasible:  # none fits where full recomputation (holding least) does not
@@ -165,6 +171,15 @@ def refine(rows: list[Row], profile: ModelProfile, settings: PlanSettings, limit
 
 
 MAX_PARENTS = 64  # candidates refined when there is no time to beat (nothing fits)
+
+
+def has_host_link(profile: ModelProfile) -> bool:
+    """Whether the GPU's device file gives the host link activation offload copies over."""
+    try:
+        host_link_rate((profile.parent or profile).raw)
+    except ConfigError:
+        return False
+    return True
 
 
 def refine_and_time(rows: list[Row], profile: ModelProfile, settings: PlanSettings, base: dict, top: int,

@@ -15,6 +15,10 @@ For such a parent
   estimates); none where full recomputation of the same candidate does not fit (it holds less
   than any block setting) or where re-running one layer a chunk cannot stay below the limit
   (:func:`block_may_help`);
+- without recomputation, also activation offload (``--offload-activations N``: the first N
+  layers of each chunk copy their activations to host memory), not under ZeRO-3: N from 1 to the
+  chunk's layers − 1, memory falls and time rises as N grows, the smallest N that fits found as
+  for block recomputation; where the GPU's device file gives no host link, none;
 - with selective recomputation of the attention core: core_attn with mlp, and with mlp and
   layernorm, the largest first and the other only where it fits, none where full recomputation
   of the same candidate does not fit (:data:`MODULE_SETS`; Megatron-Core's ``core_attn`` is its default, ``mlp`` the
@@ -51,6 +55,17 @@ def chunk_layers(c: Candidate, layers: int) -> int:
 
 def block(c: Candidate, n: int) -> Candidate:
     return replace(c, recompute="full", recompute_method="block", recompute_num_layers=n)
+
+
+def offloaded(c: Candidate, n: int) -> Candidate:
+    return replace(c, offload=str(n))
+
+
+def may_offload(c: Candidate) -> bool:
+    """Whether the search tries activation offload on ``c`` (a parent without recomputation):
+    not under ZeRO-3, whose unit gathers the estimate's copies do not follow
+    (:mod:`triosim.plan.offload_profile`)."""
+    return c.recompute == "none" and c.zero < 3
 
 
 def module_variants(c: Candidate, fits: Callable[[Candidate], bool]) -> list[Candidate]:
@@ -110,9 +125,6 @@ def is_parent(c: Candidate) -> bool:
     return not c.detailed and c.recompute in ("none", "selective")
 
 
-__all__ = ["BLOCK_SHARE", "MODULE_SETS", "block", "block_may_help", "chunk_layers", "is_parent", "module_variants", "rewrite_key",
-           "smallest_fitting"]
+__all__ = ["BLOCK_SHARE", "MODULE_SETS", "block", "block_may_help", "chunk_layers", "is_parent", "may_offload",
+           "module_variants", "offloaded", "rewrite_key", "smallest_fitting"]
 
-# Activation offload is not searched, only pinned (--offload-activations): on the 175B / 1,024-GPU
-# plan its estimates of interleaved pipelines came out up to 10.5 % below the DAG (the host link's
-# copies of one micro-batch queue behind another's, which plan.offload_profile does not follow).
