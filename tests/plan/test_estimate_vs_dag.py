@@ -83,6 +83,22 @@ def time_groups(groups) -> list[tuple[object, list[Row]]]:
     return out
 
 
+def fresh_errors(timed):
+    """Per DAG-timed candidate, (candidate, time error, peak memory error) of its estimate against
+    the DAG, on a fresh profile (a planted bug must reach every cached figure)."""
+    from triosim.plan import ModelProfile
+    for inputs, rows in timed:
+        p = inputs.profile
+        profile = ModelProfile(p.raw, p.platform, p.reference_compat, p.precision)
+        timer = PipelineTimer(profile.platform)
+        for row in rows:
+            c = row.candidate
+            e = estimate(c, profile, inputs.settings, timer)
+            dag_s, dag_peak = dag_seconds(row), row.dag.max_peak_memory_bytes
+            assert dag_s is not None and dag_peak, f"{c}: the DAG did not run: {row.dag.reason}"
+            yield c, e.time_s / dag_s - 1, e.peak_bytes / dag_peak - 1
+
+
 @pytest.fixture(scope="module")
 def timed() -> list[tuple[object, list[Row]]]:
     """Each sample candidate with its estimate and its DAG outcome (the DAG runs once)."""

@@ -19,10 +19,9 @@ import pytest
 from cli_capture import run
 
 from triosim.plan import Candidate, ModelProfile, PipelineTimer, estimate
-from triosim.plan.report import dag_seconds
 from triosim.plan.search import Row
 
-from .test_estimate_vs_dag import time_groups
+from .test_estimate_vs_dag import fresh_errors, time_groups
 
 context_time = importlib.import_module("triosim.plan.context_time")
 profile_module = importlib.import_module("triosim.plan.profile")
@@ -56,23 +55,9 @@ def timed() -> list[tuple[object, list[Row]]]:
 
 
 def errors(timed) -> list[str]:
-    """Every candidate whose estimate is off the DAG's by more than the bounds, as lines (on a
-    fresh profile, so that a planted bug reaches every cached figure)."""
-    bad = []
-    for inputs, rows in timed:
-        p = inputs.profile
-        profile = ModelProfile(p.raw, p.platform, p.reference_compat, p.precision)
-        timer = PipelineTimer(profile.platform)
-        for row in rows:
-            c = row.candidate
-            e = estimate(c, profile, inputs.settings, timer)
-            dag_s, dag_peak = dag_seconds(row), row.dag.max_peak_memory_bytes
-            assert dag_s is not None and dag_peak, f"{c}: the DAG did not run: {row.dag.reason}"
-            t_err, m_err = e.time_s / dag_s - 1, e.peak_bytes / dag_peak - 1
-            t_bound = 0.05
-            if abs(t_err) > t_bound or abs(m_err) > 0.001:
-                bad.append(f"{c.mesh} {c.recompute} ZeRO-{c.zero}: time {t_err:+.2%}, memory {m_err:+.2%}")
-    return bad
+    """Every candidate whose estimate is off the DAG's by more than the bounds, as lines."""
+    return [f"{c.mesh} {c.recompute} ZeRO-{c.zero}: time {t:+.2%}, memory {m:+.2%}"
+            for c, t, m in fresh_errors(timed) if abs(t) > 0.05 or abs(m) > 0.001]
 
 
 def test_estimate_equals_the_dag_with_context_parallelism(timed) -> None:
