@@ -77,6 +77,17 @@ def op_copies(strategy: object, num_gpus: int) -> int:
     return num_gpus if getattr(strategy, "case", 0) in (1, 2, 3) else 1
 
 
+def check_tasks_built(tasks: int, where: str) -> None:
+    """Stop a build whose graph has grown past :data:`MAX_TASKS` (read at call time). The checks
+    before building count the trace's operators only; a whole build on a topology of shared links
+    adds many collective tasks per operator (a ring of 1,024 GPUs: six times as many), and such a
+    build was killed for want of memory after minutes instead of stopping with a line."""
+    if tasks > MAX_TASKS:
+        raise ConfigError(f"the task graph passed the limit of {MAX_TASKS:,} tasks while building {where}: use fewer "
+                          "GPUs, fewer micro-batches or a shorter trace (on a ring or mesh every GPU is built; a "
+                          "switch, nvlink-cluster or cluster file lets one pipeline stand for the others)")
+
+
 def check_graph_size(num_ops: int, copies: int, num_gpus: int, what: str, limit: int = MAX_TASKS) -> int:
     """Raise ConfigError when the graph would exceed ``limit`` tasks; return the estimate."""
     tasks = num_ops * copies

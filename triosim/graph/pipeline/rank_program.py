@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from functools import partial
 
+from ... import limits
 from ...compute.op_time import op_seconds
 from ...trace.precision import gathered_parameter_bytes
 from ..collectives.group_comm import Charge, GroupComm, wire_bytes_per_gpu
@@ -220,6 +221,8 @@ def add_rank_program(b: CompositionState, comm: GroupComm, p: int, waits, colls,
         else None
     for pos, (ph, r, v) in enumerate(order):
         s = v * ranks.pp + p
+        if len(g.kind) > limits.MAX_TASKS:  # the checks before building count operators, not collectives
+            limits.check_tasks_built(len(g.kind), f"stage {p}'s block {pos + 1} of {len(order)}")
         pairs.before(pos, last)
         if ph == FORWARD and aligned:
             for st in dispatch.pop(forwards, ()):
