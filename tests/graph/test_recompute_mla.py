@@ -10,13 +10,14 @@ from pathlib import Path
 import pytest
 
 from triosim.errors import ConfigError
-from triosim.graph.recompute import activations_into_backward_bytes, recompute
+from triosim.graph.recompute import recompute
 from triosim.graph.recompute_spec import RecomputeSpec
 from triosim.trace.card_variants import MlaSpec
-from triosim.trace.layers import find_layers
 from triosim.trace.load import load_trace
 from triosim.trace.model_card import get_card
 from triosim.trace.synthetic_card import CardTraceSpec, write_card_trace
+
+from .test_recompute_partial import kept
 
 B, S, H, HEADS, D, R, V = 2, 32, 64, 4, 16, 8, 12
 
@@ -24,14 +25,6 @@ B, S, H, HEADS, D, R, V = 2, 32, 64, 4, 16, 8, 12
 def _trace(card):
     d = write_card_trace(Path(tempfile.mkdtemp()) / "t", CardTraceSpec(card, B, 2, 2))
     return load_trace(d, batch_size=B)
-
-
-def _kept(trace, spec: RecomputeSpec) -> list[int]:
-    layout = find_layers(trace)
-    rec = recompute(trace, spec)
-    if rec is None:
-        return activations_into_backward_bytes(trace, layout.forward)
-    return activations_into_backward_bytes(rec.trace, [[rec.new_index[j] for j in f] for f in layout.forward])
 
 
 def test_mla_up_proj_drops_queries_keys_and_values() -> None:
@@ -45,10 +38,10 @@ def test_mla_up_proj_drops_queries_keys_and_values() -> None:
                    ffn=96, vocab=100, seq_len=S, moe=None,
                    mla=MlaSpec(q_lora_rank=24, kv_lora_rank=20, rope_head_dim=R, v_head_dim=V))
     trace = _trace(card)
-    base = _kept(trace, RecomputeSpec("none"))
+    base = kept(trace, RecomputeSpec("none"))
     spec = RecomputeSpec("selective", modules=("mla_up_proj",))
     drop = 2 * B * S * HEADS * (2 * (D + R) + D + V)
-    assert [a - b for a, b in zip(base, _kept(trace, spec))] == [drop] * 2
+    assert [a - b for a, b in zip(base, kept(trace, spec))] == [drop] * 2
     assert card.mtp_layers == 1 and len(recompute(trace, spec).rerun_ops) == 5 * 3
 
 
