@@ -17,8 +17,8 @@ make GA 8, and the recipe's base configuration runs MBS 1); Qwen3: ``moe_a2a_ove
 --delay-wgrad-compute``); Qwen3 235B:
 the embedding and the loss counted as pipeline layers; DeepSeek-V3: its MTP layer, the
 recomputation of ``mla_up_proj``, the shared expert overlapped with the dispatch and the
-recipe's pipeline layout (written in triosim's count of layers, which leaves the 3 dense layers
-and the MTP layer out: they run with the embedding and the loss, where the recipe puts them).
+recipe's pipeline layout as the recipe types it (the 3 dense layers on the first stage with the
+embedding, the MTP layer on the last with the loss).
 Not typed, for want of the flag or the model: DeepSeek-V3's FP8 parameter gather (not
 modelled with MXFP8), bf16 Adam moments, the router's grouped top-k, CUDA graphs.
 
@@ -67,11 +67,11 @@ EXTRA = {
     "qwen3-30b-a3b": {"moe-a2a-overlap": True, "delay-wgrad-compute": True},
     "qwen3-235b-a22b": {"account-for-embedding-in-pipeline-split": True, "account-for-loss-in-pipeline-split": True,
                         "moe-a2a-overlap": True, "delay-wgrad-compute": True},
-    # DeepSeek-V3's layout for PP 16 (deepseek_v3.py:235-249: E + 4 layers, 14 stages of 4, then one
-    # layer + MTP + loss) in triosim's count of layers, the 58 MoE layers (the 3 dense ones run
-    # before the first, with the embedding; the MTP layer after the last, with the loss)
+    # DeepSeek-V3's layout for PP 16 as the recipe types it (deepseek_v3.py:235-249: E + 4 layers,
+    # 14 stages of 4, then one layer + MTP + loss; the 4 of the first stage are the 3 dense layers
+    # and the first MoE layer)
     "deepseek-v3": {"moe-shared-expert-overlap": True, "recompute": "selective", "recompute-modules": "mla_up_proj",
-                    "pipeline-model-parallel-layout": "Et|(t*4|)*14,tL"},
+                    "pipeline-model-parallel-layout": "Et*4|(t*4|)*14,tmL"},
 }
 
 

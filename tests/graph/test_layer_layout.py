@@ -160,7 +160,7 @@ def test_auto_takes_the_account_for_split_only_where_the_layers_do_not_divide():
     ((4, 2, 2, LayerSplit(layout="Et|tL")), "2 stages = --pp 2 × 1 virtual stages, but the run has 4"),
     ((4, 2, 1, LayerSplit(layout="tEt|ttL")), "E (the embedding) must come first, once"),
     ((4, 2, 1, LayerSplit(layout="Ett|tLm")), "L (the loss) must come last, once"),
-    ((4, 2, 1, LayerSplit(layout="Ett|tmL")), "m (multi-token prediction) layers are not modelled"),
+    ((4, 2, 1, LayerSplit(layout="Ett|tmL")), "places 1 multi-token-prediction layers (m), the model has none"),
     ((4, 2, 1, LayerSplit(layout="Ett|tL")), "places 3 transformer layers (t), the model has 4"),
     ((4, 4, 1, LayerSplit(layout="Ett||ttL|")), "stage 1 is empty"),
     ((4, 2, 1, LayerSplit(layout="Ett|tx")), "'x' is not a layer letter"),
@@ -245,8 +245,8 @@ def test_auto_picks_the_account_for_split_and_says_so(card_trace):
 
 def test_a_plan_catches_a_planted_bug(card_trace, monkeypatch):
     """The loss's place taken from the first stage instead of the last."""
-    def planted(L, P, V, s):
-        counts = list(ll.megatron_layers_per_stage(L, P, V, s))
+    def planted(L, P, V, s, leading=0, mtp=0):
+        counts = list(ll.megatron_layers_per_stage(L, P, V, s, leading, mtp))
         if s.account_for_loss:
             counts[-1], counts[0] = counts[-1] + 1, counts[0] - 1
         return tuple(counts)
@@ -348,3 +348,82 @@ def test_layout_flags_without_a_pipeline_are_named_as_unused():
     assert code == 0
     assert err == ("triosim: note: the layer cuts are the pipeline's, and there is one stage: "
                    "--account-for-loss-in-pipeline-split not used\n")
+
+
+# --------------------------------------------------------------- leading dense layers and MTP (DeepSeek-V3)
+
+def test_megatron_counts_the_leading_dense_layers_and_places_mtp_last():
+    """DeepSeek-V3's recipe layout for PP 16: 61 decoder layers (3 dense, then 58 repeated MoE
+    ones) and one MTP layer. The dense layers come off the first stage's count."""
+    layout = LayerSplit(layout="Et*4|(t*4|)*14,tmL")
+    assert megatron_layers_per_stage(58, 16, 1, layout, leading=3, mtp=1) == (1, *(4,) * 14, 1)
+    assert ll.megatron_decoder_layers(61, 16, 1, layout, mtp=1) == (4, *(4,) * 14, 1)
+    # the other rules count them too: 61 + 1 (the loss) = 62 layers over 2 ranks
+    assert megatron_layers_per_stage(58, 2, 1, LayerSplit(False, True), leading=3) == (28, 30)
+    assert auto_split(58, 2, 1, leading=3) == LayerSplit(False, True)
+    assert auto_split(58, 2) == LayerSplit()  # counted without them, 58 would divide
+
+
+def test_layout_text_shows_the_leading_layers_and_mtp():
+    text = layout_text((1, *(4,) * 14, 1), leading=3, mtp=1)
+    assert text == "Et*4|(t*4|)*14tmL"
+    stages = parse_layout(text)
+    assert [s.count("t") for s in stages] == [4, *(4,) * 14, 1] and stages[-1] == ("t", "m", "L")
+
+
+@pytest.mark.parametrize("layout, leading, mtp, needle", [
+    ("Et*4|(t*4|)*14,tL", 3, 1, "places 0 multi-token-prediction layers (m), the model has 1 (--mtp-layers)"),
+    ("Et*4|(t*4|)*14,tmL", 3, 0, "places 1 multi-token-prediction layers (m), the model has none"),
+    ("Et*4|(t*4|)*13,t*4m|tL", 3, 1, "m on stage 14; triosim runs the multi-token-prediction layers after the loss"),
+    ("Et*4|(t*4|)*14,mtL", 3, 1, "a t after m"),
+    ("E|t*4|(t*4|)*13,t*5mL", 3, 1, "the first stage gets 0 decoder layers, but the model's first 3"),
+    ("Et|(t*4|)*14,tmL", 3, 1, "places 58 transformer layers (t), the model has 61"),
+])
+def test_layout_refusals_with_leading_layers_and_mtp(layout, leading, mtp, needle):
+    with pytest.raises(ConfigError) as err:
+        megatron_layers_per_stage(58, 16, 1, LayerSplit(layout=layout), leading=leading, mtp=mtp)
+    assert needle in str(err.value) and "\n" not in str(err.value)
+
+
+def test_the_uneven_flags_count_the_leading_layers():
+    with pytest.raises(ConfigError, match="the first stage gets 2 decoder layers, but the model's first 3"):
+        megatron_layers_per_stage(58, 2, 1, LayerSplit(first_stage_layers=2), leading=3)
+    assert megatron_layers_per_stage(58, 2, 1, LayerSplit(first_stage_layers=31), leading=3) == (28, 30)
+
+
+DEEPSEEK = ["run", "--model", "deepseek-v3", "--num-layers", "7", "--gpu", "h100-sxm", "--seq-len", "256",
+            "--global-batch", "4", "--micro-batch-size", "1", "--pp", "2", "-q"]
+
+
+def test_cli_runs_deepseeks_layout_as_megatron_types_it(tmp_path):
+    """7 decoder layers (3 dense + 4 MoE) and the MTP layer; the dense layers, before the first
+    repeated one, on the first stage, the MTP ops (after the loss) on the last."""
+    import json
+
+    path = tmp_path / "r.json"
+    code, out, err = run([*DEEPSEEK, "--pipeline-model-parallel-layout", "Et*4|tttmL", "--json", str(path)])
+    assert code == 0, err
+    hybrid = json.loads(path.read_text())["hybrid"]
+    assert hybrid["layers_per_stage"] == [4, 3] and hybrid["layout"] == "Et*4|tttmL"
+    code, out, err = run([*DEEPSEEK, "--pipeline-model-parallel-layout", "Et*3|ttttmL"])
+    assert code == 0, err
+    code, out, err = run([*DEEPSEEK, "--pipeline-model-parallel-layout", "Ett|t*5mL"])
+    assert code == 2 and "the first stage gets 2 decoder layers, but the model's first 3" in err
+
+
+def test_deepseeks_dense_layers_and_mtp_sit_on_the_first_and_last_stage():
+    from triosim.config.build import configure
+
+    flags = {"model": "deepseek-v3", "num-layers": 7, "gpu": "h100-sxm", "seq-len": 256, "global-batch": 4,
+             "micro-batch-size": 1, "pp": 2, "pipeline-model-parallel-layout": "Et*3|ttttmL"}
+    trace, platform, strategy = configure(flags)
+    p = pp.plan_stages(trace, platform, strategy, [1 / 4] * 4)
+    assert p.layer_counts == (0, 4) and (p.leading_layers, p.mtp_layers) == (3, 1)
+    layers = forward_layers(trace)
+    forward = [i for i, phase in enumerate(p.phase) if phase == FORWARD]
+    before = [i for i in forward if i < layers[0][0]]
+    assert len(before) > 3 * 4 and all(p.stage[i] == 0 for i in before)  # the embedding and 3 dense layers
+    assert all(p.stage[i] == 1 for i in forward if i > layers[-1][-1])  # head, loss, MTP
+    # the MTP module's embedding lookup and concatenation come after the last repeated layer
+    after = {trace.ops[i].name for i in forward if i > layers[-1][-1]}
+    assert {"aten::embedding", "aten::cat"} <= after

@@ -34,7 +34,8 @@ def add_layout_flags(g: argparse._ArgumentGroup) -> None:
                    help="layer cuts: N transformer layers on the last pipeline rank")
     g.add_argument(LAYOUT_FLAG, default=None, metavar="LAYOUT",
                    help="layer cuts: every stage's layers in Megatron-Core's syntax, stages in order separated by "
-                        "| (E embedding, t transformer layer, L loss; x*n and (...)*n repeat), pp x V stages "
+                        "| (E embedding, t transformer layer, m multi-token-prediction layer, L loss; x*n and (...)*n "
+                        "repeat), pp x V stages "
                         "(V: the virtual stages), e.g. 'Et|(tt|)*62tL' for 126 layers on --pp 8 × V 8")
 
 

@@ -73,10 +73,10 @@ def check_pipeline_depth(trace: Trace, pp: int, virtual: int = 1, strategy: obje
 def _account_for_hint(trace: Trace, pp: int, virtual: int) -> str:
     """Where counting the embedding and/or the loss as layers would give every stage one."""
     from .pipeline.layer_layout import auto_split
-    from .pipeline.stages import trace_layers
+    from .pipeline.stages import card_layer_extras, trace_layers
 
     layers = len(trace_layers(trace))
-    split = auto_split(layers, pp, virtual) if layers else None
+    split = auto_split(layers, pp, virtual, card_layer_extras(trace)[0]) if layers else None
     if split is None or not split.given:
         return ""
     return f" (Megatron-Core's {split.flags()} count the embedding/loss as layers and make them divide)"
@@ -89,19 +89,20 @@ def _layer_split_decides(trace: Trace, pp: int, virtual: int, strategy: object |
     if strategy is None:
         return False
     from .pipeline.layer_layout import LayerSplit, auto_split, megatron_layers_per_stage
-    from .pipeline.stages import trace_layers  # the layers the partition cuts at
+    from .pipeline.stages import card_layer_extras, trace_layers  # the layers the partition cuts at
 
     split = LayerSplit.of(strategy)
+    leading, mtp = card_layer_extras(trace)
     if split.given:
         layers = len(trace_layers(trace))
         if not layers:
             raise ConfigError(f"{split.flags()}: the trace has no repeated transformer layers to place")
-        megatron_layers_per_stage(layers, pp, virtual, split)
+        megatron_layers_per_stage(layers, pp, virtual, split, leading, mtp)
         return True
     if getattr(strategy, "partition", None) != "auto" or not trace.info.get("model_card"):
         return False
     layers = len(trace_layers(trace))
-    auto = auto_split(layers, pp, virtual) if layers else None
+    auto = auto_split(layers, pp, virtual, leading) if layers else None
     return auto is not None and auto.given
 
 
@@ -115,9 +116,9 @@ def check_virtual_stages(trace: Trace, pp: int, virtual: int, partition: str, st
         return
     if _layer_split_decides(trace, pp, virtual, strategy):
         return
-    from .pipeline.stages import trace_layers  # the layers the partition cuts at
+    from .pipeline.stages import card_layer_extras, trace_layers  # the layers the partition cuts at
 
-    layers = len(trace_layers(trace))
+    layers = len(trace_layers(trace)) + card_layer_extras(trace)[0]  # Megatron counts every decoder layer
     if not layers or layers % pp:
         return
     per_stage = layers // pp

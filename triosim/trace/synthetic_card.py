@@ -45,7 +45,7 @@ from .synthetic_mtp import mtp_backward, mtp_forward
 
 FP32 = 4
 # Bumped whenever the rows written for a card change: cached traces of older versions are not reused.
-CARD_TRACE_VERSION = 5
+CARD_TRACE_VERSION = 6
 
 
 @dataclass(frozen=True)
@@ -379,6 +379,16 @@ class _CardTrace:
                 + [m for m, _ in moments] + [v for _, v in moments], [], "optimizer")
 
 
+def leading_layers(card: ModelCard) -> int:
+    """Decoder layers the trace holds before its repeated ones: an MoE card's first dense layers
+    when every later layer is MoE (Megatron's pipeline rules count them; they run with the
+    embedding). With MoE layers every k-th (k > 1) the repeated unit is not one layer: 0."""
+    moe = card.moe
+    if moe is None or card.moe_layers != card.layers - moe.first_dense:
+        return 0
+    return moe.first_dense
+
+
 def write_card_trace(directory: str | os.PathLike, spec: CardTraceSpec) -> Path:
     """Write trace.csv, tensor.csv and meta.json of ``spec`` into ``directory``."""
     if spec.layers < 1 or spec.batch_size < 1 or spec.element_bytes not in (1, 2, 4, 8):
@@ -393,6 +403,7 @@ def write_card_trace(directory: str | os.PathLike, spec: CardTraceSpec) -> Path:
     meta = {"batch_size": spec.batch_size, "device": "synthetic", "model": c.name, "seq_len": c.seq_len,
             "model_card": c.name, "model_card_digest": c.digest(), "element_bytes": spec.element_bytes,
             "traced_layers": spec.layers, "card_layers": c.layers, "attention_mask": "causal",
+            "leading_layers": leading_layers(c), "mtp_layers": c.mtp_layers,
             "model_description": f"model card {c.name}: {c.layers} layers, hidden {c.hidden}, {c.heads} heads "
                                  f"({c.kv_heads} key/value), FFN {c.ffn} ({c.activation}), vocab {c.vocab}, "
                                  f"sequence {c.seq_len}, {c.norm}, {c.attention} attention, {c.position} positions"}

@@ -22,8 +22,15 @@ chunks. The rules, as Megatron-Core applies them (``get_num_layers_to_build`` in
 - **layout string** (``--pipeline-model-parallel-layout``): Megatron's syntax, one stage per
   ``|`` in stage order: ``E`` the embedding, ``t`` a transformer layer, ``L`` the loss, ``x*n``
   and ``(…)*n`` repeat, commas are cosmetic. ``"Et*3|(tt|)*29,m|L"`` is Megatron's own example.
-  The layout has P·V stages, ``E`` first and ``L`` last once each, and exactly L ``t``;
-  ``m`` (multi-token prediction) layers are refused (no model card has them).
+  The layout has P·V stages, ``E`` first and ``L`` last once each, and exactly L ``t``; ``m``
+  places the multi-token-prediction modules (``--mtp-layers``): exactly that many, after every
+  ``t``, all on one stage.
+
+Megatron counts every decoder layer. A model card whose first layers differ from the repeated
+ones (DeepSeek-V3's 3 dense layers before 58 MoE layers) has them in its trace before the
+first repeated layer, where the embedding is: the rules count them (61 layers for DeepSeek-V3)
+and they must fall on the first stage. The MTP modules run after the loss, on the last stage;
+a layout that puts ``m`` on another stage (Megatron's standalone MTP) is refused.
 
 Which rule a run takes is :func:`choose_split`'s: the flags when given, else the equal split,
 else (``--partition auto`` on a model card) the account-for split that makes the layers divide
@@ -125,8 +132,9 @@ def _stage_name(c: int, ranks: int, virtual: int) -> str:
     return f"stage {c}" + (f" (virtual stage {c // ranks} of rank {c % ranks})" if virtual > 1 else "")
 
 
-def _layout_counts(layout: str, num_layers: int, ranks: int, virtual: int) -> tuple[int, ...]:
-    """Transformer layers per stage of a layout string, checked as Megatron-Core checks it
+def _layout_counts(layout: str, num_layers: int, ranks: int, virtual: int, leading: int = 0,
+                   mtp: int = 0) -> tuple[int, ...]:
+    """Decoder layers (``t``) per stage of a layout string, checked as Megatron-Core checks it
     (``PipelineParallelLayerLayout.__init__`` and ``validate_layer_layout``)."""
     stages = parse_layout(layout)
     if len(stages) % ranks:
@@ -142,13 +150,25 @@ def _layout_counts(layout: str, num_layers: int, ranks: int, virtual: int) -> tu
         raise ConfigError(f"{LAYOUT_FLAG} {layout!r}: E (the embedding) must come first, once")
     if flat.count(LOSS) != 1 or flat[-1] != LOSS:
         raise ConfigError(f"{LAYOUT_FLAG} {layout!r}: L (the loss) must come last, once")
-    if MTP in flat:
-        raise ConfigError(f"{LAYOUT_FLAG} {layout!r}: m (multi-token prediction) layers are not modelled; the model "
-                          "has none")
+    if flat.count(MTP) != mtp:
+        has = f"{mtp} (--mtp-layers)" if mtp else "none"
+        raise ConfigError(f"{LAYOUT_FLAG} {layout!r} places {flat.count(MTP)} multi-token-prediction layers (m), the "
+                          f"model has {has}")
+    if mtp:
+        where = [c for c, s in enumerate(stages) if MTP in s]
+        if where != [len(stages) - 1]:
+            raise ConfigError(f"{LAYOUT_FLAG} {layout!r}: m on {_stage_name(where[0], ranks, virtual)}; triosim runs "
+                              "the multi-token-prediction layers after the loss, on the last stage (Megatron's "
+                              "standalone MTP on another stage is not modelled)")
+        if DECODER in flat[flat.index(MTP):]:
+            raise ConfigError(f"{LAYOUT_FLAG} {layout!r}: a t after m (Megatron-Core: decoder layers must be placed "
+                              "before MTP layers)")
     counts = tuple(s.count(DECODER) for s in stages)
-    if sum(counts) != num_layers:
+    if sum(counts) != num_layers + leading:
+        what = (f"{num_layers + leading} ({leading} before the repeated layers, {num_layers} repeated)" if leading
+                else f"{num_layers}")
         raise ConfigError(f"{LAYOUT_FLAG} {layout!r} places {sum(counts)} transformer layers (t), the model has "
-                          f"{num_layers}")
+                          f"{what}")
     for c, s in enumerate(stages):
         if not s:
             raise ConfigError(f"{LAYOUT_FLAG} {layout!r}: {_stage_name(c, ranks, virtual)} is empty; every pipeline "
@@ -180,15 +200,31 @@ def _uneven_rank_layers(num_layers: int, ranks: int, split: LayerSplit) -> list[
     return out
 
 
-def megatron_layers_per_stage(num_layers: int, ranks: int, virtual: int = 1,
-                              split: LayerSplit = LayerSplit()) -> tuple[int, ...]:
-    """Transformer layers each of the ``ranks × virtual`` stages builds (stage c = v·P + p),
-    by Megatron-Core's rules (module docstring); a one-line ConfigError naming the rule a split
-    breaks."""
+def megatron_layers_per_stage(num_layers: int, ranks: int, virtual: int = 1, split: LayerSplit = LayerSplit(),
+                              leading: int = 0, mtp: int = 0) -> tuple[int, ...]:
+    """Repeated transformer layers each of the ``ranks × virtual`` stages builds (stage c =
+    v·P + p), by Megatron-Core's rules (module docstring) over the model's ``leading +
+    num_layers`` decoder layers, the ``leading`` ones (before the repeated layers) taken off the
+    first stage; ``mtp``: the model's multi-token-prediction layers (a layout string's ``m``). A
+    one-line ConfigError naming the rule a split breaks."""
     split.check()
+    decoder = megatron_decoder_layers(num_layers + leading, ranks, virtual, split, mtp)
+    if decoder[0] < leading:
+        rule = split.flags() if split.given else "the equal split"
+        raise ConfigError(f"{rule}: the first stage gets {decoder[0]} decoder layers, but the model's first "
+                          f"{leading} (the ones before its repeated layers) run there with the embedding; give the "
+                          f"first stage at least {leading}")
+    return (decoder[0] - leading, *decoder[1:])
+
+
+def megatron_decoder_layers(num_layers: int, ranks: int, virtual: int = 1, split: LayerSplit = LayerSplit(),
+                            mtp: int = 0) -> tuple[int, ...]:
+    """Decoder layers each of the ``ranks × virtual`` stages builds (stage c = v·P + p) by
+    Megatron-Core's rules for a model of ``num_layers`` decoder layers (module docstring); a
+    one-line ConfigError naming the rule a split breaks."""
     n = ranks * virtual
     if split.layout is not None:
-        return _layout_counts(split.layout, num_layers, ranks, virtual)
+        return _layout_counts(split.layout, num_layers, ranks, virtual, 0, mtp)
     if split.first_stage_layers is not None or split.last_stage_layers is not None:
         per_rank = _uneven_rank_layers(num_layers, ranks, split)
         rule = f"{split.flags()}: "
@@ -221,14 +257,14 @@ def megatron_layers_per_stage(num_layers: int, ranks: int, virtual: int = 1,
     return tuple(counts)
 
 
-def auto_split(num_layers: int, ranks: int, virtual: int = 1) -> LayerSplit | None:
+def auto_split(num_layers: int, ranks: int, virtual: int = 1, leading: int = 0) -> LayerSplit | None:
     """The split ``--partition auto`` takes on a model card: equal layers when they divide, else
     the embedding and the loss counted as layers when that makes them divide, else the loss alone
     (the output layer and loss weigh more than the embedding lookup), else the embedding alone;
-    None when none does."""
+    None when none does. ``leading``: decoder layers before the repeated ones (on the first stage)."""
     for split in (LayerSplit(), LayerSplit(True, True), LayerSplit(False, True), LayerSplit(True, False)):
         try:
-            megatron_layers_per_stage(num_layers, ranks, virtual, split)
+            megatron_layers_per_stage(num_layers, ranks, virtual, split, leading)
         except ConfigError:
             continue
         return split
@@ -236,12 +272,13 @@ def auto_split(num_layers: int, ranks: int, virtual: int = 1) -> LayerSplit | No
 
 
 def choose_split(options: Any, ranks: int, virtual: int, num_layers: int, partition: str,
-                 card: bool) -> tuple[LayerSplit | None, str | None]:
-    """The rule that cuts a trace's ``num_layers`` layers into stages, and a line saying which:
-    the layout flags of ``options`` (a Strategy) when given; for ``partition`` ``layers`` (what
-    ``--partition`` resolved to) the equal split; with ``--partition auto`` on a model card
+                 card: bool, leading: int = 0) -> tuple[LayerSplit | None, str | None]:
+    """The rule that cuts a trace's ``num_layers`` repeated layers into stages, and a line saying
+    which: the layout flags of ``options`` (a Strategy) when given; for ``partition`` ``layers``
+    (what ``--partition`` resolved to) the equal split; with ``--partition auto`` on a model card
     (``card``) whose layers do not divide equally, the account-for split that makes them
-    (:func:`auto_split`). (None, None): not cut at layers."""
+    (:func:`auto_split`). (None, None): not cut at layers. ``leading``: decoder layers before
+    the repeated ones, which Megatron's rules count too."""
     split = LayerSplit.of(options)
     if split.given:
         if not num_layers:
@@ -251,19 +288,22 @@ def choose_split(options: Any, ranks: int, virtual: int, num_layers: int, partit
         return split, None
     if getattr(options, "partition", None) != "auto" or not card or not num_layers:
         return None, None
-    auto = auto_split(num_layers, ranks, virtual)
+    auto = auto_split(num_layers, ranks, virtual, leading)
     if auto is None or not auto.given:
         return None, None
-    return auto, (f"auto: {num_layers} transformer layers do not divide over {ranks * virtual} stages, with "
+    return auto, (f"auto: {num_layers + leading} transformer layers do not divide over {ranks * virtual} stages, with "
                   f"{auto.counted()} they do ({auto.flags()}, as Megatron-Core)")
 
 
-def layout_text(counts: tuple[int, ...] | list[int]) -> str:
+def layout_text(counts: tuple[int, ...] | list[int], leading: int = 0, mtp: int = 0) -> str:
     """The stages as a Megatron layout string (E on the first, L on the last; repeats folded),
-    e.g. ``Et|(tt|)*62tL`` for 126 layers over 64 stages with both account-for flags, or ``E|(t|)*126L``."""
+    e.g. ``Et|(tt|)*62tL`` for 126 layers over 64 stages with both account-for flags, or ``E|(t|)*126L``.
+    ``counts``: repeated layers per stage; ``leading`` decoder layers more on the first stage and
+    ``mtp`` multi-token-prediction layers (``m``) on the last, before the loss."""
+    counts = [k + (leading if c == 0 else 0) for c, k in enumerate(counts)]
     stages = ["t" * k if k < 4 else f"t*{k}" for k in counts]
     stages[0] = "E" + stages[0]
-    stages[-1] = stages[-1] + "L"
+    stages[-1] = stages[-1] + MTP * mtp + "L"
     out: list[str] = []
     i = 0
     while i < len(stages):
@@ -277,4 +317,5 @@ def layout_text(counts: tuple[int, ...] | list[int]) -> str:
     return "".join(out)
 
 
-__all__ = ["LayerSplit", "auto_split", "choose_split", "layout_text", "megatron_layers_per_stage", "parse_layout"]
+__all__ = ["LayerSplit", "auto_split", "choose_split", "layout_text", "megatron_decoder_layers", "megatron_layers_per_stage",
+           "parse_layout"]

@@ -91,6 +91,10 @@ class PipelinePlan:
     # rule was chosen (the flags, or what --partition auto picked); () / None for other partitions.
     layer_counts: tuple[int, ...] = ()
     layer_split: str | None = None
+    # A model card's decoder layers before its repeated ones (on the first stage; Megatron's
+    # rules count them) and its multi-token-prediction layers (on the last), for the layout shown.
+    leading_layers: int = 0
+    mtp_layers: int = 0
 
     def __post_init__(self) -> None:
         if not self.gpus:
@@ -259,7 +263,8 @@ def with_same_cuts(trace: Trace, plan: PipelinePlan) -> PipelinePlan:
     new = _plan_from_starts(trace, phase, fops, pos, plan.starts, plan.partition, plan.gpus, plan.virtual,
                             plan.estimate_s)
     return replace(new, warnings=tuple(dict.fromkeys((*plan.warnings, *new.warnings))),
-                   layer_counts=plan.layer_counts, layer_split=plan.layer_split)
+                   layer_counts=plan.layer_counts, layer_split=plan.layer_split, leading_layers=plan.leading_layers,
+                   mtp_layers=plan.mtp_layers)
 
 
 def with_cuts_moved(trace: Trace, plan: PipelinePlan, new_index: Sequence[int]) -> PipelinePlan:
@@ -338,16 +343,18 @@ def candidate_plans(trace: Trace, platform: Platform, strategy: Strategy, fracti
     pos = _positions(trace, phase, fops)
     layers = trace_layers(trace) if strategy.partition in ("auto", "layers") else ()
     partition = resolve_partition(trace, strategy.partition, n, layers)
-    split, how = choose_split(strategy, len(gpus), virtual, len(layers), partition, bool(trace.info.get("model_card")))
-    if split is not None and not split.given:  # Megatron's equal split
-        starts = layer_starts(trace, fops, n, layers)
+    leading, mtp = card_layer_extras(trace)
+    split, how = choose_split(strategy, len(gpus), virtual, len(layers), partition, bool(trace.info.get("model_card")),
+                              leading)
+    if split is not None:  # Megatron's equal split, or the one its flags (or --partition auto) give
+        if not split.given and not leading:
+            starts = layer_starts(trace, fops, n, layers)
+            counts = (len(layers) // n,) * n
+        else:
+            counts = megatron_layers_per_stage(len(layers), len(gpus), virtual, split, leading, mtp)
+            starts = layer_starts(trace, fops, n, layers, counts)
         plan = _plan_from_starts(trace, phase, fops, pos, starts, "layers", gpus, virtual)
-        return [replace(plan, layer_counts=(len(layers) // n,) * n)]
-    if split is not None:
-        counts = megatron_layers_per_stage(len(layers), len(gpus), virtual, split)
-        starts = layer_starts(trace, fops, n, layers, counts)
-        plan = _plan_from_starts(trace, phase, fops, pos, starts, "layers", gpus, virtual)
-        return [replace(plan, layer_counts=counts, layer_split=how)]
+        return [replace(plan, layer_counts=counts, layer_split=how, leading_layers=leading, mtp_layers=mtp)]
     if partition == "count":
         return [_plan_from_starts(trace, phase, fops, pos, count_starts(len(fops), n), "count", gpus, virtual)]
     costs = stage_costs(trace, phase, fops, pos, sizes)
@@ -397,7 +404,7 @@ def resolve_partition(trace: Trace, partition: str, n: int,
     if not trace.info.get("model_card"):
         return "optimal"
     count = len(trace_layers(trace) if layers is None else layers)
-    return "layers" if count and count % n == 0 else "optimal"
+    return "layers" if count and (count + card_layer_extras(trace)[0]) % n == 0 else "optimal"
 
 
 def layer_starts(trace: Trace, fops: Sequence[int], n: int,
@@ -443,6 +450,14 @@ def stage_layer_counts(trace: Trace, plan: PipelinePlan) -> tuple[int, ...]:
         if s >= 0:
             out[s] += 1
     return tuple(out)
+
+
+def card_layer_extras(trace: Trace) -> tuple[int, int]:
+    """A model card trace's decoder layers before its repeated ones (DeepSeek-V3's first dense
+    layers) and its multi-token-prediction layers, as its meta.json records them; (0, 0) for
+    other traces."""
+    info = trace.info or {}
+    return int(info.get("leading_layers", 0)), int(info.get("mtp_layers", 0))
 
 
 def trace_layers(trace: Trace) -> tuple[tuple[int, ...], ...]:
@@ -491,5 +506,5 @@ def compat_chunks(trace: Trace, n: int) -> list[tuple[int, list[int]]]:
 
 __all__ = [
     "BACKWARD", "FORWARD", "OPTIMIZER", "PipelinePlan", "block_order", "buffer_versions", "candidate_plans",
-    "compat_chunks", "op_phases", "optimizer_buffers", "stage_layer_counts", "with_same_cuts",
+    "card_layer_extras", "compat_chunks", "op_phases", "optimizer_buffers", "stage_layer_counts", "with_same_cuts",
 ]

@@ -13,11 +13,14 @@ from .stages import BACKWARD, FORWARD, PipelinePlan
 
 
 def layer_facts(plan: PipelinePlan) -> dict:
-    """JSON-ready: a plan cut at layers, its transformer layers per (virtual) stage in stage order,
+    """JSON-ready: a plan cut at layers, its decoder layers per (virtual) stage in stage order,
     the same as a Megatron layout string, and how the split was chosen; {} for other partitions."""
     if not plan.layer_counts:
         return {}
-    return {"layers_per_stage": list(plan.layer_counts), "layout": layout_text(plan.layer_counts),
+    # Megatron's count: a card's decoder layers before its repeated ones are on the first stage
+    decoder = [k + (plan.leading_layers if c == 0 else 0) for c, k in enumerate(plan.layer_counts)]
+    return {"layers_per_stage": decoder,
+            "layout": layout_text(plan.layer_counts, plan.leading_layers, plan.mtp_layers),
             "layer_split": plan.layer_split}
 
 
