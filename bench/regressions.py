@@ -54,6 +54,11 @@ RUNS: dict[str, list[str]] = {
     # Issue 36's targets (CPU s on 2 cores): <= 1 s, <= 2 s, <= 8 s, <= 8 s.
     "resnet50 case 2, 4096 GPUs": ["-trace-dir", str(REFERENCE / "resnet50"), "-case", "2", "-GPUnumber", "4096"],
     "resnet50 case 3, 4096 GPUs": ["-trace-dir", str(REFERENCE / "resnet50"), "-case", "3", "-GPUnumber", "4096"],
+    # The same two, every GPU's tasks built and scheduled (--exact): "every exact run <= 2.5 us a task".
+    "resnet50 case 2, 4096 GPUs, --exact": ["-trace-dir", str(REFERENCE / "resnet50"), "-case", "2", "-GPUnumber",
+                                            "4096", "--exact"],
+    "resnet50 case 3, 4096 GPUs, --exact": ["-trace-dir", str(REFERENCE / "resnet50"), "-case", "3", "-GPUnumber",
+                                            "4096", "--exact"],
     "megatron-1t, tp 8 x pp 64, 512 micro-batches, selective + SP": [
         "--gpu", "a100-80gb", "--topology-file", str(REPO / "topologies" / "dgx-a100-superpod.yaml"), "--dtype", "fp16",
         "--model", "megatron-1t", "--tp", "8", "--pp", "64", "--schedule", "1f1b", "--global-batch", "512",

@@ -73,7 +73,15 @@ def _group_of(b: CompositionState, params: Sequence[str], s: int):
     if params and params[0] in expert_params(b):
         ep, etp = b.experts.degree, b.experts.etp
         return (lambda d, t: edp_group(ranks, ep, d, t, s, etp)), "edp"
-    return (lambda d, t: ranks.dp_group(t, s)), "dp"
+    groups: dict[int, tuple[int, ...]] = {}  # a DP group depends on the TP rank only: build each once
+
+    def dp_group(d: int, t: int) -> tuple[int, ...]:
+        group = groups.get(t)
+        if group is None:
+            group = groups[t] = ranks.dp_group(t, s)
+        return group
+
+    return dp_group, "dp"
 
 
 def _by_group(b: CompositionState, group_of) -> dict[tuple[int, ...], list[tuple[int, int]]]:
