@@ -84,8 +84,9 @@ def check_tasks_built(tasks: int, where: str) -> None:
     build was killed for want of memory after minutes instead of stopping with a line."""
     if tasks > MAX_TASKS:
         raise ConfigError(f"the task graph passed the limit of {MAX_TASKS:,} tasks while building {where}: use fewer "
-                          "GPUs, fewer micro-batches or a shorter trace (on a ring or mesh every GPU is built; a "
-                          "switch, nvlink-cluster or cluster file lets one pipeline stand for the others)")
+                          "GPUs, fewer micro-batches or a shorter trace (every GPU is built under --exact and on a "
+                          "ring or mesh; otherwise a switch, nvlink-cluster or cluster file lets one pipeline stand "
+                          "for the others)")
 
 
 def check_graph_size(num_ops: int, copies: int, num_gpus: int, what: str, limit: int = MAX_TASKS) -> int:
