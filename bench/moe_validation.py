@@ -18,9 +18,10 @@ make GA 8, and the recipe's base configuration runs MBS 1); Qwen3: ``moe_a2a_ove
 the embedding and the loss counted as pipeline layers; DeepSeek-V3: its MTP layer, the
 recomputation of ``mla_up_proj``, the shared expert overlapped with the dispatch and the
 recipe's pipeline layout as the recipe types it (the 3 dense layers on the first stage with the
-embedding, the MTP layer on the last with the loss).
+embedding, the MTP layer on the last with the loss), the precision-aware optimizer with bf16
+Adam moments.
 Not typed, for want of the flag or the model: DeepSeek-V3's FP8 parameter gather (not
-modelled with MXFP8), bf16 Adam moments, the router's grouped top-k, CUDA graphs.
+modelled with MXFP8), the router's grouped top-k, CUDA graphs.
 
 Iteration time = GBS · seq / (tokens/s/GPU · GPUs). Columns: the simulated time, its error
 against the published one, the peak memory per GPU (fits: under the GPU's memory), and where a
@@ -70,7 +71,9 @@ EXTRA = {
     # DeepSeek-V3's layout for PP 16 as the recipe types it (deepseek_v3.py:235-249: E + 4 layers,
     # 14 stages of 4, then one layer + MTP + loss; the 4 of the first stage are the 3 dense layers
     # and the first MoE layer)
+    # the precision-aware optimizer with bf16 moments (deepseek_v3.py:272-276)
     "deepseek-v3": {"moe-shared-expert-overlap": True, "recompute": "selective", "recompute-modules": "mla_up_proj",
+                    "use-precision-aware-optimizer": True, "exp-avg-dtype": "bf16", "exp-avg-sq-dtype": "bf16",
                     "pipeline-model-parallel-layout": "Et*4|(t*4|)*14,tmL"},
 }
 

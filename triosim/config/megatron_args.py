@@ -78,6 +78,11 @@ _RENAMED = {
     "--decoder-first-pipeline-num-layers": "--decoder-first-pipeline-num-layers",
     "--decoder-last-pipeline-num-layers": "--decoder-last-pipeline-num-layers",
     "--pipeline-model-parallel-layout": "--pipeline-model-parallel-layout",
+    # the precision-aware optimizer's dtypes (config.precision): native under Megatron's names
+    "--main-grads-dtype": "--main-grads-dtype",
+    "--main-params-dtype": "--main-params-dtype",
+    "--exp-avg-dtype": "--exp-avg-dtype",
+    "--exp-avg-sq-dtype": "--exp-avg-sq-dtype",
 }
 # Megatron switches -> the native flags they mean.
 _SWITCHES = {
@@ -101,6 +106,7 @@ _SWITCHES = {
     "--no-scatter-gather-tensors-in-pipeline": [],
     "--account-for-embedding-in-pipeline-split": ["--account-for-embedding-in-pipeline-split"],
     "--account-for-loss-in-pipeline-split": ["--account-for-loss-in-pipeline-split"],
+    "--use-precision-aware-optimizer": ["--use-precision-aware-optimizer"],
 }
 # Megatron's --fp8-recipe values -> the native ones (tensorwise: per-tensor current scaling).
 _FP8_RECIPES = {"tensorwise": "current"}

@@ -9,7 +9,11 @@ on a GPU that runs it, Blackwell; else current scaling) and ``--fp8-param-gather
 switch, off by default: parameters kept and all-gathered in FP8; it needs the distributed
 optimizer or FSDP, ``--zero 1|2|3``). ``auto`` (the default) and ``tf32`` keep the traced sizes
 (tf32 names a math mode only). ``--grad-reduce-dtype`` is the dtype gradients are accumulated and
-reduced over data parallelism in (fp32, as Megatron-LM's default).
+reduced over data parallelism in (fp32, as Megatron-LM's default). Megatron-Core's precision-aware
+optimizer (``--use-precision-aware-optimizer`` with ``--exp-avg-dtype``, ``--exp-avg-sq-dtype``,
+``--main-params-dtype``, ``--main-grads-dtype``, Megatron-LM's names and choices) keeps the
+optimizer state in those dtypes (:class:`~triosim.trace.precision.OptimizerDtypes`); the dtypes
+other than fp32 need the switch, as Megatron-Core asserts.
 """
 
 from __future__ import annotations
@@ -24,15 +28,26 @@ from ..trace import Trace
 from ..trace.fp8 import FP8_RECIPES, Fp8Training
 from ..trace.precision import (
     DEFAULT_GRAD_REDUCE_DTYPE,
+    EXP_AVG_DTYPES,
     GRAD_REDUCE_DTYPES,
+    MAIN_GRADS_DTYPES,
+    MAIN_PARAMS_DTYPES,
     TRAINING_DTYPES,
+    OptimizerDtypes,
     TrainingPrecision,
 )
 from .gpu import GpuOptions
 
 # dest -> default: a run's configuration block records the flag only when set (as the GPU flags).
 PRECISION_FLAG_DEFAULTS = {"grad_reduce_dtype": DEFAULT_GRAD_REDUCE_DTYPE, "fp8_recipe": "auto",
-                           "fp8_param_gather": False}
+                           "fp8_param_gather": False, "use_precision_aware_optimizer": False,
+                           "main_grads_dtype": "fp32", "main_params_dtype": "fp32", "exp_avg_dtype": "fp32",
+                           "exp_avg_sq_dtype": "fp32"}
+# flag -> (dest, choices) of the precision-aware optimizer's dtypes
+OPTIMIZER_DTYPE_FLAGS = {"--main-grads-dtype": ("main_grads_dtype", MAIN_GRADS_DTYPES),
+                         "--main-params-dtype": ("main_params_dtype", MAIN_PARAMS_DTYPES),
+                         "--exp-avg-dtype": ("exp_avg_dtype", EXP_AVG_DTYPES),
+                         "--exp-avg-sq-dtype": ("exp_avg_sq_dtype", EXP_AVG_DTYPES)}
 FP8_RECIPE_CHOICES = ("auto", *FP8_RECIPES)
 FP8_TRAINING_DTYPE = "bf16"  # what an FP8 run trains in around its FP8 GEMMs (Megatron: --bf16 with --fp8-format)
 
@@ -49,6 +64,16 @@ def add_precision_flags(p: argparse.ArgumentParser) -> None:
     g.add_argument("--fp8-param-gather", action="store_true",
                    help="with --dtype fp8 and --zero 1|2|3: parameters kept and all-gathered in FP8 (1 byte each "
                         "instead of 2), as Megatron-Core's --fp8-param-gather")
+    g.add_argument("--use-precision-aware-optimizer", action="store_true",
+                   help="Megatron-Core's precision-aware optimizer (Transformer Engine's FusedAdam): the optimizer "
+                        "state in the dtypes below; under bf16 the fp32 master weight is kept as its 16-bit "
+                        "remainder (2 bytes)")
+    what = {"--main-grads-dtype": "the gradient the optimizer steps with (bf16: no fp32 copy)",
+            "--main-params-dtype": "the master weights", "--exp-avg-dtype": "Adam's first moment",
+            "--exp-avg-sq-dtype": "Adam's second moment"}
+    for flag, (dest, choices) in OPTIMIZER_DTYPE_FLAGS.items():
+        g.add_argument(flag, dest=dest, default="fp32", choices=choices,
+                       help=f"with --use-precision-aware-optimizer: the dtype of {what[flag]} (default fp32)")
 
 
 def _micro_batches(args: argparse.Namespace, batch: int | None) -> int:
@@ -102,6 +127,7 @@ def training_precision(args: argparse.Namespace, batch: int | None = None) -> Tr
     if reduce not in GRAD_REDUCE_DTYPES:
         raise ConfigError(f"--grad-reduce-dtype must be one of {', '.join(GRAD_REDUCE_DTYPES)}, got {reduce!r}")
     fp8 = fp8_training(args, batch)
+    optimizer = optimizer_dtypes(args, dtype)
     if dtype not in (*TRAINING_DTYPES, "fp8"):
         if reduce != DEFAULT_GRAD_REDUCE_DTYPE:
             raise ConfigError(f"--grad-reduce-dtype {reduce} needs a training dtype: give --dtype "
@@ -111,8 +137,28 @@ def training_precision(args: argparse.Namespace, batch: int | None = None) -> Tr
         raise ConfigError(f"--dtype {dtype} cannot be combined with --reference-compat (the original keeps the "
                           "traced sizes)")
     if dtype == "fp8":
-        return TrainingPrecision(FP8_TRAINING_DTYPE, reduce, fp8) if fp8 is not None else None
-    return TrainingPrecision(dtype, reduce)
+        return TrainingPrecision(FP8_TRAINING_DTYPE, reduce, fp8, optimizer) if fp8 is not None else None
+    return TrainingPrecision(dtype, reduce, optimizer=optimizer)
+
+
+def optimizer_dtypes(args: argparse.Namespace, dtype: str) -> OptimizerDtypes:
+    """The optimizer-state dtypes of the flags, checked as Megatron-Core checks them: a dtype other
+    than fp32 needs ``--use-precision-aware-optimizer``, which needs a 16-bit training dtype."""
+    aware = bool(getattr(args, "use_precision_aware_optimizer", False))
+    values = {}
+    for flag, (dest, choices) in OPTIMIZER_DTYPE_FLAGS.items():
+        value = getattr(args, dest, "fp32") or "fp32"
+        if value not in choices:
+            raise ConfigError(f"{flag} must be one of {', '.join(choices)}, got {value!r}")
+        if value != "fp32" and not aware:
+            raise ConfigError(f"{flag} {value} needs --use-precision-aware-optimizer (Megatron-Core keeps the "
+                              "optimizer state in fp32 without it)")
+        values[dest] = value
+    if aware and dtype not in ("bf16", "fp16", "fp8"):
+        raise ConfigError(f"--use-precision-aware-optimizer needs a 16-bit training dtype (--dtype bf16, fp16 or "
+                          f"fp8), got --dtype {dtype}")
+    return OptimizerDtypes(aware, values["main_grads_dtype"], values["main_params_dtype"], values["exp_avg_dtype"],
+                           values["exp_avg_sq_dtype"])
 
 
 def with_flag_precision(trace: Trace, args: argparse.Namespace) -> Trace:
@@ -120,5 +166,6 @@ def with_flag_precision(trace: Trace, args: argparse.Namespace) -> Trace:
     return with_training_precision(trace, training_precision(args, trace.batch_size))
 
 
-__all__ = ["FP8_RECIPE_CHOICES", "PRECISION_FLAG_DEFAULTS", "add_precision_flags", "fp8_training", "training_precision",
+__all__ = ["FP8_RECIPE_CHOICES", "OPTIMIZER_DTYPE_FLAGS", "PRECISION_FLAG_DEFAULTS", "add_precision_flags",
+           "fp8_training", "optimizer_dtypes", "training_precision",
            "with_flag_precision"]

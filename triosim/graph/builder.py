@@ -73,6 +73,12 @@ class GraphBuilder:
                                        "master_weights": precision.mixed}
             if precision.fp8 is not None:  # FP8 training: its recipe (docs/precision.md)
                 graph.meta["precision"]["fp8"] = precision.fp8.to_dict()
+            opt = precision.optimizer
+            if opt.precision_aware:  # the precision-aware optimizer's state dtypes and bytes
+                graph.meta["precision"]["optimizer"] = {
+                    "precision_aware": True, "main_grads_dtype": opt.main_grads, "main_params_dtype": opt.main_params,
+                    "exp_avg_dtype": opt.exp_avg, "exp_avg_sq_dtype": opt.exp_avg_sq,
+                    "master_weight_bytes": precision.master_weight_bytes, "moment_bytes": precision.moment_bytes}
         # Each compute task names its trace op; the time breakdown reads the op's phase here.
         graph.meta.setdefault("op_stages", tuple(op.stage for op in self.trace.ops))
         # ... and the kinds of kernel its time is spent on (GEMM, FP8 casts, attention, other)

@@ -120,9 +120,16 @@ def print_summary(result: Result, console: Console, title: str = "") -> None:
         what = precision["dtype"] if not fp8 else (
             f"{precision['dtype']} with FP8 linear layers ({FP8_WORDS.get(fp8['recipe'], fp8['recipe'])}"
             f"{', FP8 parameter all-gather' if fp8['param_gather'] else ''})")
+        opt = precision.get("optimizer")
+        master = ", fp32 master weights" if precision["master_weights"] else ""
+        if opt:  # the precision-aware optimizer
+            kept = "fp32 master weights as 16-bit remainders" if opt["main_params_dtype"] == "fp32" else (
+                f"{opt['main_params_dtype']} master weights")
+            master = (f", {kept if opt['master_weight_bytes'] == 2 else 'fp32 master weights'}, Adam moments in "
+                      f"{opt['exp_avg_dtype']}/{opt['exp_avg_sq_dtype']}, optimizer gradients in "
+                      f"{opt['main_grads_dtype']}")
         head = head.replace("\n[bold green]", f"\ntraining in {what}, gradients reduced in "
-                            f"{precision['grad_reduce_dtype']}"
-                            f"{', fp32 master weights' if precision['master_weights'] else ''}\n[bold green]", 1)
+                            f"{precision['grad_reduce_dtype']}{master}\n[bold green]", 1)
     gpu = result.extra.get("gpu")
     if gpu:  # only with --gpu: a run without it prints what it always printed
         head = head.replace("\n[bold green]", f"\n[bold]{gpu['header']}[/bold]\n[bold green]", 1)

@@ -19,6 +19,15 @@ ranks (ZeRO-1, Megatron's distributed optimizer) 6 + 12/N, 4 + 16/N and 8 + 8/N
 exists only from the optimizer step to the next iteration's start: the forward and backward
 passes hold 4 + 12/N.
 
+Megatron-Core's precision-aware optimizer (``--use-precision-aware-optimizer``, Transformer
+Engine's ``FusedAdam``) keeps the optimizer state in other dtypes (:class:`OptimizerDtypes`):
+each Adam moment in ``--exp-avg-dtype`` / ``--exp-avg-sq-dtype`` (fp32, bf16, fp16 or fp8: 4, 2,
+2 or 1 bytes), the master weight in ``--main-params-dtype`` (fp32, or fp16: 2 bytes), and under
+bf16 an fp32 master weight as the 16 bits the bf16 weight lacks (Megatron-Core stores only
+these remainders with Transformer Engine 2.1 and later: 2 bytes); ``--main-grads-dtype bf16``
+steps with the bf16 gradient itself, with no fp32 copy. With bf16 moments a bf16 parameter with
+16-bit gradients then costs 2 + 2 + 2 + 2 + 2 = 10 bytes instead of 20.
+
 Source: Megatron Core developer guide, "Distributed Optimizer"
 (https://docs.nvidia.com/megatron-core/developer-guide/latest/distrib_optimizer.html): bytes per
 parameter 18 / 6 + 12/d (bf16 parameters, fp32 gradients), 20 / 4 + 16/d (16-bit parameters and
@@ -48,14 +57,40 @@ ADAM_MOMENTS = 2
 NOT_FLOAT_CATEGORIES = frozenset({"indices", "target", "mask", "total_weight"})
 
 
+# Bytes of an Adam moment, a master weight or a main gradient in the precision-aware optimizer's dtypes
+STATE_DTYPE_BYTES = {"fp32": 4, "bf16": 2, "fp16": 2, "fp8": 1}
+EXP_AVG_DTYPES = ("fp32", "fp16", "bf16", "fp8")  # Megatron-LM's choices for --exp-avg(-sq)-dtype
+MAIN_PARAMS_DTYPES = ("fp32", "fp16")
+MAIN_GRADS_DTYPES = ("fp32", "bf16")
+
+
+@dataclass(frozen=True)
+class OptimizerDtypes:
+    """What Megatron-Core's optimizer keeps its state in (module docstring): the defaults, or
+    with ``precision_aware`` (``--use-precision-aware-optimizer``) the dtypes of its flags."""
+
+    precision_aware: bool = False
+    main_grads: str = "fp32"
+    main_params: str = "fp32"
+    exp_avg: str = "fp32"
+    exp_avg_sq: str = "fp32"
+
+    @property
+    def moment_bytes(self) -> int:
+        """Bytes of both Adam moments of one parameter."""
+        return STATE_DTYPE_BYTES[self.exp_avg] + STATE_DTYPE_BYTES[self.exp_avg_sq]
+
+
 @dataclass(frozen=True)
 class TrainingPrecision:
     """The dtype a run trains in and the dtype its gradients are reduced (and accumulated) in;
-    ``fp8``: the linear layers' GEMMs in FP8 on top (``--dtype fp8``, :mod:`triosim.trace.fp8`)."""
+    ``fp8``: the linear layers' GEMMs in FP8 on top (``--dtype fp8``, :mod:`triosim.trace.fp8`);
+    ``optimizer``: the dtypes the optimizer keeps its state in."""
 
     dtype: str
     grad_reduce_dtype: str = DEFAULT_GRAD_REDUCE_DTYPE
     fp8: Fp8Training | None = None
+    optimizer: OptimizerDtypes = OptimizerDtypes()
 
     @property
     def mixed(self) -> bool:
@@ -78,15 +113,30 @@ class TrainingPrecision:
 
     @property
     def master_weight_bytes(self) -> int:
-        """The fp32 master weight of a 16-bit run: held for the whole iteration."""
-        return MASTER_WEIGHT_BYTES if self.mixed else 0
+        """The master weight of a 16-bit run, held for the whole iteration: fp32, or under the
+        precision-aware optimizer ``--main-params-dtype fp16``'s 2 bytes, or with bf16 weights
+        the 16-bit remainder of the fp32 master (Megatron-Core's ``store_param_remainders``)."""
+        if not self.mixed:
+            return 0
+        opt = self.optimizer
+        if opt.precision_aware and (opt.main_params != "fp32" or self.dtype == "bf16"):
+            return 2
+        return MASTER_WEIGHT_BYTES
+
+    @property
+    def moment_bytes(self) -> int:
+        """Bytes of Adam's two moments per parameter (fp32 each unless the optimizer says)."""
+        return self.optimizer.moment_bytes
 
     @property
     def gradient_copy_bytes(self) -> int:
         """The fp32 copy of a 16-bit reduced gradient: made by the optimizer step and freed at the
         next iteration's start, so held only while the optimizer runs (Megatron-Core's
         ``_copy_model_grads_to_main_grads`` sets ``main_param.grad = model_grad.float()`` before
-        the step; ``zero_grad(set_to_none=True)``, first thing in the next ``train_step``, drops it)."""
+        the step; ``zero_grad(set_to_none=True)``, first thing in the next ``train_step``, drops it).
+        None under ``--main-grads-dtype bf16``: the optimizer steps with the 16-bit gradient."""
+        if self.optimizer.main_grads != "fp32":
+            return 0
         return MASTER_WEIGHT_BYTES if self.mixed and self.gradient_bytes < MASTER_WEIGHT_BYTES else 0
 
 
@@ -116,18 +166,34 @@ def optimizer_step_bytes(precision: TrainingPrecision) -> OptimizerStepBytes:
 
     An fp32 run (``FP32Optimizer``): gradient norm, Adam, zeroing (read 20, write 16).
     So 50 bytes for fp16 with fp32 gradients, 42 for bf16, 36 for fp32.
+
+    The precision-aware optimizer (Transformer Engine's ``FusedAdam``) reads and writes the
+    moments and the master weight in their own dtypes (:class:`OptimizerDtypes`) and writes the
+    16-bit model weight in the same kernel (no copy kernel); with bf16 weights it rebuilds the
+    fp32 master from the weight and its 16-bit remainder (read and write both). Under
+    ``--main-grads-dtype bf16`` it reads the 16-bit gradient (no fp32 copy, no 4-byte norm read).
     """
     g, w = precision.gradient_bytes, precision.weight_bytes
-    state = ADAM_MOMENTS * OPTIMIZER_STATE_BYTES
-    adam_read, adam_written = MASTER_WEIGHT_BYTES + 4 + state, MASTER_WEIGHT_BYTES + state
+    state = precision.moment_bytes
     norm = 4
     if not precision.mixed:
+        adam_read, adam_written = MASTER_WEIGHT_BYTES + 4 + state, MASTER_WEIGHT_BYTES + state
         return OptimizerStepBytes(norm + adam_read, adam_written + g)
-    read, written = norm + adam_read + MASTER_WEIGHT_BYTES, adam_written + w + g
-    if g < MASTER_WEIGHT_BYTES:  # the 16-bit gradient's fp32 copy
-        read, written = read + g, written + 4
+    opt = precision.optimizer
+    copy = precision.gradient_copy_bytes  # the 16-bit gradient's fp32 copy, when made
+    main_grad = g if (copy == 0 and g < MASTER_WEIGHT_BYTES) else MASTER_WEIGHT_BYTES
+    norm = main_grad
+    if opt.precision_aware:
+        master = precision.master_weight_bytes
+        remainder = w if precision.dtype == "bf16" and opt.main_params == "fp32" else 0  # the bf16 half read too
+        read, written = norm + master + remainder + main_grad + state, master + state + w + g
+    else:
+        adam_read, adam_written = MASTER_WEIGHT_BYTES + 4 + state, MASTER_WEIGHT_BYTES + state
+        read, written = norm + adam_read + MASTER_WEIGHT_BYTES, adam_written + w + g
+    if copy:  # the 16-bit gradient's fp32 copy
+        read, written = read + g, written + copy
     if precision.dtype == "fp16":  # loss scaling: unscale in place
-        read, written = read + 4, written + 4
+        read, written = read + main_grad, written + main_grad
     return OptimizerStepBytes(read, written)
 
 
@@ -140,7 +206,8 @@ def bytes_per_parameter(precision: TrainingPrecision, zero: int = 0, dp: int = 1
     though the forward and backward passes do not hold it."""
     n = dp if dp > 1 else 1
     w, g = float(precision.weight_bytes), float(precision.gradient_bytes)
-    o = float(precision.master_bytes + moments * OPTIMIZER_STATE_BYTES)
+    state = precision.moment_bytes if moments == ADAM_MOMENTS else moments * OPTIMIZER_STATE_BYTES
+    o = float(precision.master_bytes + state)
     return w / (n if zero >= 3 else 1) + g / (n if zero >= 2 else 1) + o / (n if zero >= 1 else 1)
 
 
@@ -186,7 +253,8 @@ def reduced_gradient_bytes(trace: Trace, parameter: str) -> int:
     return elements(t) * trace.precision.gradient_bytes
 
 
-__all__ = ["ADAM_MOMENTS", "DEFAULT_GRAD_REDUCE_DTYPE", "DTYPE_BYTES", "GRAD_REDUCE_DTYPES", "MASTER_WEIGHT_BYTES",
-           "NOT_FLOAT_CATEGORIES", "OPTIMIZER_STATE_BYTES", "OptimizerStepBytes", "TRAINING_DTYPES", "TrainingPrecision",
+__all__ = ["ADAM_MOMENTS", "DEFAULT_GRAD_REDUCE_DTYPE", "DTYPE_BYTES", "EXP_AVG_DTYPES", "GRAD_REDUCE_DTYPES",
+           "MAIN_GRADS_DTYPES", "MAIN_PARAMS_DTYPES", "MASTER_WEIGHT_BYTES", "NOT_FLOAT_CATEGORIES",
+           "OPTIMIZER_STATE_BYTES", "OptimizerDtypes", "OptimizerStepBytes", "STATE_DTYPE_BYTES", "TRAINING_DTYPES", "TrainingPrecision",
            "bytes_per_parameter", "elements", "gathered_parameter_bytes", "optimizer_step_bytes", "reduced_gradient_bytes",
            "size_key"]

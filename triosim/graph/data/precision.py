@@ -9,10 +9,12 @@ precision (the facts: :mod:`triosim.trace.precision`):
 - gradients: the gradient-reduce dtype; they are Megatron's contiguous gradient buffer, which
   exists for the whole iteration (``preallocated``), so sharding them (ZeRO-2) lowers the peak by
   (N−1)/N of them wherever the peak falls;
-- optimizer state: fp32 moments, and in a 16-bit run the fp32 master weights on top; the trace
-  has no buffer for the master copy, so its bytes are spread over the optimizer-state buffers in
-  proportion to their elements (Adam: each moment buffer carries half a parameter's master copy,
-  4 + 2 bytes per element), which keeps them sharded with the state under ZeRO-1. The fp32 copy
+- optimizer state: fp32 moments (or the precision-aware optimizer's dtypes), and in a 16-bit
+  run the master weights on top; the trace has no buffer for the master copy, and its two
+  moment buffers are alike, so the state's bytes are spread over the optimizer-state buffers in
+  proportion to their elements (Adam with fp32 moments: each moment buffer carries half a
+  parameter's master copy, 4 + 2 bytes per element), which keeps them sharded with the state
+  under ZeRO-1. The fp32 copy
   of a 16-bit gradient exists only while the optimizer runs: the trace records its share of the
   state's bytes (``Trace.gradient_copy``) and the memory plan holds it at the optimizer's steps;
 - every other float buffer (activations, temporaries): the training dtype.
@@ -104,18 +106,22 @@ class _RoleSizer:
         # Optimizer state of the traced width or already fp32 (a model card's trace keeps Adam's
         # moments in fp32 beside 16-bit weights): both take the fp32 moments plus the master copy.
         state = [k for k in roles.optimizer if self._float_state(tensors[k])]
-        # The master copy per parameter, spread over the state's elements.
+        # The master copy per parameter, spread over the state's elements; the two moments'
+        # bytes averaged over them (2·m: Adam's moments together, m the state element's share).
         self.weight_elements = sum(elements(tensors[p]) for p in roles.weights)
-        self.extra_numerator = precision.master_weight_bytes * self.weight_elements
+        self.extra_numerator = 2 * precision.master_weight_bytes * self.weight_elements
         self.state_elements = sum(elements(tensors[k]) for k in state)
+        self.moments = precision.moment_bytes  # both moments: 2·m per state element pair
 
     def gradient_copy(self) -> tuple[int, int]:
         """The fp32 gradient copy's bytes per byte of optimizer state: per state element it is
-        gc·P/S beside the element's 4 + mw·P/S (P weight, S state elements)."""
+        gc·P/S beside the element's m + mw·P/S (P weight, S state elements, m a moment's mean
+        bytes)."""
         gc = self.precision.gradient_copy_bytes
         if not gc or not self.state_elements:
             return (0, 1)
-        return (gc * self.weight_elements, OPTIMIZER_STATE_BYTES * self.state_elements + self.extra_numerator)
+        num, den = 2 * gc * self.weight_elements, self.moments * self.state_elements + self.extra_numerator
+        return (num // 2, den // 2) if den % 2 == 0 else (num, den)  # halved back when whole
 
     def _float_state(self, t: Tensor) -> bool:
         return t.each_byte in (self.width, OPTIMIZER_STATE_BYTES) and t.category not in NOT_FLOAT_CATEGORIES
@@ -142,12 +148,13 @@ class _RoleSizer:
         if role == "gradients":
             return _sized(t, p.gradient_bytes)
         if role == "optimizer":
+            each = max(1, self.moments // 2)  # a moment element's bytes (their mean)
             if not self.state_elements:
-                return _sized(t, OPTIMIZER_STATE_BYTES)
-            # elements × (4 + extra · P / S), rounded up
-            num = t.bytes * (OPTIMIZER_STATE_BYTES * self.state_elements + self.extra_numerator)
-            den = t.each_byte * self.state_elements
-            return t._replace(bytes=-(-num // den), each_byte=OPTIMIZER_STATE_BYTES)
+                return _sized(t, each)
+            # elements × (m + mw · P / S), rounded up (all terms doubled: m may be a half byte)
+            num = t.bytes * (self.moments * self.state_elements + self.extra_numerator)
+            den = 2 * t.each_byte * self.state_elements
+            return t._replace(bytes=-(-num // den), each_byte=each)
         return _sized(t, p.weight_bytes)
 
 
