@@ -24,7 +24,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from ..errors import TriosimError
-from ..hardware.flow_network import ActiveFlows, maxmin_rates
+from ..hardware.flow_network import ActiveFlows, Flow, alone_rate, maxmin_rates
 from ..trace.load import collector_paused
 from .flows import alike_links, flow_of
 from .network import BANDWIDTH_META, NETWORK_META
@@ -189,6 +189,9 @@ def _schedule_flows(graph: TaskGraph, progress: Callable[[int], None] | None, re
         route = [2 if not f and k == "compute" and len(rs) == 1 else f for k, rs, f in zip(graph.kind, res, route)]
         running, due, queue, stream_rate = streams.running, streams.due, streams.queue, streams.rate
         left, since, speed, change = streams.left, streams.since, streams.speed, streams.change
+        taken, sm_count = streams.taken, streams.sm_count
+        sm_top = sm_count - 1  # min(held, N − 1): SharedStreams.change's cap
+    kind_of = graph.kind
     devices = graph.devices
 
     def release(i: int, t: float) -> None:
@@ -203,6 +206,9 @@ def _schedule_flows(graph: TaskGraph, progress: Callable[[int], None] | None, re
                 push(events, (ready_at[j], 0, j))
 
     flows = active.flows
+    finish, alone, key_of, on_link = active.finish, active.alone, active.key_of, active.on_link
+    attrs_of = graph.attrs
+    lone: dict[tuple, tuple] = {}  # (id of the links tuple, bytes, transfer time, id of the load) -> the memo's flow, private
     t_next = float("inf")  # the next flow's end: it changes only when flows start or end
     # The one event an event's handling made last, kept off the heap: the next event is the
     # smaller of it and the heap's first (heappushpop: no heap step when it is the smaller, as
@@ -219,11 +225,55 @@ def _schedule_flows(graph: TaskGraph, progress: Callable[[int], None] | None, re
             t = t_next
             if log is not None:
                 note(t)
-            done = active.due(t)
-            active.remove(done, t, maxmin_rates)
-            t_next = active.next_finish()
-            for i in done:
-                release(i, t)
+            # ActiveFlows.due, remove and next_finish, inline for flows added alone (add_alone):
+            # the same flows end, in the same order, and the next finish is the same entry.
+            limit = t * (1 + 1e-13)
+            done = []
+            while finish and finish[0][0] <= limit:
+                _x, version, k = pop(finish)
+                f = flows.get(k)
+                if f is not None and f.version == version:
+                    done.append(k)
+            if len(done) > 1:
+                done.sort()
+            if (len(done) == 1 and done[0] in key_of) or all(k in key_of for k in done):
+                for k in done:
+                    del flows[k]
+                    del alone[key_of.pop(k)]
+                while finish:
+                    x, version, k = finish[0]
+                    f = flows.get(k)
+                    if f is not None and f.version == version:
+                        t_next = x
+                        break
+                    pop(finish)
+                else:
+                    t_next = inf
+            else:
+                active.remove(done, t, maxmin_rates)
+                t_next = active.next_finish()
+            for i in done:  # release(i, t), inline
+                if streams is not None and sms[i]:  # SharedStreams.change(i, t, -1), inline
+                    held_sms = sms[i]
+                    gpus = devices[i] if kind_of[i] != "transfer" else devices[i][:1]
+                    for gpu in gpus:
+                        held = taken[gpu] = taken.get(gpu, 0) - held_sms
+                        rate = speed[gpu] = 1.0 - (sm_top if sm_top < held else held) / sm_count
+                        run = running.get(gpu)
+                        if run is None:
+                            continue
+                        work = left[gpu] = left[gpu] - (t - since[gpu]) * stream_rate[gpu]
+                        since[gpu] = t
+                        stream_rate[gpu] = rate
+                        x = due[run] = t + max(0.0, work) / rate
+                        push(events, (x, -1, run))
+                end[i] = t
+                for j in succ[i]:
+                    if t > ready_at[j]:
+                        ready_at[j] = t
+                    indeg[j] -= 1
+                    if indeg[j] == 0:
+                        push(events, (ready_at[j], 0, j))
             placed += len(done)
             if progress is not None and placed // tick != (placed - len(done)) // tick:
                 progress(placed)
@@ -258,6 +308,36 @@ def _schedule_flows(graph: TaskGraph, progress: Callable[[int], None] | None, re
         if kind == 1:  # flows whose latency is over join the link sharing, all those due at t at once
             if log is not None:
                 note(t)
+            if private and not (events and events[0][0] == t and events[0][1] == 1):
+                # One flow starting: flow_of's memo, add_alone and next_finish inline when it
+                # starts alone on a private tuple (a tensor-parallel collective, mostly).
+                attrs = attrs_of[i]
+                if attrs:
+                    load = attrs.get("link_load")
+                    uniform = attrs.get("link_bytes")
+                else:
+                    load = uniform = None
+                rs = res[i]
+                xfer = dur[i] - latency[i]
+                lid = None if load is None else id(load)
+                hit = lone.get((id(rs), uniform, xfer, lid))  # the tuples are the graph's: their ids are theirs
+                if hit is None:
+                    flow_of(graph, i, bandwidth, memo, alike)  # fills the memo
+                    hit = lone[(id(rs), uniform, xfer, lid)] = (*memo[(rs, uniform, xfer, lid)][:4], rs in private)
+                size, solo, coefs, alone_at, own = hit
+                if own and size > 0 and coefs and rs not in alone and coefs[0][0] not in on_link:
+                    f = Flow(i, size, solo, coefs, alone=alone_at)
+                    f.since = t
+                    flows[i] = f
+                    alone[rs] = i
+                    key_of[i] = rs
+                    rate = f.rate = alone_at if alone_at > 0 else alone_rate(f)  # maxmin_rates([f])
+                    f.version = 1
+                    x = t + size / rate
+                    heapq.heappush(finish, (x, 1, i))
+                    if x < t_next:  # t_next is the earliest valid finish: the new one or it
+                        t_next = x
+                    continue
             starting = [i]
             while events and events[0][0] == t and events[0][1] == 1:
                 starting.append(pop(events)[2])
@@ -304,8 +384,20 @@ def _schedule_flows(graph: TaskGraph, progress: Callable[[int], None] | None, re
                 continue
             if how == 1:
                 start[i] = t
-                if streams is not None and sms[i]:
-                    change(i, t, 1)
+                if streams is not None and sms[i]:  # SharedStreams.change(i, t, 1), inline
+                    held_sms = sms[i]
+                    gpus = devices[i] if kind_of[i] != "transfer" else devices[i][:1]
+                    for gpu in gpus:
+                        held = taken[gpu] = taken.get(gpu, 0) + held_sms
+                        rate = speed[gpu] = 1.0 - (sm_top if sm_top < held else held) / sm_count
+                        run = running.get(gpu)
+                        if run is None:
+                            continue
+                        work = left[gpu] = left[gpu] - (t - since[gpu]) * stream_rate[gpu]
+                        since[gpu] = t
+                        stream_rate[gpu] = rate
+                        x = due[run] = t + max(0.0, work) / rate
+                        push(events, (x, -1, run))
                 pending = (t + latency[i], 1, i)
                 continue
             for r in res[i]:
