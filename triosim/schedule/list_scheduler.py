@@ -50,6 +50,10 @@ class Schedule:
         return len(self.start)
 
 
+# Whether the flow loop begins a task it just made ready on its free shared stream at once (see
+# the loop's end); off, the loop's next turn does (the reference the tests compare with).
+BEGIN_NEXT = True
+
 # A schedule a builder found to check its graph (graph.builder.mirrors_hold), handed to the
 # next caller instead of placing the same tasks again.
 SCHEDULED_META = "scheduled"
@@ -192,6 +196,7 @@ def _schedule_flows(graph: TaskGraph, progress: Callable[[int], None] | None, re
         taken, sm_count = streams.taken, streams.sm_count
         sm_top = sm_count - 1  # min(held, N − 1): SharedStreams.change's cap
     kind_of = graph.kind
+    begin_next = BEGIN_NEXT and streams is not None
     devices = graph.devices
 
     def release(i: int, t: float) -> None:
@@ -423,6 +428,21 @@ def _schedule_flows(graph: TaskGraph, progress: Callable[[int], None] | None, re
         placed += 1
         if progress is not None and placed % tick == 0:
             progress(placed)
+        # The task made ready first above (a GPU's next compute task, mostly), when the loop's
+        # next turn would take it (no earlier event, no flow ending before it) and its shared
+        # stream is free: begun here, as that turn would (SharedStreams.begin, inline).
+        if (begin_next and pending is not None and pending[1] == 0 and route[pending[2]] == 2
+                and not (events and events[0] < pending) and not (flows and t_next < pending[0])):
+            t, _kind, j = pending
+            gpu = devices[j][0]
+            if gpu not in running:
+                start[j] = t
+                running[gpu] = j
+                rate = stream_rate[gpu] = speed.get(gpu, 1.0)
+                left[gpu] = dur[j]
+                since[gpu] = t
+                e = due[j] = t + dur[j] / rate
+                pending = (e, -1, j)
     if placed != n:
         raise TriosimError(f"the task graph has a cycle: {n - placed} of {n} tasks could never start")
     return Schedule(start=start, end=end, makespan=max(end, default=0.0), rates=log)
