@@ -50,9 +50,11 @@ class Schedule:
         return len(self.start)
 
 
-# Whether the flow loop begins a task it just made ready on its free shared stream at once (see
-# the loop's end); off, the loop's next turn does (the reference the tests compare with).
-BEGIN_NEXT = True
+# Whether the flow loop takes an event it has just made at once when it is the next one (the
+# loop's next turn would take it): a compute task made ready, begun on its free shared stream; a
+# flow's start with no latency, joining the links. Off, the next turn does (the reference the
+# tests compare with).
+AT_ONCE = True
 
 # A schedule a builder found to check its graph (graph.builder.mirrors_hold), handed to the
 # next caller instead of placing the same tasks again.
@@ -196,7 +198,7 @@ def _schedule_flows(graph: TaskGraph, progress: Callable[[int], None] | None, re
         taken, sm_count = streams.taken, streams.sm_count
         sm_top = sm_count - 1  # min(held, N − 1): SharedStreams.change's cap
     kind_of = graph.kind
-    begin_next = BEGIN_NEXT and streams is not None
+    at_once = AT_ONCE
     devices = graph.devices
 
     def release(i: int, t: float) -> None:
@@ -278,10 +280,26 @@ def _schedule_flows(graph: TaskGraph, progress: Callable[[int], None] | None, re
                         ready_at[j] = t
                     indeg[j] -= 1
                     if indeg[j] == 0:
-                        push(events, (ready_at[j], 0, j))
+                        if pending is None:
+                            pending = (ready_at[j], 0, j)
+                        else:
+                            push(events, (ready_at[j], 0, j))
             placed += len(done)
             if progress is not None and placed // tick != (placed - len(done)) // tick:
                 progress(placed)
+            if (at_once and streams is not None and pending is not None and pending[1] == 0
+                    and route[pending[2]] == 2 and not (events and events[0] < pending)
+                    and not (flows and t_next < pending[0])):  # as at the loop's end
+                t, _kind, j = pending
+                gpu = devices[j][0]
+                if gpu not in running:
+                    start[j] = t
+                    running[gpu] = j
+                    rate = stream_rate[gpu] = speed.get(gpu, 1.0)
+                    left[gpu] = dur[j]
+                    since[gpu] = t
+                    e = due[j] = t + dur[j] / rate
+                    pending = (e, -1, j)
             continue
         if pending is not None:
             t, kind, i = heapq.heappushpop(events, pending)
@@ -310,6 +328,59 @@ def _schedule_flows(graph: TaskGraph, progress: Callable[[int], None] | None, re
             else:
                 change(i, t, 1 if kind == -2 else -1)
                 continue
+        if kind == 0:  # a task ready at t (kind −1 falls through: its end, released below; a flow's
+            # start whose latency ends next, to kind 1)
+            how = route[i]
+            if how == 2:  # SharedStreams.offer, inline
+                gpu = devices[i][0]
+                if gpu in running:
+                    q = queue.get(gpu)
+                    if q is None:
+                        queue[gpu] = [(t, i)]
+                    else:
+                        heapq.heappush(q, (t, i))
+                else:  # SharedStreams.begin, inline
+                    start[i] = t
+                    running[gpu] = i
+                    rate = stream_rate[gpu] = speed.get(gpu, 1.0)
+                    left[gpu] = dur[i]
+                    since[gpu] = t
+                    e = due[i] = t + dur[i] / rate
+                    pending = (e, -1, i)
+                continue
+            if how == 1:
+                start[i] = t
+                if streams is not None and sms[i]:  # SharedStreams.change(i, t, 1), inline
+                    held_sms = sms[i]
+                    gpus = devices[i] if kind_of[i] != "transfer" else devices[i][:1]
+                    for gpu in gpus:
+                        held = taken[gpu] = taken.get(gpu, 0) + held_sms
+                        rate = speed[gpu] = 1.0 - (sm_top if sm_top < held else held) / sm_count
+                        run = running.get(gpu)
+                        if run is None:
+                            continue
+                        work = left[gpu] = left[gpu] - (t - since[gpu]) * stream_rate[gpu]
+                        since[gpu] = t
+                        stream_rate[gpu] = rate
+                        x = due[run] = t + max(0.0, work) / rate
+                        push(events, (x, -1, run))
+                pending = (t + latency[i], 1, i)
+                if (not at_once or (events and events[0] < pending) or (flows and t_next < pending[0])):
+                    continue
+                # the loop's next turn takes this very event: taken at once (below)
+                t, kind, i = pending
+                pending = None
+            else:
+                for r in res[i]:
+                    if free[r] > t:
+                        t = free[r]
+                e = t + dur[i]
+                for r in res[i]:
+                    free[r] = e
+                if streams is not None and sms[i]:  # communication off the links: its SMs from start to end
+                    push(events, (t, -2, i))
+                    push(events, (e, -3, i))
+                start[i] = t
         if kind == 1:  # flows whose latency is over join the link sharing, all those due at t at once
             if log is not None:
                 note(t)
@@ -368,53 +439,6 @@ def _schedule_flows(graph: TaskGraph, progress: Callable[[int], None] | None, re
                 active.add(joining, t, maxmin_rates)
                 t_next = active.next_finish()
             continue
-        if kind == 0:  # a task ready at t (kind −1 falls through: its end, released below)
-            how = route[i]
-            if how == 2:  # SharedStreams.offer, inline
-                gpu = devices[i][0]
-                if gpu in running:
-                    q = queue.get(gpu)
-                    if q is None:
-                        queue[gpu] = [(t, i)]
-                    else:
-                        heapq.heappush(q, (t, i))
-                else:  # SharedStreams.begin, inline
-                    start[i] = t
-                    running[gpu] = i
-                    rate = stream_rate[gpu] = speed.get(gpu, 1.0)
-                    left[gpu] = dur[i]
-                    since[gpu] = t
-                    e = due[i] = t + dur[i] / rate
-                    pending = (e, -1, i)
-                continue
-            if how == 1:
-                start[i] = t
-                if streams is not None and sms[i]:  # SharedStreams.change(i, t, 1), inline
-                    held_sms = sms[i]
-                    gpus = devices[i] if kind_of[i] != "transfer" else devices[i][:1]
-                    for gpu in gpus:
-                        held = taken[gpu] = taken.get(gpu, 0) + held_sms
-                        rate = speed[gpu] = 1.0 - (sm_top if sm_top < held else held) / sm_count
-                        run = running.get(gpu)
-                        if run is None:
-                            continue
-                        work = left[gpu] = left[gpu] - (t - since[gpu]) * stream_rate[gpu]
-                        since[gpu] = t
-                        stream_rate[gpu] = rate
-                        x = due[run] = t + max(0.0, work) / rate
-                        push(events, (x, -1, run))
-                pending = (t + latency[i], 1, i)
-                continue
-            for r in res[i]:
-                if free[r] > t:
-                    t = free[r]
-            e = t + dur[i]
-            for r in res[i]:
-                free[r] = e
-            if streams is not None and sms[i]:  # communication off the links: its SMs from start to end
-                push(events, (t, -2, i))
-                push(events, (e, -3, i))
-            start[i] = t
         end[i] = e  # release(i, e), inline: most tasks are compute tasks (and a shared stream's ends)
         for j in succ[i]:
             if e > ready_at[j]:
@@ -431,7 +455,7 @@ def _schedule_flows(graph: TaskGraph, progress: Callable[[int], None] | None, re
         # The task made ready first above (a GPU's next compute task, mostly), when the loop's
         # next turn would take it (no earlier event, no flow ending before it) and its shared
         # stream is free: begun here, as that turn would (SharedStreams.begin, inline).
-        if (begin_next and pending is not None and pending[1] == 0 and route[pending[2]] == 2
+        if (at_once and streams is not None and pending is not None and pending[1] == 0 and route[pending[2]] == 2
                 and not (events and events[0] < pending) and not (flows and t_next < pending[0])):
             t, _kind, j = pending
             gpu = devices[j][0]

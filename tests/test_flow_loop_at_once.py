@@ -1,6 +1,8 @@
-"""The flow loop begins a compute task it has just made ready on its free shared stream at once
-(``list_scheduler.BEGIN_NEXT``) instead of on its next turn: the schedule must be the one the
-next turn gives, float for float, on random DAGs with SM sharing and on small hybrid meshes."""
+"""The flow loop takes an event it has just made at once when it is the next one
+(``list_scheduler.AT_ONCE``): a compute task made ready is begun on its free shared stream, a
+flow's start without latency joins its links, instead of on the loop's next turn. The schedule
+must be the one the next turn gives, float for float, on random DAGs with SM sharing, on small
+hybrid meshes and on the orderings the conditions guard."""
 
 from __future__ import annotations
 
@@ -43,7 +45,7 @@ def _both(graph: TaskGraph, monkeypatch) -> tuple[scheduler.Schedule, scheduler.
     fast = scheduler.schedule(graph)
     fast_turns, taken[0] = taken[0], 0
     with monkeypatch.context() as m:
-        m.setattr(scheduler, "BEGIN_NEXT", False)
+        m.setattr(scheduler, "AT_ONCE", False)
         general = scheduler.schedule(graph)
     return fast, general, taken[0] - fast_turns
 
@@ -155,3 +157,41 @@ def test_a_task_ready_later_waits_for_a_flow_ending_before_it(monkeypatch):
     fast, general, _saved = _both(_flow_graph(g, comm_sms=0), monkeypatch)
     assert (fast.start, fast.end) == (general.start, general.end)
     assert fast.start[a] == pytest.approx(1e-3) and fast.start[b] == fast.end[a]
+
+
+def test_a_flow_without_latency_joins_at_once(monkeypatch):
+    g = TaskGraph()
+    a = g.add_compute(0, 1e-3, "a")
+    x = g.add_task("collective", "x", 1e-3, LINKS["ring"], (0, 1), 1000, after=[a])
+    b = g.add_compute(0, 1e-3, "b", after=[x])
+    fast, general, saved = _both(_flow_graph(g), monkeypatch)
+    assert saved == 2  # x's start (its latency is over at once) and b, made ready by x's end
+    assert (fast.start, fast.end) == (general.start, general.end)
+    assert fast.start[b] == fast.end[x] == pytest.approx(2e-3)
+
+
+def test_flows_ending_together_release_the_lower_id_first(monkeypatch):
+    # x1 and x2 end together: x1's end makes r ready first, then x2's makes q ready; q has the
+    # lower id and takes GPU 1 first, as the next turns say.
+    g = TaskGraph()
+    x1 = g.add_task("collective", "x1", 1e-3, LINKS["ring"], (3, 4), 1000)
+    x2 = g.add_task("transfer", "x2", 1e-3, LINKS["other"], (2, 0), 1000)
+    q = g.add_compute(1, 1e-3, "q", after=[x2])
+    r = g.add_compute(1, 1e-3, "r", after=[x1])
+    _flow_graph(g).meta[BANDWIDTH_META] = {name: 1e6 for names in LINKS.values() for name in names}
+    fast, general, _saved = _both(g, monkeypatch)
+    assert (fast.start, fast.end) == (general.start, general.end)
+    assert fast.end[x1] == fast.end[x2]
+    assert fast.start[q] == fast.end[x2] and fast.start[r] == fast.end[q]
+
+
+def test_a_flow_whose_latency_outlasts_another_flow_joins_after_that_one_ends(monkeypatch):
+    # x2 is ready at 0.5 ms with 1 ms of latency: x1 on the same ring ends at 1 ms, before x2
+    # joins at 1.5 ms, so x2 runs alone (had it joined at once, the two would share the ring).
+    g = TaskGraph()
+    x1 = g.add_task("collective", "x1", 1e-3, LINKS["ring"], (3, 4), 1000)
+    c = g.add_compute(2, 5e-4, "c")
+    x2 = g.add_task("collective", "x2", 1e-3 + 1e-3, LINKS["ring"], (3, 4), 1000, after=[c], latency_s=1e-3)
+    fast, general, _saved = _both(_flow_graph(g), monkeypatch)
+    assert (fast.start, fast.end) == (general.start, general.end)
+    assert fast.end[x1] == pytest.approx(1e-3) and fast.end[x2] == pytest.approx(2.5e-3)
