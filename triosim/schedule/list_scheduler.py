@@ -75,8 +75,10 @@ def schedule(graph: TaskGraph, progress: Callable[[int], None] | None = None,
 
 
 def _schedule(graph: TaskGraph, progress: Callable[[int], None] | None, record_rates: bool) -> Schedule:
-    if graph.meta.get(NETWORK_META) == "flow" and _has_link_tasks(graph):
-        return _schedule_flows(graph, progress, record_rates)
+    if graph.meta.get(NETWORK_META) == "flow":
+        distinct = set(graph.resources)
+        if _has_link_tasks(graph, distinct):
+            return _schedule_flows(graph, progress, record_rates, distinct)
     # Without link tasks the flow model's event loop places every task exactly as this one
     # does (ready events in (time, task) order, each on its own resources), only slower.
     chain = _chain_schedule(graph)
@@ -138,14 +140,17 @@ def _chain_schedule(graph: TaskGraph) -> Schedule | None:
     return Schedule(start=[0.0, *end_list[:-1]], end=end_list, makespan=max(end_list))
 
 
-def _has_link_tasks(graph: TaskGraph) -> bool:
+def _has_link_tasks(graph: TaskGraph, distinct: set[tuple[int, ...]] | None = None) -> bool:
+    """Whether a task holds a link (``distinct``: the graph's distinct resource tuples, if known)."""
     bw_by_name = graph.meta.get(BANDWIDTH_META, {})
     links = frozenset(r for r, name in enumerate(graph.resource_names) if name in bw_by_name)
-    return bool(links) and any(not links.isdisjoint(rs) for rs in set(graph.resources))
+    return bool(links) and any(not links.isdisjoint(rs) for rs in (set(graph.resources) if distinct is None else distinct))
 
 
-def _schedule_flows(graph: TaskGraph, progress: Callable[[int], None] | None, record: bool) -> Schedule:
-    """The event-driven loop of the flow network model (see the module docstring)."""
+def _schedule_flows(graph: TaskGraph, progress: Callable[[int], None] | None, record: bool,
+                    distinct: set[tuple[int, ...]] | None = None) -> Schedule:
+    """The event-driven loop of the flow network model (see the module docstring);
+    ``distinct``: the graph's distinct resource tuples, if known."""
     n = len(graph)
     succ = graph.succ
     dur = graph.duration
@@ -154,8 +159,12 @@ def _schedule_flows(graph: TaskGraph, progress: Callable[[int], None] | None, re
     bw_by_name = graph.meta.get(BANDWIDTH_META, {})
     bandwidth = {r: bw_by_name[name] for r, name in enumerate(names) if name in bw_by_name}
     link_ids = frozenset(bandwidth)
-    flow_tuples = {rs for rs in set(res) if not link_ids.isdisjoint(rs)}
-    is_flow = [rs in flow_tuples for rs in res]
+    if distinct is None:
+        distinct = set(res)
+    flow_tuples = {rs for rs in distinct if not link_ids.isdisjoint(rs)}
+    # How the loop places each task: 0 on its resources, 1 a flow, 2 on a shared compute stream
+    # (a compute task on its one stream, set below when SMs are shared); per distinct tuple first.
+    route = list(map({rs: 1 if rs in flow_tuples else 0 for rs in distinct}.__getitem__, res))
     # Flows on links no other tuple holds skip the per-link sets while alone (record=False only:
     # the rate log is kept the general way).
     private = set() if record else private_tuples(flow_tuples, link_ids)
@@ -173,7 +182,7 @@ def _schedule_flows(graph: TaskGraph, progress: Callable[[int], None] | None, re
     active = ActiveFlows()
     memo: dict = {}  # flows of identical link tasks (see flow_of)
     # Links another stands for in every flow (record=False only: the rate log names every link).
-    alike = frozenset() if record else alike_links(graph, bandwidth, is_flow)
+    alike = frozenset() if record else alike_links(graph, bandwidth, list(map((1).__eq__, route)))
     placed = 0
     tick = max(1, n // 100)
     log: list[tuple[float, float, dict[int, float]]] | None = [] if record else None
@@ -189,8 +198,6 @@ def _schedule_flows(graph: TaskGraph, progress: Callable[[int], None] | None, re
 
     sms = task_sms(graph)  # SMs shared between compute and communication (schedule.sm_sharing)
     streams = SharedStreams(graph, sms, events, start) if sms is not None else None
-    # How the loop places each task: 0 on its resources, 1 a flow, 2 on a shared compute stream.
-    route = [1 if f else 0 for f in is_flow]
     if streams is not None:
         route = [2 if not f and k == "compute" and len(rs) == 1 else f for k, rs, f in zip(graph.kind, res, route)]
         running, due, queue, stream_rate = streams.running, streams.due, streams.queue, streams.rate
