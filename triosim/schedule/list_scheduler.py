@@ -12,7 +12,10 @@ the platform) tasks that hold links are flows instead (:mod:`triosim.hardware.fl
 when it is ready, never waits for a link, and shares every link max-min fairly with the other
 active flows; its end is known only when its last byte is through. The loop is then
 event-driven: the next event is the earlier of the next ready task and the next flow to finish.
-Compute streams stay exclusive resources, placed as above.
+Compute streams stay exclusive resources, placed as above. The loop runs the common cases inline
+(a flow alone on links only its own kind of task holds, a compute task on a free stream) and
+takes an event it has just made at once when it is the next one anyway: the events, their order
+and every time are those of the general path (``AT_ONCE`` off; the tests compare the two).
 """
 
 from __future__ import annotations
