@@ -47,15 +47,18 @@ def test_sm_sharing_slows_a_gemm_by_the_stated_fraction() -> None:
 def test_sm_sharing_catches_a_planted_bug(monkeypatch) -> None:
     """Bug: SMs taken count only for compute tasks that start later (the running one keeps its
     end): a collective starting inside a GEMM no longer slows it."""
-    real = SharedStreams.change
+    real = SharedStreams.__init__
 
-    def late(self, task, t, sign):
-        running = dict(self.running)
-        self.running.clear()
-        real(self, task, t, sign)
-        self.running.update(running)
+    class Unseen(dict):  # a SM change finds no running task (the scheduler's loop reads it so, inline)
+        def get(self, key, default=None):
+            return default
 
-    monkeypatch.setattr(SharedStreams, "change", late)
+    def late(self, *args):
+        real(self, *args)
+        self.running = Unseen()
+
+    assert _pair(1.0, 0.5, 0.2, 100, 25)[0] == 1.0 + 0.5 * 0.25
+    monkeypatch.setattr(SharedStreams, "__init__", late)
     assert _pair(1.0, 0.5, 0.2, 100, 25)[0] != 1.0 + 0.5 * 0.25
 
 

@@ -8,9 +8,10 @@ computes nothing; idle = makespan − compute.
 
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import dataclass, field
-from itertools import chain
-from operator import itemgetter
+from itertools import chain, compress
+from operator import itemgetter, not_
 from typing import Any
 
 import numpy as np
@@ -173,33 +174,32 @@ def _summarize(graph: TaskGraph, sched: Schedule, platform: Platform) -> tuple[l
     comm = [i for i in np.flatnonzero(~is_compute).tolist() if kinds[i] in COMM_KINDS]
     comm_at = np.array(comm, dtype=np.int64)
     devs_code: dict[tuple[int, ...], int] = {}
-    devs = np.fromiter((devs_code.setdefault(d, len(devs_code)) for d in map(graph.devices.__getitem__, comm)),
-                       dtype=np.int64, count=len(comm))
+    devs = np.array([devs_code.setdefault(d, len(devs_code)) for d in map(graph.devices.__getitem__, comm)],
+                    dtype=np.int64).reshape(len(comm))
     comm_of = {k: (starts[mine], ends[mine]) for k, mine in _grouped(comm_at, devs)}
     link_bytes: dict[str, int] = {}
     bytes_of: dict[tuple[int, ...], int] = {}
     loads: dict[tuple[tuple[int, ...], int], list] = {}  # (links, id of the load dict) -> [load, tasks]
     rids_code: dict[tuple[int, ...], int] = {}
-    holding: list[int] = []
-    codes: list[int] = []
-    for i, rids, attrs, nbytes in zip(comm, map(graph.resources.__getitem__, comm), map(graph.attrs.__getitem__, comm),
-                                      map(graph.nbytes.__getitem__, comm)):
-        if not rids:
-            continue
-        holding.append(i)
-        codes.append(rids_code.setdefault(rids, len(rids_code)))
-        load = attrs.get("link_load") if attrs else None  # macro collectives whose links carry different bytes
-        if load:
-            # one dict per charge, shared by its tasks: counted here, added once per link below
-            key = (rids, id(load))
-            hit = loads.get(key)
-            if hit is None:
-                loads[key] = [load, 1]
-            else:
-                hit[1] += 1
-        else:
-            bytes_of[rids] = bytes_of.get(rids, 0) + int(attrs.get("link_bytes", nbytes) if attrs else nbytes)
+    # Column by column (a 1T run has 7e5 link tasks), each in task order: the tuples' codes in
+    # first-seen order, and the charges and bytes below in the order a task-by-task loop meets them.
+    held = list(map(graph.resources.__getitem__, comm))
+    some = list(map(bool, held))
+    holding = list(compress(comm, some)) if not all(some) else comm
+    held = list(compress(held, some)) if len(holding) != len(held) else held
+    attrs_of = list(map(graph.attrs.__getitem__, holding))
+    codes = [rids_code.setdefault(rids, len(rids_code)) for rids in held]
+    # macro collectives whose links carry different bytes: one load dict per charge, shared by its
+    # tasks, counted here and added once per link below
+    load_of = [attrs.get("link_load") if attrs else None for attrs in attrs_of]
+    loaded = list(map(bool, load_of))
     tuples = list(rids_code)
+    by_id = dict(zip(map(id, compress(load_of, loaded)), compress(load_of, loaded)))
+    for (code, lid), calls in Counter(compress(zip(codes, map(id, load_of)), loaded)).items():
+        loads[(tuples[code], lid)] = [by_id[lid], calls]
+    for rids, attrs, i in compress(zip(held, attrs_of, holding), map(not_, loaded)):
+        nbytes = graph.nbytes[i]
+        bytes_of[rids] = bytes_of.get(rids, 0) + int(attrs.get("link_bytes", nbytes) if attrs else nbytes)
     spans_of = {tuples[k]: (starts[mine], ends[mine])
                 for k, mine in _grouped(np.array(holding, dtype=np.int64), np.array(codes, dtype=np.int64))}
     _add_loads(loads, names, link_bytes)

@@ -12,7 +12,10 @@ the platform) tasks that hold links are flows instead (:mod:`triosim.hardware.fl
 when it is ready, never waits for a link, and shares every link max-min fairly with the other
 active flows; its end is known only when its last byte is through. The loop is then
 event-driven: the next event is the earlier of the next ready task and the next flow to finish.
-Compute streams stay exclusive resources, placed as above.
+Compute streams stay exclusive resources, placed as above. The loop runs the common cases inline
+(a flow alone on links only its own kind of task holds, a compute task on a free stream) and
+takes an event it has just made at once when it is the next one anyway: the events, their order
+and every time are those of the general path (``AT_ONCE`` off; the tests compare the two).
 """
 
 from __future__ import annotations
@@ -24,7 +27,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from ..errors import TriosimError
-from ..hardware.flow_network import ActiveFlows, maxmin_rates
+from ..hardware.flow_network import ActiveFlows, Flow, alone_rate, maxmin_rates
 from ..trace.load import collector_paused
 from .flows import alike_links, flow_of
 from .network import BANDWIDTH_META, NETWORK_META
@@ -50,6 +53,12 @@ class Schedule:
         return len(self.start)
 
 
+# Whether the flow loop takes an event it has just made at once when it is the next one (the
+# loop's next turn would take it): a compute task made ready, begun on its free shared stream; a
+# flow's start with no latency, joining the links. Off, the next turn does (the reference the
+# tests compare with).
+AT_ONCE = True
+
 # A schedule a builder found to check its graph (graph.builder.mirrors_hold), handed to the
 # next caller instead of placing the same tasks again.
 SCHEDULED_META = "scheduled"
@@ -69,8 +78,10 @@ def schedule(graph: TaskGraph, progress: Callable[[int], None] | None = None,
 
 
 def _schedule(graph: TaskGraph, progress: Callable[[int], None] | None, record_rates: bool) -> Schedule:
-    if graph.meta.get(NETWORK_META) == "flow" and _has_link_tasks(graph):
-        return _schedule_flows(graph, progress, record_rates)
+    if graph.meta.get(NETWORK_META) == "flow":
+        distinct = set(graph.resources)
+        if _has_link_tasks(graph, distinct):
+            return _schedule_flows(graph, progress, record_rates, distinct)
     # Without link tasks the flow model's event loop places every task exactly as this one
     # does (ready events in (time, task) order, each on its own resources), only slower.
     chain = _chain_schedule(graph)
@@ -132,14 +143,17 @@ def _chain_schedule(graph: TaskGraph) -> Schedule | None:
     return Schedule(start=[0.0, *end_list[:-1]], end=end_list, makespan=max(end_list))
 
 
-def _has_link_tasks(graph: TaskGraph) -> bool:
+def _has_link_tasks(graph: TaskGraph, distinct: set[tuple[int, ...]] | None = None) -> bool:
+    """Whether a task holds a link (``distinct``: the graph's distinct resource tuples, if known)."""
     bw_by_name = graph.meta.get(BANDWIDTH_META, {})
     links = frozenset(r for r, name in enumerate(graph.resource_names) if name in bw_by_name)
-    return bool(links) and any(not links.isdisjoint(rs) for rs in set(graph.resources))
+    return bool(links) and any(not links.isdisjoint(rs) for rs in (set(graph.resources) if distinct is None else distinct))
 
 
-def _schedule_flows(graph: TaskGraph, progress: Callable[[int], None] | None, record: bool) -> Schedule:
-    """The event-driven loop of the flow network model (see the module docstring)."""
+def _schedule_flows(graph: TaskGraph, progress: Callable[[int], None] | None, record: bool,
+                    distinct: set[tuple[int, ...]] | None = None) -> Schedule:
+    """The event-driven loop of the flow network model (see the module docstring);
+    ``distinct``: the graph's distinct resource tuples, if known."""
     n = len(graph)
     succ = graph.succ
     dur = graph.duration
@@ -148,8 +162,12 @@ def _schedule_flows(graph: TaskGraph, progress: Callable[[int], None] | None, re
     bw_by_name = graph.meta.get(BANDWIDTH_META, {})
     bandwidth = {r: bw_by_name[name] for r, name in enumerate(names) if name in bw_by_name}
     link_ids = frozenset(bandwidth)
-    flow_tuples = {rs for rs in set(res) if not link_ids.isdisjoint(rs)}
-    is_flow = [rs in flow_tuples for rs in res]
+    if distinct is None:
+        distinct = set(res)
+    flow_tuples = {rs for rs in distinct if not link_ids.isdisjoint(rs)}
+    # How the loop places each task: 0 on its resources, 1 a flow, 2 on a shared compute stream
+    # (a compute task on its one stream, set below when SMs are shared); per distinct tuple first.
+    route = list(map({rs: 1 if rs in flow_tuples else 0 for rs in distinct}.__getitem__, res))
     # Flows on links no other tuple holds skip the per-link sets while alone (record=False only:
     # the rate log is kept the general way).
     private = set() if record else private_tuples(flow_tuples, link_ids)
@@ -167,7 +185,7 @@ def _schedule_flows(graph: TaskGraph, progress: Callable[[int], None] | None, re
     active = ActiveFlows()
     memo: dict = {}  # flows of identical link tasks (see flow_of)
     # Links another stands for in every flow (record=False only: the rate log names every link).
-    alike = frozenset() if record else alike_links(graph, bandwidth, is_flow)
+    alike = frozenset() if record else alike_links(graph, bandwidth, list(map((1).__eq__, route)))
     placed = 0
     tick = max(1, n // 100)
     log: list[tuple[float, float, dict[int, float]]] | None = [] if record else None
@@ -183,12 +201,14 @@ def _schedule_flows(graph: TaskGraph, progress: Callable[[int], None] | None, re
 
     sms = task_sms(graph)  # SMs shared between compute and communication (schedule.sm_sharing)
     streams = SharedStreams(graph, sms, events, start) if sms is not None else None
-    # How the loop places each task: 0 on its resources, 1 a flow, 2 on a shared compute stream.
-    route = [1 if f else 0 for f in is_flow]
     if streams is not None:
         route = [2 if not f and k == "compute" and len(rs) == 1 else f for k, rs, f in zip(graph.kind, res, route)]
         running, due, queue, stream_rate = streams.running, streams.due, streams.queue, streams.rate
         left, since, speed, change = streams.left, streams.since, streams.speed, streams.change
+        taken, sm_count = streams.taken, streams.sm_count
+        sm_top = sm_count - 1  # min(held, N − 1): SharedStreams.change's cap
+    kind_of = graph.kind
+    at_once = AT_ONCE
     devices = graph.devices
 
     def release(i: int, t: float) -> None:
@@ -203,6 +223,9 @@ def _schedule_flows(graph: TaskGraph, progress: Callable[[int], None] | None, re
                 push(events, (ready_at[j], 0, j))
 
     flows = active.flows
+    finish, alone, key_of, on_link = active.finish, active.alone, active.key_of, active.on_link
+    attrs_of = graph.attrs
+    lone: dict[tuple, tuple] = {}  # (id of the links tuple, bytes, transfer time, id of the load) -> the memo's flow, private
     t_next = float("inf")  # the next flow's end: it changes only when flows start or end
     # The one event an event's handling made last, kept off the heap: the next event is the
     # smaller of it and the heap's first (heappushpop: no heap step when it is the smaller, as
@@ -219,14 +242,74 @@ def _schedule_flows(graph: TaskGraph, progress: Callable[[int], None] | None, re
             t = t_next
             if log is not None:
                 note(t)
-            done = active.due(t)
-            active.remove(done, t, maxmin_rates)
-            t_next = active.next_finish()
-            for i in done:
-                release(i, t)
+            # ActiveFlows.due, remove and next_finish, inline for flows added alone (add_alone):
+            # the same flows end, in the same order, and the next finish is the same entry.
+            limit = t * (1 + 1e-13)
+            done = []
+            while finish and finish[0][0] <= limit:
+                _x, version, k = pop(finish)
+                f = flows.get(k)
+                if f is not None and f.version == version:
+                    done.append(k)
+            if len(done) > 1:
+                done.sort()
+            if (len(done) == 1 and done[0] in key_of) or all(k in key_of for k in done):
+                for k in done:
+                    del flows[k]
+                    del alone[key_of.pop(k)]
+                while finish:
+                    x, version, k = finish[0]
+                    f = flows.get(k)
+                    if f is not None and f.version == version:
+                        t_next = x
+                        break
+                    pop(finish)
+                else:
+                    t_next = inf
+            else:
+                active.remove(done, t, maxmin_rates)
+                t_next = active.next_finish()
+            for i in done:  # release(i, t), inline
+                if streams is not None and sms[i]:  # SharedStreams.change(i, t, -1), inline
+                    held_sms = sms[i]
+                    gpus = devices[i] if kind_of[i] != "transfer" else devices[i][:1]
+                    for gpu in gpus:
+                        held = taken[gpu] = taken.get(gpu, 0) - held_sms
+                        rate = speed[gpu] = 1.0 - (sm_top if sm_top < held else held) / sm_count
+                        run = running.get(gpu)
+                        if run is None:
+                            continue
+                        work = left[gpu] = left[gpu] - (t - since[gpu]) * stream_rate[gpu]
+                        since[gpu] = t
+                        stream_rate[gpu] = rate
+                        x = due[run] = t + max(0.0, work) / rate
+                        push(events, (x, -1, run))
+                end[i] = t
+                for j in succ[i]:
+                    if t > ready_at[j]:
+                        ready_at[j] = t
+                    indeg[j] -= 1
+                    if indeg[j] == 0:
+                        if pending is None:
+                            pending = (ready_at[j], 0, j)
+                        else:
+                            push(events, (ready_at[j], 0, j))
             placed += len(done)
             if progress is not None and placed // tick != (placed - len(done)) // tick:
                 progress(placed)
+            if (at_once and streams is not None and pending is not None and pending[1] == 0
+                    and route[pending[2]] == 2 and not (events and events[0] < pending)
+                    and not (flows and t_next < pending[0])):  # as at the loop's end
+                t, _kind, j = pending
+                gpu = devices[j][0]
+                if gpu not in running:
+                    start[j] = t
+                    running[gpu] = j
+                    rate = stream_rate[gpu] = speed.get(gpu, 1.0)
+                    left[gpu] = dur[j]
+                    since[gpu] = t
+                    e = due[j] = t + dur[j] / rate
+                    pending = (e, -1, j)
             continue
         if pending is not None:
             t, kind, i = heapq.heappushpop(events, pending)
@@ -255,9 +338,92 @@ def _schedule_flows(graph: TaskGraph, progress: Callable[[int], None] | None, re
             else:
                 change(i, t, 1 if kind == -2 else -1)
                 continue
+        if kind == 0:  # a task ready at t (kind −1 falls through: its end, released below; a flow's
+            # start whose latency ends next, to kind 1)
+            how = route[i]
+            if how == 2:  # SharedStreams.offer, inline
+                gpu = devices[i][0]
+                if gpu in running:
+                    q = queue.get(gpu)
+                    if q is None:
+                        queue[gpu] = [(t, i)]
+                    else:
+                        heapq.heappush(q, (t, i))
+                else:  # SharedStreams.begin, inline
+                    start[i] = t
+                    running[gpu] = i
+                    rate = stream_rate[gpu] = speed.get(gpu, 1.0)
+                    left[gpu] = dur[i]
+                    since[gpu] = t
+                    e = due[i] = t + dur[i] / rate
+                    pending = (e, -1, i)
+                continue
+            if how == 1:
+                start[i] = t
+                if streams is not None and sms[i]:  # SharedStreams.change(i, t, 1), inline
+                    held_sms = sms[i]
+                    gpus = devices[i] if kind_of[i] != "transfer" else devices[i][:1]
+                    for gpu in gpus:
+                        held = taken[gpu] = taken.get(gpu, 0) + held_sms
+                        rate = speed[gpu] = 1.0 - (sm_top if sm_top < held else held) / sm_count
+                        run = running.get(gpu)
+                        if run is None:
+                            continue
+                        work = left[gpu] = left[gpu] - (t - since[gpu]) * stream_rate[gpu]
+                        since[gpu] = t
+                        stream_rate[gpu] = rate
+                        x = due[run] = t + max(0.0, work) / rate
+                        push(events, (x, -1, run))
+                pending = (t + latency[i], 1, i)
+                if (not at_once or (events and events[0] < pending) or (flows and t_next < pending[0])):
+                    continue
+                # the loop's next turn takes this very event: taken at once (below)
+                t, kind, i = pending
+                pending = None
+            else:
+                for r in res[i]:
+                    if free[r] > t:
+                        t = free[r]
+                e = t + dur[i]
+                for r in res[i]:
+                    free[r] = e
+                if streams is not None and sms[i]:  # communication off the links: its SMs from start to end
+                    push(events, (t, -2, i))
+                    push(events, (e, -3, i))
+                start[i] = t
         if kind == 1:  # flows whose latency is over join the link sharing, all those due at t at once
             if log is not None:
                 note(t)
+            if private and not (events and events[0][0] == t and events[0][1] == 1):
+                # One flow starting: flow_of's memo, add_alone and next_finish inline when it
+                # starts alone on a private tuple (a tensor-parallel collective, mostly).
+                attrs = attrs_of[i]
+                if attrs:
+                    load = attrs.get("link_load")
+                    uniform = attrs.get("link_bytes")
+                else:
+                    load = uniform = None
+                rs = res[i]
+                xfer = dur[i] - latency[i]
+                lid = None if load is None else id(load)
+                hit = lone.get((id(rs), uniform, xfer, lid))  # the tuples are the graph's: their ids are theirs
+                if hit is None:
+                    flow_of(graph, i, bandwidth, memo, alike)  # fills the memo
+                    hit = lone[(id(rs), uniform, xfer, lid)] = (*memo[(rs, uniform, xfer, lid)][:4], rs in private)
+                size, solo, coefs, alone_at, own = hit
+                if own and size > 0 and coefs and rs not in alone and coefs[0][0] not in on_link:
+                    f = Flow(i, size, solo, coefs, alone=alone_at)
+                    f.since = t
+                    flows[i] = f
+                    alone[rs] = i
+                    key_of[i] = rs
+                    rate = f.rate = alone_at if alone_at > 0 else alone_rate(f)  # maxmin_rates([f])
+                    f.version = 1
+                    x = t + size / rate
+                    heapq.heappush(finish, (x, 1, i))
+                    if x < t_next:  # t_next is the earliest valid finish: the new one or it
+                        t_next = x
+                    continue
             starting = [i]
             while events and events[0][0] == t and events[0][1] == 1:
                 starting.append(pop(events)[2])
@@ -283,41 +449,6 @@ def _schedule_flows(graph: TaskGraph, progress: Callable[[int], None] | None, re
                 active.add(joining, t, maxmin_rates)
                 t_next = active.next_finish()
             continue
-        if kind == 0:  # a task ready at t (kind −1 falls through: its end, released below)
-            how = route[i]
-            if how == 2:  # SharedStreams.offer, inline
-                gpu = devices[i][0]
-                if gpu in running:
-                    q = queue.get(gpu)
-                    if q is None:
-                        queue[gpu] = [(t, i)]
-                    else:
-                        heapq.heappush(q, (t, i))
-                else:  # SharedStreams.begin, inline
-                    start[i] = t
-                    running[gpu] = i
-                    rate = stream_rate[gpu] = speed.get(gpu, 1.0)
-                    left[gpu] = dur[i]
-                    since[gpu] = t
-                    e = due[i] = t + dur[i] / rate
-                    pending = (e, -1, i)
-                continue
-            if how == 1:
-                start[i] = t
-                if streams is not None and sms[i]:
-                    change(i, t, 1)
-                pending = (t + latency[i], 1, i)
-                continue
-            for r in res[i]:
-                if free[r] > t:
-                    t = free[r]
-            e = t + dur[i]
-            for r in res[i]:
-                free[r] = e
-            if streams is not None and sms[i]:  # communication off the links: its SMs from start to end
-                push(events, (t, -2, i))
-                push(events, (e, -3, i))
-            start[i] = t
         end[i] = e  # release(i, e), inline: most tasks are compute tasks (and a shared stream's ends)
         for j in succ[i]:
             if e > ready_at[j]:
@@ -331,6 +462,21 @@ def _schedule_flows(graph: TaskGraph, progress: Callable[[int], None] | None, re
         placed += 1
         if progress is not None and placed % tick == 0:
             progress(placed)
+        # The task made ready first above (a GPU's next compute task, mostly), when the loop's
+        # next turn would take it (no earlier event, no flow ending before it) and its shared
+        # stream is free: begun here, as that turn would (SharedStreams.begin, inline).
+        if (at_once and streams is not None and pending is not None and pending[1] == 0 and route[pending[2]] == 2
+                and not (events and events[0] < pending) and not (flows and t_next < pending[0])):
+            t, _kind, j = pending
+            gpu = devices[j][0]
+            if gpu not in running:
+                start[j] = t
+                running[gpu] = j
+                rate = stream_rate[gpu] = speed.get(gpu, 1.0)
+                left[gpu] = dur[j]
+                since[gpu] = t
+                e = due[j] = t + dur[j] / rate
+                pending = (e, -1, j)
     if placed != n:
         raise TriosimError(f"the task graph has a cycle: {n - placed} of {n} tasks could never start")
     return Schedule(start=start, end=end, makespan=max(end, default=0.0), rates=log)

@@ -16,7 +16,8 @@ lookups the later steps read and the counters are the same either way.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from itertools import islice
+from itertools import islice, repeat
+from operator import add
 
 from ...schedule.tasks import TaskGraph
 
@@ -61,6 +62,8 @@ class Template:
 
     def __post_init__(self) -> None:
         self.succ_short = [ks[0] if len(ks) == 1 else ks for ks in self.succ]
+        self.task_keys = [dto for dto, _k in self.task_of]
+        self.task_at = [k for _dto, k in self.task_of]
 
     def same(self, other: Template) -> bool:
         """Whether two recordings left the same template (attribute values that are objects
@@ -136,19 +139,15 @@ class BlockReplay:
         g.latency.extend(latency)
         g.npred.extend(npred)
         g.label.extend([head + mid + tail for head, tail in tmpl.labels])
-        attrs_out = []
-        add = attrs_out.append
-        for attrs, coll in tmpl.attrs:  # a copy of each with the micro-batch's values in their places
-            attrs = attrs.copy()
-            attrs["microbatch"] = r
-            if coll is not None:
-                attrs["collective"] = coll[0] + mid + coll[1]
-            add(attrs)
-        g.attrs.extend(attrs_out)
+        # a copy of each with the micro-batch's values in their places (both keys are there: a
+        # copy keeps its key order)
+        g.attrs.extend([{**attrs, "microbatch": r} if coll is None else
+                        {**attrs, "microbatch": r, "collective": coll[0] + mid + coll[1]}
+                        for attrs, coll in tmpl.attrs])
         # (most tasks have one successor in the block: kept as an int, its list made without a loop)
         g.succ.extend([[ids[x]] if x.__class__ is int else [ids[k] for k in x] for x in tmpl.succ_short])
         g.succ[entry[0]].extend([ids[k] for k in tmpl.entry_succ])
-        self.task_of.update(zip([(d, t, op, r) for (d, t, op), _k in tmpl.task_of], [ids[k] for _dto, k in tmpl.task_of]))
+        self.task_of.update(zip(map(add, tmpl.task_keys, repeat((r,))), map(ids.__getitem__, tmpl.task_at)))
         for op, gpu, k in tmpl.tp_done:
             self.tp_done[(op, r, 0)] = {gpu: ids[k]}
         self.seq.extend([(ids[k], ops, r) for k, ops in tmpl.seq])
