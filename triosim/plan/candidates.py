@@ -60,6 +60,10 @@ class Candidate:
     recompute_num_layers: int = 1
     recompute_modules: tuple[str, ...] = DEFAULT_MODULES  # selective: the parts of each layer re-run
     offload: str | None = None  # --offload-activations (N layers or a fraction of each chunk's); recompute none
+    # expert parallelism of an MoE model (parallel folding): the experts on etp × ep × edp over the
+    # tp · cp · dp GPUs of a stage (graph.expert.plan)
+    ep: int = 1
+    etp: int = 1
 
     @property
     def recompute_spec(self) -> RecomputeSpec:
@@ -83,7 +87,8 @@ class Candidate:
     @property
     def mesh(self) -> str:
         cp = f"×cp{self.cp}" if self.cp > 1 else ""
-        return f"dp{self.dp}{cp}×tp{self.tp}×pp{self.pp}"
+        ep = (f"×ep{self.ep}" if self.ep > 1 else "") + (f"×etp{self.etp}" if self.etp > 1 else "")
+        return f"dp{self.dp}{cp}×tp{self.tp}×pp{self.pp}{ep}"
 
     @property
     def data(self) -> int:
@@ -100,7 +105,9 @@ class Candidate:
         batch = ["--global-batch", str(global_batch)] if global_flag else \
             ["--batch-size-sim", str(global_batch // self.dp)]
         flags = ["--dp", str(self.dp), "--tp", str(self.tp), "--pp", str(self.pp),
-                 *(["--cp", str(self.cp)] if self.cp > 1 else []), *batch,
+                 *(["--cp", str(self.cp)] if self.cp > 1 else []),
+                 *(["--ep", str(self.ep)] if self.ep > 1 else []), *(["--etp", str(self.etp)] if self.etp > 1 else []),
+                 *batch,
                  "--micro-batch-size", str(self.micro_batch), "--schedule", self.schedule]
         if self.schedule == "interleaved":
             flags += ["--virtual-stages", str(self.virtual)]
@@ -146,6 +153,10 @@ class SearchSpace:
     # --offload-activations value: every candidate has it. None: searched.
     recompute_pin: tuple[str, str, int, tuple[str, ...]] | None = None
     offload_pin: str | None = None
+    # the routed experts of an MoE model (None: dense, ep and etp 1); etp above 1 only with the
+    # alltoall dispatcher (as run accepts)
+    experts: int | None = None
+    etp_allowed: bool = True
 
     def pin(self, axis: str) -> int | None:
         return dict(self.pinned).get(axis)
@@ -209,6 +220,24 @@ def mesh_shapes(space: SearchSpace) -> list[tuple[int, int, int, int]]:
     return out
 
 
+def expert_degrees(space: SearchSpace, tp: int, folded: int) -> list[tuple[int, int]]:
+    """The (ep, etp) pairs of a mesh whose stage has ``folded`` = tp · cp · dp GPUs: etp 1 and tp
+    (the common choices; a pinned one as given) and every ep dividing the routed experts with
+    etp · ep dividing ``folded`` (Megatron-Core's parallel folding, as ``run`` checks it); (1, 1)
+    on a dense model."""
+    if not space.experts:
+        return [(1, 1)]
+    pin_ep, pin_etp = space.pin("ep"), space.pin("etp")
+    etps = [pin_etp] if pin_etp is not None else sorted({1, tp} if space.etp_allowed else {1})
+    out = []
+    for etp in etps:
+        for ep in divisors(space.experts):
+            if folded % (ep * etp) or (pin_ep is not None and ep != pin_ep):
+                continue
+            out.append((ep, etp))
+    return out
+
+
 def enumerate_candidates(space: SearchSpace) -> Iterator[Candidate]:
     """Every configuration of ``space``, in a fixed order (mesh, micro-batch, schedule, ZeRO,
     recomputation, sequence parallel)."""
@@ -238,12 +267,18 @@ def enumerate_candidates(space: SearchSpace) -> Iterator[Candidate]:
             if space.offload_pin is not None:  # not under ZeRO-3 (plan.offload_profile)
                 zeros = [z for z in zeros if z < 3]
             sps = [s for s in space.sequence_parallel if not s or tp > 1]
+            experts = expert_degrees(space, tp, tp * cp * dp)
             for sched, v in schedules:
                 for z in zeros:
-                    for rc in settings:
-                        for sp in sps:
-                            yield Candidate(tp, pp, dp, mb, sched, v, z, sequence_parallel=sp, cp=cp, **rc)
+                    for ep, etp in experts:
+                        # FSDP of experts split over tp, ep or etp: not modelled (run refuses it)
+                        if z == 3 and space.experts and (tp > 1 or ep > 1 or etp > 1):
+                            continue
+                        for rc in settings:
+                            for sp in sps:
+                                yield Candidate(tp, pp, dp, mb, sched, v, z, sequence_parallel=sp, cp=cp, ep=ep,
+                                                etp=etp, **rc)
 
 
 __all__ = ["MIN_CP_CHUNK", "RECOMPUTE_MODES", "SCHEDULES", "Candidate", "SearchSpace", "context_degrees", "divisors",
-           "enumerate_candidates", "layer_facts", "mesh_shapes", "strategy_has"]
+           "enumerate_candidates", "expert_degrees", "layer_facts", "mesh_shapes", "strategy_has"]

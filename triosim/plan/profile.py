@@ -53,6 +53,7 @@ from ..trace import Trace
 from ..trace.precision import gathered_parameter_bytes, reduced_gradient_bytes
 from .candidates import layer_facts
 from .context_time import held_bytes
+from .expert_time import expert_held_bytes, expert_share
 from .stage_memory import StageLayout, StageMemory, gpu_bytes, stage_layout, stage_memories, touches
 from .variants import rewrite_key
 
@@ -114,7 +115,12 @@ class ModelProfile:
     _stage_mem: dict[tuple, list[StageMemory]] = field(default_factory=dict, repr=False)
     _layouts: dict[tuple, StageLayout] = field(default_factory=dict, repr=False)
     cp: int = 1  # context-parallel degree: one context rank's share of every op and activation
-    _contexts: dict[int, ModelProfile] = field(default_factory=dict, repr=False)
+    _contexts: dict[tuple, ModelProfile] = field(default_factory=dict, repr=False)
+    # expert parallelism (an MoE trace): (ep, etp, the ZeRO stage sharding expert state over its
+    # expert-data-parallel group: 0 without ZeRO or data ranks); moe: the run's (dispatcher, imbalance)
+    experts: tuple[int, int, int] = (1, 1, 0)
+    moe: tuple[str, float] = ("alltoall", 1.0)
+    _expert_plans: dict[tuple[int, int, bool], object] = field(default_factory=dict, repr=False)
 
     def __post_init__(self) -> None:
         trace = self.raw
@@ -153,17 +159,27 @@ class ModelProfile:
             return None
         return layer_starts(root.raw, root.fops, stages, units)
 
-    def for_context(self, cp: int) -> ModelProfile:
+    @property
+    def variant(self) -> tuple[int, int, int, int]:
+        """(cp, ep, etp, expert ZeRO stage): what the rank's share of ops and buffers depends on
+        beyond the (batch, tp, sp) keys; memo keys name it."""
+        return (self.cp, *self.experts)
+
+    def for_context(self, cp: int, experts: tuple[int, int, int] = (1, 1, 0)) -> ModelProfile:
         """One context rank's profile at ``cp`` (its ops and activations split as the simulation's
-        :func:`~triosim.graph.context.plan.context_split` does), with this one's recomputation;
-        built once per degree, sharing the cp-1 profile's scaled traces and op times."""
+        :func:`~triosim.graph.context.plan.context_split` does) and, on an MoE trace, one expert
+        rank's at ``experts`` (:mod:`triosim.plan.expert_time`), with this one's recomputation;
+        built once per variant, sharing the plain profile's scaled traces and op times."""
         root = self.parent or self
-        base = root if root.cp == 1 else root._contexts[1]
-        hit = root if cp == root.cp else base if cp == 1 else base._contexts.get(cp)
+        plain = (1, 1, 1, 0)
+        base = root if root.variant == plain else root._contexts[plain]
+        key = (cp, *experts)
+        hit = root if key == root.variant else base if key == plain else base._contexts.get(key)
         if hit is None:
-            hit = base._contexts[cp] = ModelProfile(base.raw, base.platform, base.reference_compat, base.precision,
-                                                    _scaled=base._scaled, _op_times=base._op_times, cp=cp)
-            hit._contexts[1] = base
+            hit = base._contexts[key] = ModelProfile(base.raw, base.platform, base.reference_compat, base.precision,
+                                                     _scaled=base._scaled, _op_times=base._op_times, cp=cp,
+                                                     experts=experts, moe=base.moe)
+            hit._contexts[plain] = base
         return hit.for_recompute(self.rc_spec, self.rc_cuts)
 
     def for_recompute(self, mode: str | RecomputeSpec, cuts: frozenset[int] = frozenset()) -> ModelProfile:
@@ -184,7 +200,7 @@ class ModelProfile:
             rec = recompute(root.raw, spec, cuts)
             hit = root._children[key] = ModelProfile(rec.trace, root.platform, root.reference_compat, root.precision,
                                                      recompute=key, rc_spec=spec, rc_cuts=cuts, rc_units=rec.units,
-                                                     parent=root, cp=root.cp)
+                                                     parent=root, cp=root.cp, experts=root.experts, moe=root.moe)
         return hit
 
     def scaled(self, batch: int) -> Trace:
@@ -215,6 +231,8 @@ class ModelProfile:
                 hit = tensor_plan(self.scaled(batch), tp, "megatron", sp and tp > 1)
                 if self.cp > 1:  # one context rank's share, before the re-runs get theirs (as build does)
                     hit = context_split(self.scaled(batch), hit, self.cp, "p2p")
+                # an expert rank's share (expert buffers, busiest rank's GEMMs, optimizer share)
+                hit, self._expert_plans[key] = expert_share(self, batch, hit)
             self._plans[key] = hit
         return hit
 
@@ -360,6 +378,17 @@ class ModelProfile:
         return PositionTimes(fwd, bwd, tpf, tpb, attn, act, attn_act, np.cumsum(cf)[:n - 1], np.cumsum(cb)[:n - 1],
                              pa.params, pa.params_full, pa.opt_state, pa.optimizer_s, op_s, pa.b_ops, pa.b_pos)
 
+    def expert_plan(self, batch: int, tp: int, sp: bool):
+        """The :class:`~triosim.graph.expert.plan.ExpertPlan` of this profile's expert rank at
+        the key (its exchanges at the ops of this profile's trace: re-runs exchange again), or
+        None (a dense model, or every expert whole on every GPU with nothing to exchange)."""
+        sp = sp and tp > 1
+        root = self
+        while root.parent is not None:
+            root = root.parent
+        root.tensor_plan(batch, tp, sp)
+        return root._expert_plans.get((batch, tp, sp))
+
     def tied_allreduce_s(self, batch: int, tp: int, sp: bool, pp: int) -> float:
         """Seconds of the tied embedding's gradient all-reduce between pipeline rank 0 and the last
         (one TP shard of the table, on GPUs 0 and (pp - 1) · tp: ranks tp innermost), as the
@@ -395,7 +424,8 @@ class ModelProfile:
                 layout = self._layouts[lkey] = stage_layout(uses, list(starts), unit_bytes)
             hit = self._stage_mem[key] = stage_memories(uses, list(starts),
                                                         micro_batch / self.scaled(batch).batch_size, unit_bytes,
-                                                        layout, held_bytes(self, batch, tp, sp, micro_batch))
+                                                        layout, {**held_bytes(self, batch, tp, sp, micro_batch),
+                                                                 **expert_held_bytes(self, batch, tp, sp, micro_batch)})
         return hit
 
     def gradients(self, batch: int, tp: int, sp: bool) -> _Gradients:
@@ -415,17 +445,23 @@ class ModelProfile:
         return hit
 
     def rank_buckets(self, batch: int, tp: int, sp: bool, owned: np.ndarray,
-                     bucket_bytes: float) -> tuple[np.ndarray, np.ndarray]:
+                     bucket_bytes: float, part: tuple[frozenset[str], bool] | None = None) -> tuple[np.ndarray, np.ndarray]:
         """The DDP buckets of the parameters whose first reader is at an ``owned`` position, in
         the order their gradients complete, one TP shard each, packed as the composition packs
         them (:func:`triosim.graph.data.data_parallel.make_buckets`: close a bucket once it
-        holds ``bucket_bytes`` or more): each bucket's bytes and the backward op completing it."""
+        holds ``bucket_bytes`` or more): each bucket's bytes and the backward op completing it.
+        ``part`` (expert parameters, True/False): only the expert ones, or only the others (the
+        DAG packs them apart: their gradients meet on another group)."""
         g = self.gradients(batch, tp, sp)
         nbytes, ready_op = g.nbytes, g.ready_op
         sizes: list[int] = []
         readies: list[int] = []
         size, ready, count = 0, -1, 0
-        for i in np.flatnonzero(owned[g.owner]).tolist():
+        mine = owned[g.owner]
+        if part is not None:
+            experts, want = part
+            mine = mine & (np.array([p in experts for p in self.gradient_order], dtype=bool) == want)
+        for i in np.flatnonzero(mine).tolist():
             size += nbytes[i]
             ready = max(ready, ready_op[i])
             count += 1

@@ -239,7 +239,8 @@ def candidate_config(base: dict, c: Candidate, global_batch: int) -> dict:
         config.update(batch_size_sim=global_batch // c.dp)
     config.update(dp=c.dp, tp=c.tp, pp=c.pp, micro_batch_size=c.micro_batch,
                   schedule=c.schedule, virtual_stages=c.virtual, zero=str(c.zero),
-                  sequence_parallel=c.sequence_parallel, gpus=None, cp=c.cp if c.cp > 1 else None)
+                  sequence_parallel=c.sequence_parallel, gpus=None, cp=c.cp if c.cp > 1 else None,
+                  ep=c.ep if c.ep > 1 else None, etp=c.etp if c.etp > 1 else None)
     if c.recompute != "none":
         config["recompute"] = c.recompute
     if c.recompute == "full" and (c.recompute_method != "uniform" or c.recompute_num_layers != 1):
