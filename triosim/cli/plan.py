@@ -26,6 +26,7 @@ from ..config.build import (
 from ..config.flags import FlagTable
 from ..config.gpu import GpuOptions, memory_capacity
 from ..config.inputs import input_files, refuse_outputs_over_inputs
+from ..config.layout_flags import DESTS as LAYOUT_DESTS
 from ..config.model_flags import card_flag, check_model_flags
 from ..config.precision import training_precision
 from ..errors import ConfigError
@@ -39,7 +40,7 @@ from .progress import ProgressLines, is_terminal
 # Strategy flags the plan chooses itself: given to `plan`, they would be silently replaced.
 CHOSEN = ("case", "dp", "tp", "pp", "micro_batch_size", "schedule", "virtual_stages", "zero", "sequence_parallel",
           "batch_size_sim", "gpus", "global_batch", "recompute", "cp", "recompute_method", "recompute_num_layers",
-          "recompute_modules", "offload_activations", "ep", "etp")
+          "recompute_modules", "offload_activations", "ep", "etp", *LAYOUT_DESTS)
 # Of them, the recomputation details and the offload a user may pin (every candidate then has them).
 RECOMPUTE_DETAIL = ("recompute_method", "recompute_num_layers", "recompute_modules", "offload_activations")
 # Of them, the parallel degrees a user may pin (the rest of the mesh is searched around them).
@@ -102,7 +103,8 @@ def register(sub: Any, defaults: dict | None = None) -> None:
 def _check_flags(args: argparse.Namespace) -> None:
     table = FlagTable.from_cli()
     for dest in CHOSEN:
-        if dest in ("gpus", "global_batch", *PINNABLE, *EXPERT_PINS, *RECOMPUTE_DETAIL) or not hasattr(args, dest):
+        if dest in ("gpus", "global_batch", *PINNABLE, *EXPERT_PINS, *LAYOUT_DESTS, *RECOMPUTE_DETAIL) \
+                or not hasattr(args, dest):
             continue
         try:
             spec = table.by_dest(dest)
@@ -112,10 +114,7 @@ def _check_flags(args: argparse.Namespace) -> None:
             where = f"; --config {args.config} sets it" if dest in getattr(args, "config_dests", ()) else ""
             raise ConfigError(f"plan chooses --{spec.name} itself; leave it out (give --gpus and --global-batch)"
                               + where)
-    layout = LayerSplit.of(args)
-    if layout.given:  # its stage cuts are the equal or searched ones
-        raise ConfigError(f"plan does not search pipeline layouts: leave {layout.flags()} out (time a layout with "
-                          "run)")
+    LayerSplit.of(args).check()  # a pinned layout: Megatron-Core's refused combinations, one line
     if getattr(args, "cp_comm_type", "p2p") != "p2p":  # its estimates know the ring only
         raise ConfigError(f"plan searches context parallelism as ring attention (--cp-comm-type p2p): leave "
                           f"--cp-comm-type {args.cp_comm_type} out (time it with run, or sweep it)")
@@ -225,6 +224,18 @@ def _routed_experts(args: argparse.Namespace, trace) -> int | None:
         raise ConfigError(f"--etp {etp} with --moe-token-dispatcher {args.moe_token_dispatcher} is not modelled "
                           "(use alltoall)")
     return experts
+
+
+def _layouts(args: argparse.Namespace, trace, unit: str) -> dict:
+    """The search space's layout fields: a pinned layout (the layout flags), or on a model card
+    cut by ``--partition auto`` the account-for splits searched beside the equal one."""
+    split = LayerSplit.of(args)
+    if split.given:
+        if unit != "transformer layers":
+            raise ConfigError(f"{split.flags()}: the trace has no repeated transformer layers to place")
+        return {"split_pin": split}
+    card = bool(trace.info.get("model_card"))
+    return {"search_splits": card and unit == "transformer layers" and getattr(args, "partition", "auto") == "auto"}
 
 
 def _check_context(cp: int | None, sequence: int | None) -> None:
@@ -368,7 +379,8 @@ def plan_inputs(args: argparse.Namespace) -> PlanInputs:
     pinned += tuple((a, getattr(args, a)) for a in EXPERT_PINS if getattr(args, a, None) is not None)
     space = SearchSpace(args.gpus, args.global_batch, layers, heads, max(1, node), args.max_tp, pinned=pinned,
                         sequence=sequence, recompute_pin=_recompute_pin(args), offload_pin=_offload_pin(args, raw),
-                        experts=experts, etp_allowed=getattr(args, "moe_token_dispatcher", "alltoall") == "alltoall")
+                        experts=experts, etp_allowed=getattr(args, "moe_token_dispatcher", "alltoall") == "alltoall",
+                        **_layouts(args, raw, unit))
     if not mesh_shapes(space):
         raise ConfigError(explain_empty(space, unit))
     candidates = list(enumerate_candidates(space))

@@ -22,7 +22,17 @@ from __future__ import annotations
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, fields
 
+from ..errors import ConfigError
 from ..graph.layer_count import count_layers
+from ..graph.pipeline.layer_layout import (
+    EMBEDDING_FLAG,
+    FIRST_FLAG,
+    LAST_FLAG,
+    LAYOUT_FLAG,
+    LOSS_FLAG,
+    LayerSplit,
+    megatron_layers_per_stage,
+)
 from ..graph.recompute_spec import DEFAULT_MODULES, RecomputeSpec
 from ..graph.strategy import Strategy
 from ..graph.tensor.megatron import attention_heads
@@ -64,6 +74,8 @@ class Candidate:
     # tp · cp · dp GPUs of a stage (graph.expert.plan)
     ep: int = 1
     etp: int = 1
+    # the pipeline layout (Megatron-Core's flags): equal layers per stage unless given
+    split: LayerSplit = LayerSplit()
 
     @property
     def recompute_spec(self) -> RecomputeSpec:
@@ -124,7 +136,34 @@ class Candidate:
             flags += ["--recompute-modules", ",".join(self.recompute_modules)]
         if self.offload is not None:
             flags += ["--offload-activations", self.offload]
-        return flags
+        return flags + split_flags(self.split)
+
+    @property
+    def layout_label(self) -> str:
+        """The layout in words: ``equal``, ``E+1``/``L+1`` (the embedding/loss counted as a
+        layer), ``first 3, last 2``, or the layout string."""
+        return split_label(self.split)
+
+
+def split_flags(split: LayerSplit) -> list[str]:
+    """The ``triosim run`` flags of a layout (none for the equal split)."""
+    out = [EMBEDDING_FLAG] * split.account_for_embedding + [LOSS_FLAG] * split.account_for_loss
+    if split.first_stage_layers is not None:
+        out += [FIRST_FLAG, str(split.first_stage_layers)]
+    if split.last_stage_layers is not None:
+        out += [LAST_FLAG, str(split.last_stage_layers)]
+    if split.layout is not None:
+        out += [LAYOUT_FLAG, split.layout]
+    return out
+
+
+def split_label(split: LayerSplit) -> str:
+    if split.layout is not None:
+        return split.layout
+    parts = [w for w, on in (("E+1", split.account_for_embedding), ("L+1", split.account_for_loss)) if on]
+    parts += [f"{w} {n}" for w, n in (("first", split.first_stage_layers), ("last", split.last_stage_layers))
+              if n is not None]
+    return ", ".join(parts) or "equal"
 
 
 @dataclass(frozen=True)
@@ -157,6 +196,10 @@ class SearchSpace:
     # alltoall dispatcher (as run accepts)
     experts: int | None = None
     etp_allowed: bool = True
+    # pipeline layouts: the one the user pinned (layout flags), or whether to search Megatron-Core's
+    # account-for splits beside the equal one (a model card's layers cut by --partition auto)
+    split_pin: LayerSplit | None = None
+    search_splits: bool = False
 
     def pin(self, axis: str) -> int | None:
         return dict(self.pinned).get(axis)
@@ -198,6 +241,31 @@ def context_degrees(space: SearchSpace, gpus: int) -> list[int]:
     return out
 
 
+# the account-for variants: the embedding and the loss, the loss alone, the embedding alone (auto_split's order)
+ACCOUNT_FOR = (LayerSplit(True, True), LayerSplit(False, True), LayerSplit(True, False))
+
+
+def _fits(space: SearchSpace, pp: int, virtual: int, split: LayerSplit) -> bool:
+    try:
+        megatron_layers_per_stage(space.layers, pp, virtual, split)
+    except ConfigError:
+        return False
+    return True
+
+
+def layer_splits(space: SearchSpace, pp: int, virtual: int) -> list[LayerSplit]:
+    """The layouts of ``pp`` ranks × ``virtual`` stages: the pinned one where it fits; else the
+    equal split where the layers divide and, where the search takes them (a pipeline: the first
+    stage carries the embedding, the last the loss), Megatron-Core's account-for splits that
+    make the layers divide."""
+    if space.split_pin is not None:
+        return [space.split_pin] if _fits(space, pp, virtual, space.split_pin) else []
+    out = [LayerSplit()] if space.layers % (pp * virtual) == 0 else []
+    if space.search_splits and pp > 1:
+        out += [s for s in ACCOUNT_FOR if _fits(space, pp, virtual, s)]
+    return out
+
+
 def mesh_shapes(space: SearchSpace) -> list[tuple[int, int, int, int]]:
     """Every (tp, pp, dp, cp) with tp · pp · cp · dp = GPUs that the rules allow."""
     cap = space.max_tp if space.max_tp is not None else space.gpus_per_node
@@ -210,7 +278,10 @@ def mesh_shapes(space: SearchSpace) -> list[tuple[int, int, int, int]]:
         if pin_tp is not None and tp != pin_tp:
             continue
         for pp in divisors(space.gpus // tp):
-            if space.layers % pp or (pin_pp is not None and pp != pin_pp):
+            if pin_pp is not None and pp != pin_pp:
+                continue
+            if not layer_splits(space, pp, 1) and not (pp >= 2 and any(layer_splits(space, pp, v)
+                                                                          for v in VIRTUAL_STAGES)):
                 continue
             for cp in context_degrees(space, space.gpus // (tp * pp)):
                 dp = space.gpus // (tp * pp * cp)
@@ -257,18 +328,18 @@ def enumerate_candidates(space: SearchSpace) -> Iterator[Candidate]:
             if space.micro_batches is not None and mb not in space.micro_batches:
                 continue
             m = batch // mb
-            schedules: list[tuple[str, int]] = []
+            schedules: list[tuple[str, int, LayerSplit]] = []
             for sched in space.schedules:
                 if sched != "interleaved":
-                    schedules.append((sched, 1))
+                    schedules += [(sched, 1, split) for split in layer_splits(space, pp, 1)]
                 elif pp >= 2 and m % pp == 0:
-                    schedules += [(sched, v) for v in VIRTUAL_STAGES if space.layers % (pp * v) == 0]
+                    schedules += [(sched, v, split) for v in VIRTUAL_STAGES for split in layer_splits(space, pp, v)]
             zeros = [z for z in space.zero_stages if z == 0 or dp * cp > 1]  # ZeRO shards over dp × cp
             if space.offload_pin is not None:  # not under ZeRO-3 (plan.offload_profile)
                 zeros = [z for z in zeros if z < 3]
             sps = [s for s in space.sequence_parallel if not s or tp > 1]
             experts = expert_degrees(space, tp, tp * cp * dp)
-            for sched, v in schedules:
+            for sched, v, split in schedules:
                 for z in zeros:
                     for ep, etp in experts:
                         # FSDP of experts split over tp, ep or etp: not modelled (run refuses it)
@@ -277,8 +348,8 @@ def enumerate_candidates(space: SearchSpace) -> Iterator[Candidate]:
                         for rc in settings:
                             for sp in sps:
                                 yield Candidate(tp, pp, dp, mb, sched, v, z, sequence_parallel=sp, cp=cp, ep=ep,
-                                                etp=etp, **rc)
+                                                etp=etp, split=split, **rc)
 
 
 __all__ = ["MIN_CP_CHUNK", "RECOMPUTE_MODES", "SCHEDULES", "Candidate", "SearchSpace", "context_degrees", "divisors",
-           "enumerate_candidates", "expert_degrees", "layer_facts", "mesh_shapes", "strategy_has"]
+           "enumerate_candidates", "expert_degrees", "layer_splits", "split_flags", "split_label", "layer_facts", "mesh_shapes", "strategy_has"]

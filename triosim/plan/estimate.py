@@ -163,6 +163,9 @@ def _starts(c: Candidate, pt, profile: ModelProfile, settings: PlanSettings) -> 
     # shows the bound (on other traces a TP collective a re-run hides can put it 17 % above)
     card = bool((profile.parent or profile).raw.info.get("model_card"))
     bounded = card and S == 1
+    if c.split.given:  # a layout cuts the layers whatever the partition (the DAG's choose_split)
+        # uneven stages: the recurrence is exact for equal ones only (no bound shown)
+        return profile.layer_cuts(settings.partition, S, c.split, c.pp), False
     if settings.partition == "count":
         starts = [k * profile.positions // S for k in range(S)]
     else:
@@ -406,7 +409,7 @@ def estimate(c: Candidate, profile: ModelProfile, settings: PlanSettings, timer:
     chosen = None
     if c.offload is not None:  # the chunks cut without the offload ops, as the simulation cuts them
         chosen = timer.memo(("starts", "none", batch, c.tp, c.sequence_parallel, c.micro_batch, share, variant,
-                             c.pp * c.virtual, settings.partition),
+                             c.pp * c.virtual, settings.partition, c.split),
                             lambda: _starts(c, _times(c, profile, batch, share, timer), profile, settings))
         profile, moved = for_offload(profile, c.offload, chosen[0])
         chosen = (moved, chosen[1])
@@ -415,7 +418,7 @@ def estimate(c: Candidate, profile: ModelProfile, settings: PlanSettings, timer:
         # re-runs of one chunk (the whole model), as the simulation cuts them (recompute.fit_to_stages)
         whole = profile.for_recompute(spec)
         chosen = timer.memo(("starts", whole.recompute, batch, c.tp, c.sequence_parallel, c.micro_batch, share,
-                             variant, c.pp * c.virtual, settings.partition),
+                             variant, c.pp * c.virtual, settings.partition, c.split),
                             lambda: _starts(c, _times(c, whole, batch, share, timer), whole, settings))
         fops = (profile.parent or profile).fops
         profile = profile.for_recompute(spec, frozenset(fops[s] for s in chosen[0][1:]))
@@ -423,7 +426,7 @@ def estimate(c: Candidate, profile: ModelProfile, settings: PlanSettings, timer:
         profile = profile.for_recompute(spec)
     pt = _times(c, profile, batch, share, timer)
     key = (batch, c.tp, c.sequence_parallel, c.micro_batch, profile.recompute, c.schedule, P, c.virtual,
-           settings.partition, share, variant)
+           settings.partition, share, variant, c.split)
     starts, F, B, ends, bounded = timer.memo(key, lambda: _pipeline(c, pt, profile, settings, timer, m, chosen, share))
     bounds = list(zip(starts, [*starts[1:], profile.positions]))
     zero3 = c.zero == 3 and c.dp > 1

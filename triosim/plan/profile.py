@@ -34,6 +34,7 @@ from ..graph.context.plan import context_split
 from ..graph.data.data_parallel import gradient_order
 from ..graph.data.precision import with_training_precision
 from ..graph.data.zero import buffer_roles
+from ..graph.pipeline.layer_layout import LayerSplit, megatron_layers_per_stage
 from ..graph.pipeline.schedules import BACKWARD, FORWARD, OPTIMIZER
 from ..graph.pipeline.stage_costs import buffer_versions
 from ..graph.pipeline.stages import (
@@ -146,15 +147,21 @@ class ModelProfile:
 
     # ------------------------------------------------------------------ cached inputs
 
-    def layer_cuts(self, partition: str, stages: int) -> list[int] | None:
+    def layer_cuts(self, partition: str, stages: int, split: LayerSplit | None = None,
+                   ranks: int = 1) -> list[int] | None:
         """Megatron-LM's stage starts (forward positions) when ``partition`` (``layers``, or
-        ``auto`` on a model card's trace) cuts ``stages`` stages at equal layers, else None. The
+        ``auto`` on a model card's trace) cuts ``stages`` stages at equal layers, or a given
+        layout ``split`` of ``ranks`` pipeline ranks cuts them (whatever the partition, as the
+        simulation's :func:`~triosim.graph.pipeline.layer_layout.choose_split`), else None. The
         layers are found once, on the trace without re-runs: recomputation inserts its re-runs
         among the backward ops, so the forward positions are the same."""
         root = self.parent or self
         if root._layer_units is None:
             root._layer_units = trace_layers(root.raw)
         units = root._layer_units
+        if split is not None and split.given:
+            counts = megatron_layers_per_stage(len(units), ranks, stages // ranks, split)
+            return layer_starts(root.raw, root.fops, stages, units, counts)
         if resolve_partition(root.raw, partition, stages, units) != "layers":
             return None
         return layer_starts(root.raw, root.fops, stages, units)

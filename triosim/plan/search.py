@@ -249,6 +249,12 @@ def candidate_config(base: dict, c: Candidate, global_batch: int) -> dict:
         config["recompute_modules"] = ",".join(c.recompute_modules)
     if c.offload is not None:
         config["offload_activations"] = c.offload
+    split = c.split
+    config.update(account_for_embedding_in_pipeline_split=split.account_for_embedding,
+                  account_for_loss_in_pipeline_split=split.account_for_loss,
+                  decoder_first_pipeline_num_layers=split.first_stage_layers,
+                  decoder_last_pipeline_num_layers=split.last_stage_layers,
+                  pipeline_model_parallel_layout=split.layout)
     return config
 
 
