@@ -48,6 +48,7 @@ from ..graph.pipeline.tied_embedding import TiedEmbedding, find_tied
 from ..graph.recompute import carry_plan, recompute
 from ..graph.recompute_spec import RecomputeSpec, as_spec
 from ..graph.single import persistent_buffers
+from ..graph.tensor.per_op import optimizer_state_of
 from ..graph.tensor.plans import tensor_plan, tp_waits
 from ..hardware.platform import Platform
 from ..trace import Trace
@@ -350,7 +351,9 @@ class ModelProfile:
         key = (batch, tp, sp)
         hit = self._arrays.get(key)
         if hit is None:
-            hit = self._arrays[key] = _plan_arrays(self, self.scaled(batch), self.tensor_plan(batch, tp, sp))
+            experts = self.expert_plan(batch, tp, sp)
+            hit = self._arrays[key] = _plan_arrays(self, self.scaled(batch), self.tensor_plan(batch, tp, sp),
+                                                   experts.params if experts is not None else frozenset())
         return hit
 
     def _measure(self, batch: int, tp: int, sp: bool, mb: int, cast_share: float | None) -> PositionTimes:
@@ -531,7 +534,12 @@ def handed_over(profile: ModelProfile) -> frozenset[str]:
     return frozenset(profile.tied.head_part) if profile.tied is not None else frozenset()
 
 
-def _plan_arrays(profile: ModelProfile, trace: Trace, plan) -> _PlanArrays:
+def _spread_state(params: np.ndarray, total: float) -> np.ndarray:
+    """``total`` optimizer-state bytes spread over the positions as their parameters' bytes."""
+    return params / params.sum() * total if params.sum() > 0 else np.zeros(len(params))
+
+
+def _plan_arrays(profile: ModelProfile, trace: Trace, plan, experts: frozenset[str] = frozenset()) -> _PlanArrays:
     phase, pos = profile.phase, profile.pos
     shard = plan.shard_divisor
     invariant = trace.batch_invariant
@@ -560,14 +568,23 @@ def _plan_arrays(profile: ModelProfile, trace: Trace, plan) -> _PlanArrays:
         if k is not None and c.op in waited:
             colls.setdefault((c.kind, int(c.nbytes), phase[c.op] == FORWARD), []).append((k, c.op))
     n = profile.positions
-    params, params_full = np.zeros(n), np.zeros(n)
+    params, params_full, expert_params = np.zeros(n), np.zeros(n), np.zeros(n)
     first = profile.first_reader
     for prm in trace.parameters:
         if prm in first:
             params[first[prm]] += -(-gathered_parameter_bytes(trace, prm) // shard.get(prm, 1))
             params_full[first[prm]] += trace.tensors[prm].bytes
+            if prm in experts:
+                expert_params[first[prm]] += -(-gathered_parameter_bytes(trace, prm) // shard.get(prm, 1))
     opt_total = sum(-(-trace.tensors[b].bytes // shard.get(b, 1)) for b in profile.optimizer_buffers)
-    opt_state = params / params.sum() * opt_total if params.sum() > 0 else np.zeros(n)
+    if experts:  # an expert rank's state is split otherwise than its weights (ZeRO: over edp): spread apart
+        state = optimizer_state_of(trace, set(experts))
+        expert_total = sum(-(-trace.tensors[b].bytes // shard.get(b, 1)) for b in profile.optimizer_buffers
+                           if b in state)
+        opt_state = _spread_state(params - expert_params, opt_total - expert_total) + \
+            _spread_state(expert_params, expert_total)
+    else:
+        opt_state = _spread_state(params, opt_total)
     scale = np.array(plan.time_scale, dtype=float)
     optimizer_s = sum(op_seconds(trace, i, trace.batch_size) * scale[i]
                       for i, p in enumerate(phase) if p == OPTIMIZER)
