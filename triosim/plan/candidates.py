@@ -245,24 +245,30 @@ def context_degrees(space: SearchSpace, gpus: int) -> list[int]:
 ACCOUNT_FOR = (LayerSplit(True, True), LayerSplit(False, True), LayerSplit(True, False))
 
 
-def _fits(space: SearchSpace, pp: int, virtual: int, split: LayerSplit) -> bool:
+def _counts(space: SearchSpace, pp: int, virtual: int, split: LayerSplit) -> tuple[int, ...] | None:
+    """Transformer layers per stage under ``split``, or None where Megatron-Core refuses it."""
     try:
-        megatron_layers_per_stage(space.layers, pp, virtual, split)
+        return megatron_layers_per_stage(space.layers, pp, virtual, split)
     except ConfigError:
-        return False
-    return True
+        return None
 
 
 def layer_splits(space: SearchSpace, pp: int, virtual: int) -> list[LayerSplit]:
     """The layouts of ``pp`` ranks × ``virtual`` stages: the pinned one where it fits; else the
     equal split where the layers divide and, where the search takes them (a pipeline: the first
     stage carries the embedding, the last the loss), Megatron-Core's account-for splits that
-    make the layers divide."""
+    make the layers divide and cut them otherwise than a split before them (48 layers over 2
+    ranks with the embedding and the loss counted: 24 and 24, the equal split again)."""
     if space.split_pin is not None:
-        return [space.split_pin] if _fits(space, pp, virtual, space.split_pin) else []
+        return [space.split_pin] if _counts(space, pp, virtual, space.split_pin) is not None else []
     out = [LayerSplit()] if space.layers % (pp * virtual) == 0 else []
     if space.search_splits and pp > 1:
-        out += [s for s in ACCOUNT_FOR if _fits(space, pp, virtual, s)]
+        seen = {_counts(space, pp, virtual, s) for s in out}
+        for split in ACCOUNT_FOR:
+            counts = _counts(space, pp, virtual, split)
+            if counts is not None and counts not in seen:
+                seen.add(counts)
+                out.append(split)
     return out
 
 

@@ -107,7 +107,10 @@ def _exchanges(profile, batch: int, tp: int, sp: bool, micro_batch: int):
     trace = profile.scaled(batch)
     size = _sizes(trace, profile.tensor_plan(batch, tp, sp), micro_batch / trace.batch_size)
     out = []
-    for i, a in sorted(attention_ops(trace, "p2p", profile.cp).items()):
+    ops = profile.memo.get(("attention ops", batch))
+    if ops is None:  # one pass over the trace per batch, not per candidate
+        ops = profile.memo[("attention ops", batch)] = sorted(attention_ops(trace, "p2p", profile.cp).items())
+    for i, a in ops:
         kv = size(a.k) + size(a.v)
         dkv = size(a.grads[1]) + size(a.grads[2]) if a.phase == BACKWARD else 0
         out.append((i, a.phase, kv, dkv))
@@ -146,8 +149,12 @@ def held_bytes(profile, batch: int, tp: int, sp: bool, micro_batch: int) -> dict
     cp = profile.cp
     if cp < 2:
         return {}
-    return {i: float(cp * kv if phase == FORWARD else 2 * (kv + dkv))
-            for i, phase, kv, dkv in _exchanges(profile, batch, tp, sp, micro_batch)}
+    key = ("ring held", batch, tp, sp, micro_batch)
+    hit = profile.memo.get(key)
+    if hit is None:
+        hit = profile.memo[key] = {i: float(cp * kv if phase == FORWARD else 2 * (kv + dkv))
+                                   for i, phase, kv, dkv in _exchanges(profile, batch, tp, sp, micro_batch)}
+    return hit
 
 
 __all__ = ["attention_sequence", "data_group", "held_bytes", "ring_seconds", "with_ring"]

@@ -90,7 +90,11 @@ def _plan_ops(profile, batch: int, tp: int, sp: bool):
     plan = profile.expert_plan(batch, tp, sp)
     if plan is None or not plan.ops:
         return plan, {}
-    ops = plan.ops if profile.parent is None else expert_ops(profile.scaled(batch))[0]
+    if profile.parent is None:
+        return plan, plan.ops
+    ops = profile.memo.get(("expert ops", batch))
+    if ops is None:  # a rewritten trace (re-runs, offload copies): its own grouped GEMMs, found once
+        ops = profile.memo[("expert ops", batch)] = expert_ops(profile.scaled(batch))[0]
     return plan, ops
 
 
@@ -117,13 +121,15 @@ def with_exchanges(pt, profile, c, batch: int, micro_batch: int):
 def expert_held_bytes(profile, batch: int, tp: int, sp: bool, micro_batch: int) -> dict[int, float]:
     """Per exchanging grouped GEMM, the bytes its exchange receives into on one rank while it
     runs (the DAG's memory plan holds them beside the op); empty without exchanges."""
-    plan, ops = _plan_ops(profile, batch, tp, sp)
-    if not ops:
-        return {}
-    trace = profile.scaled(batch)
-    stage = _Stage(trace, profile.tensor_plan(batch, tp, sp), RankMap(1, tp, 1), profile.platform)
-    frac = micro_batch / trace.batch_size
-    return {i: float(exchange_buffer_bytes(stage, plan, e, frac)) for i, e in ops.items()}
+    key = ("expert held", batch, tp, sp, micro_batch)
+    hit = profile.memo.get(key)
+    if hit is None:
+        plan, ops = _plan_ops(profile, batch, tp, sp)
+        trace = profile.scaled(batch)
+        stage = _Stage(trace, profile.tensor_plan(batch, tp, sp), RankMap(1, tp, 1), profile.platform)
+        frac = micro_batch / trace.batch_size
+        hit = profile.memo[key] = {i: float(exchange_buffer_bytes(stage, plan, e, frac)) for i, e in ops.items()}
+    return hit
 
 
 def edp_group_of(c) -> tuple[int, ...]:
@@ -142,7 +148,11 @@ def expert_params(profile, batch: int, tp: int, sp: bool) -> frozenset[str]:
 def expert_param_bytes(profile, batch: int, tp: int, sp: bool) -> np.ndarray:
     """Per forward position, the bytes of the expert parameters it first reads as ZeRO-1/2 gathers
     them (one rank's shard), as the DAG sums them for the experts' all-gather."""
-    out = np.zeros(profile.positions)
+    key = ("expert param bytes", batch, tp, sp)
+    hit = profile.memo.get(key)
+    if hit is not None:
+        return hit
+    out = profile.memo[key] = np.zeros(profile.positions)
     experts = expert_params(profile, batch, tp, sp)
     if not experts:
         return out

@@ -121,6 +121,7 @@ class ModelProfile(CollectiveCosts):
     experts: tuple[int, int, int] = (1, 1, 0)
     moe: tuple[str, float] = ("alltoall", 1.0)
     _expert_plans: dict[tuple[int, int, bool], object] = field(default_factory=dict, repr=False)
+    memo: dict[tuple, object] = field(default_factory=dict, repr=False)  # exchange facts of this trace, per key
 
     def __post_init__(self) -> None:
         trace = self.raw
