@@ -3,7 +3,8 @@ and uneven pipeline layouts: a 4-layer Qwen3 30B-A3B (128 experts, top 8) on 16 
 nodes of 8 (expert groups inside a node and across both), ep 1 (experts whole, their gradients
 meeting over tp) to 16, etp 1 and tp, ZeRO 0-2, every recomputation mode, 1F1B and interleaved,
 context parallelism beside expert parallelism, the alltoall and flex dispatchers and an
-imbalanced load; and a 3-layer one on 8 GPUs whose layers do not divide over 2 pipeline ranks,
+imbalanced load, micro-batches of 1, 2 and 4 (a split GEMM timed from the shapes at the micro-batch,
+as the DAG's trace has them); and a 3-layer one on 8 GPUs whose layers do not divide over 2 pipeline ranks,
 cut by Megatron-Core's account-for splits. Each candidate is DAG-timed once; time within 5 %,
 peak memory within 0.1 % (the estimate holds the DAG's own buffers). Each expert term of the
 estimate, and the layout's cuts, are then broken on purpose and the comparison must catch it.
@@ -13,6 +14,7 @@ from __future__ import annotations
 
 import importlib
 
+import numpy as np
 import pytest
 
 from triosim.graph.pipeline.layer_layout import LayerSplit
@@ -35,13 +37,14 @@ ALLTOALL = [
     C(2, 1, 8, 1, "1f1b", 1, 0, "none", True),  # ep 1: experts whole, their gradients over tp
     C(1, 1, 16, 1, "1f1b", 1, 1, "none", ep=8),  # inside a node, edp 2
     C(2, 1, 8, 1, "1f1b", 1, 1, "none", True, ep=16),  # across both nodes, edp 1
-    C(2, 2, 4, 1, "1f1b", 1, 2, "selective", True, ep=8),
+    C(2, 2, 4, 2, "1f1b", 1, 2, "selective", True, ep=8),  # micro-batch 2: the split GEMMs at its shapes
     C(4, 1, 4, 1, "1f1b", 1, 1, "none", True, ep=4, etp=4),  # expert tensor parallelism
     C(2, 2, 4, 1, "interleaved", 2, 0, "full", True, ep=2, etp=2),
     C(1, 2, 4, 1, "interleaved", 2, 1, "none", ep=8, cp=2),  # context parallelism beside it
     C(1, 1, 16, 1, "1f1b", 1, 0, "none", ep=1),  # no split at tp 1: the plain estimate
+    C(2, 2, 4, 4, "1f1b", 1, 1, "none", True, ep=4),  # micro-batch 4: the grouped GEMMs' split at its shapes
 ]
-FLEX = [C(2, 1, 8, 1, "1f1b", 1, 1, "none", True, ep=16), C(1, 2, 8, 1, "1f1b", 1, 2, "selective", ep=8)]
+FLEX = [C(2, 1, 8, 2, "1f1b", 1, 1, "none", True, ep=16), C(1, 2, 8, 1, "1f1b", 1, 2, "selective", ep=8)]
 # 3 layers over pp 2: the embedding or the loss counted as a layer makes them divide
 UNEVEN_ARGS = ["--model", "qwen3-30b-a3b", "--num-layers", "3", "--seq-len", "4096", "--gpu", "h100-sxm",
                "--topology", "nvlink-cluster", "--gpus", "8", "--global-batch", "16"]
@@ -142,6 +145,12 @@ def _equal_cuts(original):
     return planted
 
 
+def _shapes_at_one_sequence(original):
+    def planted(profile, batch, tp, sp, mb):  # every split op timed from the profile's shapes (one sequence)
+        return np.asarray(profile.tensor_plan(batch, tp, sp and tp > 1).time_scale, dtype=float)
+    return planted
+
+
 PLANTED = [
     (profile_module, "expert_share", _no_expert_split, "expert buffers ÷ ep · etp"),
     (estimate_module, "with_exchanges", _exchanges_hidden, "the token exchanges"),
@@ -149,6 +158,7 @@ PLANTED = [
     (estimate_module, "edp_group_of", _gradients_over_the_data_ranks, "the expert gradients' group"),
     (profile_module, "expert_share", _balanced_load, "the busiest rank's load"),
     (profile_module.ModelProfile, "layer_cuts", _equal_cuts, "the layout's stage cuts"),
+    (profile_module, "scale_at", _shapes_at_one_sequence, "the split ops timed at the micro-batch's shapes"),
 ]
 
 

@@ -30,8 +30,6 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-import numpy as np
-
 from ..errors import ConfigError
 from ..graph.context.plan import (
     BACKWARD,
@@ -44,6 +42,7 @@ from ..graph.pipeline.schedules import FORWARD as FORWARD_PHASE
 from ..graph.rank_map import RankMap
 from ..hardware.platform import gpu_node
 from .candidates import Candidate
+from .micro_scale import scale_at
 
 
 def attention_sequence(trace) -> int | None:
@@ -128,8 +127,7 @@ def with_ring(pt, profile, batch: int, tp: int, sp: bool, micro_batch: int, cast
     dst = gpu_node(ranks.rank(0, 0, 0))
     routes = {FORWARD: platform.route(gpu_node(ranks.rank(cp - 1, 0, 0)), dst),
               BACKWARD: platform.route(gpu_node(ranks.rank(1, 0, 0)), dst)}
-    plan = profile.tensor_plan(batch, tp, sp)
-    seconds = profile.op_times(batch, micro_batch, cast_share) * np.array(plan.time_scale, dtype=float)
+    seconds = profile.op_times(batch, micro_batch, cast_share) * scale_at(profile, batch, tp, sp, micro_batch)
     fwd, bwd, op_s = pt.fwd.copy(), pt.bwd.copy(), pt.op_s.copy()
     for i, phase, kv, dkv in _exchanges(profile, batch, tp, sp, micro_batch):
         route = routes[phase]

@@ -55,6 +55,7 @@ from .expert_time import (
     is_moe,
     with_exchanges,
 )
+from .micro_scale import scale_at
 from .offload_profile import for_offload
 from .pipeline_time import PipelineTimer
 from .profile import ModelProfile, PositionTimes
@@ -217,8 +218,7 @@ def _zero3_pipeline(c: Candidate, pt: PositionTimes, profile: ModelProfile, sett
     shape = timer.memo(("zero3 shape", profile.recompute, profile.variant), lambda: read_shape(profile))
     reads = timer.memo(("zero3 reads", profile.recompute, profile.variant, batch, c.tp, sp),
                        lambda: param_reads(profile, batch, c.tp, sp, shape))
-    compute = profile.op_times(batch, c.micro_batch, cast_share) * np.asarray(
-        profile.tensor_plan(batch, c.tp, sp).time_scale, dtype=float)
+    compute = profile.op_times(batch, c.micro_batch, cast_share) * scale_at(profile, batch, c.tp, sp, c.micro_batch)
     tp_after = pt.op_s - compute
     speed = sm_speed(profile)
     group = data_group(c)  # ZeRO-3 shards over the dp × cp data ranks

@@ -56,6 +56,7 @@ from .candidates import layer_facts
 from .collective_costs import CollectiveCosts
 from .context_time import held_bytes
 from .expert_time import expert_held_bytes, expert_share
+from .micro_scale import PLAIN, PRE_EXPERT, scale_at
 from .stage_memory import StageLayout, StageMemory, gpu_bytes, stage_layout, stage_memories, touches
 from .variants import rewrite_key
 
@@ -235,9 +236,10 @@ class ModelProfile(CollectiveCosts):
                 self.scaled(batch)
                 hit = carry_plan(self.parent.tensor_plan(batch, tp, sp), self._rewrites[batch])
             else:
-                hit = tensor_plan(self.scaled(batch), tp, "megatron", sp and tp > 1)
+                hit = self.memo[(PLAIN, *key)] = tensor_plan(self.scaled(batch), tp, "megatron", sp and tp > 1)
                 if self.cp > 1:  # one context rank's share, before the re-runs get theirs (as build does)
                     hit = context_split(self.scaled(batch), hit, self.cp, "p2p")
+                self.memo[(PRE_EXPERT, *key)] = hit
                 # an expert rank's share (expert buffers, busiest rank's GEMMs, optimizer share)
                 hit, self._expert_plans[key] = expert_share(self, batch, hit)
             self._plans[key] = hit
@@ -301,7 +303,7 @@ class ModelProfile(CollectiveCosts):
         pa = self._plan_arrays(batch, tp, sp)
         n = self.positions
         frac = mb / trace.batch_size
-        t = self.op_times(batch, mb, cast_share) * pa.scale
+        t = self.op_times(batch, mb, cast_share) * scale_at(self, batch, tp, sp, mb)  # at the DAG's shapes
         fwd = np.bincount(pa.f_pos, weights=t[pa.f_ops], minlength=n)
         bwd = np.bincount(pa.b_pos, weights=t[pa.b_ops], minlength=n)
         attn = np.bincount(pa.f_pos, weights=t[pa.f_ops] * pa.f_attn, minlength=n)
