@@ -17,8 +17,9 @@ from dataclasses import replace
 
 import numpy as np
 
+from ..compute.roofline import roofline_seconds
 from ..graph.context.plan import context_split
-from ..graph.tensor.split_time import block_edges, split_time_scale
+from ..graph.tensor.split_time import block_edges, share_cost, split_time_scale
 
 PLAIN, PRE_EXPERT = "plain plan", "pre-expert plan"  # the root profile's plans kept in its memo
 
@@ -38,20 +39,49 @@ def _at_micro_batch(trace, mb: int):
 
 def _split(root, batch: int, tp: int, sp: bool, mb: int) -> np.ndarray:
     """The tensor-parallel (and context) split's time scale from the shapes at ``mb``; shared by
-    the expert variants of one context degree (the split comes before the experts')."""
+    the expert variants of one context degree (the split comes before the experts') and by every
+    per-replica batch: the costs at ``mb`` and the tensors brought to ``mb`` do not depend on it."""
     base = root._contexts.get((1, 1, 1, 0), root)
-    key = ("micro split", batch, tp, sp, mb, root.cp)
+    key = ("micro split", tp, sp, mb, root.cp)
     hit = base.memo.get(key)
     if hit is None:
         plain = root.memo[(PLAIN, batch, tp, sp)]
         trace = _at_micro_batch(root.scaled(batch), mb)
         share = getattr(plain, "share", None)
-        scale = split_time_scale(trace, share, plain.shard_divisor, block_edges(getattr(plain, "blocks", ()) or ())) \
+        scale = _split_time_scale(trace, share, plain.shard_divisor, block_edges(getattr(plain, "blocks", ()) or ())) \
             if share else plain.time_scale
         if root.cp > 1:
             scale = context_split(trace, replace(plain, time_scale=scale), root.cp, "p2p").time_scale
         hit = base.memo[key] = np.asarray(scale, dtype=float)
     return hit
+
+
+def _split_time_scale(trace, time_scale, divisor, whole) -> tuple[float, ...]:
+    """:func:`~triosim.graph.tensor.split_time.split_time_scale` on a roofline-timed trace, the
+    same floats, each distinct op cost's roofline worked out once (a model's layers repeat)."""
+    model = trace.op_time
+    target = getattr(model, "target", model)
+    shapes, device = getattr(target, "shapes", None), getattr(target, "device", None)
+    if shapes is None or device is None:
+        return split_time_scale(trace, time_scale, divisor, whole)
+    precision, costs, batch = target.precision, shapes.costs, shapes.batch
+    seen: dict = {}
+
+    def roofline(cost) -> float:
+        hit = seen.get(cost)
+        if hit is None:
+            hit = seen[cost] = roofline_seconds(cost, device, precision)
+        return hit
+
+    out = []
+    for i, share in enumerate(time_scale):
+        if share == 1.0 or trace.ops[i].stage == "optimizer":
+            out.append(share)
+            continue
+        full = roofline(costs[i])
+        part = roofline(share_cost(trace, i, costs[i], share, divisor, whole, batch))
+        out.append(part / full if full > 0 else share)
+    return tuple(out)
 
 
 def scale_at(profile, batch: int, tp: int, sp: bool, mb: int) -> np.ndarray:
