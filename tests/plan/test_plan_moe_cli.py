@@ -98,3 +98,17 @@ def test_a_layout_string_of_four_stages_is_pp_4_or_pp_2_interleaved(tmp_path) ->
     rows = _plan(tmp_path, *MOE, "--tp", "1", "--pipeline-model-parallel-layout", "E|t|t|tL", "--top", "0")
     assert {(r["pp"], r["schedule"], r["virtual_stages"]) for r in rows} == {("4", "1f1b", "1"),
                                                                              ("2", "interleaved", "2")}
+
+
+def test_offload_is_not_searched_beside_token_exchanges(tmp_path) -> None:
+    """The estimate's host copies do not run beside the exchanges as the DAG's do (+2.7 … +5.7 %
+    above it): a pinned offload keeps ep and etp 1, and --ep with it is refused."""
+    rows = _plan(tmp_path, *MOE, "--tp", "1", "--pp", "2", "--offload-activations", "1", "--top", "0")
+    assert rows and {(r["ep"], r["etp"]) for r in rows} == {("1", "1")}
+    code, _, err = run(["plan", *MOE, "--ep", "2", "--offload-activations", "1"])
+    assert code == 2 and "--offload-activations with --ep/--etp" in err and len(err.strip().splitlines()) == 1
+    from triosim.plan.candidates import Candidate
+    from triosim.plan.variants import may_offload
+
+    assert may_offload(Candidate(2, 2, 4, 1)) and not may_offload(Candidate(2, 2, 4, 1, ep=2))
+    assert not may_offload(Candidate(2, 2, 4, 1, etp=2))

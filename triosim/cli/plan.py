@@ -126,6 +126,10 @@ def _check_flags(args: argparse.Namespace) -> None:
         if getattr(args, dest, False):
             raise ConfigError(f"plan's estimates run each token exchange in the compute stream's order: leave {flag} "
                               "out (time it with run on the plan's choice)")
+    if getattr(args, "offload_activations", None) is not None and any(getattr(args, a, None) not in (None, 1)
+                                                                        for a in EXPERT_PINS):
+        raise ConfigError("--offload-activations with --ep/--etp: plan's estimate does not follow the host copies "
+                          "beside the token exchanges; time it with run")
     if _recompute_pin(args) is not None and getattr(args, "offload_activations", None) is not None:
         raise ConfigError("--offload-activations with a recomputation setting: Megatron-Core does not offload "
                           "activations while it recomputes them; give one")

@@ -305,6 +305,8 @@ def expert_degrees(space: SearchSpace, tp: int, folded: int) -> list[tuple[int, 
     if not space.experts:
         return [(1, 1)]
     pin_ep, pin_etp = space.pin("ep"), space.pin("etp")
+    if space.offload_pin is not None:  # offload copies beside token exchanges: not estimated (plan.variants)
+        return [(1, 1)]
     etps = [pin_etp] if pin_etp is not None else sorted({1, tp} if space.etp_allowed else {1})
     out = []
     for etp in etps:
