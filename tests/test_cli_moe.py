@@ -101,12 +101,6 @@ def test_an_architecture_argument_keeps_the_cards_experts_and_head_width() -> No
     assert code == 0 and json.loads(out)["makespan_ms"] == json.loads(plain[1])["makespan_ms"]
 
 
-def test_plan_refuses_ep_it_does_not_search() -> None:
-    code, out, err = run("plan", "--model", "qwen3-30b-a3b", "--gpu", "h100-sxm", "--gpus", "8", "--global-batch", "8",
-                         "--ep", "8")
-    assert code == 2 and "plan does not search expert parallelism" in err
-
-
 def test_sweep_takes_ep_as_an_axis(tmp_path) -> None:
     """--ep 1,4 sweeps two configurations, each with its ep."""
     out_file = tmp_path / "ep.csv"

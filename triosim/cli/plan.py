@@ -26,6 +26,7 @@ from ..config.build import (
 from ..config.flags import FlagTable
 from ..config.gpu import GpuOptions, memory_capacity
 from ..config.inputs import input_files, refuse_outputs_over_inputs
+from ..config.layout_flags import DESTS as LAYOUT_DESTS
 from ..config.model_flags import card_flag, check_model_flags
 from ..config.precision import training_precision
 from ..errors import ConfigError
@@ -39,11 +40,16 @@ from .progress import ProgressLines, is_terminal
 # Strategy flags the plan chooses itself: given to `plan`, they would be silently replaced.
 CHOSEN = ("case", "dp", "tp", "pp", "micro_batch_size", "schedule", "virtual_stages", "zero", "sequence_parallel",
           "batch_size_sim", "gpus", "global_batch", "recompute", "cp", "recompute_method", "recompute_num_layers",
-          "recompute_modules", "offload_activations")
+          "recompute_modules", "offload_activations", "ep", "etp", *LAYOUT_DESTS)
 # Of them, the recomputation details and the offload a user may pin (every candidate then has them).
 RECOMPUTE_DETAIL = ("recompute_method", "recompute_num_layers", "recompute_modules", "offload_activations")
 # Of them, the parallel degrees a user may pin (the rest of the mesh is searched around them).
 PINNABLE = ("tp", "pp", "dp", "cp")
+# Expert parallelism folds over the GPUs of those axes (no GPUs of its own); pinned the same way.
+EXPERT_PINS = ("ep", "etp")
+# MoE overlaps the estimate does not follow (each changes what hides the token exchanges)
+UNMODELLED_MOE = (("moe_a2a_overlap", "--moe-a2a-overlap"), ("moe_shared_expert_overlap", "--moe-shared-expert-overlap"),
+                  ("delay_wgrad_compute", "--delay-wgrad-compute"))
 EXIT_NOTHING_FITS = 3
 
 
@@ -97,7 +103,8 @@ def register(sub: Any, defaults: dict | None = None) -> None:
 def _check_flags(args: argparse.Namespace) -> None:
     table = FlagTable.from_cli()
     for dest in CHOSEN:
-        if dest in ("gpus", "global_batch", *PINNABLE, *RECOMPUTE_DETAIL) or not hasattr(args, dest):
+        if dest in ("gpus", "global_batch", *PINNABLE, *EXPERT_PINS, *LAYOUT_DESTS, *RECOMPUTE_DETAIL) \
+                or not hasattr(args, dest):
             continue
         try:
             spec = table.by_dest(dest)
@@ -107,16 +114,22 @@ def _check_flags(args: argparse.Namespace) -> None:
             where = f"; --config {args.config} sets it" if dest in getattr(args, "config_dests", ()) else ""
             raise ConfigError(f"plan chooses --{spec.name} itself; leave it out (give --gpus and --global-batch)"
                               + where)
-    layout = LayerSplit.of(args)
-    if layout.given:  # its stage cuts are the equal or searched ones
-        raise ConfigError(f"plan does not search pipeline layouts: leave {layout.flags()} out (time a layout with "
-                          "run)")
+    LayerSplit.of(args).check()  # a pinned layout: Megatron-Core's refused combinations, one line
     if getattr(args, "cp_comm_type", "p2p") != "p2p":  # its estimates know the ring only
         raise ConfigError(f"plan searches context parallelism as ring attention (--cp-comm-type p2p): leave "
                           f"--cp-comm-type {args.cp_comm_type} out (time it with run, or sweep it)")
-    if getattr(args, "ep", None) not in (None, 1):  # nor expert parallelism
-        raise ConfigError("plan does not search expert parallelism: leave --ep out (time --ep layouts with run, or "
-                          "sweep them: --ep 1,8,32)")
+    for axis in EXPERT_PINS:
+        value = getattr(args, axis, None)
+        if value is not None and value < 1:
+            raise ConfigError(f"--{axis} must be a positive integer, got {value}")
+    for dest, flag in UNMODELLED_MOE:
+        if getattr(args, dest, False):
+            raise ConfigError(f"plan's estimates run each token exchange in the compute stream's order: leave {flag} "
+                              "out (time it with run on the plan's choice)")
+    if getattr(args, "offload_activations", None) is not None and any(getattr(args, a, None) not in (None, 1)
+                                                                        for a in EXPERT_PINS):
+        raise ConfigError("--offload-activations with --ep/--etp: plan's estimate does not follow the host copies "
+                          "beside the token exchanges; time it with run")
     if _recompute_pin(args) is not None and getattr(args, "offload_activations", None) is not None:
         raise ConfigError("--offload-activations with a recomputation setting: Megatron-Core does not offload "
                           "activations while it recomputes them; give one")
@@ -195,6 +208,38 @@ def _offload_pin(args: argparse.Namespace, trace) -> str | None:
     OffloadSpec.parse(text)
     host_link_rate(trace)
     return str(text).strip()
+
+
+def _routed_experts(args: argparse.Namespace, trace) -> int | None:
+    """The routed experts of the trace's MoE layers (None: a dense model), with a pinned ``--ep``
+    or ``--etp`` checked against them as ``run`` checks it."""
+    from ..graph.expert.plan import check_ep, expert_ops, moe_shape
+
+    ops, params = expert_ops(trace)
+    ep, etp = getattr(args, "ep", None) or 1, getattr(args, "etp", None) or 1
+    if not params:
+        if ep > 1 or etp > 1:
+            flag = f"--ep {ep}" if ep > 1 else f"--etp {etp}"
+            raise ConfigError(f"{flag}: the model has no mixture-of-experts layer (no grouped expert GEMM)")
+        return None
+    experts = moe_shape(trace, ops, params)[0]
+    check_ep(ep, experts, ep * etp, etp)  # divides the experts (the GPUs are the search's)
+    if etp > 1 and getattr(args, "moe_token_dispatcher", "alltoall") != "alltoall":
+        raise ConfigError(f"--etp {etp} with --moe-token-dispatcher {args.moe_token_dispatcher} is not modelled "
+                          "(use alltoall)")
+    return experts
+
+
+def _layouts(args: argparse.Namespace, trace, unit: str) -> dict:
+    """The search space's layout fields: a pinned layout (the layout flags), or on a model card
+    cut by ``--partition auto`` the account-for splits searched beside the equal one."""
+    split = LayerSplit.of(args)
+    if split.given:
+        if unit != "transformer layers":
+            raise ConfigError(f"{split.flags()}: the trace has no repeated transformer layers to place")
+        return {"split_pin": split}
+    card = bool(trace.info.get("model_card"))
+    return {"search_splits": card and unit == "transformer layers" and getattr(args, "partition", "auto") == "auto"}
 
 
 def _check_context(cp: int | None, sequence: int | None) -> None:
@@ -334,14 +379,20 @@ def plan_inputs(args: argparse.Namespace) -> PlanInputs:
     pinned = tuple((a, getattr(args, a)) for a in PINNABLE if getattr(args, a, None) is not None)
     sequence = attention_sequence(raw)
     _check_context(getattr(args, "cp", None), sequence)
+    experts = _routed_experts(args, raw)
+    pinned += tuple((a, getattr(args, a)) for a in EXPERT_PINS if getattr(args, a, None) is not None)
     space = SearchSpace(args.gpus, args.global_batch, layers, heads, max(1, node), args.max_tp, pinned=pinned,
-                        sequence=sequence, recompute_pin=_recompute_pin(args), offload_pin=_offload_pin(args, raw))
+                        sequence=sequence, recompute_pin=_recompute_pin(args), offload_pin=_offload_pin(args, raw),
+                        experts=experts, etp_allowed=getattr(args, "moe_token_dispatcher", "alltoall") == "alltoall",
+                        **_layouts(args, raw, unit))
     if not mesh_shapes(space):
         raise ConfigError(explain_empty(space, unit))
     candidates = list(enumerate_candidates(space))
     check_search_size(space, candidates)  # before anything is profiled
     profile = ModelProfile(raw, platform, reference_compat=bool(ns.reference_compat),
-                           precision=training_precision(ns))
+                           precision=training_precision(ns),
+                           moe=(str(getattr(args, "moe_token_dispatcher", "alltoall")),
+                                float(getattr(args, "moe_imbalance", 1.0))))
     settings = PlanSettings(args.global_batch, memory_capacity(ns), bucket_bytes=args.bucket_mb * 1024 * 1024,
                             seq_len=_seq_len(args, batches.trace_dir),
                             partition=args.partition if args.partition in ("count", "layers", "auto") else "time",

@@ -251,7 +251,8 @@ def translate_argv(argv: Sequence[str]) -> Translation:
     _finish_recompute(recompute, out)
     card.emit(out)
     _finish_layers_per_virtual_stage(out)
-    _finish_layout(out)
+    if not argv or argv[0] != "plan":  # plan searches the pp × V a layout's stages allow (plan.candidates)
+        _finish_layout(out)
     _finish_virtual(out)
     return result
 

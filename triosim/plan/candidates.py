@@ -22,7 +22,17 @@ from __future__ import annotations
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, fields
 
+from ..errors import ConfigError
 from ..graph.layer_count import count_layers
+from ..graph.pipeline.layer_layout import (
+    EMBEDDING_FLAG,
+    FIRST_FLAG,
+    LAST_FLAG,
+    LAYOUT_FLAG,
+    LOSS_FLAG,
+    LayerSplit,
+    megatron_layers_per_stage,
+)
 from ..graph.recompute_spec import DEFAULT_MODULES, RecomputeSpec
 from ..graph.strategy import Strategy
 from ..graph.tensor.megatron import attention_heads
@@ -60,6 +70,12 @@ class Candidate:
     recompute_num_layers: int = 1
     recompute_modules: tuple[str, ...] = DEFAULT_MODULES  # selective: the parts of each layer re-run
     offload: str | None = None  # --offload-activations (N layers or a fraction of each chunk's); recompute none
+    # expert parallelism of an MoE model (parallel folding): the experts on etp × ep × edp over the
+    # tp · cp · dp GPUs of a stage (graph.expert.plan)
+    ep: int = 1
+    etp: int = 1
+    # the pipeline layout (Megatron-Core's flags): equal layers per stage unless given
+    split: LayerSplit = LayerSplit()
 
     @property
     def recompute_spec(self) -> RecomputeSpec:
@@ -83,7 +99,8 @@ class Candidate:
     @property
     def mesh(self) -> str:
         cp = f"×cp{self.cp}" if self.cp > 1 else ""
-        return f"dp{self.dp}{cp}×tp{self.tp}×pp{self.pp}"
+        ep = (f"×ep{self.ep}" if self.ep > 1 else "") + (f"×etp{self.etp}" if self.etp > 1 else "")
+        return f"dp{self.dp}{cp}×tp{self.tp}×pp{self.pp}{ep}"
 
     @property
     def data(self) -> int:
@@ -100,7 +117,9 @@ class Candidate:
         batch = ["--global-batch", str(global_batch)] if global_flag else \
             ["--batch-size-sim", str(global_batch // self.dp)]
         flags = ["--dp", str(self.dp), "--tp", str(self.tp), "--pp", str(self.pp),
-                 *(["--cp", str(self.cp)] if self.cp > 1 else []), *batch,
+                 *(["--cp", str(self.cp)] if self.cp > 1 else []),
+                 *(["--ep", str(self.ep)] if self.ep > 1 else []), *(["--etp", str(self.etp)] if self.etp > 1 else []),
+                 *batch,
                  "--micro-batch-size", str(self.micro_batch), "--schedule", self.schedule]
         if self.schedule == "interleaved":
             flags += ["--virtual-stages", str(self.virtual)]
@@ -117,7 +136,34 @@ class Candidate:
             flags += ["--recompute-modules", ",".join(self.recompute_modules)]
         if self.offload is not None:
             flags += ["--offload-activations", self.offload]
-        return flags
+        return flags + split_flags(self.split)
+
+    @property
+    def layout_label(self) -> str:
+        """The layout in words: ``equal``, ``E+1``/``L+1`` (the embedding/loss counted as a
+        layer), ``first 3, last 2``, or the layout string."""
+        return split_label(self.split)
+
+
+def split_flags(split: LayerSplit) -> list[str]:
+    """The ``triosim run`` flags of a layout (none for the equal split)."""
+    out = [EMBEDDING_FLAG] * split.account_for_embedding + [LOSS_FLAG] * split.account_for_loss
+    if split.first_stage_layers is not None:
+        out += [FIRST_FLAG, str(split.first_stage_layers)]
+    if split.last_stage_layers is not None:
+        out += [LAST_FLAG, str(split.last_stage_layers)]
+    if split.layout is not None:
+        out += [LAYOUT_FLAG, split.layout]
+    return out
+
+
+def split_label(split: LayerSplit) -> str:
+    if split.layout is not None:
+        return split.layout
+    parts = [w for w, on in (("E+1", split.account_for_embedding), ("L+1", split.account_for_loss)) if on]
+    parts += [f"{w} {n}" for w, n in (("first", split.first_stage_layers), ("last", split.last_stage_layers))
+              if n is not None]
+    return ", ".join(parts) or "equal"
 
 
 @dataclass(frozen=True)
@@ -146,6 +192,14 @@ class SearchSpace:
     # --offload-activations value: every candidate has it. None: searched.
     recompute_pin: tuple[str, str, int, tuple[str, ...]] | None = None
     offload_pin: str | None = None
+    # the routed experts of an MoE model (None: dense, ep and etp 1); etp above 1 only with the
+    # alltoall dispatcher (as run accepts)
+    experts: int | None = None
+    etp_allowed: bool = True
+    # pipeline layouts: the one the user pinned (layout flags), or whether to search Megatron-Core's
+    # account-for splits beside the equal one (a model card's layers cut by --partition auto)
+    split_pin: LayerSplit | None = None
+    search_splits: bool = False
 
     def pin(self, axis: str) -> int | None:
         return dict(self.pinned).get(axis)
@@ -187,6 +241,37 @@ def context_degrees(space: SearchSpace, gpus: int) -> list[int]:
     return out
 
 
+# the account-for variants: the embedding and the loss, the loss alone, the embedding alone (auto_split's order)
+ACCOUNT_FOR = (LayerSplit(True, True), LayerSplit(False, True), LayerSplit(True, False))
+
+
+def _counts(space: SearchSpace, pp: int, virtual: int, split: LayerSplit) -> tuple[int, ...] | None:
+    """Transformer layers per stage under ``split``, or None where Megatron-Core refuses it."""
+    try:
+        return megatron_layers_per_stage(space.layers, pp, virtual, split)
+    except ConfigError:
+        return None
+
+
+def layer_splits(space: SearchSpace, pp: int, virtual: int) -> list[LayerSplit]:
+    """The layouts of ``pp`` ranks × ``virtual`` stages: the pinned one where it fits; else the
+    equal split where the layers divide and, where the search takes them (a pipeline: the first
+    stage carries the embedding, the last the loss), Megatron-Core's account-for splits that
+    make the layers divide and cut them otherwise than a split before them (48 layers over 2
+    ranks with the embedding and the loss counted: 24 and 24, the equal split again)."""
+    if space.split_pin is not None:
+        return [space.split_pin] if _counts(space, pp, virtual, space.split_pin) is not None else []
+    out = [LayerSplit()] if space.layers % (pp * virtual) == 0 else []
+    if space.search_splits and pp > 1:
+        seen = {_counts(space, pp, virtual, s) for s in out}
+        for split in ACCOUNT_FOR:
+            counts = _counts(space, pp, virtual, split)
+            if counts is not None and counts not in seen:
+                seen.add(counts)
+                out.append(split)
+    return out
+
+
 def mesh_shapes(space: SearchSpace) -> list[tuple[int, int, int, int]]:
     """Every (tp, pp, dp, cp) with tp · pp · cp · dp = GPUs that the rules allow."""
     cap = space.max_tp if space.max_tp is not None else space.gpus_per_node
@@ -199,13 +284,36 @@ def mesh_shapes(space: SearchSpace) -> list[tuple[int, int, int, int]]:
         if pin_tp is not None and tp != pin_tp:
             continue
         for pp in divisors(space.gpus // tp):
-            if space.layers % pp or (pin_pp is not None and pp != pin_pp):
+            if pin_pp is not None and pp != pin_pp:
+                continue
+            if not layer_splits(space, pp, 1) and not (pp >= 2 and any(layer_splits(space, pp, v)
+                                                                          for v in VIRTUAL_STAGES)):
                 continue
             for cp in context_degrees(space, space.gpus // (tp * pp)):
                 dp = space.gpus // (tp * pp * cp)
                 if space.global_batch % dp or (pin_dp is not None and dp != pin_dp):
                     continue
                 out.append((tp, pp, dp, cp))
+    return out
+
+
+def expert_degrees(space: SearchSpace, tp: int, folded: int) -> list[tuple[int, int]]:
+    """The (ep, etp) pairs of a mesh whose stage has ``folded`` = tp · cp · dp GPUs: etp 1 and tp
+    (the common choices; a pinned one as given) and every ep dividing the routed experts with
+    etp · ep dividing ``folded`` (Megatron-Core's parallel folding, as ``run`` checks it); (1, 1)
+    on a dense model."""
+    if not space.experts:
+        return [(1, 1)]
+    pin_ep, pin_etp = space.pin("ep"), space.pin("etp")
+    if space.offload_pin is not None:  # offload copies beside token exchanges: not estimated (plan.variants)
+        return [(1, 1)]
+    etps = [pin_etp] if pin_etp is not None else sorted({1, tp} if space.etp_allowed else {1})
+    out = []
+    for etp in etps:
+        for ep in divisors(space.experts):
+            if folded % (ep * etp) or (pin_ep is not None and ep != pin_ep):
+                continue
+            out.append((ep, etp))
     return out
 
 
@@ -228,22 +336,28 @@ def enumerate_candidates(space: SearchSpace) -> Iterator[Candidate]:
             if space.micro_batches is not None and mb not in space.micro_batches:
                 continue
             m = batch // mb
-            schedules: list[tuple[str, int]] = []
+            schedules: list[tuple[str, int, LayerSplit]] = []
             for sched in space.schedules:
                 if sched != "interleaved":
-                    schedules.append((sched, 1))
+                    schedules += [(sched, 1, split) for split in layer_splits(space, pp, 1)]
                 elif pp >= 2 and m % pp == 0:
-                    schedules += [(sched, v) for v in VIRTUAL_STAGES if space.layers % (pp * v) == 0]
+                    schedules += [(sched, v, split) for v in VIRTUAL_STAGES for split in layer_splits(space, pp, v)]
             zeros = [z for z in space.zero_stages if z == 0 or dp * cp > 1]  # ZeRO shards over dp × cp
             if space.offload_pin is not None:  # not under ZeRO-3 (plan.offload_profile)
                 zeros = [z for z in zeros if z < 3]
             sps = [s for s in space.sequence_parallel if not s or tp > 1]
-            for sched, v in schedules:
+            experts = expert_degrees(space, tp, tp * cp * dp)
+            for sched, v, split in schedules:
                 for z in zeros:
-                    for rc in settings:
-                        for sp in sps:
-                            yield Candidate(tp, pp, dp, mb, sched, v, z, sequence_parallel=sp, cp=cp, **rc)
+                    for ep, etp in experts:
+                        # FSDP of experts split over tp, ep or etp: not modelled (run refuses it)
+                        if z == 3 and space.experts and (tp > 1 or ep > 1 or etp > 1):
+                            continue
+                        for rc in settings:
+                            for sp in sps:
+                                yield Candidate(tp, pp, dp, mb, sched, v, z, sequence_parallel=sp, cp=cp, ep=ep,
+                                                etp=etp, split=split, **rc)
 
 
 __all__ = ["MIN_CP_CHUNK", "RECOMPUTE_MODES", "SCHEDULES", "Candidate", "SearchSpace", "context_degrees", "divisors",
-           "enumerate_candidates", "layer_facts", "mesh_shapes", "strategy_has"]
+           "enumerate_candidates", "expert_degrees", "layer_splits", "split_flags", "split_label", "layer_facts", "mesh_shapes", "strategy_has"]

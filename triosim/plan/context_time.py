@@ -30,8 +30,6 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-import numpy as np
-
 from ..errors import ConfigError
 from ..graph.context.plan import (
     BACKWARD,
@@ -44,6 +42,7 @@ from ..graph.pipeline.schedules import FORWARD as FORWARD_PHASE
 from ..graph.rank_map import RankMap
 from ..hardware.platform import gpu_node
 from .candidates import Candidate
+from .micro_scale import scale_at
 
 
 def attention_sequence(trace) -> int | None:
@@ -107,7 +106,10 @@ def _exchanges(profile, batch: int, tp: int, sp: bool, micro_batch: int):
     trace = profile.scaled(batch)
     size = _sizes(trace, profile.tensor_plan(batch, tp, sp), micro_batch / trace.batch_size)
     out = []
-    for i, a in sorted(attention_ops(trace, "p2p", profile.cp).items()):
+    ops = profile.memo.get(("attention ops", batch))
+    if ops is None:  # one pass over the trace per batch, not per candidate
+        ops = profile.memo[("attention ops", batch)] = sorted(attention_ops(trace, "p2p", profile.cp).items())
+    for i, a in ops:
         kv = size(a.k) + size(a.v)
         dkv = size(a.grads[1]) + size(a.grads[2]) if a.phase == BACKWARD else 0
         out.append((i, a.phase, kv, dkv))
@@ -125,8 +127,7 @@ def with_ring(pt, profile, batch: int, tp: int, sp: bool, micro_batch: int, cast
     dst = gpu_node(ranks.rank(0, 0, 0))
     routes = {FORWARD: platform.route(gpu_node(ranks.rank(cp - 1, 0, 0)), dst),
               BACKWARD: platform.route(gpu_node(ranks.rank(1, 0, 0)), dst)}
-    plan = profile.tensor_plan(batch, tp, sp)
-    seconds = profile.op_times(batch, micro_batch, cast_share) * np.array(plan.time_scale, dtype=float)
+    seconds = profile.op_times(batch, micro_batch, cast_share) * scale_at(profile, batch, tp, sp, micro_batch)
     fwd, bwd, op_s = pt.fwd.copy(), pt.bwd.copy(), pt.op_s.copy()
     for i, phase, kv, dkv in _exchanges(profile, batch, tp, sp, micro_batch):
         route = routes[phase]
@@ -146,8 +147,12 @@ def held_bytes(profile, batch: int, tp: int, sp: bool, micro_batch: int) -> dict
     cp = profile.cp
     if cp < 2:
         return {}
-    return {i: float(cp * kv if phase == FORWARD else 2 * (kv + dkv))
-            for i, phase, kv, dkv in _exchanges(profile, batch, tp, sp, micro_batch)}
+    key = ("ring held", batch, tp, sp, micro_batch)
+    hit = profile.memo.get(key)
+    if hit is None:
+        hit = profile.memo[key] = {i: float(cp * kv if phase == FORWARD else 2 * (kv + dkv))
+                                   for i, phase, kv, dkv in _exchanges(profile, batch, tp, sp, micro_batch)}
+    return hit
 
 
 __all__ = ["attention_sequence", "data_group", "held_bytes", "ring_seconds", "with_ring"]

@@ -47,6 +47,15 @@ import numpy as np
 from ..graph.pipeline.schedules import BACKWARD, FORWARD
 from .candidates import Candidate
 from .context_time import data_group, with_ring
+from .expert_time import (
+    edp_group_of,
+    expert_key,
+    expert_param_bytes,
+    expert_params,
+    is_moe,
+    with_exchanges,
+)
+from .micro_scale import scale_at
 from .offload_profile import for_offload
 from .pipeline_time import PipelineTimer
 from .profile import ModelProfile, PositionTimes
@@ -155,6 +164,9 @@ def _starts(c: Candidate, pt, profile: ModelProfile, settings: PlanSettings) -> 
     # shows the bound (on other traces a TP collective a re-run hides can put it 17 % above)
     card = bool((profile.parent or profile).raw.info.get("model_card"))
     bounded = card and S == 1
+    if c.split.given:  # a layout cuts the layers whatever the partition (the DAG's choose_split)
+        # uneven stages: the recurrence is exact for equal ones only (no bound shown)
+        return profile.layer_cuts(settings.partition, S, c.split, c.pp), False
     if settings.partition == "count":
         starts = [k * profile.positions // S for k in range(S)]
     else:
@@ -203,11 +215,10 @@ def _zero3_pipeline(c: Candidate, pt: PositionTimes, profile: ModelProfile, sett
     batch = settings.global_batch // c.dp
     sp = c.sequence_parallel and c.tp > 1
     # the memo keys name cp: a context rank's profile (profile.for_context) differs from cp 1's
-    shape = timer.memo(("zero3 shape", profile.recompute, c.cp), lambda: read_shape(profile))
-    reads = timer.memo(("zero3 reads", profile.recompute, c.cp, batch, c.tp, sp),
+    shape = timer.memo(("zero3 shape", profile.recompute, profile.variant), lambda: read_shape(profile))
+    reads = timer.memo(("zero3 reads", profile.recompute, profile.variant, batch, c.tp, sp),
                        lambda: param_reads(profile, batch, c.tp, sp, shape))
-    compute = profile.op_times(batch, c.micro_batch, cast_share) * np.asarray(
-        profile.tensor_plan(batch, c.tp, sp).time_scale, dtype=float)
+    compute = profile.op_times(batch, c.micro_batch, cast_share) * scale_at(profile, batch, c.tp, sp, c.micro_batch)
     tp_after = pt.op_s - compute
     speed = sm_speed(profile)
     group = data_group(c)  # ZeRO-3 shards over the dp × cp data ranks
@@ -223,7 +234,7 @@ def _zero3_pipeline(c: Candidate, pt: PositionTimes, profile: ModelProfile, sett
             for row, ph in ((0, FORWARD), (1, BACKWARD)):
                 all_ops, all_pos = shape.ops[ph]
                 ops = all_ops[(all_pos >= lo) & (all_pos < hi)]
-                ukey = ("zero3 units", profile.recompute, c.cp, batch, c.tp, sp, lo, hi, tuple(bounds[r::P]), ph,
+                ukey = ("zero3 units", profile.recompute, profile.variant, batch, c.tp, sp, lo, hi, tuple(bounds[r::P]), ph,
                         settings.bucket_bytes)
                 firsts, sizes = timer.memo(ukey, lambda lo=lo, hi=hi, owned=owned, ph=ph: stage_units(
                     reads, lo, hi, owned, ph, settings.bucket_bytes))
@@ -231,7 +242,7 @@ def _zero3_pipeline(c: Candidate, pt: PositionTimes, profile: ModelProfile, sett
                 unit_of[np.searchsorted(ops, firsts)] = np.arange(len(firsts))
                 gathers = timer.memo((ukey, group), lambda sizes=sizes: profile.collective_many(
                     "all_gather", group, np.array(sizes, dtype=np.int64)).tolist())
-                gate = timer.memo(("zero3 gate", profile.recompute, c.cp, lo, hi, ph),
+                gate = timer.memo(("zero3 gate", profile.recompute, profile.variant, lo, hi, ph),
                                   lambda ops=ops, lo=lo, hi=hi, ph=ph: input_gate(shape, ops, lo, hi, ph))
                 free, data = block_times(compute[ops], tp_after[ops], unit_of, gathers, speed, shared, gate)
                 out[row, j], out[row + 2, j] = data, free
@@ -270,33 +281,44 @@ def _dp_synced_all(c: Candidate, op: str, starts: list[int], B: np.ndarray, ends
     bounds = list(zip(starts, [*starts[1:], profile.positions]))
 
     overlap = settings.overlap_grad_reduce
+    experts = expert_params(profile, batch, c.tp, c.sequence_parallel)
+    # the dense buckets, then (an MoE model's expert rank) the experts', reduced on their own group
+    parts = [(experts, False), (experts, True)] if experts else [None]
 
-    def buckets() -> list[tuple[np.ndarray, np.ndarray]]:
+    def buckets() -> list[list[tuple[np.ndarray, np.ndarray]]]:
         out = []
         for r in range(c.pp):
-            if not overlap:  # Megatron's default: one bucket per stage of the rank, in chunk order
-                parts = []
+            mine = []
+            for part in parts:
+                if not overlap:  # Megatron's default: one bucket per stage of the rank, in chunk order
+                    chunks = []
+                    for x, y in bounds[r::c.pp]:
+                        owned = np.zeros(profile.positions, dtype=bool)
+                        owned[x:y] = True
+                        chunks.append(profile.rank_buckets(batch, c.tp, c.sequence_parallel, owned, float("inf"),
+                                                           part)[0])
+                    sizes = np.concatenate(chunks) if chunks else np.zeros(0, dtype=np.int64)
+                    mine.append((sizes, np.full(len(sizes), -1, dtype=np.intp)))
+                    continue
+                owned = np.zeros(profile.positions, dtype=bool)
                 for x, y in bounds[r::c.pp]:
-                    owned = np.zeros(profile.positions, dtype=bool)
                     owned[x:y] = True
-                    parts.append(profile.rank_buckets(batch, c.tp, c.sequence_parallel, owned, float("inf"))[0])
-                sizes = np.concatenate(parts) if parts else np.zeros(0, dtype=np.int64)
-                out.append((sizes, np.full(len(sizes), -1, dtype=np.intp)))
-                continue
-            owned = np.zeros(profile.positions, dtype=bool)
-            for x, y in bounds[r::c.pp]:
-                owned[x:y] = True
-            out.append(profile.rank_buckets(batch, c.tp, c.sequence_parallel, owned, settings.bucket_bytes))
+                mine.append(profile.rank_buckets(batch, c.tp, c.sequence_parallel, owned, settings.bucket_bytes, part))
+            out.append(mine)
         return out
 
-    bkey = ("buckets", profile.recompute, profile.cp, batch, c.tp, c.sequence_parallel, tuple(starts), c.pp,
+    bkey = ("buckets", profile.recompute, profile.variant, batch, c.tp, c.sequence_parallel, tuple(starts), c.pp,
             settings.bucket_bytes, overlap)
     per_rank = timer.memo(bkey, buckets)
-    group = data_group(c)  # dp × cp GPUs; rank order tp, (cp,) pp, dp
-    costs = timer.memo(("bucket costs", bkey, op, c.data),
-                       lambda: [profile.collective_many(op, group, sizes) for sizes, _ in per_rank])
+    # dp × cp GPUs (rank order tp, (cp,) pp, dp); the experts' on their expert-data-parallel group
+    groups = [data_group(c), edp_group_of(c)]
+    costs = timer.memo(("bucket costs", bkey, op, c.data, c.ep, c.etp),
+                       lambda: [np.concatenate([profile.collective_many(op, group, sizes)
+                                                for group, (sizes, _) in zip(groups, mine)]) for mine in per_rank])
     synced = np.zeros(c.pp)
-    for r, ((sizes, ready_ops), cost) in enumerate(zip(per_rank, costs)):
+    joined = [(np.concatenate([sizes for sizes, _ in mine]), np.concatenate([ready for _, ready in mine]))
+              for mine in per_rank]
+    for r, ((sizes, ready_ops), cost) in enumerate(zip(joined, costs)):
         if not len(sizes):
             continue
         if not overlap:  # every bucket after the rank's last backward, one after another
@@ -362,8 +384,15 @@ def _times(c: Candidate, profile: ModelProfile, batch: int, share: float | None,
     where the partial attentions do not hide it (cp > 1)."""
     pt = profile.times(batch, c.tp, c.sequence_parallel, c.micro_batch, share)
     if c.cp > 1:
-        pt = timer.memo(("ring", c.cp, profile.recompute, batch, c.tp, c.sequence_parallel, c.micro_batch, share),
-                        lambda: with_ring(pt, profile, batch, c.tp, c.sequence_parallel, c.micro_batch, share))
+        ring = pt = timer.memo(("ring", profile.variant, profile.recompute, batch, c.tp, c.sequence_parallel,
+                                c.micro_batch, share),
+                               lambda: with_ring(pt, profile, batch, c.tp, c.sequence_parallel, c.micro_batch, share))
+    else:
+        ring = pt
+    if profile.expert_plan(batch, c.tp, c.sequence_parallel) is not None:  # the token exchanges (on pp's GPUs)
+        pt = timer.memo(("exchanges", profile.variant, profile.recompute, batch, c.tp, c.sequence_parallel,
+                         c.micro_batch, share, c.pp),
+                        lambda: with_exchanges(ring, profile, c, batch, c.micro_batch))
     return pt
 
 
@@ -373,13 +402,14 @@ def estimate(c: Candidate, profile: ModelProfile, settings: PlanSettings, timer:
     m = batch // c.micro_batch
     P = c.pp
     spec = c.recompute_spec
-    profile = profile.for_context(c.cp)
+    profile = profile.for_context(c.cp, expert_key(c, is_moe(profile)))
+    variant = profile.variant
     # FP8 training: a weight is cast once an iteration and cached (every micro-batch under ZeRO-3)
     share = (1.0 if c.zero >= 3 else 1.0 / m) if profile.fp8_weight_casts else None
     chosen = None
     if c.offload is not None:  # the chunks cut without the offload ops, as the simulation cuts them
-        chosen = timer.memo(("starts", "none", batch, c.tp, c.sequence_parallel, c.micro_batch, share, c.cp,
-                             c.pp * c.virtual, settings.partition),
+        chosen = timer.memo(("starts", "none", batch, c.tp, c.sequence_parallel, c.micro_batch, share, variant,
+                             c.pp * c.virtual, settings.partition, c.split),
                             lambda: _starts(c, _times(c, profile, batch, share, timer), profile, settings))
         profile, moved = for_offload(profile, c.offload, chosen[0])
         chosen = (moved, chosen[1])
@@ -388,7 +418,7 @@ def estimate(c: Candidate, profile: ModelProfile, settings: PlanSettings, timer:
         # re-runs of one chunk (the whole model), as the simulation cuts them (recompute.fit_to_stages)
         whole = profile.for_recompute(spec)
         chosen = timer.memo(("starts", whole.recompute, batch, c.tp, c.sequence_parallel, c.micro_batch, share,
-                             c.cp, c.pp * c.virtual, settings.partition),
+                             variant, c.pp * c.virtual, settings.partition, c.split),
                             lambda: _starts(c, _times(c, whole, batch, share, timer), whole, settings))
         fops = (profile.parent or profile).fops
         profile = profile.for_recompute(spec, frozenset(fops[s] for s in chosen[0][1:]))
@@ -396,7 +426,7 @@ def estimate(c: Candidate, profile: ModelProfile, settings: PlanSettings, timer:
         profile = profile.for_recompute(spec)
     pt = _times(c, profile, batch, share, timer)
     key = (batch, c.tp, c.sequence_parallel, c.micro_batch, profile.recompute, c.schedule, P, c.virtual,
-           settings.partition, share, c.cp)
+           settings.partition, share, variant, c.split)
     starts, F, B, ends, bounded = timer.memo(key, lambda: _pipeline(c, pt, profile, settings, timer, m, chosen, share))
     bounds = list(zip(starts, [*starts[1:], profile.positions]))
     zero3 = c.zero == 3 and c.dp > 1
@@ -416,7 +446,12 @@ def estimate(c: Candidate, profile: ModelProfile, settings: PlanSettings, timer:
     after = ends.copy()
     if tied > 0:
         after[0] = after[P - 1] = max(float(ends[0]), float(ends[P - 1])) + tied
-    synced = _dp_synced(c, key, starts, B, ends, after, pt, profile, settings, timer) if c.data > 1 else None
+    # an MoE model's expert gradients meet over edp GPUs (tp · cp · dp / (ep · etp)), data ranks or not
+    edp = c.tp * c.data // (c.ep * c.etp) if expert_params(profile, batch, c.tp, c.sequence_parallel) else 1
+    synced = _dp_synced(c, key, starts, B, ends, after, pt, profile, settings, timer) if c.data > 1 or edp > 1 \
+        else None
+    # the experts' updated values: gathered over their own group, not the data ranks' (none at edp 1)
+    expert_bytes = _rank_sums(expert_param_bytes(profile, batch, c.tp, c.sequence_parallel), bounds, P)
     for r in range(P):
         end = float(after[r])
         t = max(end, float(synced[r])) if synced is not None else end
@@ -427,7 +462,10 @@ def estimate(c: Candidate, profile: ModelProfile, settings: PlanSettings, timer:
         if sharded and c.zero < 3 and settings.overlap_param_gather:
             pass  # ZeRO-1/2 gathering before the forward ops that use them: hidden behind the next iteration
         elif sharded and c.zero < 3:  # ZeRO-1/2: every rank gathers the updated parameters
-            t += profile.collective_s("all_gather", dp_group, int(params[r]))
+            # (an MoE model's experts on their own group, after the dense ones)
+            t += profile.collective_s("all_gather", dp_group, int(params[r] - expert_bytes[r]))
+            if expert_bytes[r] and edp > 1:
+                t += profile.collective_s("all_gather", edp_group_of(c), int(expert_bytes[r]))
         finish = max(finish, t)
     peaks = _rank_peaks(c, m, bounds, params, opt_state, profile, settings, timer, key)
     peak, worst = int(max(peaks)), int(np.argmax(peaks))

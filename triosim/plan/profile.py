@@ -29,11 +29,11 @@ import numpy as np
 
 from ..compute.op_time import op_seconds
 from ..compute.scale import scale_trace
-from ..graph.collectives.cost import collective_cost
 from ..graph.context.plan import context_split
 from ..graph.data.data_parallel import gradient_order
 from ..graph.data.precision import with_training_precision
 from ..graph.data.zero import buffer_roles
+from ..graph.pipeline.layer_layout import LayerSplit, megatron_layers_per_stage
 from ..graph.pipeline.schedules import BACKWARD, FORWARD, OPTIMIZER
 from ..graph.pipeline.stage_costs import buffer_versions
 from ..graph.pipeline.stages import (
@@ -47,16 +47,18 @@ from ..graph.pipeline.tied_embedding import TiedEmbedding, find_tied
 from ..graph.recompute import carry_plan, recompute
 from ..graph.recompute_spec import RecomputeSpec, as_spec
 from ..graph.single import persistent_buffers
+from ..graph.tensor.per_op import optimizer_state_of
 from ..graph.tensor.plans import tensor_plan, tp_waits
 from ..hardware.platform import Platform
 from ..trace import Trace
 from ..trace.precision import gathered_parameter_bytes, reduced_gradient_bytes
 from .candidates import layer_facts
+from .collective_costs import CollectiveCosts
 from .context_time import held_bytes
+from .expert_time import expert_held_bytes, expert_share
+from .micro_scale import PLAIN, PRE_EXPERT, scale_at
 from .stage_memory import StageLayout, StageMemory, gpu_bytes, stage_layout, stage_memories, touches
 from .variants import rewrite_key
-
-EXACT_GROUP = 8  # collectives on groups up to this size are costed exactly at every size
 
 # Ops of the attention core (scores, softmax, dropout on them, the product with V): what
 # selective recomputation re-runs instead of keeping (Korthikanti et al. 2022, section 4.2).
@@ -88,7 +90,7 @@ class PositionTimes:
 
 
 @dataclass
-class ModelProfile:
+class ModelProfile(CollectiveCosts):
     """The trace a plan searches over and the platform it runs on, with cached per-key figures."""
 
     raw: Trace
@@ -114,7 +116,13 @@ class ModelProfile:
     _stage_mem: dict[tuple, list[StageMemory]] = field(default_factory=dict, repr=False)
     _layouts: dict[tuple, StageLayout] = field(default_factory=dict, repr=False)
     cp: int = 1  # context-parallel degree: one context rank's share of every op and activation
-    _contexts: dict[int, ModelProfile] = field(default_factory=dict, repr=False)
+    _contexts: dict[tuple, ModelProfile] = field(default_factory=dict, repr=False)
+    # expert parallelism (an MoE trace): (ep, etp, the ZeRO stage sharding expert state over its
+    # expert-data-parallel group: 0 without ZeRO or data ranks); moe: the run's (dispatcher, imbalance)
+    experts: tuple[int, int, int] = (1, 1, 0)
+    moe: tuple[str, float] = ("alltoall", 1.0)
+    _expert_plans: dict[tuple[int, int, bool], object] = field(default_factory=dict, repr=False)
+    memo: dict[tuple, object] = field(default_factory=dict, repr=False)  # exchange facts of this trace, per key
 
     def __post_init__(self) -> None:
         trace = self.raw
@@ -140,30 +148,46 @@ class ModelProfile:
 
     # ------------------------------------------------------------------ cached inputs
 
-    def layer_cuts(self, partition: str, stages: int) -> list[int] | None:
+    def layer_cuts(self, partition: str, stages: int, split: LayerSplit | None = None,
+                   ranks: int = 1) -> list[int] | None:
         """Megatron-LM's stage starts (forward positions) when ``partition`` (``layers``, or
-        ``auto`` on a model card's trace) cuts ``stages`` stages at equal layers, else None. The
+        ``auto`` on a model card's trace) cuts ``stages`` stages at equal layers, or a given
+        layout ``split`` of ``ranks`` pipeline ranks cuts them (whatever the partition, as the
+        simulation's :func:`~triosim.graph.pipeline.layer_layout.choose_split`), else None. The
         layers are found once, on the trace without re-runs: recomputation inserts its re-runs
         among the backward ops, so the forward positions are the same."""
         root = self.parent or self
         if root._layer_units is None:
             root._layer_units = trace_layers(root.raw)
         units = root._layer_units
+        if split is not None and split.given:
+            counts = megatron_layers_per_stage(len(units), ranks, stages // ranks, split)
+            return layer_starts(root.raw, root.fops, stages, units, counts)
         if resolve_partition(root.raw, partition, stages, units) != "layers":
             return None
         return layer_starts(root.raw, root.fops, stages, units)
 
-    def for_context(self, cp: int) -> ModelProfile:
+    @property
+    def variant(self) -> tuple[int, int, int, int]:
+        """(cp, ep, etp, expert ZeRO stage): what the rank's share of ops and buffers depends on
+        beyond the (batch, tp, sp) keys; memo keys name it."""
+        return (self.cp, *self.experts)
+
+    def for_context(self, cp: int, experts: tuple[int, int, int] = (1, 1, 0)) -> ModelProfile:
         """One context rank's profile at ``cp`` (its ops and activations split as the simulation's
-        :func:`~triosim.graph.context.plan.context_split` does), with this one's recomputation;
-        built once per degree, sharing the cp-1 profile's scaled traces and op times."""
+        :func:`~triosim.graph.context.plan.context_split` does) and, on an MoE trace, one expert
+        rank's at ``experts`` (:mod:`triosim.plan.expert_time`), with this one's recomputation;
+        built once per variant, sharing the plain profile's scaled traces and op times."""
         root = self.parent or self
-        base = root if root.cp == 1 else root._contexts[1]
-        hit = root if cp == root.cp else base if cp == 1 else base._contexts.get(cp)
+        plain = (1, 1, 1, 0)
+        base = root if root.variant == plain else root._contexts[plain]
+        key = (cp, *experts)
+        hit = root if key == root.variant else base if key == plain else base._contexts.get(key)
         if hit is None:
-            hit = base._contexts[cp] = ModelProfile(base.raw, base.platform, base.reference_compat, base.precision,
-                                                    _scaled=base._scaled, _op_times=base._op_times, cp=cp)
-            hit._contexts[1] = base
+            hit = base._contexts[key] = ModelProfile(base.raw, base.platform, base.reference_compat, base.precision,
+                                                     _scaled=base._scaled, _op_times=base._op_times, cp=cp,
+                                                     experts=experts, moe=base.moe)
+            hit._contexts[plain] = base
         return hit.for_recompute(self.rc_spec, self.rc_cuts)
 
     def for_recompute(self, mode: str | RecomputeSpec, cuts: frozenset[int] = frozenset()) -> ModelProfile:
@@ -184,7 +208,7 @@ class ModelProfile:
             rec = recompute(root.raw, spec, cuts)
             hit = root._children[key] = ModelProfile(rec.trace, root.platform, root.reference_compat, root.precision,
                                                      recompute=key, rc_spec=spec, rc_cuts=cuts, rc_units=rec.units,
-                                                     parent=root, cp=root.cp)
+                                                     parent=root, cp=root.cp, experts=root.experts, moe=root.moe)
         return hit
 
     def scaled(self, batch: int) -> Trace:
@@ -212,70 +236,14 @@ class ModelProfile:
                 self.scaled(batch)
                 hit = carry_plan(self.parent.tensor_plan(batch, tp, sp), self._rewrites[batch])
             else:
-                hit = tensor_plan(self.scaled(batch), tp, "megatron", sp and tp > 1)
+                hit = self.memo[(PLAIN, *key)] = tensor_plan(self.scaled(batch), tp, "megatron", sp and tp > 1)
                 if self.cp > 1:  # one context rank's share, before the re-runs get theirs (as build does)
                     hit = context_split(self.scaled(batch), hit, self.cp, "p2p")
+                self.memo[(PRE_EXPERT, *key)] = hit
+                # an expert rank's share (expert buffers, busiest rank's GEMMs, optimizer share)
+                hit, self._expert_plans[key] = expert_share(self, batch, hit)
             self._plans[key] = hit
         return hit
-
-    def collective_s(self, op: str, group: tuple[int, ...], nbytes: int) -> float:
-        """Seconds of one collective on ``group``'s links: its closed form (cached per size) on
-        groups of up to ``EXACT_GROUP`` GPUs. On larger groups, where one closed form takes tens
-        of milliseconds to work out, the closed forms at the powers of two around ``nbytes``,
-        joined by a straight line: exact while both use the same algorithm and protocol (the
-        time is then latency + bytes / bandwidth), a chord of the faster one's curve where the
-        choice changes in between."""
-        if len(group) < 2 or nbytes <= 0:
-            return 0.0
-        exact = self._exact_costs(op, group)
-        if len(group) <= EXACT_GROUP:
-            return exact(nbytes)
-        k = max(0, int(nbytes).bit_length() - 1)
-        lo, hi = 1 << k, 1 << (k + 1)
-        if lo == nbytes:
-            return exact(lo)
-        a, b = exact(lo), exact(hi)
-        return a + (b - a) * (nbytes - lo) / (hi - lo)
-
-    def collective_many(self, op: str, group: tuple[int, ...], sizes: np.ndarray) -> np.ndarray:
-        """:meth:`collective_s` of every size in ``sizes`` (integer bytes), the same floats: the
-        group is looked up once (hashing a 1,000-GPU tuple per bucket was a hot spot) and, on
-        large groups, the straight lines are drawn with numpy."""
-        sizes = np.asarray(sizes, dtype=np.int64)
-        out = np.zeros(len(sizes))
-        live = sizes > 0
-        if len(group) < 2 or not live.any():
-            return out
-        exact = self._exact_costs(op, group)
-        if len(group) <= EXACT_GROUP:
-            return np.array([exact(int(n)) if n > 0 else 0.0 for n in sizes.tolist()])
-        n = sizes[live]
-        k = np.frexp(n.astype(float))[1] - 1  # bit_length - 1, exact below 2**53
-        lo = np.left_shift(np.int64(1), k.astype(np.int64))
-        between = n != lo  # a power of two is its own closed form: no line to draw
-        a_of = {int(e): exact(1 << int(e)) for e in np.unique(k)}
-        b_of = {int(e): exact(1 << (int(e) + 1)) for e in np.unique(k[between])}
-        a = np.array([a_of[e] for e in k.tolist()])
-        b = np.array([b_of[e] if inside else a_of[e] for e, inside in zip(k.tolist(), between.tolist())])
-        # the same operations, in the same order, as the scalar form (n - lo is 0 at a power of two)
-        out[live] = a + (b - a) * (n - lo).astype(float) / lo.astype(float)
-        return out
-
-    def _exact_costs(self, op: str, group: tuple[int, ...]):
-        """The exact closed form on ``group`` as a function of bytes, cached per size."""
-        key = (op, group)
-        costs = self._coll.get(key)
-        if costs is None:
-            costs = self._coll[key] = {}
-        platform = self.platform
-
-        def exact(nbytes: int) -> float:
-            hit = costs.get(nbytes)
-            if hit is None:
-                hit = costs[nbytes] = collective_cost(platform, group, op, int(nbytes)).seconds
-            return hit
-
-        return exact
 
     # ------------------------------------------------------------------ per-key figures
 
@@ -325,7 +293,9 @@ class ModelProfile:
         key = (batch, tp, sp)
         hit = self._arrays.get(key)
         if hit is None:
-            hit = self._arrays[key] = _plan_arrays(self, self.scaled(batch), self.tensor_plan(batch, tp, sp))
+            experts = self.expert_plan(batch, tp, sp)
+            hit = self._arrays[key] = _plan_arrays(self, self.scaled(batch), self.tensor_plan(batch, tp, sp),
+                                                   experts.params if experts is not None else frozenset())
         return hit
 
     def _measure(self, batch: int, tp: int, sp: bool, mb: int, cast_share: float | None) -> PositionTimes:
@@ -333,7 +303,7 @@ class ModelProfile:
         pa = self._plan_arrays(batch, tp, sp)
         n = self.positions
         frac = mb / trace.batch_size
-        t = self.op_times(batch, mb, cast_share) * pa.scale
+        t = self.op_times(batch, mb, cast_share) * scale_at(self, batch, tp, sp, mb)  # at the DAG's shapes
         fwd = np.bincount(pa.f_pos, weights=t[pa.f_ops], minlength=n)
         bwd = np.bincount(pa.b_pos, weights=t[pa.b_ops], minlength=n)
         attn = np.bincount(pa.f_pos, weights=t[pa.f_ops] * pa.f_attn, minlength=n)
@@ -359,6 +329,17 @@ class ModelProfile:
         np.add.at(cb, pa.v_pos[behind], -v_bytes[behind])
         return PositionTimes(fwd, bwd, tpf, tpb, attn, act, attn_act, np.cumsum(cf)[:n - 1], np.cumsum(cb)[:n - 1],
                              pa.params, pa.params_full, pa.opt_state, pa.optimizer_s, op_s, pa.b_ops, pa.b_pos)
+
+    def expert_plan(self, batch: int, tp: int, sp: bool):
+        """The :class:`~triosim.graph.expert.plan.ExpertPlan` of this profile's expert rank at
+        the key (its exchanges at the ops of this profile's trace: re-runs exchange again), or
+        None (a dense model, or every expert whole on every GPU with nothing to exchange)."""
+        sp = sp and tp > 1
+        root = self
+        while root.parent is not None:
+            root = root.parent
+        root.tensor_plan(batch, tp, sp)
+        return root._expert_plans.get((batch, tp, sp))
 
     def tied_allreduce_s(self, batch: int, tp: int, sp: bool, pp: int) -> float:
         """Seconds of the tied embedding's gradient all-reduce between pipeline rank 0 and the last
@@ -395,7 +376,8 @@ class ModelProfile:
                 layout = self._layouts[lkey] = stage_layout(uses, list(starts), unit_bytes)
             hit = self._stage_mem[key] = stage_memories(uses, list(starts),
                                                         micro_batch / self.scaled(batch).batch_size, unit_bytes,
-                                                        layout, held_bytes(self, batch, tp, sp, micro_batch))
+                                                        layout, {**held_bytes(self, batch, tp, sp, micro_batch),
+                                                                 **expert_held_bytes(self, batch, tp, sp, micro_batch)})
         return hit
 
     def gradients(self, batch: int, tp: int, sp: bool) -> _Gradients:
@@ -415,17 +397,23 @@ class ModelProfile:
         return hit
 
     def rank_buckets(self, batch: int, tp: int, sp: bool, owned: np.ndarray,
-                     bucket_bytes: float) -> tuple[np.ndarray, np.ndarray]:
+                     bucket_bytes: float, part: tuple[frozenset[str], bool] | None = None) -> tuple[np.ndarray, np.ndarray]:
         """The DDP buckets of the parameters whose first reader is at an ``owned`` position, in
         the order their gradients complete, one TP shard each, packed as the composition packs
         them (:func:`triosim.graph.data.data_parallel.make_buckets`: close a bucket once it
-        holds ``bucket_bytes`` or more): each bucket's bytes and the backward op completing it."""
+        holds ``bucket_bytes`` or more): each bucket's bytes and the backward op completing it.
+        ``part`` (expert parameters, True/False): only the expert ones, or only the others (the
+        DAG packs them apart: their gradients meet on another group)."""
         g = self.gradients(batch, tp, sp)
         nbytes, ready_op = g.nbytes, g.ready_op
         sizes: list[int] = []
         readies: list[int] = []
         size, ready, count = 0, -1, 0
-        for i in np.flatnonzero(owned[g.owner]).tolist():
+        mine = owned[g.owner]
+        if part is not None:
+            experts, want = part
+            mine = mine & (np.array([p in experts for p in self.gradient_order], dtype=bool) == want)
+        for i in np.flatnonzero(mine).tolist():
             size += nbytes[i]
             ready = max(ready, ready_op[i])
             count += 1
@@ -488,7 +476,12 @@ def handed_over(profile: ModelProfile) -> frozenset[str]:
     return frozenset(profile.tied.head_part) if profile.tied is not None else frozenset()
 
 
-def _plan_arrays(profile: ModelProfile, trace: Trace, plan) -> _PlanArrays:
+def _spread_state(params: np.ndarray, total: float) -> np.ndarray:
+    """``total`` optimizer-state bytes spread over the positions as their parameters' bytes."""
+    return params / params.sum() * total if params.sum() > 0 else np.zeros(len(params))
+
+
+def _plan_arrays(profile: ModelProfile, trace: Trace, plan, experts: frozenset[str] = frozenset()) -> _PlanArrays:
     phase, pos = profile.phase, profile.pos
     shard = plan.shard_divisor
     invariant = trace.batch_invariant
@@ -517,14 +510,23 @@ def _plan_arrays(profile: ModelProfile, trace: Trace, plan) -> _PlanArrays:
         if k is not None and c.op in waited:
             colls.setdefault((c.kind, int(c.nbytes), phase[c.op] == FORWARD), []).append((k, c.op))
     n = profile.positions
-    params, params_full = np.zeros(n), np.zeros(n)
+    params, params_full, expert_params = np.zeros(n), np.zeros(n), np.zeros(n)
     first = profile.first_reader
     for prm in trace.parameters:
         if prm in first:
             params[first[prm]] += -(-gathered_parameter_bytes(trace, prm) // shard.get(prm, 1))
             params_full[first[prm]] += trace.tensors[prm].bytes
+            if prm in experts:
+                expert_params[first[prm]] += -(-gathered_parameter_bytes(trace, prm) // shard.get(prm, 1))
     opt_total = sum(-(-trace.tensors[b].bytes // shard.get(b, 1)) for b in profile.optimizer_buffers)
-    opt_state = params / params.sum() * opt_total if params.sum() > 0 else np.zeros(n)
+    if experts:  # an expert rank's state is split otherwise than its weights (ZeRO: over edp): spread apart
+        state = optimizer_state_of(trace, set(experts))
+        expert_total = sum(-(-trace.tensors[b].bytes // shard.get(b, 1)) for b in profile.optimizer_buffers
+                           if b in state)
+        opt_state = _spread_state(params - expert_params, opt_total - expert_total) + \
+            _spread_state(expert_params, expert_total)
+    else:
+        opt_state = _spread_state(params, opt_total)
     scale = np.array(plan.time_scale, dtype=float)
     optimizer_s = sum(op_seconds(trace, i, trace.batch_size) * scale[i]
                       for i, p in enumerate(phase) if p == OPTIMIZER)

@@ -68,6 +68,11 @@ def _gb(nbytes: float | None) -> str:
     return "—" if nbytes is None else fmt_bytes(nbytes)
 
 
+def _schedule(c) -> str:
+    """The schedule with its pipeline layout where that is not the equal split."""
+    return c.schedule_label + (f" ({c.layout_label})" if c.split.given else "")
+
+
 def dag_seconds(row: Row) -> float | None:
     d = row.dag
     return d.makespan_ms / 1e3 if d is not None and d.status == OK and d.makespan_ms is not None else None
@@ -90,7 +95,7 @@ def print_table(console: Console, ranked: Sequence[Row], figures: Figures, base_
         mfu = figures.mfu(t)
         dag_peak = row.dag.max_peak_memory_bytes if dag is not None and row.dag.max_peak_memory_bytes else None
         m = (figures.global_batch // c.dp) // c.micro_batch
-        table.add_row(str(k), c.mesh, f"{c.micro_batch} × {m}", c.schedule_label, str(c.zero), c.recompute_label,
+        table.add_row(str(k), c.mesh, f"{c.micro_batch} × {m}", _schedule(c), str(c.zero), c.recompute_label,
                       "on" if c.sequence_parallel else "off", _ms(e.time_s), _ms(dag), err,
                       "—" if tps is None else f"{tps:,.0f}", "—" if mfu is None else f"{mfu * 100:.1f} %",
                       _gb(e.peak_bytes), _gb(dag_peak))
@@ -111,15 +116,15 @@ def print_pareto(console: Console, ranked: Sequence[Row], limit: int) -> None:
     for row in front[:limit]:
         c = row.candidate
         t, mem = time_and_memory(row)
-        table.add_row(str(rank_of[id(row)]), c.mesh, str(c.micro_batch), c.schedule_label, str(c.zero),
+        table.add_row(str(rank_of[id(row)]), c.mesh, str(c.micro_batch), _schedule(c), str(c.zero),
                       c.recompute_label,
                       "on" if c.sequence_parallel else "off", _ms(t), _gb(mem),
                       "DAG" if dag_seconds(row) is not None else "estimate")
     console.print(table)
 
 
-CSV_COLUMNS = ("rank", "status", "reason", "dp", "tp", "pp", "cp", "micro_batch", "micro_batches", "schedule",
-               "virtual_stages", "zero", "recompute", "recompute_method", "recompute_num_layers", "recompute_modules",
+CSV_COLUMNS = ("rank", "status", "reason", "dp", "tp", "pp", "cp", "ep", "etp", "micro_batch", "micro_batches", "schedule",
+               "virtual_stages", "layout", "zero", "recompute", "recompute_method", "recompute_num_layers", "recompute_modules",
                "offload", "sequence_parallel", "estimate_ms", "pipeline_ms", "bubble_ms",
                "dp_exposed_ms", "optimizer_ms", "estimate_peak_memory_bytes", "dag_ms", "dag_peak_memory_bytes",
                "throughput", "mfu", "command", "pareto")
@@ -162,8 +167,10 @@ def csv_text(rows: Sequence[Row], ranked: Sequence[Row], figures: Figures, base_
         dag = dag_seconds(row)
         t = dag if dag is not None else (e.time_s if e is not None and e.fits else None)
         w.writerow([
-            position.get(id(row), ""), _status(row), row.reason or "", c.dp, c.tp, c.pp, c.cp, c.micro_batch,
-            (figures.global_batch // c.dp) // c.micro_batch, c.schedule, c.virtual, c.zero, c.recompute,
+            position.get(id(row), ""), _status(row), row.reason or "", c.dp, c.tp, c.pp, c.cp, c.ep, c.etp,
+            c.micro_batch,
+            (figures.global_batch // c.dp) // c.micro_batch, c.schedule, c.virtual,
+            c.layout_label if c.split.given else "", c.zero, c.recompute,
             *_recompute_detail(c), str(c.sequence_parallel).lower(),
             num(e.time_s if e else None, 1e3), num(e.pipeline_s if e else None, 1e3),
             num(e.bubble_s if e else None, 1e3), num(e.dp_exposed_s if e else None, 1e3),

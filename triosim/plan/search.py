@@ -239,7 +239,8 @@ def candidate_config(base: dict, c: Candidate, global_batch: int) -> dict:
         config.update(batch_size_sim=global_batch // c.dp)
     config.update(dp=c.dp, tp=c.tp, pp=c.pp, micro_batch_size=c.micro_batch,
                   schedule=c.schedule, virtual_stages=c.virtual, zero=str(c.zero),
-                  sequence_parallel=c.sequence_parallel, gpus=None, cp=c.cp if c.cp > 1 else None)
+                  sequence_parallel=c.sequence_parallel, gpus=None, cp=c.cp if c.cp > 1 else None,
+                  ep=c.ep if c.ep > 1 else None, etp=c.etp if c.etp > 1 else None)
     if c.recompute != "none":
         config["recompute"] = c.recompute
     if c.recompute == "full" and (c.recompute_method != "uniform" or c.recompute_num_layers != 1):
@@ -248,6 +249,12 @@ def candidate_config(base: dict, c: Candidate, global_batch: int) -> dict:
         config["recompute_modules"] = ",".join(c.recompute_modules)
     if c.offload is not None:
         config["offload_activations"] = c.offload
+    split = c.split
+    config.update(account_for_embedding_in_pipeline_split=split.account_for_embedding,
+                  account_for_loss_in_pipeline_split=split.account_for_loss,
+                  decoder_first_pipeline_num_layers=split.first_stage_layers,
+                  decoder_last_pipeline_num_layers=split.last_stage_layers,
+                  pipeline_model_parallel_layout=split.layout)
     return config
 
 

@@ -40,7 +40,7 @@ def check_search_size(space: SearchSpace, candidates: Iterable[Candidate], limit
             f"--global-batch {space.global_batch:,} on {space.gpus:,} GPUs: the search would time "
             f"{blocks:,} pipeline blocks (a replica trains up to {replica:,} samples, as many micro-batches "
             f"at micro-batch 1), above plan's limit of {limit:,} (about 2 minutes and 3 GB): "
-            "give a smaller --global-batch"
+            "give a smaller --global-batch, or pin a degree (--tp, --pp, --ep)"
         )
     return blocks
 
