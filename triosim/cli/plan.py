@@ -242,6 +242,15 @@ def _layouts(args: argparse.Namespace, trace, unit: str) -> dict:
     return {"search_splits": card and unit == "transformer layers" and getattr(args, "partition", "auto") == "auto"}
 
 
+def _card_layers(trace) -> dict:
+    """The search space's count of a model card's decoder layers before its repeated ones and of
+    its multi-token-prediction layers (the pipeline rules count the first)."""
+    from ..graph.pipeline.stages import card_layer_extras
+
+    leading, mtp = card_layer_extras(trace)
+    return {"leading_layers": leading, "mtp_layers": mtp}
+
+
 def _check_context(cp: int | None, sequence: int | None) -> None:
     """One line where a pinned ``--cp`` cannot run on the trace: no fused attention to split (or
     none whose sequence the trace shows), or a sequence that 2 · cp chunks do not divide."""
@@ -384,7 +393,7 @@ def plan_inputs(args: argparse.Namespace) -> PlanInputs:
     space = SearchSpace(args.gpus, args.global_batch, layers, heads, max(1, node), args.max_tp, pinned=pinned,
                         sequence=sequence, recompute_pin=_recompute_pin(args), offload_pin=_offload_pin(args, raw),
                         experts=experts, etp_allowed=getattr(args, "moe_token_dispatcher", "alltoall") == "alltoall",
-                        **_layouts(args, raw, unit))
+                        **_layouts(args, raw, unit), **_card_layers(raw))
     if not mesh_shapes(space):
         raise ConfigError(explain_empty(space, unit))
     candidates = list(enumerate_candidates(space))

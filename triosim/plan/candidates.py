@@ -33,6 +33,7 @@ from ..graph.pipeline.layer_layout import (
     LayerSplit,
     megatron_layers_per_stage,
 )
+from ..graph.pipeline.stages import card_layer_extras, trace_layers
 from ..graph.recompute_spec import DEFAULT_MODULES, RecomputeSpec
 from ..graph.strategy import Strategy
 from ..graph.tensor.megatron import attention_heads
@@ -200,15 +201,24 @@ class SearchSpace:
     # account-for splits beside the equal one (a model card's layers cut by --partition auto)
     split_pin: LayerSplit | None = None
     search_splits: bool = False
+    # a model card's decoder layers before its repeated ones (counted in ``layers``, run on the
+    # first stage) and its multi-token-prediction layers (a layout string's m)
+    leading_layers: int = 0
+    mtp_layers: int = 0
 
     def pin(self, axis: str) -> int | None:
         return dict(self.pinned).get(axis)
 
 
 def layer_facts(trace: Trace) -> tuple[int, str, int | None]:
-    """(layers, their unit, attention heads or None): what the search space splits."""
+    """(layers, their unit, attention heads or None): what the search space splits. A model
+    card's trace counts Megatron's decoder layers, as the simulation's pipeline rules do: its
+    repeated layers and the ones before them (DeepSeek-V3's dense layers)."""
     layers = count_layers(trace)
     heads = attention_heads(trace) if layers.unit == "transformer layers" else None
+    units = trace_layers(trace) if trace.info.get("model_card") else ()
+    if units:
+        return len(units) + card_layer_extras(trace)[0], "transformer layers", heads
     return layers.count, layers.unit, heads
 
 
@@ -247,8 +257,9 @@ ACCOUNT_FOR = (LayerSplit(True, True), LayerSplit(False, True), LayerSplit(True,
 
 def _counts(space: SearchSpace, pp: int, virtual: int, split: LayerSplit) -> tuple[int, ...] | None:
     """Transformer layers per stage under ``split``, or None where Megatron-Core refuses it."""
+    lead = space.leading_layers  # decoder layers before the repeated ones (on the first stage)
     try:
-        return megatron_layers_per_stage(space.layers, pp, virtual, split)
+        return megatron_layers_per_stage(space.layers - lead, pp, virtual, split, lead, space.mtp_layers)
     except ConfigError:
         return None
 
@@ -261,7 +272,9 @@ def layer_splits(space: SearchSpace, pp: int, virtual: int) -> list[LayerSplit]:
     ranks with the embedding and the loss counted: 24 and 24, the equal split again)."""
     if space.split_pin is not None:
         return [space.split_pin] if _counts(space, pp, virtual, space.split_pin) is not None else []
-    out = [LayerSplit()] if space.layers % (pp * virtual) == 0 else []
+    equal = space.layers % (pp * virtual) == 0 and (not space.leading_layers or
+                                                     _counts(space, pp, virtual, LayerSplit()) is not None)
+    out = [LayerSplit()] if equal else []
     if space.search_splits and pp > 1:
         seen = {_counts(space, pp, virtual, s) for s in out}
         for split in ACCOUNT_FOR:

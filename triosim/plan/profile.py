@@ -33,12 +33,12 @@ from ..graph.context.plan import context_split
 from ..graph.data.data_parallel import gradient_order
 from ..graph.data.precision import with_training_precision
 from ..graph.data.zero import buffer_roles
-from ..graph.pipeline.layer_layout import LayerSplit, megatron_layers_per_stage
+from ..graph.pipeline.layer_layout import LayerSplit
 from ..graph.pipeline.schedules import BACKWARD, FORWARD, OPTIMIZER
 from ..graph.pipeline.stage_costs import buffer_versions
 from ..graph.pipeline.stages import (
     _positions,
-    layer_starts,
+    megatron_starts,
     op_phases,
     resolve_partition,
     trace_layers,
@@ -160,12 +160,11 @@ class ModelProfile(CollectiveCosts):
         if root._layer_units is None:
             root._layer_units = trace_layers(root.raw)
         units = root._layer_units
-        if split is not None and split.given:
-            counts = megatron_layers_per_stage(len(units), ranks, stages // ranks, split)
-            return layer_starts(root.raw, root.fops, stages, units, counts)
+        if split is not None and split.given:  # Megatron's rules (a card's leading layers counted)
+            return megatron_starts(root.raw, root.fops, stages, units, split, ranks)
         if resolve_partition(root.raw, partition, stages, units) != "layers":
             return None
-        return layer_starts(root.raw, root.fops, stages, units)
+        return megatron_starts(root.raw, root.fops, stages, units, LayerSplit())
 
     @property
     def variant(self) -> tuple[int, int, int, int]:

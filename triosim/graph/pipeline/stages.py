@@ -32,7 +32,7 @@ from ...trace.layers import forward_layers
 from ...trace.precision import size_key
 from ..strategy import Strategy
 from .estimate import BatchEstimator
-from .layer_layout import choose_split, megatron_layers_per_stage
+from .layer_layout import LayerSplit, choose_split, megatron_layers_per_stage
 from .partition import count_starts, optimal_search, time_partition
 from .recurrence import PartitionEstimate
 from .schedules import BACKWARD, FORWARD, OPTIMIZER, Layout, block_order, check_interleaved
@@ -438,6 +438,14 @@ def layer_starts(trace: Trace, fops: Sequence[int], n: int,
     return starts
 
 
+def megatron_starts(trace: Trace, fops: Sequence[int], stages: int, layers: tuple[tuple[int, ...], ...],
+                    split: LayerSplit, ranks: int = 1) -> list[int]:
+    """:func:`layer_starts` of ``stages`` stages over ``ranks`` pipeline ranks cut by ``split``
+    (Megatron-Core's rules, a model card's leading dense layers and MTP layers counted)."""
+    counts = megatron_layers_per_stage(len(layers), ranks, stages // ranks, split, *card_layer_extras(trace))
+    return layer_starts(trace, fops, stages, layers, counts)
+
+
 def stage_layer_counts(trace: Trace, plan: PipelinePlan) -> tuple[int, ...]:
     """Transformer layers each (virtual) stage of ``plan`` runs, in stage order (stage c is
     virtual stage c // P of pipeline rank c % P), for any partition: a layer counts on the stage
@@ -506,5 +514,5 @@ def compat_chunks(trace: Trace, n: int) -> list[tuple[int, list[int]]]:
 
 __all__ = [
     "BACKWARD", "FORWARD", "OPTIMIZER", "PipelinePlan", "block_order", "buffer_versions", "candidate_plans",
-    "card_layer_extras", "compat_chunks", "op_phases", "optimizer_buffers", "stage_layer_counts", "with_same_cuts",
+    "card_layer_extras", "compat_chunks", "megatron_starts", "op_phases", "optimizer_buffers", "stage_layer_counts", "with_same_cuts",
 ]
