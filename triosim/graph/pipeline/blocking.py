@@ -83,12 +83,6 @@ class StreamNeighbours:
             gpu: at[order[bounds[k]:bounds[k + 1]]].tolist() for k, gpu in enumerate(gpus.tolist())}
         self._pos = {gpu: dict(zip(tasks, range(len(tasks)))) for gpu, tasks in self._stream.items()}
 
-    def stream_of(self, gpu: int) -> tuple[dict[int, int], list[int]]:
-        """``gpu``'s compute tasks in stream order and each one's position (empty for a GPU
-        without any): what :meth:`before` and :meth:`after` look up, for callers that look up
-        many tasks of one GPU."""
-        return self._pos.get(gpu, {}), self._stream.get(gpu, [])
-
     def before(self, gpu: int, task: int) -> int | None:
         k = self._pos.get(gpu, {}).get(task)
         return self._stream[gpu][k - 1] if k else None

@@ -112,7 +112,6 @@ def send_version_in_bulk(b: CompositionState, near: StreamNeighbours | None, buf
         got_in = read_in.get(st, along)
         block_plan.append((sent_in, got_in) if sent_in == got_in and near is not None and blocks is not None else None)
     readers_at = [[c for c, cst in readers if cst == st] for st in reached]
-    streams = {g: near.stream_of(g) for g in set(gpu.values())} if near is not None else {}
     hop_to = {a + step: j for j, (a, step, _) in enumerate(hops)}  # a reached stage -> the hop arriving there
     starts = [a == src for a, _, _ in hops]  # each direction starts after the sender's task
     mbs = range(len(fractions))
@@ -132,8 +131,7 @@ def send_version_in_bulk(b: CompositionState, near: StreamNeighbours | None, buf
             if phases is None:
                 continue  # not a pair Megatron batches: the send stays overlapped
             st = a + step
-            r_pos, r_stream = streams[gpu[(d, t, st)]]
-            s_pos, s_stream = streams[gpu[(d, t, a)]]
+            ga, gb = gpu[(d, t, a)], gpu[(d, t, st)]
             per = []
             for r in mbs:
                 sender = blocks.get((d, t, a, phases[0], r))
@@ -141,11 +139,9 @@ def send_version_in_bulk(b: CompositionState, near: StreamNeighbours | None, buf
                 if sender is None or receiver is None:
                     per.append(None)
                     continue
-                at = r_pos.get(receiver[0])
-                posted = r_stream[at - 1] if at else None  # the receive is posted after the receiver's previous task
-                at = s_pos.get(sender[1])
-                nxt = s_stream[at + 1] if at is not None and at + 1 < len(s_stream) else None
-                per.append((sender[1], posted, nxt))  # the send is posted after the sender's block
+                # The send is posted after the sender's block, the receive after the receiver's
+                # previous task, and the sender's next task waits for the transfer.
+                per.append((sender[1], near.before(gb, receiver[0]), near.after(ga, sender[1])))
             blocking.append((j, per))
         reading = [(hop_to[st], [[task[(d, t, c, r)] for r in mbs] for c in cs]) for st, cs in zip(reached, readers_at)]
         plans.append((firsts, blocking, reading))
