@@ -9,6 +9,7 @@ import random
 import numpy as np
 import pytest
 
+from triosim.graph.memory import stage
 from triosim.graph.memory.stage import stage_occupancy
 
 NB = 12  # buffer ids 0..11
@@ -81,8 +82,11 @@ def _same(a, b) -> bool:
     return a[1] == b[1] and np.array_equal(a[0], b[0])
 
 
-@pytest.mark.parametrize("seed", range(300))
-def test_vectorised_occupancy_equals_step_by_step(seed):
+@pytest.mark.parametrize("dense", [True, False], ids=["pairs in a table", "pairs sorted"])
+@pytest.mark.parametrize("seed", range(150))
+def test_vectorised_occupancy_equals_step_by_step(seed, dense, monkeypatch):
+    if not dense:
+        monkeypatch.setattr(stage, "DENSE_PAIRS", 0)
     args = _program(random.Random(seed))
     assert _same(stage_occupancy(*args[:8], resident=args[8]), _reference(*args))
 

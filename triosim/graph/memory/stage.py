@@ -22,6 +22,10 @@ from operator import is_
 
 import numpy as np
 
+# Up to this many (fraction, buffer) pairs, the pairs a stage uses are found in a table instead of
+# by sorting (a 1T stage: 2 fractions × 15,000 buffers).
+DENSE_PAIRS = 1 << 20
+
 
 def stage_occupancy(
     runs: Sequence[tuple[int, tuple[int, ...], int | None]],
@@ -119,10 +123,17 @@ def stage_occupancy(
     r_slot = np.array([slot_of.setdefault(f, len(slot_of)) for f in (1.0, *fractions)], dtype=np.int64)
     slot_frac = sorted(slot_of, key=slot_of.get)
     pair = r_slot[uniq // num_buffers] * num_buffers + uniq % num_buffers
-    pairs, inverse = np.unique(pair, return_inverse=True)
-    table = np.fromiter((size_of(int(q % num_buffers), slot_frac[int(q // num_buffers)]) for q in pairs),
-                        dtype=np.int64, count=len(pairs))
-    sizes = table[inverse]
+    width = len(slot_of) * num_buffers
+    if width <= DENSE_PAIRS:  # few distinct fractions: the pairs marked in a table, no sort
+        used = np.zeros(width, dtype=bool)
+        used[pair] = True
+        pairs = np.flatnonzero(used)  # sorted and distinct, as np.unique gives them
+        table = np.zeros(width, dtype=np.int64)
+        table[pairs] = _sizes(pairs, size_of, slot_frac, num_buffers)
+        sizes = table[pair]
+    else:
+        pairs, inverse = np.unique(pair, return_inverse=True)
+        sizes = _sizes(pairs, size_of, slot_frac, num_buffers)[inverse]
     total = int(sizes.sum())
     if total > capacity:
         return None
@@ -137,6 +148,12 @@ def stage_occupancy(
     np.add.at(delta, begin, sizes)
     np.add.at(delta, end + 1, -sizes)
     return np.cumsum(delta[:n]), total
+
+
+def _sizes(pairs: np.ndarray, size_of: Callable[[int, float], int], slot_frac: list[float], num_buffers: int) -> np.ndarray:
+    """Bytes of each (fraction slot · ``num_buffers`` + buffer id) in ``pairs``."""
+    return np.fromiter((size_of(int(q % num_buffers), slot_frac[int(q // num_buffers)]) for q in pairs),
+                       dtype=np.int64, count=len(pairs))
 
 
 __all__ = ["stage_occupancy"]
