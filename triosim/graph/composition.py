@@ -72,6 +72,7 @@ from .memory.plan import MemoryReport
 from .offload import carry_offload, host_link_rate, offload_on_plan
 from .pipeline.blocking import StreamNeighbours, block_hops, check_blocking
 from .pipeline.builder import choose_stages, micro_batch_sizes
+from .pipeline.crossings import send_version_in_bulk
 from .pipeline.rank_program import add_rank_program
 from .pipeline.schedules import FORWARD
 from .pipeline.sends import send_hop_by_hop
@@ -100,6 +101,9 @@ AUTO_EXACT_TASKS = 100_000
 # Where replicas meet the topology differently (see triosim.graph.replica_symmetry), every GPU is
 # built up to this many compute tasks, even with --representatives.
 UNALIKE_EXACT_TASKS = 2_000_000
+# Cross-stage sends that add only transfers are added for every micro-batch at once
+# (graph/pipeline/crossings.py); tests turn it off to compare with the per-call path.
+BULK_SENDS = True
 
 
 def stage_plan(trace: Trace, platform: Platform, strategy: Strategy, fractions: Sequence[float],
@@ -352,6 +356,10 @@ class Composition(CompositionState):
                 if read_in.get(st) != FORWARD:
                     read_in[st] = plan.phase[c]
             gather = split and self.tpp.shard_divisor.get(v.buffer, 1) == 1
+            if not gather and BULK_SENDS:  # transfers only: every micro-batch's at once
+                send_version_in_bulk(self, near, v.buffer, v.writer, src, readers, plan.phase[v.writer], read_in,
+                                     c_op, rows)
+                continue
             for r, frac in enumerate(self.fractions):
                 nbytes = self.size(v.buffer, frac)
                 sent = -(-nbytes // ranks.tp) if gather else nbytes

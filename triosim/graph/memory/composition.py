@@ -9,6 +9,8 @@ once, the plan is the buffers' lifetimes, computed vectorised."""
 
 from __future__ import annotations
 
+from operator import itemgetter
+
 import numpy as np
 
 from ...trace import Trace
@@ -153,9 +155,10 @@ def _stage_memory_fits(b: CompositionState, s: int, persistent: set[str], receiv
         occ = occ + held
     peak = int(occ.max()) if len(occ) else 0
     # One counter value per task: the most its ops hold (a task of one op: that op's).
-    starts = np.concatenate(([0], np.cumsum([len(ops) for _, ops, _ in runs])[:-1])).astype(np.int64)
+    ops_in = np.fromiter(map(len, map(itemgetter(1), runs)), dtype=np.int64, count=len(runs))
+    starts = np.concatenate(([0], np.cumsum(ops_in)[:-1])).astype(np.int64)
     step_bytes = np.maximum.reduceat(occ, starts) if len(occ) else occ
-    return [MemoryReport(device=g, peak_bytes=peak, step_tasks=tuple(t for t, _, _ in b.seq[g]), step_bytes=step_bytes)
+    return [MemoryReport(device=g, peak_bytes=peak, step_tasks=tuple(map(itemgetter(0), b.seq[g])), step_bytes=step_bytes)
             for g in gpus]
 
 

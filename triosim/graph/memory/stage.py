@@ -17,8 +17,14 @@ its id alone, as the step-by-step planner keys it by its bare name.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from itertools import repeat
+from operator import is_
 
 import numpy as np
+
+# Up to this many (fraction, buffer) pairs, the pairs a stage uses are found in a table instead of
+# by sorting (a 1T stage: 2 fractions × 15,000 buffers).
+DENSE_PAIRS = 1 << 20
 
 
 def stage_occupancy(
@@ -45,47 +51,51 @@ def stage_occupancy(
     allocated before the program even when it first writes them (a preallocated gradient buffer).
     """
     m = len(runs)
-    # Templates: one per (ops of a run, optimizer share or not), in first-seen order, with each
-    # entry's op position; the runs are matched to them in one pass (a 1T stage has 10^4 runs).
-    keys = [(ops, r is None) for _task, ops, r in runs]
-    first_r = dict(zip(reversed(keys), [r for _task, _ops, r in reversed(runs)]))  # each key's first run's
-    slot: dict[tuple[tuple[int, ...], bool], int] = {}
-    t_ids: list[list[int]] = []
-    t_reads: list[list[bool]] = []
-    t_keyed: list[list[bool]] = []
-    t_local: list[list[int]] = []
-    for ck in dict.fromkeys(keys):
-        ops = ck[0]
-        slot[ck] = len(t_ids)
-        ids_k: list[int] = []
-        reads_k: list[bool] = []
-        keyed_k: list[bool] = []
-        local_k: list[int] = []
+    if not m:
+        return np.zeros(0, dtype=np.int64), 0
+    # Templates: one per (ops of a run, optimizer share or not), with each entry's op position.
+    # A run's ops tuple is keyed by identity, not value (a 1T stage has 10^4 runs sharing a few
+    # dozen tuples; hashing each tuple is what took the time): two equal tuples that are distinct
+    # objects get two equal templates, and the entries below are the same.
+    _tasks, opss, rs = zip(*runs)
+    shared = np.fromiter(map(is_, rs, repeat(None)), dtype=bool, count=m)  # an optimizer share
+    ident = np.fromiter(map(id, opss), dtype=np.int64, count=m) * 2 + shared
+    _u, first_run, which = np.unique(ident, return_index=True, return_inverse=True)
+    seen = np.argsort(first_run)  # templates in first-seen order
+    renumber = np.empty(len(seen), dtype=np.int64)
+    renumber[seen] = np.arange(len(seen), dtype=np.int64)
+    which = renumber[which.reshape(-1)]
+    t_ids: list[int] = []
+    t_reads: list[bool] = []
+    t_keyed: list[bool] = []
+    t_local: list[int] = []
+    t_len: list[int] = []
+    t_ops: list[int] = []
+    for j in first_run[seen].tolist():
+        ops, r = opss[j], rs[j]
+        start = len(t_ids)
         for pos, i in enumerate(ops):
-            ids, reads, keyed = template_of(i, first_r[ck])
-            ids_k += ids
-            reads_k += reads
-            keyed_k += keyed
-            local_k += [pos] * len(ids)
-        t_ids.append(ids_k)
-        t_reads.append(reads_k)
-        t_keyed.append(keyed_k)
-        t_local.append(local_k)
-    which = np.fromiter(map(slot.__getitem__, keys), dtype=np.int64, count=m)
-    mbs = np.fromiter((0 if r is None else r for _task, _ops, r in runs), dtype=np.int64, count=m)
-    ops_in = np.fromiter((len(ops) for ops, _ in slot), dtype=np.int64, count=len(slot))[which] if m else \
-        np.zeros(0, dtype=np.int64)
-    n = int(ops_in.sum()) if m else 0
-    t_len = np.array([len(x) for x in t_ids], dtype=np.int64)
-    lengths = t_len[which] if m else np.zeros(0, dtype=np.int64)
+            ids, reads, keyed = template_of(i, r)
+            t_ids += ids
+            t_reads += reads
+            t_keyed += keyed
+            t_local += [pos] * len(ids)
+        t_len.append(len(t_ids) - start)
+        t_ops.append(len(ops))
+    ops_in = np.array(t_ops, dtype=np.int64)[which]
+    n = int(ops_in.sum())
+    lengths = np.array(t_len, dtype=np.int64)[which]
     total_len = int(lengths.sum())
     if n == 0 or total_len == 0:
         return np.zeros(n, dtype=np.int64), 0
-    count = int(t_len.sum())
-    flat_ids = np.fromiter((x for ids in t_ids for x in ids), dtype=np.int64, count=count)
-    flat_reads = np.fromiter((x for rs in t_reads for x in rs), dtype=bool, count=count)
-    flat_keyed = np.fromiter((x for ks in t_keyed for x in ks), dtype=bool, count=count)
-    flat_local = np.fromiter((x for ls in t_local for x in ls), dtype=np.int64, count=count)
+    t_len = np.array(t_len, dtype=np.int64)
+    flat_ids = np.array(t_ids, dtype=np.int64)
+    flat_reads = np.array(t_reads, dtype=bool)
+    flat_keyed = np.array(t_keyed, dtype=bool)
+    flat_local = np.array(t_local, dtype=np.int64)
+    # A run's micro-batch (an optimizer share's None reads as NaN here, then 0: its entries are
+    # never keyed per micro-batch).
+    mbs = np.where(shared, 0, np.array(rs, dtype=float)).astype(np.int64)
     t_ptr = np.concatenate(([0], np.cumsum(t_len)[:-1]))
     # Position of every (run, entry) in the flat template arrays: the run's template start plus
     # the entry's offset inside the run; its step: the run's first step plus the op's position.
@@ -113,10 +123,17 @@ def stage_occupancy(
     r_slot = np.array([slot_of.setdefault(f, len(slot_of)) for f in (1.0, *fractions)], dtype=np.int64)
     slot_frac = sorted(slot_of, key=slot_of.get)
     pair = r_slot[uniq // num_buffers] * num_buffers + uniq % num_buffers
-    pairs, inverse = np.unique(pair, return_inverse=True)
-    table = np.fromiter((size_of(int(q % num_buffers), slot_frac[int(q // num_buffers)]) for q in pairs),
-                        dtype=np.int64, count=len(pairs))
-    sizes = table[inverse]
+    width = len(slot_of) * num_buffers
+    if width <= DENSE_PAIRS:  # few distinct fractions: the pairs marked in a table, no sort
+        used = np.zeros(width, dtype=bool)
+        used[pair] = True
+        pairs = np.flatnonzero(used)  # sorted and distinct, as np.unique gives them
+        table = np.zeros(width, dtype=np.int64)
+        table[pairs] = _sizes(pairs, size_of, slot_frac, num_buffers)
+        sizes = table[pair]
+    else:
+        pairs, inverse = np.unique(pair, return_inverse=True)
+        sizes = _sizes(pairs, size_of, slot_frac, num_buffers)[inverse]
     total = int(sizes.sum())
     if total > capacity:
         return None
@@ -131,6 +148,12 @@ def stage_occupancy(
     np.add.at(delta, begin, sizes)
     np.add.at(delta, end + 1, -sizes)
     return np.cumsum(delta[:n]), total
+
+
+def _sizes(pairs: np.ndarray, size_of: Callable[[int, float], int], slot_frac: list[float], num_buffers: int) -> np.ndarray:
+    """Bytes of each (fraction slot · ``num_buffers`` + buffer id) in ``pairs``."""
+    return np.fromiter((size_of(int(q % num_buffers), slot_frac[int(q // num_buffers)]) for q in pairs),
+                       dtype=np.int64, count=len(pairs))
 
 
 __all__ = ["stage_occupancy"]
