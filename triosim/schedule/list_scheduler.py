@@ -234,6 +234,22 @@ def _schedule_flows(graph: TaskGraph, progress: Callable[[int], None] | None, re
     pending = None
     inf = float("inf")
     while events or flows or pending is not None:
+        # The task the turn before made ready first (a GPU's next compute task, mostly), when this
+        # turn would take it (no earlier event, no flow ending before it) and its shared stream is
+        # free: begun at once, as the turn would begin it (SharedStreams.begin, inline); the turn
+        # then goes on with its end event pending.
+        if (at_once and streams is not None and pending is not None and pending[1] == 0 and route[pending[2]] == 2
+                and not (events and events[0] < pending) and not (flows and t_next < pending[0])):
+            t, _kind, j = pending
+            gpu = devices[j][0]
+            if gpu not in running:
+                start[j] = t
+                running[gpu] = j
+                rate = stream_rate[gpu] = speed.get(gpu, 1.0)
+                left[gpu] = dur[j]
+                since[gpu] = t
+                e = due[j] = t + dur[j] / rate
+                pending = (e, -1, j)
         if flows:
             first = events[0][0] if events else inf
             if pending is not None and pending[0] < first:
@@ -297,19 +313,6 @@ def _schedule_flows(graph: TaskGraph, progress: Callable[[int], None] | None, re
             placed += len(done)
             if progress is not None and placed // tick != (placed - len(done)) // tick:
                 progress(placed)
-            if (at_once and streams is not None and pending is not None and pending[1] == 0
-                    and route[pending[2]] == 2 and not (events and events[0] < pending)
-                    and not (flows and t_next < pending[0])):  # as at the loop's end
-                t, _kind, j = pending
-                gpu = devices[j][0]
-                if gpu not in running:
-                    start[j] = t
-                    running[gpu] = j
-                    rate = stream_rate[gpu] = speed.get(gpu, 1.0)
-                    left[gpu] = dur[j]
-                    since[gpu] = t
-                    e = due[j] = t + dur[j] / rate
-                    pending = (e, -1, j)
             continue
         if pending is not None:
             t, kind, i = heapq.heappushpop(events, pending)
@@ -462,21 +465,6 @@ def _schedule_flows(graph: TaskGraph, progress: Callable[[int], None] | None, re
         placed += 1
         if progress is not None and placed % tick == 0:
             progress(placed)
-        # The task made ready first above (a GPU's next compute task, mostly), when the loop's
-        # next turn would take it (no earlier event, no flow ending before it) and its shared
-        # stream is free: begun here, as that turn would (SharedStreams.begin, inline).
-        if (at_once and streams is not None and pending is not None and pending[1] == 0 and route[pending[2]] == 2
-                and not (events and events[0] < pending) and not (flows and t_next < pending[0])):
-            t, _kind, j = pending
-            gpu = devices[j][0]
-            if gpu not in running:
-                start[j] = t
-                running[gpu] = j
-                rate = stream_rate[gpu] = speed.get(gpu, 1.0)
-                left[gpu] = dur[j]
-                since[gpu] = t
-                e = due[j] = t + dur[j] / rate
-                pending = (e, -1, j)
     if placed != n:
         raise TriosimError(f"the task graph has a cycle: {n - placed} of {n} tasks could never start")
     return Schedule(start=start, end=end, makespan=max(end, default=0.0), rates=log)
