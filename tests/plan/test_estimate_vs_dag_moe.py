@@ -18,11 +18,10 @@ import numpy as np
 import pytest
 
 from triosim.graph.pipeline.layer_layout import LayerSplit
-from triosim.plan import Candidate, ModelProfile, PipelineTimer, estimate
-from triosim.plan.report import dag_seconds
+from triosim.plan import Candidate
 from triosim.plan.search import Row
 
-from .test_estimate_vs_dag import time_groups
+from .test_estimate_vs_dag import fresh_errors, time_groups
 
 expert_time = importlib.import_module("triosim.plan.expert_time")
 estimate_module = importlib.import_module("triosim.plan.estimate")
@@ -63,22 +62,6 @@ GROUPS = ((TWO_NODES, ALLTOALL),
 def timed() -> list[tuple[object, list[Row]]]:
     """Each sample candidate with its DAG outcome (the DAG runs once)."""
     return time_groups(GROUPS)
-
-
-def fresh_errors(timed):
-    """Per candidate (candidate, time error, peak memory error) of its estimate against the DAG,
-    on a fresh profile with the plan's dispatcher and load (a planted bug must reach every cached
-    figure)."""
-    for inputs, rows in timed:
-        p = inputs.profile
-        profile = ModelProfile(p.raw, p.platform, p.reference_compat, p.precision, moe=p.moe)
-        timer = PipelineTimer(profile.platform)
-        for row in rows:
-            c = row.candidate
-            e = estimate(c, profile, inputs.settings, timer)
-            dag_s, dag_peak = dag_seconds(row), row.dag.max_peak_memory_bytes
-            assert dag_s is not None and dag_peak, f"{c}: the DAG did not run: {row.dag.reason}"
-            yield c, e.time_s / dag_s - 1, e.peak_bytes / dag_peak - 1
 
 
 def errors(timed) -> list[str]:
