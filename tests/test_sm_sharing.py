@@ -85,3 +85,31 @@ def test_the_shared_streams_place_tasks_as_the_list_scheduler() -> None:
     g.add_task("collective", "elsewhere", 1e-3, (), (999,), 0, sms=1)  # one holder, on a GPU that computes nothing
     shared = schedule(g)
     assert shared.start[:len(plain.start)] == plain.start and shared.end[:len(plain.end)] == plain.end
+
+
+def _beside_all_to_all(n: int, sm_count: int, comm_sms: int) -> tuple[float, float]:
+    """A 1 s GEMM on GPU 0 beside a direct all-to-all of ``n`` GPUs on a switch (GPU 0 posts one
+    send to each of its n − 1 peers together): (the GEMM's end, the all-to-all's end)."""
+    from triosim.graph.collectives.algorithms import add_all_to_all
+    from triosim.schedule.network import attach_network
+
+    platform = build_platform(n, network="flow", topology="switch")
+    g = TaskGraph()
+    work = g.add_compute(0, 1.0, "gemm")
+    done = add_all_to_all(g, platform, tuple(range(n)), 8 * 10**9, "a2a", detail="expanded", algo="direct")
+    g = attach_network(g, platform)
+    g.meta.update({SM_COUNT_META: sm_count, COMM_SMS_META: comm_sms})
+    s = schedule(g)
+    return s.end[work], max(s.end[t] for t in done.values())
+
+
+def test_a_direct_all_to_all_holds_the_collective_sms_once() -> None:
+    """NCCL runs a GPU's sends to all its peers as one kernel on the collective's channels: the
+    7 sends of an 8-GPU all-to-all hold 16 SMs together (3, 3, 2, 2, 2, 2, 2), not 16 each
+    (112 of 132, the GEMM at 15 % of its speed). They all end together here (equal shares on
+    equal links), so the GEMM ends at D + C·S/N."""
+    assert [sm_sharing._held({"sm_part": (k, 7)}, 16) for k in range(7)] == [3, 3, 2, 2, 2, 2, 2]
+    assert sum(sm_sharing._held({"sm_part": (k, 40)}, 16) for k in range(40)) == 16
+    end, comm_end = _beside_all_to_all(8, 132, 16)
+    assert comm_end < 1.0
+    assert abs(end - (1.0 + comm_end * 16 / 132)) < 1e-12

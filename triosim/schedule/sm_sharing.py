@@ -7,7 +7,9 @@ task there progresses at ``1 − S/N`` of its speed, with N the GPU's SMs and S 
 communication kernels hold (capped at N − 1). A task's ``duration_s`` is its time with every SM.
 A collective task holds its SMs on every GPU it names; a transfer on its source GPU (where the
 sending kernel runs: each GPU of a ring sends one transfer per step, so every member holds the
-SMs once, as the one task of a representative collective does).
+SMs once, as the one task of a representative collective does). The sends a GPU posts together
+in one round of a direct collective (an all-to-all: one to every peer) are one kernel on the
+collective's channels, so together they hold the SMs once, each its integer share.
 
 The scheduler knows no parallelism: it reads ``graph.meta["sm_count"]`` (the device's SMs; no
 sharing without it), ``graph.meta["comm_sms"]`` (the SMs one collective or transfer takes when the
@@ -33,9 +35,24 @@ def task_sms(graph: TaskGraph) -> list[int] | None:
     if not sm_count:
         return None
     default = int(graph.meta.get(COMM_SMS_META) or 0)
-    out = [int((attrs or {}).get("sms", default)) if kind in _COMM else 0
-           for kind, attrs in zip(graph.kind, graph.attrs)]
+    out = [_held(attrs, default) if kind in _COMM else 0 for kind, attrs in zip(graph.kind, graph.attrs)]
     return out if any(out) else None
+
+
+def _held(attrs: dict | None, default: int) -> int:
+    """The SMs one communication task holds: its own ``sms``, else the collective's
+    ``default``; a send that is the k-th of m a GPU posts together (``sm_part`` (k, m): a direct
+    collective's round, one kernel on the collective's channels) holds its integer share of
+    them, the first ``default mod m`` sends one more, so that the m together hold ``default``."""
+    if not attrs:
+        return default
+    if "sms" in attrs:
+        return int(attrs["sms"])
+    part = attrs.get("sm_part")
+    if part is None:
+        return default
+    k, m = part
+    return default // m + (1 if k < default % m else 0)
 
 
 class SharedStreams:

@@ -32,7 +32,14 @@ def direct(graph: TaskGraph, platform: Platform, group: tuple[int, ...], op: str
         received: dict[int, list[int]] = {g: [] for g in group}
         sent: dict[int, list[int]] = {}
         peers = direct_peers(pairs)
+        # NCCL runs a GPU's sends of one round as one kernel on its channels: the SMs a
+        # collective takes are split over them (schedule.sm_sharing), not taken once per peer
+        sends = {}
+        for s, _ in pairs:
+            sends[s] = sends.get(s, 0) + 1
+        nth: dict[int, int] = {}
         for s, d in pairs:
+            k_of_s = nth[s] = nth.get(s, -1) + 1
             route = platform.route(gpu_node(s), gpu_node(d))
             lam = peers * step_latency_s(platform, "ring", route)
             first = base if k == 0 else 0.0
@@ -40,7 +47,8 @@ def direct(graph: TaskGraph, platform: Platform, group: tuple[int, ...], op: str
             t = graph.add_task(
                 "transfer", f"{label} {names[k]} gpu{s}->gpu{d}", platform.route_time(route, nbytes / n) + lam + first,
                 route, (s, d), chunks[c], after=ready[s], latency_s=platform.route_time(route, 0.0) + lam + first,
-                src=gpu_node(s), dst=gpu_node(d), collective=label, phase=names[k], step=k, chunk=c, **attrs,
+                src=gpu_node(s), dst=gpu_node(d), collective=label, phase=names[k], step=k, chunk=c,
+                sm_part=(k_of_s, sends[s]), **attrs,
             )
             received[d].append(t)
             touched[s].append(t)
