@@ -67,6 +67,8 @@ def test_megatron_names_translate() -> None:
     (["--dp", "8", "--ep", "4", "--zero", "3"], "--zero 3 (FSDP) with a mixture-of-experts model"),
     (["--dp", "8", "--ep", "4", "--etp", "4"], "--ep 4 x --etp 4 must divide the tp x cp x dp = 8 GPUs"),
     (["--dp", "8", "--ep", "4", "--etp", "2", "--moe-token-dispatcher", "flex"], "--etp 2 with --moe-token-dispatcher"),
+    # Megatron-Core's ModelParallelConfig: expert and tensor parallelism together need sequence parallelism
+    (["--dp", "4", "--tp", "2", "--ep", "4"], "--ep 4 with --tp 2 needs --sequence-parallel"),
 ])
 def test_refusals_are_one_line(argv: list[str], message: str) -> None:
     code, out, err = run("run", *CARD, *argv)

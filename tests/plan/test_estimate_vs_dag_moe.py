@@ -8,7 +8,7 @@ as the DAG's trace has them); and a 3-layer one on 8 GPUs whose layers do not di
 cut by Megatron-Core's account-for splits. Each candidate is DAG-timed once; time within 5 %,
 peak memory within 0.1 % (the estimate holds the DAG's own buffers). Each expert term of the
 estimate, and the layout's cuts, are then broken on purpose and the comparison must catch it.
-(``--moe-a2a-overlap`` and ``--moe-shared-expert-overlap`` are refused by plan: not estimated.)"""
+(``--moe-a2a-overlap`` is refused by plan: not estimated; ``--moe-shared-expert-overlap``: its own test.)"""
 
 from __future__ import annotations
 

@@ -112,3 +112,12 @@ def test_offload_is_not_searched_beside_token_exchanges(tmp_path) -> None:
 
     assert may_offload(Candidate(2, 2, 4, 1)) and not may_offload(Candidate(2, 2, 4, 1, ep=2))
     assert not may_offload(Candidate(2, 2, 4, 1, etp=2))
+
+
+def test_expert_and_tensor_parallelism_come_with_sequence_parallelism(tmp_path) -> None:
+    """Megatron-Core refuses --ep above 1 with --tp above 1 without sequence parallelism (and so
+    does run): plan never offers it."""
+    rows = _plan(tmp_path, *MOE, "--pp", "1", "--top", "0")
+    assert any(r["ep"] != "1" and r["tp"] != "1" for r in rows)
+    assert all(r["sequence_parallel"] in ("True", "true", "1", "on")
+               for r in rows if r["ep"] != "1" and r["tp"] != "1")

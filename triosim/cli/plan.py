@@ -48,8 +48,7 @@ PINNABLE = ("tp", "pp", "dp", "cp")
 # Expert parallelism folds over the GPUs of those axes (no GPUs of its own); pinned the same way.
 EXPERT_PINS = ("ep", "etp")
 # MoE overlaps the estimate does not follow (each changes what hides the token exchanges)
-UNMODELLED_MOE = (("moe_a2a_overlap", "--moe-a2a-overlap"), ("moe_shared_expert_overlap", "--moe-shared-expert-overlap"),
-                  ("delay_wgrad_compute", "--delay-wgrad-compute"))
+UNMODELLED_MOE = (("moe_a2a_overlap", "--moe-a2a-overlap"), ("delay_wgrad_compute", "--delay-wgrad-compute"))
 EXIT_NOTHING_FITS = 3
 
 
@@ -401,7 +400,8 @@ def plan_inputs(args: argparse.Namespace) -> PlanInputs:
     profile = ModelProfile(raw, platform, reference_compat=bool(ns.reference_compat),
                            precision=training_precision(ns),
                            moe=(str(getattr(args, "moe_token_dispatcher", "alltoall")),
-                                float(getattr(args, "moe_imbalance", 1.0))))
+                                float(getattr(args, "moe_imbalance", 1.0))),
+                           shared_overlap=bool(getattr(args, "moe_shared_expert_overlap", False)))
     settings = PlanSettings(args.global_batch, memory_capacity(ns), bucket_bytes=args.bucket_mb * 1024 * 1024,
                             seq_len=_seq_len(args, batches.trace_dir),
                             partition=args.partition if args.partition in ("count", "layers", "auto") else "time",

@@ -339,6 +339,9 @@ class Strategy:
             if (value or 1) > 1 and not self.hybrid:
                 raise ConfigError(f"{flag} needs the degrees of a hybrid run: give --dp/--tp/--pp (not -case); expert "
                                   "parallelism is folded over their tp x cp x dp GPUs")
+        if (self.ep or 1) > 1 and (self.tp or 1) > 1 and not self.sequence_parallel:
+            raise ConfigError(f"--ep {self.ep} with --tp {self.tp} needs --sequence-parallel (Megatron-Core: when using "
+                              "expert parallelism and tensor parallelism, sequence parallelism must be used)")
         if self.moe_token_dispatcher not in MOE_DISPATCHERS:
             raise ConfigError(f"--moe-token-dispatcher must be one of {', '.join(MOE_DISPATCHERS)}, got "
                               f"{self.moe_token_dispatcher!r}")

@@ -368,6 +368,8 @@ def enumerate_candidates(space: SearchSpace) -> Iterator[Candidate]:
                             continue
                         for rc in settings:
                             for sp in sps:
+                                if ep > 1 and tp > 1 and not sp:  # Megatron-Core refuses it (as run does)
+                                    continue
                                 yield Candidate(tp, pp, dp, mb, sched, v, z, sequence_parallel=sp, cp=cp, ep=ep,
                                                 etp=etp, split=split, **rc)
 

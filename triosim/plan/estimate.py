@@ -392,7 +392,7 @@ def _times(c: Candidate, profile: ModelProfile, batch: int, share: float | None,
     if profile.expert_plan(batch, c.tp, c.sequence_parallel) is not None:  # the token exchanges (on pp's GPUs)
         pt = timer.memo(("exchanges", profile.variant, profile.recompute, batch, c.tp, c.sequence_parallel,
                          c.micro_batch, share, c.pp),
-                        lambda: with_exchanges(ring, profile, c, batch, c.micro_batch))
+                        lambda: with_exchanges(ring, profile, c, batch, c.micro_batch, sm_speed(profile)))
     return pt
 
 

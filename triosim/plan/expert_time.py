@@ -98,9 +98,10 @@ def _plan_ops(profile, batch: int, tp: int, sp: bool):
     return plan, ops
 
 
-def with_exchanges(pt, profile, c, batch: int, micro_batch: int):
+def with_exchanges(pt, profile, c, batch: int, micro_batch: int, speed: float = 1.0):
     """``pt`` with every grouped GEMM's token exchange added to its position's forward or backward
-    time and to the op's seconds (module docstring); ``pt`` itself where there is none."""
+    time and to the op's seconds (module docstring); ``pt`` itself where there is none. ``speed``:
+    the compute's speed beside an exchange (the SMs it holds), for the shared-expert overlap."""
     sp = c.sequence_parallel and c.tp > 1
     plan, ops = _plan_ops(profile, batch, c.tp, sp)
     if not ops:
@@ -110,12 +111,25 @@ def with_exchanges(pt, profile, c, batch: int, micro_batch: int):
     plan = replace(plan, edp=c.tp * c.data // (c.ep * c.etp))
     frac = micro_batch / trace.batch_size
     fwd, bwd, op_s = pt.fwd.copy(), pt.bwd.copy(), pt.op_s.copy()
+    early = (profile.parent or profile).shared_overlap
     for i, e in ops.items():
         extra = sum(profile.collective_s(kind, group, nbytes) for kind, group, nbytes in
                     exchanges(stage, plan, e, frac, 0))
+        if early and e.when == "before" and e.source is not None:
+            extra = exposed_beside(extra, float(pt.op_s[e.source + 1:i].sum()), speed)
         (fwd if profile.phase[i] == FORWARD else bwd)[profile.pos[i]] += extra
         op_s[i] += extra
     return replace(pt, fwd=fwd, bwd=bwd, op_s=op_s)
+
+
+def exposed_beside(exchange: float, beside: float, speed: float) -> float:
+    """Seconds an exchange of ``exchange`` seconds adds to a GPU's stream when it starts with
+    ``beside`` seconds of compute (--moe-shared-expert-overlap: the shared expert and what else
+    lies between the permutation and the grouped GEMM) that the GEMM also waits for: the compute
+    runs at ``speed`` (the SMs the exchange holds) while the exchange runs. Either the compute is
+    done first and the exchange's excess shows, or the exchange ends first and the compute has
+    lost ``exchange · (1 − speed)`` to it."""
+    return max(exchange - beside, exchange * (1.0 - speed))
 
 
 def expert_held_bytes(profile, batch: int, tp: int, sp: bool, micro_batch: int) -> dict[int, float]:

@@ -121,6 +121,8 @@ class ModelProfile(CollectiveCosts):
     # expert-data-parallel group: 0 without ZeRO or data ranks); moe: the run's (dispatcher, imbalance)
     experts: tuple[int, int, int] = (1, 1, 0)
     moe: tuple[str, float] = ("alltoall", 1.0)
+    # --moe-shared-expert-overlap: a dispatch starts after its permutation, beside the shared expert
+    shared_overlap: bool = False
     _expert_plans: dict[tuple[int, int, bool], object] = field(default_factory=dict, repr=False)
     memo: dict[tuple, object] = field(default_factory=dict, repr=False)  # exchange facts of this trace, per key
 
@@ -185,7 +187,8 @@ class ModelProfile(CollectiveCosts):
         if hit is None:
             hit = base._contexts[key] = ModelProfile(base.raw, base.platform, base.reference_compat, base.precision,
                                                      _scaled=base._scaled, _op_times=base._op_times, cp=cp,
-                                                     experts=experts, moe=base.moe)
+                                                     experts=experts, moe=base.moe,
+                                                     shared_overlap=base.shared_overlap)
             hit._contexts[plain] = base
         return hit.for_recompute(self.rc_spec, self.rc_cuts)
 
@@ -207,7 +210,8 @@ class ModelProfile(CollectiveCosts):
             rec = recompute(root.raw, spec, cuts)
             hit = root._children[key] = ModelProfile(rec.trace, root.platform, root.reference_compat, root.precision,
                                                      recompute=key, rc_spec=spec, rc_cuts=cuts, rc_units=rec.units,
-                                                     parent=root, cp=root.cp, experts=root.experts, moe=root.moe)
+                                                     parent=root, cp=root.cp, experts=root.experts, moe=root.moe,
+                                                     shared_overlap=root.shared_overlap)
         return hit
 
     def scaled(self, batch: int) -> Trace:
