@@ -121,3 +121,31 @@ def test_delayed_weight_gradients_run_beside_the_combine() -> None:
         assert delayed[r] == pytest.approx(want, rel=1e-12)
     with pytest.raises(ConfigError, match="needs --moe-a2a-overlap"):
         configure({**CARD, "delay-wgrad-compute": True})
+
+
+def test_the_last_stages_backward_waits_for_its_own_forward() -> None:
+    """Interleaved over 2 ranks: the last stage's steady state pairs a micro-batch's forward with
+    its own backward (Megatron-Core's combined step there), which needs the forward's loss.
+    Every backward op of a micro-batch on the last stage starts after the last forward op of
+    that micro-batch there ended. The planted bug (the old code): the backward chain started
+    beside the forward, from the pair's start."""
+    flags = {**CARD, "num-layers": 4, "dp": 4, "ep": 4, "pp": 2, "schedule": "interleaved", "virtual-stages": 2,
+             "global-batch": 4 * MICRO, "moe-a2a-overlap": True}
+    trace, platform, strategy = configure(flags)
+    result = simulate(trace, platform, strategy)
+    g, sch = result.graph, result.schedule
+    last = max((g.attrs[i] or {}).get("stage_index", -1) for i in range(len(g)))
+    ends: dict[int, float] = {}
+    starts: dict[int, float] = {}
+    for i, kind in enumerate(g.kind):
+        a = g.attrs[i] or {}
+        if kind != "compute" or a.get("stage_index") != last or a.get("microbatch") is None:
+            continue
+        backward = "Backward" in g.label[i] or "grad" in g.label[i]
+        mb = a["microbatch"]
+        if backward:
+            starts[mb] = min(starts.get(mb, float("inf")), sch.start[i])
+        else:
+            ends[mb] = max(ends.get(mb, 0.0), sch.end[i])
+    assert sorted(starts) == list(range(MICRO)) == sorted(ends)
+    assert all(starts[mb] >= ends[mb] for mb in range(MICRO)), (starts, ends)

@@ -4,7 +4,9 @@ forward-backward pairs (:func:`~triosim.graph.pipeline.schedules.combined_pairs`
 two chains from the same start, both done before the next block, so that the GPU computes one
 block's ops while the other's all-to-alls run (Megatron-Core's two streams,
 ``TransformerLayerSchedulePlan.run``: one's attention beside the other's combine, one's experts
-beside the other's dispatch) and the scheduler runs whichever compute is ready."""
+beside the other's dispatch) and the scheduler runs whichever compute is ready. On the last
+stage a pair is one micro-batch's forward and its own backward, which needs the forward's loss:
+its chain starts when the forward's ends."""
 
 from __future__ import annotations
 
@@ -20,6 +22,11 @@ class CombinedPairs:
     def __init__(self, b: CompositionState, order: list, p: int) -> None:
         self.replicas = b.replicas
         self.pairs = _pairs(b, order, p)
+        # The last stage pairs a micro-batch's forward with its own backward (Megatron-Core's
+        # combined step there): the backward needs the forward's loss, so its chain starts when
+        # the forward's ends, not beside it.
+        self.chained = {pos for pos, role in self.pairs.items()
+                        if role == 1 and order[pos][1:] == order[pos - 1][1:]}
         self.start: dict = {}  # replica -> what the pair's blocks start after
         self.first_end: dict = {}  # replica -> what the pair's first block ended with
 
@@ -33,7 +40,8 @@ class CombinedPairs:
             self.start = {rep: list(last[rep]) for rep in self.replicas}
         elif role == 1:
             self.first_end = {rep: list(last[rep]) for rep in self.replicas}
-            last.update({rep: list(self.start[rep]) for rep in self.replicas})
+            if pos not in self.chained:
+                last.update({rep: list(self.start[rep]) for rep in self.replicas})
 
 
 def _pairs(b: CompositionState, order: list, p: int) -> dict[int, int]:
