@@ -85,13 +85,13 @@ def time_groups(groups) -> list[tuple[object, list[Row]]]:
 
 def fresh_errors(timed):
     """Per DAG-timed candidate, (candidate, time error, peak memory error) of its estimate against
-    the DAG, on a fresh profile with the plan's dispatcher, load and shared-expert overlap (a planted bug must reach every
+    the DAG, on a fresh profile with the plan's dispatcher, load and MoE overlaps (a planted bug must reach every
     cached figure)."""
     from triosim.plan import ModelProfile
     for inputs, rows in timed:
         p = inputs.profile
         profile = ModelProfile(p.raw, p.platform, p.reference_compat, p.precision, moe=p.moe,
-                               shared_overlap=p.shared_overlap)
+                               overlaps=p.overlaps)
         timer = PipelineTimer(profile.platform)
         for row in rows:
             c = row.candidate

@@ -54,7 +54,6 @@ def test_a_dense_model_keeps_ep_1(tmp_path) -> None:
     ([*DENSE, "--etp", "2"], "--etp 2: the model has no mixture-of-experts layer"),
     ([*MOE, "--ep", "3"], "--ep 3 must divide the 128 routed experts of the model"),
     ([*MOE, "--ep", "0"], "--ep must be a positive integer, got 0"),
-    ([*MOE, "--moe-a2a-overlap"], "leave --moe-a2a-overlap out"),
     ([*MOE, "--account-for-loss-in-pipeline-split", "--decoder-first-pipeline-num-layers", "1"],
      "cannot be combined with"),
 ])
@@ -121,3 +120,16 @@ def test_expert_and_tensor_parallelism_come_with_sequence_parallelism(tmp_path) 
     assert any(r["ep"] != "1" and r["tp"] != "1" for r in rows)
     assert all(r["sequence_parallel"] in ("True", "true", "1", "on")
                for r in rows if r["ep"] != "1" and r["tp"] != "1")
+
+
+def test_the_combined_schedule_is_searched_as_megatron_runs_it(tmp_path) -> None:
+    """--moe-a2a-overlap pins Megatron-Core's combined 1F1B on every candidate: ep above 1, no full
+    recomputation (block recomputation of N layers included) and, over pipeline ranks, the
+    interleaved schedule; the best is DAG-timed with the flag on its run line."""
+    rows = _plan(tmp_path, *MOE, "--moe-a2a-overlap", "--delay-wgrad-compute", "--top", "2")
+    assert rows and all(int(r["ep"]) > 1 and r["recompute"] != "full" for r in rows)
+    assert all(r["schedule"] == "interleaved" for r in rows if r["pp"] != "1")
+    assert {r["pp"] for r in rows} >= {"1", "2"}
+    best = rows[0]
+    assert best["status"] == "dag" and "--moe-a2a-overlap" in best["command"] and "--delay-wgrad-compute" in best["command"]
+    assert abs(float(best["estimate_ms"]) / float(best["dag_ms"]) - 1) <= 0.05

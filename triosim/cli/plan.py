@@ -47,8 +47,6 @@ RECOMPUTE_DETAIL = ("recompute_method", "recompute_num_layers", "recompute_modul
 PINNABLE = ("tp", "pp", "dp", "cp")
 # Expert parallelism folds over the GPUs of those axes (no GPUs of its own); pinned the same way.
 EXPERT_PINS = ("ep", "etp")
-# MoE overlaps the estimate does not follow (each changes what hides the token exchanges)
-UNMODELLED_MOE = (("moe_a2a_overlap", "--moe-a2a-overlap"), ("delay_wgrad_compute", "--delay-wgrad-compute"))
 EXIT_NOTHING_FITS = 3
 
 
@@ -121,10 +119,6 @@ def _check_flags(args: argparse.Namespace) -> None:
         value = getattr(args, axis, None)
         if value is not None and value < 1:
             raise ConfigError(f"--{axis} must be a positive integer, got {value}")
-    for dest, flag in UNMODELLED_MOE:
-        if getattr(args, dest, False):
-            raise ConfigError(f"plan's estimates run each token exchange in the compute stream's order: leave {flag} "
-                              "out (time it with run on the plan's choice)")
     if getattr(args, "offload_activations", None) is not None and any(getattr(args, a, None) not in (None, 1)
                                                                         for a in EXPERT_PINS):
         raise ConfigError("--offload-activations with --ep/--etp: plan's estimate does not follow the host copies "
@@ -366,6 +360,7 @@ def plan_inputs(args: argparse.Namespace) -> PlanInputs:
         mesh_shapes,
     )
     from ..plan.candidates import layer_facts
+    from ..plan.combined_time import MoeOverlaps
     from ..plan.context_time import attention_sequence
     from ..plan.search_size import check_search_size
 
@@ -392,6 +387,7 @@ def plan_inputs(args: argparse.Namespace) -> PlanInputs:
     space = SearchSpace(args.gpus, args.global_batch, layers, heads, max(1, node), args.max_tp, pinned=pinned,
                         sequence=sequence, recompute_pin=_recompute_pin(args), offload_pin=_offload_pin(args, raw),
                         experts=experts, etp_allowed=getattr(args, "moe_token_dispatcher", "alltoall") == "alltoall",
+                        combined=bool(getattr(args, "moe_a2a_overlap", False)),
                         **_layouts(args, raw, unit), **_card_layers(raw))
     if not mesh_shapes(space):
         raise ConfigError(explain_empty(space, unit))
@@ -401,7 +397,9 @@ def plan_inputs(args: argparse.Namespace) -> PlanInputs:
                            precision=training_precision(ns),
                            moe=(str(getattr(args, "moe_token_dispatcher", "alltoall")),
                                 float(getattr(args, "moe_imbalance", 1.0))),
-                           shared_overlap=bool(getattr(args, "moe_shared_expert_overlap", False)))
+                           overlaps=MoeOverlaps(bool(getattr(args, "moe_shared_expert_overlap", False)),
+                                                bool(getattr(args, "moe_a2a_overlap", False)),
+                                                bool(getattr(args, "delay_wgrad_compute", False))))
     settings = PlanSettings(args.global_batch, memory_capacity(ns), bucket_bytes=args.bucket_mb * 1024 * 1024,
                             seq_len=_seq_len(args, batches.trace_dir),
                             partition=args.partition if args.partition in ("count", "layers", "auto") else "time",

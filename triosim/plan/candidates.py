@@ -205,6 +205,9 @@ class SearchSpace:
     # first stage) and its multi-token-prediction layers (a layout string's m)
     leading_layers: int = 0
     mtp_layers: int = 0
+    # --moe-a2a-overlap (Megatron-Core's combined 1F1B): every candidate has ep above 1, no full
+    # recomputation, and under pp above 1 the interleaved schedule (as run accepts)
+    combined: bool = False
 
     def pin(self, axis: str) -> int | None:
         return dict(self.pinned).get(axis)
@@ -367,6 +370,9 @@ def enumerate_candidates(space: SearchSpace) -> Iterator[Candidate]:
                         if z == 3 and space.experts and (tp > 1 or ep > 1 or etp > 1):
                             continue
                         for rc in settings:
+                            if space.combined and (ep < 2 or rc.get("recompute") == "full"
+                                                   or (pp > 1 and sched != "interleaved")):
+                                continue
                             for sp in sps:
                                 if ep > 1 and tp > 1 and not sp:  # Megatron-Core refuses it (as run does)
                                     continue

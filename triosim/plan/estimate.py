@@ -46,9 +46,11 @@ import numpy as np
 
 from ..graph.pipeline.schedules import BACKWARD, FORWARD
 from .candidates import Candidate
+from .combined_time import run_alone, run_chains, stage_chains
 from .context_time import data_group, with_ring
 from .expert_time import (
     edp_group_of,
+    exchange_seconds,
     expert_key,
     expert_param_bytes,
     expert_params,
@@ -73,6 +75,7 @@ from .zero3_time import (
     param_reads,
     read_shape,
     sm_speed,
+    sm_speeds,
     stage_units,
 )
 
@@ -199,11 +202,48 @@ def _pipeline(c: Candidate, pt, profile: ModelProfile, settings: PlanSettings, t
     free = getattr(profile, "free_backward", None)  # activation offload's reloads (offload_profile)
     from_free = None if free is None else (F, free(pt, key, starts, B))
     held = None if free is None else profile.held_after(key, starts)
+    pairs = None
+    if (profile.parent or profile).overlaps.a2a and from_free is None:  # combined 1F1B (plan.combined_time)
+        F, B, pairs = _combined(c, profile, settings, timer, bounds, share)
     ends = timer.rank_ends(c.schedule, P, V, m, c.tp * c.cp, F, B, cut_f, cut_b, from_free,
-                           held)  # stage GPUs tp · cp apart
+                           held, pairs)  # stage GPUs tp · cp apart
     if held is not None:  # the GPU waits for the copy: busy, not the pipeline's bubble
         F = F + held[0]
     return starts, F, B, ends, bounded
+
+
+def _combined(c: Candidate, profile: ModelProfile, settings: PlanSettings, timer: PipelineTimer,
+              bounds: list[tuple[int, int]], share: float | None):
+    """``--moe-a2a-overlap`` (and ``--delay-wgrad-compute``): each stage's forward and backward
+    block as steps (:mod:`triosim.plan.combined_time`), their seconds alone, and the pairs'
+    seconds for the recurrence."""
+    batch = settings.global_batch // c.dp
+    sp = c.sequence_parallel and c.tp > 1
+    base = _ring_times(c, profile, batch, share, timer)  # without the exchanges
+    compute = profile.op_times(batch, c.micro_batch, share) * scale_at(profile, batch, c.tp, sp, c.micro_batch)
+    comm = np.maximum(base.op_s - compute, 0.0)  # the TP collectives after each op (and a ring's exposure)
+    exchange = {i: (e.when, x) for i, (e, x) in exchange_seconds(profile, c, batch, c.micro_batch).items()}
+    root = profile.parent or profile
+    fops = np.asarray(root.fops, dtype=np.intp)
+    fpos = np.array([profile.pos[i] for i in root.fops], dtype=np.intp)
+    chains = stage_chains(fops, fpos, base.b_ops, base.b_pos, bounds, compute, comm, exchange,
+                          root.overlaps.delay_wgrad)
+    speed = sm_speeds(profile)
+    F = np.array([run_alone(ch[FORWARD], speed) for ch in chains])
+    B = np.array([run_alone(ch[BACKWARD], speed) for ch in chains])
+    # pairs of equal chains (a model's repeated layers, candidates alike in what a stage runs) once
+    memo = timer.memo(("combined pairs", speed(1)), dict)
+
+    def pairs(first: tuple[str, int], second: tuple[str, int]) -> tuple[float, float]:
+        """When each of the two blocks ends, started together (the first built first)."""
+        key = (chains[first[1]][first[0]], chains[second[1]][second[0]])
+        hit = memo.get(key)
+        if hit is None:
+            a, b = run_chains(list(key), speed)
+            hit = memo[key] = (a, b)
+        return hit
+
+    return F, B, pairs
 
 
 def _zero3_pipeline(c: Candidate, pt: PositionTimes, profile: ModelProfile, settings: PlanSettings,
@@ -379,16 +419,22 @@ def _rank_peaks(c: Candidate, m: int, bounds: list[tuple[int, int]], params: np.
     return peaks
 
 
-def _times(c: Candidate, profile: ModelProfile, batch: int, share: float | None, timer: PipelineTimer) -> PositionTimes:
+def _ring_times(c: Candidate, profile: ModelProfile, batch: int, share: float | None,
+                timer: PipelineTimer) -> PositionTimes:
     """The per-position figures of ``c``'s key on ``profile``, with the ring's key/value exchange
     where the partial attentions do not hide it (cp > 1)."""
     pt = profile.times(batch, c.tp, c.sequence_parallel, c.micro_batch, share)
     if c.cp > 1:
-        ring = pt = timer.memo(("ring", profile.variant, profile.recompute, batch, c.tp, c.sequence_parallel,
-                                c.micro_batch, share),
-                               lambda: with_ring(pt, profile, batch, c.tp, c.sequence_parallel, c.micro_batch, share))
-    else:
-        ring = pt
+        pt = timer.memo(("ring", profile.variant, profile.recompute, batch, c.tp, c.sequence_parallel,
+                         c.micro_batch, share),
+                        lambda: with_ring(pt, profile, batch, c.tp, c.sequence_parallel, c.micro_batch, share))
+    return pt
+
+
+def _times(c: Candidate, profile: ModelProfile, batch: int, share: float | None, timer: PipelineTimer) -> PositionTimes:
+    """:func:`_ring_times` with the token exchanges of an MoE model (in the compute stream's
+    order, :mod:`triosim.plan.expert_time`)."""
+    pt = ring = _ring_times(c, profile, batch, share, timer)
     if profile.expert_plan(batch, c.tp, c.sequence_parallel) is not None:  # the token exchanges (on pp's GPUs)
         pt = timer.memo(("exchanges", profile.variant, profile.recompute, batch, c.tp, c.sequence_parallel,
                          c.micro_batch, share, c.pp),

@@ -98,23 +98,32 @@ def _plan_ops(profile, batch: int, tp: int, sp: bool):
     return plan, ops
 
 
-def with_exchanges(pt, profile, c, batch: int, micro_batch: int, speed: float = 1.0):
-    """``pt`` with every grouped GEMM's token exchange added to its position's forward or backward
-    time and to the op's seconds (module docstring); ``pt`` itself where there is none. ``speed``:
-    the compute's speed beside an exchange (the SMs it holds), for the shared-expert overlap."""
+def exchange_seconds(profile, c, batch: int, micro_batch: int) -> dict[int, tuple[object, float]]:
+    """Per grouped GEMM with a token exchange, (its :class:`~triosim.graph.expert.plan.ExpertOp`,
+    the exchange's seconds in closed form on the groups of GPU 0's expert ranks); empty where
+    there is none."""
     sp = c.sequence_parallel and c.tp > 1
     plan, ops = _plan_ops(profile, batch, c.tp, sp)
     if not ops:
-        return pt
+        return {}
     trace = profile.scaled(batch)
     stage = _Stage(trace, profile.tensor_plan(batch, c.tp, sp), RankMap(c.dp, c.tp, c.pp, cp=c.cp), profile.platform)
     plan = replace(plan, edp=c.tp * c.data // (c.ep * c.etp))
     frac = micro_batch / trace.batch_size
+    return {i: (e, sum(profile.collective_s(kind, group, nbytes) for kind, group, nbytes in
+                       exchanges(stage, plan, e, frac, 0))) for i, e in ops.items()}
+
+
+def with_exchanges(pt, profile, c, batch: int, micro_batch: int, speed: float = 1.0):
+    """``pt`` with every grouped GEMM's token exchange added to its position's forward or backward
+    time and to the op's seconds (module docstring); ``pt`` itself where there is none. ``speed``:
+    the compute's speed beside an exchange (the SMs it holds), for the shared-expert overlap."""
+    timed = exchange_seconds(profile, c, batch, micro_batch)
+    if not timed:
+        return pt
     fwd, bwd, op_s = pt.fwd.copy(), pt.bwd.copy(), pt.op_s.copy()
-    early = (profile.parent or profile).shared_overlap
-    for i, e in ops.items():
-        extra = sum(profile.collective_s(kind, group, nbytes) for kind, group, nbytes in
-                    exchanges(stage, plan, e, frac, 0))
+    early = (profile.parent or profile).overlaps.shared
+    for i, (e, extra) in timed.items():
         if early and e.when == "before" and e.source is not None:
             extra = exposed_beside(extra, float(pt.op_s[e.source + 1:i].sum()), speed)
         (fwd if profile.phase[i] == FORWARD else bwd)[profile.pos[i]] += extra
@@ -179,5 +188,5 @@ def expert_param_bytes(profile, batch: int, tp: int, sp: bool) -> np.ndarray:
     return out
 
 
-__all__ = ["edp_group_of", "expert_held_bytes", "expert_key", "expert_param_bytes", "expert_params", "expert_share", "is_moe",
+__all__ = ["edp_group_of", "exchange_seconds", "expert_held_bytes", "expert_key", "expert_param_bytes", "expert_params", "expert_share", "is_moe",
            "with_exchanges"]

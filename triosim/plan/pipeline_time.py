@@ -13,12 +13,15 @@ operations per level of independent blocks.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import numpy as np
 
 from ..graph.pipeline.estimate import BlockProgram, compile_program
+from ..graph.pipeline.schedules import BACKWARD, FORWARD
 from ..hardware.platform import Platform, gpu_node
+from .combined_pipeline import combined_ends, compile_combined
 
 
 @dataclass
@@ -61,18 +64,21 @@ class PipelineTimer:
         hit = self._routes[key] = (tuple(pattern), lat, bw)
         return hit
 
-    def _program(self, schedule: str, pp: int, virtual: int, micro: int, tp: int):
+    def _program(self, schedule: str, pp: int, virtual: int, micro: int, tp: int, combined: bool = False):
         pattern, lat, bw = self._boundaries(pp, virtual, tp)
-        key = (schedule if virtual == 1 else "interleaved", pp, virtual, micro, pattern)
+        key = (schedule if virtual == 1 else "interleaved", pp, virtual, micro, pattern, combined)
         prog = self._programs.get(key)
         if prog is None:
-            prog = self._programs[key] = compile_program(key[0], pp, virtual, [0] * micro, list(pattern))
+            prog = self._programs[key] = compile_combined(pp, virtual, micro, list(pattern)) if combined else \
+                compile_program(key[0], pp, virtual, [0] * micro, list(pattern))
         return prog, lat, bw
 
     def rank_ends(self, schedule: str, pp: int, virtual: int, micro: int, tp: int, forward: np.ndarray,
                   backward: np.ndarray, cut_fwd: np.ndarray, cut_bwd: np.ndarray,
                   from_free: tuple[np.ndarray, np.ndarray] | None = None,
-                  held: tuple[np.ndarray, np.ndarray] | None = None) -> np.ndarray:
+                  held: tuple[np.ndarray, np.ndarray] | None = None,
+                  pairs: Callable[[tuple[str, int], tuple[str, int]], tuple[float, float]] | None = None
+                  ) -> np.ndarray:
         """Per pipeline rank, when its last block ends; ``forward``/``backward``: seconds of each of
         the pp · V stages per micro-batch; ``cut_fwd``/``cut_bwd``: bytes crossing boundary j
         (between stage j − 1 and j, j ≥ 1; index 0 unused) per micro-batch. ``from_free``: the
@@ -81,19 +87,30 @@ class PipelineTimer:
         ends at max(GPU free + those, input + ``forward``/``backward``). ``held``: the forward and
         backward seconds each block holds its GPU after it ends without holding back its send
         (activation offload's copy at a chunk's end: :mod:`triosim.plan.offload_profile`); the
-        GPU's next block starts after them."""
+        GPU's next block starts after them. ``pairs`` (``--moe-a2a-overlap``: Megatron-Core's
+        combined 1F1B, :mod:`triosim.plan.combined_time`): the seconds a pair of blocks takes
+        started together, (first block's (phase, stage), second's) -> (when each one's chain
+        ends); one stage pairs each backward with the next forward, the
+        interleaved schedule each steady-state forward with the backward after it."""
         n = pp * virtual
         if n == 1:
             f, b = (forward, backward) if from_free is None else from_free
             hf, hb = (0.0, 0.0) if held is None else (float(held[0][0]), float(held[1][0]))
+            if pairs is not None and micro > 1:  # F0, then (B_i, F_i+1) pairs, then the last B
+                both = max(pairs((BACKWARD, 0), (FORWARD, 0)))
+                return np.array([float(f[0]) + (micro - 1) * both + float(b[0])])
             return np.array([micro * (float(f[0]) + float(b[0]) + hf + hb)])
-        prog, lat, bw = self._program(schedule, pp, virtual, micro, tp)
+        combined = pairs is not None and virtual > 1
+        prog, lat, bw = self._program(schedule, pp, virtual, micro, tp, combined)
         if not prog.runnable:
             return np.full(pp, np.inf)
         durations = np.concatenate((forward, backward))  # rows (phase, stage), forward first
         transfers = np.zeros(2 * n + 1)  # rows (direction, boundary), then the zero row
         for d, cut in ((0, cut_fwd), (1, cut_bwd)):
             transfers[d * n + 1: d * n + n] = lat[d, 1:] + cut[1:] / bw[d, 1:]
+        if combined:
+            together = np.array([pairs(*key) for key in prog.pairs]).reshape(len(prog.pairs), 2)
+            return combined_ends(prog, durations, transfers, together)
         nb = prog.num_blocks
         dur = durations[prog.duration_row]
         dur_free = None if from_free is None else np.concatenate(from_free)[prog.duration_row]

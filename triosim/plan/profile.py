@@ -54,6 +54,7 @@ from ..trace import Trace
 from ..trace.precision import gathered_parameter_bytes, reduced_gradient_bytes
 from .candidates import layer_facts
 from .collective_costs import CollectiveCosts
+from .combined_time import MoeOverlaps
 from .context_time import held_bytes
 from .expert_time import expert_held_bytes, expert_share
 from .micro_scale import PLAIN, PRE_EXPERT, scale_at
@@ -121,8 +122,7 @@ class ModelProfile(CollectiveCosts):
     # expert-data-parallel group: 0 without ZeRO or data ranks); moe: the run's (dispatcher, imbalance)
     experts: tuple[int, int, int] = (1, 1, 0)
     moe: tuple[str, float] = ("alltoall", 1.0)
-    # --moe-shared-expert-overlap: a dispatch starts after its permutation, beside the shared expert
-    shared_overlap: bool = False
+    overlaps: MoeOverlaps = MoeOverlaps()  # the MoE overlaps every candidate runs with (plan.combined_time)
     _expert_plans: dict[tuple[int, int, bool], object] = field(default_factory=dict, repr=False)
     memo: dict[tuple, object] = field(default_factory=dict, repr=False)  # exchange facts of this trace, per key
 
@@ -188,7 +188,7 @@ class ModelProfile(CollectiveCosts):
             hit = base._contexts[key] = ModelProfile(base.raw, base.platform, base.reference_compat, base.precision,
                                                      _scaled=base._scaled, _op_times=base._op_times, cp=cp,
                                                      experts=experts, moe=base.moe,
-                                                     shared_overlap=base.shared_overlap)
+                                                     overlaps=base.overlaps)
             hit._contexts[plain] = base
         return hit.for_recompute(self.rc_spec, self.rc_cuts)
 
@@ -211,7 +211,7 @@ class ModelProfile(CollectiveCosts):
             hit = root._children[key] = ModelProfile(rec.trace, root.platform, root.reference_compat, root.precision,
                                                      recompute=key, rc_spec=spec, rc_cuts=cuts, rc_units=rec.units,
                                                      parent=root, cp=root.cp, experts=root.experts, moe=root.moe,
-                                                     shared_overlap=root.shared_overlap)
+                                                     overlaps=root.overlaps)
         return hit
 
     def scaled(self, batch: int) -> Trace:

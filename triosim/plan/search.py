@@ -153,11 +153,13 @@ def refine(rows: list[Row], profile: ModelProfile, settings: PlanSettings, limit
 
     full = {r.candidate: r for r in rows if r.candidate.recompute == "full" and not r.candidate.detailed}
     host = has_host_link(profile)
+    # --moe-a2a-overlap: Megatron-Core refuses full recomputation, block recomputation of N layers included
+    blocks = not (profile.parent or profile).overlaps.a2a
     for k, parent in enumerate(parents):
         c = parent.candidate
         if c.recompute == "none":
             sibling = full.get(replace(c, recompute="full"))
-            if sibling is None or block_may_help(parent, sibling, profile.layers, limit_s):
+            if blocks and (sibling is None or block_may_help(parent, sibling, profile.layers, limit_s)):
                 smallest_fitting(c, profile.layers, block, lambda v: run(v).feasible)
             if host and may_offload(c):
                 smallest_fitting(c, profile.layers, offloaded, lambda v: run(v).feasible)

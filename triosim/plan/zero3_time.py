@@ -144,6 +144,16 @@ def stage_units(r: ParamReads, lo: int, hi: int, owned: np.ndarray, phase: str,
     return starts, sizes
 
 
+def sm_speeds(profile):
+    """The speed of compute beside k collectives, as a function of k: 1 − min(k · collective_sms,
+    sm_count − 1) / sm_count (1.0 without SM sharing, as :func:`sm_speed`)."""
+    device = getattr(gpu_timing((profile.parent or profile).raw), "device", None)
+    if profile.reference_compat or device is None or not device.sm_count or not device.collective_sms:
+        return lambda k: 1.0
+    n, each = device.sm_count, device.collective_sms
+    return lambda k: 1.0 - min(k * each, n - 1) / n
+
+
 def sm_speed(profile) -> float:
     """The speed of compute beside a collective: 1 − collective_sms / sm_count (1.0 without SM
     sharing, as the DAG's builder decides: ``--gpu`` with both figures, not reference-compat)."""
@@ -244,4 +254,4 @@ def _beside(now: float, tp_left: float, gather_end: float) -> tuple[float, float
     return now + 2 * g_left, tp_left - g_left, now + 2 * g_left
 
 
-__all__ = ["ParamReads", "block_times", "input_gate", "links_shared", "param_reads", "read_shape", "sm_speed", "stage_units"]
+__all__ = ["ParamReads", "block_times", "input_gate", "links_shared", "param_reads", "read_shape", "sm_speed", "sm_speeds", "stage_units"]
