@@ -155,3 +155,11 @@ def test_a_native_flag_is_left_to_the_parser() -> None:
     argv = ["run", "--tp", "2", "--num-layers", "4", "--micro-batch-size", "2", "--sequence-parallel"]
     assert translate_argv(argv).argv == argv
     assert json.loads(json_bytes([*CARD, "--tensor-model-parallel-size", "2", "--global-batch", "2"]))["parallel"]["tp"] == 2
+
+
+@pytest.mark.parametrize("line", ["--fp8-format hybrid --bf16", "--bf16 --fp8-format hybrid",
+                                  "--fp8-format e4m3 --fp16"])
+def test_fp8_format_wins_over_the_16_bit_switch_in_either_order(line: str) -> None:
+    # Megatron-LM trains in FP8 with --fp8-format whatever the order of --bf16/--fp16 beside it
+    argv = translate_argv(["run", "--megatron-args", line]).argv
+    assert [argv[i + 1] for i, tok in enumerate(argv) if tok == "--dtype"][-1] == "fp8", argv  # the parser's last

@@ -55,6 +55,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from ..errors import ConfigError
+from .megatron_card import _flag_value
 from .megatron_card import positive_int as _positive_int
 
 MEGATRON_ARGS = "--megatron-args"
@@ -283,6 +284,8 @@ def _translate_one(name: str, inline: str | None, reader: _Reader, out: list[str
     if name in _SWITCHES:
         if _SWITCHES[name] == [name] and not strict:
             return False
+        if name in ("--bf16", "--fp16") and _flag_value(out, "--dtype") == "fp8":
+            return True  # Megatron trains in FP8 with --fp8-format, --bf16 before or after it
         out.extend(_SWITCHES[name])
         return True
     if name == "--fp8-format":
