@@ -163,3 +163,16 @@ def test_fp8_format_wins_over_the_16_bit_switch_in_either_order(line: str) -> No
     # Megatron-LM trains in FP8 with --fp8-format whatever the order of --bf16/--fp16 beside it
     argv = translate_argv(["run", "--megatron-args", line]).argv
     assert [argv[i + 1] for i, tok in enumerate(argv) if tok == "--dtype"][-1] == "fp8", argv  # the parser's last
+
+
+@pytest.mark.parametrize("line", ["--recompute-method uniform --recompute-num-layers 1", "--recompute-num-layers 2",
+                                  "--recompute-modules core_attn mlp"])
+def test_recompute_details_without_a_granularity_recompute_nothing(line: str) -> None:
+    # Megatron-Core reads recompute_method, recompute_num_layers and recompute_modules only under a
+    # recompute_granularity: without one the line trains without recomputation
+    result = translate_argv(["run", "--megatron-args", line])
+    assert not any(tok.startswith("--recompute") for tok in result.argv), result.argv
+    assert result.no_effect == [tok for tok in line.split() if tok.startswith("--")]
+    with_granularity = translate_argv(["run", "--megatron-args", "--recompute-granularity full " + line]).argv
+    assert with_granularity[with_granularity.index("--recompute") + 1] == "full"
+    assert all(tok in with_granularity for tok in line.split() if tok.startswith("--recompute-"))

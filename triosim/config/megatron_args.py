@@ -20,7 +20,8 @@ run (and the bytes) of its native flag:
 * memory: ``--sequence-parallel`` (native), ``--use-distributed-optimizer`` → ``--zero 1``,
   ``--recompute-granularity full|selective`` and ``--recompute-activations`` → ``--recompute``;
   ``--recompute-method``, ``--recompute-num-layers`` and ``--recompute-modules`` (a space-
-  separated list in Megatron, comma-separated natively) are native;
+  separated list in Megatron, comma-separated natively) are native; in a pasted line without a
+  granularity they are noted and dropped (Megatron-Core reads them only under one);
 * pipeline layouts: ``--account-for-embedding-in-pipeline-split``,
   ``--account-for-loss-in-pipeline-split``, ``--decoder-first-pipeline-num-layers``,
   ``--decoder-last-pipeline-num-layers`` and ``--pipeline-model-parallel-layout`` are native (a
@@ -249,7 +250,7 @@ def translate_argv(argv: Sequence[str]) -> Translation:
         consumed = _translate_one(name, inline, reader, out, result, card, recompute, strict=False)
         if not consumed:
             out.append(tok)
-    _finish_recompute(recompute, out)
+    _finish_recompute(recompute, out, result)
     card.emit(out)
     _finish_layers_per_virtual_stage(out)
     if not argv or argv[0] != "plan":  # plan searches the pp × V a layout's stages allow (plan.candidates)
@@ -308,7 +309,7 @@ def _translate_one(name: str, inline: str | None, reader: _Reader, out: list[str
         recompute[name] = reader.value(name, inline)
         return True
     if name in ("--recompute-method", "--recompute-num-layers") and strict:
-        out.extend([name, reader.value(name, inline)])
+        recompute[name] = reader.value(name, inline)  # applied under a granularity (_finish_recompute)
         return True
     if name == "--recompute-modules" and strict:
         # Megatron's list is nargs='*': the words up to the next flag
@@ -317,7 +318,7 @@ def _translate_one(name: str, inline: str | None, reader: _Reader, out: list[str
             words.append(reader.take())
         if not words:
             raise ConfigError(f"{reader.where}--recompute-modules needs at least one module")
-        out.extend([name, ",".join(words)])
+        recompute[name] = ",".join(words)
         return True
     if name in ARCH_VALUES:
         card.set(name, reader.value(name, inline), reader.where)
@@ -336,15 +337,23 @@ def _translate_one(name: str, inline: str | None, reader: _Reader, out: list[str
     return False
 
 
-def _finish_recompute(recompute: dict[str, str], out: list[str]) -> None:
+def _finish_recompute(recompute: dict[str, str], out: list[str], result: Translation) -> None:
     """Megatron's ``--recompute-granularity`` as ``--recompute`` (the method, layer count and
-    modules are native flags, checked against it by the strategy)."""
-    granularity = recompute.get("--recompute-granularity")
-    if granularity is None:
-        return
-    if granularity not in ("full", "selective"):
-        raise ConfigError(f"--recompute-granularity must be full or selective, got {granularity!r}")
-    out.extend(["--recompute", granularity])
+    modules are native flags, checked against it by the strategy). A pasted line's method, layer
+    count and modules without a granularity (Megatron's or a native ``--recompute``, or
+    ``--recompute-activations``) recompute nothing in Megatron-Core, which reads them only under
+    one: they are noted, not passed on (alone, the native flags would imply a granularity)."""
+    granularity = recompute.pop("--recompute-granularity", None)
+    if granularity is not None:
+        if granularity not in ("full", "selective"):
+            raise ConfigError(f"--recompute-granularity must be full or selective, got {granularity!r}")
+        out.extend(["--recompute", granularity])
+    governed = granularity is not None or _flag_value(out, "--recompute") is not None
+    for name, value in recompute.items():
+        if governed:
+            out.extend([name, value])
+        else:
+            result.no_effect.append(name)
 
 
 def _finish_layers_per_virtual_stage(out: list[str]) -> None:
