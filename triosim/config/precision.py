@@ -128,6 +128,9 @@ def training_precision(args: argparse.Namespace, batch: int | None = None) -> Tr
         raise ConfigError(f"--grad-reduce-dtype must be one of {', '.join(GRAD_REDUCE_DTYPES)}, got {reduce!r}")
     fp8 = fp8_training(args, batch)
     optimizer = optimizer_dtypes(args, dtype)
+    if getattr(args, "moe_a2a_overlap", False) and dtype in ("fp32", "tf32"):
+        raise ConfigError(f"--moe-a2a-overlap needs a 16-bit model (--dtype bf16, fp16 or fp8), got --dtype {dtype} "
+                          "(Megatron-Core runs the expert-parallel overlap only with bf16 or fp16)")
     if dtype not in (*TRAINING_DTYPES, "fp8"):
         if reduce != DEFAULT_GRAD_REDUCE_DTYPE:
             raise ConfigError(f"--grad-reduce-dtype {reduce} needs a training dtype: give --dtype "
