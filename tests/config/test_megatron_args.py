@@ -176,3 +176,16 @@ def test_recompute_details_without_a_granularity_recompute_nothing(line: str) ->
     with_granularity = translate_argv(["run", "--megatron-args", "--recompute-granularity full " + line]).argv
     assert with_granularity[with_granularity.index("--recompute") + 1] == "full"
     assert all(tok in with_granularity for tok in line.split() if tok.startswith("--recompute-"))
+
+
+def test_gradients_reduced_in_bf16_as_megatron_derives_it() -> None:
+    # --grad-reduce-in-bf16 is Megatron-LM's switch; --main-grads-dtype bf16 under --bf16 leaves
+    # accumulate_allreduce_grads_in_fp32 off (arguments.py), so the gradients are reduced in bf16 too
+    for line in ("--bf16 --grad-reduce-in-bf16",
+                 "--bf16 --use-precision-aware-optimizer --main-grads-dtype bf16"):
+        argv = translate_argv(["run", "--megatron-args", line]).argv
+        assert argv[argv.index("--grad-reduce-dtype") + 1] == "bf16", argv
+    assert "--grad-reduce-dtype" not in translate_argv(["run", "--megatron-args", "--bf16"]).argv
+    code, out, err = run(["run", *CARD, "--megatron-args", "--bf16 --use-precision-aware-optimizer "
+                          "--main-grads-dtype bf16 --accumulate-allreduce-grads-in-fp32"])
+    assert code == 2 and err.count("\n") == 1 and "--main-grads-dtype bf16" in err, err

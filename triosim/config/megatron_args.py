@@ -30,7 +30,8 @@ run (and the bytes) of its native flag:
 * precision: ``--bf16``, ``--fp16``, ``--fp8-format`` → ``--dtype``; ``--fp8-recipe`` (Megatron's
   ``tensorwise`` is ``current``) and ``--fp8-param-gather`` are native (Megatron-Core's own
   default recipe is ``delayed``; triosim's is current scaling, MXFP8 on Blackwell: give
-  ``--fp8-recipe delayed`` to match a line that names none);
+  ``--fp8-recipe delayed`` to match a line that names none); ``--grad-reduce-in-bf16``, and
+  ``--main-grads-dtype bf16`` in a ``--bf16`` line, → ``--grad-reduce-dtype bf16``;
 * activation offload: Megatron-Core's ``--cpu-offloading --cpu-offloading-num-layers N`` →
   ``--offload-activations N``;
 * overlaps (docs/overlap.md): ``--tp-comm-overlap``, ``--overlap-grad-reduce`` and
@@ -109,6 +110,7 @@ _SWITCHES = {
     "--account-for-embedding-in-pipeline-split": ["--account-for-embedding-in-pipeline-split"],
     "--account-for-loss-in-pipeline-split": ["--account-for-loss-in-pipeline-split"],
     "--use-precision-aware-optimizer": ["--use-precision-aware-optimizer"],
+    "--grad-reduce-in-bf16": ["--grad-reduce-dtype", "bf16"],
 }
 # Megatron's --fp8-recipe values -> the native ones (tensorwise: per-tensor current scaling).
 _FP8_RECIPES = {"tensorwise": "current"}
@@ -271,6 +273,22 @@ def _translate_megatron_tokens(tokens: list[str], out: list[str], result: Transl
         if not _translate_one(name, inline, reader, out, result, card, recompute, strict=strict):
             raise ConfigError(f"{MEGATRON_ARGS}: {name} is not a Megatron-LM flag triosim knows; leave it out of the "
                               "line, or give the native flag after it")
+    _bf16_main_grads(tokens, out)
+
+
+def _bf16_main_grads(tokens: list[str], out: list[str]) -> None:
+    """A pasted ``--bf16`` line with ``--main-grads-dtype bf16`` reduces its gradients in bf16:
+    Megatron-LM turns ``accumulate_allreduce_grads_in_fp32`` on under bf16 only for fp32 main
+    gradients, and refuses it typed beside bf16 ones (``arguments.py``)."""
+    names = [_split_eq(tok)[0] for tok in tokens]
+    if "--bf16" not in names or _flag_value(tokens, "--main-grads-dtype") != "bf16":
+        return
+    if "--accumulate-allreduce-grads-in-fp32" in names:
+        raise ConfigError(f"{MEGATRON_ARGS}: --main-grads-dtype bf16 with --accumulate-allreduce-grads-in-fp32 "
+                          "(Megatron-LM: --main-grads-dtype can only be fp32 when gradients are accumulated and "
+                          "reduced in fp32)")
+    if _flag_value(out, "--grad-reduce-dtype") is None:
+        out.extend(["--grad-reduce-dtype", "bf16"])
 
 
 def _translate_one(name: str, inline: str | None, reader: _Reader, out: list[str], result: Translation, card,
