@@ -138,6 +138,7 @@ def test_swiglu_mlp_width_and_vocab_padding_follow_megatron() -> None:
      "--recompute-modules moe_act needs mixture-of-experts layers"),
     (["--megatron-args", "pretrain_gpt.py --tensor-model-parallel-size 2"], "is not a flag"),
     (["--megatron-args"], "--megatron-args needs a value"),
+    (["--megatron-args", "--bf16 --fp8-format e5m2"], "--fp8-format must be e4m3 or hybrid, got 'e5m2'"),
     (["--num-layers-per-virtual-pipeline-stage", "3", "--pp", "2"], "not a whole number of virtual stages"),
 ])
 def test_refusals_are_one_line(argv: list[str], message: str) -> None:

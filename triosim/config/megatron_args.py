@@ -308,7 +308,9 @@ def _translate_one(name: str, inline: str | None, reader: _Reader, out: list[str
         out.extend(_SWITCHES[name])
         return True
     if name == "--fp8-format":
-        reader.value(name, inline)  # e4m3 or hybrid: both run the GEMMs at the fp8 peak
+        value = reader.value(name, inline)  # e4m3 or hybrid: both run the GEMMs at the fp8 peak
+        if value not in ("e4m3", "hybrid"):
+            raise ConfigError(f"{reader.where}--fp8-format must be e4m3 or hybrid, got {value!r} (Megatron-LM's choices)")
         out.extend(["--dtype", "fp8"])
         return True
     if name == "--fp8-recipe":
