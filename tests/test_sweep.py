@@ -539,3 +539,17 @@ def test_fp8_and_optimizer_dtype_flags_apply_only_where_their_switch_is_on() -> 
     configs = [dict(p.config) for p in grid.points()]
     assert [(c["use_precision_aware_optimizer"], c["exp_avg_dtype"], c["main_grads_dtype"]) for c in configs] == \
         [(False, "fp32", "fp32"), (True, "bf16", "bf16")]  # run's defaults where the switch is off
+
+
+def test_progress_lines_count_invalid_points_as_invalid(tiny: Path, monkeypatch: pytest.MonkeyPatch,
+                                                         capsys: pytest.CaptureFixture[str]) -> None:
+    """A point `run` refuses is invalid in the progress lines as in the closing count, not failed."""
+    import triosim.sweep as sweep_pkg
+
+    monkeypatch.setattr(sweep_pkg, "PROGRESS_EVERY_S", 0.0)
+    assert main(["sweep", "--trace-dir", str(tiny), "--batch-size", "8", "--dtype", "bf16,fp32",
+                 "--use-precision-aware-optimizer", "-j", "1"]) == 0
+    captured = capsys.readouterr()
+    assert "1 ok, 1 invalid, 0 failed" in captured.out
+    lines = [ln for ln in captured.err.splitlines() if " simulated, " in ln]
+    assert lines and lines[-1].startswith("sweep: 2/2 simulated, 1 invalid, "), lines
