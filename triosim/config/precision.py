@@ -110,6 +110,12 @@ def fp8_training(args: argparse.Namespace, batch: int | None = None) -> Fp8Train
     if recipe not in device.fp8_recipes:
         raise ConfigError(f"--fp8-recipe {recipe}: {device.display_name} ({device.name}) runs "
                           f"{', '.join(device.fp8_recipes)} (MXFP8 needs a Blackwell GPU, SM 10.0)")
+    if recipe == "delayed":  # Megatron-Core refuses these re-runs under delayed scaling (TransformerConfig)
+        modules = str(getattr(args, "recompute_modules", None) or "").replace(" ", ",").split(",")  # as parallel_flags
+        for module in ("layernorm", "moe_act"):
+            if module in modules:
+                raise ConfigError(f"--recompute-modules {module} with --fp8-recipe delayed: Megatron-Core's delayed "
+                                  "scaling does not recompute norms or expert activations in FP8; use another recipe")
     if gather and recipe == "mxfp8":
         raise ConfigError("--fp8-param-gather with --fp8-recipe mxfp8 is not modelled (Megatron-Core gathers MXFP8 "
                           "parameters through the gradient buffer); leave --fp8-param-gather out or use another recipe")
