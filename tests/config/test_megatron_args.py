@@ -47,6 +47,7 @@ def cache(tmp_path: Path, monkeypatch) -> None:
     (["--recompute-granularity", "selective", "--recompute-modules", "core_attn", "mlp"],
      ["--recompute", "selective", "--recompute-modules", "core_attn,mlp"]),
     (["--virtual-pipeline-model-parallel-size", "2"], ["--schedule", "interleaved", "--virtual-stages", "2"]),
+    (["--num-virtual-stages-per-pipeline-rank", "2"], ["--schedule", "interleaved", "--virtual-stages", "2"]),
     (["--num-layers-per-virtual-pipeline-stage", "1"], ["--schedule", "interleaved", "--virtual-stages", "2"]),
     (["--context-parallel-size", "1"], ["--cp", "1"]),
     (["--context-parallel-size", "2", "--cp-comm-type", "a2a"], ["--cp", "2", "--cp-comm-type", "a2a"]),

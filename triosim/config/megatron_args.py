@@ -6,8 +6,9 @@ run (and the bytes) of its native flag:
 
 * parallel sizes: ``--tensor-model-parallel-size`` → ``--tp``, ``--pipeline-model-parallel-size``
   → ``--pp``, ``--context-parallel-size`` → ``--cp`` (with ``--cp-comm-type``, native);
-  ``--virtual-pipeline-model-parallel-size V`` and ``--num-layers-per-virtual-pipeline-stage N``
-  → ``--schedule interleaved --virtual-stages V``; ``--expert-model-parallel-size`` → ``--ep``,
+  ``--virtual-pipeline-model-parallel-size V`` (``--num-virtual-stages-per-pipeline-rank V`` since
+  Megatron-LM 2025) and ``--num-layers-per-virtual-pipeline-stage N`` → ``--schedule interleaved
+  --virtual-stages V``; ``--expert-model-parallel-size`` → ``--ep``,
   ``--moe-token-dispatcher-type`` → ``--moe-token-dispatcher``, ``--mtp-num-layers`` →
   ``--mtp-layers``, ``--expert-tensor-parallel-size`` → ``--etp``; the MoE architecture (``--num-experts``,
   ``--moe-router-topk``, ``--moe-ffn-hidden-size``, ``--moe-shared-expert-intermediate-size``,
@@ -317,7 +318,7 @@ def _translate_one(name: str, inline: str | None, reader: _Reader, out: list[str
         value = reader.value(name, inline)
         out.extend([name, _FP8_RECIPES.get(value, value)])
         return True
-    if name == "--virtual-pipeline-model-parallel-size":
+    if name in ("--virtual-pipeline-model-parallel-size", "--num-virtual-stages-per-pipeline-rank"):
         out.extend(["--virtual-stages", str(_positive_int(name, reader.value(name, inline), reader.where)),
                     "--megatron-interleaved"])
         return True
