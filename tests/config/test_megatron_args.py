@@ -191,3 +191,17 @@ def test_gradients_reduced_in_bf16_as_megatron_derives_it() -> None:
     code, out, err = run(["run", *CARD, "--megatron-args", "--bf16 --use-precision-aware-optimizer "
                           "--main-grads-dtype bf16 --accumulate-allreduce-grads-in-fp32"])
     assert code == 2 and err.count("\n") == 1 and "--main-grads-dtype bf16" in err, err
+
+
+def test_the_flags_of_megatron_lms_own_recipes_are_read() -> None:
+    # flags of Megatron-LM's examples/llama/train_llama3_8b_h100_fp8.sh and examples/mixtral (2025-26)
+    # that change nothing in one iteration's time or memory, or that triosim does not model
+    line = ("--apply-layernorm-1p --decoupled-lr 5.0e-4 --decoupled-min-lr 4.5e-5 --calculate-per-token-loss "
+            "--manual-gc --no-mmap-bin-files --profile --profile-step-start 4 --profile-step-end 6 "
+            "--tiktoken-pattern v2 --no-position-embedding --bf16 --grad-reduce-in-bf16")
+    result = translate_argv(["run", "--megatron-args", line])
+    assert result.no_effect == ["--apply-layernorm-1p", "--decoupled-lr", "--decoupled-min-lr",
+                                "--calculate-per-token-loss", "--manual-gc", "--no-mmap-bin-files", "--profile",
+                                "--profile-step-start", "--profile-step-end", "--tiktoken-pattern"]
+    assert result.not_modelled == ["--no-position-embedding"]
+    assert result.argv == ["run", "--dtype", "bf16", "--grad-reduce-dtype", "bf16"]

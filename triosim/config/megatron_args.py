@@ -141,6 +141,7 @@ _NO_EFFECT = {
         "--object-storage-cache-path", "--dataloader-type", "--micro-batch-size-per-gpu", "--use-checkpoint-opt_param-scheduler",
         "--pipeline-model-parallel-split-rank", "--start-weight-decay", "--end-weight-decay",
         "--weight-decay-incr-style", "--logging-level",
+        "--decoupled-lr", "--decoupled-min-lr", "--profile-step-start", "--profile-step-end", "--tiktoken-pattern",
     ), 1),
     "--rampup-batch-size": 3,
     **dict.fromkeys((
@@ -156,6 +157,7 @@ _NO_EFFECT = {
         "--use-legacy-models", "--no-save-optim", "--no-save-rng", "--log-num-zeros-in-grad",
         "--log-batch-size-to-tensorboard", "--log-loss-scale-to-tensorboard", "--no-initialization",
         "--no-persist-layer-norm", "--distribute-saved-activations",
+        "--apply-layernorm-1p", "--calculate-per-token-loss", "--manual-gc", "--no-mmap-bin-files", "--profile",
     ), 0),
 }
 # Flags that change the step's time on a real machine but that triosim does not model yet:
@@ -163,7 +165,7 @@ _NO_EFFECT = {
 _NOT_MODELLED = {
     **dict.fromkeys(("--overlap-param-gather-with-optimizer-step",
                      "--defer-embedding-wgrad-compute", "--qk-layernorm", "--first-last-layers-bf16",
-                     "--fp8-dot-product-attention"), 0),
+                     "--fp8-dot-product-attention", "--no-position-embedding"), 0),
     **dict.fromkeys(("--fp8-amax-history-len", "--fp8-amax-compute-algo", "--fp8-margin", "--fp8-interval",
                      "--ddp-bucket-size", "--num-layers-at-start-in-bf16", "--num-layers-at-end-in-bf16"), 1),
 }
