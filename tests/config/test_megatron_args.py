@@ -205,3 +205,11 @@ def test_the_flags_of_megatron_lms_own_recipes_are_read() -> None:
                                 "--profile-step-start", "--profile-step-end", "--tiktoken-pattern"]
     assert result.not_modelled == ["--no-position-embedding"]
     assert result.argv == ["run", "--dtype", "bf16", "--grad-reduce-dtype", "bf16"]
+
+
+def test_distributed_saved_activations_are_named_as_not_modelled() -> None:
+    # Megatron-LM splits full recomputation's kept layer inputs over the tensor-parallel ranks with
+    # it: less memory, so "no effect on one iteration's time or memory" would be wrong
+    result = translate_argv(["run", "--megatron-args", "--recompute-granularity full --recompute-method uniform "
+                             "--recompute-num-layers 1 --distribute-saved-activations"])
+    assert result.not_modelled == ["--distribute-saved-activations"] and not result.no_effect

@@ -156,7 +156,7 @@ _NO_EFFECT = {
         "--no-rope-fusion", "--bias-swiglu-fusion", "--masked-softmax-fusion", "--bias-gelu-fusion",
         "--use-legacy-models", "--no-save-optim", "--no-save-rng", "--log-num-zeros-in-grad",
         "--log-batch-size-to-tensorboard", "--log-loss-scale-to-tensorboard", "--no-initialization",
-        "--no-persist-layer-norm", "--distribute-saved-activations",
+        "--no-persist-layer-norm",
         "--apply-layernorm-1p", "--calculate-per-token-loss", "--manual-gc", "--no-mmap-bin-files", "--profile",
     ), 0),
 }
@@ -165,7 +165,7 @@ _NO_EFFECT = {
 _NOT_MODELLED = {
     **dict.fromkeys(("--overlap-param-gather-with-optimizer-step",
                      "--defer-embedding-wgrad-compute", "--qk-layernorm", "--first-last-layers-bf16",
-                     "--fp8-dot-product-attention", "--no-position-embedding"), 0),
+                     "--fp8-dot-product-attention", "--no-position-embedding", "--distribute-saved-activations"), 0),
     **dict.fromkeys(("--fp8-amax-history-len", "--fp8-amax-compute-algo", "--fp8-margin", "--fp8-interval",
                      "--ddp-bucket-size", "--num-layers-at-start-in-bf16", "--num-layers-at-end-in-bf16"), 1),
 }
