@@ -35,6 +35,9 @@ def run_cli(capsys, *argv: str) -> tuple[int, str, str]:
      "Simple protocol): --collective-protocol ll not used"),
     (["-trace-dir", GPT, "--pp", "2", "-micro-batch-size", "2", "--sequence-parallel"],
      "triosim: note: sequence parallelism splits tensor-parallel blocks, and --tp is 1: --sequence-parallel not used"),
+    (["-trace-dir", GPT, "--pp", "2", "-micro-batch-size", "2", "--sequence-parallel", "--tp-comm-overlap"],
+     "triosim: note: sequence parallelism splits tensor-parallel blocks, and --tp is 1: --sequence-parallel, "
+     "--tp-comm-overlap not used"),
     (["-trace-dir", GPT, "--pp", "2", "-micro-batch-size", "2", "--zero", "3"],
      "triosim: note: ZeRO shards over the data-parallel group, and --dp is 1: --zero 3 not used"),
     (["-case", "2", "-GPUnumber", "16", "--topology-file", SUPERPOD, "--topology", "fully-connected",

@@ -119,7 +119,9 @@ def _hybrid_unused(args: argparse.Namespace) -> list[tuple[str, list[str]]]:
     if (getattr(args, "dp", None) or 1) == 1 and ZERO_ALIASES.get(zero.lower(), 0) > 0:
         out.append(("ZeRO shards over the data-parallel group, and --dp is 1", [f"--zero {zero}"]))
     if (getattr(args, "tp", None) or 1) == 1 and getattr(args, "sequence_parallel", False):
-        out.append(("sequence parallelism splits tensor-parallel blocks, and --tp is 1", ["--sequence-parallel"]))
+        # --tp-comm-overlap overlaps sequence parallelism's collectives: none at tp 1 either
+        flags = ["--sequence-parallel", *(["--tp-comm-overlap"] if getattr(args, "tp_comm_overlap", False) else [])]
+        out.append(("sequence parallelism splits tensor-parallel blocks, and --tp is 1", flags))
     return out
 
 
