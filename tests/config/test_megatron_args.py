@@ -204,7 +204,7 @@ def test_the_flags_of_megatron_lms_own_recipes_are_read() -> None:
                                 "--calculate-per-token-loss", "--manual-gc", "--no-mmap-bin-files", "--profile",
                                 "--profile-step-start", "--profile-step-end", "--tiktoken-pattern"]
     assert result.not_modelled == ["--no-position-embedding"]
-    assert result.argv == ["run", "--dtype", "bf16", "--grad-reduce-dtype", "bf16"]
+    assert result.argv == ["run", "--dtype", "bf16", "--grad-reduce-dtype", "bf16", "--tp", "1"]
 
 
 def test_distributed_saved_activations_are_named_as_not_modelled() -> None:
@@ -213,3 +213,14 @@ def test_distributed_saved_activations_are_named_as_not_modelled() -> None:
     result = translate_argv(["run", "--megatron-args", "--recompute-granularity full --recompute-method uniform "
                              "--recompute-num-layers 1 --distribute-saved-activations"])
     assert result.not_modelled == ["--distribute-saved-activations"] and not result.no_effect
+
+
+def test_a_pasted_line_without_parallel_sizes_is_megatrons_data_parallel_run() -> None:
+    # Megatron-LM's sizes default to 1, the rest of the world is data parallel: the line runs as
+    # it would with --tensor-model-parallel-size 1 typed
+    line = "--global-batch-size 4 --micro-batch-size 1 --bf16 --use-distributed-optimizer"
+    common = [*CARD, "--seq-len", "512", "-GPUnumber", "2"]
+    out = json_bytes([*common, "--megatron-args", line])
+    assert out == json_bytes([*common, "--megatron-args", line + " --tensor-model-parallel-size 1"])
+    assert json.loads(out)["parallel"]["dp"] == 2
+    assert "--tp" not in translate_argv(["plan", "--megatron-args", line]).argv  # plan searches the sizes

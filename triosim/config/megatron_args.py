@@ -234,6 +234,7 @@ def translate_argv(argv: Sequence[str]) -> Translation:
     result = Translation(out)
     card = CardArgs()
     recompute: dict[str, str] = {}
+    pasted = False
     reader = _Reader(argv, "")
     while reader.more():
         tok = reader.take()
@@ -247,10 +248,11 @@ def translate_argv(argv: Sequence[str]) -> Translation:
                 raise ConfigError(f"{MEGATRON_ARGS} needs a value: the Megatron-LM argument line, quoted")
             text = inline if inline is not None else reader.take()  # the line starts with "--"
             try:
-                pasted = shlex.split(text)
+                tokens = shlex.split(text)
             except ValueError as exc:
                 raise ConfigError(f"{MEGATRON_ARGS}: cannot split the line ({exc})") from None
-            _translate_megatron_tokens(pasted, out, result, card, recompute, strict=True)
+            _translate_megatron_tokens(tokens, out, result, card, recompute, strict=True)
+            pasted = True
             continue
         consumed = _translate_one(name, inline, reader, out, result, card, recompute, strict=False)
         if not consumed:
@@ -261,6 +263,11 @@ def translate_argv(argv: Sequence[str]) -> Translation:
     if not argv or argv[0] != "plan":  # plan searches the pp × V a layout's stages allow (plan.candidates)
         _finish_layout(out)
     _finish_virtual(out)
+    if pasted and argv[0] in ("run", "dag") and not any(
+            _flag_value(out, flag) is not None for flag in ("--dp", "--tp", "--pp", "--cp", "--case")):
+        # Megatron-LM's parallel sizes default to 1 and the rest of the world is data parallel:
+        # a pasted line is that run, not a -case preset (plan searches the sizes instead)
+        out.extend(["--tp", "1"])
     return result
 
 
