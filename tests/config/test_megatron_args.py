@@ -141,6 +141,10 @@ def test_swiglu_mlp_width_and_vocab_padding_follow_megatron() -> None:
     (["--megatron-args"], "--megatron-args needs a value"),
     (["--megatron-args", "--bf16 --fp8-format e5m2"], "--fp8-format must be e4m3 or hybrid, got 'e5m2'"),
     (["--num-layers-per-virtual-pipeline-stage", "3", "--pp", "2"], "not a whole number of virtual stages"),
+    (["--megatron-args", "--pipeline-model-parallel-size 2 --num-layers-per-virtual-pipeline-stage 1 "
+      "--decoder-first-pipeline-num-layers 2"], "uneven pipeline stages need --num-virtual-stages-per-pipeline-rank"),
+    (["--pp", "2", "--num-layers-per-virtual-pipeline-stage", "1", "--pipeline-model-parallel-layout", "Et|t|t|tL"],
+     "--num-layers-per-virtual-pipeline-stage and --pipeline-model-parallel-layout exclude each other"),
 ])
 def test_refusals_are_one_line(argv: list[str], message: str) -> None:
     code, out, err = run(["run", *CARD, *argv])

@@ -394,6 +394,14 @@ def _finish_layers_per_virtual_stage(out: list[str]) -> None:
     if given is None:
         return
     _remove_flag(out, "--megatron-layers-per-virtual-stage")
+    # Megatron-LM's arguments.py refuses both (the layout and the uneven cuts give V otherwise)
+    if _flag_value(out, "--pipeline-model-parallel-layout") is not None:
+        raise ConfigError("--num-layers-per-virtual-pipeline-stage and --pipeline-model-parallel-layout exclude each "
+                          "other (Megatron-LM: the layout's stages give the virtual stages)")
+    for uneven in ("--decoder-first-pipeline-num-layers", "--decoder-last-pipeline-num-layers"):
+        if _flag_value(out, uneven) is not None:
+            raise ConfigError(f"--num-layers-per-virtual-pipeline-stage with {uneven}: uneven pipeline stages need "
+                              "--num-virtual-stages-per-pipeline-rank (Megatron-LM)")
     per_virtual = int(given)
     pp = _positive_int("--pipeline-model-parallel-size", _flag_value(out, "--pp") or "1", "")
     layers_text = _flag_value(out, "--num-layers")
