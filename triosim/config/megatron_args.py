@@ -38,7 +38,7 @@ run (and the bytes) of its native flag:
 * overlaps (docs/overlap.md): ``--tp-comm-overlap``, ``--overlap-grad-reduce`` and
   ``--overlap-param-gather`` are native; ``--overlap-p2p-comm`` (Megatron-Core's config name) and
   ``--overlap-p2p-communication`` (Megatron-LM's flag before October 2023) → ``--pipeline-send
-  overlapped``, ``--no-overlap-p2p-communication`` (Megatron-LM's flag since) → ``--pipeline-send
+  overlapped`` under the interleaved schedule (outside it Megatron turns them off: noted), ``--no-overlap-p2p-communication`` (Megatron-LM's flag since) → ``--pipeline-send
   blocking``; ``--no-scatter-gather-tensors-in-pipeline`` is triosim's default (the 2021–22
   default it turns off is ``--pipeline-scatter-gather``);
 * the architecture (``--hidden-size``, ``--num-attention-heads``, ``--ffn-hidden-size``,
@@ -88,6 +88,7 @@ _RENAMED = {
     "--exp-avg-dtype": "--exp-avg-dtype",
     "--exp-avg-sq-dtype": "--exp-avg-sq-dtype",
 }
+_OVERLAP_P2P = "--megatron-overlap-p2p"  # a marker until the schedule is known, then --pipeline-send overlapped
 # Megatron switches -> the native flags they mean.
 _SWITCHES = {
     "--cpu-offloading": [],  # switched on by its layer count (--cpu-offloading-num-layers)
@@ -103,8 +104,9 @@ _SWITCHES = {
     "--delay-wgrad-compute": ["--delay-wgrad-compute"],
     "--overlap-grad-reduce": ["--overlap-grad-reduce"],
     "--overlap-param-gather": ["--overlap-param-gather"],
-    "--overlap-p2p-comm": ["--pipeline-send", "overlapped"],
-    "--overlap-p2p-communication": ["--pipeline-send", "overlapped"],
+    # overlapped only under the interleaved schedule (_finish_overlap_p2p)
+    "--overlap-p2p-comm": [_OVERLAP_P2P, "--overlap-p2p-comm"],
+    "--overlap-p2p-communication": [_OVERLAP_P2P, "--overlap-p2p-communication"],
     "--no-overlap-p2p-communication": ["--pipeline-send", "blocking"],
     # Megatron-LM 2021-22's switch off of its scatter/gather default: triosim's default already
     "--no-scatter-gather-tensors-in-pipeline": [],
@@ -263,6 +265,7 @@ def translate_argv(argv: Sequence[str]) -> Translation:
     if not argv or argv[0] != "plan":  # plan searches the pp × V a layout's stages allow (plan.candidates)
         _finish_layout(out)
     _finish_virtual(out)
+    _finish_overlap_p2p(out, result)
     if pasted and argv[0] in ("run", "dag") and not any(
             _flag_value(out, flag) is not None for flag in ("--dp", "--tp", "--pp", "--cp", "--case")):
         # Megatron-LM's parallel sizes default to 1 and the rest of the world is data parallel:
@@ -439,6 +442,21 @@ def _finish_layout(out: list[str]) -> None:
     stages = len(parse_layout(layout))
     if stages % pp == 0 and stages // pp > 1:
         out.extend(["--virtual-stages", str(stages // pp), "--megatron-interleaved"])
+
+
+def _finish_overlap_p2p(out: list[str], result: Translation) -> None:
+    """``--overlap-p2p-comm`` (``--overlap-p2p-communication``) overlaps the interleaved schedule's
+    sends; outside it Megatron-LM turns the switch off (``arguments.py``; Megatron-Core's 1F1B
+    refuses it), so it is noted as changing nothing there."""
+    if _OVERLAP_P2P not in out:
+        return
+    interleaved = _flag_value(out, "--schedule") == "interleaved"
+    while _OVERLAP_P2P in out:
+        i = out.index(_OVERLAP_P2P)
+        name = out[i + 1]
+        out[i:i + 2] = ["--pipeline-send", "overlapped"] if interleaved else []
+        if not interleaved and name not in result.no_effect:
+            result.no_effect.append(name)
 
 
 def _finish_virtual(out: list[str]) -> None:
