@@ -113,3 +113,13 @@ def test_sweep_takes_ep_as_an_axis(tmp_path) -> None:
     assert sorted(r["ep"] for r in rows) == ["1", "4"] and all(r["status"] == "ok" for r in rows)
     ep1, ep4 = sorted(rows, key=lambda r: r["ep"])
     assert int(ep4["max_peak_memory_bytes"]) < int(ep1["max_peak_memory_bytes"])  # experts / 4
+
+
+def test_shared_expert_overlap_needs_an_all_to_all_dispatcher() -> None:
+    """Megatron-Core refuses moe_shared_expert_overlap with the allgather dispatcher on a model
+    with shared experts (TransformerConfig: "only works with alltoall or flex token dispatcher")."""
+    card = ["--model", "deepseek-v3", "--num-layers", "4", "--gpu", "h100-sxm", "--seq-len", "512", "--dp", "2",
+            "--ep", "2", "--moe-shared-expert-overlap", "--moe-token-dispatcher", "allgather", "-q"]
+    code, out, err = run("run", *card)
+    assert code == 2 and err.count("\n") == 1, err
+    assert "--moe-shared-expert-overlap needs --moe-token-dispatcher alltoall or flex" in err

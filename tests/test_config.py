@@ -65,6 +65,16 @@ def test_config_file_json_and_yaml(tmp_path: Path) -> None:
     assert read_config_file(y) == {"case": 1, "gpus": 4, "ptp_bandwidth": 300.0}
 
 
+@pytest.mark.parametrize("key", ["megatron-args", "json", "timeline", "quiet"])
+def test_a_command_line_only_flag_in_a_config_file_is_named_as_such(tmp_path: Path, key: str) -> None:
+    """`triosim run --help` lists these flags, so the error must not send the user there."""
+    f = tmp_path / "c.json"
+    f.write_text(json.dumps({key: "x"}))
+    with pytest.raises(ConfigError) as info:
+        read_config_file(f)
+    assert f"--{key} is a command-line option" in str(info.value) and "run --help" not in str(info.value)
+
+
 @pytest.mark.parametrize("text, message", [
     ('{"cases": 1}', "unknown flag 'cases' in --config"),
     ('{"gpus": [2, 4]}', "must be a single value"),

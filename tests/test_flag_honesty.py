@@ -35,6 +35,13 @@ def run_cli(capsys, *argv: str) -> tuple[int, str, str]:
      "Simple protocol): --collective-protocol ll not used"),
     (["-trace-dir", GPT, "--pp", "2", "-micro-batch-size", "2", "--sequence-parallel"],
      "triosim: note: sequence parallelism splits tensor-parallel blocks, and --tp is 1: --sequence-parallel not used"),
+    (["-trace-dir", GPT, "--pp", "2", "-micro-batch-size", "2", "--sequence-parallel", "--tp-comm-overlap"],
+     "triosim: note: sequence parallelism splits tensor-parallel blocks, and --tp is 1: --sequence-parallel, "
+     "--tp-comm-overlap not used"),
+    (["--model", "qwen3-30b-a3b", "--num-layers", "2", "--gpu", "h100-sxm", "--seq-len", "256", "--dp", "2",
+      "--moe-token-dispatcher", "allgather", "--moe-imbalance", "2", "--moe-shared-expert-overlap"],
+     "triosim: note: only expert parallelism sends tokens to other GPUs' experts, and --ep is 1: "
+     "--moe-token-dispatcher allgather, --moe-imbalance 2.0, --moe-shared-expert-overlap not used"),
     (["-trace-dir", GPT, "--pp", "2", "-micro-batch-size", "2", "--zero", "3"],
      "triosim: note: ZeRO shards over the data-parallel group, and --dp is 1: --zero 3 not used"),
     (["-case", "2", "-GPUnumber", "16", "--topology-file", SUPERPOD, "--topology", "fully-connected",

@@ -524,3 +524,32 @@ def test_plot_lines_of_one_case_share_a_colour() -> None:
              Line("b", (), key=(("case", 1), ("ptp-bandwidth", 300.0))),
              Line("c", (), key=(("case", 2), ("ptp-bandwidth", 65.0)))]
     assert [(c, style) for c, style, _ in line_styles(lines)] == [(0, "-"), (0, "--"), (1, "-")]
+
+
+def test_fp8_and_optimizer_dtype_flags_apply_only_where_their_switch_is_on() -> None:
+    """`run` refuses --fp8-recipe without --dtype fp8 and an optimizer dtype without
+    --use-precision-aware-optimizer: a sweep over the switch keeps its off point as the baseline."""
+    grid = build_grid(FlagTable.from_cli(), cli_entries=[("dtype", ["bf16", "fp8"]), ("fp8-recipe", ["delayed", "current"]),
+                                                         ("fp8-param-gather", ["false", "true"])])
+    shown = [(v["dtype"], v["fp8-recipe"], v["fp8-param-gather"]) for v in (dict(p.values) for p in grid.points())]
+    assert shown == [("bf16", "n/a", "n/a"), ("fp8", "delayed", False), ("fp8", "delayed", True),
+                     ("fp8", "current", False), ("fp8", "current", True)]
+    grid = build_grid(FlagTable.from_cli(), cli_entries=[("use-precision-aware-optimizer", ["false", "true"]),
+                                                         ("exp-avg-dtype", ["bf16"]), ("main-grads-dtype", ["bf16"])])
+    configs = [dict(p.config) for p in grid.points()]
+    assert [(c["use_precision_aware_optimizer"], c["exp_avg_dtype"], c["main_grads_dtype"]) for c in configs] == \
+        [(False, "fp32", "fp32"), (True, "bf16", "bf16")]  # run's defaults where the switch is off
+
+
+def test_progress_lines_count_invalid_points_as_invalid(tiny: Path, monkeypatch: pytest.MonkeyPatch,
+                                                         capsys: pytest.CaptureFixture[str]) -> None:
+    """A point `run` refuses is invalid in the progress lines as in the closing count, not failed."""
+    import triosim.sweep as sweep_pkg
+
+    monkeypatch.setattr(sweep_pkg, "PROGRESS_EVERY_S", 0.0)
+    assert main(["sweep", "--trace-dir", str(tiny), "--batch-size", "8", "--dtype", "bf16,fp32",
+                 "--use-precision-aware-optimizer", "-j", "1"]) == 0
+    captured = capsys.readouterr()
+    assert "1 ok, 1 invalid, 0 failed" in captured.out
+    lines = [ln for ln in captured.err.splitlines() if " simulated, " in ln]
+    assert lines and lines[-1].startswith("sweep: 2/2 simulated, 1 invalid, "), lines

@@ -47,12 +47,17 @@ def cache(tmp_path: Path, monkeypatch) -> None:
     (["--recompute-granularity", "selective", "--recompute-modules", "core_attn", "mlp"],
      ["--recompute", "selective", "--recompute-modules", "core_attn,mlp"]),
     (["--virtual-pipeline-model-parallel-size", "2"], ["--schedule", "interleaved", "--virtual-stages", "2"]),
+    (["--num-virtual-stages-per-pipeline-rank", "2"], ["--schedule", "interleaved", "--virtual-stages", "2"]),
     (["--num-layers-per-virtual-pipeline-stage", "1"], ["--schedule", "interleaved", "--virtual-stages", "2"]),
     (["--context-parallel-size", "1"], ["--cp", "1"]),
     (["--context-parallel-size", "2", "--cp-comm-type", "a2a"], ["--cp", "2", "--cp-comm-type", "a2a"]),
-    (["--overlap-p2p-comm"], ["--pipeline-send", "overlapped"]),
+    # Megatron-LM turns overlap_p2p_comm off outside the interleaved schedule (arguments.py), and
+    # Megatron-Core's 1F1B refuses it: the base here is 1F1B
+    (["--overlap-p2p-comm"], []),
+    (["--overlap-p2p-comm", "--virtual-pipeline-model-parallel-size", "2"],
+     ["--schedule", "interleaved", "--virtual-stages", "2", "--pipeline-send", "overlapped"]),
     (["--cpu-offloading", "--cpu-offloading-num-layers", "1"], ["--offload-activations", "1"]),
-    (["--overlap-p2p-communication"], ["--pipeline-send", "overlapped"]),
+    (["--overlap-p2p-communication"], []),
     (["--no-overlap-p2p-communication"], ["--pipeline-send", "blocking"]),
     (["--no-scatter-gather-tensors-in-pipeline"], []),
 ])
@@ -138,7 +143,12 @@ def test_swiglu_mlp_width_and_vocab_padding_follow_megatron() -> None:
      "--recompute-modules moe_act needs mixture-of-experts layers"),
     (["--megatron-args", "pretrain_gpt.py --tensor-model-parallel-size 2"], "is not a flag"),
     (["--megatron-args"], "--megatron-args needs a value"),
+    (["--megatron-args", "--bf16 --fp8-format e5m2"], "--fp8-format must be e4m3 or hybrid, got 'e5m2'"),
     (["--num-layers-per-virtual-pipeline-stage", "3", "--pp", "2"], "not a whole number of virtual stages"),
+    (["--megatron-args", "--pipeline-model-parallel-size 2 --num-layers-per-virtual-pipeline-stage 1 "
+      "--decoder-first-pipeline-num-layers 2"], "uneven pipeline stages need --num-virtual-stages-per-pipeline-rank"),
+    (["--pp", "2", "--num-layers-per-virtual-pipeline-stage", "1", "--pipeline-model-parallel-layout", "Et|t|t|tL"],
+     "--num-layers-per-virtual-pipeline-stage and --pipeline-model-parallel-layout exclude each other"),
 ])
 def test_refusals_are_one_line(argv: list[str], message: str) -> None:
     code, out, err = run(["run", *CARD, *argv])
@@ -155,3 +165,70 @@ def test_a_native_flag_is_left_to_the_parser() -> None:
     argv = ["run", "--tp", "2", "--num-layers", "4", "--micro-batch-size", "2", "--sequence-parallel"]
     assert translate_argv(argv).argv == argv
     assert json.loads(json_bytes([*CARD, "--tensor-model-parallel-size", "2", "--global-batch", "2"]))["parallel"]["tp"] == 2
+
+
+@pytest.mark.parametrize("line", ["--fp8-format hybrid --bf16", "--bf16 --fp8-format hybrid",
+                                  "--fp8-format e4m3 --fp16"])
+def test_fp8_format_wins_over_the_16_bit_switch_in_either_order(line: str) -> None:
+    # Megatron-LM trains in FP8 with --fp8-format whatever the order of --bf16/--fp16 beside it
+    argv = translate_argv(["run", "--megatron-args", line]).argv
+    assert [argv[i + 1] for i, tok in enumerate(argv) if tok == "--dtype"][-1] == "fp8", argv  # the parser's last
+
+
+@pytest.mark.parametrize("line", ["--recompute-method uniform --recompute-num-layers 1", "--recompute-num-layers 2",
+                                  "--recompute-modules core_attn mlp"])
+def test_recompute_details_without_a_granularity_recompute_nothing(line: str) -> None:
+    # Megatron-Core reads recompute_method, recompute_num_layers and recompute_modules only under a
+    # recompute_granularity: without one the line trains without recomputation
+    result = translate_argv(["run", "--megatron-args", line])
+    assert not any(tok.startswith("--recompute") for tok in result.argv), result.argv
+    assert result.no_effect == [tok for tok in line.split() if tok.startswith("--")]
+    with_granularity = translate_argv(["run", "--megatron-args", "--recompute-granularity full " + line]).argv
+    assert with_granularity[with_granularity.index("--recompute") + 1] == "full"
+    assert all(tok in with_granularity for tok in line.split() if tok.startswith("--recompute-"))
+
+
+def test_gradients_reduced_in_bf16_as_megatron_derives_it() -> None:
+    # --grad-reduce-in-bf16 is Megatron-LM's switch; --main-grads-dtype bf16 under --bf16 leaves
+    # accumulate_allreduce_grads_in_fp32 off (arguments.py), so the gradients are reduced in bf16 too
+    for line in ("--bf16 --grad-reduce-in-bf16",
+                 "--bf16 --use-precision-aware-optimizer --main-grads-dtype bf16"):
+        argv = translate_argv(["run", "--megatron-args", line]).argv
+        assert argv[argv.index("--grad-reduce-dtype") + 1] == "bf16", argv
+    assert "--grad-reduce-dtype" not in translate_argv(["run", "--megatron-args", "--bf16"]).argv
+    code, out, err = run(["run", *CARD, "--megatron-args", "--bf16 --use-precision-aware-optimizer "
+                          "--main-grads-dtype bf16 --accumulate-allreduce-grads-in-fp32"])
+    assert code == 2 and err.count("\n") == 1 and "--main-grads-dtype bf16" in err, err
+
+
+def test_the_flags_of_megatron_lms_own_recipes_are_read() -> None:
+    # flags of Megatron-LM's examples/llama/train_llama3_8b_h100_fp8.sh and examples/mixtral (2025-26)
+    # that change nothing in one iteration's time or memory, or that triosim does not model
+    line = ("--apply-layernorm-1p --decoupled-lr 5.0e-4 --decoupled-min-lr 4.5e-5 --calculate-per-token-loss "
+            "--manual-gc --no-mmap-bin-files --profile --profile-step-start 4 --profile-step-end 6 "
+            "--tiktoken-pattern v2 --no-position-embedding --bf16 --grad-reduce-in-bf16")
+    result = translate_argv(["run", "--megatron-args", line])
+    assert result.no_effect == ["--apply-layernorm-1p", "--decoupled-lr", "--decoupled-min-lr",
+                                "--calculate-per-token-loss", "--manual-gc", "--no-mmap-bin-files", "--profile",
+                                "--profile-step-start", "--profile-step-end", "--tiktoken-pattern"]
+    assert result.not_modelled == ["--no-position-embedding"]
+    assert result.argv == ["run", "--dtype", "bf16", "--grad-reduce-dtype", "bf16", "--tp", "1"]
+
+
+def test_distributed_saved_activations_are_named_as_not_modelled() -> None:
+    # Megatron-LM splits full recomputation's kept layer inputs over the tensor-parallel ranks with
+    # it: less memory, so "no effect on one iteration's time or memory" would be wrong
+    result = translate_argv(["run", "--megatron-args", "--recompute-granularity full --recompute-method uniform "
+                             "--recompute-num-layers 1 --distribute-saved-activations"])
+    assert result.not_modelled == ["--distribute-saved-activations"] and not result.no_effect
+
+
+def test_a_pasted_line_without_parallel_sizes_is_megatrons_data_parallel_run() -> None:
+    # Megatron-LM's sizes default to 1, the rest of the world is data parallel: the line runs as
+    # it would with --tensor-model-parallel-size 1 typed
+    line = "--global-batch-size 4 --micro-batch-size 1 --bf16 --use-distributed-optimizer"
+    common = [*CARD, "--seq-len", "512", "-GPUnumber", "2"]
+    out = json_bytes([*common, "--megatron-args", line])
+    assert out == json_bytes([*common, "--megatron-args", line + " --tensor-model-parallel-size 1"])
+    assert json.loads(out)["parallel"]["dp"] == 2
+    assert "--tp" not in translate_argv(["plan", "--megatron-args", line]).argv  # plan searches the sizes

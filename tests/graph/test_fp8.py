@@ -218,6 +218,9 @@ def test_the_default_recipe_follows_the_gpu(layer) -> None:
     ({"dtype": "bf16", "fp8_recipe": "current"}, "--fp8-recipe needs --dtype fp8"),
     ({"dtype": "fp8", "fp8_param_gather": True}, "--fp8-param-gather needs the distributed optimizer or FSDP"),
     ({"dtype": "fp8", "op_time_source": "trace"}, "--dtype fp8 trains in FP8"),
+    # Megatron-Core (TransformerConfig): "Delayed scaling does not support moe_act and layernorm recompute for fp8"
+    ({"dtype": "fp8", "fp8_recipe": "delayed", "dp": 1, "recompute_modules": "core_attn,layernorm"},
+     "--recompute-modules layernorm with --fp8-recipe delayed"),
 ])
 def test_refusals_name_the_flag(layer, flags, message) -> None:
     with pytest.raises(ConfigError, match=message.replace("(", r"\(").replace(")", r"\)")):

@@ -74,6 +74,8 @@ def test_the_all_to_alls_run_beside_the_other_blocks_compute() -> None:
     ({"dp": 4, "ep": 4, "pp": 2, "global-batch": 16}, "needs --schedule interleaved"),
     ({"moe-token-dispatcher": "allgather"}, "alltoall or flex"),
     ({"moe-shared-expert-overlap": True}, "leave out --moe-shared-expert-overlap"),
+    ({"dtype": "fp32"}, "needs a 16-bit model"),
+    ({"mtp-layers": 2}, "at most one multi-token-prediction layer"),
 ])
 def test_megatrons_conditions(flags, message) -> None:
     with pytest.raises(ConfigError, match=message):

@@ -52,3 +52,16 @@ def test_mla_up_proj_needs_latent_attention() -> None:
                    vocab=100, seq_len=S, moe=None)
     with pytest.raises(ConfigError, match="needs multi-head latent attention"):
         recompute(_trace(card), RecomputeSpec("selective", modules=("mla_up_proj",)))
+
+
+def test_core_attention_recompute_on_latent_attention_says_it_is_not_modelled() -> None:
+    """Megatron-Core's default selective module (core_attn) and mlp on an MLA model: not modelled,
+    and the one line says so and what to use, not that the trace has no attention."""
+    card = replace(get_card("deepseek-v3"), layers=2, hidden=H, heads=HEADS, kv_heads=HEADS, head_dim_given=D,
+                   ffn=96, vocab=100, seq_len=S, moe=None,
+                   mla=MlaSpec(q_lora_rank=24, kv_lora_rank=20, rope_head_dim=R, v_head_dim=V))
+    trace = _trace(card)
+    for modules in (("core_attn",), ("mlp",)):
+        with pytest.raises(ConfigError, match=f"--recompute-modules {modules[0]}.* is not modelled with multi-head "
+                                              "latent attention.*mla_up_proj"):
+            recompute(trace, RecomputeSpec("selective", modules=modules))

@@ -111,3 +111,16 @@ def test_bad_timeline_filters_are_one_line_exit_2(capsys, tmp_path: Path, synthe
 def test_timeline_filters_need_a_timeline(capsys, synthetic_dir: Path) -> None:
     assert main(["run", "-trace-dir", str(synthetic_dir), "-q", "--timeline-gpus", "0"]) == 2
     assert "--timeline-gpus chooses what the --timeline file keeps" in capsys.readouterr().err
+
+
+def test_timeline_gpus_keep_their_host_link_copies(capsys, tmp_path: Path) -> None:
+    """Activation offload's copies run on each GPU's host link (host<g>:d2h, host<g>:h2d): a GPU's
+    own link, kept with the GPU as its NVLink and NIC links are."""
+    assert link_gpus("host1:d2h") == link_gpus("host1:h2d") == frozenset({1})
+    path = tmp_path / "t.json"
+    assert main(["run", "--model", "llama3-8b", "--num-layers", "4", "--seq-len", "512", "--gpu", "h100-sxm",
+                 "--pp", "2", "--global-batch", "4", "--offload-activations", "1", "-q", "--timeline", str(path),
+                 "--timeline-gpus", "1"]) == 0
+    capsys.readouterr()
+    names = {n.split(" (")[0] for n in thread_names(json.loads(path.read_text())).values()}
+    assert {"host1:d2h", "host1:h2d"} <= names and not {"host0:d2h", "host0:h2d"} & names

@@ -195,6 +195,12 @@ def _short_repr(value: Any) -> str:
     return text if len(text) <= 60 else text[:57] + "..."
 
 
+# `run`'s options that are no simulation flag (what to print, where to write, how to read the
+# command line): a --config or --grid file cannot set them.
+COMMAND_LINE_ONLY = frozenset({"megatron-args", "config", "json", "timeline", "timeline-gpus",
+                               "timeline-micro-batches", "quiet"})
+
+
 def flag_key(name: str) -> str:
     """Spelling-insensitive flag key: ``-GPUnumber``, ``gpunumber``, ``ptp_bandwidth``, …"""
     return name.strip().lstrip("-").replace("_", "-").lower()
@@ -248,6 +254,8 @@ class FlagTable:
         import difflib
 
         key = flag_key(name)
+        if key in COMMAND_LINE_ONLY:  # listed by `run --help`, so do not send the user there
+            return f" (--{key} is a command-line option, not a simulation flag a settings file can set)"
         spellings: dict[str, str] = {}
         for spec in self.specs:
             for option in (spec.dest, *spec.options):

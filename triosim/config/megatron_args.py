@@ -6,8 +6,9 @@ run (and the bytes) of its native flag:
 
 * parallel sizes: ``--tensor-model-parallel-size`` → ``--tp``, ``--pipeline-model-parallel-size``
   → ``--pp``, ``--context-parallel-size`` → ``--cp`` (with ``--cp-comm-type``, native);
-  ``--virtual-pipeline-model-parallel-size V`` and ``--num-layers-per-virtual-pipeline-stage N``
-  → ``--schedule interleaved --virtual-stages V``; ``--expert-model-parallel-size`` → ``--ep``,
+  ``--virtual-pipeline-model-parallel-size V`` (``--num-virtual-stages-per-pipeline-rank V`` since
+  Megatron-LM 2025) and ``--num-layers-per-virtual-pipeline-stage N`` → ``--schedule interleaved
+  --virtual-stages V``; ``--expert-model-parallel-size`` → ``--ep``,
   ``--moe-token-dispatcher-type`` → ``--moe-token-dispatcher``, ``--mtp-num-layers`` →
   ``--mtp-layers``, ``--expert-tensor-parallel-size`` → ``--etp``; the MoE architecture (``--num-experts``,
   ``--moe-router-topk``, ``--moe-ffn-hidden-size``, ``--moe-shared-expert-intermediate-size``,
@@ -20,7 +21,8 @@ run (and the bytes) of its native flag:
 * memory: ``--sequence-parallel`` (native), ``--use-distributed-optimizer`` → ``--zero 1``,
   ``--recompute-granularity full|selective`` and ``--recompute-activations`` → ``--recompute``;
   ``--recompute-method``, ``--recompute-num-layers`` and ``--recompute-modules`` (a space-
-  separated list in Megatron, comma-separated natively) are native;
+  separated list in Megatron, comma-separated natively) are native; in a pasted line without a
+  granularity they are noted and dropped (Megatron-Core reads them only under one);
 * pipeline layouts: ``--account-for-embedding-in-pipeline-split``,
   ``--account-for-loss-in-pipeline-split``, ``--decoder-first-pipeline-num-layers``,
   ``--decoder-last-pipeline-num-layers`` and ``--pipeline-model-parallel-layout`` are native (a
@@ -29,13 +31,14 @@ run (and the bytes) of its native flag:
 * precision: ``--bf16``, ``--fp16``, ``--fp8-format`` → ``--dtype``; ``--fp8-recipe`` (Megatron's
   ``tensorwise`` is ``current``) and ``--fp8-param-gather`` are native (Megatron-Core's own
   default recipe is ``delayed``; triosim's is current scaling, MXFP8 on Blackwell: give
-  ``--fp8-recipe delayed`` to match a line that names none);
+  ``--fp8-recipe delayed`` to match a line that names none); ``--grad-reduce-in-bf16``, and
+  ``--main-grads-dtype bf16`` in a ``--bf16`` line, → ``--grad-reduce-dtype bf16``;
 * activation offload: Megatron-Core's ``--cpu-offloading --cpu-offloading-num-layers N`` →
   ``--offload-activations N``;
 * overlaps (docs/overlap.md): ``--tp-comm-overlap``, ``--overlap-grad-reduce`` and
   ``--overlap-param-gather`` are native; ``--overlap-p2p-comm`` (Megatron-Core's config name) and
   ``--overlap-p2p-communication`` (Megatron-LM's flag before October 2023) → ``--pipeline-send
-  overlapped``, ``--no-overlap-p2p-communication`` (Megatron-LM's flag since) → ``--pipeline-send
+  overlapped`` under the interleaved schedule (outside it Megatron turns them off: noted), ``--no-overlap-p2p-communication`` (Megatron-LM's flag since) → ``--pipeline-send
   blocking``; ``--no-scatter-gather-tensors-in-pipeline`` is triosim's default (the 2021–22
   default it turns off is ``--pipeline-scatter-gather``);
 * the architecture (``--hidden-size``, ``--num-attention-heads``, ``--ffn-hidden-size``,
@@ -55,6 +58,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from ..errors import ConfigError
+from .megatron_card import _flag_value
 from .megatron_card import positive_int as _positive_int
 
 MEGATRON_ARGS = "--megatron-args"
@@ -84,6 +88,7 @@ _RENAMED = {
     "--exp-avg-dtype": "--exp-avg-dtype",
     "--exp-avg-sq-dtype": "--exp-avg-sq-dtype",
 }
+_OVERLAP_P2P = "--megatron-overlap-p2p"  # a marker until the schedule is known, then --pipeline-send overlapped
 # Megatron switches -> the native flags they mean.
 _SWITCHES = {
     "--cpu-offloading": [],  # switched on by its layer count (--cpu-offloading-num-layers)
@@ -99,14 +104,16 @@ _SWITCHES = {
     "--delay-wgrad-compute": ["--delay-wgrad-compute"],
     "--overlap-grad-reduce": ["--overlap-grad-reduce"],
     "--overlap-param-gather": ["--overlap-param-gather"],
-    "--overlap-p2p-comm": ["--pipeline-send", "overlapped"],
-    "--overlap-p2p-communication": ["--pipeline-send", "overlapped"],
+    # overlapped only under the interleaved schedule (_finish_overlap_p2p)
+    "--overlap-p2p-comm": [_OVERLAP_P2P, "--overlap-p2p-comm"],
+    "--overlap-p2p-communication": [_OVERLAP_P2P, "--overlap-p2p-communication"],
     "--no-overlap-p2p-communication": ["--pipeline-send", "blocking"],
     # Megatron-LM 2021-22's switch off of its scatter/gather default: triosim's default already
     "--no-scatter-gather-tensors-in-pipeline": [],
     "--account-for-embedding-in-pipeline-split": ["--account-for-embedding-in-pipeline-split"],
     "--account-for-loss-in-pipeline-split": ["--account-for-loss-in-pipeline-split"],
     "--use-precision-aware-optimizer": ["--use-precision-aware-optimizer"],
+    "--grad-reduce-in-bf16": ["--grad-reduce-dtype", "bf16"],
 }
 # Megatron's --fp8-recipe values -> the native ones (tensorwise: per-tensor current scaling).
 _FP8_RECIPES = {"tensorwise": "current"}
@@ -136,6 +143,7 @@ _NO_EFFECT = {
         "--object-storage-cache-path", "--dataloader-type", "--micro-batch-size-per-gpu", "--use-checkpoint-opt_param-scheduler",
         "--pipeline-model-parallel-split-rank", "--start-weight-decay", "--end-weight-decay",
         "--weight-decay-incr-style", "--logging-level",
+        "--decoupled-lr", "--decoupled-min-lr", "--profile-step-start", "--profile-step-end", "--tiktoken-pattern",
     ), 1),
     "--rampup-batch-size": 3,
     **dict.fromkeys((
@@ -150,7 +158,8 @@ _NO_EFFECT = {
         "--no-rope-fusion", "--bias-swiglu-fusion", "--masked-softmax-fusion", "--bias-gelu-fusion",
         "--use-legacy-models", "--no-save-optim", "--no-save-rng", "--log-num-zeros-in-grad",
         "--log-batch-size-to-tensorboard", "--log-loss-scale-to-tensorboard", "--no-initialization",
-        "--no-persist-layer-norm", "--distribute-saved-activations",
+        "--no-persist-layer-norm",
+        "--apply-layernorm-1p", "--calculate-per-token-loss", "--manual-gc", "--no-mmap-bin-files", "--profile",
     ), 0),
 }
 # Flags that change the step's time on a real machine but that triosim does not model yet:
@@ -158,7 +167,7 @@ _NO_EFFECT = {
 _NOT_MODELLED = {
     **dict.fromkeys(("--overlap-param-gather-with-optimizer-step",
                      "--defer-embedding-wgrad-compute", "--qk-layernorm", "--first-last-layers-bf16",
-                     "--fp8-dot-product-attention"), 0),
+                     "--fp8-dot-product-attention", "--no-position-embedding", "--distribute-saved-activations"), 0),
     **dict.fromkeys(("--fp8-amax-history-len", "--fp8-amax-compute-algo", "--fp8-margin", "--fp8-interval",
                      "--ddp-bucket-size", "--num-layers-at-start-in-bf16", "--num-layers-at-end-in-bf16"), 1),
 }
@@ -227,6 +236,7 @@ def translate_argv(argv: Sequence[str]) -> Translation:
     result = Translation(out)
     card = CardArgs()
     recompute: dict[str, str] = {}
+    pasted = False
     reader = _Reader(argv, "")
     while reader.more():
         tok = reader.take()
@@ -240,20 +250,27 @@ def translate_argv(argv: Sequence[str]) -> Translation:
                 raise ConfigError(f"{MEGATRON_ARGS} needs a value: the Megatron-LM argument line, quoted")
             text = inline if inline is not None else reader.take()  # the line starts with "--"
             try:
-                pasted = shlex.split(text)
+                tokens = shlex.split(text)
             except ValueError as exc:
                 raise ConfigError(f"{MEGATRON_ARGS}: cannot split the line ({exc})") from None
-            _translate_megatron_tokens(pasted, out, result, card, recompute, strict=True)
+            _translate_megatron_tokens(tokens, out, result, card, recompute, strict=True)
+            pasted = True
             continue
         consumed = _translate_one(name, inline, reader, out, result, card, recompute, strict=False)
         if not consumed:
             out.append(tok)
-    _finish_recompute(recompute, out)
+    _finish_recompute(recompute, out, result)
     card.emit(out)
     _finish_layers_per_virtual_stage(out)
     if not argv or argv[0] != "plan":  # plan searches the pp × V a layout's stages allow (plan.candidates)
         _finish_layout(out)
     _finish_virtual(out)
+    _finish_overlap_p2p(out, result)
+    if pasted and argv[0] in ("run", "dag") and not any(
+            _flag_value(out, flag) is not None for flag in ("--dp", "--tp", "--pp", "--cp", "--case")):
+        # Megatron-LM's parallel sizes default to 1 and the rest of the world is data parallel:
+        # a pasted line is that run, not a -case preset (plan searches the sizes instead)
+        out.extend(["--tp", "1"])
     return result
 
 
@@ -269,6 +286,22 @@ def _translate_megatron_tokens(tokens: list[str], out: list[str], result: Transl
         if not _translate_one(name, inline, reader, out, result, card, recompute, strict=strict):
             raise ConfigError(f"{MEGATRON_ARGS}: {name} is not a Megatron-LM flag triosim knows; leave it out of the "
                               "line, or give the native flag after it")
+    _bf16_main_grads(tokens, out)
+
+
+def _bf16_main_grads(tokens: list[str], out: list[str]) -> None:
+    """A pasted ``--bf16`` line with ``--main-grads-dtype bf16`` reduces its gradients in bf16:
+    Megatron-LM turns ``accumulate_allreduce_grads_in_fp32`` on under bf16 only for fp32 main
+    gradients, and refuses it typed beside bf16 ones (``arguments.py``)."""
+    names = [_split_eq(tok)[0] for tok in tokens]
+    if "--bf16" not in names or _flag_value(tokens, "--main-grads-dtype") != "bf16":
+        return
+    if "--accumulate-allreduce-grads-in-fp32" in names:
+        raise ConfigError(f"{MEGATRON_ARGS}: --main-grads-dtype bf16 with --accumulate-allreduce-grads-in-fp32 "
+                          "(Megatron-LM: --main-grads-dtype can only be fp32 when gradients are accumulated and "
+                          "reduced in fp32)")
+    if _flag_value(out, "--grad-reduce-dtype") is None:
+        out.extend(["--grad-reduce-dtype", "bf16"])
 
 
 def _translate_one(name: str, inline: str | None, reader: _Reader, out: list[str], result: Translation, card,
@@ -283,17 +316,21 @@ def _translate_one(name: str, inline: str | None, reader: _Reader, out: list[str
     if name in _SWITCHES:
         if _SWITCHES[name] == [name] and not strict:
             return False
+        if name in ("--bf16", "--fp16") and _flag_value(out, "--dtype") == "fp8":
+            return True  # Megatron trains in FP8 with --fp8-format, --bf16 before or after it
         out.extend(_SWITCHES[name])
         return True
     if name == "--fp8-format":
-        reader.value(name, inline)  # e4m3 or hybrid: both run the GEMMs at the fp8 peak
+        value = reader.value(name, inline)  # e4m3 or hybrid: both run the GEMMs at the fp8 peak
+        if value not in ("e4m3", "hybrid"):
+            raise ConfigError(f"{reader.where}--fp8-format must be e4m3 or hybrid, got {value!r} (Megatron-LM's choices)")
         out.extend(["--dtype", "fp8"])
         return True
     if name == "--fp8-recipe":
         value = reader.value(name, inline)
         out.extend([name, _FP8_RECIPES.get(value, value)])
         return True
-    if name == "--virtual-pipeline-model-parallel-size":
+    if name in ("--virtual-pipeline-model-parallel-size", "--num-virtual-stages-per-pipeline-rank"):
         out.extend(["--virtual-stages", str(_positive_int(name, reader.value(name, inline), reader.where)),
                     "--megatron-interleaved"])
         return True
@@ -305,7 +342,7 @@ def _translate_one(name: str, inline: str | None, reader: _Reader, out: list[str
         recompute[name] = reader.value(name, inline)
         return True
     if name in ("--recompute-method", "--recompute-num-layers") and strict:
-        out.extend([name, reader.value(name, inline)])
+        recompute[name] = reader.value(name, inline)  # applied under a granularity (_finish_recompute)
         return True
     if name == "--recompute-modules" and strict:
         # Megatron's list is nargs='*': the words up to the next flag
@@ -314,7 +351,7 @@ def _translate_one(name: str, inline: str | None, reader: _Reader, out: list[str
             words.append(reader.take())
         if not words:
             raise ConfigError(f"{reader.where}--recompute-modules needs at least one module")
-        out.extend([name, ",".join(words)])
+        recompute[name] = ",".join(words)
         return True
     if name in ARCH_VALUES:
         card.set(name, reader.value(name, inline), reader.where)
@@ -333,15 +370,23 @@ def _translate_one(name: str, inline: str | None, reader: _Reader, out: list[str
     return False
 
 
-def _finish_recompute(recompute: dict[str, str], out: list[str]) -> None:
+def _finish_recompute(recompute: dict[str, str], out: list[str], result: Translation) -> None:
     """Megatron's ``--recompute-granularity`` as ``--recompute`` (the method, layer count and
-    modules are native flags, checked against it by the strategy)."""
-    granularity = recompute.get("--recompute-granularity")
-    if granularity is None:
-        return
-    if granularity not in ("full", "selective"):
-        raise ConfigError(f"--recompute-granularity must be full or selective, got {granularity!r}")
-    out.extend(["--recompute", granularity])
+    modules are native flags, checked against it by the strategy). A pasted line's method, layer
+    count and modules without a granularity (Megatron's or a native ``--recompute``, or
+    ``--recompute-activations``) recompute nothing in Megatron-Core, which reads them only under
+    one: they are noted, not passed on (alone, the native flags would imply a granularity)."""
+    granularity = recompute.pop("--recompute-granularity", None)
+    if granularity is not None:
+        if granularity not in ("full", "selective"):
+            raise ConfigError(f"--recompute-granularity must be full or selective, got {granularity!r}")
+        out.extend(["--recompute", granularity])
+    governed = granularity is not None or _flag_value(out, "--recompute") is not None
+    for name, value in recompute.items():
+        if governed:
+            out.extend([name, value])
+        else:
+            result.no_effect.append(name)
 
 
 def _finish_layers_per_virtual_stage(out: list[str]) -> None:
@@ -352,6 +397,14 @@ def _finish_layers_per_virtual_stage(out: list[str]) -> None:
     if given is None:
         return
     _remove_flag(out, "--megatron-layers-per-virtual-stage")
+    # Megatron-LM's arguments.py refuses both (the layout and the uneven cuts give V otherwise)
+    if _flag_value(out, "--pipeline-model-parallel-layout") is not None:
+        raise ConfigError("--num-layers-per-virtual-pipeline-stage and --pipeline-model-parallel-layout exclude each "
+                          "other (Megatron-LM: the layout's stages give the virtual stages)")
+    for uneven in ("--decoder-first-pipeline-num-layers", "--decoder-last-pipeline-num-layers"):
+        if _flag_value(out, uneven) is not None:
+            raise ConfigError(f"--num-layers-per-virtual-pipeline-stage with {uneven}: uneven pipeline stages need "
+                              "--num-virtual-stages-per-pipeline-rank (Megatron-LM)")
     per_virtual = int(given)
     pp = _positive_int("--pipeline-model-parallel-size", _flag_value(out, "--pp") or "1", "")
     layers_text = _flag_value(out, "--num-layers")
@@ -389,6 +442,21 @@ def _finish_layout(out: list[str]) -> None:
     stages = len(parse_layout(layout))
     if stages % pp == 0 and stages // pp > 1:
         out.extend(["--virtual-stages", str(stages // pp), "--megatron-interleaved"])
+
+
+def _finish_overlap_p2p(out: list[str], result: Translation) -> None:
+    """``--overlap-p2p-comm`` (``--overlap-p2p-communication``) overlaps the interleaved schedule's
+    sends; outside it Megatron-LM turns the switch off (``arguments.py``; Megatron-Core's 1F1B
+    refuses it), so it is noted as changing nothing there."""
+    if _OVERLAP_P2P not in out:
+        return
+    interleaved = _flag_value(out, "--schedule") == "interleaved"
+    while _OVERLAP_P2P in out:
+        i = out.index(_OVERLAP_P2P)
+        name = out[i + 1]
+        out[i:i + 2] = ["--pipeline-send", "overlapped"] if interleaved else []
+        if not interleaved and name not in result.no_effect:
+            result.no_effect.append(name)
 
 
 def _finish_virtual(out: list[str]) -> None:

@@ -114,6 +114,20 @@ def load_card(args: argparse.Namespace) -> ModelCard:
     return card.with_seq_len(seq)
 
 
+def check_card_moe_flags(args: argparse.Namespace, card: ModelCard) -> None:
+    """The MoE switches a card's shape rules out, as Megatron-Core's ``TransformerConfig`` checks
+    them: the shared-expert overlap only with an all-to-all dispatcher, the expert-parallel
+    all-to-all overlap with at most one multi-token-prediction layer."""
+    dispatcher = getattr(args, "moe_token_dispatcher", "alltoall")
+    if (getattr(args, "moe_shared_expert_overlap", False) and card.moe is not None and card.moe.shared_experts
+            and dispatcher not in ("alltoall", "flex")):
+        raise ConfigError(f"--moe-shared-expert-overlap needs --moe-token-dispatcher alltoall or flex, got {dispatcher} "
+                          "(Megatron-Core overlaps the shared experts only with those dispatchers)")
+    if getattr(args, "moe_a2a_overlap", False) and card.mtp_layers > 1:
+        raise ConfigError(f"--moe-a2a-overlap runs at most one multi-token-prediction layer (Megatron-Core), the run "
+                          f"has {card.mtp_layers}: give --mtp-layers 0 or 1")
+
+
 def model_batch(args: argparse.Namespace) -> int:
     """Sequences per op in the built trace: the micro-batch, else the simulated batch, else 1."""
     for dest in ("micro_batch_size", "batch_size_sim"):
@@ -218,6 +232,7 @@ def card_trace_error(exc: TraceError, card: str, trace_dir: str | os.PathLike, l
 def model_trace(args: argparse.Namespace, dtype: str) -> ModelTrace:
     """The trace of a card run (built and cached on first use); ``dtype`` is the run's --dtype."""
     card = load_card(args)
+    check_card_moe_flags(args, card)
     depth = model_depth(args, card)
     if depth < 1:
         raise ConfigError(f"--num-layers must be a positive integer, got {depth}")
@@ -229,4 +244,4 @@ def model_trace(args: argparse.Namespace, dtype: str) -> ModelTrace:
 
 
 __all__ = ["MODEL_FLAG_DEFAULTS", "ModelTrace", "add_model_flags", "cache_root", "cached_card_trace", "card_flag",
-           "card_trace_error", "check_model_flags", "load_card", "model_batch", "model_given", "model_trace"]
+           "card_trace_error", "check_card_moe_flags", "check_model_flags", "load_card", "model_batch", "model_given", "model_trace"]

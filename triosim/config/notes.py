@@ -119,7 +119,16 @@ def _hybrid_unused(args: argparse.Namespace) -> list[tuple[str, list[str]]]:
     if (getattr(args, "dp", None) or 1) == 1 and ZERO_ALIASES.get(zero.lower(), 0) > 0:
         out.append(("ZeRO shards over the data-parallel group, and --dp is 1", [f"--zero {zero}"]))
     if (getattr(args, "tp", None) or 1) == 1 and getattr(args, "sequence_parallel", False):
-        out.append(("sequence parallelism splits tensor-parallel blocks, and --tp is 1", ["--sequence-parallel"]))
+        # --tp-comm-overlap overlaps sequence parallelism's collectives: none at tp 1 either
+        flags = ["--sequence-parallel", *(["--tp-comm-overlap"] if getattr(args, "tp_comm_overlap", False) else [])]
+        out.append(("sequence parallelism splits tensor-parallel blocks, and --tp is 1", flags))
+    if (getattr(args, "ep", None) or 1) == 1 and (getattr(args, "etp", None) or 1) == 1:
+        # every GPU holds every expert: no dispatch to choose, overlap or load unevenly
+        moe = [f"--moe-token-dispatcher {args.moe_token_dispatcher}"
+               if getattr(args, "moe_token_dispatcher", "alltoall") != "alltoall" else "",
+               f"--moe-imbalance {args.moe_imbalance}" if getattr(args, "moe_imbalance", 1.0) != 1.0 else "",
+               "--moe-shared-expert-overlap" if getattr(args, "moe_shared_expert_overlap", False) else ""]
+        out.append(("only expert parallelism sends tokens to other GPUs' experts, and --ep is 1", [f for f in moe if f]))
     return out
 
 

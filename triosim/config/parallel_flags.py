@@ -55,7 +55,8 @@ def add_parallel_flags(g: argparse._ArgumentGroup) -> None:
                         "default method when this is given alone, with --recompute full)")
     g.add_argument("--recompute-modules", default=None, metavar="LIST",
                    help="with --recompute selective: the parts of each layer to re-run, comma-separated: core_attn "
-                        "(default), mlp, layernorm, moe_act, mla_up_proj")
+                        "(default), mlp, layernorm, moe_act, mla_up_proj (or space-separated, as a sweep needs: "
+                        "its commas separate the values it tries)")
     g.add_argument("--offload-activations", default=None, metavar="N|FRACTION",
                    help="copy the activations of the first N layers of each model chunk (or that fraction of its "
                         "layers) to host memory over the GPU's host link during forward, and back one layer ahead "

@@ -110,6 +110,12 @@ def fp8_training(args: argparse.Namespace, batch: int | None = None) -> Fp8Train
     if recipe not in device.fp8_recipes:
         raise ConfigError(f"--fp8-recipe {recipe}: {device.display_name} ({device.name}) runs "
                           f"{', '.join(device.fp8_recipes)} (MXFP8 needs a Blackwell GPU, SM 10.0)")
+    if recipe == "delayed":  # Megatron-Core refuses these re-runs under delayed scaling (TransformerConfig)
+        modules = str(getattr(args, "recompute_modules", None) or "").replace(" ", ",").split(",")  # as parallel_flags
+        for module in ("layernorm", "moe_act"):
+            if module in modules:
+                raise ConfigError(f"--recompute-modules {module} with --fp8-recipe delayed: Megatron-Core's delayed "
+                                  "scaling does not recompute norms or expert activations in FP8; use another recipe")
     if gather and recipe == "mxfp8":
         raise ConfigError("--fp8-param-gather with --fp8-recipe mxfp8 is not modelled (Megatron-Core gathers MXFP8 "
                           "parameters through the gradient buffer); leave --fp8-param-gather out or use another recipe")
@@ -128,6 +134,9 @@ def training_precision(args: argparse.Namespace, batch: int | None = None) -> Tr
         raise ConfigError(f"--grad-reduce-dtype must be one of {', '.join(GRAD_REDUCE_DTYPES)}, got {reduce!r}")
     fp8 = fp8_training(args, batch)
     optimizer = optimizer_dtypes(args, dtype)
+    if getattr(args, "moe_a2a_overlap", False) and dtype in ("fp32", "tf32"):
+        raise ConfigError(f"--moe-a2a-overlap needs a 16-bit model (--dtype bf16, fp16 or fp8), got --dtype {dtype} "
+                          "(Megatron-Core runs the expert-parallel overlap only with bf16 or fp16)")
     if dtype not in (*TRAINING_DTYPES, "fp8"):
         if reduce != DEFAULT_GRAD_REDUCE_DTYPE:
             raise ConfigError(f"--grad-reduce-dtype {reduce} needs a training dtype: give --dtype "

@@ -63,6 +63,12 @@ def find_units(trace: Trace, spec: RecomputeSpec, cuts: frozenset[int]) -> list[
     blocks = find_blocks(trace)
     if "core_attn" in spec.modules or "mlp" in spec.modules:
         if not any(b.kind == "attention" for b in blocks):
+            if _mla_up_units(trace):  # attention there, but its Q/K/V come through latent norms: no block
+                which = "core_attn" if "core_attn" in spec.modules else "mlp"
+                default = " (--recompute selective's default module)" if which == "core_attn" else ""
+                raise ConfigError(f"--recompute-modules {which}{default} is not modelled with multi-head latent "
+                                  "attention: use --recompute-modules mla_up_proj, layernorm or moe_act, or "
+                                  "--recompute full")
             raise ConfigError("--recompute selective needs attention blocks (none found in this trace)")
     if "layernorm" in spec.modules:
         units += _norm_units(trace, layout, cuts)

@@ -28,10 +28,14 @@ from .result import _natural_key
 LINKS_PID = 1_000_000
 MEMORY_COUNTER = "memory (bytes)"
 _GPU_END = re.compile(r"^gpu(\d+)$")
+_HOST_LINK = re.compile(r"^host(\d+):(?:d2h|h2d)$")  # a GPU's link to host memory (activation offload)
 
 
 def link_gpus(name: str) -> frozenset[int]:
-    """The GPUs at either end of a link resource (``gpu0->nvsw0`` → {0}); none for a switch link."""
+    """The GPUs at either end of a link resource (``gpu0->nvsw0`` → {0}, a GPU's host link
+    ``host0:d2h`` → {0}); none for a switch link."""
+    if m := _HOST_LINK.match(name):
+        return frozenset({int(m.group(1))})
     return frozenset(int(m.group(1)) for end in name.split("->") if (m := _GPU_END.match(end)))
 
 

@@ -330,7 +330,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
         disable=args.quiet or not err.is_terminal,
     )
     bar = progress.add_task("sweep", total=len(prepared.tasks), bad="")
-    n_bad = 0
+    n_bad = {"invalid": 0, "failed": 0}  # the rows not ok so far, by status, as the closing count says them
     n_done = 0
     log_progress = not args.quiet and not err.is_terminal  # a log file gets a line every few seconds
     clock = {"start": time.monotonic(), "last": time.monotonic()}
@@ -341,7 +341,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
             return
         clock["last"] = now
         err.print(f"sweep: {n_done}/{len(prepared.tasks)} simulated"
-                  + (f", {n_bad} failed" if n_bad else "") + f", {now - clock['start']:.1f} s")
+                  + "".join(f", {n} {status}" for status, n in n_bad.items() if n) + f", {now - clock['start']:.1f} s")
 
     def started(prep: Prepared, backend: Backend) -> None:
         if not args.quiet:
@@ -361,12 +361,13 @@ def cmd_sweep(args: argparse.Namespace) -> int:
                   "--resume keeps such rows", file=sys.stderr)
 
         def on_row(row: Row) -> None:
-            nonlocal n_bad, n_done
+            nonlocal n_done
             files.add(row)
             if row.point.index in task_ids:  # settled rows are not part of the bar
-                n_bad += 0 if row.ok else 1
+                if not row.ok:
+                    n_bad[row.outcome.status] = n_bad.get(row.outcome.status, 0) + 1
                 n_done += 1
-                progress.update(bar, advance=1, bad=f"{n_bad} failed" if n_bad else "")
+                progress.update(bar, advance=1, bad=", ".join(f"{n} {status}" for status, n in n_bad.items() if n))
                 progress_line()
 
         task_ids = {t.index for t in prepared.tasks}

@@ -178,6 +178,12 @@ APPLIES: dict[str, Callable[[Mapping[str, Any]], bool]] = {
     "recompute_num_layers": lambda c: _hybrid(c) and c.get("recompute") != "selective",
     "recompute_modules": lambda c: _hybrid(c) and c.get("recompute") != "full",
     "offload_activations": _hybrid,
+    # FP8 training's details need --dtype fp8, the optimizer-state dtypes the precision-aware
+    # optimizer (`run` refuses them otherwise)
+    "fp8_recipe": lambda c: c.get("dtype") == "fp8",
+    "fp8_param_gather": lambda c: c.get("dtype") == "fp8",
+    **dict.fromkeys(("main_grads_dtype", "main_params_dtype", "exp_avg_dtype", "exp_avg_sq_dtype"),
+                    lambda c: bool(c.get("use_precision_aware_optimizer"))),
     # A hybrid run cuts each replica's batch into micro-batches whatever its pp (gradient
     # accumulation): the micro-batch applies to every point given as degrees.
     "micro_batch_size": lambda c: _pipelined(c) or _hybrid(c),
