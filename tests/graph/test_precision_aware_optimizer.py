@@ -5,6 +5,8 @@ optimizer step moves the bytes its kernel does, and what Megatron-Core refuses i
 
 from __future__ import annotations
 
+import csv
+
 import pytest
 
 import triosim.trace.precision as tp
@@ -54,7 +56,7 @@ def test_the_step_moves_what_fused_adam_moves():
 def _stage(tmp_path, monkeypatch, **flags):
     monkeypatch.setenv("TRIOSIM_CACHE_DIR", str(tmp_path))
     result = simulate(*configure({"model": "gpt-neo-1.3b", "gpu": "a100-80gb", "tp": 1, "num-layers": 2,
-                                  "seq-len": 128, "global-batch": 1, "micro-batch-size": 1, **flags}))
+                                  "seq-len": 128, "global-batch": 1, "micro-batch-size": 1, "zero": 1, **flags}))
     return result.graph.meta["hybrid"]["memory"][0], result
 
 
@@ -85,7 +87,7 @@ def test_the_memory_check_catches_a_planted_bug(tmp_path, monkeypatch):
 
 
 CARD = ["run", "--model", "gpt-neo-1.3b", "--num-layers", "2", "--seq-len", "128", "--gpu", "a100-80gb",
-        "--global-batch", "1", "--dp", "1", "-q"]
+        "--global-batch", "1", "--dp", "1", "--zero", "1", "-q"]
 
 
 @pytest.mark.parametrize("argv, needle", [
@@ -93,6 +95,8 @@ CARD = ["run", "--model", "gpt-neo-1.3b", "--num-layers", "2", "--seq-len", "128
     (["--main-grads-dtype", "bf16"], "--main-grads-dtype bf16 needs --use-precision-aware-optimizer"),
     (["--use-precision-aware-optimizer", "--dtype", "fp32"], "needs a 16-bit training dtype"),
     (["--use-precision-aware-optimizer", "--main-params-dtype", "bf16"], "invalid choice: 'bf16'"),
+    # Megatron-Core: "--use-precision-aware-optimizer only supported with distributed optimizer"
+    (["--use-precision-aware-optimizer", "--zero", "0"], "needs the distributed optimizer (--zero 1 or more)"),
 ])
 def test_refusals_are_one_line(argv, needle):
     code, out, err = run([*CARD, *argv])
@@ -104,3 +108,15 @@ def test_megatron_names_pass_through(tmp_path):
     pasted = run([*CARD, "--megatron-args", "--use-precision-aware-optimizer --exp-avg-dtype bf16 "
                   "--exp-avg-sq-dtype bf16"])
     assert native[0] == 0 and native[1] == pasted[1]
+
+
+def test_plan_searches_it_only_with_the_distributed_optimizer(tmp_path):
+    """Megatron-Core runs the precision-aware optimizer only in the distributed optimizer: a plan
+    given the switch never offers ZeRO 0, and its choice runs."""
+    out = tmp_path / "plan.csv"
+    code, _, err = run(["plan", "--model", "gpt-neo-1.3b", "--num-layers", "2", "--seq-len", "128", "--gpu",
+                        "a100-80gb", "--gpus", "2", "--global-batch", "2", "--use-precision-aware-optimizer",
+                        "--exp-avg-dtype", "bf16", "--top", "1", "--out", str(out), "-q"])
+    assert code == 0, err
+    rows = list(csv.DictReader(out.open()))
+    assert rows and {r["zero"] for r in rows} <= {"1", "2", "3"} and rows[0]["status"] == "dag"

@@ -388,6 +388,8 @@ def plan_inputs(args: argparse.Namespace) -> PlanInputs:
                         sequence=sequence, recompute_pin=_recompute_pin(args), offload_pin=_offload_pin(args, raw),
                         experts=experts, etp_allowed=getattr(args, "moe_token_dispatcher", "alltoall") == "alltoall",
                         combined=bool(getattr(args, "moe_a2a_overlap", False)),
+                        # Megatron-Core's precision-aware optimizer runs only in the distributed optimizer
+                        **({"zero_stages": (1, 2, 3)} if getattr(ns, "use_precision_aware_optimizer", False) else {}),
                         **_layouts(args, raw, unit), **_card_layers(raw))
     if not mesh_shapes(space):
         raise ConfigError(explain_empty(space, unit))

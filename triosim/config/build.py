@@ -12,7 +12,7 @@ from ..compute.op_time import attach_op_time_model
 from ..compute.scale import scale_trace
 from ..errors import ConfigError, TraceError
 from ..graph.layer_count import check_pipeline_depth
-from ..graph.strategy import Strategy
+from ..graph.strategy import Strategy, parse_zero
 from ..hardware.platform import Platform
 from ..hardware.presets import build_platform
 from ..hardware.topology_file import check as check_topology_file
@@ -258,6 +258,9 @@ def configure(args: argparse.Namespace | Mapping[str, Any] | None = None,
     check_case(args)
     apply_run_defaults(args)
     training_precision(args)  # the flags' own errors before any file is read
+    if getattr(args, "use_precision_aware_optimizer", False) and parse_zero(getattr(args, "zero", "0") or "0") == 0:
+        raise ConfigError("--use-precision-aware-optimizer needs the distributed optimizer (--zero 1 or more), as "
+                          "Megatron-Core requires")
     platform = platform_from_args(args)
     trace = with_flag_precision(load_scaled_trace(args), args)
     strategy = strategy_from_args(args, trace.batch_size)

@@ -118,11 +118,11 @@ class ModelProfile(CollectiveCosts):
     _layouts: dict[tuple, StageLayout] = field(default_factory=dict, repr=False)
     cp: int = 1  # context-parallel degree: one context rank's share of every op and activation
     _contexts: dict[tuple, ModelProfile] = field(default_factory=dict, repr=False)
-    # expert parallelism (an MoE trace): (ep, etp, the ZeRO stage sharding expert state over its
-    # expert-data-parallel group: 0 without ZeRO or data ranks); moe: the run's (dispatcher, imbalance)
+    # expert parallelism (an MoE trace): (ep, etp, the ZeRO stage sharding expert state over its expert-data-
+    # parallel group: 0 without ZeRO or data ranks); moe: the run's (dispatcher, imbalance); overlaps: its pins
     experts: tuple[int, int, int] = (1, 1, 0)
     moe: tuple[str, float] = ("alltoall", 1.0)
-    overlaps: MoeOverlaps = MoeOverlaps()  # the MoE overlaps every candidate runs with (plan.combined_time)
+    overlaps: MoeOverlaps = MoeOverlaps()
     _expert_plans: dict[tuple[int, int, bool], object] = field(default_factory=dict, repr=False)
     memo: dict[tuple, object] = field(default_factory=dict, repr=False)  # exchange facts of this trace, per key
 
@@ -159,9 +159,7 @@ class ModelProfile(CollectiveCosts):
         layers are found once, on the trace without re-runs: recomputation inserts its re-runs
         among the backward ops, so the forward positions are the same."""
         root = self.parent or self
-        if root._layer_units is None:
-            root._layer_units = trace_layers(root.raw)
-        units = root._layer_units
+        units = root._layer_units = trace_layers(root.raw) if root._layer_units is None else root._layer_units
         if split is not None and split.given:  # Megatron's rules (a card's leading layers counted)
             return megatron_starts(root.raw, root.fops, stages, units, split, ranks)
         if resolve_partition(root.raw, partition, stages, units) != "layers":
