@@ -58,6 +58,18 @@ def test_megatron_names_translate() -> None:
     assert native[0] == 0 and native == alias
 
 
+def test_a_pasted_moe_line_splits_the_experts_over_tp_as_megatron_lm() -> None:
+    """Megatron-LM sets --expert-tensor-parallel-size to the tensor-parallel size when a line does
+    not give it; triosim's own --etp defaults to 1 (Megatron-Bridge's recipes give it)."""
+    line = "--tensor-model-parallel-size 2 --sequence-parallel --expert-model-parallel-size 4"
+    pasted = run("run", *CARD, "--dp", "4", "--megatron-args", line, "-q")
+    native = run("run", *CARD, "--dp", "4", "--tp", "2", "--sequence-parallel", "--ep", "4", "--etp", "2", "-q")
+    assert pasted[0] == 0 and pasted[1] == native[1]
+    assert pasted[1] != run("run", *CARD, "--dp", "4", "--tp", "2", "--sequence-parallel", "--ep", "4", "-q")[1]
+    given = run("run", *CARD, "--dp", "4", "--megatron-args", line + " --expert-tensor-parallel-size 1", "-q")
+    assert given[1] == run("run", *CARD, "--dp", "4", "--tp", "2", "--sequence-parallel", "--ep", "4", "-q")[1]
+
+
 @pytest.mark.parametrize("argv,message", [
     (["--dp", "8", "--ep", "3"], "--ep 3 must divide the 128 routed experts"),
     (["--dp", "8", "--ep", "16"], "--ep 16 must divide the tp x cp x dp = 8 GPUs"),

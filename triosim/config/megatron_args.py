@@ -287,6 +287,20 @@ def _translate_megatron_tokens(tokens: list[str], out: list[str], result: Transl
             raise ConfigError(f"{MEGATRON_ARGS}: {name} is not a Megatron-LM flag triosim knows; leave it out of the "
                               "line, or give the native flag after it")
     _bf16_main_grads(tokens, out)
+    _expert_tensor_parallel_default(tokens, out)
+
+
+def _expert_tensor_parallel_default(tokens: list[str], out: list[str]) -> None:
+    """A pasted MoE line (``--num-experts`` or ``--expert-model-parallel-size``) without
+    ``--expert-tensor-parallel-size`` splits its experts over the tensor-parallel ranks:
+    Megatron-LM sets the expert tensor-parallel size to the tensor-parallel size when not given
+    (``arguments.py``), where triosim's ``--etp`` defaults to 1."""
+    names = {_split_eq(tok)[0] for tok in tokens}
+    if not names & {"--num-experts", "--expert-model-parallel-size"} or "--expert-tensor-parallel-size" in names:
+        return
+    tp = _flag_value(tokens, "--tensor-model-parallel-size")
+    if tp is not None and tp != "1" and _flag_value(out, "--etp") is None:
+        out.extend(["--etp", tp])
 
 
 def _bf16_main_grads(tokens: list[str], out: list[str]) -> None:
