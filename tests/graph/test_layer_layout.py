@@ -157,10 +157,10 @@ def test_auto_takes_the_account_for_split_only_where_the_layers_do_not_divide():
     ((10, 4, 1, LayerSplit(first_stage_layers=3, last_stage_layers=4)), "the 3 layers left over do not divide over "
                                                                         "the 2 other pipeline stages"),
     ((4, 2, 1, LayerSplit(layout="Et|t|tL")), "3 stages, not a multiple of --pp 2"),
-    ((4, 2, 2, LayerSplit(layout="Et|tL")), "2 stages = --pp 2 × 1 virtual stages, but the run has 4"),
+    ((4, 2, 2, LayerSplit(layout="Et|tL")), "2 stages = --pp 2 × 1 virtual stage, but the run has 4"),
     ((4, 2, 1, LayerSplit(layout="tEt|ttL")), "E (the embedding) must come first, once"),
     ((4, 2, 1, LayerSplit(layout="Ett|tLm")), "L (the loss) must come last, once"),
-    ((4, 2, 1, LayerSplit(layout="Ett|tmL")), "places 1 multi-token-prediction layers (m), the model has none"),
+    ((4, 2, 1, LayerSplit(layout="Ett|tmL")), "places 1 multi-token-prediction layer (m), the model has none"),
     ((4, 2, 1, LayerSplit(layout="Ett|tL")), "places 3 transformer layers (t), the model has 4"),
     ((4, 4, 1, LayerSplit(layout="Ett||ttL|")), "stage 1 is empty"),
     ((4, 2, 1, LayerSplit(layout="Ett|tx")), "'x' is not a layer letter"),
@@ -374,7 +374,7 @@ def test_layout_text_shows_the_leading_layers_and_mtp():
 
 @pytest.mark.parametrize("layout, leading, mtp, needle", [
     ("Et*4|(t*4|)*14,tL", 3, 1, "places 0 multi-token-prediction layers (m), the model has 1 (--mtp-layers)"),
-    ("Et*4|(t*4|)*14,tmL", 3, 0, "places 1 multi-token-prediction layers (m), the model has none"),
+    ("Et*4|(t*4|)*14,tmL", 3, 0, "places 1 multi-token-prediction layer (m), the model has none"),
     ("Et*4|(t*4|)*13,t*4m|tL", 3, 1, "m on stage 14; triosim runs the multi-token-prediction layers after the loss"),
     ("Et*4|(t*4|)*14,mtL", 3, 1, "a t after m"),
     ("E|t*4|(t*4|)*13,t*5mL", 3, 1, "the first stage gets 0 decoder layers, but the model's first 3"),

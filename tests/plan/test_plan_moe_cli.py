@@ -133,3 +133,40 @@ def test_the_combined_schedule_is_searched_as_megatron_runs_it(tmp_path) -> None
     best = rows[0]
     assert best["status"] == "dag" and "--moe-a2a-overlap" in best["command"] and "--delay-wgrad-compute" in best["command"]
     assert abs(float(best["estimate_ms"]) / float(best["dag_ms"]) - 1) <= 0.05
+
+
+def test_the_token_dispatcher_is_searched_among_the_fastest(tmp_path) -> None:
+    """Without --moe-token-dispatcher the plan tries flex and allgather beside the run's own
+    alltoall on its fastest expert-parallel candidates (their run lines name it); given, the
+    dispatcher is a pin."""
+    rows = _plan(tmp_path, *MOE, "--pp", "1", "--top", "0")
+    tried = {r["dispatcher"] for r in rows if r["dispatcher"]}
+    assert tried == {"flex", "allgather"}
+    assert all(f"--moe-token-dispatcher {r['dispatcher']}" in r["command"] and r["ep"] != "1" and r["etp"] == "1"
+               for r in rows if r["dispatcher"])
+    pinned = _plan(tmp_path, *MOE, "--pp", "1", "--top", "0", "--moe-token-dispatcher", "alltoall")
+    assert not any(r["dispatcher"] for r in pinned)
+
+
+def test_a_dispatcher_variant_is_estimated_as_that_dispatchers_run() -> None:
+    """A candidate with another dispatcher is estimated on its own expert-rank profile: the same
+    figures as the plain candidate in a plan whose run uses that dispatcher."""
+    from dataclasses import replace
+
+    from triosim.cli.console import build_parser
+    from triosim.cli.plan import plan_inputs
+    from triosim.plan import Candidate, PipelineTimer, estimate
+
+    c = Candidate(1, 1, 8, 1, "1f1b", 1, 1, "none", ep=4)  # (at ep 8 = top-k both send 7 rows a token)
+    own = plan_inputs(build_parser().parse_args(["plan", *MOE]))
+    other = plan_inputs(build_parser().parse_args(["plan", *MOE, "--moe-token-dispatcher", "allgather"]))
+    times = {}
+    for d, inputs in (("allgather", other), ("flex", None)):
+        variant = estimate(replace(c, dispatcher=d), own.profile, own.settings, PipelineTimer(own.profile.platform))
+        if inputs is None:
+            inputs = plan_inputs(build_parser().parse_args(["plan", *MOE, "--moe-token-dispatcher", d]))
+        plain = estimate(c, inputs.profile, inputs.settings, PipelineTimer(inputs.profile.platform))
+        assert (variant.time_s, variant.peak_bytes) == (plain.time_s, plain.peak_bytes)
+        times[d] = variant.time_s
+    alltoall = estimate(c, own.profile, own.settings, PipelineTimer(own.profile.platform))
+    assert alltoall.time_s != times["allgather"]  # (flex is alltoall inside one node)

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import argparse
 
-from ..config.flags import typed
+from ..config.typed_flags import typed
 from ..graph.build_size import unalike_build_note
 from ..graph.builder import GraphBuilder
 from ..hardware.platform import Platform

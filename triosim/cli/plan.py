@@ -348,6 +348,18 @@ class PlanInputs:
     protect: list[Path]
 
 
+def _other_dispatchers(args: argparse.Namespace, experts: int | None) -> tuple[str, ...]:
+    """The token dispatchers plan tries beside the run's own on an MoE model: none when the user
+    gave ``--moe-token-dispatcher`` (a pin) or the model has no experts."""
+    from ..config.typed_flags import typed
+    from ..graph.expert.plan import DISPATCHERS
+
+    if not experts or typed(args, "moe_token_dispatcher") or "moe_token_dispatcher" in getattr(args, "config_dests", ()):
+        return ()
+    own = getattr(args, "moe_token_dispatcher", "alltoall")
+    return tuple(d for d in DISPATCHERS if d != own)
+
+
 def plan_inputs(args: argparse.Namespace) -> PlanInputs:
     """Check the flags, build the platform of ``--gpus`` GPUs, load the trace and enumerate."""
     from ..plan import (
@@ -406,7 +418,8 @@ def plan_inputs(args: argparse.Namespace) -> PlanInputs:
                             seq_len=_seq_len(args, batches.trace_dir),
                             partition=args.partition if args.partition in ("count", "layers", "auto") else "time",
                             overlap_grad_reduce=bool(getattr(ns, "overlap_grad_reduce", False)),
-                            overlap_param_gather=bool(getattr(ns, "overlap_param_gather", False)))
+                            overlap_param_gather=bool(getattr(ns, "overlap_param_gather", False)),
+                            dispatchers=_other_dispatchers(args, experts))
     flops = model_flops_per_sample(raw, raw.batch_size) * args.global_batch
     figures = Figures(args.gpus, args.global_batch, settings.seq_len, flops, _peak_flops(args, raw),
                       global_flag="global_batch" in base)

@@ -22,7 +22,7 @@ from ..trace.load import load_trace, trace_batch_size
 from .batch_flags import global_batch_per_replica
 from .comm_flags import apply_link_efficiency
 from .defaults import apply_run_defaults, resolve_schedule
-from .flags import sim_namespace, typed
+from .flags import sim_namespace
 from .gpu import GpuOptions, planning_capacity, time_trace_on_gpu
 from .layout_flags import layout_options
 from .model_flags import card_flag, card_trace_error, check_model_flags, model_given, model_trace
@@ -30,6 +30,7 @@ from .notes import check_unused_platform_flags
 from .parallel_flags import degrees_given, parallel_options, resolve_gpus
 from .precision import training_precision, with_flag_precision
 from .trace_dirs import trace_dir_from_flag
+from .typed_flags import typed
 
 
 @dataclass(frozen=True)

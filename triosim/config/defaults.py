@@ -29,7 +29,8 @@ import math
 from dataclasses import dataclass
 
 from ..errors import ConfigError
-from .flags import FlagTable, typed
+from .flags import FlagTable
+from .typed_flags import typed
 
 APPLIED = "applied_defaults"  # namespace attribute: flag -> AppliedDefault
 

@@ -17,32 +17,11 @@ from .layout_flags import add_layout_flags
 from .model_flags import add_model_flags
 from .parallel_flags import add_parallel_flags
 from .precision import add_precision_flags
+from .typed_flags import StoreTyped
 
 DEFAULT_WORD = "default"  # a value spelling that means "the run default of this flag"
 _TRUE = frozenset({"1", "true", "yes", "on"})
 _FALSE = frozenset({"0", "false", "no", "off"})
-# The namespace attribute holding the dests of the flags typed on the command line (argparse
-# calls an action only for an option that is present; a default, or a --config value, is not).
-TYPED = "typed_flags"
-
-
-class StoreTyped(argparse.Action):
-    """Store the value, as argparse's plain ``store``, and remember that the flag was typed.
-
-    ``-case 0 --dp 2`` is a contradiction while ``--dp 2`` alone is not, though both leave 0 in
-    ``args.case``: only this mark tells them apart."""
-
-    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace, values: Any,
-                 option_string: str | None = None) -> None:
-        setattr(namespace, self.dest, values)
-        setattr(namespace, TYPED, frozenset(getattr(namespace, TYPED, frozenset())) | {self.dest})
-
-
-def typed(args: argparse.Namespace, dest: str) -> bool:
-    """Whether flag ``dest`` was typed on the command line (False for configure() and sweeps)."""
-    return dest in getattr(args, TYPED, ())
-
-
 def add_sim_flags(p: argparse.ArgumentParser) -> None:
     """The flags shared by ``run``, ``dag`` and ``sweep``: trace, platform and strategy.
 

@@ -18,6 +18,7 @@ from ..graph.strategy import (
     parse_rank_order,
     parse_zero,
 )
+from .typed_flags import StoreTyped
 
 DEFAULT_GPUS = 8
 DEGREES = ("dp", "tp", "pp", "cp")  # the flags that make a run hybrid, and multiply to its GPUs
@@ -84,7 +85,7 @@ def add_expert_flags(g: argparse._ArgumentGroup) -> None:
                    help="expert tensor parallelism (Megatron's --expert-tensor-parallel-size): each expert's width "
                         "split over N GPUs, the tokens an expert rank received all-gathered over them and the "
                         "outputs reduce-scattered; experts / (ep x etp) a GPU (default 1)")
-    g.add_argument("--moe-token-dispatcher", default="alltoall", choices=MOE_DISPATCHERS,
+    g.add_argument("--moe-token-dispatcher", default="alltoall", choices=MOE_DISPATCHERS, action=StoreTyped,
                    help="how tokens reach their experts: alltoall (default), allgather (tokens gathered, outputs "
                         "reduce-scattered), flex (DeepEP: between nodes once per node, then NVLink inside it)")
     g.add_argument("--moe-shared-expert-overlap", action="store_true",

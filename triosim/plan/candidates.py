@@ -77,6 +77,8 @@ class Candidate:
     etp: int = 1
     # the pipeline layout (Megatron-Core's flags): equal layers per stage unless given
     split: LayerSplit = LayerSplit()
+    # the token dispatcher when the plan tries another than the run's own (None: the run's)
+    dispatcher: str | None = None
 
     @property
     def recompute_spec(self) -> RecomputeSpec:
@@ -101,7 +103,8 @@ class Candidate:
     def mesh(self) -> str:
         cp = f"×cp{self.cp}" if self.cp > 1 else ""
         ep = (f"×ep{self.ep}" if self.ep > 1 else "") + (f"×etp{self.etp}" if self.etp > 1 else "")
-        return f"dp{self.dp}{cp}×tp{self.tp}×pp{self.pp}{ep}"
+        dispatcher = f" {self.dispatcher}" if self.dispatcher else ""
+        return f"dp{self.dp}{cp}×tp{self.tp}×pp{self.pp}{ep}{dispatcher}"
 
     @property
     def data(self) -> int:
@@ -137,6 +140,8 @@ class Candidate:
             flags += ["--recompute-modules", ",".join(self.recompute_modules)]
         if self.offload is not None:
             flags += ["--offload-activations", self.offload]
+        if self.dispatcher:
+            flags += ["--moe-token-dispatcher", self.dispatcher]
         return flags + split_flags(self.split)
 
     @property

@@ -98,6 +98,9 @@ class PlanSettings:
     # updated parameters gathered before the next forward (else after the optimizer)
     overlap_grad_reduce: bool = False
     overlap_param_gather: bool = False
+    # the token dispatchers tried beside the run's own on an MoE model's fastest candidates (none
+    # when the user gave one: plan.search.dispatcher_variants)
+    dispatchers: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -448,7 +451,7 @@ def estimate(c: Candidate, profile: ModelProfile, settings: PlanSettings, timer:
     m = batch // c.micro_batch
     P = c.pp
     spec = c.recompute_spec
-    profile = profile.for_context(c.cp, expert_key(c, is_moe(profile)))
+    profile = profile.for_context(c.cp, expert_key(c, is_moe(profile)), c.dispatcher)
     variant = profile.variant
     # FP8 training: a weight is cast once an iteration and cached (every micro-batch under ZeRO-3)
     share = (1.0 if c.zero >= 3 else 1.0 / m) if profile.fp8_weight_casts else None

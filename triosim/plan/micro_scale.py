@@ -41,7 +41,7 @@ def _split(root, batch: int, tp: int, sp: bool, mb: int) -> np.ndarray:
     """The tensor-parallel (and context) split's time scale from the shapes at ``mb``; shared by
     the expert variants of one context degree (the split comes before the experts') and by every
     per-replica batch: the costs at ``mb`` and the tensors brought to ``mb`` do not depend on it."""
-    base = root._contexts.get((1, 1, 1, 0), root)
+    base = root._contexts.get("base", root)  # the plain profile (profile.BASE)
     key = ("micro split", tp, sp, mb, root.cp)
     hit = base.memo.get(key)
     if hit is None:

@@ -172,8 +172,9 @@ def for_offload(profile: ModelProfile, text: str, starts: list[int]) -> tuple[Of
         spec = OffloadSpec.parse(text)
         off = offload(root.raw, spec, cuts)
         hit = root._children[key] = OffloadProfile(
-            off.trace, root.platform, root.reference_compat, root.precision, recompute=key, parent=root, cp=root.cp, experts=root.experts, moe=root.moe,
-            spec=spec, cuts=cuts, rate=host_link_rate(root.raw), new_index=off.new_index)
+            off.trace, root.platform, root.reference_compat, root.precision, recompute=key, parent=root, cp=root.cp,
+            experts=root.experts, moe=root.moe, overlaps=root.overlaps, spec=spec, cuts=cuts,
+            rate=host_link_rate(root.raw), new_index=off.new_index)
     return hit, [hit.pos[hit.new_index[root.fops[s]]] for s in starts]
 
 

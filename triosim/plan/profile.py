@@ -61,6 +61,8 @@ from .micro_scale import PLAIN, PRE_EXPERT, scale_at
 from .stage_memory import StageLayout, StageMemory, gpu_bytes, stage_layout, stage_memories, touches
 from .variants import rewrite_key
 
+BASE = "base"  # a variant profile's key for the plain profile it was made from (ModelProfile.for_context)
+
 # Ops of the attention core (scores, softmax, dropout on them, the product with V): what
 # selective recomputation re-runs instead of keeping (Korthikanti et al. 2022, section 4.2).
 _ATTENTION_CORE = re.compile(r"softmax|scaled_dot_product|_efficient_attention|flash_attention|baddbmm|bmm",
@@ -167,27 +169,26 @@ class ModelProfile(CollectiveCosts):
         return megatron_starts(root.raw, root.fops, stages, units, LayerSplit())
 
     @property
-    def variant(self) -> tuple[int, int, int, int]:
-        """(cp, ep, etp, expert ZeRO stage): what the rank's share of ops and buffers depends on
-        beyond the (batch, tp, sp) keys; memo keys name it."""
-        return (self.cp, *self.experts)
+    def variant(self) -> tuple[int, int, int, int, str]:
+        """(cp, ep, etp, expert ZeRO stage, token dispatcher): what the rank's share of ops and
+        buffers depends on beyond the (batch, tp, sp) keys; memo keys name it."""
+        return (self.cp, *self.experts, self.moe[0])
 
-    def for_context(self, cp: int, experts: tuple[int, int, int] = (1, 1, 0)) -> ModelProfile:
-        """One context rank's profile at ``cp`` (its ops and activations split as the simulation's
-        :func:`~triosim.graph.context.plan.context_split` does) and, on an MoE trace, one expert
-        rank's at ``experts`` (:mod:`triosim.plan.expert_time`), with this one's recomputation;
-        built once per variant, sharing the plain profile's scaled traces and op times."""
+    def for_context(self, cp: int, experts: tuple[int, int, int] = (1, 1, 0),
+                    dispatcher: str | None = None) -> ModelProfile:
+        """One context rank's profile at ``cp`` (as :func:`~triosim.graph.context.plan.context_split`
+        splits it) and, on an MoE trace, one expert rank's at ``experts`` with ``dispatcher`` (default
+        the plan's; :mod:`triosim.plan.expert_time`), with this one's recomputation; built once per
+        variant, sharing the plain profile's scaled traces and op times."""
         root = self.parent or self
-        plain = (1, 1, 1, 0)
-        base = root if root.variant == plain else root._contexts[plain]
-        key = (cp, *experts)
-        hit = root if key == root.variant else base if key == plain else base._contexts.get(key)
+        base = root._contexts.get(BASE, root)
+        key = (cp, *experts, dispatcher or base.moe[0])
+        hit = root if key == root.variant else base if key == base.variant else base._contexts.get(key)
         if hit is None:
             hit = base._contexts[key] = ModelProfile(base.raw, base.platform, base.reference_compat, base.precision,
-                                                     _scaled=base._scaled, _op_times=base._op_times, cp=cp,
-                                                     experts=experts, moe=base.moe,
-                                                     overlaps=base.overlaps)
-            hit._contexts[plain] = base
+                                                     _scaled=base._scaled, _op_times=base._op_times, cp=cp, experts=experts,
+                                                     moe=(key[-1], base.moe[1]), overlaps=base.overlaps)
+            hit._contexts[BASE] = base
         return hit.for_recompute(self.rc_spec, self.rc_cuts)
 
     def for_recompute(self, mode: str | RecomputeSpec, cuts: frozenset[int] = frozenset()) -> ModelProfile:

@@ -175,6 +175,33 @@ def refine(rows: list[Row], profile: ModelProfile, settings: PlanSettings, limit
 MAX_PARENTS = 64  # candidates refined when there is no time to beat (nothing fits)
 
 
+def dispatcher_variants(rows: list[Row], profile: ModelProfile, settings: PlanSettings, limit_s: float) -> list[Row]:
+    """The rows of the other token dispatchers (``settings.dispatchers``) on an MoE model's
+    candidates whose estimate is below ``limit_s`` (the :data:`MAX_PARENTS` fastest), each
+    estimated: the dispatcher changes only the token exchanges, so it can decide only among the
+    fastest. Megatron-Core's conditions hold: expert tensor parallelism with alltoall only, the
+    combined schedule and the shared-expert overlap with alltoall or flex."""
+    if not settings.dispatchers:
+        return []
+    overlaps = (profile.parent or profile).overlaps
+    parents = sorted((r for r in rows if r.error is None and r.estimate is not None and r.candidate.ep > 1
+                      and r.candidate.etp == 1 and r.candidate.dispatcher is None and r.estimate.time_s < limit_s),
+                     key=lambda r: r.estimate.time_s)[:MAX_PARENTS]
+    timer = PipelineTimer(profile.platform)
+    out = []
+    for parent in parents:
+        for d in settings.dispatchers:
+            if d == "allgather" and (overlaps.a2a or overlaps.shared):
+                continue
+            row = Row(replace(parent.candidate, dispatcher=d))
+            try:
+                row.estimate = estimate(row.candidate, profile, settings, timer)
+            except ConfigError as exc:
+                row.error = str(exc).splitlines()[0]
+            out.append(row)
+    return out
+
+
 def has_host_link(profile: ModelProfile) -> bool:
     """Whether the GPU's device file gives the host link activation offload copies over."""
     try:
@@ -198,6 +225,7 @@ def refine_and_time(rows: list[Row], profile: ModelProfile, settings: PlanSettin
     if best == float("inf"):
         best = min((r.estimate.time_s for r in rows if r.feasible), default=float("inf"))
     more = refine(rows, profile, settings, best * (1 + TIME_OVER_BOUND), progress)
+    more += dispatcher_variants(rows + more, profile, settings, best * (1 + TIME_OVER_BOUND))
     t1 = time.perf_counter()
     interrupted = False
     if top > 0:
@@ -251,6 +279,8 @@ def candidate_config(base: dict, c: Candidate, global_batch: int) -> dict:
         config["recompute_modules"] = ",".join(c.recompute_modules)
     if c.offload is not None:
         config["offload_activations"] = c.offload
+    if c.dispatcher:
+        config["moe_token_dispatcher"] = c.dispatcher
     split = c.split
     config.update(account_for_embedding_in_pipeline_split=split.account_for_embedding,
                   account_for_loss_in_pipeline_split=split.account_for_loss,

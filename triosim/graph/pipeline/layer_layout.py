@@ -138,12 +138,13 @@ def _layout_counts(layout: str, num_layers: int, ranks: int, virtual: int, leadi
     (``PipelineParallelLayerLayout.__init__`` and ``validate_layer_layout``)."""
     stages = parse_layout(layout)
     if len(stages) % ranks:
-        raise ConfigError(f"{LAYOUT_FLAG} {layout!r} has {len(stages)} stages, not a multiple of --pp {ranks} "
+        raise ConfigError(f"{LAYOUT_FLAG} {layout!r} has {_count(len(stages), 'stage')}, not a multiple of --pp {ranks} "
                           "(Megatron-Core: the layout's length must be divisible by the pipeline size)")
     if len(stages) != ranks * virtual:
         v = len(stages) // ranks
         hint = "leave out --schedule interleaved" if v == 1 else f"use --schedule interleaved --virtual-stages {v}"
-        raise ConfigError(f"{LAYOUT_FLAG} {layout!r} has {len(stages)} stages = --pp {ranks} × {v} virtual stages, "
+        raise ConfigError(f"{LAYOUT_FLAG} {layout!r} has {_count(len(stages), 'stage')} = --pp {ranks} × "
+                          f"{_count(v, 'virtual stage')}, "
                           f"but the run has {ranks * virtual}: {hint}")
     flat = [x for s in stages for x in s]
     if flat.count(EMBEDDING) != 1 or flat[0] != EMBEDDING:
@@ -152,7 +153,8 @@ def _layout_counts(layout: str, num_layers: int, ranks: int, virtual: int, leadi
         raise ConfigError(f"{LAYOUT_FLAG} {layout!r}: L (the loss) must come last, once")
     if flat.count(MTP) != mtp:
         has = f"{mtp} (--mtp-layers)" if mtp else "none"
-        raise ConfigError(f"{LAYOUT_FLAG} {layout!r} places {flat.count(MTP)} multi-token-prediction layers (m), the "
+        raise ConfigError(f"{LAYOUT_FLAG} {layout!r} places {_count(flat.count(MTP), 'multi-token-prediction layer')} "
+                          "(m), the "
                           f"model has {has}")
     if mtp:
         where = [c for c, s in enumerate(stages) if MTP in s]
@@ -316,6 +318,11 @@ def layout_text(counts: tuple[int, ...] | list[int], leading: int = 0, mtp: int 
         i = j + 1
     return "".join(out)
 
+
+
+def _count(n: int, noun: str) -> str:
+    """``1 stage``, ``3 stages``: a count in a message."""
+    return f"{n} {noun}" if n == 1 else f"{n} {noun}s"
 
 __all__ = ["LayerSplit", "auto_split", "choose_split", "layout_text", "megatron_decoder_layers", "megatron_layers_per_stage",
            "parse_layout"]
