@@ -54,20 +54,27 @@ def test_megatron_names_translate() -> None:
     assert native[0] == 0 and native == alias
     native = run("run", *CARD, "--dp", "8", "--ep", "4", "--etp", "2", "-q")
     alias = run("run", *CARD, "--dp", "8", "--megatron-args",
-                "--expert-model-parallel-size 4 --expert-tensor-parallel-size 2", "-q")
+                "--expert-model-parallel-size 4 --expert-tensor-parallel-size 2 --moe-token-dispatcher-type alltoall",
+                "-q")
     assert native[0] == 0 and native == alias
 
 
-def test_a_pasted_moe_line_splits_the_experts_over_tp_as_megatron_lm() -> None:
+def test_a_pasted_moe_line_runs_megatron_lms_defaults() -> None:
     """Megatron-LM sets --expert-tensor-parallel-size to the tensor-parallel size when a line does
-    not give it; triosim's own --etp defaults to 1 (Megatron-Bridge's recipes give it)."""
+    not give it, and dispatches by all-gather without --moe-token-dispatcher-type; triosim's own
+    defaults are etp 1 and alltoall (Megatron-Bridge's recipes give both). All-gather with expert
+    tensor parallelism is not modelled: refused in one line that names the way out."""
     line = "--tensor-model-parallel-size 2 --sequence-parallel --expert-model-parallel-size 4"
-    pasted = run("run", *CARD, "--dp", "4", "--megatron-args", line, "-q")
-    native = run("run", *CARD, "--dp", "4", "--tp", "2", "--sequence-parallel", "--ep", "4", "--etp", "2", "-q")
+    mesh = ["--dp", "4", "--tp", "2", "--sequence-parallel", "--ep", "4"]
+    pasted = run("run", *CARD, "--dp", "4", "--megatron-args", line + " --moe-token-dispatcher-type alltoall", "-q")
+    native = run("run", *CARD, *mesh, "--etp", "2", "-q")
     assert pasted[0] == 0 and pasted[1] == native[1]
-    assert pasted[1] != run("run", *CARD, "--dp", "4", "--tp", "2", "--sequence-parallel", "--ep", "4", "-q")[1]
+    assert pasted[1] != run("run", *CARD, *mesh, "-q")[1]
+    code, _, err = run("run", *CARD, "--dp", "4", "--megatron-args", line, "-q")
+    assert code == 2 and "default token dispatcher, allgather, with expert tensor parallelism 2" in err
+    assert len(err.strip().splitlines()) == 1
     given = run("run", *CARD, "--dp", "4", "--megatron-args", line + " --expert-tensor-parallel-size 1", "-q")
-    assert given[1] == run("run", *CARD, "--dp", "4", "--tp", "2", "--sequence-parallel", "--ep", "4", "-q")[1]
+    assert given[0] == 0 and given[1] == run("run", *CARD, *mesh, "--moe-token-dispatcher", "allgather", "-q")[1]
 
 
 @pytest.mark.parametrize("argv,message", [

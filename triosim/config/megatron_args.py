@@ -287,20 +287,30 @@ def _translate_megatron_tokens(tokens: list[str], out: list[str], result: Transl
             raise ConfigError(f"{MEGATRON_ARGS}: {name} is not a Megatron-LM flag triosim knows; leave it out of the "
                               "line, or give the native flag after it")
     _bf16_main_grads(tokens, out)
-    _expert_tensor_parallel_default(tokens, out)
+    _moe_defaults(tokens, out)
 
 
-def _expert_tensor_parallel_default(tokens: list[str], out: list[str]) -> None:
-    """A pasted MoE line (``--num-experts`` or ``--expert-model-parallel-size``) without
-    ``--expert-tensor-parallel-size`` splits its experts over the tensor-parallel ranks:
-    Megatron-LM sets the expert tensor-parallel size to the tensor-parallel size when not given
-    (``arguments.py``), where triosim's ``--etp`` defaults to 1."""
+def _moe_defaults(tokens: list[str], out: list[str]) -> None:
+    """Megatron-LM's defaults for a pasted MoE line (``--num-experts`` or
+    ``--expert-model-parallel-size``), where triosim's own differ (``arguments.py``): without
+    ``--expert-tensor-parallel-size`` the experts are split over the tensor-parallel ranks (the
+    TP size; triosim's ``--etp`` defaults to 1), and without ``--moe-token-dispatcher-type`` the
+    tokens go by all-gather (triosim's default is alltoall, the recipes' choice)."""
     names = {_split_eq(tok)[0] for tok in tokens}
-    if not names & {"--num-experts", "--expert-model-parallel-size"} or "--expert-tensor-parallel-size" in names:
+    if not names & {"--num-experts", "--expert-model-parallel-size"}:
         return
     tp = _flag_value(tokens, "--tensor-model-parallel-size")
-    if tp is not None and tp != "1" and _flag_value(out, "--etp") is None:
+    if "--expert-tensor-parallel-size" not in names and tp is not None and tp != "1" and _flag_value(out, "--etp") is None:
         out.extend(["--etp", tp])
+    if "--moe-token-dispatcher-type" in names or _flag_value(out, "--moe-token-dispatcher") is not None:
+        return
+    etp = _flag_value(out, "--etp")
+    if etp is not None and etp != "1":
+        raise ConfigError(f"{MEGATRON_ARGS}: the line runs Megatron-LM's default token dispatcher, allgather, with "
+                          f"expert tensor parallelism {etp} (--expert-tensor-parallel-size, by default the TP size), "
+                          "which triosim does not model: give --moe-token-dispatcher-type alltoall (the recipes' "
+                          "choice) or --expert-tensor-parallel-size 1")
+    out.extend(["--moe-token-dispatcher", "allgather"])
 
 
 def _bf16_main_grads(tokens: list[str], out: list[str]) -> None:
