@@ -27,6 +27,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ..graph.pipeline.estimate import level_runs, route_waits
 from ..graph.pipeline.schedules import (
     BACKWARD,
     FORWARD,
@@ -187,21 +188,9 @@ def compile_combined(ranks: int, virtual: int, micro: int,
             return zero
         return new[b] + nb if blocks[b][3] >= 0 else new[b]
 
-    last_send: dict[int, int] = {}
-    route_wait = {}
-    for b in range(nb):
-        r = blocks[b][3]
-        if r >= 0:
-            route_wait[b] = data_row(last_send.get(r, -1))
-            last_send[r] = b
+    route_wait = route_waits(blocks, data_row)
     levels = []
-    k = 0
-    while k < nb:
-        lv = level[order[k]]
-        end = k
-        while end < nb and level[order[end]] == lv:
-            end += 1
-        members = order[k:end]
+    for k, end, members in level_runs(order, level):
         sends = sum(1 for b in members if blocks[b][3] >= 0)
         qs = sorted({pair_of[b] for b in members if pair_of[b] >= 0 and len(pair_blocks[pair_of[b]]) == 2})
         levels.append(PairLevel(
@@ -215,7 +204,6 @@ def compile_combined(ranks: int, virtual: int, micro: int,
             pair_end=np.array([zero + 1 + q for q in qs], dtype=np.intp),
             chained=np.array([chained[q] for q in qs], dtype=bool),
         ))
-        k = end
     return CombinedProgram(
         nb, len(pair_blocks), tuple(levels),
         duration_row=np.array([blocks[b][2] for b in order], dtype=np.intp),

@@ -20,7 +20,7 @@ with Python's ``sum`` over the same slices.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -159,21 +159,9 @@ def compile_program(schedule: str, ranks: int, virtual: int, size_index: Sequenc
             return zero
         return new[b] + nb if blocks[b][3] >= 0 else new[b]
 
-    last_send: dict[int, int] = {}  # route id -> last block that sent on it
-    route_wait = {}
-    for b in range(nb):  # processing order: a route's transfers in their sender's program order
-        r = blocks[b][3]
-        if r >= 0:
-            route_wait[b] = data_row(last_send.get(r, -1))
-            last_send[r] = b
+    route_wait = route_waits(blocks, data_row)
     levels = []
-    k = 0
-    while k < nb:
-        lv = level[order[k]]
-        end = k
-        while end < nb and level[order[end]] == lv:
-            end += 1
-        members = order[k:end]
+    for k, end, members in level_runs(order, level):
         sends = sum(1 for b in members if blocks[b][3] >= 0)
         levels.append(Level(
             k, end, sends,
@@ -181,7 +169,6 @@ def compile_program(schedule: str, ranks: int, virtual: int, size_index: Sequenc
             wait_data=np.array([data_row(blocks[b][1]) for b in members], dtype=np.intp),
             wait_route=np.array([route_wait[b] for b in members[:sends]], dtype=np.intp),
         ))
-        k = end
     spare_transfer = num_sizes * 2 * n
     return BlockProgram(
         ranks, n, nb, tuple(levels),
@@ -190,6 +177,30 @@ def compile_program(schedule: str, ranks: int, virtual: int, size_index: Sequenc
         last=np.array([done_row(b) for b in last_on_gpu], dtype=np.intp),
         runnable=runnable,
     )
+
+
+def route_waits(blocks: Sequence[tuple], data_row: Callable[[int], int]) -> dict[int, int]:
+    """Per block that sends over a route (``blocks[b][3]`` ≥ 0, in processing order: a route's
+    transfers in their sender's program order), the row of the previous transfer on that route."""
+    last_send: dict[int, int] = {}  # route id -> last block that sent on it
+    out = {}
+    for b, block in enumerate(blocks):
+        r = block[3]
+        if r >= 0:
+            out[b] = data_row(last_send.get(r, -1))
+            last_send[r] = b
+    return out
+
+
+def level_runs(order: Sequence[int], level: Sequence[int]) -> Iterator[tuple[int, int, list[int]]]:
+    """(first row, end row, blocks) of each level in ``order`` (the blocks sorted by level)."""
+    k, nb = 0, len(order)
+    while k < nb:
+        end = k
+        while end < nb and level[order[end]] == level[order[k]]:
+            end += 1
+        yield k, end, list(order[k:end])
+        k = end
 
 
 @dataclass(frozen=True)
