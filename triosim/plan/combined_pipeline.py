@@ -27,9 +27,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..graph.pipeline.estimate import level_runs, route_waits
+from ..graph.pipeline.estimate import Level, level_runs, route_waits, walk_blocks
 from ..graph.pipeline.schedules import (
-    BACKWARD,
     FORWARD,
     combined_pairs,
     interleaved_warmup,
@@ -38,18 +37,11 @@ from ..graph.pipeline.schedules import (
 
 
 @dataclass(frozen=True)
-class PairLevel:
-    """One level: rows [start, end) of the block arrays, the first ``sends`` of them sending over a
-    route; per block the row it waits for on its GPU and for its data; per sending block the
-    previous transfer on its route; per pair in the level its two blocks' rows, its key (the
-    index in :attr:`CombinedProgram.pairs`) and the row of its end (both blocks done)."""
+class PairLevel(Level):
+    """One level of :class:`~triosim.graph.pipeline.estimate.Level`'s blocks and, per pair in it,
+    its two blocks' rows, its key (the index in :attr:`CombinedProgram.pairs`) and the row of its
+    end (both blocks done)."""
 
-    start: int
-    end: int
-    sends: int
-    wait_gpu: np.ndarray
-    wait_data: np.ndarray
-    wait_route: np.ndarray
     first: np.ndarray
     second: np.ndarray
     key: np.ndarray
@@ -81,11 +73,7 @@ def compile_combined(ranks: int, virtual: int, micro: int,
     n = ranks * virtual
     orders = [schedule_blocks("interleaved", ranks, micro, p, virtual) for p in range(ranks)]
     roles = [combined_pairs(orders[p], interleaved_warmup(ranks, micro, p, virtual)) for p in range(ranks)]
-    route_id: dict[tuple[str, ...], int] = {}
-
-    def rid(route: tuple[str, ...]) -> int:
-        return route_id.setdefault(route, len(route_id)) if route else -1
-
+    walked, runnable = walk_blocks(orders, ranks, virtual, routes, [0] * micro)
     # per block: GPU, the block it needs data from, duration row, route id (-1 same GPU, -2 none), transfer row
     blocks: list[tuple[int, int, int, int, int]] = []
     prev: list[int] = []  # the block before it on its GPU (a pair: the one before the pair)
@@ -94,60 +82,33 @@ def compile_combined(ranks: int, virtual: int, micro: int,
     keys: dict[tuple[tuple[str, int], tuple[str, int]], int] = {}
     pair_key: list[int] = []
     chained: list[bool] = []  # the pair's second block is the backward of its first (the last stage's micro-batch)
-    producer: dict[tuple[str, int, int], int] = {}
-    done_forward: set[tuple[int, int]] = set()
-    pos = [0] * ranks
     last = [-1] * ranks  # the last block on each GPU (a pair's second stands for the pair)
     open_pair = [-1] * ranks
-    progress = True
-    while progress:
-        progress = False
-        for p in range(ranks):
-            while pos[p] < len(orders[p]):
-                ph, r, v = orders[p][pos[p]]
-                s = v * ranks + p
-                need = (None if s == 0 else (FORWARD, s, r)) if ph == FORWARD else \
-                    (None if s == n - 1 else (BACKWARD, s, r))
-                if need is not None and need not in producer:
-                    break
-                if ph == BACKWARD and s == n - 1 and (s, r) not in done_forward:
-                    break
-                b = len(blocks)
-                route, row = -2, -1
-                if ph == FORWARD:
-                    done_forward.add((s, r))
-                    if s < n - 1:
-                        route, row = rid(routes[s + 1][0]), s + 1
-                        producer[(FORWARD, s + 1, r)] = b
-                elif s > 0:
-                    route, row = rid(routes[s][1]), n + s
-                    producer[(BACKWARD, s - 1, r)] = b
-                blocks.append((p, producer[need] if need is not None else -1,
-                               (0 if ph == FORWARD else n) + s, route, row))
-                role = roles[p].get(pos[p])
-                if role is None:
-                    prev.append(last[p])
-                    pair_of.append(-1)
-                    last[p] = b
-                elif role == 0:
-                    prev.append(last[p])
-                    q = len(pair_blocks)
-                    pair_blocks.append([b])
-                    pair_of.append(q)
-                    open_pair[p] = q
-                    second = orders[p][pos[p] + 1]
-                    key = ((ph, s), (second[0], second[2] * ranks + p))
-                    pair_key.append(keys.setdefault(key, len(keys)))
-                    chained.append(ph == FORWARD and s == n - 1 and second[1:] == (r, v))
-                else:
-                    q = open_pair[p]
-                    prev.append(prev[pair_blocks[q][0]])  # both chains start after the block before the pair
-                    pair_blocks[q].append(b)
-                    pair_of.append(q)
-                    last[p] = b
-                pos[p] += 1
-                progress = True
-    runnable = all(pos[p] == len(orders[p]) for p in range(ranks))
+    for w in walked:
+        b, p = len(blocks), w.gpu
+        blocks.append((p, w.need, (0 if w.phase == FORWARD else n) + w.stage, w.route, w.transfer_row))
+        role = roles[p].get(w.position)
+        if role is None:
+            prev.append(last[p])
+            pair_of.append(-1)
+            last[p] = b
+        elif role == 0:
+            prev.append(last[p])
+            q = len(pair_blocks)
+            pair_blocks.append([b])
+            pair_of.append(q)
+            open_pair[p] = q
+            second = orders[p][w.position + 1]
+            key = ((w.phase, w.stage), (second[0], second[2] * ranks + p))
+            pair_key.append(keys.setdefault(key, len(keys)))
+            chained.append(w.phase == FORWARD and w.stage == n - 1 and second[1] == w.micro
+                           and second[2] * ranks + p == w.stage)
+        else:
+            q = open_pair[p]
+            prev.append(prev[pair_blocks[q][0]])  # both chains start after the block before the pair
+            pair_blocks[q].append(b)
+            pair_of.append(q)
+            last[p] = b
     nb = len(blocks)
 
     def after(b: int) -> int:

@@ -91,60 +91,24 @@ def compile_program(schedule: str, ranks: int, virtual: int, size_index: Sequenc
     num_micro = len(size_index)
     num_sizes = max(size_index, default=-1) + 1
     orders = [schedule_blocks(schedule, ranks, num_micro, p, virtual) for p in range(ranks)]
-    route_id: dict[tuple[str, ...], int] = {}  # one link-free clock per distinct route, as the reference
-
-    def rid(route: tuple[str, ...]) -> int:
-        return route_id.setdefault(route, len(route_id)) if route else -1
-
+    walked, runnable = walk_blocks(orders, ranks, virtual, routes, size_index)
     # Per block in processing order: GPU, needed block, duration row, route id (-1: same GPU,
     # -2: sends nothing), transfer row.
     blocks: list[tuple[int, int, int, int, int]] = []
     level: list[int] = []
     prev_on_gpu: list[int] = []
-    producer: dict[tuple[str, int, int], int] = {}  # (phase, stage, mb) -> block that sends its data
-    done_forward: set[tuple[int, int]] = set()
-    pos = [0] * ranks
     last_on_gpu = [-1] * ranks
-    progress = True
-    while progress:
-        progress = False
-        for p in range(ranks):
-            while pos[p] < len(orders[p]):
-                ph, r, v = orders[p][pos[p]]
-                s = v * ranks + p
-                if ph == FORWARD:
-                    need = None if s == 0 else (FORWARD, s, r)
-                else:
-                    need = None if s == n - 1 else (BACKWARD, s, r)
-                if need is not None and need not in producer:
-                    break
-                if ph == BACKWARD and s == n - 1 and (s, r) not in done_forward:
-                    break
-                b = len(blocks)
-                need_block = producer[need] if need is not None else -1
-                route, row = -2, -1
-                if ph == FORWARD:
-                    done_forward.add((s, r))
-                    if s < n - 1:
-                        route = rid(routes[s + 1][0])
-                        row = _transfer_row(0, s + 1, size_index[r], n)
-                        producer[(FORWARD, s + 1, r)] = b
-                elif s > 0:
-                    route = rid(routes[s][1])
-                    row = _transfer_row(1, s, size_index[r], n)
-                    producer[(BACKWARD, s - 1, r)] = b
-                blocks.append((p, need_block, _duration_row(ph, size_index[r], s, n), route, row))
-                lv = 0
-                if last_on_gpu[p] >= 0:
-                    lv = level[last_on_gpu[p]] + 1
-                if need_block >= 0:
-                    lv = max(lv, level[need_block] + 1)
-                level.append(lv)
-                prev_on_gpu.append(last_on_gpu[p])
-                last_on_gpu[p] = b
-                pos[p] += 1
-                progress = True
-    runnable = all(pos[p] == len(orders[p]) for p in range(ranks))
+    for w in walked:
+        b, p = len(blocks), w.gpu
+        blocks.append((p, w.need, _duration_row(w.phase, size_index[w.micro], w.stage, n), w.route, w.transfer_row))
+        lv = 0
+        if last_on_gpu[p] >= 0:
+            lv = level[last_on_gpu[p]] + 1
+        if w.need >= 0:
+            lv = max(lv, level[w.need] + 1)
+        level.append(lv)
+        prev_on_gpu.append(last_on_gpu[p])
+        last_on_gpu[p] = b
     # Number blocks level by level, those sending over a route first in each level.
     order = sorted(range(len(blocks)), key=lambda b: (level[b], blocks[b][3] < 0, b))
     new = {b: k for k, b in enumerate(order)}
@@ -177,6 +141,72 @@ def compile_program(schedule: str, ranks: int, virtual: int, size_index: Sequenc
         last=np.array([done_row(b) for b in last_on_gpu], dtype=np.intp),
         runnable=runnable,
     )
+
+
+@dataclass(frozen=True)
+class WalkedBlock:
+    """One block as :func:`walk_blocks` meets it: its GPU and position in that GPU's order, its
+    phase, micro-batch and stage, the block whose data it needs (-1: none), the route id its
+    transfer takes (-1: the neighbour is on the same GPU, -2: it sends nothing) and that
+    transfer's row in the transfer table (-1: none)."""
+
+    gpu: int
+    position: int
+    phase: str
+    micro: int
+    stage: int
+    need: int
+    route: int
+    transfer_row: int
+
+
+def walk_blocks(orders: Sequence[Sequence[tuple[str, int, int]]], ranks: int, virtual: int,
+                routes: Sequence[tuple[tuple[str, ...], tuple[str, ...]]],
+                size_index: Sequence[int]) -> tuple[list[WalkedBlock], bool]:
+    """Every GPU's blocks (``orders[p]``: (phase, micro-batch, virtual stage)) in the order the
+    reference recurrence processes them: a GPU goes on until a block needs data not yet sent.
+    Returns them and whether every block ran (False: the orders deadlock)."""
+    n = ranks * virtual
+    route_id: dict[tuple[str, ...], int] = {}  # one link-free clock per distinct route, as the reference
+
+    def rid(route: tuple[str, ...]) -> int:
+        return route_id.setdefault(route, len(route_id)) if route else -1
+
+    out: list[WalkedBlock] = []
+    producer: dict[tuple[str, int, int], int] = {}  # (phase, stage, mb) -> block that sends its data
+    done_forward: set[tuple[int, int]] = set()
+    pos = [0] * ranks
+    progress = True
+    while progress:
+        progress = False
+        for p in range(ranks):
+            while pos[p] < len(orders[p]):
+                ph, r, v = orders[p][pos[p]]
+                s = v * ranks + p
+                if ph == FORWARD:
+                    need = None if s == 0 else (FORWARD, s, r)
+                else:
+                    need = None if s == n - 1 else (BACKWARD, s, r)
+                if need is not None and need not in producer:
+                    break
+                if ph == BACKWARD and s == n - 1 and (s, r) not in done_forward:
+                    break
+                b = len(out)
+                route, row = -2, -1
+                if ph == FORWARD:
+                    done_forward.add((s, r))
+                    if s < n - 1:
+                        route = rid(routes[s + 1][0])
+                        row = _transfer_row(0, s + 1, size_index[r], n)
+                        producer[(FORWARD, s + 1, r)] = b
+                elif s > 0:
+                    route = rid(routes[s][1])
+                    row = _transfer_row(1, s, size_index[r], n)
+                    producer[(BACKWARD, s - 1, r)] = b
+                out.append(WalkedBlock(p, pos[p], ph, r, s, producer[need] if need is not None else -1, route, row))
+                pos[p] += 1
+                progress = True
+    return out, all(pos[p] == len(orders[p]) for p in range(ranks))
 
 
 def route_waits(blocks: Sequence[tuple], data_row: Callable[[int], int]) -> dict[int, int]:
