@@ -11,6 +11,7 @@ import pytest
 from cli_capture import run
 
 from triosim.config.megatron_args import translate_argv
+from triosim.errors import ConfigError
 from triosim.trace.model_card import read_card_file
 
 CARD = ["--model", "llama3-8b", "--num-layers", "4", "--gpu", "h100-sxm"]
@@ -40,7 +41,8 @@ def cache(tmp_path: Path, monkeypatch) -> None:
     (["--fp8-format", "hybrid", "--fp8-recipe", "tensorwise"], ["--dtype", "fp8", "--fp8-recipe", "current"]),
     (["--fp8-format", "e4m3", "--use-distributed-optimizer", "--fp8-param-gather"],
      ["--dtype", "fp8", "--zero", "1", "--fp8-param-gather"]),
-    (["--recompute-granularity", "full"], ["--recompute", "full"]),
+    (["--recompute-granularity", "full", "--recompute-method", "uniform", "--recompute-num-layers", "1"],
+     ["--recompute", "full", "--recompute-method", "uniform", "--recompute-num-layers", "1"]),
     (["--recompute-activations"], ["--recompute", "selective"]),
     (["--recompute-granularity", "full", "--recompute-method", "block", "--recompute-num-layers", "1"],
      ["--recompute", "full", "--recompute-method", "block", "--recompute-num-layers", "1"]),
@@ -183,9 +185,21 @@ def test_recompute_details_without_a_granularity_recompute_nothing(line: str) ->
     result = translate_argv(["run", "--megatron-args", line])
     assert not any(tok.startswith("--recompute") for tok in result.argv), result.argv
     assert result.no_effect == [tok for tok in line.split() if tok.startswith("--")]
-    with_granularity = translate_argv(["run", "--megatron-args", "--recompute-granularity full " + line]).argv
-    assert with_granularity[with_granularity.index("--recompute") + 1] == "full"
+    granularity = "--recompute-granularity selective " if "modules" in line else \
+        "--recompute-granularity full --recompute-method uniform --recompute-num-layers 2 "
+    with_granularity = translate_argv(["run", "--megatron-args", granularity + line]).argv
+    assert with_granularity[with_granularity.index("--recompute") + 1] == granularity.split()[1]
     assert all(tok in with_granularity for tok in line.split() if tok.startswith("--recompute-"))
+
+
+@pytest.mark.parametrize("line, missing", [
+    ("--recompute-granularity full", "--recompute-method and --recompute-num-layers"),
+    ("--recompute-granularity full --recompute-num-layers 2", "--recompute-method"),
+    ("--recompute-granularity full --recompute-method block", "--recompute-num-layers"),
+])
+def test_full_recomputation_without_its_method_and_layers_is_refused_as_megatron_core(line: str, missing: str) -> None:
+    with pytest.raises(ConfigError, match=f"--recompute-granularity full needs {missing} "):
+        translate_argv(["run", "--megatron-args", line])
 
 
 def test_gradients_reduced_in_bf16_as_megatron_derives_it() -> None:

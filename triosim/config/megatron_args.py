@@ -404,6 +404,13 @@ def _finish_recompute(recompute: dict[str, str], out: list[str], result: Transla
     if granularity is not None:
         if granularity not in ("full", "selective"):
             raise ConfigError(f"--recompute-granularity must be full or selective, got {granularity!r}")
+        missing = [flag for flag in ("--recompute-method", "--recompute-num-layers")
+                   if flag not in recompute and _flag_value(out, flag) is None]
+        if granularity == "full" and missing:
+            # Megatron-Core's TransformerConfig: "Using recompute_granularity: full so recompute_method
+            # must be block or uniform", and recompute_num_layers between 1 and the layers of a stage
+            raise ConfigError(f"--recompute-granularity full needs {' and '.join(missing)} (Megatron-Core refuses "
+                              "full recomputation without them; triosim's own --recompute full re-runs every layer)")
         out.extend(["--recompute", granularity])
     governed = granularity is not None or _flag_value(out, "--recompute") is not None
     for name, value in recompute.items():
