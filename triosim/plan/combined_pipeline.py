@@ -27,7 +27,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..graph.pipeline.estimate import Level, level_runs, route_waits, walk_blocks
+from ..graph.pipeline.estimate import Level, block_levels, walk_blocks
 from ..graph.pipeline.schedules import (
     FORWARD,
     combined_pairs,
@@ -134,31 +134,20 @@ def compile_combined(ranks: int, virtual: int, micro: int,
                 if level[x] != top:
                     level[x] = top
                     changed = True
-    order = sorted(range(nb), key=lambda b: (level[b], blocks[b][3] < 0, b))
-    new = {b: k for k, b in enumerate(order)}
     zero = 2 * nb
 
-    def done_row(b: int) -> int:
+    def done_row(rows: dict[int, int], b: int) -> int:
         if b < 0:
             return zero
         q = pair_of[b]
-        return zero + 1 + q if q >= 0 and len(pair_blocks[q]) == 2 else new[b]
+        return zero + 1 + q if q >= 0 and len(pair_blocks[q]) == 2 else rows[b]
 
-    def data_row(b: int) -> int:
-        if b < 0:
-            return zero
-        return new[b] + nb if blocks[b][3] >= 0 else new[b]
-
-    route_wait = route_waits(blocks, data_row)
+    order, new, runs = block_levels(blocks, level, prev, done_row)
     levels = []
-    for k, end, members in level_runs(order, level):
-        sends = sum(1 for b in members if blocks[b][3] >= 0)
+    for members, fields in runs:
         qs = sorted({pair_of[b] for b in members if pair_of[b] >= 0 and len(pair_blocks[pair_of[b]]) == 2})
         levels.append(PairLevel(
-            k, end, sends,
-            wait_gpu=np.array([done_row(prev[b]) for b in members], dtype=np.intp),
-            wait_data=np.array([data_row(blocks[b][1]) for b in members], dtype=np.intp),
-            wait_route=np.array([route_wait[b] for b in members[:sends]], dtype=np.intp),
+            **fields,
             first=np.array([new[pair_blocks[q][0]] for q in qs], dtype=np.intp),
             second=np.array([new[pair_blocks[q][1]] for q in qs], dtype=np.intp),
             key=np.array([pair_key[q] for q in qs], dtype=np.intp),
@@ -169,7 +158,7 @@ def compile_combined(ranks: int, virtual: int, micro: int,
         nb, len(pair_blocks), tuple(levels),
         duration_row=np.array([blocks[b][2] for b in order], dtype=np.intp),
         transfer_row=np.array([blocks[b][4] if blocks[b][3] >= 0 else 2 * n for b in order], dtype=np.intp),
-        last=np.array([done_row(b) for b in last], dtype=np.intp),
+        last=np.array([done_row(new, b) for b in last], dtype=np.intp),
         runnable=runnable,
         pairs=tuple(keys),
     )

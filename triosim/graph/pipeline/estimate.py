@@ -20,7 +20,7 @@ with Python's ``sum`` over the same slices.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -109,36 +109,20 @@ def compile_program(schedule: str, ranks: int, virtual: int, size_index: Sequenc
         level.append(lv)
         prev_on_gpu.append(last_on_gpu[p])
         last_on_gpu[p] = b
-    # Number blocks level by level, those sending over a route first in each level.
-    order = sorted(range(len(blocks)), key=lambda b: (level[b], blocks[b][3] < 0, b))
-    new = {b: k for k, b in enumerate(order)}
     nb = len(blocks)
     zero = 2 * nb
 
-    def done_row(b: int) -> int:
-        return zero if b < 0 else new[b]
+    def done_row(rows: dict[int, int], b: int) -> int:
+        return zero if b < 0 else rows[b]
 
-    def data_row(b: int) -> int:  # where the data of block b's transfer is
-        if b < 0:
-            return zero
-        return new[b] + nb if blocks[b][3] >= 0 else new[b]
-
-    route_wait = route_waits(blocks, data_row)
-    levels = []
-    for k, end, members in level_runs(order, level):
-        sends = sum(1 for b in members if blocks[b][3] >= 0)
-        levels.append(Level(
-            k, end, sends,
-            wait_gpu=np.array([done_row(prev_on_gpu[b]) for b in members], dtype=np.intp),
-            wait_data=np.array([data_row(blocks[b][1]) for b in members], dtype=np.intp),
-            wait_route=np.array([route_wait[b] for b in members[:sends]], dtype=np.intp),
-        ))
+    order, new, runs = block_levels(blocks, level, prev_on_gpu, done_row)
+    levels = [Level(**fields) for _, fields in runs]
     spare_transfer = num_sizes * 2 * n
     return BlockProgram(
         ranks, n, nb, tuple(levels),
         duration_row=np.array([blocks[b][2] for b in order], dtype=np.intp),
         transfer_row=np.array([blocks[b][4] if blocks[b][3] >= 0 else spare_transfer for b in order], dtype=np.intp),
-        last=np.array([done_row(b) for b in last_on_gpu], dtype=np.intp),
+        last=np.array([done_row(new, b) for b in last_on_gpu], dtype=np.intp),
         runnable=runnable,
     )
 
@@ -209,28 +193,45 @@ def walk_blocks(orders: Sequence[Sequence[tuple[str, int, int]]], ranks: int, vi
     return out, all(pos[p] == len(orders[p]) for p in range(ranks))
 
 
-def route_waits(blocks: Sequence[tuple], data_row: Callable[[int], int]) -> dict[int, int]:
-    """Per block that sends over a route (``blocks[b][3]`` ≥ 0, in processing order: a route's
-    transfers in their sender's program order), the row of the previous transfer on that route."""
+def block_levels(blocks: Sequence[tuple], level: Sequence[int], prev: Sequence[int],
+                 done_row: Callable[[dict[int, int], int], int]) -> tuple[list[int], dict[int, int], list[tuple]]:
+    """The blocks (``blocks[b]``: GPU, needed block, duration row, route id, transfer row, in
+    processing order) numbered level by level, those sending over a route first in each level:
+    (the order, block -> its row, per level (its blocks, the fields of a :class:`Level`)).
+    ``prev[b]``: the block whose end block b waits for on its GPU, as a row by
+    ``done_row(rows, prev)``; a transfer waits for the previous one on its route (a route's
+    transfers in their sender's program order)."""
+    order = sorted(range(len(blocks)), key=lambda b: (level[b], blocks[b][3] < 0, b))
+    rows = {b: k for k, b in enumerate(order)}
+    nb, zero = len(blocks), 2 * len(blocks)
+
+    def data_row(b: int) -> int:  # where the data of block b's transfer is
+        if b < 0:
+            return zero
+        return rows[b] + nb if blocks[b][3] >= 0 else rows[b]
+
     last_send: dict[int, int] = {}  # route id -> last block that sent on it
-    out = {}
+    route_wait = {}
     for b, block in enumerate(blocks):
         r = block[3]
         if r >= 0:
-            out[b] = data_row(last_send.get(r, -1))
+            route_wait[b] = data_row(last_send.get(r, -1))
             last_send[r] = b
-    return out
-
-
-def level_runs(order: Sequence[int], level: Sequence[int]) -> Iterator[tuple[int, int, list[int]]]:
-    """(first row, end row, blocks) of each level in ``order`` (the blocks sorted by level)."""
-    k, nb = 0, len(order)
+    out = []
+    k = 0
     while k < nb:
         end = k
         while end < nb and level[order[end]] == level[order[k]]:
             end += 1
-        yield k, end, list(order[k:end])
+        members = order[k:end]
+        sends = sum(1 for b in members if blocks[b][3] >= 0)
+        out.append((members, dict(
+            start=k, end=end, sends=sends,
+            wait_gpu=np.array([done_row(rows, prev[b]) for b in members], dtype=np.intp),
+            wait_data=np.array([data_row(blocks[b][1]) for b in members], dtype=np.intp),
+            wait_route=np.array([route_wait[b] for b in members[:sends]], dtype=np.intp))))
         k = end
+    return order, rows, out
 
 
 @dataclass(frozen=True)
