@@ -43,7 +43,8 @@ def run_cli(capsys, *argv: str) -> tuple[int, str, str]:
      "triosim: note: only expert parallelism sends tokens to other GPUs' experts, and --ep is 1: "
      "--moe-token-dispatcher allgather, --moe-imbalance 2.0, --moe-shared-expert-overlap not used"),
     (["-trace-dir", GPT, "--pp", "2", "-micro-batch-size", "2", "--zero", "3"],
-     "triosim: note: ZeRO shards over the data-parallel group, and --dp is 1: --zero 3 not used"),
+     "triosim: note: ZeRO shards over the data-parallel and context-parallel ranks, and --dp and --cp are 1: "
+     "--zero 3 not used"),
     (["-case", "2", "-GPUnumber", "16", "--topology-file", SUPERPOD, "--topology", "fully-connected",
       "-ptp-bandwidth", "100"],
      "triosim: note: the --topology-file's links replace them: --topology fully-connected, -ptp-bandwidth 100.0 "
@@ -61,6 +62,7 @@ def test_values_the_run_uses_get_no_note(capsys):
     for argv in (["-case", "1", "-GPUnumber", "2", "--collective-protocol", "ll"],
                  ["-case", "1", "-GPUnumber", "2", "--reference-compat", "--network", "exclusive"],
                  ["-trace-dir", GPT, "--dp", "2", "--zero", "1"],
+                 ["-trace-dir", GPT, "--cp", "2", "--zero", "3"],  # ZeRO shards over the context ranks too
                  ["-trace-dir", GPT, "--tp", "2", "--sequence-parallel"],
                  ["--dp", "2"]):
         code, _, err = run_cli(capsys, "run", *argv, "-q")

@@ -5,7 +5,7 @@ DAG-timed once. At 4,096 tokens on NVLink the ring's exchanges hide behind the p
 attentions; at 16,384 tokens with 100 µs, 15 GB/s links they take about as long as the partials
 (causal attention at the measured H100 curve), so the ring's overlap and its bytes are weighed
 too. Time within
-5 % (ZeRO-3 too: its unit gathers run on the dp × cp data ranks), peak memory equal (within
+5 % (ZeRO-3 too: its unit gathers run on the dp × cp data ranks, at dp 1 too), peak memory equal (within
 0.1 %). Each cp term of the estimate is then broken on purpose and the comparison must catch it;
 the exchange's bytes and buffers are also checked against the DAG's own per-layer figures."""
 
@@ -37,6 +37,7 @@ HIDDEN = [  # 4,096 tokens on NVLink: the exchanges hide behind the partial atte
     C(2, 1, 2, 2, "1f1b", 1, 1, "selective", True, 2),
     C(1, 2, 2, 1, "interleaved", 2, 2, "full", False, 2),
     C(1, 1, 4, 2, "1f1b", 1, 3, "full", False, 2),
+    C(2, 2, 1, 2, "1f1b", 1, 3, "none", False, 2),  # ZeRO-3 over the context ranks alone (dp 1)
 ]
 EXPOSED = [  # 16,384 tokens, 100 µs and 15 GB/s a link: exchanges about as long as the partial attentions beside them
     C(1, 1, 1, 1, "1f1b", 1, 0, "none", False, 8),

@@ -116,8 +116,11 @@ def _hybrid_unused(args: argparse.Namespace) -> list[tuple[str, list[str]]]:
 
     out = []
     zero = str(getattr(args, "zero", "0")).strip()
-    if (getattr(args, "dp", None) or 1) == 1 and ZERO_ALIASES.get(zero.lower(), 0) > 0:
-        out.append(("ZeRO shards over the data-parallel group, and --dp is 1", [f"--zero {zero}"]))
+    # ZeRO shards over the dp × cp data ranks (context ranks hold the same parameters)
+    data = (getattr(args, "dp", None) or 1) * (getattr(args, "cp", None) or 1)
+    if data == 1 and ZERO_ALIASES.get(zero.lower(), 0) > 0:
+        out.append(("ZeRO shards over the data-parallel and context-parallel ranks, and --dp and --cp are 1",
+                    [f"--zero {zero}"]))
     if (getattr(args, "tp", None) or 1) == 1 and getattr(args, "sequence_parallel", False):
         # --tp-comm-overlap overlaps sequence parallelism's collectives: none at tp 1 either
         flags = ["--sequence-parallel", *(["--tp-comm-overlap"] if getattr(args, "tp_comm_overlap", False) else [])]

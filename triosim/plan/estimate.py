@@ -478,9 +478,9 @@ def estimate(c: Candidate, profile: ModelProfile, settings: PlanSettings, timer:
            settings.partition, share, variant, c.split)
     starts, F, B, ends, bounded = timer.memo(key, lambda: _pipeline(c, pt, profile, settings, timer, m, chosen, share))
     bounds = list(zip(starts, [*starts[1:], profile.positions]))
-    zero3 = c.zero == 3 and c.dp > 1
+    zero3 = c.zero == 3 and c.data > 1  # ZeRO-3 shards over the dp × cp data ranks
     if zero3:  # its gathers run inside every block: the pipeline's blocks are longer
-        key = (*key, "zero3", c.dp, settings.bucket_bytes)
+        key = (*key, "zero3", c.data, settings.bucket_bytes)
         F, B, ends = timer.memo(key, lambda: _zero3_pipeline(c, pt, profile, settings, timer, m, starts, share))
     pipeline = float(ends.max())
     params = _rank_sums(pt.params, bounds, P)
