@@ -32,6 +32,8 @@ CASES = {
     "interleaved, blocking, pp 4": dict(schedule="interleaved", virtual_stages=2, num_layers=8, pp=4),
     "dp 2, tp 2, every GPU built": dict(dp=2, tp=2, representatives=False, exact=True),
     "scatter/gather without sp (per-call path only)": dict(pipeline_scatter_gather=True),
+    "blocking, full recomputation, pp 4 (groups wait for their receives)": dict(pp=4, recompute="full"),
+    "scatter/gather, full recomputation (per-call path only)": dict(pipeline_scatter_gather=True, recompute="full"),
 }
 
 

@@ -70,7 +70,7 @@ from .layer_count import check_pipeline_depth, check_virtual_stages
 from .memory import composition as composed_memory
 from .memory.plan import MemoryReport
 from .offload import carry_offload, host_link_rate, offload_on_plan
-from .pipeline.blocking import StreamNeighbours, block_hops, check_blocking
+from .pipeline.blocking import StreamNeighbours, block_hops, check_blocking, receiving_group
 from .pipeline.builder import choose_stages, micro_batch_sizes
 from .pipeline.crossings import send_version_in_bulk
 from .pipeline.rank_program import add_rank_program
@@ -388,12 +388,21 @@ class Composition(CompositionState):
                                              microbatch=r, group_kind="tp")
                             if d == 0:
                                 self.count("tp", "all_gather", ranks.tp_group(d, p), nbytes)
+                        read = {}  # per replica, the tasks reading it
                         for c, cst in readers:
                             if cst == st:
                                 for dd, t in self.replicas:
                                     if dd == d:
-                                        self.graph.add_edge(ready[ranks.rank(d, t, plan.rank_of(st))],
-                                                            self.task[(d, t, c, r)])
+                                        task = self.task[(d, t, c, r)]
+                                        read.setdefault(t, set()).add(task)
+                                        self.graph.add_edge(ready[ranks.rank(d, t, plan.rank_of(st))], task)
+                        if near is not None:  # the receiving group starts once the tensor is there
+                            for dd, t in self.replicas:
+                                if dd != d:
+                                    continue
+                                gate = receiving_group(self, (d, t), r, src, st, plan.phase[v.writer], read_in)
+                                if gate is not None and gate not in read.get(t, ()):
+                                    self.graph.add_edge(ready[ranks.rank(d, t, plan.rank_of(st))], gate)
 
     def plan_memory(self) -> list[MemoryReport]:
         """Every built GPU's memory plan, recorded on the graph."""

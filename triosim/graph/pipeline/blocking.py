@@ -93,6 +93,26 @@ class StreamNeighbours:
         return stream[k + 1] if k is not None and k + 1 < len(stream) else None
 
 
+def receiving_group(b: CompositionState, rep: tuple[int, int], r: int, src: int, st: int, writer_phase: str,
+                    reader_phase: dict[int, str]) -> int | None:
+    """The first task of the communication group whose batched call receives the hop arriving at
+    stage ``st`` (micro-batch ``r`` of a version written in a ``writer_phase`` block of ``src``), or
+    None when that hop stays overlapped. Megatron waits for the batched receive before it runs the
+    group (``_communicate(wait_on_reqs=True)`` returns the received tensors), so nothing of the
+    group starts before the tensor is there: not even a backward block's recomputed forward ops,
+    which read only the block's own saved input (``backward_step`` runs them inside
+    ``torch.autograd.backward``, after ``recv_backward``)."""
+    step = 1 if st > src else -1
+    a = st - step
+    along = FORWARD if step > 0 else BACKWARD  # a relay stage forwards it in the direction's phase
+    sent_in = writer_phase if a == src else along
+    read_in = reader_phase.get(st, along)
+    if sent_in != read_in or b.blocks.get((*rep, a, sent_in, r)) is None:
+        return None
+    receiver = b.blocks.get((*rep, st, read_in, r))
+    return None if receiver is None else receiver[0]
+
+
 def block_hops(b: CompositionState, near: StreamNeighbours, rep: tuple[int, int], r: int, src: int,
                writer_phase: str, reader_phase: dict[int, str], arrive: dict[int, int]) -> None:
     """Make the hops of one sent buffer version blocking (see the module docstring): ``arrive``
@@ -125,4 +145,4 @@ def block_hops(b: CompositionState, near: StreamNeighbours, rep: tuple[int, int]
             graph.add_edge(transfer, nxt)
 
 
-__all__ = ["StreamNeighbours", "block_hops", "check_blocking", "record_comm_points"]
+__all__ = ["StreamNeighbours", "block_hops", "check_blocking", "receiving_group", "record_comm_points"]

@@ -19,7 +19,7 @@ from itertools import chain
 
 from ...hardware.platform import gpu_node
 from ..composition_state import CompositionState
-from .blocking import StreamNeighbours
+from .blocking import StreamNeighbours, receiving_group
 from .schedules import BACKWARD, FORWARD
 
 
@@ -144,13 +144,21 @@ def send_version_in_bulk(b: CompositionState, near: StreamNeighbours | None, buf
                 per.append((sender[1], near.before(gb, receiver[0]), near.after(ga, sender[1])))
             blocking.append((j, per))
         reading = [(hop_to[st], [[task[(d, t, c, r)] for r in mbs] for c in cs]) for st, cs in zip(reached, readers_at)]
-        plans.append((firsts, blocking, reading))
+        # the receiving group starts once the tensor is there (blocking.receiving_group), unless
+        # its first task reads it anyway
+        gates = []
+        if near is not None and blocks is not None:
+            for (_j, tasks), st in zip(reading, reached):
+                got = [receiving_group(b, (d, t), r, src, st, writer_phase, read_in) for r in mbs]
+                gates.append([g if g is not None and all(g != tasks[y][r] for y in range(len(tasks))) else None
+                              for r, g in enumerate(got)])
+        plans.append((firsts, blocking, reading, gates))
     groups = [[k for k, rep in enumerate(reps) if rep[0] == d] for d in ds]
     for r in mbs:
         at_mb = base + r * per_mb
         for group in groups:
             for k in group:
-                firsts, blocking, _ = plans[k]
+                firsts, blocking, _, _ = plans[k]
                 first = firsts[r]
                 tid = at_mb + k * per_rep
                 prev = first
@@ -182,3 +190,9 @@ def send_version_in_bulk(b: CompositionState, near: StreamNeighbours | None, buf
                         reader = tasks[y][r]
                         succ[at_mb + k * per_rep + j].append(reader)
                         npred[reader] += 1
+                for k in group:
+                    gates = plans[k][3]
+                    if gates and gates[x][r] is not None:
+                        j = plans[k][2][x][0]
+                        succ[at_mb + k * per_rep + j].append(gates[x][r])
+                        npred[gates[x][r]] += 1
