@@ -50,6 +50,9 @@ def test_triosims_own_fp16_default_is_megatrons_and_shown_as_a_default() -> None
     # the configuration block keeps the flag as given, so a rerun derives the same default
     assert native["config"]["grad-reduce-dtype"] == "auto"
     assert "--grad-reduce-dtype" in native["config"]["defaults_applied"]
+    code, out, _ = run(["run", *CARD, "--dtype", "fp16"])
+    assert code == 0 and "training in fp16, gradients reduced in fp16" in out
+    assert "--grad-reduce-dtype fp16 (--dtype fp16" in out  # among Megatron's defaults
     typed = result(["--dtype", "fp16", "--grad-reduce-dtype", "fp32"])
     assert grads(typed) == grads(result(["--megatron-args", f"--fp16 {SWITCH}"]))
     assert all(d["flag"] != "--grad-reduce-dtype" for d in typed.get("defaults", []))
@@ -78,3 +81,11 @@ def test_the_switch_changes_nothing_where_megatron_reduces_in_fp32_anyway(line: 
 def test_the_switch_against_a_16_bit_gradient_dtype_is_one_line() -> None:
     code, _, err = run(["run", *CARD, "--megatron-args", f"--fp16 {SWITCH}", "--grad-reduce-dtype", "fp16", "-q"])
     assert code == 2 and err.count("\n") == 1 and SWITCH in err, err
+
+
+def test_a_rerun_from_the_configuration_block_derives_the_same_default(tmp_path: Path) -> None:
+    first = tmp_path / "first.json"
+    assert run(["run", *CARD, "--dtype", "fp16", "--json", str(first), "-q"])[0] == 0
+    code, out, err = run(["run", "--config", str(first), "--json", "-"])
+    assert code == 0, err
+    assert out == first.read_text()
