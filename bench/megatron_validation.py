@@ -11,7 +11,12 @@ both and called ``torch.cuda.synchronize()``, so ``--pipeline-send blocking``; w
 parallelism each TP rank sent 1/8 of the tensor and the receivers all-gathered it (its default
 ``scatter_gather_tensors_in_pipeline``, so ``--pipeline-scatter-gather``); its default
 ``--DDP-impl local`` reduced gradients after the backward (no overlap, triosim's default; there is
-no data parallelism here anyway), and it had no TP communication overlap. Each row runs
+no data parallelism here anyway), and it had no TP communication overlap. Its gradients were
+accumulated in fp16: the scripts of that commit (``examples/pretrain_gpt3_175B.sh``,
+``examples/sc21/CONFIG.sh``) type ``--fp16`` without ``--accumulate-allreduce-grads-in-fp32``, so
+the local DDP's gradient buffer had the parameters' dtype (``megatron/model/distributed.py``,
+``_get_buffer_type``), triosim's default under ``--dtype fp16``: no ``--grad-reduce-dtype`` is
+typed (fp16 gradients and the optimizer step's fp32 copy of them). Each row runs
 ``triosim run --model M --gpu a100-80gb --topology-file topologies/dgx-a100-superpod.yaml ...`` as
 a user would type it (the command is printed) and reads its JSON: the iteration time, the mean
 GPU's time breakdown and the first stage's memory.

@@ -14,7 +14,10 @@ A user who types Megatron's question (``--model llama2-70b --gpu h100-sxm --tp 8
   and scale-out (the device file's ``node_fabric``: DGX H100 SuperPOD for H100/H200, DGX A100
   for A100, DGX B200 for B200), not a 65 GB/s ring; a ring only when ``--topology`` says so;
 * ``--dp``: ``-GPUnumber`` over tp × pp × cp, as Megatron derives the data-parallel size from
-  the world size, when ``--dp`` is not given.
+  the world size, when ``--dp`` is not given;
+* ``--grad-reduce-dtype``: fp16 under ``--dtype fp16`` (Megatron-LM's ``--fp16`` accumulates and
+  reduces gradients in fp16 unless ``--accumulate-allreduce-grads-in-fp32`` is typed); other
+  dtypes reduce in fp32, as they always did, and record nothing.
 
 Each default is written onto the flags (every later step reads the value that runs) and
 recorded with its reason in ``args.applied_defaults``; the summary, the result's ``defaults``
@@ -29,6 +32,7 @@ import math
 from dataclasses import dataclass
 
 from ..errors import ConfigError
+from ..trace.precision import default_grad_reduce_dtype
 from .flags import FlagTable
 from .typed_flags import typed
 
@@ -74,6 +78,19 @@ def apply_run_defaults(args: argparse.Namespace) -> None:
     default_micro_batch(args)
     default_node_fabric(args)
     default_recompute(args)
+    default_grad_reduce(args)
+
+
+def default_grad_reduce(args: argparse.Namespace) -> None:
+    """``--dtype fp16`` without ``--grad-reduce-dtype``: gradients in fp16, as Megatron-LM
+    (:func:`~triosim.trace.precision.default_grad_reduce_dtype`)."""
+    if getattr(args, "dtype", None) != "fp16" or getattr(args, "grad_reduce_dtype", "auto") not in (None, "auto"):
+        return
+    given = getattr(args, "grad_reduce_dtype", "auto")
+    args.grad_reduce_dtype = default_grad_reduce_dtype("fp16")
+    _record(args, AppliedDefault("--grad-reduce-dtype", args.grad_reduce_dtype,
+                                 "--dtype fp16, as Megatron-LM's --fp16 without --accumulate-allreduce-grads-in-fp32",
+                                 "grad_reduce_dtype", given))
 
 
 def default_recompute(args: argparse.Namespace) -> None:
@@ -176,5 +193,6 @@ def resolve_schedule(args: argparse.Namespace, micro_batches: int) -> str:
     return "1f1b"
 
 
-__all__ = ["APPLIED", "AppliedDefault", "apply_run_defaults", "applied_defaults", "default_micro_batch",
+__all__ = ["APPLIED", "AppliedDefault", "apply_run_defaults", "applied_defaults", "default_grad_reduce",
+           "default_micro_batch",
            "default_node_fabric", "default_recompute", "derive_data_parallel", "resolve_schedule"]

@@ -33,6 +33,9 @@ run (and the bytes) of its native flag:
   default recipe is ``delayed``; triosim's is current scaling, MXFP8 on Blackwell: give
   ``--fp8-recipe delayed`` to match a line that names none); ``--grad-reduce-in-bf16``, and
   ``--main-grads-dtype bf16`` in a ``--bf16`` line, → ``--grad-reduce-dtype bf16``;
+  ``--accumulate-allreduce-grads-in-fp32`` in a ``--fp16`` line → ``--grad-reduce-dtype fp32``
+  (without it Megatron-LM reduces fp16 gradients in fp16, triosim's default under ``--dtype
+  fp16``; under ``--bf16`` it reduces in fp32 anyway: :mod:`triosim.config.megatron_grads`);
 * activation offload: Megatron-Core's ``--cpu-offloading --cpu-offloading-num-layers N`` →
   ``--offload-activations N``;
 * overlaps (docs/overlap.md): ``--tp-comm-overlap``, ``--overlap-grad-reduce`` and
@@ -60,6 +63,7 @@ from dataclasses import dataclass, field
 from ..errors import ConfigError
 from .megatron_card import _flag_value
 from .megatron_card import positive_int as _positive_int
+from .megatron_grads import FP32_GRADS, FP32_GRADS_MARKER, bf16_main_grads, finish_fp32_grads
 
 MEGATRON_ARGS = "--megatron-args"
 
@@ -114,6 +118,7 @@ _SWITCHES = {
     "--account-for-loss-in-pipeline-split": ["--account-for-loss-in-pipeline-split"],
     "--use-precision-aware-optimizer": ["--use-precision-aware-optimizer"],
     "--grad-reduce-in-bf16": ["--grad-reduce-dtype", "bf16"],
+    FP32_GRADS: [FP32_GRADS_MARKER],  # fp32 gradients under --fp16 only (megatron_grads.finish_fp32_grads)
 }
 # Megatron's --fp8-recipe values -> the native ones (tensorwise: per-tensor current scaling).
 _FP8_RECIPES = {"tensorwise": "current"}
@@ -150,7 +155,7 @@ _NO_EFFECT = {
         "--moe-grouped-gemm", "--moe-router-force-load-balancing", "--moe-permute-fusion",
         "--use-mcore-models", "--no-masked-softmax-fusion", "--no-bias-gelu-fusion", "--no-bias-dropout-fusion",
         "--no-gradient-accumulation-fusion", "--no-async-tensor-model-parallel-allreduce",
-        "--accumulate-allreduce-grads-in-fp32", "--apply-query-key-layer-scaling", "--attention-softmax-in-fp32",
+        "--apply-query-key-layer-scaling", "--attention-softmax-in-fp32",
         "--no-load-optim", "--no-load-rng", "--use-checkpoint-args", "--log-throughput",
         "--log-timers-to-tensorboard", "--log-validation-ppl-to-tensorboard", "--log-memory-to-tensorboard",
         "--eod-mask-loss", "--reset-position-ids", "--reset-attention-mask", "--check-for-nan-in-loss-and-grad",
@@ -266,6 +271,7 @@ def translate_argv(argv: Sequence[str]) -> Translation:
         _finish_layout(out)
     _finish_virtual(out)
     _finish_overlap_p2p(out, result)
+    finish_fp32_grads(out, result.no_effect)
     if pasted and argv[0] in ("run", "dag") and not any(
             _flag_value(out, flag) is not None for flag in ("--dp", "--tp", "--pp", "--cp", "--case")):
         # Megatron-LM's parallel sizes default to 1 and the rest of the world is data parallel:
@@ -286,7 +292,7 @@ def _translate_megatron_tokens(tokens: list[str], out: list[str], result: Transl
         if not _translate_one(name, inline, reader, out, result, card, recompute, strict=strict):
             raise ConfigError(f"{MEGATRON_ARGS}: {name} is not a Megatron-LM flag triosim knows; leave it out of the "
                               "line, or give the native flag after it")
-    _bf16_main_grads(tokens, out)
+    bf16_main_grads([_split_eq(tok)[0] for tok in tokens], tokens, out, f"{MEGATRON_ARGS}: ")
     _moe_defaults(tokens, out)
 
 
@@ -311,21 +317,6 @@ def _moe_defaults(tokens: list[str], out: list[str]) -> None:
                           "which triosim does not model: give --moe-token-dispatcher-type alltoall (the recipes' "
                           "choice) or --expert-tensor-parallel-size 1")
     out.extend(["--moe-token-dispatcher", "allgather"])
-
-
-def _bf16_main_grads(tokens: list[str], out: list[str]) -> None:
-    """A pasted ``--bf16`` line with ``--main-grads-dtype bf16`` reduces its gradients in bf16:
-    Megatron-LM turns ``accumulate_allreduce_grads_in_fp32`` on under bf16 only for fp32 main
-    gradients, and refuses it typed beside bf16 ones (``arguments.py``)."""
-    names = [_split_eq(tok)[0] for tok in tokens]
-    if "--bf16" not in names or _flag_value(tokens, "--main-grads-dtype") != "bf16":
-        return
-    if "--accumulate-allreduce-grads-in-fp32" in names:
-        raise ConfigError(f"{MEGATRON_ARGS}: --main-grads-dtype bf16 with --accumulate-allreduce-grads-in-fp32 "
-                          "(Megatron-LM: --main-grads-dtype can only be fp32 when gradients are accumulated and "
-                          "reduced in fp32)")
-    if _flag_value(out, "--grad-reduce-dtype") is None:
-        out.extend(["--grad-reduce-dtype", "bf16"])
 
 
 def _translate_one(name: str, inline: str | None, reader: _Reader, out: list[str], result: Translation, card,

@@ -9,7 +9,9 @@ on a GPU that runs it, Blackwell; else current scaling) and ``--fp8-param-gather
 switch, off by default: parameters kept and all-gathered in FP8; it needs the distributed
 optimizer or FSDP, ``--zero 1|2|3``). ``auto`` (the default) and ``tf32`` keep the traced sizes
 (tf32 names a math mode only). ``--grad-reduce-dtype`` is the dtype gradients are accumulated and
-reduced over data parallelism in (fp32, as Megatron-LM's default). Megatron-Core's precision-aware
+reduced over data parallelism in; left out (``auto``), Megatron-LM's: fp16 under ``--dtype fp16``
+(its ``--fp16`` without ``--accumulate-allreduce-grads-in-fp32``), else fp32
+(:func:`~triosim.trace.precision.default_grad_reduce_dtype`). Megatron-Core's precision-aware
 optimizer (``--use-precision-aware-optimizer`` with ``--exp-avg-dtype``, ``--exp-avg-sq-dtype``,
 ``--main-params-dtype``, ``--main-grads-dtype``, Megatron-LM's names and choices) keeps the
 optimizer state in those dtypes (:class:`~triosim.trace.precision.OptimizerDtypes`); the dtypes
@@ -27,6 +29,7 @@ from ..graph.strategy import parse_zero
 from ..trace import Trace
 from ..trace.fp8 import FP8_RECIPES, Fp8Training
 from ..trace.precision import (
+    AUTO_GRAD_REDUCE_DTYPE,
     DEFAULT_GRAD_REDUCE_DTYPE,
     EXP_AVG_DTYPES,
     GRAD_REDUCE_DTYPES,
@@ -35,11 +38,12 @@ from ..trace.precision import (
     TRAINING_DTYPES,
     OptimizerDtypes,
     TrainingPrecision,
+    default_grad_reduce_dtype,
 )
 from .gpu import GpuOptions
 
 # dest -> default: a run's configuration block records the flag only when set (as the GPU flags).
-PRECISION_FLAG_DEFAULTS = {"grad_reduce_dtype": DEFAULT_GRAD_REDUCE_DTYPE, "fp8_recipe": "auto",
+PRECISION_FLAG_DEFAULTS = {"grad_reduce_dtype": AUTO_GRAD_REDUCE_DTYPE, "fp8_recipe": "auto",
                            "fp8_param_gather": False, "use_precision_aware_optimizer": False,
                            "main_grads_dtype": "fp32", "main_params_dtype": "fp32", "exp_avg_dtype": "fp32",
                            "exp_avg_sq_dtype": "fp32"}
@@ -50,13 +54,15 @@ OPTIMIZER_DTYPE_FLAGS = {"--main-grads-dtype": ("main_grads_dtype", MAIN_GRADS_D
                          "--exp-avg-sq-dtype": ("exp_avg_sq_dtype", EXP_AVG_DTYPES)}
 FP8_RECIPE_CHOICES = ("auto", *FP8_RECIPES)
 FP8_TRAINING_DTYPE = "bf16"  # what an FP8 run trains in around its FP8 GEMMs (Megatron: --bf16 with --fp8-format)
+GRAD_REDUCE_CHOICES = (AUTO_GRAD_REDUCE_DTYPE, *GRAD_REDUCE_DTYPES)
 
 
 def add_precision_flags(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("precision")
-    g.add_argument("--grad-reduce-dtype", default=DEFAULT_GRAD_REDUCE_DTYPE, choices=GRAD_REDUCE_DTYPES,
+    g.add_argument("--grad-reduce-dtype", default=AUTO_GRAD_REDUCE_DTYPE, choices=GRAD_REDUCE_CHOICES,
                    help="with --dtype bf16|fp16|fp32|fp8: the dtype gradients are accumulated and reduced over "
-                        "data parallelism in (fp32, as Megatron-LM; bf16/fp16 halve that traffic)")
+                        "data parallelism in (auto: Megatron-LM's, fp16 under --dtype fp16, else fp32; bf16/fp16 "
+                        "halve that traffic and the gradient buffer)")
     g.add_argument("--fp8-recipe", default="auto", choices=FP8_RECIPE_CHOICES,
                    help="with --dtype fp8: Transformer Engine's scaling recipe (delayed, current, blockwise, mxfp8; "
                         "auto: mxfp8 on Blackwell, else current); it sets the cast kernels' bytes, see "
@@ -127,18 +133,18 @@ def training_precision(args: argparse.Namespace, batch: int | None = None) -> Tr
     """The training precision of the flags (None: sizes as traced), checked; ``batch`` as
     :func:`fp8_training`'s."""
     dtype = getattr(args, "dtype", "auto") or "auto"
-    reduce = getattr(args, "grad_reduce_dtype", DEFAULT_GRAD_REDUCE_DTYPE) or DEFAULT_GRAD_REDUCE_DTYPE
+    reduce = getattr(args, "grad_reduce_dtype", AUTO_GRAD_REDUCE_DTYPE) or AUTO_GRAD_REDUCE_DTYPE
     if dtype == "auto" and (getattr(args, "model", None) or getattr(args, "model_file", None)):
         dtype = "bf16"  # a model card trains in mixed precision unless told otherwise, as Megatron-LM runs
-    if reduce not in GRAD_REDUCE_DTYPES:
-        raise ConfigError(f"--grad-reduce-dtype must be one of {', '.join(GRAD_REDUCE_DTYPES)}, got {reduce!r}")
+    if reduce not in GRAD_REDUCE_CHOICES:
+        raise ConfigError(f"--grad-reduce-dtype must be one of {', '.join(GRAD_REDUCE_CHOICES)}, got {reduce!r}")
     fp8 = fp8_training(args, batch)
     optimizer = optimizer_dtypes(args, dtype)
     if getattr(args, "moe_a2a_overlap", False) and dtype in ("fp32", "tf32"):
         raise ConfigError(f"--moe-a2a-overlap needs a 16-bit model (--dtype bf16, fp16 or fp8), got --dtype {dtype} "
                           "(Megatron-Core runs the expert-parallel overlap only with bf16 or fp16)")
     if dtype not in (*TRAINING_DTYPES, "fp8"):
-        if reduce != DEFAULT_GRAD_REDUCE_DTYPE:
+        if reduce not in (AUTO_GRAD_REDUCE_DTYPE, DEFAULT_GRAD_REDUCE_DTYPE):
             raise ConfigError(f"--grad-reduce-dtype {reduce} needs a training dtype: give --dtype "
                               f"{'|'.join((*TRAINING_DTYPES, 'fp8'))} (--dtype {dtype} keeps the traced sizes)")
         return None
@@ -146,7 +152,11 @@ def training_precision(args: argparse.Namespace, batch: int | None = None) -> Tr
         raise ConfigError(f"--dtype {dtype} cannot be combined with --reference-compat (the original keeps the "
                           "traced sizes)")
     if dtype == "fp8":
+        if reduce == AUTO_GRAD_REDUCE_DTYPE:
+            reduce = default_grad_reduce_dtype(FP8_TRAINING_DTYPE)
         return TrainingPrecision(FP8_TRAINING_DTYPE, reduce, fp8, optimizer) if fp8 is not None else None
+    if reduce == AUTO_GRAD_REDUCE_DTYPE:
+        reduce = default_grad_reduce_dtype(dtype)
     return TrainingPrecision(dtype, reduce, optimizer=optimizer)
 
 

@@ -7,7 +7,8 @@ may train in another dtype (``--dtype bf16|fp16|fp32``); then every buffer is re
 
 - weights and activations in the training dtype (2 bytes for bf16/fp16);
 - gradients accumulated and reduced over data parallelism in the gradient-reduce dtype
-  (``--grad-reduce-dtype``, fp32 by default as Megatron's ``main_grad`` buffer: 4 bytes);
+  (``--grad-reduce-dtype``; by default Megatron-LM's: fp32 under bf16, fp32 and FP8 training, its
+  ``main_grad`` buffer of 4 bytes, and fp16 under fp16, 2 bytes: :func:`default_grad_reduce_dtype`);
 - the optimizer keeps an fp32 master copy of every weight (4 bytes) beside Adam's two fp32
   moments (4 + 4 bytes) when the training dtype is 16-bit, and an fp32 copy of a 16-bit
   reduced gradient (4 bytes); an fp32 run has neither.
@@ -50,6 +51,7 @@ DTYPE_BYTES = {"fp32": 4, "bf16": 2, "fp16": 2}
 TRAINING_DTYPES = ("bf16", "fp16", "fp32")
 GRAD_REDUCE_DTYPES = ("fp32", "bf16", "fp16")
 DEFAULT_GRAD_REDUCE_DTYPE = "fp32"  # Megatron's main_grad (accumulate_allreduce_grads_in_fp32)
+AUTO_GRAD_REDUCE_DTYPE = "auto"  # --grad-reduce-dtype left out: default_grad_reduce_dtype
 MASTER_WEIGHT_BYTES = 4  # the fp32 copy a 16-bit run's optimizer updates
 OPTIMIZER_STATE_BYTES = 4  # each Adam moment, fp32 in every precision
 ADAM_MOMENTS = 2
@@ -62,6 +64,16 @@ STATE_DTYPE_BYTES = {"fp32": 4, "bf16": 2, "fp16": 2, "fp8": 1}
 EXP_AVG_DTYPES = ("fp32", "fp16", "bf16", "fp8")  # Megatron-LM's choices for --exp-avg(-sq)-dtype
 MAIN_PARAMS_DTYPES = ("fp32", "fp16")
 MAIN_GRADS_DTYPES = ("fp32", "bf16")
+
+
+def default_grad_reduce_dtype(dtype: str) -> str:
+    """The dtype Megatron-LM accumulates and reduces the gradients of a ``dtype`` run in when
+    ``--accumulate-allreduce-grads-in-fp32`` is not typed: the switch is off by default, and
+    Megatron-LM turns it on under ``--bf16`` only (``validate_args``: "bfloat16 requires gradient
+    accumulation and all-reduce to be done in fp32"). Off, the DDP gradient buffer and its
+    all-reduce or reduce-scatter are in the parameters' dtype (``grad_dtype = torch.float if
+    grad_reduce_in_fp32 else param.dtype``): fp16 under ``--fp16``, fp32 for an fp32 run."""
+    return "fp16" if dtype == "fp16" else DEFAULT_GRAD_REDUCE_DTYPE
 
 
 @dataclass(frozen=True)
@@ -253,8 +265,8 @@ def reduced_gradient_bytes(trace: Trace, parameter: str) -> int:
     return elements(t) * trace.precision.gradient_bytes
 
 
-__all__ = ["ADAM_MOMENTS", "DEFAULT_GRAD_REDUCE_DTYPE", "DTYPE_BYTES", "EXP_AVG_DTYPES", "GRAD_REDUCE_DTYPES",
+__all__ = ["ADAM_MOMENTS", "AUTO_GRAD_REDUCE_DTYPE", "DEFAULT_GRAD_REDUCE_DTYPE", "DTYPE_BYTES", "EXP_AVG_DTYPES", "GRAD_REDUCE_DTYPES",
            "MAIN_GRADS_DTYPES", "MAIN_PARAMS_DTYPES", "MASTER_WEIGHT_BYTES", "NOT_FLOAT_CATEGORIES",
            "OPTIMIZER_STATE_BYTES", "OptimizerDtypes", "OptimizerStepBytes", "STATE_DTYPE_BYTES", "TRAINING_DTYPES", "TrainingPrecision",
-           "bytes_per_parameter", "elements", "gathered_parameter_bytes", "optimizer_step_bytes", "reduced_gradient_bytes",
+           "bytes_per_parameter", "default_grad_reduce_dtype", "elements", "gathered_parameter_bytes", "optimizer_step_bytes", "reduced_gradient_bytes",
            "size_key"]
