@@ -62,8 +62,8 @@ def find_units(trace: Trace, spec: RecomputeSpec, cuts: frozenset[int]) -> list[
     units: list[Unit] = []
     blocks = find_blocks(trace)
     if "core_attn" in spec.modules or "mlp" in spec.modules:
-        if not any(b.kind == "attention" for b in blocks):
-            if _mla_up_units(trace):  # attention there, but its Q/K/V come through latent norms: no block
+        if _mla_up_units(trace) or not any(b.kind == "attention" for b in blocks):
+            if _mla_up_units(trace):  # latent attention: its blocks read latents, not one norm output
                 which = "core_attn" if "core_attn" in spec.modules else "mlp"
                 default = " (--recompute selective's default module)" if which == "core_attn" else ""
                 raise ConfigError(f"--recompute-modules {which}{default} is not modelled with multi-head latent "

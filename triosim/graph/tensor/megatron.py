@@ -16,6 +16,15 @@ Two styles:
   backward ops from the first to the last whose forward partner is in the block (gradient
   accumulation ops without a partner inside the run belong to it).
 
+  **Latent attention** (DeepSeek's MLA, :mod:`triosim.graph.tensor.latent`): the walk back from
+  the output projection reaches the query and key/value up projections, which read two different
+  normed latents, and the key/value down projection, whose output ops outside the block read too
+  (its latent half feeds the latent norm). Such a linear is no column linear but a *shared
+  input* every rank computes whole; an attention block may then have several inputs (one per
+  up projection). Its backward ops are the paired ones from first to last, less the latent
+  norms' backward that autograd runs in between. Each input is gathered and its gradient reduced
+  as a plain block's one input; the shared rope key as Megatron-Core does (see that module).
+
   Each block is split column-then-row: its weights (row-linear biases excepted), their
   gradients and optimizer state are 1/T per rank, its forward and backward ops run at 1/T
   time, and it issues one all-reduce of the row linear's output after the forward and one of
@@ -43,6 +52,7 @@ from ...errors import ConfigError
 from ...trace import Trace
 from ...trace.precision import size_key
 from . import per_op as case3
+from .latent import feeders, gradient_sums, latent_backward_run, latent_collectives, shared_only
 from .per_op import TpCollective, optimizer_state_of
 from .vocab import VocabParallel, find_vocab, sequence_ends, vocab_collectives, vocab_shards
 
@@ -66,6 +76,17 @@ class MegatronBlock:
     output: tuple[str, ...]  # what the row linear writes
     output_grad: tuple[str, ...]  # gradients the block's backward reads from outside it
     input_grad: tuple[str, ...]  # gradients the block's backward hands on (partial sums)
+    # Latent attention (see the module docstring): every column linear's input, in op order
+    # (``input`` is the first), the outputs of the linears every rank runs whole whose result the
+    # block reads (``shared``), and the block's forward ops that read only those (run whole).
+    inputs: tuple[str, ...] = ()
+    shared: tuple[str, ...] = ()
+    whole: tuple[int, ...] = ()
+
+    @property
+    def entries(self) -> tuple[str, ...]:
+        """The buffers the column linears read: ``inputs``, or ``(input,)`` for a plain block."""
+        return self.inputs or (self.input,)
 
     @property
     def forward(self) -> tuple[int, ...]:
@@ -197,7 +218,6 @@ def _gradients_in_out(trace: Trace, run: tuple[int, ...], params: set[str],
     ``fwd_written``: every buffer a forward op writes."""
     if not run:
         return (), ()
-    hi = run[-1]
     written_in: set[str] = set()
     needed: list[str] = []
     for i in run:
@@ -207,11 +227,14 @@ def _gradients_in_out(trace: Trace, run: tuple[int, ...], params: set[str],
                 needed.append(k)
         written_in.update(trace.writes[i])
     handed: list[str] = []
-    for k in dict.fromkeys(k for i in run for k in trace.writes[i]):
-        if k in params or k in trace.batch_invariant:
-            continue
-        if any(c > hi for c in trace.consumers.get(k, ())) and k not in handed:
-            handed.append(k)
+    mine = set(run)
+    for i in run:
+        for k in trace.writes[i]:
+            if k in params or k in trace.batch_invariant or k in handed:
+                continue
+            # read later by an op outside the run (for a contiguous run: after its last op)
+            if any(c > i and c not in mine for c in trace.consumers.get(k, ())):
+                handed.append(k)
     return tuple(needed), tuple(handed)
 
 
@@ -237,22 +260,40 @@ def find_blocks(trace: Trace) -> list[MegatronBlock]:
         if found is None:
             continue
         column, middle = found
-        inputs = {k for c in column for k in _activation_inputs(trace, c, params)}
-        if len(inputs) != 1 or column & used or middle & used:
-            continue
         members = column | middle | {r}
+        # A linear whose output the walk reached but that ops outside the block read too (latent
+        # attention's key/value down projection: its latent half feeds the latent norm, its rope
+        # half the attention core) is no column linear: every rank runs it whole (Megatron-Core's
+        # duplicated down projections) and the block reads its output as a shared input.
+        whole_linears = {c for c in column if any(x not in members for k in trace.writes[c]
+                                                  for x in fwd_readers.get(k, ()))}
+        if whole_linears & used:
+            continue
+        column -= whole_linears
+        members -= whole_linears
+        inputs = tuple(dict.fromkeys(k for c in sorted(column) for k in _activation_inputs(trace, c, params)))
+        if not column or column & used or middle & used:
+            continue
+        kind = "attention" if any(m in _short(trace.ops[j].name) for j in middle for m in _ATTENTION_MARKS) \
+            else "mlp"
+        latent = len(inputs) > 1 or bool(whole_linears)
+        if not inputs or (latent and kind != "attention"):
+            continue  # several inputs or a shared one: only latent attention's
         inner = {k for j in column | middle for k in trace.writes[j]}
         if any(reader not in members for k in inner for reader in fwd_readers.get(k, ())):
             continue  # a column output or in-between result is needed outside the block
-        run = _backward_run(trace, members, paired_with)
+        run = (latent_backward_run if latent else _backward_run)(trace, members, paired_with)
         if run is None:
             continue
         out_grad, in_grad = _gradients_in_out(trace, run, params, fwd_written)
-        kind = "attention" if any(m in _short(trace.ops[j].name) for j in middle for m in _ATTENTION_MARKS) \
-            else "mlp"
+        if latent:  # a constant the backward reads (the rotary table) is no gradient to gather
+            out_grad = tuple(k for k in out_grad if k in trace.producer)
+        shared = tuple(k for c in sorted(whole_linears) for k in trace.writes[c] if k not in params)
         blocks.append(MegatronBlock(
             kind=kind, column=tuple(sorted(column)), middle=tuple(sorted(middle)), row=r, backward=run,
-            input=next(iter(inputs)), output=trace.writes[r], output_grad=out_grad, input_grad=in_grad,
+            input=inputs[0], output=trace.writes[r], output_grad=out_grad, input_grad=in_grad,
+            inputs=inputs if latent else (), shared=shared,
+            whole=shared_only(trace, sorted(middle), set(shared)) if shared else (),
         ))
         used |= members
     return blocks
@@ -260,19 +301,20 @@ def find_blocks(trace: Trace) -> list[MegatronBlock]:
 
 def attention_heads(trace: Trace, blocks: list[MegatronBlock] | tuple[MegatronBlock, ...] | None = None) -> int | None:
     """Attention heads the trace implies: dim 1 of a 4-D ``[batch, heads, seq, head_dim]`` tensor
-    written by an attention core, whose heads × head_dim is a column linear's output width."""
+    written by an attention core, whose heads × head_dim is a column linear's output width; else
+    (latent attention, whose values are narrower than its queries) of such a tensor one reads."""
     if blocks is None:
         blocks = find_blocks(trace)
-    for b in blocks:
-        if b.kind != "attention":
-            continue
-        widths = {(trace.tensors[k].shape or (0,))[-1] for c in b.column for k in trace.writes[c]}
-        for j in b.middle:
-            for k in trace.writes[j]:
-                shape = trace.tensors[k].shape or ()
-                # a fused QKV linear is three heads × head_dim wide
-                if len(shape) == 4 and (shape[1] * shape[3] in widths or 3 * shape[1] * shape[3] in widths):
-                    return shape[1]
+    attention = [b for b in blocks if b.kind == "attention"]
+    for read in (False, True):
+        for b in attention:
+            widths = {(trace.tensors[k].shape or (0,))[-1] for c in b.column for k in trace.writes[c]}
+            for j in b.middle:
+                for k in (trace.ops[j].inputs if read else trace.writes[j]):
+                    shape = trace.tensors[k].shape or ()
+                    # a fused QKV linear is three heads × head_dim wide
+                    if len(shape) == 4 and (shape[1] * shape[3] in widths or 3 * shape[1] * shape[3] in widths):
+                        return shape[1]
     return None
 
 
@@ -304,6 +346,8 @@ def _sequence_region(trace: Trace, blocks: list[MegatronBlock]) -> set[int]:
     for a, b in zip(blocks, blocks[1:]):
         region.update(j for j in range(a.row + 1, min(b.column)) if j not in inside
                       and trace.ops[j].stage == "forward")
+    for b in blocks:
+        region |= feeders(trace, b, inside)
     region.update(i for i, p in enumerate(trace.forward_partner) if p in region
                   and trace.ops[i].stage == "backward")
     return region
@@ -320,7 +364,8 @@ def _block_shards(trace: Trace, blocks: list[MegatronBlock], params: set[str]) -
         for ks in mine.values():
             shards |= ks
         for j in (*b.column, *b.middle):
-            shards.update(k for k in trace.writes[j] if k not in params)
+            if j not in b.whole:
+                shards.update(k for k in trace.writes[j] if k not in params)
         handed = set(b.input_grad)
         for i in b.backward:
             sizes = {size_key(trace, k) for k in mine.get(trace.forward_partner[i], ())}
@@ -341,11 +386,13 @@ def _optimizer_scale(trace: Trace, shards: set[str], t: float) -> float:
     return kept / total if total > 0 else 1.0
 
 
-def _regather_slot(trace: Trace, b: MegatronBlock, taken: set[int]) -> int | None:
-    """The op after which sequence parallelism's backward re-gathers ``b``'s input: the last op
-    before the first backward op reading it (the column linears' weight-gradient GEMMs), within
-    the block's backward and on an op no other collective follows; None when there is none."""
-    readers = [i for i in b.backward if b.input in trace.reads[i]]
+def _regather_slot(trace: Trace, b: MegatronBlock, taken: set[int], buf: str | None = None) -> int | None:
+    """The op after which sequence parallelism's backward re-gathers ``b``'s input ``buf`` (by
+    default ``b.input``): the last op before the first backward op reading it (the column
+    linears' weight-gradient GEMMs), within the block's backward and on an op no other
+    collective follows; None when there is none."""
+    buf = b.input if buf is None else buf
+    readers = [i for i in b.backward if buf in trace.reads[i]]
     if not readers:
         return None
     at = readers[0] - 1
@@ -359,7 +406,7 @@ def _megatron_plan(trace: Trace, degree: int, blocks: list[MegatronBlock], heads
     params = set(trace.parameters)
     t = float(degree)
     vp = find_vocab(trace, blocks)
-    split: set[int] = {j for b in blocks for j in (*b.forward, *b.backward)}
+    split: set[int] = {j for b in blocks for j in (*b.forward, *b.backward) if j not in b.whole}
     region = _sequence_region(trace, blocks) if sequence_parallel else set()
     if vp is not None:
         split.update(vp.split_ops)
@@ -368,6 +415,8 @@ def _megatron_plan(trace: Trace, degree: int, blocks: list[MegatronBlock], heads
             region |= ends | {i for i, p in enumerate(trace.forward_partner) if p in ends
                               and trace.ops[i].stage == "backward"}
             region -= split
+    if sequence_parallel:
+        region |= gradient_sums(trace, blocks, region)
     shards = _block_shards(trace, blocks, params) if degree > 1 else set()
     if degree > 1 and vp is not None:
         shards |= vocab_shards(trace, vp)
@@ -388,6 +437,9 @@ def _megatron_plan(trace: Trace, degree: int, blocks: list[MegatronBlock], heads
     if degree > 1:
         nb = trace.bytes_of
         for b in blocks:
+            if b.inputs or b.shared:
+                colls.extend(latent_collectives(trace, b, sequence_parallel))
+                continue
             out_bytes = sum(nb(k) for k in b.output)
             in_grad_bytes = sum(nb(k) for k in b.input_grad)
             last_bwd = b.backward[-1] if b.backward else None
@@ -416,10 +468,12 @@ def _megatron_plan(trace: Trace, degree: int, blocks: list[MegatronBlock], heads
             # it again for the column linears' weight gradients (Korthikanti et al. 2022, section 4.2.2).
             taken = {op for op, _, _ in colls}
             for b in blocks:
-                at = _regather_slot(trace, b, taken)
-                if at is not None:
-                    taken.add(at)
-                    colls.append((at, 1, TpCollective(at, "all_gather", (b.input,), nb(b.input), redo=True)))
+                for buf in b.inputs or (None,):
+                    at = _regather_slot(trace, b, taken, buf) if buf else _regather_slot(trace, b, taken)
+                    if at is not None:
+                        taken.add(at)
+                        k = buf or b.input
+                        colls.append((at, 1, TpCollective(at, "all_gather", (k,), nb(k), redo=True)))
     # (op, tag): tag 1 reduces a block's result, tag 0 gathers a block's input. Where blocks
     # follow each other directly one op ends the first and feeds the second: its reduce-scatter
     # must come before the all-gather of what it reduced, in forward and in backward.

@@ -69,7 +69,7 @@ def share_cost(trace: Trace, index: int, cost: OpCost, share: float, divisor: di
 def block_edges(blocks) -> frozenset[str]:
     """What a block's linears read or write whole: its input (gathered under sequence
     parallelism), its output (the row linear's partial sum) and the gradients of both."""
-    return frozenset(k for b in blocks for k in (b.input, *b.output, *b.output_grad, *b.input_grad))
+    return frozenset(k for b in blocks for k in (*b.entries, *b.output, *b.output_grad, *b.input_grad))
 
 
 def split_time_scale(trace: Trace, time_scale: tuple[float, ...], divisor: dict[str, int],
