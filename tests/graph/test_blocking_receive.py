@@ -55,3 +55,16 @@ def test_a_backward_block_with_recomputation_waits_for_its_gradient(flags) -> No
     assert waits
     early = [(label, arrive, start) for label, arrive, start in waits if start < arrive]
     assert early == []
+
+
+@pytest.mark.parametrize("model, layers, pp, partition", [("qwen3-30b-a3b", 4, 3, "count"),
+                                                            ("deepseek-v3", 4, 3, "time")])
+def test_a_block_starting_with_an_expert_op_is_waited_for_where_it_starts(model, layers, pp, partition) -> None:
+    """A cut right before an MoE layer's grouped GEMM makes a block start with it (with its token
+    exchange): the blocking receive is posted before that GEMM, not after it (the receive and
+    the GEMM reading what it brings waited for each other: a cycle)."""
+    trace, platform, strategy = configure(model=model, num_layers=layers, gpu="h100-sxm", topology="nvlink-cluster",
+                                          gpus=2 * pp, dp=2, pp=pp, ep=2, global_batch=4 * pp, micro_batch_size=1,
+                                          seq_len=256, dtype="bf16", partition=partition, pipeline_send="blocking")
+    g = build_graph(trace, platform, strategy)
+    assert schedule(g).makespan > 0

@@ -283,6 +283,8 @@ def add_rank_program(b: CompositionState, comm: GroupComm, p: int, waits, colls,
                     task_of[(*rep, i, r)] = ends[rep][1]
                     seq[gpu].append((ends[rep][0], seg_ops, r))
                     last[rep] = [ends[rep][1]]
+                    if firsts is not None and firsts[rep] is None:  # a block may start with it (a cut before it)
+                        firsts[rep] = ends[rep][0]
                 continue
             for rep, gpu in reps:
                 after = last[rep]
