@@ -428,3 +428,11 @@ def test_deepseeks_dense_layers_and_mtp_sit_on_the_first_and_last_stage():
     # the MTP module's embedding lookup and concatenation come after the last repeated layer
     after = {trace.ops[i].name for i in forward if i > layers[-1][-1]}
     assert {"aten::embedding", "aten::cat"} <= after
+
+
+@pytest.mark.parametrize("layout", ["Et*999999999999|t*4L", "E(t|)*99999999t*4L"])
+def test_a_huge_repeat_is_one_line_not_a_memory_error(layout):
+    """Unrolled, 't*10^12' took all memory (MemoryError traceback); it is refused before."""
+    with pytest.raises(ConfigError, match="unrolls to more than the limit of 10,000 layers"):
+        ll.parse_layout(layout)
+    assert len(ll.parse_layout("E(tt|)*4999tL")) == 5000  # the limit still takes real layouts
