@@ -83,6 +83,14 @@ def default_recompute(args: argparse.Namespace) -> None:
     (the setting that recomputes only some layers)."""
     method, layers = getattr(args, "recompute_method", None), getattr(args, "recompute_num_layers", None)
     modules = getattr(args, "recompute_modules", None)
+    if getattr(args, "recompute", "none") == "none" and typed(args, "recompute"):
+        # a typed --recompute none says no recomputation: the details contradict it (left
+        # untyped, they imply their granularity below)
+        for flag, value in (("--recompute-method", method), ("--recompute-num-layers", layers),
+                            ("--recompute-modules", modules)):
+            if value is not None:
+                raise ConfigError(f"{flag} with --recompute none: leave out --recompute none (the detail implies "
+                                  "its granularity) or the detail")
     if getattr(args, "recompute", "none") == "none":
         if method is not None or layers is not None:
             args.recompute = "full"

@@ -414,7 +414,10 @@ def _finish_recompute(recompute: dict[str, str], out: list[str], result: Transla
         out.extend(["--recompute", granularity])
     governed = granularity is not None or _flag_value(out, "--recompute") is not None
     for name, value in recompute.items():
-        if governed:
+        # Megatron-Core reads the modules under selective granularity only (its default list,
+        # core_attn, is there under full too): with full they change nothing
+        ignored = name == "--recompute-modules" and (granularity or _flag_value(out, "--recompute")) == "full"
+        if governed and not ignored:
             out.extend([name, value])
         else:
             result.no_effect.append(name)

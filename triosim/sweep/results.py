@@ -145,13 +145,15 @@ def _gpus_used(row: Row) -> int:
 
 def _run_namespace(point: Point) -> argparse.Namespace:
     """The point's flags with the data-parallel size ``run`` derives (``-GPUnumber 8 --tp 2``
-    without ``--dp`` is dp 4, as Megatron derives it), so a row is counted and labelled as it ran."""
-    from ..config.defaults import derive_data_parallel
+    without ``--dp`` is dp 4, as Megatron derives it) and the recomputation its details imply,
+    so a row is counted and labelled as it ran."""
+    from ..config.defaults import default_recompute, derive_data_parallel
     from ..errors import TriosimError
 
     ns = point.namespace()
     try:
         derive_data_parallel(ns)
+        default_recompute(ns)
     except TriosimError:  # the row's own check names it; nothing derived
         pass
     return ns
