@@ -472,8 +472,13 @@ def _finish_layout(out: list[str]) -> None:
         return
     if _flag_value(out, "--schedule") not in (None, "auto", "interleaved"):
         return
+    if _flag_value(out, "--pp") is None and _flag_value(out, "--case") is not None:
+        return  # -case 4's stages are its GPUs: the layout is checked against them
     pp = _positive_int("--pipeline-model-parallel-size", _flag_value(out, "--pp") or "1", "")
     stages = len(parse_layout(layout))
+    if pp == 1 and stages > 1:  # it would ask for the interleaved schedule on one stage
+        raise ConfigError(f"--pipeline-model-parallel-layout {layout!r} lays out {stages} stages, but there is one "
+                          "pipeline stage: give --pp (and virtual stages: the layout's stages are pp × V)")
     if stages % pp == 0 and stages // pp > 1:
         out.extend(["--virtual-stages", str(stages // pp), "--megatron-interleaved"])
 
