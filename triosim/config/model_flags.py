@@ -20,6 +20,7 @@ from __future__ import annotations
 import argparse
 import hashlib
 import json
+import math
 import os
 import re
 import shutil
@@ -128,6 +129,19 @@ def check_card_moe_flags(args: argparse.Namespace, card: ModelCard) -> None:
                           f"has {card.mtp_layers}: give --mtp-layers 0 or 1")
 
 
+def check_card_sequence_split(args: argparse.Namespace, card: ModelCard) -> None:
+    """Sequence parallelism splits each context rank's tokens over the tensor-parallel ranks, as
+    Megatron-Core's ``scatter_to_sequence_parallel_region`` does: it asserts that they divide."""
+    tp, cp = getattr(args, "tp", None) or 1, getattr(args, "cp", None) or 1
+    if not getattr(args, "sequence_parallel", False) or tp <= 1 or card.seq_len % cp:
+        return  # nothing split (tp 1), or the context-parallel check names the sequence
+    tokens = card.seq_len // cp
+    if tokens % tp:
+        held = f"each of the --cp {cp} context ranks' {tokens:,}" if cp > 1 else f"the sequence's {tokens:,}"
+        raise ConfigError(f"--sequence-parallel splits {held} tokens over --tp {tp}: not a multiple (Megatron-Core "
+                          f"requires it; use a --seq-len that is a multiple of {math.lcm(tp * cp, 2 * cp if cp > 1 else 1)})")
+
+
 def model_batch(args: argparse.Namespace) -> int:
     """Sequences per op in the built trace: the micro-batch, else the simulated batch, else 1."""
     for dest in ("micro_batch_size", "batch_size_sim"):
@@ -233,6 +247,7 @@ def model_trace(args: argparse.Namespace, dtype: str) -> ModelTrace:
     """The trace of a card run (built and cached on first use); ``dtype`` is the run's --dtype."""
     card = load_card(args)
     check_card_moe_flags(args, card)
+    check_card_sequence_split(args, card)
     depth = model_depth(args, card)
     if depth < 1:
         raise ConfigError(f"--num-layers must be a positive integer, got {depth}")
@@ -244,4 +259,4 @@ def model_trace(args: argparse.Namespace, dtype: str) -> ModelTrace:
 
 
 __all__ = ["MODEL_FLAG_DEFAULTS", "ModelTrace", "add_model_flags", "cache_root", "cached_card_trace", "card_flag",
-           "card_trace_error", "check_card_moe_flags", "check_model_flags", "load_card", "model_batch", "model_given", "model_trace"]
+           "card_trace_error", "check_card_moe_flags", "check_card_sequence_split", "check_model_flags", "load_card", "model_batch", "model_given", "model_trace"]
