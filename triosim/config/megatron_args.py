@@ -276,6 +276,9 @@ def translate_argv(argv: Sequence[str]) -> Translation:
 
 def _translate_megatron_tokens(tokens: list[str], out: list[str], result: Translation, card, recompute: dict,
                                strict: bool) -> None:
+    from .megatron_line_rules import finish_cpu_offloading, one_cp_comm_type
+
+    tokens, start = one_cp_comm_type(tokens, f"{MEGATRON_ARGS}: "), len(out)
     reader = _Reader(tokens, f"{MEGATRON_ARGS}: ")
     while reader.more():
         tok = reader.take()
@@ -288,6 +291,7 @@ def _translate_megatron_tokens(tokens: list[str], out: list[str], result: Transl
                               "line, or give the native flag after it")
     _bf16_main_grads(tokens, out)
     _moe_defaults(tokens, out)
+    finish_cpu_offloading(tokens, out, start, result.no_effect)
 
 
 def _moe_defaults(tokens: list[str], out: list[str]) -> None:
