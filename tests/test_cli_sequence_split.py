@@ -27,3 +27,31 @@ def test_the_same_sequence_without_sequence_parallelism_runs():
     assert code == 0, err
     code, _, err = run([*RUN, "--sequence-parallel", "--gpus", "4", "--tp", "4", "--seq-len", "1028"])
     assert code == 0, err
+
+
+OSS = ["--model", "gpt-oss-120b", "--num-layers", "2", "--gpu", "h100", "--seq-len", "2048", "--global-batch", "2"]
+
+
+def test_ring_attention_refuses_sliding_window_layers():
+    """Transformer Engine's p2p context parallelism asserts no sliding window: gpt-oss-120b's
+    sliding layers ran as ring attention; a2a and allgather run them."""
+    code, out, err = run(["run", *OSS, "--gpus", "2", "--cp", "2", "-q"])
+    assert code == 2 and out == "" and err.count("\n") == 1 and "use --cp-comm-type a2a or allgather" in err, err
+    code, _, err = run(["run", *OSS, "--gpus", "2", "--cp", "2", "--cp-comm-type", "a2a", "-q"])
+    assert code == 0, err
+
+
+def test_plan_pins_no_ring_on_sliding_window_layers():
+    code, _, err = run(["plan", *OSS, "--gpus", "2", "--cp", "2", "-q"])
+    assert code == 2 and err.count("\n") == 1 and "sliding-window attention layers do not run as ring" in err, err
+
+
+def test_plan_searches_no_ring_on_sliding_window_layers(tmp_path):
+    """At 4,096 tokens cp 2 cuts chunks of 1,024: the plan searched it on gpt-oss-120b."""
+    import csv
+
+    out = tmp_path / "p.csv"
+    code, _, err = run(["plan", *OSS, "--seq-len", "4096", "--gpus", "2", "-q", "--out", str(out)])
+    assert code == 0, err
+    rows = list(csv.DictReader(out.open()))
+    assert rows and {r["cp"] for r in rows} == {"1"}

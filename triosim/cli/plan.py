@@ -244,6 +244,16 @@ def _card_layers(trace) -> dict:
     return {"leading_layers": leading, "mtp_layers": mtp}
 
 
+def _sliding_window_card(ns: argparse.Namespace) -> bool:
+    """Whether the run's model card has sliding-window attention layers among its layers."""
+    from ..config.model_flags import load_card, model_depth, model_given, sliding_window_layers
+
+    if not model_given(ns):
+        return False
+    card = load_card(ns)
+    return sliding_window_layers(card, model_depth(ns, card))
+
+
 def _check_context(cp: int | None, sequence: int | None) -> None:
     """One line where a pinned ``--cp`` cannot run on the trace: no fused attention to split (or
     none whose sequence the trace shows), or a sequence that 2 · cp chunks do not divide."""
@@ -393,6 +403,13 @@ def plan_inputs(args: argparse.Namespace) -> PlanInputs:
     node = platform.node_of.count(0) if platform.node_of else args.gpus_per_node
     pinned = tuple((a, getattr(args, a)) for a in PINNABLE if getattr(args, a, None) is not None)
     sequence = attention_sequence(raw)
+    if sequence is not None and _sliding_window_card(ns):
+        # Transformer Engine's ring attention refuses sliding windows, and plan times only the ring
+        if (getattr(args, "cp", None) or 1) > 1:
+            raise ConfigError(f"--cp {args.cp}: the model's sliding-window attention layers do not run as ring "
+                              "attention, the context parallelism plan searches (time --cp-comm-type a2a or "
+                              "allgather with run, or sweep it)")
+        sequence = None  # no context parallelism to search
     _check_context(getattr(args, "cp", None), sequence)
     experts = _routed_experts(args, raw)
     pinned += tuple((a, getattr(args, a)) for a in EXPERT_PINS if getattr(args, a, None) is not None)

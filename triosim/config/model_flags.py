@@ -142,6 +142,23 @@ def check_card_sequence_split(args: argparse.Namespace, card: ModelCard) -> None
                           f"requires it; use a --seq-len that is a multiple of {math.lcm(tp * cp, 2 * cp if cp > 1 else 1)})")
 
 
+def sliding_window_layers(card: ModelCard, depth: int) -> bool:
+    """Whether any of the run's ``depth`` layers attends through a sliding window."""
+    window = card.sliding_window
+    return window is not None and any(window.is_sliding(layer) for layer in range(depth))
+
+
+def check_card_ring_attention(args: argparse.Namespace, card: ModelCard, depth: int) -> None:
+    """Transformer Engine's ring attention (``--cp-comm-type p2p``) refuses sliding-window
+    attention ("The context parallel running configs cannot support sliding window attention"):
+    only the all-to-all and all-gather exchanges run it."""
+    if (getattr(args, "cp", None) or 1) > 1 and str(getattr(args, "cp_comm_type", "p2p")) == "p2p" \
+            and sliding_window_layers(card, depth):
+        raise ConfigError(f"--cp {args.cp} with --cp-comm-type p2p: {card.name}'s sliding-window attention layers "
+                          "do not run as ring attention (Transformer Engine refuses them): use --cp-comm-type a2a "
+                          "or allgather")
+
+
 def model_batch(args: argparse.Namespace) -> int:
     """Sequences per op in the built trace: the micro-batch, else the simulated batch, else 1."""
     for dest in ("micro_batch_size", "batch_size_sim"):
@@ -251,6 +268,7 @@ def model_trace(args: argparse.Namespace, dtype: str) -> ModelTrace:
     depth = model_depth(args, card)
     if depth < 1:
         raise ConfigError(f"--num-layers must be a positive integer, got {depth}")
+    check_card_ring_attention(args, card, depth)
     # layers of several kinds (dense and MoE, sliding and full attention) are each written:
     # repeating needs every layer alike
     traced = min(depth, TRACED_LAYERS) if card.uniform_layers else depth
@@ -259,4 +277,4 @@ def model_trace(args: argparse.Namespace, dtype: str) -> ModelTrace:
 
 
 __all__ = ["MODEL_FLAG_DEFAULTS", "ModelTrace", "add_model_flags", "cache_root", "cached_card_trace", "card_flag",
-           "card_trace_error", "check_card_moe_flags", "check_card_sequence_split", "check_model_flags", "load_card", "model_batch", "model_given", "model_trace"]
+           "card_trace_error", "check_card_moe_flags", "check_card_ring_attention", "check_card_sequence_split", "check_model_flags", "load_card", "model_batch", "model_given", "model_trace", "sliding_window_layers"]
