@@ -277,4 +277,5 @@ def model_trace(args: argparse.Namespace, dtype: str) -> ModelTrace:
 
 
 __all__ = ["MODEL_FLAG_DEFAULTS", "ModelTrace", "add_model_flags", "cache_root", "cached_card_trace", "card_flag",
-           "card_trace_error", "check_card_moe_flags", "check_card_ring_attention", "check_card_sequence_split", "check_model_flags", "load_card", "model_batch", "model_given", "model_trace", "sliding_window_layers"]
+           "card_trace_error", "check_card_moe_flags", "check_card_ring_attention", "check_card_sequence_split",
+           "check_model_flags", "load_card", "model_batch", "model_given", "model_trace", "sliding_window_layers"]
