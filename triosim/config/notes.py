@@ -131,7 +131,9 @@ def _hybrid_unused(args: argparse.Namespace) -> list[tuple[str, list[str]]]:
 
     out = []
     zero = str(getattr(args, "zero", "0")).strip()
-    if (getattr(args, "dp", None) or 1) == 1 and ZERO_ALIASES.get(zero.lower(), 0) > 0:
+    # with context parallelism ZeRO shards over dp × cp (Megatron's data-parallel group with cp)
+    if (getattr(args, "dp", None) or 1) * (getattr(args, "cp", None) or 1) == 1 \
+            and ZERO_ALIASES.get(zero.lower(), 0) > 0:
         out.append(("ZeRO shards over the data-parallel group, and --dp is 1", [f"--zero {zero}"]))
     if (getattr(args, "tp", None) or 1) == 1 and getattr(args, "sequence_parallel", False):
         # --tp-comm-overlap overlaps sequence parallelism's collectives: none at tp 1 either

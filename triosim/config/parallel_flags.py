@@ -40,7 +40,7 @@ def add_parallel_flags(g: argparse._ArgumentGroup) -> None:
                         "a2a+p2p is not modelled")
     add_expert_flags(g)
     g.add_argument("--zero", default="0", help="ZeRO stage over the DP group: 0, 1, 2, 3 or fsdp (= 3); "
-                   "nothing to shard with --dp 1")
+                   "nothing to shard with --dp 1 and --cp 1")
     g.add_argument("--sequence-parallel", action="store_true",
                    help="megatron TP: split the replicated ops too (reduce-scatter + all-gather per block); "
                         "nothing to split with --tp 1")
