@@ -42,3 +42,17 @@ def test_megatron_modules_under_full_granularity_are_noted_not_refused():
     assert code == 0 and "--recompute-modules" in err
     code, native, _ = run([*RUN, "--recompute", "full"])
     assert code == 0 and pasted == native
+
+
+def test_plan_pins_the_layer_count_as_run_reads_it(tmp_path):
+    """`run --recompute-num-layers N` is block recomputation of N layers a chunk; plan pinned it
+    as uniform groups of N (every layer re-run), and its commands said so."""
+    import csv
+
+    out = tmp_path / "plan.csv"
+    code, _, err = run(["plan", "--model", "llama3-8b", "--num-layers", "4", "--seq-len", "1024", "--gpu", "h100",
+                        "--gpus", "2", "--global-batch", "2", "-q", "--recompute-num-layers", "1", "--out", str(out)])
+    assert code == 0, err
+    rows = list(csv.DictReader(out.open()))
+    assert rows and {(r["recompute"], r["recompute_method"], r["recompute_num_layers"]) for r in rows} == {
+        ("full", "block", "1")}

@@ -169,7 +169,8 @@ def _check_flags(args: argparse.Namespace) -> None:
 
 def _recompute_pin(args: argparse.Namespace) -> tuple[str, str, int, tuple[str, ...]] | None:
     """The recomputation setting the flags pin, as (granularity, method, layers, modules): full
-    with ``--recompute-num-layers`` (and ``--recompute-method``, uniform by default as for run),
+    with ``--recompute-num-layers`` (and ``--recompute-method``, block by default as for run:
+    the first N layers of each model chunk),
     selective with ``--recompute-modules``; None when they leave it to the search."""
     from ..config.parallel_flags import recompute_options
     from ..graph.recompute_spec import RecomputeSpec
@@ -183,7 +184,7 @@ def _recompute_pin(args: argparse.Namespace) -> tuple[str, str, int, tuple[str, 
         raise ConfigError("--recompute-method pins a setting only with --recompute-num-layers N (plan searches block "
                           "recomputation's layer count itself): give both, or leave --recompute-method out")
     if "recompute_num_layers" in opts:
-        spec = RecomputeSpec("full", opts.get("recompute_method", "uniform"), opts["recompute_num_layers"])
+        spec = RecomputeSpec("full", opts.get("recompute_method", "block"), opts["recompute_num_layers"])
     elif "recompute_modules" in opts:
         spec = RecomputeSpec("selective", modules=opts["recompute_modules"])
     else:
