@@ -142,3 +142,10 @@ def test_spec_parse() -> None:
     assert OffloadSpec.parse("0.25") == OffloadSpec(fraction=0.25)
     with pytest.raises(ConfigError):
         OffloadSpec.parse("1.5")
+
+
+def test_plan_refuses_the_pin_run_refuses() -> None:
+    """plan --offload-activations 100 on 4 layers recommended a command run refuses."""
+    code, _, err = run(["plan", "--model", "llama3-8b", "--num-layers", "4", "--gpu", "h100-sxm", "--gpus", "2",
+                        "--global-batch", "2", "-q", "--offload-activations", "100"])
+    assert code == 2 and err.count("\n") == 1 and "the model has 4 transformer layers" in err, err

@@ -197,9 +197,9 @@ def _offload_pin(args: argparse.Namespace, trace) -> str | None:
     text = getattr(args, "offload_activations", None)
     if text is None:
         return None
-    from ..graph.offload import OffloadSpec, host_link_rate
+    from ..graph.offload import OffloadSpec, check_layer_count, host_link_rate
 
-    OffloadSpec.parse(text)
+    check_layer_count(OffloadSpec.parse(text), str(text).strip(), trace)  # as run refuses it
     host_link_rate(trace)
     return str(text).strip()
 
