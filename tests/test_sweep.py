@@ -579,3 +579,23 @@ def test_recompute_details_follow_a_swept_granularity() -> None:
         [("none", None, None), ("selective", None, "mlp"), ("full", 2, None)]
     grid = build_grid(FlagTable.from_cli(), cli_entries=[("pp", ["2"]), ("recompute-num-layers", ["1", "2"])])
     assert [dict(p.config)["recompute_num_layers"] for p in grid.points()] == [1, 2]
+
+
+def test_a_layout_of_virtual_stages_runs_in_a_sweep_and_a_config_file_as_in_run(tmp_path: Path,
+                                                                                 capsys: pytest.CaptureFixture[str]) -> None:
+    """`run --pp 2 --pipeline-model-parallel-layout 'Et|t|t|tL'` is interleaved over V = 2, as
+    Megatron derives it; a sweep's point and a --config file were refused (the schedule missing)."""
+    card = ["--model", "llama3-8b", "--num-layers", "4", "--seq-len", "1024", "--gpu", "h100-sxm", "--global-batch", "4"]
+    layout = "Et|t|t|tL"
+    assert main(["run", *card, "--pp", "2", "--pipeline-model-parallel-layout", layout, "-q"]) == 0
+    expected = float(capsys.readouterr().out)
+    out = tmp_path / "l.csv"
+    assert main(["sweep", *card, "--pp", "2", "--pipeline-model-parallel-layout", layout, "-j", "1", "-q",
+                 "--out", str(out)]) == 0
+    (row,) = _read_csv(out)
+    assert row["status"] == "ok" and float(row["makespan_ms"]) == pytest.approx(expected, abs=1e-4)
+    config = tmp_path / "c.yaml"
+    config.write_text(f'pp: 2\npipeline-model-parallel-layout: "{layout}"\n')
+    capsys.readouterr()
+    assert main(["run", *card, "--config", str(config), "-q"]) == 0
+    assert float(capsys.readouterr().out) == expected

@@ -74,6 +74,33 @@ def apply_run_defaults(args: argparse.Namespace) -> None:
     default_micro_batch(args)
     default_node_fabric(args)
     default_recompute(args)
+    default_layout_schedule(args)
+
+
+def default_layout_schedule(args: argparse.Namespace) -> None:
+    """``--pipeline-model-parallel-layout`` of pp × V stages, V > 1, without a schedule: the
+    interleaved schedule over V virtual stages, as Megatron derives it (the command line's
+    translation does this too; a sweep's points and a --config file come here)."""
+    from ..graph.pipeline.layer_layout import parse_layout
+
+    layout, pp = getattr(args, "pipeline_model_parallel_layout", None), getattr(args, "pp", None)
+    if layout is None or pp is None or pp < 1 or getattr(args, "schedule", "auto") not in ("auto", "interleaved"):
+        return
+    if getattr(args, "virtual_stages", 1) not in (1, None):
+        return
+    try:
+        stages = len(parse_layout(layout))
+    except ConfigError:
+        return  # the layout's own check names it
+    if stages % pp or stages // pp < 2:
+        return
+    why = f"--pipeline-model-parallel-layout's {stages} stages over --pp {pp}"
+    if args.schedule != "interleaved":
+        _record(args, AppliedDefault("--schedule", "interleaved", why, "schedule", args.schedule))
+        args.schedule = "interleaved"
+    _record(args, AppliedDefault("--virtual-stages", str(stages // pp), why, "virtual_stages",
+                                 getattr(args, "virtual_stages", 1)))
+    args.virtual_stages = stages // pp
 
 
 def default_recompute(args: argparse.Namespace) -> None:
@@ -184,5 +211,6 @@ def resolve_schedule(args: argparse.Namespace, micro_batches: int) -> str:
     return "1f1b"
 
 
-__all__ = ["APPLIED", "AppliedDefault", "apply_run_defaults", "applied_defaults", "default_micro_batch",
-           "default_node_fabric", "default_recompute", "derive_data_parallel", "resolve_schedule"]
+__all__ = ["APPLIED", "AppliedDefault", "apply_run_defaults", "applied_defaults", "default_layout_schedule",
+           "default_micro_batch", "default_node_fabric", "default_recompute", "derive_data_parallel",
+           "resolve_schedule"]
