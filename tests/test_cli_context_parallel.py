@@ -130,3 +130,11 @@ def test_zero_over_the_context_ranks_is_not_noted_as_unused() -> None:
     assert code == 0 and "not used" not in err and sharded != plain
     code, _, err = run("run", *CARD, "--gpus", "4", "--tp", "4", "--global-batch", "2", "-q", "--zero", "1")
     assert code == 0 and "--zero 1 not used" in err  # nothing to shard: still noted
+
+
+def test_an_exchange_without_context_parallelism_is_noted_unused() -> None:
+    base = [*CARD, "--gpus", "2", "--dp", "2", "--global-batch", "2", "-q"]
+    code, plain, _ = run("run", *base)
+    assert code == 0
+    code, out, err = run("run", *base, "--cp-comm-type", "a2a")
+    assert code == 0 and out == plain and "--cp-comm-type a2a not used" in err

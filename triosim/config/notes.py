@@ -135,6 +135,8 @@ def _hybrid_unused(args: argparse.Namespace) -> list[tuple[str, list[str]]]:
     if (getattr(args, "dp", None) or 1) * (getattr(args, "cp", None) or 1) == 1 \
             and ZERO_ALIASES.get(zero.lower(), 0) > 0:
         out.append(("ZeRO shards over the data-parallel group, and --dp is 1", [f"--zero {zero}"]))
+    if (getattr(args, "cp", None) or 1) == 1 and str(getattr(args, "cp_comm_type", "p2p")) != "p2p":
+        out.append(("the exchange is context parallelism's, and --cp is 1", [f"--cp-comm-type {args.cp_comm_type}"]))
     if (getattr(args, "tp", None) or 1) == 1 and getattr(args, "sequence_parallel", False):
         # --tp-comm-overlap overlaps sequence parallelism's collectives: none at tp 1 either
         flags = ["--sequence-parallel", *(["--tp-comm-overlap"] if getattr(args, "tp_comm_overlap", False) else [])]
