@@ -118,3 +118,23 @@ def test_plan_refuses_cp_without_fused_attention_in_one_line() -> None:
     code, _, err = run("plan", "--model", "gpt-neo-1.3b", "--num-layers", "2", "--gpu", "h100-sxm", "--seq-len", "512",
                        "--gpus", "8", "--global-batch", "8", "--cp", "2")
     assert code == 2 and err.count("\n") == 1 and "--cp 2 needs fused attention ops" in err, err
+
+
+def test_zero_over_the_context_ranks_is_not_noted_as_unused() -> None:
+    """ZeRO shards over dp × cp: at --dp 1 --cp 4 it changes the step, and the note said
+    '--zero 1 not used'."""
+    base = [*CARD, "--gpus", "4", "--cp", "4", "--global-batch", "2", "-q"]
+    code, plain, _ = run("run", *base)
+    assert code == 0
+    code, sharded, err = run("run", *base, "--zero", "1")
+    assert code == 0 and "not used" not in err and sharded != plain
+    code, _, err = run("run", *CARD, "--gpus", "4", "--tp", "4", "--global-batch", "2", "-q", "--zero", "1")
+    assert code == 0 and "--zero 1 not used" in err  # nothing to shard: still noted
+
+
+def test_an_exchange_without_context_parallelism_is_noted_unused() -> None:
+    base = [*CARD, "--gpus", "2", "--dp", "2", "--global-batch", "2", "-q"]
+    code, plain, _ = run("run", *base)
+    assert code == 0
+    code, out, err = run("run", *base, "--cp-comm-type", "a2a")
+    assert code == 0 and out == plain and "--cp-comm-type a2a not used" in err

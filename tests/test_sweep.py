@@ -553,3 +553,49 @@ def test_progress_lines_count_invalid_points_as_invalid(tiny: Path, monkeypatch:
     assert "1 ok, 1 invalid, 0 failed" in captured.out
     lines = [ln for ln in captured.err.splitlines() if " simulated, " in ln]
     assert lines and lines[-1].startswith("sweep: 2/2 simulated, 1 invalid, "), lines
+
+
+def test_gpus_with_degrees_derives_dp_as_run_does(tiny: Path, tmp_path: Path) -> None:
+    """`run -GPUnumber 4 --tp 2` is dp 2 (Megatron derives it); the sweep's speed-ups counted the
+    GPUs without that and refused every such sweep after simulating it."""
+    out = tmp_path / "g.csv"
+    assert _sweep(tiny, "--gpus", "4", "--tp", "1,2", "-j", "1", "--out", str(out)) == 0
+    rows = {r["tp"]: r for r in _read_csv(out)}
+    assert [rows[t]["status"] for t in ("1", "2")] == ["ok", "ok"]
+    assert rows["1"]["speedup_vs"] in ("dp4 × tp1, 4 GPUs", "dp2 × tp2, 4 GPUs")
+    for tp, dp in (("1", 4), ("2", 2)):  # dp replicas of batch 8 each
+        assert float(rows[tp]["samples_per_s"]) == pytest.approx(8 * dp / (float(rows[tp]["makespan_ms"]) / 1e3),
+                                                                 rel=1e-6)
+
+
+def test_recompute_details_follow_a_swept_granularity() -> None:
+    """`--recompute none,full --recompute-num-layers 2`: the none point recomputes nothing (the
+    layer count belongs to full); given alone, the count still implies full recomputation."""
+    grid = build_grid(FlagTable.from_cli(), cli_entries=[("pp", ["2"]), ("recompute", ["none", "selective", "full"]),
+                                                         ("recompute-num-layers", ["2"]),
+                                                         ("recompute-modules", ["mlp"])])
+    configs = [dict(p.config) for p in grid.points()]
+    assert [(c["recompute"], c["recompute_num_layers"], c["recompute_modules"]) for c in configs] == \
+        [("none", None, None), ("selective", None, "mlp"), ("full", 2, None)]
+    grid = build_grid(FlagTable.from_cli(), cli_entries=[("pp", ["2"]), ("recompute-num-layers", ["1", "2"])])
+    assert [dict(p.config)["recompute_num_layers"] for p in grid.points()] == [1, 2]
+
+
+def test_a_layout_of_virtual_stages_runs_in_a_sweep_and_a_config_file_as_in_run(tmp_path: Path,
+                                                                                 capsys: pytest.CaptureFixture[str]) -> None:
+    """`run --pp 2 --pipeline-model-parallel-layout 'Et|t|t|tL'` is interleaved over V = 2, as
+    Megatron derives it; a sweep's point and a --config file were refused (the schedule missing)."""
+    card = ["--model", "llama3-8b", "--num-layers", "4", "--seq-len", "1024", "--gpu", "h100-sxm", "--global-batch", "4"]
+    layout = "Et|t|t|tL"
+    assert main(["run", *card, "--pp", "2", "--pipeline-model-parallel-layout", layout, "-q"]) == 0
+    expected = float(capsys.readouterr().out)
+    out = tmp_path / "l.csv"
+    assert main(["sweep", *card, "--pp", "2", "--pipeline-model-parallel-layout", layout, "-j", "1", "-q",
+                 "--out", str(out)]) == 0
+    (row,) = _read_csv(out)
+    assert row["status"] == "ok" and float(row["makespan_ms"]) == pytest.approx(expected, abs=1e-4)
+    config = tmp_path / "c.yaml"
+    config.write_text(f'pp: 2\npipeline-model-parallel-layout: "{layout}"\n')
+    capsys.readouterr()
+    assert main(["run", *card, "--config", str(config), "-q"]) == 0
+    assert float(capsys.readouterr().out) == expected

@@ -5,6 +5,7 @@ line, and the architecture arguments make the card Megatron would build."""
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -58,7 +59,9 @@ def cache(tmp_path: Path, monkeypatch) -> None:
     (["--overlap-p2p-comm"], []),
     (["--overlap-p2p-comm", "--virtual-pipeline-model-parallel-size", "2"],
      ["--schedule", "interleaved", "--virtual-stages", "2", "--pipeline-send", "overlapped"]),
-    (["--cpu-offloading", "--cpu-offloading-num-layers", "1"], ["--offload-activations", "1"]),
+    # Megatron-Core refuses CPU offloading with pipeline parallelism: one stage here
+    (["--cpu-offloading", "--cpu-offloading-num-layers", "1", "--pipeline-model-parallel-size", "1"],
+     ["--offload-activations", "1", "--pp", "1"]),
     (["--overlap-p2p-communication"], []),
     (["--no-overlap-p2p-communication"], ["--pipeline-send", "blocking"]),
     (["--no-scatter-gather-tensors-in-pipeline"], []),
@@ -246,3 +249,32 @@ def test_a_pasted_line_without_parallel_sizes_is_megatrons_data_parallel_run() -
     assert out == json_bytes([*common, "--megatron-args", line + " --tensor-model-parallel-size 1"])
     assert json.loads(out)["parallel"]["dp"] == 2
     assert "--tp" not in translate_argv(["plan", "--megatron-args", line]).argv  # plan searches the sizes
+
+
+@pytest.mark.parametrize("line, needle", [
+    # Megatron-Core's TransformerConfig: "no support for Pipeline parallelism with CPU offloading"
+    ("--cpu-offloading --cpu-offloading-num-layers 1 --pipeline-model-parallel-size 2",
+     "--cpu-offloading with --pp 2 (--pipeline-model-parallel-size): Megatron-Core refuses"),
+    ("--cpu-offloading --pipeline-model-parallel-size 2", "Megatron-Core refuses CPU offloading with pipeline"),
+    # a per-layer list of exchanges: one type for all layers is what triosim runs
+    ("--context-parallel-size 2 --cp-comm-type p2p a2a", "one exchange per layer is not modelled"),
+])
+def test_pasted_offload_and_cp_lines_megatron_refuses(line: str, needle: str) -> None:
+    with pytest.raises(ConfigError, match=re.escape(needle)):
+        translate_argv(["run", "--megatron-args", line])
+
+
+def test_offload_count_without_the_switch_offloads_nothing() -> None:
+    """Megatron-Core reads cpu_offloading_num_layers only with --cpu-offloading on (it offloaded)."""
+    for line in ("--cpu-offloading-num-layers 2", "--cpu-offloading", "--cpu-offloading --cpu-offloading-num-layers 0"):
+        result = translate_argv(["run", "--megatron-args", line])
+        assert "--offload-activations" not in result.argv and result.no_effect, line
+    result = translate_argv(["run", "--megatron-args", "--cpu-offloading --cpu-offloading-num-layers 2"])
+    i = result.argv.index("--offload-activations")
+    assert result.argv[i + 1] == "2" and not result.no_effect
+
+
+def test_a_per_layer_cp_comm_type_list_of_one_type_is_that_type() -> None:
+    result = translate_argv(["run", "--megatron-args", "--context-parallel-size 2 --cp-comm-type a2a a2a a2a"])
+    i = result.argv.index("--cp-comm-type")
+    assert result.argv[i + 1] == "a2a" and result.argv.count("a2a") == 1

@@ -428,3 +428,37 @@ def test_deepseeks_dense_layers_and_mtp_sit_on_the_first_and_last_stage():
     # the MTP module's embedding lookup and concatenation come after the last repeated layer
     after = {trace.ops[i].name for i in forward if i > layers[-1][-1]}
     assert {"aten::embedding", "aten::cat"} <= after
+
+
+@pytest.mark.parametrize("layout", ["Et*999999999999|t*4L", "E(t|)*99999999t*4L"])
+def test_a_huge_repeat_is_one_line_not_a_memory_error(layout):
+    """Unrolled, 't*10^12' took all memory (MemoryError traceback); it is refused before."""
+    with pytest.raises(ConfigError, match="unrolls to more than the limit of 10,000 layers"):
+        ll.parse_layout(layout)
+    assert len(ll.parse_layout("E(tt|)*4999tL")) == 5000  # the limit still takes real layouts
+
+
+ONE_STAGE = ["run", "--model", "llama3-8b", "--num-layers", "8", "--seq-len", "1024", "--gpu", "h100", "-q"]
+
+
+@pytest.mark.parametrize("flags, needle", [
+    # a "not used" note came first, then the error refusing the same flag
+    (["--pp", "1", "--decoder-last-pipeline-num-layers", "3"], "need --pp 2 or more"),
+    (["--dp", "2", "--decoder-first-pipeline-num-layers", "3"], "need --pp 2 or more"),
+    # and the error named --schedule interleaved, which nobody typed
+    (["--pp", "1", "--pipeline-model-parallel-layout", "Et*4|t*4L"], "--pipeline-model-parallel-layout 'Et*4|t*4L' "
+                                                                      "lays out 2 stages, but there is one"),
+])
+def test_layer_cuts_refused_on_one_stage_in_one_line(flags, needle):
+    code, out, err = run([*ONE_STAGE, "--global-batch", "2", *flags])
+    assert code == 2 and out == "" and err.count("\n") == 1 and needle in err, err
+
+
+def test_a_layout_on_case_4_takes_its_stages_from_the_gpus():
+    """-case 4 -GPUnumber 2 is two stages: the layout was read as one stage's, V = 2."""
+    code, out, err = run([*ONE_STAGE, "--case", "4", "--gpus", "2", "--batch-size-sim", "2", "--micro-batch-size", "1",
+                          "--pipeline-model-parallel-layout", "Et*4|t*4L"])
+    assert code == 0, err
+    code, even, _ = run([*ONE_STAGE, "--case", "4", "--gpus", "2", "--batch-size-sim", "2", "--micro-batch-size", "1",
+                         "--partition", "layers"])
+    assert code == 0 and out == even  # 4 + 4 layers: the even cut

@@ -123,6 +123,9 @@ def test_host_memory_holds_the_micro_batches_in_flight() -> None:
     (["--offload-activations", "0"], "--offload-activations must be a number of layers"),
     (["--offload-activations", "two"], "--offload-activations must be a number of layers"),
     (["--offload-activations", "1", "--recompute", "full"], "Megatron-Core does not offload activations while"),
+    # as many layers as the model has, or more, ran silently as fewer (Megatron-Core refuses them)
+    (["--offload-activations", "4"], "the model has 4 transformer layers, and Megatron-Core offloads fewer"),
+    (["--offload-activations", "100"], "give at most 3"),
 ])
 def test_refusals(flags, message) -> None:
     code, _, err = run(["run", "--model", "llama3-8b", "--num-layers", "4", "--gpu", "h100-sxm", "--pp", "2", *flags])
@@ -139,3 +142,10 @@ def test_spec_parse() -> None:
     assert OffloadSpec.parse("0.25") == OffloadSpec(fraction=0.25)
     with pytest.raises(ConfigError):
         OffloadSpec.parse("1.5")
+
+
+def test_plan_refuses_the_pin_run_refuses() -> None:
+    """plan --offload-activations 100 on 4 layers recommended a command run refuses."""
+    code, _, err = run(["plan", "--model", "llama3-8b", "--num-layers", "4", "--gpu", "h100-sxm", "--gpus", "2",
+                        "--global-batch", "2", "-q", "--offload-activations", "100"])
+    assert code == 2 and err.count("\n") == 1 and "the model has 4 transformer layers" in err, err

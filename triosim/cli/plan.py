@@ -169,7 +169,8 @@ def _check_flags(args: argparse.Namespace) -> None:
 
 def _recompute_pin(args: argparse.Namespace) -> tuple[str, str, int, tuple[str, ...]] | None:
     """The recomputation setting the flags pin, as (granularity, method, layers, modules): full
-    with ``--recompute-num-layers`` (and ``--recompute-method``, uniform by default as for run),
+    with ``--recompute-num-layers`` (and ``--recompute-method``, block by default as for run:
+    the first N layers of each model chunk),
     selective with ``--recompute-modules``; None when they leave it to the search."""
     from ..config.parallel_flags import recompute_options
     from ..graph.recompute_spec import RecomputeSpec
@@ -183,7 +184,7 @@ def _recompute_pin(args: argparse.Namespace) -> tuple[str, str, int, tuple[str, 
         raise ConfigError("--recompute-method pins a setting only with --recompute-num-layers N (plan searches block "
                           "recomputation's layer count itself): give both, or leave --recompute-method out")
     if "recompute_num_layers" in opts:
-        spec = RecomputeSpec("full", opts.get("recompute_method", "uniform"), opts["recompute_num_layers"])
+        spec = RecomputeSpec("full", opts.get("recompute_method", "block"), opts["recompute_num_layers"])
     elif "recompute_modules" in opts:
         spec = RecomputeSpec("selective", modules=opts["recompute_modules"])
     else:
@@ -196,9 +197,9 @@ def _offload_pin(args: argparse.Namespace, trace) -> str | None:
     text = getattr(args, "offload_activations", None)
     if text is None:
         return None
-    from ..graph.offload import OffloadSpec, host_link_rate
+    from ..graph.offload import OffloadSpec, check_layer_count, host_link_rate
 
-    OffloadSpec.parse(text)
+    check_layer_count(OffloadSpec.parse(text), str(text).strip(), trace)  # as run refuses it
     host_link_rate(trace)
     return str(text).strip()
 
@@ -242,6 +243,16 @@ def _card_layers(trace) -> dict:
 
     leading, mtp = card_layer_extras(trace)
     return {"leading_layers": leading, "mtp_layers": mtp}
+
+
+def _sliding_window_card(ns: argparse.Namespace) -> bool:
+    """Whether the run's model card has sliding-window attention layers among its layers."""
+    from ..config.model_flags import load_card, model_depth, model_given, sliding_window_layers
+
+    if not model_given(ns):
+        return False
+    card = load_card(ns)
+    return sliding_window_layers(card, model_depth(ns, card))
 
 
 def _check_context(cp: int | None, sequence: int | None) -> None:
@@ -393,6 +404,13 @@ def plan_inputs(args: argparse.Namespace) -> PlanInputs:
     node = platform.node_of.count(0) if platform.node_of else args.gpus_per_node
     pinned = tuple((a, getattr(args, a)) for a in PINNABLE if getattr(args, a, None) is not None)
     sequence = attention_sequence(raw)
+    if sequence is not None and _sliding_window_card(ns):
+        # Transformer Engine's ring attention refuses sliding windows, and plan times only the ring
+        if (getattr(args, "cp", None) or 1) > 1:
+            raise ConfigError(f"--cp {args.cp}: the model's sliding-window attention layers do not run as ring "
+                              "attention, the context parallelism plan searches (time --cp-comm-type a2a or "
+                              "allgather with run, or sweep it)")
+        sequence = None  # no context parallelism to search
     _check_context(getattr(args, "cp", None), sequence)
     experts = _routed_experts(args, raw)
     pinned += tuple((a, getattr(args, a)) for a in EXPERT_PINS if getattr(args, a, None) is not None)

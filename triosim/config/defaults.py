@@ -79,6 +79,7 @@ def apply_run_defaults(args: argparse.Namespace) -> None:
     default_node_fabric(args)
     default_recompute(args)
     default_grad_reduce(args)
+    default_layout_schedule(args)
 
 
 def default_grad_reduce(args: argparse.Namespace) -> None:
@@ -93,6 +94,32 @@ def default_grad_reduce(args: argparse.Namespace) -> None:
                                  "grad_reduce_dtype", given))
 
 
+def default_layout_schedule(args: argparse.Namespace) -> None:
+    """``--pipeline-model-parallel-layout`` of pp × V stages, V > 1, without a schedule: the
+    interleaved schedule over V virtual stages, as Megatron derives it (the command line's
+    translation does this too; a sweep's points and a --config file come here)."""
+    from ..graph.pipeline.layer_layout import parse_layout
+
+    layout, pp = getattr(args, "pipeline_model_parallel_layout", None), getattr(args, "pp", None)
+    if layout is None or pp is None or pp < 1 or getattr(args, "schedule", "auto") not in ("auto", "interleaved"):
+        return
+    if getattr(args, "virtual_stages", 1) not in (1, None):
+        return
+    try:
+        stages = len(parse_layout(layout))
+    except ConfigError:
+        return  # the layout's own check names it
+    if stages % pp or stages // pp < 2:
+        return
+    why = f"--pipeline-model-parallel-layout's {stages} stages over --pp {pp}"
+    if args.schedule != "interleaved":
+        _record(args, AppliedDefault("--schedule", "interleaved", why, "schedule", args.schedule))
+        args.schedule = "interleaved"
+    _record(args, AppliedDefault("--virtual-stages", str(stages // pp), why, "virtual_stages",
+                                 getattr(args, "virtual_stages", 1)))
+    args.virtual_stages = stages // pp
+
+
 def default_recompute(args: argparse.Namespace) -> None:
     """Recomputation's detail flags without ``--recompute``: the granularity they belong to
     (``--recompute-method``/``--recompute-num-layers`` full, ``--recompute-modules`` selective);
@@ -100,6 +127,14 @@ def default_recompute(args: argparse.Namespace) -> None:
     (the setting that recomputes only some layers)."""
     method, layers = getattr(args, "recompute_method", None), getattr(args, "recompute_num_layers", None)
     modules = getattr(args, "recompute_modules", None)
+    if getattr(args, "recompute", "none") == "none" and typed(args, "recompute"):
+        # a typed --recompute none says no recomputation: the details contradict it (left
+        # untyped, they imply their granularity below)
+        for flag, value in (("--recompute-method", method), ("--recompute-num-layers", layers),
+                            ("--recompute-modules", modules)):
+            if value is not None:
+                raise ConfigError(f"{flag} with --recompute none: leave out --recompute none (the detail implies "
+                                  "its granularity) or the detail")
     if getattr(args, "recompute", "none") == "none":
         if method is not None or layers is not None:
             args.recompute = "full"
@@ -194,5 +229,5 @@ def resolve_schedule(args: argparse.Namespace, micro_batches: int) -> str:
 
 
 __all__ = ["APPLIED", "AppliedDefault", "apply_run_defaults", "applied_defaults", "default_grad_reduce",
-           "default_micro_batch",
-           "default_node_fabric", "default_recompute", "derive_data_parallel", "resolve_schedule"]
+           "default_layout_schedule", "default_micro_batch", "default_node_fabric", "default_recompute",
+           "derive_data_parallel", "resolve_schedule"]

@@ -282,6 +282,9 @@ def translate_argv(argv: Sequence[str]) -> Translation:
 
 def _translate_megatron_tokens(tokens: list[str], out: list[str], result: Translation, card, recompute: dict,
                                strict: bool) -> None:
+    from .megatron_line_rules import finish_cpu_offloading, one_cp_comm_type
+
+    tokens, start = one_cp_comm_type(tokens, f"{MEGATRON_ARGS}: "), len(out)
     reader = _Reader(tokens, f"{MEGATRON_ARGS}: ")
     while reader.more():
         tok = reader.take()
@@ -294,6 +297,7 @@ def _translate_megatron_tokens(tokens: list[str], out: list[str], result: Transl
                               "line, or give the native flag after it")
     bf16_main_grads([_split_eq(tok)[0] for tok in tokens], tokens, out, f"{MEGATRON_ARGS}: ")
     _moe_defaults(tokens, out)
+    finish_cpu_offloading(tokens, out, start, result.no_effect)
 
 
 def _moe_defaults(tokens: list[str], out: list[str]) -> None:
@@ -405,7 +409,10 @@ def _finish_recompute(recompute: dict[str, str], out: list[str], result: Transla
         out.extend(["--recompute", granularity])
     governed = granularity is not None or _flag_value(out, "--recompute") is not None
     for name, value in recompute.items():
-        if governed:
+        # Megatron-Core reads the modules under selective granularity only (its default list,
+        # core_attn, is there under full too): with full they change nothing
+        ignored = name == "--recompute-modules" and (granularity or _flag_value(out, "--recompute")) == "full"
+        if governed and not ignored:
             out.extend([name, value])
         else:
             result.no_effect.append(name)
@@ -460,8 +467,13 @@ def _finish_layout(out: list[str]) -> None:
         return
     if _flag_value(out, "--schedule") not in (None, "auto", "interleaved"):
         return
+    if _flag_value(out, "--pp") is None and _flag_value(out, "--case") is not None:
+        return  # -case 4's stages are its GPUs: the layout is checked against them
     pp = _positive_int("--pipeline-model-parallel-size", _flag_value(out, "--pp") or "1", "")
     stages = len(parse_layout(layout))
+    if pp == 1 and stages > 1:  # it would ask for the interleaved schedule on one stage
+        raise ConfigError(f"--pipeline-model-parallel-layout {layout!r} lays out {stages} stages, but there is one "
+                          "pipeline stage: give --pp (and virtual stages: the layout's stages are pp × V)")
     if stages % pp == 0 and stages // pp > 1:
         out.extend(["--virtual-stages", str(stages // pp), "--megatron-interleaved"])
 

@@ -20,6 +20,7 @@ from __future__ import annotations
 import argparse
 import hashlib
 import json
+import math
 import os
 import re
 import shutil
@@ -128,6 +129,36 @@ def check_card_moe_flags(args: argparse.Namespace, card: ModelCard) -> None:
                           f"has {card.mtp_layers}: give --mtp-layers 0 or 1")
 
 
+def check_card_sequence_split(args: argparse.Namespace, card: ModelCard) -> None:
+    """Sequence parallelism splits each context rank's tokens over the tensor-parallel ranks, as
+    Megatron-Core's ``scatter_to_sequence_parallel_region`` does: it asserts that they divide."""
+    tp, cp = getattr(args, "tp", None) or 1, getattr(args, "cp", None) or 1
+    if not getattr(args, "sequence_parallel", False) or tp <= 1 or card.seq_len % cp:
+        return  # nothing split (tp 1), or the context-parallel check names the sequence
+    tokens = card.seq_len // cp
+    if tokens % tp:
+        held = f"each of the --cp {cp} context ranks' {tokens:,}" if cp > 1 else f"the sequence's {tokens:,}"
+        raise ConfigError(f"--sequence-parallel splits {held} tokens over --tp {tp}: not a multiple (Megatron-Core "
+                          f"requires it; use a --seq-len that is a multiple of {math.lcm(tp * cp, 2 * cp if cp > 1 else 1)})")
+
+
+def sliding_window_layers(card: ModelCard, depth: int) -> bool:
+    """Whether any of the run's ``depth`` layers attends through a sliding window."""
+    window = card.sliding_window
+    return window is not None and any(window.is_sliding(layer) for layer in range(depth))
+
+
+def check_card_ring_attention(args: argparse.Namespace, card: ModelCard, depth: int) -> None:
+    """Transformer Engine's ring attention (``--cp-comm-type p2p``) refuses sliding-window
+    attention ("The context parallel running configs cannot support sliding window attention"):
+    only the all-to-all and all-gather exchanges run it."""
+    if (getattr(args, "cp", None) or 1) > 1 and str(getattr(args, "cp_comm_type", "p2p")) == "p2p" \
+            and sliding_window_layers(card, depth):
+        raise ConfigError(f"--cp {args.cp} with --cp-comm-type p2p: {card.name}'s sliding-window attention layers "
+                          "do not run as ring attention (Transformer Engine refuses them): use --cp-comm-type a2a "
+                          "or allgather")
+
+
 def model_batch(args: argparse.Namespace) -> int:
     """Sequences per op in the built trace: the micro-batch, else the simulated batch, else 1."""
     for dest in ("micro_batch_size", "batch_size_sim"):
@@ -233,9 +264,11 @@ def model_trace(args: argparse.Namespace, dtype: str) -> ModelTrace:
     """The trace of a card run (built and cached on first use); ``dtype`` is the run's --dtype."""
     card = load_card(args)
     check_card_moe_flags(args, card)
+    check_card_sequence_split(args, card)
     depth = model_depth(args, card)
     if depth < 1:
         raise ConfigError(f"--num-layers must be a positive integer, got {depth}")
+    check_card_ring_attention(args, card, depth)
     # layers of several kinds (dense and MoE, sliding and full attention) are each written:
     # repeating needs every layer alike
     traced = min(depth, TRACED_LAYERS) if card.uniform_layers else depth
@@ -244,4 +277,5 @@ def model_trace(args: argparse.Namespace, dtype: str) -> ModelTrace:
 
 
 __all__ = ["MODEL_FLAG_DEFAULTS", "ModelTrace", "add_model_flags", "cache_root", "cached_card_trace", "card_flag",
-           "card_trace_error", "check_card_moe_flags", "check_model_flags", "load_card", "model_batch", "model_given", "model_trace"]
+           "card_trace_error", "check_card_moe_flags", "check_card_ring_attention", "check_card_sequence_split",
+           "check_model_flags", "load_card", "model_batch", "model_given", "model_trace", "sliding_window_layers"]

@@ -106,7 +106,22 @@ def _layout_given(args: argparse.Namespace) -> list[str]:
     from ..graph.pipeline.layer_layout import LayerSplit
 
     split = LayerSplit.of(args)
-    return [split.flags()] if split.given else []
+    if not split.given:
+        return []
+    uneven = split.first_stage_layers is not None or split.last_stage_layers is not None
+    if uneven or (split.layout is not None and _layout_stages(split.layout) > 1):
+        return []  # refused on one stage (no first and last stage, no stages to lay out): the error says so
+    return [split.flags()]
+
+
+def _layout_stages(layout: str) -> int:
+    from ..errors import ConfigError
+    from ..graph.pipeline.layer_layout import parse_layout
+
+    try:
+        return len(parse_layout(layout))
+    except ConfigError:
+        return 0  # the layout's own error names it
 
 
 def _hybrid_unused(args: argparse.Namespace) -> list[tuple[str, list[str]]]:
@@ -121,6 +136,8 @@ def _hybrid_unused(args: argparse.Namespace) -> list[tuple[str, list[str]]]:
     if data == 1 and ZERO_ALIASES.get(zero.lower(), 0) > 0:
         out.append(("ZeRO shards over the data-parallel and context-parallel ranks, and --dp and --cp are 1",
                     [f"--zero {zero}"]))
+    if (getattr(args, "cp", None) or 1) == 1 and str(getattr(args, "cp_comm_type", "p2p")) != "p2p":
+        out.append(("the exchange is context parallelism's, and --cp is 1", [f"--cp-comm-type {args.cp_comm_type}"]))
     if (getattr(args, "tp", None) or 1) == 1 and getattr(args, "sequence_parallel", False):
         # --tp-comm-overlap overlaps sequence parallelism's collectives: none at tp 1 either
         flags = ["--sequence-parallel", *(["--tp-comm-overlap"] if getattr(args, "tp_comm_overlap", False) else [])]

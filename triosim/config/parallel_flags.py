@@ -40,11 +40,11 @@ def add_parallel_flags(g: argparse._ArgumentGroup) -> None:
                         "a2a+p2p is not modelled")
     add_expert_flags(g)
     g.add_argument("--zero", default="0", help="ZeRO stage over the DP group: 0, 1, 2, 3 or fsdp (= 3); "
-                   "nothing to shard with --dp 1")
+                   "nothing to shard with --dp 1 and --cp 1")
     g.add_argument("--sequence-parallel", action="store_true",
                    help="megatron TP: split the replicated ops too (reduce-scatter + all-gather per block); "
                         "nothing to split with --tp 1")
-    g.add_argument("--recompute", default="none", choices=RECOMPUTE_MODES,
+    g.add_argument("--recompute", default="none", choices=RECOMPUTE_MODES, action=StoreTyped,
                    help="activation recomputation (hybrid runs): none, selective (re-run the attention core "
                         "before its backward) or full (re-run each layer's forward, keep only layer inputs)")
     g.add_argument("--recompute-method", default=None, choices=METHODS,
@@ -205,9 +205,27 @@ def _imbalance(value) -> float:
     return x
 
 
+def _check_granularity(args: argparse.Namespace) -> None:
+    granularity = str(args.recompute)
+    if granularity != "full" and (getattr(args, "recompute_method", None) is not None
+                                  or getattr(args, "recompute_num_layers", None) is not None):
+        raise ConfigError(f"--recompute-method/--recompute-num-layers need --recompute full (Megatron's "
+                          f"--recompute-granularity full), not --recompute {granularity}")
+    if granularity != "selective" and getattr(args, "recompute_modules", None) is not None:
+        raise ConfigError(f"--recompute-modules needs --recompute selective (Megatron's --recompute-granularity "
+                          f"selective), not --recompute {granularity}")
+
+
 def recompute_options(args: argparse.Namespace) -> dict:
-    """Strategy keyword arguments of recomputation's detail flags (checked by the strategy)."""
+    """Strategy keyword arguments of recomputation's detail flags (checked by the strategy).
+
+    A detail given with another granularity is refused here, where a given flag is told from its
+    default: ``--recompute selective --recompute-num-layers 1`` or ``--recompute-method uniform``
+    hold the strategy's default values, and Megatron-Core refuses both (``recompute_num_layers must
+    be None`` and ``recompute method is not yet supported`` under selective)."""
     out: dict = {}
+    if hasattr(args, "recompute"):  # plan's pins come without a granularity
+        _check_granularity(args)
     if getattr(args, "recompute_method", None) is not None:
         out["recompute_method"] = args.recompute_method
     layers = getattr(args, "recompute_num_layers", None)

@@ -237,8 +237,28 @@ def offload_on_plan(trace: Trace, spec_text: str, plan):
     from .pipeline.stages import with_cuts_moved
 
     forward = [i for i, ph in enumerate(plan.phase) if ph == FORWARD]
-    off = offload(trace, OffloadSpec.parse(spec_text), frozenset(forward[s] for s in plan.starts[1:]))
+    spec, cuts = OffloadSpec.parse(spec_text), frozenset(forward[s] for s in plan.starts[1:])
+    check_layer_count(spec, spec_text, trace)
+    off = offload(trace, spec, cuts)
     return off, with_cuts_moved(off.trace, plan, off.new_index)
+
+
+def check_layer_count(spec: OffloadSpec, spec_text: str, trace: Trace) -> None:
+    """Refuse a layer count the model does not hold, as Megatron-Core does ("CPU offloading can be
+    done only for layers less than" the model's): it ran silently as each chunk's all but last.
+    (A count above one chunk's layers is each chunk's all but last, as documented; plan's pins
+    rely on that.)"""
+    if spec.layers is None:
+        return
+    try:
+        layout = find_layers(trace)
+    except TraceError:
+        return  # offload() names the trace's missing layers
+    total = sum(len(c) for c in _chunks(layout, frozenset()))
+    if spec.layers >= total:
+        raise ConfigError(f"--offload-activations {spec_text}: the model has {total} transformer layer"
+                          f"{'s' if total != 1 else ''}, and Megatron-Core offloads fewer than it has (give at most "
+                          f"{max(total - 1, 1)}, or a fraction of each model chunk's layers)")
 
 
 def carry_offload(plan, off: Offloaded):
@@ -257,5 +277,5 @@ def carry_offload(plan, off: Offloaded):
                    **({"share": tuple(share[o] for o in off.origin)} if share else {}))
 
 
-__all__ = ["OFFLOAD", "RELOAD", "HostCopy", "OffloadSpec", "Offloaded", "carry_offload", "host_link_rate", "offload",
-           "offload_on_plan"]
+__all__ = ["OFFLOAD", "RELOAD", "HostCopy", "OffloadSpec", "Offloaded", "carry_offload", "check_layer_count",
+           "host_link_rate", "offload", "offload_on_plan"]

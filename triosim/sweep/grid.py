@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import argparse
 import itertools
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -97,13 +97,14 @@ class Grid:
         defaults = self.table.defaults()
         out: list[Point] = []
         seen: set[tuple] = set()
+        swept = {a.spec.dest for a in self.axes}
         for combo in itertools.product(*(a.values for a in self.axes)):
             config = dict(defaults)
             for axis, value in zip(self.axes, combo):
                 config[axis.spec.dest] = value
             shown = [display_value(a.spec, v) for a, v in zip(self.axes, combo)]
             if not self.every_combination:
-                idle = inapplicable(config)
+                idle = inapplicable(config, swept)
                 for i, axis in enumerate(self.axes):
                     if axis.spec.dest in idle:
                         config[axis.spec.dest] = axis.spec.default
@@ -129,8 +130,21 @@ def _degree(config: Mapping[str, Any], dest: str) -> int:
     return value if isinstance(value, int) and not isinstance(value, bool) and value > 1 else 1
 
 
+def _data_parallel(c: Mapping[str, Any]) -> int:
+    """The data-parallel degree a point runs at: ``--dp``, or for degrees without it what ``run``
+    derives from ``-GPUnumber`` (N / (tp · pp · cp), as Megatron does)."""
+    if c.get("dp") is not None or not _hybrid(c):
+        return _degree(c, "dp")
+    gpus = c.get("gpus")
+    model_parallel = _degree(c, "tp") * _degree(c, "pp") * _degree(c, "cp")
+    if not isinstance(gpus, int) or isinstance(gpus, bool) or gpus % model_parallel:
+        return 1  # run refuses the point; its row says why
+    return max(1, gpus // model_parallel)
+
+
 def _multi_gpu(c: Mapping[str, Any]) -> bool:
-    return c.get("case") != 0 or any(_degree(c, d) > 1 for d in ("dp", "tp", "pp", "cp"))
+    return (c.get("case") != 0 or any(_degree(c, d) > 1 for d in ("tp", "pp", "cp"))
+            or _data_parallel(c) > 1)
 
 
 def _pipelined(c: Mapping[str, Any]) -> bool:
@@ -142,7 +156,7 @@ def _hybrid(c: Mapping[str, Any]) -> bool:
 
 
 def _has_collectives(c: Mapping[str, Any]) -> bool:
-    return c.get("case") in (1, 2, 3) or any(_degree(c, d) > 1 for d in ("dp", "tp", "cp"))
+    return c.get("case") in (1, 2, 3) or any(_degree(c, d) > 1 for d in ("tp", "cp")) or _data_parallel(c) > 1
 
 
 # Which flags matter to which configurations (flag dest -> test on the run's config). A flag not
@@ -165,7 +179,7 @@ APPLIES: dict[str, Callable[[Mapping[str, Any]], bool]] = {
     "collective_algo": _has_collectives,
     "collective_latency_us": _has_collectives,
     "collective_protocol": _has_collectives,
-    "bucket_mb": lambda c: c.get("case") == 2 or _degree(c, "dp") > 1 or _degree(c, "cp") > 1,
+    "bucket_mb": lambda c: c.get("case") == 2 or _data_parallel(c) > 1 or _degree(c, "cp") > 1,
     "cp_comm_type": lambda c: _degree(c, "cp") > 1,
     # expert parallelism is folded over the data ranks: its options apply where it splits experts
     "moe_token_dispatcher": lambda c: _degree(c, "ep") > 1,
@@ -194,9 +208,19 @@ APPLIES: dict[str, Callable[[Mapping[str, Any]], bool]] = {
 }
 
 
-def inapplicable(config: Mapping[str, Any]) -> set[str]:
-    """The flag dests that do not change the simulation of ``config``."""
-    return {dest for dest, applies in APPLIES.items() if dest in config and not applies(config)}
+# Recomputation's details alone imply their granularity (``run --recompute-num-layers 2`` is full
+# recomputation), but next to a swept ``--recompute`` they belong to its points of that granularity
+# only: ``--recompute none,full --recompute-num-layers 2`` must not recompute the ``none`` point.
+GRANULARITY_OF = {"recompute_method": "full", "recompute_num_layers": "full", "recompute_modules": "selective"}
+
+
+def inapplicable(config: Mapping[str, Any], swept: Collection[str] = ()) -> set[str]:
+    """The flag dests that do not change the simulation of ``config`` (``swept``: the dests the
+    grid gives values, so a granularity given as ``none`` is told from one left at its default)."""
+    idle = {dest for dest, applies in APPLIES.items() if dest in config and not applies(config)}
+    if "recompute" in swept:
+        idle |= {dest for dest, mode in GRANULARITY_OF.items() if dest in config and config.get("recompute") != mode}
+    return idle
 
 
 def display_value(spec: FlagSpec, value: Any) -> Any:

@@ -8,6 +8,7 @@ parallelism the batch is per GPU, so N GPUs also process N times the samples.
 
 from __future__ import annotations
 
+import argparse
 import csv
 import io
 import json
@@ -115,7 +116,7 @@ def _composition_label(point: Point) -> int | str | None:
     from ..graph.strategy import Strategy
     from ..report.result import case_of
 
-    ns = point.namespace()
+    ns = _run_namespace(point)
     if not degrees_given(ns):
         return None
     mb = getattr(ns, "micro_batch_size", None)
@@ -133,19 +134,35 @@ WORKLOAD_FLAGS = ("trace_dir", "batch_size", "batch_size_sim", "global_batch", "
 
 
 def _gpus_used(row: Row) -> int:
-    """GPUs the configuration ran on (case 0: one; a hybrid run: dp × tp × pp)."""
+    """GPUs the configuration ran on (case 0: one; a hybrid run: dp × tp × pp × cp)."""
     from ..config.parallel_flags import degrees_given, resolve_gpus
 
-    ns = row.point.namespace()
+    ns = _run_namespace(row.point)
     if not degrees_given(ns) and row.point.get("case") == 0:
         return 1
     return resolve_gpus(ns)
 
 
+def _run_namespace(point: Point) -> argparse.Namespace:
+    """The point's flags with the data-parallel size ``run`` derives (``-GPUnumber 8 --tp 2``
+    without ``--dp`` is dp 4, as Megatron derives it) and the recomputation its details imply,
+    so a row is counted and labelled as it ran."""
+    from ..config.defaults import default_recompute, derive_data_parallel
+    from ..errors import TriosimError
+
+    ns = point.namespace()
+    try:
+        derive_data_parallel(ns)
+        default_recompute(ns)
+    except TriosimError:  # the row's own check names it; nothing derived
+        pass
+    return ns
+
+
 def _baseline_label(row: Row) -> str:
     from ..config.parallel_flags import degrees_given
 
-    ns = row.point.namespace()
+    ns = _run_namespace(row.point)
     if degrees_given(ns):
         degrees = " × ".join(f"{k}{getattr(ns, k)}" for k in ("dp", "tp", "pp", "cp", "ep")
                              if getattr(ns, k, None) is not None)

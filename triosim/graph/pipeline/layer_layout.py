@@ -46,6 +46,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ...errors import ConfigError
+from ...limits import MAX_LAYERS
 
 EMBEDDING, DECODER, LOSS, MTP = "E", "t", "L", "m"
 LAYOUT_FLAG = "--pipeline-model-parallel-layout"
@@ -111,13 +112,28 @@ class LayerSplit:
                               f"{EMBEDDING_FLAG} and {LOSS_FLAG}")
 
 
+# Letters and stage marks of an unrolled layout: every layer, its stage's '|', E, L and m.
+MAX_LAYOUT_LETTERS = 2 * MAX_LAYERS + 16
+
+
 def parse_layout(text: str) -> tuple[tuple[str, ...], ...]:
     """Megatron's layout string as its stages in order, each the tuple of its layer letters
     (``PipelineParallelLayerLayout.parse_str_to_list``'s syntax)."""
     flat = str(text).replace(",", "")
+
+    def unroll(m: re.Match) -> str:
+        # a layout places each layer once: a repeat past the layer limit is a typo, and unrolled
+        # it would take the machine's memory
+        if len(m.group(1)) * int(m.group(2)) > MAX_LAYOUT_LETTERS:
+            raise ConfigError(f"{LAYOUT_FLAG} {text!r}: {m.group(0)!r} unrolls to more than the limit of "
+                              f"{MAX_LAYERS:,} layers")
+        return m.group(1) * int(m.group(2))
+
     # (…)*n first, then x*n, as Megatron unrolls them
     for pattern in (r"\(([^)]+)\)\*(\d+)", r"(.)\*(\d+)"):
-        flat = re.sub(pattern, lambda m: m.group(1) * int(m.group(2)), flat)
+        flat = re.sub(pattern, unroll, flat)
+        if len(flat) > MAX_LAYOUT_LETTERS:
+            raise ConfigError(f"{LAYOUT_FLAG} {text!r} unrolls to more than the limit of {MAX_LAYERS:,} layers")
     stages = []
     for part in flat.split("|"):
         bad = sorted(set(part) - {EMBEDDING, DECODER, LOSS, MTP})
