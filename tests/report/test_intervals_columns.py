@@ -11,10 +11,10 @@ from hypothesis import strategies as st
 from triosim.report import intervals as iv
 
 times = st.floats(0.0, 10.0, allow_nan=False).map(lambda x: round(x, 3)) | st.floats(0.0, 10.0, allow_nan=False)
-spans = st.lists(st.tuples(times, times), min_size=iv.COLUMNS_FROM, max_size=400)
+spans = st.lists(st.tuples(times, times), min_size=iv.COLUMNS_FROM, max_size=160)
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=60, deadline=None)
 @given(xs=spans)
 def test_columns_equal_loops(xs) -> None:
     assert iv.union(xs) == iv.union_by_loop(xs)
