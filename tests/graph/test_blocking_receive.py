@@ -1,7 +1,8 @@
-"""Blocking pipeline sends: a block starts only once the tensor it receives is there.
+"""Pipeline sends: a block starts only once the tensor it receives is there.
 
 Megatron's batched send/receive (``p2p_communication._communicate`` with ``wait_on_reqs=True``)
-returns the received tensor before the schedule runs the next block, so even the recomputed
+returns the received tensor before the schedule runs the next block, and with
+``overlap_p2p_comm`` the schedule waits on the receive's handles right before the step, so even the recomputed
 forward ops a backward block starts with under full recomputation (they read only the block's own
 saved input; ``backward_step`` runs them inside ``torch.autograd.backward``, after
 ``recv_backward``) wait for the gradient. Before this, the re-runs filled the wait for it, and
@@ -48,8 +49,11 @@ def _waits(**flags) -> list[tuple[str, float, float]]:
 
 
 @pytest.mark.parametrize("flags", [dict(schedule="1f1b"), dict(schedule="gpipe"),
-                                   dict(schedule="interleaved", virtual_stages=2, num_layers=8, global_batch=4)],
-                         ids=["1f1b", "gpipe", "interleaved"])
+                                   dict(schedule="interleaved", virtual_stages=2, num_layers=8, global_batch=4),
+                                   dict(schedule="interleaved", virtual_stages=2, num_layers=8, global_batch=4,
+                                        pipeline_send="overlapped"),
+                                   dict(schedule="1f1b", pipeline_send="overlapped")],
+                         ids=["1f1b", "gpipe", "interleaved", "interleaved, overlapped sends", "1f1b, overlapped sends"])
 def test_a_backward_block_with_recomputation_waits_for_its_gradient(flags) -> None:
     waits = _waits(**flags)
     assert waits

@@ -33,6 +33,8 @@ CASES = {
     "dp 2, tp 2, every GPU built": dict(dp=2, tp=2, representatives=False, exact=True),
     "scatter/gather without sp (per-call path only)": dict(pipeline_scatter_gather=True),
     "blocking, full recomputation, pp 4 (groups wait for their receives)": dict(pp=4, recompute="full"),
+    "overlapped, full recomputation, pp 4 (blocks wait for their receives)": dict(pp=4, recompute="full",
+                                                                                 pipeline_send="overlapped"),
     "scatter/gather, full recomputation (per-call path only)": dict(pipeline_scatter_gather=True, recompute="full"),
 }
 

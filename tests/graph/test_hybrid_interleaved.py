@@ -38,14 +38,22 @@ def _traces(tmp: Path):
 
 @pytest.mark.parametrize("p, v, mb", [(2, 2, 2), (2, 2, 1), (4, 2, 2)])
 def test_pp_interleaved_equals_case_4(tmp_path, p, v, mb):
-    """Original network model (the API's defaults): the same pipeline, task for task."""
+    """Original network model (the API's defaults): the same pipeline, task for task, except that
+    a hybrid block waits for what it receives before its first task, as Megatron waits for a
+    receive before the step using it, where -case 4 (the original TrioSim's) waits only at the
+    op reading it: a block that starts with other ops (the synthetic transformer's) runs them
+    later. Exactly equal where every block's first op reads its input (the GPT sample)."""
     for trace in _traces(tmp_path):
         if count_layers(trace).count < p * v:  # the GPT sample's 4 layers make 4 stages at most
             continue
         kw = dict(micro_batch_size=mb, schedule="interleaved", virtual_stages=v)
         a = simulate(trace, build_platform(p), Strategy(pp=p, **kw))
         b = simulate(trace, build_platform(p), Strategy(case=4, **kw))
-        assert _close(a.makespan_s, b.makespan_s), (trace.path, a.makespan_s, b.makespan_s)
+        if Path(trace.path) == GPT:
+            assert _close(a.makespan_s, b.makespan_s), (trace.path, a.makespan_s, b.makespan_s)
+        else:
+            assert b.makespan_s * (1 - 1e-9) <= a.makespan_s <= b.makespan_s * 1.01, (trace.path, a.makespan_s,
+                                                                                     b.makespan_s)
         assert [g.peak_memory_bytes for g in a.per_gpu] == [g.peak_memory_bytes for g in b.per_gpu]
         assert a.graph.meta["hybrid"]["stage_parameters"] and len(a.per_gpu) == p
 

@@ -70,7 +70,7 @@ from .layer_count import check_pipeline_depth, check_virtual_stages
 from .memory import composition as composed_memory
 from .memory.plan import MemoryReport
 from .offload import carry_offload, host_link_rate, offload_on_plan
-from .pipeline.blocking import StreamNeighbours, block_hops, check_blocking, receiving_group
+from .pipeline.blocking import StreamNeighbours, block_hops, check_blocking, receiving_block
 from .pipeline.builder import choose_stages, micro_batch_sizes
 from .pipeline.crossings import send_version_in_bulk
 from .pipeline.rank_program import add_rank_program
@@ -227,6 +227,7 @@ def build(trace: Trace, platform: Platform, strategy: Strategy, fuse_runs: bool 
         g = Composition(trace, platform, strategy, ranks, plan, tpp, fractions, replicas, roles, fuse=fuse,
                         preset=preset, exact=exact, tied=tied, context=context, experts=experts,
                         blocks={} if blocking else None, folded=fold,
+                        block_first={} if preset is None and pp > 1 and not blocking else None,
                         overlap=overlap, host_copies=off.copies if off is not None else None,
                         host_rate=rate if off is not None else 0.0,
                         reruns=frozenset(rec.rerun_ops) if rec is not None else frozenset()).assemble()
@@ -396,13 +397,13 @@ class Composition(CompositionState):
                                         task = self.task[(d, t, c, r)]
                                         read.setdefault(t, set()).add(task)
                                         self.graph.add_edge(ready[ranks.rank(d, t, plan.rank_of(st))], task)
-                        if near is not None:  # the receiving group starts once the tensor is there
-                            for dd, t in self.replicas:
-                                if dd != d:
-                                    continue
-                                gate = receiving_group(self, (d, t), r, src, st, plan.phase[v.writer], read_in)
-                                if gate is not None and gate not in read.get(t, ()):
-                                    self.graph.add_edge(ready[ranks.rank(d, t, plan.rank_of(st))], gate)
+                        # the receiving group (blocking sends) or block starts once the tensor is there
+                        for dd, t in self.replicas:
+                            if dd != d:
+                                continue
+                            gate = receiving_block(self, (d, t), r, src, st, plan.phase[v.writer], read_in)
+                            if gate is not None and gate not in read.get(t, ()):
+                                self.graph.add_edge(ready[ranks.rank(d, t, plan.rank_of(st))], gate)
 
     def plan_memory(self) -> list[MemoryReport]:
         """Every built GPU's memory plan, recorded on the graph."""

@@ -63,6 +63,9 @@ class CompositionState:
     # Blocking pipeline sends: (d, t, stage, phase, micro-batch) -> (first task, last task) of
     # that block on its GPU (None when sends do not block: nothing looks blocks up)
     blocks: dict[tuple[int, int, int, str, int], tuple[int, int]] | None = None
+    # Overlapped pipeline sends: (d, t, stage, phase, micro-batch) -> the first task of that block
+    # on its GPU, which waits for what the block receives (None with blocking sends, or no pipeline)
+    block_first: dict[tuple[int, int, int, str, int], int] | None = None
     # --tp-comm-overlap: which TP collectives run beside which GEMMs (graph.tensor.comm_overlap)
     overlap: TpOverlapPlan | None = None
 

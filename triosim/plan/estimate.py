@@ -70,7 +70,6 @@ from .stage_memory import (
 )
 from .zero3_time import (
     block_times,
-    input_gate,
     links_shared,
     param_reads,
     read_shape,
@@ -285,9 +284,9 @@ def _zero3_pipeline(c: Candidate, pt: PositionTimes, profile: ModelProfile, sett
                 unit_of[np.searchsorted(ops, firsts)] = np.arange(len(firsts))
                 gathers = timer.memo((ukey, group), lambda sizes=sizes: profile.collective_many(
                     "all_gather", group, np.array(sizes, dtype=np.int64)).tolist())
-                gate = timer.memo(("zero3 gate", profile.recompute, profile.variant, lo, hi, ph),
-                                  lambda ops=ops, lo=lo, hi=hi, ph=ph: input_gate(shape, ops, lo, hi, ph))
-                free, data = block_times(compute[ops], tp_after[ops], unit_of, gathers, speed, shared, gate)
+                # the block's first op waits for its input, whatever it reads (a backward block's
+                # re-runs too), as the pipeline waits for a receive before the step using it
+                free, data = block_times(compute[ops], tp_after[ops], unit_of, gathers, speed, shared)
                 out[row, j], out[row + 2, j] = data, free
     cut_f, cut_b = np.zeros(S), np.zeros(S)
     for j in range(1, S):

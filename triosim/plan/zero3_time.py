@@ -29,7 +29,6 @@ from ..compute.op_time_source import gpu_timing
 from ..graph.collectives.cost import collective_cost
 from ..graph.pipeline.schedules import BACKWARD, FORWARD
 from ..trace.precision import gathered_parameter_bytes
-from .profile import handed_over
 
 
 @dataclass(frozen=True)
@@ -43,9 +42,6 @@ class ParamReads:
     ready: np.ndarray  # per parameter: the backward op completing its gradient (-1: none)
     ready_pos: np.ndarray  # and its position (-1: none)
     ops: dict[str, tuple[np.ndarray, np.ndarray]]  # phase -> (its ops in trace order, their positions)
-    # phase -> (op, its position, the writer's position) for each read of a buffer version an op
-    # of the same phase wrote at another position: what a block may receive from another stage
-    received: dict[str, tuple[np.ndarray, np.ndarray, np.ndarray]]
 
 
 def param_reads(profile, batch: int, tp: int, sp: bool, shape: ParamReads | None = None) -> ParamReads:
@@ -85,29 +81,7 @@ def read_shape(profile) -> ParamReads:
     for ph in (FORWARD, BACKWARD):
         mine = [i for i in sorted(profile.pos) if profile.phase[i] == ph]
         phase_ops[ph] = (np.array(mine, dtype=np.intp), np.array([profile.pos[i] for i in mine], dtype=np.intp))
-    handed = handed_over(profile)  # not sent between stages (the tied embedding's all-reduce)
-    got: dict[str, list[tuple[int, int, int]]] = {FORWARD: [], BACKWARD: []}
-    for v in profile.versions:
-        w = profile.pos.get(v.writer)
-        ph = profile.phase[v.writer]
-        if w is None or ph not in got or v.buffer in handed:
-            continue
-        for c in v.readers:
-            q = profile.pos.get(c)
-            if q is not None and q != w and profile.phase[c] == ph:
-                got[ph].append((c, q, w))
-    received = {ph: tuple(np.array([x[n] for x in rows], dtype=np.intp) for n in range(3)) for ph, rows in got.items()}
-    return ParamReads(nbytes, owner, reads, ready, ready_pos, phase_ops, received)
-
-
-def input_gate(r: ParamReads, ops: np.ndarray, lo: int, hi: int, phase: str) -> int:
-    """The index in ``ops`` (stage [lo, hi)'s block, in program order) of the first op reading
-    what another stage sends in this pass: the op the block's input holds up (0 if none)."""
-    op, q, w = r.received[phase]
-    mine = (q >= lo) & (q < hi) & ((w < lo) | (w >= hi))
-    if not mine.any():
-        return 0
-    return int(np.searchsorted(ops, op[mine].min()))
+    return ParamReads(nbytes, owner, reads, ready, ready_pos, phase_ops)
 
 
 def stage_units(r: ParamReads, lo: int, hi: int, owned: np.ndarray, phase: str,
@@ -181,8 +155,8 @@ def block_times(compute: np.ndarray, tp_after: np.ndarray, unit_of: np.ndarray, 
     the TP collectives after it, in program order; ``unit_of``: the unit an op starts (-1: none);
     ``gathers``: each unit's gather seconds; ``shared``: whether a TP collective and a gather
     share a link (then, while both run, each moves at half its speed: max-min fair shares);
-    ``gate``: the op the block's input holds up (with full recomputation a backward block's
-    re-runs come before it)."""
+    ``gate``: the op the block's input holds up (the pipeline's blocks wait for their input at
+    their first op: 0)."""
     runs, tps, units, gate = _runs(compute, tp_after, unit_of, gate)
     runs, tps, units = runs.tolist(), tps.tolist(), units.tolist()  # the walk reads Python floats
     out = []
@@ -254,4 +228,4 @@ def _beside(now: float, tp_left: float, gather_end: float) -> tuple[float, float
     return now + 2 * g_left, tp_left - g_left, now + 2 * g_left
 
 
-__all__ = ["ParamReads", "block_times", "input_gate", "links_shared", "param_reads", "read_shape", "sm_speed", "sm_speeds", "stage_units"]
+__all__ = ["ParamReads", "block_times", "links_shared", "param_reads", "read_shape", "sm_speed", "sm_speeds", "stage_units"]

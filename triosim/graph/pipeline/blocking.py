@@ -93,15 +93,23 @@ class StreamNeighbours:
         return stream[k + 1] if k is not None and k + 1 < len(stream) else None
 
 
-def receiving_group(b: CompositionState, rep: tuple[int, int], r: int, src: int, st: int, writer_phase: str,
+def receiving_block(b: CompositionState, rep: tuple[int, int], r: int, src: int, st: int, writer_phase: str,
                     reader_phase: dict[int, str]) -> int | None:
-    """The first task of the communication group whose batched call receives the hop arriving at
-    stage ``st`` (micro-batch ``r`` of a version written in a ``writer_phase`` block of ``src``), or
-    None when that hop stays overlapped. Megatron waits for the batched receive before it runs the
-    group (``_communicate(wait_on_reqs=True)`` returns the received tensors), so nothing of the
-    group starts before the tensor is there: not even a backward block's recomputed forward ops,
+    """The task that waits for the hop arriving at stage ``st`` (micro-batch ``r`` of a version
+    written in a ``writer_phase`` block of ``src``) besides the ops reading it, or None.
+
+    Megatron waits for a received tensor before it runs the step that uses it, so nothing of that
+    step starts before the tensor is there: not even a backward block's recomputed forward ops,
     which read only the block's own saved input (``backward_step`` runs them inside
-    ``torch.autograd.backward``, after ``recv_backward``)."""
+    ``torch.autograd.backward``, after the receive). With blocking sends the batched receive
+    (``_communicate(wait_on_reqs=True)``) returns before the next communication group runs: its
+    first task. With overlapped sends (``overlap_p2p_comm``) the schedule waits on the receive's
+    handles right before the forward or backward step: the reading block's first task (a hop
+    Megatron does not batch, read by another phase than it was sent in, waits nowhere else)."""
+    if b.blocks is None:
+        if b.block_first is None:
+            return None
+        return b.block_first.get((*rep, st, reader_phase.get(st, FORWARD if st > src else BACKWARD), r))
     step = 1 if st > src else -1
     a = st - step
     along = FORWARD if step > 0 else BACKWARD  # a relay stage forwards it in the direction's phase
@@ -145,4 +153,4 @@ def block_hops(b: CompositionState, near: StreamNeighbours, rep: tuple[int, int]
             graph.add_edge(transfer, nxt)
 
 
-__all__ = ["StreamNeighbours", "block_hops", "check_blocking", "receiving_group", "record_comm_points"]
+__all__ = ["StreamNeighbours", "block_hops", "check_blocking", "receiving_block", "record_comm_points"]

@@ -19,7 +19,7 @@ from itertools import chain
 
 from ...hardware.platform import gpu_node
 from ..composition_state import CompositionState
-from .blocking import StreamNeighbours, receiving_group
+from .blocking import StreamNeighbours, receiving_block
 from .schedules import BACKWARD, FORWARD
 
 
@@ -144,12 +144,12 @@ def send_version_in_bulk(b: CompositionState, near: StreamNeighbours | None, buf
                 per.append((sender[1], near.before(gb, receiver[0]), near.after(ga, sender[1])))
             blocking.append((j, per))
         reading = [(hop_to[st], [[task[(d, t, c, r)] for r in mbs] for c in cs]) for st, cs in zip(reached, readers_at)]
-        # the receiving group starts once the tensor is there (blocking.receiving_group), unless
-        # its first task reads it anyway
+        # the receiving group or block starts once the tensor is there (blocking.receiving_block),
+        # unless its first task reads it anyway
         gates = []
-        if near is not None and blocks is not None:
+        if (near is not None and blocks is not None) or b.block_first is not None:
             for (_j, tasks), st in zip(reading, reached):
-                got = [receiving_group(b, (d, t), r, src, st, writer_phase, read_in) for r in mbs]
+                got = [receiving_block(b, (d, t), r, src, st, writer_phase, read_in) for r in mbs]
                 gates.append([g if g is not None and all(g != tasks[y][r] for y in range(len(tasks))) else None
                               for r, g in enumerate(got)])
         plans.append((firsts, blocking, reading, gates))

@@ -246,7 +246,7 @@ def add_rank_program(b: CompositionState, comm: GroupComm, p: int, waits, colls,
                 gradient_sync.gather_unit(b, comm, s, units[ph], 0, ph, r, last, gathered, ts)
         durs = seconds(s, ph, frac)
         mb_s = f" mb{r}" if tagged else ""
-        firsts = {rep: None for rep in b.replicas} if b.blocks is not None else None
+        firsts = {rep: None for rep in b.replicas} if b.blocks is not None or b.block_first is not None else None
         rec = tally_log = None
         replayed = False
         if replay is not None and not unit_at and not host_waits:
@@ -369,6 +369,10 @@ def add_rank_program(b: CompositionState, comm: GroupComm, p: int, waits, colls,
         if firsts is not None:
             ran.append((pos, (s, ph, r), {rep: (firsts[rep], last[rep][0]) for rep in b.replicas}))
     pairs.before(len(order), last)  # the program may end with a pair
+    if b.block_first is not None:  # overlapped sends: a block waits for what it receives
+        for _pos, (s, ph, r), tasks in ran:
+            for rep, (first, _last) in tasks.items():
+                b.block_first[(*rep, s, ph, r)] = first
     if b.blocks is not None:  # blocking sends look each block's communication point up
         warm = interleaved_warmup(ranks.pp, r_count, p, plan.virtual) if plan.virtual > 1 else None
         record_comm_points(b, ran, warm, len(order))
