@@ -47,6 +47,8 @@ BF16 = [
     C(4, 2, 1, 1, "interleaved", 2, 0, "none", True),
     C(4, 2, 1, 2, "1f1b", 1, 0, "full", True),
     C(8, 1, 1, 2, "1f1b", 1, 0, "selective", True),
+    # two micro-batches over four stages: a backward block's re-runs wait for its gradient
+    C(1, 4, 2, 4, "1f1b", 1, 2, "full"),
 ]
 FP8 = [
     C(2, 2, 2, 1, "interleaved", 2, 1, "selective", True),
