@@ -42,6 +42,10 @@ def run_cli(capsys, *argv: str) -> tuple[int, str, str]:
       "--moe-token-dispatcher", "allgather", "--moe-imbalance", "2", "--moe-shared-expert-overlap"],
      "triosim: note: only expert parallelism sends tokens to other GPUs' experts, and --ep is 1: "
      "--moe-token-dispatcher allgather, --moe-imbalance 2.0, --moe-shared-expert-overlap not used"),
+    (["--model", "llama3-8b", "--num-layers", "4", "--gpu", "h100-sxm", "--pp", "4", "--gpus", "4", "--global-batch",
+      "8", "-micro-batch-size", "1", "--seq-len", "1024", "--offload-activations", "1"],  # one layer a chunk
+     "triosim: note: no model chunk has a layer to offload (a chunk's last layer never is): "
+     "--offload-activations 1 not used"),
     (["-trace-dir", GPT, "--pp", "2", "-micro-batch-size", "2", "--zero", "3"],
      "triosim: note: ZeRO shards over the data-parallel and context-parallel ranks, and --dp and --cp are 1: "
      "--zero 3 not used"),
@@ -63,6 +67,8 @@ def test_values_the_run_uses_get_no_note(capsys):
                  ["-case", "1", "-GPUnumber", "2", "--reference-compat", "--network", "exclusive"],
                  ["-trace-dir", GPT, "--dp", "2", "--zero", "1"],
                  ["-trace-dir", GPT, "--cp", "2", "--zero", "3"],  # ZeRO shards over the context ranks too
+                 ["--model", "llama3-8b", "--num-layers", "4", "--gpu", "h100-sxm", "--pp", "2", "--gpus", "2",
+                  "--global-batch", "8", "-micro-batch-size", "1", "--seq-len", "1024", "--offload-activations", "1"],
                  ["-trace-dir", GPT, "--tp", "2", "--sequence-parallel"],
                  ["--dp", "2"]):
         code, _, err = run_cli(capsys, "run", *argv, "-q")

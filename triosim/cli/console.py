@@ -196,6 +196,16 @@ def note_unused_flags(args: argparse.Namespace) -> None:
         print(note, file=sys.stderr)
 
 
+def offload_note(graph, strategy) -> str | None:
+    """``--offload-activations`` that offloads no layer (every model chunk too short for it: a
+    chunk's last layer never offloads): said, as any setting the run does not use."""
+    offload = (graph.meta.get("hybrid") or {}).get("offload")
+    if offload is None or offload["layers"]:
+        return None
+    return (f"triosim: note: no model chunk has a layer to offload (a chunk's last layer never is): "
+            f"--offload-activations {strategy.offload_activations} not used")
+
+
 def cmd_run(args: argparse.Namespace) -> int:
     from ..compute.model_flops import model_flops_per_sample
     from ..compute.op_time_source import gpu_timing
@@ -226,6 +236,9 @@ def cmd_run(args: argparse.Namespace) -> int:
         progress.phase("building the task graph")
         # A data-parallel preset is built folded (GPU 0 and its mirrors) unless a timeline needs every GPU's tasks.
         graph = build_graph(trace, platform, strategy, fold=not args.timeline)
+        note = offload_note(graph, strategy)
+        if note:
+            print(note, file=sys.stderr)
         progress.phase("scheduling", total=len(graph))
         sched = schedule(graph, progress=progress.scheduled if progress.enabled else None)
         progress.phase("writing the report")
