@@ -153,6 +153,7 @@ def test_auto_takes_the_account_for_split_only_where_the_layers_do_not_divide():
     ((126, 6, 1, LayerSplit(True, True)), "126 + 2 = 128 pipeline layers (the embedding and the loss counted "
                                           "as one layer each) do not divide over --pp 6"),
     ((126, 8, 3, LayerSplit(True, True)), "--virtual-stages 3 does not divide the 16 layers of pipeline rank 0"),
+    ((3, 3, 2, LayerSplit()), "--virtual-stages 2 does not divide the 1 layer of pipeline rank 0"),
     ((10, 4, 1, LayerSplit(True, False, 2)), "cannot be combined"),
     ((10, 4, 1, LayerSplit(first_stage_layers=3, last_stage_layers=4)), "the 3 layers left over do not divide over "
                                                                         "the 2 other pipeline stages"),

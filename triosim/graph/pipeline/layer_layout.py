@@ -259,7 +259,8 @@ def megatron_decoder_layers(num_layers: int, ranks: int, virtual: int = 1, split
         rule = ""
     for p, layers in enumerate(per_rank):
         if layers % virtual:
-            raise ConfigError(f"{rule}--virtual-stages {virtual} does not divide the {layers} layers of pipeline rank "
+            raise ConfigError(f"{rule}--virtual-stages {virtual} does not divide the {layers} "
+                              f"layer{'s' if layers != 1 else ''} of pipeline rank "
                               f"{p} (Megatron-Core: layers per pipeline rank must be divisible by the virtual "
                               "pipeline size)")
     counts = [per_rank[c % ranks] // virtual for c in range(n)]
