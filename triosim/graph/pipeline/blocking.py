@@ -106,19 +106,22 @@ def receiving_block(b: CompositionState, rep: tuple[int, int], r: int, src: int,
     first task. With overlapped sends (``overlap_p2p_comm``) the schedule waits on the receive's
     handles right before the forward or backward step: the reading block's first task (a hop
     Megatron does not batch, read by another phase than it was sent in, waits nowhere else)."""
+    a, sent_in, read_in = _hop(src, st, writer_phase, reader_phase)
     if b.blocks is None:
-        if b.block_first is None:
-            return None
-        return b.block_first.get((*rep, st, reader_phase.get(st, FORWARD if st > src else BACKWARD), r))
-    step = 1 if st > src else -1
-    a = st - step
-    along = FORWARD if step > 0 else BACKWARD  # a relay stage forwards it in the direction's phase
-    sent_in = writer_phase if a == src else along
-    read_in = reader_phase.get(st, along)
+        return None if b.block_first is None else b.block_first.get((*rep, st, read_in, r))
     if sent_in != read_in or b.blocks.get((*rep, a, sent_in, r)) is None:
         return None
     receiver = b.blocks.get((*rep, st, read_in, r))
     return None if receiver is None else receiver[0]
+
+
+def _hop(src: int, st: int, writer_phase: str, reader_phase: dict[int, str]) -> tuple[int, str, str]:
+    """The last hop to stage ``st`` of a version written on ``src``: the stage it leaves, the phase
+    of the block sending it and of the block reading it (they match where Megatron batches the pair)."""
+    step = 1 if st > src else -1
+    a = st - step
+    along = FORWARD if step > 0 else BACKWARD  # a relay stage forwards it in the direction's phase
+    return a, writer_phase if a == src else along, reader_phase.get(st, along)
 
 
 def block_hops(b: CompositionState, near: StreamNeighbours, rep: tuple[int, int], r: int, src: int,
@@ -131,11 +134,7 @@ def block_hops(b: CompositionState, near: StreamNeighbours, rep: tuple[int, int]
     graph, plan, ranks = b.graph, b.plan, b.ranks
     blocks = b.blocks
     for st, transfer in arrive.items():
-        step = 1 if st > src else -1
-        a = st - step
-        along = FORWARD if step > 0 else BACKWARD  # a relay stage forwards it in the direction's phase
-        sent_in = writer_phase if a == src else along
-        read_in = reader_phase.get(st, along)
+        a, sent_in, read_in = _hop(src, st, writer_phase, reader_phase)
         if sent_in != read_in:
             continue  # not a pair Megatron batches: the send stays overlapped
         sender = blocks.get((*rep, a, sent_in, r))
