@@ -35,7 +35,7 @@ from ..report.memory_verdict import verdict_line
 from ..trace.load import collector_paused
 from ..version import __version__
 from .argparsing import OneLineParser, add_config_flag, typed_spelling
-from .notices import run_notices
+from .notices import built_notice, run_notices
 from .progress import RunProgress
 
 SUBCOMMANDS = ("run", "dag", "trace", "sweep", "gpus", "models", "plan")
@@ -196,16 +196,6 @@ def note_unused_flags(args: argparse.Namespace) -> None:
         print(note, file=sys.stderr)
 
 
-def offload_note(graph, strategy) -> str | None:
-    """``--offload-activations`` that offloads no layer (every model chunk too short for it: a
-    chunk's last layer never offloads): said, as any setting the run does not use."""
-    offload = (graph.meta.get("hybrid") or {}).get("offload")
-    if offload is None or offload["layers"]:
-        return None
-    return (f"triosim: note: no model chunk has a layer to offload (a chunk's last layer never is): "
-            f"--offload-activations {strategy.offload_activations} not used")
-
-
 def cmd_run(args: argparse.Namespace) -> int:
     from ..compute.model_flops import model_flops_per_sample
     from ..compute.op_time_source import gpu_timing
@@ -236,7 +226,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         progress.phase("building the task graph")
         # A data-parallel preset is built folded (GPU 0 and its mirrors) unless a timeline needs every GPU's tasks.
         graph = build_graph(trace, platform, strategy, fold=not args.timeline)
-        note = offload_note(graph, strategy)
+        note = built_notice(graph, strategy)
         if note:
             print(note, file=sys.stderr)
         progress.phase("scheduling", total=len(graph))

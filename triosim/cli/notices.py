@@ -1,6 +1,7 @@
 """Notes printed on stderr before a run builds anything: what a user would otherwise not know
 until the end (or at all) — that no topology was given and the GPUs form one ring, that the
-build will be large and why."""
+build will be large and why; and the one the built graph tells (an offload with nothing to
+offload)."""
 
 from __future__ import annotations
 
@@ -35,3 +36,13 @@ def run_notices(args: argparse.Namespace, trace, platform: Platform, strategy) -
     note = unalike_build_note(trace, platform, strategy)
     out.append(f"triosim: note: {note}" if note else None)
     return [x for x in out if x]
+
+
+def built_notice(graph, strategy) -> str | None:
+    """``--offload-activations`` that offloads no layer (every model chunk too short for it: a
+    chunk's last layer never offloads): said, as any setting the run does not use."""
+    offload = (graph.meta.get("hybrid") or {}).get("offload")
+    if offload is None or offload["layers"]:
+        return None
+    return (f"triosim: note: no model chunk has a layer to offload (a chunk's last layer never is): "
+            f"--offload-activations {strategy.offload_activations} not used")
