@@ -61,3 +61,29 @@ def test_sliding_window_layers_cost_the_window(tmp_path) -> None:
     costs = trace_op_costs(trace)
     attn = [c.flops for op, c in zip(trace.ops, costs) if op.name.endswith("flash_attention")]
     assert attn == [4 * B * 4 * 512 * 16 * 128, 4 * B * 4 * 512 * 16 * 512 / 2]
+
+
+def test_router_weights_are_applied_in_the_activation_and_the_expert_output_is_not_kept(tmp_path) -> None:
+    """Megatron-Core's memory-efficient permutation: the permutation carries the router weights
+    (T·k fp32 values), the activation multiplies them in, and the un-permutation only sums, so the
+    last reader of the experts' output (fc2's) is the forward un-permutation: nothing in the
+    backward keeps it. The weights' gradient comes from the activation's backward and goes to
+    the router through the permutation's. Planted bug caught: the un-permutation's backward
+    reading fc2's output (the weights applied there, as before), which keeps T·k·h per layer."""
+    for activation in ("swiglu", "gelu"):
+        trace = build(tmp_path / activation, replace(moe_card(), activation=activation))
+        names = [op.name.split(": ")[-1].split("::")[-1] for op in trace.ops]
+        permute = names.index("permute")
+        probs = trace.ops[permute].outputs[1]
+        assert trace.bytes_of(probs) == B * S * K * 4
+        readers = {names[c] for c in trace.consumers[probs]}
+        assert readers == ({"WeightedSwiGLUFunction", "WeightedSwiGLUFunctionBackward"} if activation == "swiglu"
+                           else {"mul", "MulBackward0"})
+        fc2 = [i for i, n in enumerate(names) if n == "_grouped_mm"][1]
+        out = trace.ops[fc2].outputs[0]
+        assert [names[c] for c in trace.consumers[out]] == ["unpermute"]
+        unpermute_bwd = names.index("MoeUnpermuteBackward0")
+        assert all(trace.producer.get(k) is None or trace.ops[trace.producer[k]].stage == "backward"
+                   or names[trace.producer[k]] == "topk" for k in trace.ops[unpermute_bwd].inputs)
+        topk_bwd = names.index("TopkBackward0")
+        assert names[trace.producer[trace.ops[topk_bwd].inputs[0]]] == "MoePermuteBackward0"

@@ -63,7 +63,8 @@ LOSS = frozenset({"cross_entropy_loss", "nll_loss", "nll_loss_nd", "nll_loss2d",
 # every GPU here; the count matters only for the compute side of the roofline).
 ELEMENTWISE = {
     "relu": 1, "relu_": 1, "ReluBackward0": 1, "gelu": 8, "gelu_": 8, "GeluBackward0": 12, "silu": 4, "silu_": 4,
-    "SiluBackward0": 6, "SwiGLUFunction": 5, "SwiGLUFunctionBackward": 8, "tanh": 4, "TanhBackward0": 2, "sigmoid": 4, "SigmoidBackward0": 2, "leaky_relu": 1,
+    "SiluBackward0": 6, "SwiGLUFunction": 5, "SwiGLUFunctionBackward": 8,
+    "WeightedSwiGLUFunction": 6, "WeightedSwiGLUFunctionBackward": 10, "tanh": 4, "TanhBackward0": 2, "sigmoid": 4, "SigmoidBackward0": 2, "leaky_relu": 1,
     "leaky_relu_": 1, "LeakyReluBackward0": 1, "hardtanh": 1, "hardtanh_": 1, "HardtanhBackward0": 1,
     "add": 1, "add_": 1, "AddBackward0": 1, "sub": 1, "sub_": 1, "SubBackward0": 1, "mul": 1, "mul_": 1,
     "MulBackward0": 2, "div": 1, "div_": 1, "DivBackward0": 3, "neg": 1, "exp": 4, "log": 4, "sqrt": 2, "rsqrt": 2,
@@ -75,9 +76,10 @@ ELEMENTWISE = {
     "ExpandBackward0": 1, "CloneBackward0": 0, "mean": 1, "sum": 1, "MeanBackward0": 1, "MeanBackward1": 1,
     "SumBackward0": 1, "SumBackward1": 1, "flatten": 0, "reshape": 0, "view": 0,
     # mixture of experts: the router's top-k, the token permutation into expert order and back
-    # (un-permutation: a weighted sum of each token's k expert outputs)
-    "topk": 2, "TopkBackward0": 1, "moe::permute": 0, "MoePermuteBackward0": 1, "moe::unpermute": 2,
-    "MoeUnpermuteBackward0": 2,
+    # (un-permutation: a sum of each token's k expert outputs, already weighted by the experts'
+    # activation; its backward a gather)
+    "topk": 2, "TopkBackward0": 1, "moe::permute": 0, "MoePermuteBackward0": 1, "moe::unpermute": 1,
+    "MoeUnpermuteBackward0": 0,
 }
 
 

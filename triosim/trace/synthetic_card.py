@@ -45,7 +45,7 @@ from .synthetic_mtp import mtp_backward, mtp_forward
 
 FP32 = 4
 # Bumped whenever the rows written for a card change: cached traces of older versions are not reused.
-CARD_TRACE_VERSION = 6
+CARD_TRACE_VERSION = 7
 
 
 @dataclass(frozen=True)
