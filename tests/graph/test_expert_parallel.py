@@ -75,6 +75,30 @@ def test_alltoall_check_catches_tokens_sent_once_not_k_times(monkeypatch) -> Non
         check_alltoall_bytes()
 
 
+def check_fp8_alltoall_bytes() -> None:
+    """FP8 training: the dispatched rows are saved as fc1's FP8 copy, but they travel in bf16 and
+    are quantized after the exchange (Megatron-Core's dispatchers send bf16), so every exchange
+    still moves T·k·h·2 bytes; the allgather dispatcher's tokens too. On Hopper (current scaling)
+    and on Blackwell (MXFP8, whose copies carry a scale byte per 32 elements)."""
+    for gpu, recipe in (("h100-sxm", "current"), ("b200", "mxfp8")):
+        fp8 = {"gpu": gpu, "dtype": "fp8", "fp8_recipe": recipe}
+        stats = _hybrid(dp=8, ep=8, **fp8)["collectives_dp0_tp0"]["ep"]
+        assert stats["payload_bytes"] == LAYERS * 4 * ROUTED
+        stats = _hybrid(dp=8, ep=8, moe_token_dispatcher="allgather", **fp8)["collectives_dp0_tp0"]["ep"]
+        assert stats["payload_bytes"] == LAYERS * 4 * 8 * SEQ * H * BF16
+
+
+def test_fp8_tokens_travel_in_bf16() -> None:
+    check_fp8_alltoall_bytes()
+
+
+def test_fp8_check_catches_the_fp8_copy_sent(monkeypatch) -> None:
+    """Planted bug: the dispatch sends the stored FP8 copy's bytes (half the bf16 rows)."""
+    monkeypatch.setattr(plan_module.ExpertPlan, "wire_bytes", lambda self, e, stored, tokens=False: stored)
+    with pytest.raises(AssertionError):
+        check_fp8_alltoall_bytes()
+
+
 def test_the_dag_reproduces_the_uniform_all_to_all_closed_form() -> None:
     """Exact build, 8 GPUs of one NVSwitch node: the first dispatch (nothing else on the links)
     spans the closed form's time, and its busiest link carries ROUTED·(N−1)/N."""

@@ -241,3 +241,29 @@ def test_the_breakdown_shows_the_casts_beside_the_gemms(layer, tmp_path) -> None
     assert kinds["bf16"]["fp8_casts_ms"] == 0 < kinds["fp8"]["fp8_casts_ms"]
     assert kinds["fp8"]["gemm_ms"] < kinds["bf16"]["gemm_ms"]
     assert kinds["fp8"]["attention_ms"] == pytest.approx(kinds["bf16"]["attention_ms"], rel=1e-9)
+
+
+def test_an_moe_router_is_no_fp8_linear(tmp_path) -> None:
+    """Megatron-Core's router is a PyTorch product (``router_gating_linear``), not a Transformer
+    Engine module: of an MoE layer's linears, the router (its scores go to the top-k) stays in
+    bf16, the experts' grouped GEMMs and the attention linears run in FP8. Its input, the norm
+    output the permutation also reads, then keeps no FP8 copy. Planted bug caught: the router
+    counted as an FP8 linear (its input sized bf16 plus an FP8 copy)."""
+    from dataclasses import replace as with_
+
+    from triosim.compute.op_kinds import base_name
+    from triosim.trace.card_variants import MoeSpec
+    from triosim.trace.load import load_trace
+    from triosim.trace.model_card import get_card
+    from triosim.trace.synthetic_card import CardTraceSpec, write_card_trace
+    card = with_(get_card("qwen3-30b-a3b"), layers=1, hidden=64, heads=4, kv_heads=2, head_dim_given=16, ffn=128,
+                 vocab=100, seq_len=32, moe=MoeSpec(experts=8, top_k=2, expert_ffn=48))
+    trace = load_trace(write_card_trace(tmp_path / "moe", CardTraceSpec(card, 2, 2, 1)), batch_size=2)
+    names = [base_name(op.name) for op in trace.ops]
+    router = next(i for i, n in enumerate(names) if n == "linear" and any(
+        names[c] == "_softmax" for k in trace.writes[i] for c in trace.consumers.get(k, ())))
+    linears = find_fp8_linears(trace)
+    assert router not in linears.forward
+    assert {names[i] for i in linears.forward} == {"linear", "_grouped_mm"}
+    assert sum(names[i] == "_grouped_mm" for i in linears.forward) == 2
+    assert trace.ops[router].inputs[0] not in linears.inputs

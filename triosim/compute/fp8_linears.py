@@ -10,7 +10,10 @@ in bf16 (``--first-last-layers-bf16``): not modelled, every transformer layer ru
 Found from the trace's shapes: a forward matmul op that reads a 2-D parameter (its weight; an MoE
 layer's grouped GEMM a 3-D ``[experts, N, K]`` one) and
 one activation (its input) is an FP8 linear, unless it is the LM head — its output goes to a
-loss, or its weight is also read by an op that is not a matmul (a tied embedding). A backward
+loss, or its weight is also read by an op that is not a matmul (a tied embedding) — or an MoE
+router: its scores (its output, or what one op makes of it: softmax, sigmoid) go to a top-k.
+Megatron-Core's router is ``router_gating_linear``, a PyTorch product in the input's dtype (or
+``--moe-router-dtype``), not a Transformer Engine module. A backward
 matmul op that reads an FP8 linear's weight is that linear's backward (data and weight
 gradients). Linears reading one input (separate Q, K, V projections; gate and up) quantize it
 once, as Megatron-Core's fused QKV and fc1 linears do (:attr:`Fp8Linears.quantizers`).
@@ -21,7 +24,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..trace import Trace
-from .op_kinds import classify
+from .op_kinds import base_name, classify
 
 
 @dataclass(frozen=True)
@@ -92,6 +95,14 @@ def _linear(trace: Trace, i: int, params: frozenset[str]) -> Fp8Linear | None:
     return None
 
 
+def _routes(trace: Trace, i: int) -> bool:
+    """Whether op ``i``'s output, or what one op makes of it, is read by a top-k (an MoE router)."""
+    consumers = trace.consumers
+    near = {c for k in trace.writes[i] for c in consumers.get(k, ())}
+    near |= {c2 for c in tuple(near) for k in trace.writes[c] for c2 in consumers.get(k, ())}
+    return any(base_name(trace.ops[c].name) == "topk" for c in near)
+
+
 def find_fp8_linears(trace: Trace) -> Fp8Linears:
     """The trace's FP8 linears (see the module docstring)."""
     kinds = _kinds(trace)
@@ -106,7 +117,7 @@ def find_fp8_linears(trace: Trace) -> Fp8Linears:
             continue
         to_loss = any(kinds[c] == "loss" for k in trace.writes[i] for c in consumers.get(k, ()))
         shared = any(kinds[c] not in ("matmul", "matmul_backward", "optimizer") for c in consumers.get(lin.weight, ()))
-        if not to_loss and not shared:
+        if not to_loss and not shared and not _routes(trace, i):
             forward[i] = lin
     by_weight: dict[str, Fp8Linear] = {}
     for lin in forward.values():

@@ -480,7 +480,7 @@ class Composition(CompositionState):
         and per MoE layer (its first dispatch, micro-batch 0) the bytes one rank exchanges."""
         ex = self.experts
         first = next((e for e in ex.ops.values() if e.phase == "forward" and e.when == "before"), None)
-        routed = self.size(first.routed, self.fractions[0]) if first is not None else 0
+        routed = ex.wire_bytes(first, self.size(first.routed, self.fractions[0])) if first is not None else 0
         return {"ep": ex.degree, "etp": ex.etp, "edp": ex.edp, "dispatcher": ex.dispatcher, "imbalance": ex.imbalance,
                 "busiest_rank_factor": round(ex.factor, 6), "experts": ex.experts, "top_k": ex.top_k,
                 "local_experts": ex.experts // ex.degree, "exchanges": len(ex.ops),

@@ -165,6 +165,22 @@ def saved_input_bytes(elements: int, fp8: Fp8Training) -> int:
     return elements * FP8_BYTES + scale_bytes(elements, fp8)
 
 
+def saved_input_elements(nbytes: int, fp8: Fp8Training, kept_bytes: int = 0) -> int:
+    """The elements of an FP8 linear's input buffer of ``nbytes``: the inverse of
+    :func:`saved_input_bytes` (plus ``kept_bytes`` per element where the bf16 tensor is kept
+    beside the copy)."""
+    def size(n: int) -> int:
+        return n * kept_bytes + saved_input_bytes(n, fp8)
+
+    unit = 1 << 20  # a whole number of scale blocks: the bytes per element without rounding
+    n = int(nbytes * unit // size(unit))
+    while n > 0 and size(n) > nbytes:  # the block scales round up: at most a step or two
+        n -= 1
+    while size(n + 1) <= nbytes:
+        n += 1
+    return n
+
+
 def gathered_bytes_per_element(fp8: Fp8Training, training_bytes: int) -> int:
     """Bytes per parameter element the data-parallel all-gather moves: 1 with ``--fp8-param-gather``
     (the rowwise FP8 data; its scales, at most 1/4,096 of it for blockwise tiles, are not
@@ -173,4 +189,4 @@ def gathered_bytes_per_element(fp8: Fp8Training, training_bytes: int) -> int:
 
 
 __all__ = ["FP8_RECIPES", "CastBytes", "Fp8Training", "amax_bytes", "copies", "gathered_bytes_per_element",
-           "quantize_bytes", "saved_input_bytes", "scale_bytes", "weight_cast_kernels", "weight_copy_bytes"]
+           "quantize_bytes", "saved_input_bytes", "saved_input_elements", "scale_bytes", "weight_cast_kernels", "weight_copy_bytes"]

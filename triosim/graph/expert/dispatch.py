@@ -77,9 +77,9 @@ def exchanges(b: CompositionState, plan: ExpertPlan, e: ExpertOp, frac: float, g
     d, t, s = ranks.coords(gpu)
     group = ep_group(ranks, plan.degree, d, t, s, plan.etp)
     if plan.dispatcher == "allgather":
-        nbytes = plan.degree * b.size(e.tokens, frac)
+        nbytes = plan.degree * plan.wire_bytes(e, b.size(e.tokens, frac), tokens=True)
         return [("all_gather" if e.when == "before" else "reduce_scatter", group, nbytes)]
-    routed = int(round(b.size(e.routed, frac) * plan.factor))  # the busiest rank's rows
+    routed = int(round(plan.wire_bytes(e, b.size(e.routed, frac)) * plan.factor))  # the busiest rank's rows
     if plan.dispatcher == "alltoall":
         steps = [("all_to_all", group, routed)]
     else:

@@ -36,9 +36,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
+from ...compute.fp8_linears import find_fp8_linears
 from ...compute.op_kinds import base_name
 from ...errors import ConfigError
 from ...trace import Trace
+from ...trace.fp8 import Fp8Training, saved_input_elements
 from ..data.zero import BufferRoles, zero_divisor
 from ..tensor.per_op import optimizer_state_of
 
@@ -107,6 +109,23 @@ class ExpertPlan:
     etp: int = 1  # expert-tensor-parallel ranks (each holds 1/etp of every local expert's width)
     shared_overlap: bool = False  # a dispatch starts after its permutation, beside the shared expert
     delay_wgrad: bool = False  # the experts' weight gradients beside the backward's combine (delay_wgrad_compute)
+    # FP8 training: a buffer an FP8 linear reads holds the FP8 copy it saves (and ``kept`` bytes
+    # an element of the bf16 tensor when another op reads that too), but the tokens travel in
+    # ``width`` bytes an element and are quantized after the exchange (Megatron-Core's
+    # dispatchers send bf16: ``moe_dispatch_fwd_dtype``'s default). ``rows_kept`` and
+    # ``tokens_kept``: None where the dispatched rows or the un-permuted tokens are no FP8 input.
+    fp8: Fp8Training | None = None
+    rows_kept: int | None = None
+    tokens_kept: int | None = None
+    width: int = 2
+
+    def wire_bytes(self, e: ExpertOp, stored: int, tokens: bool = False) -> int:
+        """Bytes of ``e``'s exchanged rows (``tokens``: its un-permuted tokens) as they travel,
+        from their ``stored`` bytes."""
+        kept = self.tokens_kept if tokens else self.rows_kept
+        if self.fp8 is None or kept is None or e.phase != FORWARD or e.when != "before":
+            return stored
+        return saved_input_elements(stored, self.fp8, kept) * self.width
 
 
 def _writer(trace: Trace) -> dict[str, int]:
@@ -220,8 +239,26 @@ def expert_split(trace: Trace, tpp, ep: int, data: int, zero: int, roles: Buffer
     for i, op in enumerate(trace.ops):
         if op.stage == "optimizer":
             scale[i] = kept / total
-    plan = ExpertPlan(ep, dispatcher, imbalance, experts, top_k, factor, ops, params, edp, etp, shared_overlap)
+    plan = ExpertPlan(ep, dispatcher, imbalance, experts, top_k, factor, ops, params, edp, etp, shared_overlap,
+                      **_dispatch_precision(trace, ops))
     return replace(tpp, time_scale=tuple(scale), shard_divisor=divisor), plan
+
+
+def _dispatch_precision(trace: Trace, ops: dict[int, ExpertOp]) -> dict:
+    """The plan's FP8 fields, from what the training precision made of the forward dispatch's
+    buffers."""
+    p = trace.precision
+    first = next((e for e in ops.values() if e.phase == FORWARD and e.when == "before"), None)
+    if p is None or p.fp8 is None or first is None:
+        return {}
+    inputs = find_fp8_linears(trace).inputs
+
+    def kept(buffer: str) -> int | None:
+        if trace.base(buffer) not in inputs:
+            return None
+        return 0 if trace.tensors[buffer].each_byte == 1 else p.weight_bytes
+
+    return {"fp8": p.fp8, "rows_kept": kept(first.routed), "tokens_kept": kept(first.tokens), "width": p.weight_bytes}
 
 
 __all__ = ["DISPATCHERS", "ExpertOp", "ExpertPlan", "alltoall_wire_bytes", "busiest_rank_factor", "check_ep",
