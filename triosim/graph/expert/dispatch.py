@@ -105,8 +105,8 @@ def exchange_buffer_bytes(b: CompositionState, plan: ExpertPlan, e: ExpertOp, fr
     receives into (the busiest rank's rows; the gathered tokens under ``allgather``), which the
     grouped GEMM then reads in place of the permuted tokens the rank sent."""
     if plan.dispatcher == "allgather":
-        return plan.degree * b.size(e.tokens, frac)
-    routed = int(round(b.size(e.routed, frac) * plan.factor))
+        return plan.degree * plan.wire_bytes(e, b.size(e.tokens, frac), tokens=True)
+    routed = int(round(plan.wire_bytes(e, b.size(e.routed, frac)) * plan.factor))  # as they travel (FP8: bf16)
     return routed * (1 + plan.etp) if plan.etp > 1 else routed  # the received rows, and gathered over etp
 
 
