@@ -437,7 +437,8 @@ def plan_inputs(args: argparse.Namespace) -> PlanInputs:
                             partition=args.partition if args.partition in ("count", "layers", "auto") else "time",
                             overlap_grad_reduce=bool(getattr(ns, "overlap_grad_reduce", False)),
                             overlap_param_gather=bool(getattr(ns, "overlap_param_gather", False)),
-                            dispatchers=_other_dispatchers(args, experts))
+                            dispatchers=_other_dispatchers(args, experts),
+                            pipeline_send=str(getattr(ns, "pipeline_send", "auto") or "auto"))
     flops = model_flops_per_sample(raw, raw.batch_size) * args.global_batch
     figures = Figures(args.gpus, args.global_batch, settings.seq_len, flops, _peak_flops(args, raw),
                       global_flag="global_batch" in base)
