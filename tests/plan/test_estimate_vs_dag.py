@@ -290,7 +290,7 @@ def test_zero3s_gathers_sharing_the_tp_links_left_out_is_caught(timed, monkeypat
 
 def test_tp_collectives_beside_the_pipelines_sends_left_out_is_caught(timed, monkeypatch) -> None:
     # overlapped sends share each GPU's NVLink port with its TP all-reduces: −8.4 % without
-    monkeypatch.setattr(estimate_module, "_route_shares_tp", lambda *args: False)
+    monkeypatch.setattr(importlib.import_module("triosim.plan.pipeline_sends"), "route_shares_tp", lambda *args: False)
     assert any("tp=4, pp=2" in line and "sequence_parallel=False" in line for line in errors(timed))
 
 

@@ -23,7 +23,7 @@ parameters unit by unit in every forward and backward block, as the DAG does
 the GPU is free, compute slowed by the SMs a gather holds, TP collectives sharing its links):
 its blocks are longer and the recurrence runs on them. With overlapped pipeline sends (the
 interleaved schedule's) a block's TP collectives share their links with the transfer beside it
-where the route is inside the node (:func:`_beside_sends`). Collectives are charged their closed
+where the route is inside the node (:mod:`triosim.plan.pipeline_sends`). Collectives are charged their closed
 form on the group's links; the iteration ends when the last rank has done so.
 
 Context parallelism (``c.cp`` > 1, ring attention): the profile is one context rank's
@@ -46,9 +46,7 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from ..graph.collectives.cost import collective_cost
 from ..graph.pipeline.schedules import BACKWARD, FORWARD
-from ..hardware.platform import gpu_node
 from .candidates import Candidate
 from .combined_time import run_alone, run_chains, stage_chains
 from .context_time import data_group, with_ring
@@ -63,6 +61,7 @@ from .expert_time import (
 )
 from .micro_scale import scale_at
 from .offload_profile import for_offload
+from .pipeline_sends import with_sends
 from .pipeline_time import PipelineTimer
 from .profile import ModelProfile, PositionTimes
 from .stage_memory import (
@@ -195,7 +194,7 @@ def _pipeline(c: Candidate, pt, profile: ModelProfile, settings: PlanSettings, t
     backward seconds and each rank's end (module docstring); ``share``: the FP8 casts' (the
     profile's times key)."""
     key = (settings.global_batch // c.dp, c.tp, c.sequence_parallel and c.tp > 1, c.micro_batch, share)
-    S, P, V = c.pp * c.virtual, c.pp, c.virtual
+    P, V = c.pp, c.virtual
     fw = pt.fwd + pt.tp_fwd
     bw = pt.bwd + pt.tp_bwd  # with recomputation, the re-runs are backward ops (profile.for_recompute)
     starts, bounded = chosen if chosen is not None else _starts(c, pt, profile, settings)
@@ -203,23 +202,16 @@ def _pipeline(c: Candidate, pt, profile: ModelProfile, settings: PlanSettings, t
     cf, cb = np.concatenate(([0.0], np.cumsum(fw))), np.concatenate(([0.0], np.cumsum(bw)))
     F = np.array([cf[b] - cf[a] for a, b in bounds])
     B = np.array([cb[b] - cb[a] for a, b in bounds])
-    cut_f = np.zeros(S)
-    cut_b = np.zeros(S)
-    for j in range(1, S):
-        cut_f[j] = pt.cut_fwd_bytes[starts[j] - 1]
-        cut_b[j] = pt.cut_bwd_bytes[starts[j] - 1]
+    cut_f, cut_b = _cuts(pt, starts)
     free = getattr(profile, "free_backward", None)  # activation offload's reloads (offload_profile)
     from_free = None if free is None else (F, free(pt, key, starts, B))
     held = None if free is None else profile.held_after(key, starts)
     pairs = None
     if (profile.parent or profile).overlaps.a2a and from_free is None:  # combined 1F1B (plan.combined_time)
         F, B, pairs = _combined(c, profile, settings, timer, bounds, share)
-    if pairs is None and S > 1 and _overlapped_sends(c, settings):
-        F2, B2 = _beside_sends(c, pt, bounds, F, B, cut_f, cut_b, profile, timer)
-        # without sequence parallelism the shares move whole tensors, and their approximation came
-        # out up to +1.3 % above the DAG (bench/plan_audit.py): no bound there
-        bounded = bounded and (F2 is F or (c.sequence_parallel and c.tp > 1))
-        F, B = F2, B2
+    if pairs is None:  # whole tensors sent (no SP): approximated up to +1.3 % above the DAG, no bound
+        F, B, shared = with_sends(c, settings, pt, bounds, F, B, cut_f, cut_b, profile, timer)
+        bounded = bounded and (not shared or (c.sequence_parallel and c.tp > 1))
     ends = timer.rank_ends(c.schedule, P, V, m, c.tp * c.cp, F, B, cut_f, cut_b, from_free,
                            held, pairs)  # stage GPUs tp · cp apart
     if held is not None:  # the GPU waits for the copy: busy, not the pipeline's bubble
@@ -227,53 +219,11 @@ def _pipeline(c: Candidate, pt, profile: ModelProfile, settings: PlanSettings, t
     return starts, F, B, ends, bounded
 
 
-def _overlapped_sends(c: Candidate, settings: PlanSettings) -> bool:
-    """Whether the pipeline's sends run beside the compute (the DAG's ``--pipeline-send``)."""
-    if settings.pipeline_send == "auto":
-        return c.schedule == "interleaved"
-    return settings.pipeline_send == "overlapped"
-
-
-def _beside_sends(c: Candidate, pt, bounds: list[tuple[int, int]], F: np.ndarray, B: np.ndarray,
-                  cut_f: np.ndarray, cut_b: np.ndarray, profile: ModelProfile,
-                  timer: PipelineTimer) -> tuple[np.ndarray, np.ndarray]:
-    """F and B with the TP collectives slowed by the pipeline transfers beside them. With
-    overlapped sends a block runs while the transfer posted after the block before it moves (D
-    seconds alone); where the transfer's route and the block's TP collectives share a link (one
-    node's NVLink ports), both move at half speed while both run (max-min fair shares). A block
-    of T seconds with X of TP collectives then ends X · min(1, D / T) later: in the window the
-    transfer needs, per second of the block's work it moves 1 − X/T alone and X/T at half
-    speed."""
-    shared = timer.memo(("sends beside tp", c.tp, c.cp), lambda: _route_shares_tp(profile.platform, c.tp, c.cp))
-    if not shared:
-        return F, B
-    tp_f, tp_b = (np.array([float(x[a:b].sum()) for a, b in bounds]) for x in (pt.tp_fwd, pt.tp_bwd))
-    S = len(bounds)
-    out_f = np.array([cut_f[j + 1] if j + 1 < S else cut_b[j] for j in range(S)])  # the bytes a block sends
-    out_b = np.array([cut_b[j] if j > 0 else cut_f[min(1, S - 1)] for j in range(S)])
-    route = profile.platform.route(gpu_node(0), gpu_node(c.tp * c.cp))
-    lat = profile.platform.route_time(route, 0.0) if route else 0.0
-    bw = min(profile.platform.link(name)["bandwidth"] for name in route) if route else float("inf")
-
-    def later(T: np.ndarray, X: np.ndarray, sent: np.ndarray) -> np.ndarray:
-        D = lat + sent / bw
-        return np.where(T > 0, X * np.minimum(1.0, D / np.maximum(T, 1e-30)), 0.0)
-
-    # a forward block overlaps the transfer posted after the block before it on its GPU (in the
-    # steady state a backward one, and the other way round): the other phase's bytes
-    return F + later(F, tp_f, out_b), B + later(B, tp_b, out_f)
-
-
-def _route_shares_tp(platform, tp: int, cp: int) -> bool:
-    """Whether the pipeline route out of GPU 0 (to the next stage, tp · cp GPUs on) uses a link
-    GPU 0's TP collectives use."""
-    if tp < 2:
-        return False
-    route = platform.route(gpu_node(0), gpu_node(tp * cp))
-    if not route:
-        return False
-    links = collective_cost(platform, tuple(range(tp)), "all_gather", 1 << 20).link_bytes
-    return any(name in links for name in route)
+def _cuts(pt: PositionTimes, starts: list[int]) -> tuple[np.ndarray, np.ndarray]:
+    """The forward and backward bytes crossing each stage boundary j ≥ 1 (index 0 unused)."""
+    at = np.asarray(starts[1:], dtype=np.intp) - 1
+    return (np.concatenate(([0.0], np.asarray(pt.cut_fwd_bytes, dtype=float)[at])),
+            np.concatenate(([0.0], np.asarray(pt.cut_bwd_bytes, dtype=float)[at])))
 
 
 def _combined(c: Candidate, profile: ModelProfile, settings: PlanSettings, timer: PipelineTimer,
@@ -350,14 +300,10 @@ def _zero3_pipeline(c: Candidate, pt: PositionTimes, profile: ModelProfile, sett
                 # re-runs too), as the pipeline waits for a receive before the step using it
                 free, data = block_times(compute[ops], tp_after[ops], unit_of, gathers, speed, shared)
                 out[row, j], out[row + 2, j] = data, free
-    cut_f, cut_b = np.zeros(S), np.zeros(S)
-    for j in range(1, S):
-        cut_f[j] = pt.cut_fwd_bytes[starts[j] - 1]
-        cut_b[j] = pt.cut_bwd_bytes[starts[j] - 1]
-    if S > 1 and _overlapped_sends(c, settings):  # the TP collectives beside the pipeline's transfers
-        F, B = _beside_sends(c, pt, bounds, out[0], out[1], cut_f, cut_b, profile, timer)
-        out[2:] += (F - out[0], B - out[1])
-        out[0], out[1] = F, B
+    cut_f, cut_b = _cuts(pt, starts)
+    F, B, _ = with_sends(c, settings, pt, bounds, out[0], out[1], cut_f, cut_b, profile, timer)
+    out[2:] += (F - out[0], B - out[1])  # the TP collectives beside the pipeline's transfers
+    out[0], out[1] = F, B
     ends = timer.rank_ends(c.schedule, P, c.virtual, m, c.tp * c.cp, out[0], out[1], cut_f, cut_b,
                            (out[2], out[3]))  # stage GPUs tp · cp apart
     return out[0], out[1], ends
