@@ -60,6 +60,15 @@ def test_a_huge_global_batch_is_refused_before_anything_is_profiled(monkeypatch,
         assert code == 2 and "--global-batch" in line and f"limit of {MAX_PLAN_BLOCKS:,}" in line
 
 
+@pytest.mark.parametrize("order", ["dp,tp,pp", "tp,dp,cp,pp"])
+def test_a_rank_order_the_estimate_cannot_number_is_refused(capsys, order) -> None:
+    """The estimate numbers GPUs by ``--rank-order`` with tp innermost and cp (if named) right
+    after it, as Megatron-Core's orders have them; another order is one line, not a wrong plan."""
+    code = main(["plan", "-trace-dir", str(GPT), "--gpus", "8", "--global-batch", "16", "--rank-order", order])
+    line = _one_line(capsys)
+    assert code == 2 and f"--rank-order {order}" in line and "tp first" in line
+
+
 def test_plan_reads_its_flags_from_config_and_the_command_line_wins(tmp_path, capsys) -> None:
     cfg = tmp_path / "plan.yaml"
     cfg.write_text(f"trace-dir: {GPT}\ntopology: nvlink-cluster\ngpus: 8\nglobal-batch: 16\n")

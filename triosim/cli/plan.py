@@ -31,6 +31,7 @@ from ..config.model_flags import card_flag, check_model_flags
 from ..config.precision import training_precision
 from ..errors import ConfigError
 from ..graph.pipeline.layer_layout import LayerSplit
+from ..graph.strategy import parse_rank_order
 from ..limits import check_batch_limit
 from ..output import check_output_path
 from .argparsing import add_config_flag
@@ -202,6 +203,17 @@ def _offload_pin(args: argparse.Namespace, trace) -> str | None:
     check_layer_count(OffloadSpec.parse(text), str(text).strip(), trace)  # as run refuses it
     host_link_rate(trace)
     return str(text).strip()
+
+
+def _rank_order(args: argparse.Namespace) -> tuple[str, ...]:
+    """The run's ``--rank-order`` as the estimate numbers GPUs by it: tp innermost and cp, if named,
+    right after it (Megatron-Core's orders; the estimate's TP and ring groups are consecutive)."""
+    order = parse_rank_order(getattr(args, "rank_order", None) or "tp,pp,dp")
+    if order[0] != "tp" or ("cp" in order and order[1] != "cp"):
+        raise ConfigError(f"--rank-order {','.join(order)}: plan needs tp first (innermost) and cp, if named, right "
+                          "after it, as Megatron-Core's orders have them (e.g. tp,cp,dp,pp); time other orders with "
+                          "run or sweep")
+    return order
 
 
 def _routed_experts(args: argparse.Namespace, trace) -> int | None:
@@ -417,7 +429,7 @@ def plan_inputs(args: argparse.Namespace) -> PlanInputs:
     space = SearchSpace(args.gpus, args.global_batch, layers, heads, max(1, node), args.max_tp, pinned=pinned,
                         sequence=sequence, recompute_pin=_recompute_pin(args), offload_pin=_offload_pin(args, raw),
                         experts=experts, etp_allowed=getattr(args, "moe_token_dispatcher", "alltoall") == "alltoall",
-                        combined=bool(getattr(args, "moe_a2a_overlap", False)),
+                        combined=bool(getattr(args, "moe_a2a_overlap", False)), rank_order=_rank_order(args),
                         # Megatron-Core's precision-aware optimizer runs only in the distributed optimizer
                         **({"zero_stages": (1, 2, 3)} if getattr(ns, "use_precision_aware_optimizer", False) else {}),
                         **_layouts(args, raw, unit), **_card_layers(raw))

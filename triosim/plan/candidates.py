@@ -34,8 +34,9 @@ from ..graph.pipeline.layer_layout import (
     megatron_layers_per_stage,
 )
 from ..graph.pipeline.stages import card_layer_extras, trace_layers
+from ..graph.rank_map import RankMap
 from ..graph.recompute_spec import DEFAULT_MODULES, RecomputeSpec
-from ..graph.strategy import Strategy
+from ..graph.strategy import AXES, Strategy, with_context_axis
 from ..graph.tensor.megatron import attention_heads
 from ..trace import Trace
 
@@ -79,6 +80,8 @@ class Candidate:
     split: LayerSplit = LayerSplit()
     # the token dispatcher when the plan tries another than the run's own (None: the run's)
     dispatcher: str | None = None
+    # --rank-order (the run's, a plan-wide setting): tp innermost, cp (if named) right after it
+    rank_order: tuple[str, ...] = AXES
 
     @property
     def recompute_spec(self) -> RecomputeSpec:
@@ -110,6 +113,17 @@ class Candidate:
     def data(self) -> int:
         """Data ranks: dp × cp GPUs reduce gradients together and share ZeRO's shards."""
         return self.dp * self.cp
+
+    @property
+    def ranks(self) -> RankMap:
+        """The GPU of every coordinate, as the run numbers them (:func:`triosim.graph.rank_map.rank_map`)."""
+        order = with_context_axis(self.rank_order) if self.cp > 1 else tuple(a for a in self.rank_order if a != "cp")
+        return RankMap(self.dp, self.tp, self.pp, order, self.cp)
+
+    @property
+    def stage_stride(self) -> int:
+        """GPUs between a GPU and its peer on the next pipeline stage."""
+        return self.ranks.rank(0, 0, 1) if self.pp > 1 else self.tp * self.cp
 
     @property
     def schedule_label(self) -> str:
@@ -213,6 +227,8 @@ class SearchSpace:
     # --moe-a2a-overlap (Megatron-Core's combined 1F1B): every candidate has ep above 1, no full
     # recomputation, and under pp above 1 the interleaved schedule (as run accepts)
     combined: bool = False
+    # --rank-order: how the run numbers the GPUs (tp innermost; cp, if named, right after it)
+    rank_order: tuple[str, ...] = AXES
 
     def pin(self, axis: str) -> int | None:
         return dict(self.pinned).get(axis)
@@ -382,7 +398,7 @@ def enumerate_candidates(space: SearchSpace) -> Iterator[Candidate]:
                                 if ep > 1 and tp > 1 and not sp:  # Megatron-Core refuses it (as run does)
                                     continue
                                 yield Candidate(tp, pp, dp, mb, sched, v, z, sequence_parallel=sp, cp=cp, ep=ep,
-                                                etp=etp, split=split, **rc)
+                                                etp=etp, split=split, rank_order=space.rank_order, **rc)
 
 
 __all__ = ["MIN_CP_CHUNK", "RECOMPUTE_MODES", "SCHEDULES", "Candidate", "SearchSpace", "context_degrees", "divisors",

@@ -83,7 +83,7 @@ def ring_seconds(partial: float, sends: list[float], phase: str) -> float:
 
 def data_group(c: Candidate) -> tuple[int, ...]:
     """The GPUs of data rank 0's gradient group (dp × cp of them, TP rank 0, stage 0)."""
-    return RankMap(c.dp, c.tp, c.pp, cp=c.cp).dp_group(0, 0)
+    return c.ranks.dp_group(0, 0)
 
 
 def _sizes(trace, plan, frac: float):

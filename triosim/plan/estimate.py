@@ -212,7 +212,7 @@ def _pipeline(c: Candidate, pt, profile: ModelProfile, settings: PlanSettings, t
     if pairs is None:  # whole tensors sent (no SP): approximated up to +1.3 % above the DAG, no bound
         F, B, shared = with_sends(c, settings, pt, bounds, F, B, cut_f, cut_b, profile, timer)
         bounded = bounded and (not shared or (c.sequence_parallel and c.tp > 1))
-    ends = timer.rank_ends(c.schedule, P, V, m, c.tp * c.cp, F, B, cut_f, cut_b, from_free,
+    ends = timer.rank_ends(c.schedule, P, V, m, c.stage_stride, F, B, cut_f, cut_b, from_free,
                            held, pairs)  # stage GPUs tp · cp apart
     if held is not None:  # the GPU waits for the copy: busy, not the pipeline's bubble
         F = F + held[0]
@@ -304,7 +304,7 @@ def _zero3_pipeline(c: Candidate, pt: PositionTimes, profile: ModelProfile, sett
     F, B, _ = with_sends(c, settings, pt, bounds, out[0], out[1], cut_f, cut_b, profile, timer)
     out[2:] += (F - out[0], B - out[1])  # the TP collectives beside the pipeline's transfers
     out[0], out[1] = F, B
-    ends = timer.rank_ends(c.schedule, P, c.virtual, m, c.tp * c.cp, out[0], out[1], cut_f, cut_b,
+    ends = timer.rank_ends(c.schedule, P, c.virtual, m, c.stage_stride, out[0], out[1], cut_f, cut_b,
                            (out[2], out[3]))  # stage GPUs tp · cp apart
     return out[0], out[1], ends
 
@@ -502,7 +502,7 @@ def estimate(c: Candidate, profile: ModelProfile, settings: PlanSettings, timer:
     finish, dp_exposed, opt_max = 0.0, 0.0, 0.0
     # the tied embedding's all-reduce between ranks 0 and P − 1, once both have run their programs;
     # their gradient buckets (without --overlap-grad-reduce) and optimizer wait for it
-    tied = profile.tied_allreduce_s(batch, c.tp, c.sequence_parallel, P)
+    tied = profile.tied_allreduce_s(batch, c.tp, c.sequence_parallel, P, c.ranks.rank(0, 0, P - 1))
     after = ends.copy()
     if tied > 0:
         after[0] = after[P - 1] = max(float(ends[0]), float(ends[P - 1])) + tied

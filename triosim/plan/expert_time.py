@@ -107,7 +107,7 @@ def exchange_seconds(profile, c, batch: int, micro_batch: int) -> dict[int, tupl
     if not ops:
         return {}
     trace = profile.scaled(batch)
-    stage = _Stage(trace, profile.tensor_plan(batch, c.tp, sp), RankMap(c.dp, c.tp, c.pp, cp=c.cp), profile.platform)
+    stage = _Stage(trace, profile.tensor_plan(batch, c.tp, sp), c.ranks, profile.platform)
     plan = replace(plan, edp=c.tp * c.data // (c.ep * c.etp))
     frac = micro_batch / trace.batch_size
     return {i: (e, sum(profile.collective_s(kind, group, nbytes) for kind, group, nbytes in
@@ -158,7 +158,7 @@ def expert_held_bytes(profile, batch: int, tp: int, sp: bool, micro_batch: int) 
 def edp_group_of(c) -> tuple[int, ...]:
     """The expert-data-parallel group of GPU 0 (the ranks holding its expert shards), where the
     expert gradients are reduced."""
-    return edp_group(RankMap(c.dp, c.tp, c.pp, cp=c.cp), c.ep, 0, 0, 0, c.etp)
+    return edp_group(c.ranks, c.ep, 0, 0, 0, c.etp)
 
 
 def expert_params(profile, batch: int, tp: int, sp: bool) -> frozenset[str]:

@@ -40,14 +40,15 @@ def beside_sends(c: Candidate, pt: PositionTimes, bounds: list[tuple[int, int]],
     of T seconds with X of TP collectives then ends X · min(1, D / T) later: in the window the
     transfer needs, per second of the block's work it moves 1 − X/T alone and X/T at half
     speed."""
-    shared = timer.memo(("sends beside tp", c.tp, c.cp), lambda: route_shares_tp(profile.platform, c.tp, c.cp))
+    shared = timer.memo(("sends beside tp", c.tp, c.stage_stride),
+                        lambda: route_shares_tp(profile.platform, c.tp, c.stage_stride))
     if not shared:
         return F, B
     tp_f, tp_b = (np.array([float(x[a:b].sum()) for a, b in bounds]) for x in (pt.tp_fwd, pt.tp_bwd))
     S = len(bounds)
     out_f = np.array([cut_f[j + 1] if j + 1 < S else cut_b[j] for j in range(S)])  # the bytes a block sends
     out_b = np.array([cut_b[j] if j > 0 else cut_f[min(1, S - 1)] for j in range(S)])
-    route = profile.platform.route(gpu_node(0), gpu_node(c.tp * c.cp))
+    route = profile.platform.route(gpu_node(0), gpu_node(c.stage_stride))
     lat = profile.platform.route_time(route, 0.0) if route else 0.0
     bw = min(profile.platform.link(name)["bandwidth"] for name in route) if route else float("inf")
 
@@ -71,12 +72,12 @@ def with_sends(c: Candidate, settings: PlanSettings, pt: PositionTimes, bounds: 
     return F2, B2, F2 is not F
 
 
-def route_shares_tp(platform: Platform, tp: int, cp: int) -> bool:
-    """Whether the pipeline route out of GPU 0 (to the next stage, tp · cp GPUs on) uses a link
-    GPU 0's TP collectives use."""
+def route_shares_tp(platform: Platform, tp: int, stride: int) -> bool:
+    """Whether the pipeline route out of GPU 0 (to the next stage, ``stride`` GPUs on) uses a link
+    GPU 0's TP collectives use (ranks tp innermost: GPUs 0 … tp − 1)."""
     if tp < 2:
         return False
-    route = platform.route(gpu_node(0), gpu_node(tp * cp))
+    route = platform.route(gpu_node(0), gpu_node(stride))
     if not route:
         return False
     links = collective_cost(platform, tuple(range(tp)), "all_gather", 1 << 20).link_bytes

@@ -343,17 +343,17 @@ class ModelProfile(CollectiveCosts):
         root.tensor_plan(batch, tp, sp)
         return root._expert_plans.get((batch, tp, sp))
 
-    def tied_allreduce_s(self, batch: int, tp: int, sp: bool, pp: int) -> float:
+    def tied_allreduce_s(self, batch: int, tp: int, sp: bool, pp: int, last: int | None = None) -> float:
         """Seconds of the tied embedding's gradient all-reduce between pipeline rank 0 and the last
-        (one TP shard of the table, on GPUs 0 and (pp - 1) · tp: ranks tp innermost), as the
-        simulation adds it after both ranks' programs (:mod:`triosim.graph.pipeline.tied_embedding`);
-        0 without tied embeddings or with one stage."""
+        (one TP shard of the table, on GPU 0 and ``last``, the last stage's peer: by default
+        (pp - 1) · tp · cp, ranks tp innermost, then cp, then pp), as the simulation adds it after
+        both ranks' programs (:mod:`triosim.graph.pipeline.tied_embedding`); 0 without tied
+        embeddings or with one stage."""
         if self.tied is None or pp < 2:
             return 0.0
         trace = self.scaled(batch)
         shard = self.tensor_plan(batch, tp, sp and tp > 1).shard_divisor.get(self.tied.table, 1)
-        # the last stage's GPU: ranks tp innermost, then cp, then pp
-        return self.collective_s("all_reduce", (0, (pp - 1) * tp * self.cp),
+        return self.collective_s("all_reduce", (0, (pp - 1) * tp * self.cp if last is None else last),
                                  -(-trace.tensors[self.tied.table].bytes // shard))
 
     def stage_memories(self, batch: int, tp: int, sp: bool, micro_batch: int, starts: list[int],
