@@ -3,7 +3,7 @@
 The tests compare the estimate with the DAG on stratified samples chosen by hand; this draws
 candidates at random (seeded) from everything `plan` would consider for a few small setups
 (dense Llama with context parallelism over two nodes, FP8 Llama 3 70B, Qwen3 30B-A3B and
-GPT-OSS with expert parallelism), DAG-times each and prints the time and peak-memory errors,
+GPT-OSS with expert parallelism, Qwen3 30B-A3B again in Megatron-Core's rank order), DAG-times each and prints the time and peak-memory errors,
 marking those beyond 5 %. It prints figures only; nothing is asserted.
 
     python bench/plan_audit.py                      # every setup, 40 candidates each, seed 7
@@ -37,6 +37,9 @@ SETUPS = {
                  "16"],
     "gptoss": ["--model", "gpt-oss-120b", "--num-layers", "4", "--seq-len", "4096", *TWO_NODES, "--global-batch",
                "16"],
+    # Megatron-Core's rank order (tp, cp, dp, pp), as the published recipes run
+    "qwen-moe-order": ["--model", "qwen3-30b-a3b", "--num-layers", "4", "--seq-len", "4096", *TWO_NODES,
+                       "--global-batch", "16", "--rank-order", "tp,cp,dp,pp"],
 }
 BOUND = 0.05
 
