@@ -164,6 +164,18 @@ def matrix() -> list[Cmd]:
                                      "--topology", "nvlink-cluster", "-q"]))
     add(Cmd("hyb-gpt-d4t2-rankorder-dp", ["-trace-dir", GPT, "--dp", "4", "--tp", "2", "--rank-order", "dp,tp,pp",
                                           "--topology", "nvlink-cluster", "--gpus-per-node", "4", "-q"]))
+    # Model cards: FP8 training, and mixture-of-experts layers with expert parallelism (the
+    # combined 1F1B among them).
+    card = ["--seq-len", "1024", "--gpu", "h100-sxm", "-micro-batch-size", "1"]
+    add(Cmd("card-llama8b-l2-d2t2p2-fp8", ["--model", "llama3-8b", "--num-layers", "2", *card, "--dp", "2", "--tp", "2",
+                                           "--pp", "2", "--sequence-parallel", "--dtype", "fp8", "--global-batch", "8",
+                                           "-q"]))
+    add(Cmd("card-qwen30b-l2-d8ep8-fp8", ["--model", "qwen3-30b-a3b", "--num-layers", "2", *card, "--dp", "8", "--ep",
+                                          "8", "--dtype", "fp8", "--global-batch", "8", "-q"]))
+    add(Cmd("card-qwen30b-l4-d4t2p2ep4-a2a", ["--model", "qwen3-30b-a3b", "--num-layers", "4", *card, "--topology",
+                                              "nvlink-cluster", "--dp", "4", "--tp", "2", "--pp", "2", "--ep", "4",
+                                              "--sequence-parallel", "--schedule", "interleaved", "--virtual-stages",
+                                              "2", "--moe-a2a-overlap", "--global-batch", "16", "-q"]))
     # Collective algorithms (DDP over two 8-GPU NVSwitch nodes) and protocols.
     ddp16 = ["-trace-dir", R50, "-case", "2", "-GPUnumber", "16", "--topology", "nvlink-cluster"]
     for algo in ("auto", "ring", "one-way-ring", "tree", "hierarchical", "direct"):
