@@ -77,9 +77,8 @@ def exchanges(b: CompositionState, plan: ExpertPlan, e: ExpertOp, frac: float, g
     d, t, s = ranks.coords(gpu)
     group = ep_group(ranks, plan.degree, d, t, s, plan.etp)
     if plan.dispatcher == "allgather":
-        nbytes = plan.degree * plan.wire_bytes(e, b.size(e.tokens, frac), tokens=True)
-        return [("all_gather" if e.when == "before" else "reduce_scatter", group, nbytes)]
-    routed = int(round(plan.wire_bytes(e, b.size(e.routed, frac)) * plan.factor))  # the busiest rank's rows
+        return [("all_gather" if e.when == "before" else "reduce_scatter", group, _gathered(b, plan, e, frac))]
+    routed = _busiest_rows(b, plan, e, frac)
     if plan.dispatcher == "alltoall":
         steps = [("all_to_all", group, routed)]
     else:
@@ -100,13 +99,23 @@ def exchanges(b: CompositionState, plan: ExpertPlan, e: ExpertOp, frac: float, g
     return steps
 
 
+def _busiest_rows(b: CompositionState, plan: ExpertPlan, e: ExpertOp, frac: float) -> int:
+    """Bytes of the busiest rank's exchanged rows of op ``e``, as they travel (FP8: in bf16)."""
+    return int(round(plan.wire_bytes(e, b.size(e.routed, frac)) * plan.factor))
+
+
+def _gathered(b: CompositionState, plan: ExpertPlan, e: ExpertOp, frac: float) -> int:
+    """The allgather dispatcher's payload: every rank's un-permuted tokens, as they travel."""
+    return plan.degree * plan.wire_bytes(e, b.size(e.tokens, frac), tokens=True)
+
+
 def exchange_buffer_bytes(b: CompositionState, plan: ExpertPlan, e: ExpertOp, frac: float) -> int:
     """Bytes op ``e``'s exchange holds beyond the trace's buffers while it runs: the buffer it
     receives into (the busiest rank's rows; the gathered tokens under ``allgather``), which the
     grouped GEMM then reads in place of the permuted tokens the rank sent."""
     if plan.dispatcher == "allgather":
-        return plan.degree * plan.wire_bytes(e, b.size(e.tokens, frac), tokens=True)
-    routed = int(round(plan.wire_bytes(e, b.size(e.routed, frac)) * plan.factor))  # as they travel (FP8: bf16)
+        return _gathered(b, plan, e, frac)
+    routed = _busiest_rows(b, plan, e, frac)
     return routed * (1 + plan.etp) if plan.etp > 1 else routed  # the received rows, and gathered over etp
 
 
