@@ -49,6 +49,15 @@ def test_json_is_complete_and_byte_identical(capsys, tmp_path, synthetic_dir):
     assert set(data["per_link"][0]) >= {"link", "bytes", "busy_ms", "utilization"}
 
 
+def test_a_long_output_path_is_named_on_one_line(capsys, tmp_path, synthetic_dir):
+    # a console 80 columns wide (no terminal) must not break the path it names
+    deep = tmp_path / ("d" * 60) / ("e" * 60)
+    deep.mkdir(parents=True)
+    path = deep / "run.json"
+    code, out, _ = run_cli(capsys, "run", "-trace-dir", str(synthetic_dir), "--json", str(path))
+    assert code == 0 and f"JSON written to {path}" in out.splitlines()
+
+
 def test_json_to_stdout_and_summary(capsys, synthetic_dir):
     code, out, _ = run_cli(capsys, "run", "-trace-dir", str(synthetic_dir), "--json", "-")
     assert code == 0 and json.loads(out)["case"] == 0

@@ -287,7 +287,7 @@ def cmd_run(args: argparse.Namespace) -> int:
             print_to.print(trace.op_time.summary())
         for flag, path in (("JSON", args.json), ("timeline", args.timeline)):
             if path:
-                print_to.print(f"{flag} written to {path}")
+                print_to.print(f"{flag} written to {path}", soft_wrap=True)
     # Left on the arguments: when console_main holds them, the process ends without freeing the
     # run's million objects one by one (a fifth of a second on a 200k-op trace).
     args.run_objects = (trace, graph, sched, result)

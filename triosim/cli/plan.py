@@ -525,7 +525,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
     print_pareto(console, outcome.ranked, args.show)
     for flag, path in (("CSV", args.out), ("plot", args.plot)):
         if path:
-            console.print(f"{flag} written to {shlex.quote(path)}")
+            console.print(f"{flag} written to {shlex.quote(path)}", soft_wrap=True)
     return 0
 
 

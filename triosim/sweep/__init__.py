@@ -290,7 +290,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
         check_dask_address(args.dask)  # before NAME.partial is created
     if args.jobs is not None and args.jobs < 1:
         raise ConfigError(f"--jobs must be >= 1, got {args.jobs}")
-    err = Console(stderr=True, highlight=False)
+    err = Console(stderr=True, highlight=False, soft_wrap=True)  # status lines name paths: never broken
     out = Console(highlight=False)
     if not out.is_terminal:  # a pipe or file: room for the whole table rather than 80 columns
         out = Console(highlight=False, width=max(out.width, 132))
@@ -399,7 +399,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
         written = [str(p) for p in files.written(result.complete)]
         for what, path in [*(("results", p) for p in written), ("plot", args.plot)]:
             if path:
-                out.print(f"{what} written to {path}")
+                out.print(f"{what} written to {path}", soft_wrap=True)
     if not result.complete:
         kept = ", ".join(str(p) for p in files.written(False))
         err.print(f"sweep interrupted: {len(result.rows)} of {len(points)} configurations kept"
