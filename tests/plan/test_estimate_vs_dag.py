@@ -284,7 +284,7 @@ def test_zero3s_first_gather_counted_hidden_is_caught(timed, monkeypatch) -> Non
 
 def test_zero3s_gathers_sharing_the_tp_links_left_out_is_caught(timed, monkeypatch) -> None:
     # in one NVLink domain the gathers and the TP collectives share each GPU's link
-    monkeypatch.setattr(estimate_module, "links_shared", lambda *args: False)
+    monkeypatch.setattr(estimate_module, "beside_speeds", lambda *args: (1.0, 1.0))
     assert any("zero=3" in line and "tp=2" in line for line in errors(timed))
 
 

@@ -72,8 +72,8 @@ from .stage_memory import (
     role_divisors,
 )
 from .zero3_time import (
+    beside_speeds,
     block_times,
-    links_shared,
     param_reads,
     read_shape,
     sm_speed,
@@ -276,7 +276,7 @@ def _zero3_pipeline(c: Candidate, pt: PositionTimes, profile: ModelProfile, sett
     tp_after = pt.op_s - compute
     speed = sm_speed(profile)
     group = data_group(c)  # ZeRO-3 shards over the dp × cp data ranks
-    shared = timer.memo(("zero3 shared", c.tp, group), lambda: links_shared(profile.platform, tuple(range(c.tp)), group))
+    beside = timer.memo(("zero3 beside", c.tp, group, sp), lambda: beside_speeds(profile.platform, tuple(range(c.tp)), group, sp))
     bounds = list(zip(starts, [*starts[1:], profile.positions]))
     out = np.zeros((4, S))  # forward from the input, backward from the input, both from the GPU free
     for r in range(P):
@@ -298,7 +298,7 @@ def _zero3_pipeline(c: Candidate, pt: PositionTimes, profile: ModelProfile, sett
                     "all_gather", group, np.array(sizes, dtype=np.int64)).tolist())
                 # the block's first op waits for its input, whatever it reads (a backward block's
                 # re-runs too), as the pipeline waits for a receive before the step using it
-                free, data = block_times(compute[ops], tp_after[ops], unit_of, gathers, speed, shared)
+                free, data = block_times(compute[ops], tp_after[ops], unit_of, gathers, speed, beside)
                 out[row, j], out[row + 2, j] = data, free
     cut_f, cut_b = _cuts(pt, starts)
     F, B, _ = with_sends(c, settings, pt, bounds, out[0], out[1], cut_f, cut_b, profile, timer)

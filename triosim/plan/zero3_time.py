@@ -28,6 +28,7 @@ import numpy as np
 from ..compute.op_time_source import gpu_timing
 from ..graph.collectives.cost import collective_cost
 from ..graph.pipeline.schedules import BACKWARD, FORWARD
+from ..hardware.flow_network import Flow, alone_rate, maxmin_rates
 from ..trace.precision import gathered_parameter_bytes
 
 
@@ -137,26 +138,41 @@ def sm_speed(profile) -> float:
     return 1.0 - min(device.collective_sms, device.sm_count - 1) / device.sm_count
 
 
-def links_shared(platform, tp_group: tuple[int, ...], dp_group: tuple[int, ...]) -> bool:
-    """Whether GPU 0's TP collectives use a link that limits its DP group's gathers (one the
-    gather loads most for its bandwidth): only there does a TP collective beside a gather slow it."""
+def beside_speeds(platform, tp_group: tuple[int, ...], dp_group: tuple[int, ...], sp: bool) -> tuple[float, float]:
+    """(speed of GPU 0's TP collective (an all-gather under sequence parallelism, else an
+    all-reduce), speed of its data group's gather) while both run, each a
+    fraction of its speed alone: the two as flows of the simulation's network model (max-min fair
+    shares of the links they both hold, each capped by its own bottleneck), over their rates
+    alone. A gather whose bottleneck is a node's NIC takes only its NIC rate of the NVLink links
+    it crosses on the way, and the TP collective keeps the rest; (1, 1) when they share no link."""
     if len(tp_group) < 2 or len(dp_group) < 2:
-        return False
-    tp = collective_cost(platform, tp_group, "all_gather", 1 << 20).link_bytes
-    dp = collective_cost(platform, dp_group, "all_gather", 1 << 20).link_bytes
-    load = {name: nbytes / platform.link(name)["bandwidth"] for name, nbytes in dp.items()}
-    most = max(load.values(), default=0.0)
-    return any(name in tp for name, t in load.items() if t >= 0.99 * most)
+        return 1.0, 1.0
+    ids: dict[str, int] = {}
+    flows = []
+    for k, (group, op) in enumerate(((tp_group, "all_gather" if sp else "all_reduce"), (dp_group, "all_gather"))):
+        cost = collective_cost(platform, group, op, 1 << 26)
+        loads = {name: b for name, b in cost.link_bytes.items() if b > 0}
+        xfer = cost.seconds - cost.latency_seconds
+        size = max(loads.values(), default=0.0)
+        if size <= 0 or xfer <= 0:
+            return 1.0, 1.0
+        flows.append(Flow(k, size, size / xfer, [(ids.setdefault(name, len(ids)), b / (size * platform.link(name)["bandwidth"]))
+                                                 for name, b in loads.items()]))
+    if not {r for r, _ in flows[0].coefs} & {r for r, _ in flows[1].coefs}:
+        return 1.0, 1.0
+    alone = [alone_rate(f) for f in flows]
+    maxmin_rates(flows)
+    return flows[0].rate / alone[0], flows[1].rate / alone[1]
 
 
 def block_times(compute: np.ndarray, tp_after: np.ndarray, unit_of: np.ndarray, gathers: list[float],
-                speed: float, shared: bool, gate: int = 0) -> tuple[float, float]:
+                speed: float, beside: tuple[float, float], gate: int = 0) -> tuple[float, float]:
     """(Dg, Dd) of one block (module docstring): ``compute``/``tp_after``: each op's compute and
     the TP collectives after it, in program order; ``unit_of``: the unit an op starts (-1: none);
-    ``gathers``: each unit's gather seconds; ``shared``: whether a TP collective and a gather
-    share a link (then, while both run, each moves at half its speed: max-min fair shares);
-    ``gate``: the op the block's input holds up (the pipeline's blocks wait for their input at
-    their first op: 0)."""
+    ``gathers``: each unit's gather seconds; ``beside``: the speeds of a TP collective and a
+    gather while both run (:func:`beside_speeds`; (1, 1): they share no link); ``gate``: the op
+    the block's input holds up (the pipeline's blocks wait for their input at their first op: 0)."""
+    shared = beside[0] < 1.0 or beside[1] < 1.0
     runs, tps, units, gate = _runs(compute, tp_after, unit_of, gate)
     runs, tps, units = runs.tolist(), tps.tolist(), units.tolist()  # the walk reads Python floats
     out = []
@@ -172,14 +188,14 @@ def block_times(compute: np.ndarray, tp_after: np.ndarray, unit_of: np.ndarray, 
             # the previous op's TP collective from ce, beside the gather running then
             now, left = ce, x
             if shared and left > 0 and done[active] > now:
-                now, left, done[active] = _beside(now, left, done[active])
+                now, left, done[active] = _beside(now, left, done[active], *beside)
             if k >= 0 and k + 1 < len(gathers):  # unit k + 1 after the op before and unit k's gather
                 g = max(ce, done[k])
                 active = k + 1
                 if shared and left > 0 and g < now + left:  # the rest of the TP collective beside it
                     left -= max(0.0, g - now)
                     now = max(now, g)
-                    now, left, done[active] = _beside(now, left, now + gathers[active])
+                    now, left, done[active] = _beside(now, left, now + gathers[active], *beside)
                 else:
                     done[active] = g + gathers[active]
             t = now + left  # the TP collective's end
@@ -218,14 +234,16 @@ def _runs(compute: np.ndarray, tp_after: np.ndarray, unit_of: np.ndarray, gate: 
             int(run[gate]) if 0 < gate < n else 0)
 
 
-def _beside(now: float, tp_left: float, gather_end: float) -> tuple[float, float, float]:
-    """A TP collective with ``tp_left`` seconds of work from ``now`` beside a gather ending at
-    ``gather_end`` alone, both at half speed while both run: (now, TP work left, gather end) once
-    the gather ends or the TP collective does (then returns TP work 0)."""
+def _beside(now: float, tp_left: float, gather_end: float, s_tp: float, s_g: float) -> tuple[float, float, float]:
+    """A TP collective with ``tp_left`` seconds of work (alone) from ``now`` beside a gather ending
+    at ``gather_end`` alone, at speeds ``s_tp`` and ``s_g`` while both run: (now, TP work left,
+    gather end) once the gather ends or the TP collective does (then returns TP work 0)."""
     g_left = gather_end - now
-    if tp_left <= g_left:
-        return now + 2 * tp_left, 0.0, gather_end + tp_left
-    return now + 2 * g_left, tp_left - g_left, now + 2 * g_left
+    if tp_left * s_g <= g_left * s_tp:  # the TP collective ends first
+        took = tp_left / s_tp
+        return now + took, 0.0, gather_end + took * (1.0 - s_g)
+    took = g_left / s_g
+    return now + took, tp_left - took * s_tp, now + took
 
 
-__all__ = ["ParamReads", "block_times", "links_shared", "param_reads", "read_shape", "sm_speed", "sm_speeds", "stage_units"]
+__all__ = ["ParamReads", "beside_speeds", "block_times", "param_reads", "read_shape", "sm_speed", "sm_speeds", "stage_units"]
