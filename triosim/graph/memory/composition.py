@@ -140,8 +140,14 @@ def _stage_memory_fits(b: CompositionState, s: int, persistent: set[str], receiv
     gpus = b.gpus(s)
     runs = b.seq[gpus[0]]
     copy = _gradient_copy_bytes(b, s)
-    if getattr(b, "experts", None) is None and getattr(b, "context", None) is None and not copy:
+    exchanges = getattr(b, "experts", None) is not None or getattr(b, "context", None) is not None
+    if not exchanges and not copy:
         top = 0  # no exchange holds buffers beside an op (the step-by-step count below is all zeros)
+    elif not exchanges:  # only the optimizer steps' gradient copy: per run, not per op (millions at 1T)
+        ops_in = np.fromiter(map(len, map(itemgetter(1), runs)), dtype=np.int64, count=len(runs))
+        per_run = np.fromiter((copy if r is None else 0 for _, _, r in runs), dtype=np.int64, count=len(runs))
+        held = np.repeat(per_run, ops_in)
+        top = int(held.max()) if len(held) else 0
     else:
         held = np.fromiter((_exchange_bytes(b, i, r) if r is not None else copy for _, ops, r in runs for i in ops),
                            dtype=np.int64)
