@@ -77,9 +77,13 @@ SENDS_SAMPLE = [
     C(4, 2, 1, 1, "interleaved", 2, 0, "none"),
     C(4, 2, 1, 2, "interleaved", 2, 1, "none"),
 ]
+# two nodes of 8: ZeRO-3's gather ring over dp 4 (GPUs 0, 4, 8, 12) crosses GPU 0's NVLink port
+# on its way to a NIC, beside the TP pair's collectives on that port
+TWO_NODES = [x if x != "8" else "16" for x in LONG_LLAMA] + ["--gpus-per-node", "8"]
+ACROSS_NODES = [C(2, 2, 4, 2, "1f1b", 1, 3, "selective", True)]
 GROUPS = ((LLAMA, BF16), ([*LLAMA, "--dtype", "fp8"], FP8), (GPT3, GPT3_SAMPLE),
           (SHORT_FP8, [C(2, 2, 2, 1, "interleaved", 2, 1, "selective", True)]), (SHORT_GPT3, TIED_SAMPLE),
-          (LONG_LLAMA, SENDS_SAMPLE))
+          (LONG_LLAMA, SENDS_SAMPLE), (TWO_NODES, ACROSS_NODES))
 
 
 def time_groups(groups) -> list[tuple[object, list[Row]]]:
@@ -286,6 +290,29 @@ def test_zero3s_gathers_sharing_the_tp_links_left_out_is_caught(timed, monkeypat
     # in one NVLink domain the gathers and the TP collectives share each GPU's link
     monkeypatch.setattr(estimate_module, "beside_speeds", lambda *args: (1.0, 1.0))
     assert any("zero=3" in line and "tp=2" in line for line in errors(timed))
+
+
+def test_zero3s_gathers_slowing_the_tp_collectives_only_on_their_bottleneck_is_caught(timed, monkeypatch) -> None:
+    # the rule before: a TP collective and a gather halve each other only where the gather's most
+    # loaded link is a TP link; a ring held up at the NICs then left the TP collectives alone (−5.1 %)
+    from triosim.graph.collectives.cost import collective_cost
+
+    def bottleneck_only(platform, tp_group, dp_group, sp):
+        if len(tp_group) < 2 or len(dp_group) < 2:
+            return 1.0, 1.0
+        tp = collective_cost(platform, tp_group, "all_gather", 1 << 20).link_bytes
+        dp = collective_cost(platform, dp_group, "all_gather", 1 << 20).link_bytes
+        load = {name: b / platform.link(name)["bandwidth"] for name, b in dp.items()}
+        most = max(load.values(), default=0.0)
+        return (0.5, 0.5) if any(name in tp for name, t in load.items() if t >= 0.99 * most) else (1.0, 1.0)
+
+    def across_nodes_error() -> float:
+        (c, t, _m), = [e for e in fresh_errors(timed) if e[0] in ACROSS_NODES]
+        return t
+
+    assert abs(across_nodes_error()) < 0.025
+    monkeypatch.setattr(estimate_module, "beside_speeds", bottleneck_only)
+    assert across_nodes_error() < -0.04
 
 
 def test_tp_collectives_beside_the_pipelines_sends_left_out_is_caught(timed, monkeypatch) -> None:
