@@ -25,6 +25,7 @@ from triosim.plan.search import Row, dag_time
 
 stage_memory = importlib.import_module("triosim.plan.stage_memory")
 estimate_module = importlib.import_module("triosim.plan.estimate")
+zero3_pipeline = importlib.import_module("triosim.plan.zero3_pipeline")
 
 LLAMA = ["--model", "llama3-8b", "--num-layers", "4", "--seq-len", "4096", "--gpu", "h100-sxm",
          "--topology", "nvlink-cluster", "--gpus", "8", "--global-batch", "16"]
@@ -282,13 +283,13 @@ def test_zero3s_first_gather_counted_hidden_is_caught(timed, monkeypatch) -> Non
     def planted(*args, **kwargs):
         return (original(*args, **kwargs)[1],) * 2
 
-    monkeypatch.setattr(estimate_module, "block_times", planted)
+    monkeypatch.setattr(zero3_pipeline, "block_times", planted)
     assert any("zero=3" in line for line in errors(timed))
 
 
 def test_zero3s_gathers_sharing_the_tp_links_left_out_is_caught(timed, monkeypatch) -> None:
     # in one NVLink domain the gathers and the TP collectives share each GPU's link
-    monkeypatch.setattr(estimate_module, "beside_speeds", lambda *args: (1.0, 1.0))
+    monkeypatch.setattr(zero3_pipeline, "beside_speeds", lambda *args: (1.0, 1.0))
     assert any("zero=3" in line and "tp=2" in line for line in errors(timed))
 
 
@@ -311,7 +312,7 @@ def test_zero3s_gathers_slowing_the_tp_collectives_only_on_their_bottleneck_is_c
         return t
 
     assert abs(across_nodes_error()) < 0.025
-    monkeypatch.setattr(estimate_module, "beside_speeds", bottleneck_only)
+    monkeypatch.setattr(zero3_pipeline, "beside_speeds", bottleneck_only)
     assert across_nodes_error() < -0.04
 
 
@@ -343,5 +344,5 @@ def test_zero3_alone_is_the_dags(timed) -> None:
 
 def test_zero3s_gathers_not_slowing_the_compute_is_caught(timed, monkeypatch) -> None:
     # a gather holds 16 of an H100's 132 SMs: the compute beside it runs at 116/132 of its speed
-    monkeypatch.setattr(estimate_module, "sm_speed", lambda profile: 1.0)
+    monkeypatch.setattr(zero3_pipeline, "sm_speed", lambda profile: 1.0)
     assert zero3_alone(timed)

@@ -26,6 +26,7 @@ from .test_estimate_vs_dag import fresh_errors, time_groups
 context_time = importlib.import_module("triosim.plan.context_time")
 profile_module = importlib.import_module("triosim.plan.profile")
 estimate_module = importlib.import_module("triosim.plan.estimate")
+zero3_pipeline = importlib.import_module("triosim.plan.zero3_pipeline")
 
 BASE = ["--model", "llama3-8b", "--num-layers", "4", "--gpu", "h100-sxm", "--topology", "nvlink-cluster",
         "--gpus", "8", "--global-batch", "16"]
@@ -45,8 +46,18 @@ EXPOSED = [  # 16,384 tokens, 100 µs and 15 GB/s a link: exchanges about as lon
     C(2, 1, 1, 1, "1f1b", 1, 0, "none", True, 4),
     C(1, 2, 1, 2, "1f1b", 1, 0, "full", False, 4),
 ]
+# two nodes of 8 at 8,192 tokens: ZeRO-3's gathers over dp × cp share the NVLink ports with the
+# ring's exchanges. Over both nodes (dp 2 × cp 4) they run through each block and the exchanges,
+# at half speed, hide less (−7.3 % without that); over cp 4 inside a node alone (dp 1) they are
+# short beside a long block and slow the exchanges for that share of it only (+6.3 % if all of it).
+BESIDE_GATHERS = [
+    C(1, 2, 2, 4, "1f1b", 1, 3, "selective", False, 4),
+    C(2, 2, 1, 8, "1f1b", 1, 3, "none", False, 4),
+]
+TWO_NODES = [x if x != "8" else "16" for x in BASE] + ["--gpus-per-node", "8", "--seq-len", "8192"]
 GROUPS = (([*BASE, "--seq-len", "4096"], HIDDEN),
-          ([*BASE, "--seq-len", "16384", "--link-latency-us", "100", "--ptp-bandwidth", "15"], EXPOSED))
+          ([*BASE, "--seq-len", "16384", "--link-latency-us", "100", "--ptp-bandwidth", "15"], EXPOSED),
+          (TWO_NODES, BESIDE_GATHERS))
 
 
 @pytest.fixture(scope="module")
@@ -161,6 +172,18 @@ def _zero_over_dp_only(original):
     return property(lambda c: c.dp)
 
 
+def _ring_alone(original):
+    def planted(*args, **kwargs):  # the exchanges at full speed beside ZeRO-3's gathers
+        return None
+    return planted
+
+
+def _gathering_all_the_time(original):
+    def planted(gathers, op_s):  # the gathers beside the whole block, however short
+        return 1.0
+    return planted
+
+
 PLANTED = [
     (estimate_module, "with_ring", _ring_not_exposed, "the exposed exchange"),
     (context_time, "ring_seconds", _ring_not_overlapped, "the exchange's overlap"),
@@ -168,6 +191,8 @@ PLANTED = [
     (profile_module, "context_split", _activations_whole, "activations ÷ cp"),
     (profile_module.ModelProfile, "collective_s", _tp_collectives_whole_sequence, "TP collectives ÷ cp"),
     (Candidate, "data", _zero_over_dp_only, "gradient group and ZeRO over dp × cp"),
+    (zero3_pipeline, "ring_beside_gathers", _ring_alone, "the exchanges beside the gathers"),
+    (zero3_pipeline, "gathering_share", _gathering_all_the_time, "the gathers' share of a block"),
 ]
 
 
@@ -195,4 +220,5 @@ def test_zero3_gathers_on_the_data_ranks_catch_a_dp_only_group(timed, monkeypatc
         return tuple(range(0, c.dp * c.tp * c.pp, c.tp * c.pp))
 
     monkeypatch.setattr(estimate_module, "data_group", dp_only)
+    monkeypatch.setattr(zero3_pipeline, "data_group", dp_only)
     assert any("ZeRO-3" in line for line in errors(timed))

@@ -64,3 +64,24 @@ def test_beside_speeds_are_the_flow_models_shares() -> None:
     assert tp == pytest.approx(0.5) and 0.5 < g < 1.0
     assert beside_speeds(platform, (0, 1), (0, 2), False) == pytest.approx((0.5, 0.5))  # one port, both
     assert beside_speeds(platform, (0, 1), (0, 8), False) == (1.0, 1.0)  # the NIC's own path
+
+
+def test_a_context_rings_send_beside_the_gathers_moves_at_its_shared_speed() -> None:
+    from triosim.hardware.platform import gpu_node
+    from triosim.hardware.presets import build_platform
+    from triosim.plan.zero3_time import send_speed
+
+    platform = build_platform(16, topology="nvlink-cluster", gpus_per_node=8)
+    route = tuple(platform.route(gpu_node(3), gpu_node(0)))  # cp rank 3 -> 0 of the ring (0, 1, 2, 3)
+    # the gather over dp 2 × cp 4 (0-3 and 8-11) crosses the same NVLink ports, and the NICs:
+    # max-min shares leave the exchange 4/7 of its speed alone
+    assert send_speed(platform, route, (0, 1, 2, 3, 8, 9, 10, 11)) == pytest.approx(4 / 7)
+    assert send_speed(platform, route, (4, 12)) == 1.0  # a gather elsewhere
+    assert send_speed(platform, route, ()) == 1.0  # no ZeRO-3
+
+
+def test_the_gathers_share_of_a_block_is_at_most_all_of_it() -> None:
+    from triosim.plan.zero3_time import gathering_share
+
+    assert gathering_share([1.0, 2.0], np.array([2.0, 4.0])) == pytest.approx(0.5)
+    assert gathering_share([5.0, 2.0], np.array([2.0, 4.0])) == 1.0

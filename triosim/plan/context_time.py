@@ -30,6 +30,8 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+import numpy as np
+
 from ..errors import ConfigError
 from ..graph.context.plan import (
     BACKWARD,
@@ -43,6 +45,7 @@ from ..graph.rank_map import RankMap
 from ..hardware.platform import gpu_node
 from .candidates import Candidate
 from .micro_scale import scale_at
+from .zero3_time import send_speed
 
 
 def attention_sequence(trace) -> int | None:
@@ -119,26 +122,59 @@ def _exchanges(profile, batch: int, tp: int, sp: bool, micro_batch: int):
 def with_ring(pt, profile, batch: int, tp: int, sp: bool, micro_batch: int, cast_share: float | None):
     """``pt`` (the per-position figures of one context rank) with each attention op's exposed
     ring exchange added to its position's forward or backward time and to the op's seconds."""
-    cp = profile.cp
-    if cp < 2:
+    if profile.cp < 2:
         return pt
-    platform = profile.platform
-    ranks = RankMap(1, tp, 1, cp=cp)
-    dst = gpu_node(ranks.rank(0, 0, 0))
-    routes = {FORWARD: platform.route(gpu_node(ranks.rank(cp - 1, 0, 0)), dst),
-              BACKWARD: platform.route(gpu_node(ranks.rank(1, 0, 0)), dst)}
-    seconds = profile.op_times(batch, micro_batch, cast_share) * scale_at(profile, batch, tp, sp, micro_batch)
     fwd, bwd, op_s = pt.fwd.copy(), pt.bwd.copy(), pt.op_s.copy()
-    for i, phase, kv, dkv in _exchanges(profile, batch, tp, sp, micro_batch):
-        route = routes[phase]
-        sends = [platform.route_time(route, float(n)) for n in ring_exchange_bytes(kv, dkv, cp, phase)]
-        dur = float(seconds[i])
-        extra = ring_seconds(dur / cp, sends, phase) - dur
+    for i, extra in _ring_extras(profile, batch, tp, sp, micro_batch, cast_share, ()):
         if extra <= 0:
             continue
         (fwd if profile.phase[i] == FORWARD_PHASE else bwd)[profile.pos[i]] += extra
         op_s[i] += extra
     return replace(pt, fwd=fwd, bwd=bwd, op_s=op_s)
+
+
+def ring_beside_gathers(profile, batch: int, tp: int, sp: bool, micro_batch: int, cast_share: float | None,
+                        group: tuple[int, ...]):
+    """Per op, the seconds its ring exchange's exposure grows by when its transfers run beside
+    ZeRO-3's parameter gathers on ``group`` (the data ranks) the whole time, at the speed the
+    links they share leave them (:func:`~triosim.plan.zero3_time.send_speed`); None when nothing
+    changes (cp 1, no shared link). A block where the gathers run for a share of its time gains
+    that share of it."""
+    if profile.cp < 2:
+        return None
+    slow = dict(_ring_extras(profile, batch, tp, sp, micro_batch, cast_share, group))
+    if not slow:
+        return None
+    out = np.zeros(len(profile.phase))
+    for i, extra in _ring_extras(profile, batch, tp, sp, micro_batch, cast_share, ()):
+        out[i] = max(0.0, slow[i]) - max(0.0, extra)
+    return out if out.any() else None
+
+
+def _ring_extras(profile, batch: int, tp: int, sp: bool, micro_batch: int, cast_share: float | None,
+                 gathers: tuple[int, ...]) -> list[tuple[int, float]]:
+    """(op, ring seconds over its partial attentions' work) per attention op, the exchanges at
+    their speed beside ``gathers`` (ZeRO-3's data group; () alone). [] when the gathers share no
+    link with the ring."""
+    cp = profile.cp
+    platform = profile.platform
+    ranks = RankMap(1, tp, 1, cp=cp)
+    dst = gpu_node(ranks.rank(0, 0, 0))
+    routes = {FORWARD: platform.route(gpu_node(ranks.rank(cp - 1, 0, 0)), dst),
+              BACKWARD: platform.route(gpu_node(ranks.rank(1, 0, 0)), dst)}
+    speed = {phase: send_speed(platform, route, gathers) for phase, route in routes.items()}
+    if gathers and all(v == 1.0 for v in speed.values()):
+        return []
+    seconds = profile.op_times(batch, micro_batch, cast_share) * scale_at(profile, batch, tp, sp, micro_batch)
+    out = []
+    for i, phase, kv, dkv in _exchanges(profile, batch, tp, sp, micro_batch):
+        route = routes[phase]
+        lat = platform.route_time(route, 0.0)
+        sends = [lat + (platform.route_time(route, float(n)) - lat) / speed[phase]
+                 for n in ring_exchange_bytes(kv, dkv, cp, phase)]
+        dur = float(seconds[i])
+        out.append((i, ring_seconds(dur / cp, sends, phase) - dur))
+    return out
 
 
 def held_bytes(profile, batch: int, tp: int, sp: bool, micro_batch: int) -> dict[int, float]:

@@ -61,7 +61,7 @@ from .expert_time import (
 )
 from .micro_scale import scale_at
 from .offload_profile import for_offload
-from .pipeline_sends import with_sends
+from .pipeline_sends import boundary_bytes, with_sends
 from .pipeline_time import PipelineTimer
 from .profile import ModelProfile, PositionTimes
 from .stage_memory import (
@@ -71,15 +71,8 @@ from .stage_memory import (
     rank_invariant,
     role_divisors,
 )
-from .zero3_time import (
-    beside_speeds,
-    block_times,
-    param_reads,
-    read_shape,
-    sm_speed,
-    sm_speeds,
-    stage_units,
-)
+from .zero3_pipeline import zero3_pipeline
+from .zero3_time import sm_speed, sm_speeds
 
 MIB = 1024 * 1024
 
@@ -202,7 +195,7 @@ def _pipeline(c: Candidate, pt, profile: ModelProfile, settings: PlanSettings, t
     cf, cb = np.concatenate(([0.0], np.cumsum(fw))), np.concatenate(([0.0], np.cumsum(bw)))
     F = np.array([cf[b] - cf[a] for a, b in bounds])
     B = np.array([cb[b] - cb[a] for a, b in bounds])
-    cut_f, cut_b = _cuts(pt, starts)
+    cut_f, cut_b = boundary_bytes(pt, starts)
     free = getattr(profile, "free_backward", None)  # activation offload's reloads (offload_profile)
     from_free = None if free is None else (F, free(pt, key, starts, B))
     held = None if free is None else profile.held_after(key, starts)
@@ -217,13 +210,6 @@ def _pipeline(c: Candidate, pt, profile: ModelProfile, settings: PlanSettings, t
     if held is not None:  # the GPU waits for the copy: busy, not the pipeline's bubble
         F = F + held[0]
     return starts, F, B, ends, bounded
-
-
-def _cuts(pt: PositionTimes, starts: list[int]) -> tuple[np.ndarray, np.ndarray]:
-    """The forward and backward bytes crossing each stage boundary j ≥ 1 (index 0 unused)."""
-    at = np.asarray(starts[1:], dtype=np.intp) - 1
-    return (np.concatenate(([0.0], np.asarray(pt.cut_fwd_bytes, dtype=float)[at])),
-            np.concatenate(([0.0], np.asarray(pt.cut_bwd_bytes, dtype=float)[at])))
 
 
 def _combined(c: Candidate, profile: ModelProfile, settings: PlanSettings, timer: PipelineTimer,
@@ -258,55 +244,6 @@ def _combined(c: Candidate, profile: ModelProfile, settings: PlanSettings, timer
         return hit
 
     return F, B, pairs
-
-
-def _zero3_pipeline(c: Candidate, pt: PositionTimes, profile: ModelProfile, settings: PlanSettings,
-                    timer: PipelineTimer, m: int, starts: list[int], cast_share: float | None):
-    """Per stage the forward and backward block seconds with ZeRO-3's unit gathers
-    (:mod:`triosim.plan.zero3_time`: from the input's arrival; the ones from the GPU free go to
-    the recurrence) and each rank's end."""
-    S, P = c.pp * c.virtual, c.pp
-    batch = settings.global_batch // c.dp
-    sp = c.sequence_parallel and c.tp > 1
-    # the memo keys name cp: a context rank's profile (profile.for_context) differs from cp 1's
-    shape = timer.memo(("zero3 shape", profile.recompute, profile.variant), lambda: read_shape(profile))
-    reads = timer.memo(("zero3 reads", profile.recompute, profile.variant, batch, c.tp, sp),
-                       lambda: param_reads(profile, batch, c.tp, sp, shape))
-    compute = profile.op_times(batch, c.micro_batch, cast_share) * scale_at(profile, batch, c.tp, sp, c.micro_batch)
-    tp_after = pt.op_s - compute
-    speed = sm_speed(profile)
-    group = data_group(c)  # ZeRO-3 shards over the dp × cp data ranks
-    beside = timer.memo(("zero3 beside", c.tp, group, sp), lambda: beside_speeds(profile.platform, tuple(range(c.tp)), group, sp))
-    bounds = list(zip(starts, [*starts[1:], profile.positions]))
-    out = np.zeros((4, S))  # forward from the input, backward from the input, both from the GPU free
-    for r in range(P):
-        owned = np.zeros(profile.positions, dtype=bool)
-        for x, y in bounds[r::P]:
-            owned[x:y] = True
-        for j in range(r, S, P):
-            lo, hi = bounds[j]
-            for row, ph in ((0, FORWARD), (1, BACKWARD)):
-                all_ops, all_pos = shape.ops[ph]
-                ops = all_ops[(all_pos >= lo) & (all_pos < hi)]
-                ukey = ("zero3 units", profile.recompute, profile.variant, batch, c.tp, sp, lo, hi, tuple(bounds[r::P]), ph,
-                        settings.bucket_bytes)
-                firsts, sizes = timer.memo(ukey, lambda lo=lo, hi=hi, owned=owned, ph=ph: stage_units(
-                    reads, lo, hi, owned, ph, settings.bucket_bytes))
-                unit_of = np.full(len(ops), -1, dtype=np.intp)
-                unit_of[np.searchsorted(ops, firsts)] = np.arange(len(firsts))
-                gathers = timer.memo((ukey, group), lambda sizes=sizes: profile.collective_many(
-                    "all_gather", group, np.array(sizes, dtype=np.int64)).tolist())
-                # the block's first op waits for its input, whatever it reads (a backward block's
-                # re-runs too), as the pipeline waits for a receive before the step using it
-                free, data = block_times(compute[ops], tp_after[ops], unit_of, gathers, speed, beside)
-                out[row, j], out[row + 2, j] = data, free
-    cut_f, cut_b = _cuts(pt, starts)
-    F, B, _ = with_sends(c, settings, pt, bounds, out[0], out[1], cut_f, cut_b, profile, timer)
-    out[2:] += (F - out[0], B - out[1])  # the TP collectives beside the pipeline's transfers
-    out[0], out[1] = F, B
-    ends = timer.rank_ends(c.schedule, P, c.virtual, m, c.stage_stride, out[0], out[1], cut_f, cut_b,
-                           (out[2], out[3]))  # stage GPUs tp · cp apart
-    return out[0], out[1], ends
 
 
 def _rank_sums(values: np.ndarray, bounds: list[tuple[int, int]], ranks: int) -> np.ndarray:
@@ -492,7 +429,7 @@ def estimate(c: Candidate, profile: ModelProfile, settings: PlanSettings, timer:
     zero3 = c.zero == 3 and c.data > 1  # ZeRO-3 shards over the dp × cp data ranks
     if zero3:  # its gathers run inside every block: the pipeline's blocks are longer
         key = (*key, "zero3", c.data, settings.bucket_bytes)
-        F, B, ends = timer.memo(key, lambda: _zero3_pipeline(c, pt, profile, settings, timer, m, starts, share))
+        F, B, ends = timer.memo(key, lambda: zero3_pipeline(c, pt, profile, settings, timer, m, starts, share))
     pipeline = float(ends.max())
     params = _rank_sums(pt.params, bounds, P)
     opt_state = _rank_sums(pt.opt_state, bounds, P)

@@ -23,6 +23,13 @@ if TYPE_CHECKING:  # the estimate imports this module
     from .profile import ModelProfile, PositionTimes
 
 
+def boundary_bytes(pt: PositionTimes, starts: list[int]) -> tuple[np.ndarray, np.ndarray]:
+    """The forward and backward bytes crossing each stage boundary j ≥ 1 (index 0 unused)."""
+    at = np.asarray(starts[1:], dtype=np.intp) - 1
+    return (np.concatenate(([0.0], np.asarray(pt.cut_fwd_bytes, dtype=float)[at])),
+            np.concatenate(([0.0], np.asarray(pt.cut_bwd_bytes, dtype=float)[at])))
+
+
 def overlapped_sends(c: Candidate, settings: PlanSettings) -> bool:
     """Whether the pipeline's sends run beside the compute (the DAG's ``--pipeline-send``)."""
     if settings.pipeline_send == "auto":
@@ -84,4 +91,4 @@ def route_shares_tp(platform: Platform, tp: int, stride: int) -> bool:
     return any(name in links for name in route)
 
 
-__all__ = ["beside_sends", "overlapped_sends", "route_shares_tp", "with_sends"]
+__all__ = ["beside_sends", "boundary_bytes", "overlapped_sends", "route_shares_tp", "with_sends"]

@@ -140,29 +140,57 @@ def sm_speed(profile) -> float:
 
 def beside_speeds(platform, tp_group: tuple[int, ...], dp_group: tuple[int, ...], sp: bool) -> tuple[float, float]:
     """(speed of GPU 0's TP collective (an all-gather under sequence parallelism, else an
-    all-reduce), speed of its data group's gather) while both run, each a
-    fraction of its speed alone: the two as flows of the simulation's network model (max-min fair
-    shares of the links they both hold, each capped by its own bottleneck), over their rates
-    alone. A gather whose bottleneck is a node's NIC takes only its NIC rate of the NVLink links
-    it crosses on the way, and the TP collective keeps the rest; (1, 1) when they share no link."""
+    all-reduce), speed of its data group's gather) while both run, each a fraction of its speed
+    alone: the two as flows of the simulation's network model (max-min fair shares of the links
+    they both hold, each capped by its own bottleneck), over their rates alone. A gather whose
+    bottleneck is a node's NIC takes only its NIC rate of the NVLink links it crosses on the way,
+    and the TP collective keeps the rest; (1, 1) when they share no link."""
     if len(tp_group) < 2 or len(dp_group) < 2:
         return 1.0, 1.0
     ids: dict[str, int] = {}
-    flows = []
-    for k, (group, op) in enumerate(((tp_group, "all_gather" if sp else "all_reduce"), (dp_group, "all_gather"))):
-        cost = collective_cost(platform, group, op, 1 << 26)
-        loads = {name: b for name, b in cost.link_bytes.items() if b > 0}
-        xfer = cost.seconds - cost.latency_seconds
-        size = max(loads.values(), default=0.0)
-        if size <= 0 or xfer <= 0:
-            return 1.0, 1.0
-        flows.append(Flow(k, size, size / xfer, [(ids.setdefault(name, len(ids)), b / (size * platform.link(name)["bandwidth"]))
-                                                 for name, b in loads.items()]))
-    if not {r for r, _ in flows[0].coefs} & {r for r, _ in flows[1].coefs}:
+    return _speeds(_collective_flow(platform, tp_group, "all_gather" if sp else "all_reduce", ids),
+                   _collective_flow(platform, dp_group, "all_gather", ids))
+
+
+def send_speed(platform, route: tuple[str, ...], dp_group: tuple[int, ...]) -> float:
+    """The speed of a transfer on ``route`` (a context ring's key/value exchange) beside its data
+    group's gather, a fraction of its speed alone (as :func:`beside_speeds`; 1 for no group)."""
+    if not route or len(dp_group) < 2:
+        return 1.0
+    ids: dict[str, int] = {}
+    bw = {name: platform.link(name)["bandwidth"] for name in route}
+    slowest = min(bw.values())
+    send = Flow(0, slowest, slowest, [(ids.setdefault(name, len(ids)), 1.0 / b) for name, b in bw.items()])
+    return _speeds(send, _collective_flow(platform, dp_group, "all_gather", ids))[0]
+
+
+def gathering_share(gathers: list[float], op_s: np.ndarray) -> float:
+    """The share of a block's time its gathers run (one unit after another): their seconds over
+    its ops', at most 1; what runs beside them is slowed that share of the time."""
+    total = float(op_s.sum())
+    return min(1.0, sum(gathers) / total) if total > 0 else 1.0
+
+
+def _collective_flow(platform, group: tuple[int, ...], op: str, ids: dict[str, int]) -> Flow | None:
+    """``op`` over ``group`` as the scheduler's flow of a macro collective (its size the bytes of
+    its most loaded link; ``ids`` numbers the links), None when it moves nothing."""
+    cost = collective_cost(platform, group, op, 1 << 26)
+    loads = {name: b for name, b in cost.link_bytes.items() if b > 0}
+    xfer = cost.seconds - cost.latency_seconds
+    size = max(loads.values(), default=0.0)
+    if size <= 0 or xfer <= 0:
+        return None
+    return Flow(1, size, size / xfer, [(ids.setdefault(name, len(ids)), b / (size * platform.link(name)["bandwidth"]))
+                                       for name, b in loads.items()])
+
+
+def _speeds(a: Flow | None, b: Flow | None) -> tuple[float, float]:
+    """Each flow's max-min rate beside the other over its rate alone ((1, 1): no common link)."""
+    if a is None or b is None or not {r for r, _ in a.coefs} & {r for r, _ in b.coefs}:
         return 1.0, 1.0
-    alone = [alone_rate(f) for f in flows]
-    maxmin_rates(flows)
-    return flows[0].rate / alone[0], flows[1].rate / alone[1]
+    alone = [alone_rate(a), alone_rate(b)]
+    maxmin_rates([a, b])
+    return a.rate / alone[0], b.rate / alone[1]
 
 
 def block_times(compute: np.ndarray, tp_after: np.ndarray, unit_of: np.ndarray, gathers: list[float],
@@ -246,4 +274,4 @@ def _beside(now: float, tp_left: float, gather_end: float, s_tp: float, s_g: flo
     return now + took, tp_left - took * s_tp, now + took
 
 
-__all__ = ["ParamReads", "beside_speeds", "block_times", "param_reads", "read_shape", "sm_speed", "sm_speeds", "stage_units"]
+__all__ = ["ParamReads", "beside_speeds", "block_times", "gathering_share", "send_speed", "param_reads", "read_shape", "sm_speed", "sm_speeds", "stage_units"]

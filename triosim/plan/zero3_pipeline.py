@@ -1,0 +1,85 @@
+"""A pipeline's blocks under ZeRO-3 in the plan's estimate: each stage's forward and backward
+block walked op by op with its parameter-unit gathers (:mod:`triosim.plan.zero3_time`), the TP
+collectives and the context ring's exchanges slowed where the gathers share their links, then the
+pipeline's sends beside them and the schedule's recurrence over the blocks."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from ..graph.pipeline.schedules import BACKWARD, FORWARD
+from .context_time import data_group, ring_beside_gathers
+from .micro_scale import scale_at
+from .pipeline_sends import boundary_bytes, with_sends
+from .zero3_time import (
+    beside_speeds,
+    block_times,
+    gathering_share,
+    param_reads,
+    read_shape,
+    sm_speed,
+    stage_units,
+)
+
+if TYPE_CHECKING:  # the estimate imports this module
+    from .candidates import Candidate
+    from .estimate import PlanSettings
+    from .pipeline_time import PipelineTimer
+    from .profile import ModelProfile, PositionTimes
+
+
+def zero3_pipeline(c: Candidate, pt: PositionTimes, profile: ModelProfile, settings: PlanSettings,
+                   timer: PipelineTimer, m: int, starts: list[int], cast_share: float | None):
+    """Per stage the forward and backward block seconds with ZeRO-3's unit gathers (:mod:`triosim.plan.zero3_time`:
+    from the input's arrival; the ones from the GPU free go to the recurrence) and each rank's end."""
+    S, P = c.pp * c.virtual, c.pp
+    batch = settings.global_batch // c.dp
+    sp = c.sequence_parallel and c.tp > 1
+    # the memo keys name cp: a context rank's profile (profile.for_context) differs from cp 1's
+    shape = timer.memo(("zero3 shape", profile.recompute, profile.variant), lambda: read_shape(profile))
+    reads = timer.memo(("zero3 reads", profile.recompute, profile.variant, batch, c.tp, sp),
+                       lambda: param_reads(profile, batch, c.tp, sp, shape))
+    compute = profile.op_times(batch, c.micro_batch, cast_share) * scale_at(profile, batch, c.tp, sp, c.micro_batch)
+    tp_after = pt.op_s - compute
+    speed, group = sm_speed(profile), data_group(c)  # ZeRO-3 shards over the dp × cp data ranks
+    # what the gathers slow beside them: the TP collectives, the context ring's exchanges
+    beside = timer.memo(("zero3 beside", c.tp, group, sp), lambda: beside_speeds(profile.platform, tuple(range(c.tp)), group, sp))
+    ring = timer.memo(("zero3 ring", profile.variant, profile.recompute, batch, c.tp, c.sequence_parallel, c.micro_batch,
+                       cast_share, group),
+                      lambda: ring_beside_gathers(profile, batch, c.tp, c.sequence_parallel, c.micro_batch, cast_share, group))
+    bounds = list(zip(starts, [*starts[1:], profile.positions]))
+    out = np.zeros((4, S))  # forward from the input, backward from the input, both from the GPU free
+    for r in range(P):
+        owned = np.zeros(profile.positions, dtype=bool)
+        for x, y in bounds[r::P]:
+            owned[x:y] = True
+        for j in range(r, S, P):
+            lo, hi = bounds[j]
+            for row, ph in ((0, FORWARD), (1, BACKWARD)):
+                all_ops, all_pos = shape.ops[ph]
+                ops = all_ops[(all_pos >= lo) & (all_pos < hi)]
+                ukey = ("zero3 units", profile.recompute, profile.variant, batch, c.tp, sp, lo, hi, tuple(bounds[r::P]), ph,
+                        settings.bucket_bytes)
+                firsts, sizes = timer.memo(ukey, lambda lo=lo, hi=hi, owned=owned, ph=ph: stage_units(
+                    reads, lo, hi, owned, ph, settings.bucket_bytes))
+                unit_of = np.full(len(ops), -1, dtype=np.intp)
+                unit_of[np.searchsorted(ops, firsts)] = np.arange(len(firsts))
+                gathers = timer.memo((ukey, group), lambda sizes=sizes: profile.collective_many(
+                    "all_gather", group, np.array(sizes, dtype=np.int64)).tolist())
+                # the block's first op waits for its input, whatever it reads (a backward block's
+                # re-runs too), as the pipeline waits for a receive before the step using it
+                after = tp_after[ops] if ring is None else tp_after[ops] + ring[ops] * gathering_share(gathers, pt.op_s[ops])
+                free, data = block_times(compute[ops], after, unit_of, gathers, speed, beside)
+                out[row, j], out[row + 2, j] = data, free
+    cut_f, cut_b = boundary_bytes(pt, starts)
+    F, B, _ = with_sends(c, settings, pt, bounds, out[0], out[1], cut_f, cut_b, profile, timer)
+    out[2:] += (F - out[0], B - out[1])  # the TP collectives beside the pipeline's transfers
+    out[0], out[1] = F, B
+    ends = timer.rank_ends(c.schedule, P, c.virtual, m, c.stage_stride, out[0], out[1], cut_f, cut_b,
+                           (out[2], out[3]))  # stage GPUs tp · cp apart
+    return out[0], out[1], ends
+
+
+__all__ = ["zero3_pipeline"]
