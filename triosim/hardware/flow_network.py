@@ -44,6 +44,25 @@ class Flow:
         self.since = t
 
 
+def loaded_flow(task: int, loads: list[tuple[int, float]], bandwidth: dict[int, float], xfer: float) -> Flow:
+    """The flow of a link task putting ``loads`` ((link, bytes) each) on its links, ``xfer``
+    seconds alone: a macro collective's size is the bytes of its most loaded link (the module
+    docstring); nothing to move (size or time 0) is a flow of no links."""
+    size = max((b for _r, b in loads), default=0.0)
+    if size <= 0 or xfer <= 0:
+        return Flow(task, 0.0, 1.0, [])
+    return Flow(task, size, size / xfer, [(r, b / (size * bandwidth[r])) for r, b in loads])
+
+
+def transfer_flow(task: int, links: list[int], bandwidth: dict[int, float], xfer: float) -> Flow:
+    """The flow of a transfer over ``links`` taking ``xfer`` seconds alone: every byte on every
+    link, at its slowest link's bandwidth."""
+    if xfer <= 0 or not links:
+        return Flow(task, 0.0, 1.0, [])
+    bw = min(bandwidth[r] for r in links)
+    return Flow(task, xfer * bw, bw, [(r, 1.0 / bandwidth[r]) for r in links])
+
+
 def alone_rate(f: Flow) -> float:
     """``f``'s max-min rate with no other flow on its links: what the progressive filling below
     gives a single flow, in one pass."""
@@ -228,4 +247,4 @@ class ActiveFlows:
         return sorted(out)
 
 
-__all__ = ["ActiveFlows", "Flow", "alone_rate", "maxmin_rates"]
+__all__ = ["ActiveFlows", "Flow", "alone_rate", "loaded_flow", "maxmin_rates", "transfer_flow"]

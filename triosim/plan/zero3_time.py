@@ -28,7 +28,7 @@ import numpy as np
 from ..compute.op_time_source import gpu_timing
 from ..graph.collectives.cost import collective_cost
 from ..graph.pipeline.schedules import BACKWARD, FORWARD
-from ..hardware.flow_network import Flow, alone_rate, maxmin_rates
+from ..hardware.flow_network import Flow, alone_rate, loaded_flow, maxmin_rates, transfer_flow
 from ..trace.precision import gathered_parameter_bytes
 
 
@@ -158,9 +158,8 @@ def send_speed(platform, route: tuple[str, ...], dp_group: tuple[int, ...]) -> f
     if not route or len(dp_group) < 2:
         return 1.0
     ids: dict[str, int] = {}
-    bw = {name: platform.link(name)["bandwidth"] for name in route}
-    slowest = min(bw.values())
-    send = Flow(0, slowest, slowest, [(ids.setdefault(name, len(ids)), 1.0 / b) for name, b in bw.items()])
+    links = [ids.setdefault(name, len(ids)) for name in route]
+    send = transfer_flow(0, links, {ids[name]: platform.link(name)["bandwidth"] for name in route}, 1.0)
     return _speeds(send, _collective_flow(platform, dp_group, "all_gather", ids))[0]
 
 
@@ -171,22 +170,19 @@ def gathering_share(gathers: list[float], op_s: np.ndarray) -> float:
     return min(1.0, sum(gathers) / total) if total > 0 else 1.0
 
 
-def _collective_flow(platform, group: tuple[int, ...], op: str, ids: dict[str, int]) -> Flow | None:
-    """``op`` over ``group`` as the scheduler's flow of a macro collective (its size the bytes of
-    its most loaded link; ``ids`` numbers the links), None when it moves nothing."""
+def _collective_flow(platform, group: tuple[int, ...], op: str, ids: dict[str, int]) -> Flow:
+    """``op`` over ``group`` as the scheduler's flow of a macro collective (``ids`` numbers the
+    links)."""
     cost = collective_cost(platform, group, op, 1 << 26)
-    loads = {name: b for name, b in cost.link_bytes.items() if b > 0}
-    xfer = cost.seconds - cost.latency_seconds
-    size = max(loads.values(), default=0.0)
-    if size <= 0 or xfer <= 0:
-        return None
-    return Flow(1, size, size / xfer, [(ids.setdefault(name, len(ids)), b / (size * platform.link(name)["bandwidth"]))
-                                       for name, b in loads.items()])
+    loaded = [(name, b) for name, b in cost.link_bytes.items() if b > 0]
+    loads = [(ids.setdefault(name, len(ids)), b) for name, b in loaded]
+    bandwidth = {ids[name]: platform.link(name)["bandwidth"] for name, _b in loaded}
+    return loaded_flow(1, loads, bandwidth, cost.seconds - cost.latency_seconds)
 
 
-def _speeds(a: Flow | None, b: Flow | None) -> tuple[float, float]:
+def _speeds(a: Flow, b: Flow) -> tuple[float, float]:
     """Each flow's max-min rate beside the other over its rate alone ((1, 1): no common link)."""
-    if a is None or b is None or not {r for r, _ in a.coefs} & {r for r, _ in b.coefs}:
+    if not {r for r, _ in a.coefs} & {r for r, _ in b.coefs}:
         return 1.0, 1.0
     alone = [alone_rate(a), alone_rate(b)]
     maxmin_rates([a, b])
@@ -274,4 +270,5 @@ def _beside(now: float, tp_left: float, gather_end: float, s_tp: float, s_g: flo
     return now + took, tp_left - took * s_tp, now + took
 
 
-__all__ = ["ParamReads", "beside_speeds", "block_times", "gathering_share", "send_speed", "param_reads", "read_shape", "sm_speed", "sm_speeds", "stage_units"]
+__all__ = ["ParamReads", "beside_speeds", "block_times", "gathering_share", "param_reads", "read_shape", "send_speed", "sm_speed",
+           "sm_speeds", "stage_units"]

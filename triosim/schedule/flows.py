@@ -7,7 +7,7 @@ from itertools import compress
 
 import numpy as np
 
-from ..hardware.flow_network import Flow, alone_rate
+from ..hardware.flow_network import Flow, alone_rate, loaded_flow, transfer_flow
 from .tasks import TaskGraph
 
 
@@ -121,13 +121,7 @@ def _new_flow(graph: TaskGraph, task: int, bandwidth: dict[int, float], xfer: fl
         rids = [r for r in graph.resources[task] if r in bandwidth]
     if load is not None or uniform is not None:
         names = graph.resource_names
-        loads = [(r, load[names[r]] if load is not None else float(uniform)) for r in rids]
-        # A macro collective's size is the bytes of its most loaded link (payloads may round to 0).
-        size = max((b for _r, b in loads), default=0.0)
-        if size <= 0 or xfer <= 0:
-            return Flow(task, 0.0, 1.0, [])
-        return Flow(task, size, size / xfer, [(r, b / (size * bandwidth[r])) for r, b in loads])
-    if xfer <= 0 or not rids:
-        return Flow(task, 0.0, 1.0, [])
-    bw = min(bandwidth[r] for r in rids)
-    return Flow(task, xfer * bw, bw, [(r, 1.0 / bandwidth[r]) for r in rids])
+        # a macro collective's size is the bytes of its most loaded link (payloads may round to 0)
+        return loaded_flow(task, [(r, load[names[r]] if load is not None else float(uniform)) for r in rids],
+                           bandwidth, xfer)
+    return transfer_flow(task, rids, bandwidth, xfer)
