@@ -113,3 +113,24 @@ def test_a_direct_all_to_all_holds_the_collective_sms_once() -> None:
     end, comm_end = _beside_all_to_all(8, 132, 16)
     assert comm_end < 1.0
     assert abs(end - (1.0 + comm_end * 16 / 132)) < 1e-12
+
+
+def test_a_multi_channel_rings_sends_hold_the_collective_sms_once() -> None:
+    """A ring over two nodes runs one channel per local rank (4 here); a GPU's sends of one step,
+    one per channel, are one kernel on the collective's SMs: together they hold 16 of them
+    (4 each), not 16 each (64 of 132), as the macro form of the same collective does."""
+    from collections import defaultdict
+
+    from triosim.graph.collectives.algorithms import add_all_gather
+    from triosim.schedule.sm_sharing import task_sms
+
+    platform = build_platform(16, network="flow", topology="nvlink-cluster", gpus_per_node=8)
+    g = TaskGraph()
+    add_all_gather(g, platform, tuple(range(0, 16, 2)), 8 * 10**8, "ag", detail="expanded", algo="ring")
+    g.meta.update({SM_COUNT_META: 132, COMM_SMS_META: 16})
+    sms = task_sms(g)
+    held = defaultdict(list)  # (GPU, ring step) -> the SMs each channel's send holds
+    for i, (kind, devices, attrs) in enumerate(zip(g.kind, g.devices, g.attrs)):
+        if kind == "transfer" and attrs:
+            held[(devices[0], attrs["step"])].append(sms[i])
+    assert held and all(len(v) == 4 and sum(v) == 16 for v in held.values())

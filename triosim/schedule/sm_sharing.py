@@ -9,7 +9,8 @@ A collective task holds its SMs on every GPU it names; a transfer on its source 
 sending kernel runs: each GPU of a ring sends one transfer per step, so every member holds the
 SMs once, as the one task of a representative collective does). The sends a GPU posts together
 in one round of a direct collective (an all-to-all: one to every peer) are one kernel on the
-collective's channels, so together they hold the SMs once, each its integer share.
+collective's channels, so together they hold the SMs once, each its integer share; so do a
+ring's channels' sends of one step.
 
 The scheduler knows no parallelism: it reads ``graph.meta["sm_count"]`` (the device's SMs; no
 sharing without it), ``graph.meta["comm_sms"]`` (the SMs one collective or transfer takes when the
@@ -42,8 +43,9 @@ def task_sms(graph: TaskGraph) -> list[int] | None:
 def _held(attrs: dict | None, default: int) -> int:
     """The SMs one communication task holds: its own ``sms``, else the collective's
     ``default``; a send that is the k-th of m a GPU posts together (``sm_part`` (k, m): a direct
-    collective's round, one kernel on the collective's channels) holds its integer share of
-    them, the first ``default mod m`` sends one more, so that the m together hold ``default``."""
+    collective's round, or the channel k of a ring's m: one kernel on the collective's channels)
+    holds its integer share of them, the first ``default mod m`` sends one more, so that the m
+    together hold ``default``."""
     if not attrs:
         return default
     if "sms" in attrs:

@@ -263,7 +263,9 @@ def multi_ring(graph: TaskGraph, platform: Platform, group: tuple[int, ...], op:
     for ci, order in enumerate(orders):
         ring = make_ring(platform, order)
         lam = max(step_latency_s(platform, "ring", hop) for hop in ring.hops)
-        tags = {**attrs, "channel": ci} if nch > 1 else attrs
+        # the channels' sends a GPU runs together are one kernel on the collective's SMs: each
+        # channel holds its integer share of them (schedule.sm_sharing), not all of them
+        tags = {**attrs, "channel": ci, "sm_part": (ci, nch)} if nch > 1 else attrs
         if op == "broadcast":
             parts.append(_chain(graph, platform, ring, shares[ci], size / nch, k, group[0] if root is None else root,
                                 label, pre, tags, lam, base))
