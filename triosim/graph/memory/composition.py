@@ -141,10 +141,10 @@ def _stage_memory_fits(b: CompositionState, s: int, persistent: set[str], receiv
     runs = b.seq[gpus[0]]
     copy = _gradient_copy_bytes(b, s)
     exchanges = getattr(b, "experts", None) is not None or getattr(b, "context", None) is not None
+    ops_in = np.fromiter(map(len, map(itemgetter(1), runs)), dtype=np.int64, count=len(runs))  # ops per task
     if not exchanges and not copy:
         top = 0  # no exchange holds buffers beside an op (the step-by-step count below is all zeros)
     elif not exchanges:  # only the optimizer steps' gradient copy: per run, not per op (millions at 1T)
-        ops_in = np.fromiter(map(len, map(itemgetter(1), runs)), dtype=np.int64, count=len(runs))
         per_run = np.fromiter((copy if r is None else 0 for _, _, r in runs), dtype=np.int64, count=len(runs))
         held = np.repeat(per_run, ops_in)
         top = int(held.max()) if len(held) else 0
@@ -161,7 +161,6 @@ def _stage_memory_fits(b: CompositionState, s: int, persistent: set[str], receiv
         occ = occ + held
     peak = int(occ.max()) if len(occ) else 0
     # One counter value per task: the most its ops hold (a task of one op: that op's).
-    ops_in = np.fromiter(map(len, map(itemgetter(1), runs)), dtype=np.int64, count=len(runs))
     starts = np.concatenate(([0], np.cumsum(ops_in)[:-1])).astype(np.int64)
     step_bytes = np.maximum.reduceat(occ, starts) if len(occ) else occ
     return [MemoryReport(device=g, peak_bytes=peak, step_tasks=tuple(map(itemgetter(0), b.seq[g])), step_bytes=step_bytes)
