@@ -217,9 +217,10 @@ def test_the_exchanges_at_full_speed_beside_the_gathers_is_caught(timed, monkeyp
         (t,) = [t for c, t, _m in fresh_errors(timed) if c == BESIDE_GATHERS[0]]
         return t
 
-    assert abs(error()) < 0.02
+    right = error()
+    assert abs(right) < 0.02
     monkeypatch.setattr(zero3_pipeline, "ring_beside_gathers", _ring_alone(None))
-    assert error() < -0.03
+    assert error() < right - 0.03  # the exchanges at full speed take 3 % or more off the estimate
 
 
 def test_zero3_gathers_on_the_data_ranks_catch_a_dp_only_group(timed, monkeypatch) -> None:

@@ -313,20 +313,41 @@ class Composition(CompositionState):
         params_of = gradient_sync.stage_params(self)
         if self.tied is not None and self.ranks.pp > 1:  # both embedding stages first, then their all-reduce
             lasts = [add_rank_program(self, comm, p, waits, colls, params_of[p]) for p in range(self.ranks.pp)]
+            mid = len(self.graph)
+            ends = [self._program_ends(last) for last in lasts]
             add_tied_allreduce(self, comm, self.tied, lasts)
             for p in range(self.ranks.pp):
                 gradient_sync.add_gradient_sync(self, comm, p, params_of[p], lasts[p])
+            for e in ends:
+                self._record_after_program(e, mid)
             return params_of
         for p in range(self.ranks.pp):
             first = len(self.graph)
             last = add_rank_program(self, comm, p, waits, colls, params_of[p])
             mid = len(self.graph)
+            ends = self._program_ends(last)
             gradient_sync.add_gradient_sync(self, comm, p, params_of[p], last)
+            self._record_after_program(ends, mid)
             if self.folded:  # how the exact build orders these compute tasks (report.compute_kinds):
                 # a program with collectives op by op, every GPU's task of an op in turn; without,
                 # and the optimizer, GPU after GPU
                 self.graph.meta[FOLD_RUNS_META] = [(first, mid, bool(colls)), (mid, len(self.graph), False)]
         return params_of
+
+    def _program_ends(self, last) -> list[int]:
+        """The last task of each replica's program on a rank (only looked up with blocking sends)."""
+        return [k for rep in self.replicas for k in last[rep]] if self.blocks is not None else []
+
+    def _record_after_program(self, ends: list[int], mid: int) -> None:
+        """Blocking sends: what starts off each program end among the tasks added from ``mid`` on
+        (the tied embedding's all-reduce, the gradient reduction, the optimizer share). Megatron-Core
+        runs ``finalize_model_grads`` only once the schedule's last batched send has returned
+        (``_communicate`` waits on it), so these start after the rank's last send, not beside it."""
+        succ = self.graph.succ
+        for k in ends:
+            later = [x for x in succ[k] if x >= mid]
+            if later:
+                self.after_program[k] = later
 
     def add_crossings(self, cover: dict[tuple[int, str], int], comm: GroupComm) -> None:
         """Every cross-stage buffer version, per micro-batch and replica, hop by hop (as case 4).

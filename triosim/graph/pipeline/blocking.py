@@ -150,6 +150,16 @@ def block_hops(b: CompositionState, near: StreamNeighbours, rep: tuple[int, int]
         nxt = near.after(ga, sender[1])
         if nxt is not None:
             graph.add_edge(transfer, nxt)
+        for later in after_send(b, sender[1], nxt):
+            graph.add_edge(transfer, later)
 
 
-__all__ = ["StreamNeighbours", "block_hops", "check_blocking", "receiving_block", "record_comm_points"]
+def after_send(b: CompositionState, sender_end: int, nxt: int | None) -> list[int]:
+    """Besides the sender's next compute task ``nxt``, what waits for a blocking send posted after
+    task ``sender_end``: when that task ends the rank's program, the gradient reduction and the
+    rest of what follows the program (Megatron-Core's ``finalize_model_grads`` runs once the
+    schedule's last ``send_backward`` has returned)."""
+    return [x for x in b.after_program.get(sender_end, ()) if x != nxt]
+
+
+__all__ = ["StreamNeighbours", "after_send", "block_hops", "check_blocking", "receiving_block", "record_comm_points"]

@@ -19,7 +19,7 @@ from itertools import chain
 
 from ...hardware.platform import gpu_node
 from ..composition_state import CompositionState
-from .blocking import StreamNeighbours, receiving_block
+from .blocking import StreamNeighbours, after_send, receiving_block
 from .schedules import BACKWARD, FORWARD
 
 
@@ -141,7 +141,8 @@ def send_version_in_bulk(b: CompositionState, near: StreamNeighbours | None, buf
                     continue
                 # The send is posted after the sender's block, the receive after the receiver's
                 # previous task, and the sender's next task waits for the transfer.
-                per.append((sender[1], near.before(gb, receiver[0]), near.after(ga, sender[1])))
+                nxt = near.after(ga, sender[1])
+                per.append((sender[1], near.before(gb, receiver[0]), nxt, after_send(b, sender[1], nxt)))
             blocking.append((j, per))
         reading = [(hop_to[st], [[task[(d, t, c, r)] for r in mbs] for c in cs]) for st, cs in zip(reached, readers_at)]
         # the receiving group or block starts once the tensor is there (blocking.receiving_block),
@@ -174,7 +175,7 @@ def send_version_in_bulk(b: CompositionState, near: StreamNeighbours | None, buf
                     if edges is None:
                         continue
                     transfer = own + j
-                    sender, posted, nxt = edges
+                    sender, posted, nxt, later = edges
                     succ[sender].append(transfer)
                     npred[transfer] += 1
                     if posted is not None:
@@ -183,6 +184,9 @@ def send_version_in_bulk(b: CompositionState, near: StreamNeighbours | None, buf
                     if nxt is not None:
                         succ[transfer].append(nxt)
                         npred[nxt] += 1
+                    for x in later:
+                        succ[transfer].append(x)
+                        npred[x] += 1
             for x in range(len(reached)):  # the readers wait for the transfer arriving on their GPU
                 for y in range(len(readers_at[x])):
                     for k in group:
