@@ -212,6 +212,9 @@ def check_placement(trace, p, P, V, split) -> None:
     forward = [i for i, phase in enumerate(p.phase) if phase == FORWARD]
     assert all(p.stage[i] == 0 for i in forward if i < layers[0][0])
     assert all(p.stage[i] == p.num_stages - 1 for i in forward if i > layers[-1][-1])
+    # the embedding's backward runs where the embedding does (a stage of its own under --account-for-embedding)
+    embedding_backward = [op.index for op in trace.ops if op.name.endswith("EmbeddingBackward0")]
+    assert embedding_backward and {p.stage[i] for i in embedding_backward} == {0}, "an embedding's backward is off its stage"
     assert ps.stage_layer_counts(trace, p) == p.layer_counts
 
 
@@ -232,6 +235,17 @@ def test_a_plan_places_megatrons_layers(card_trace, P, V, split):
     p = plan(card_trace, P, V, **flags)
     assert p.partition == "layers" and p.layer_split.endswith("(as given)")
     check_placement(card_trace, p, P, V, split)
+
+
+@pytest.mark.parametrize("P, V", [(2, 5), (5, 1)])
+def test_llamas_embedding_backward_runs_on_the_embeddings_stage(llama_card_trace, P, V):
+    """Its EmbeddingBackward reads no forward op's output and no weight, only the token ids (which
+    the embedding alone read): it went with the backward op before it, layer 0's, so onto stage 1
+    when the embedding has a stage of its own."""
+    split = LayerSplit(True, True)
+    p = plan(llama_card_trace, P, V, account_for_embedding_in_pipeline_split=True,
+             account_for_loss_in_pipeline_split=True)
+    check_placement(llama_card_trace, p, P, V, split)
 
 
 def test_auto_picks_the_account_for_split_and_says_so(card_trace):

@@ -312,14 +312,20 @@ def _forward_partners(
     A backward op reads what its forward op saved: the forward's inputs/outputs (last written by
     that forward op or the one before it) or the forward op's weights. The latest such forward
     op is the partner, which pairs ReluBackward with relu_ and ConvolutionBackward with conv2d.
+    A backward op that reads none of these but an input nothing wrote and only one forward op
+    read pairs with that op: EmbeddingBackward reads only the token ids and its incoming
+    gradient, and goes with the embedding (on the embedding's pipeline stage, not the next
+    layer's). An input many forward ops read (rotary tables, masks) names none of them.
     """
     last_fwd_writer: dict[str, int] = {}
     first_fwd_reader: dict[str, int] = {}
+    fwd_readers: dict[str, int] = {}  # how many forward ops read each tensor
     partner: list[int | None] = []
     for i, op in enumerate(ops):
         if op.stage == "forward":
             for t in reads[i]:
                 first_fwd_reader.setdefault(t, i)
+                fwd_readers[t] = fwd_readers.get(t, 0) + 1
             for t in writes[i]:
                 last_fwd_writer[t] = i
             partner.append(None)
@@ -334,6 +340,10 @@ def _forward_partners(
                 cand = first_fwd_reader.get(t) if t in params else cand
             if cand is not None and (best is None or cand > best):
                 best = cand
+        if best is None:
+            only = [first_fwd_reader[t] for t in reads[i] if t not in last_fwd_writer and t not in params
+                    and fwd_readers.get(t) == 1]
+            best = max(only, default=None)
         partner.append(best)
     return tuple(partner)
 
