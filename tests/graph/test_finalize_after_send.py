@@ -1,8 +1,9 @@
-"""Blocking pipeline sends: what follows a rank's program waits for its last send.
+"""Pipeline sends: what follows a rank's program waits for its last send.
 
 Megatron-Core's 1F1B cooldown ends with ``send_backward`` (``_communicate(wait_on_reqs=True)``),
-and ``finalize_model_grads`` (the data-parallel gradient reduction, the tied embedding's
-all-reduce) and the optimizer run only after it has returned. Before this, the gradient
+and the interleaved schedule with ``overlap_p2p_comm`` waits on the last send's handle; only then
+do ``finalize_model_grads`` (the data-parallel gradient reduction, the tied embedding's
+all-reduce) and the optimizer run. Before this, the gradient
 reduction of a stage past the first started as soon as its last backward task ended, beside
 its last send, and slowed that send (and the previous stage's last backward block waiting for it)
 where both share a link."""
@@ -48,12 +49,19 @@ def _early(g, s) -> list[tuple[str, float, float]]:
     return out
 
 
+SENDS = {"blocking": {}, "overlapped": dict(pipeline_send="overlapped"),
+         "interleaved": dict(schedule="interleaved", virtual_stages=2)}
+
+
+@pytest.mark.parametrize("sends", list(SENDS))
 @pytest.mark.parametrize("bulk", [True, False], ids=["sends in bulk", "sends call by call"])
 @pytest.mark.parametrize("exact", [True, False], ids=["every GPU", "representatives"])
-def test_the_gradient_reduction_starts_after_the_last_send(monkeypatch, bulk, exact) -> None:
+def test_the_gradient_reduction_starts_after_the_last_send(monkeypatch, bulk, exact, sends) -> None:
+    """Blocking sends return once sent; with overlapped ones (``overlap_p2p_comm``) the schedule
+    waits on the last send's handle before ``finalize_model_grads``."""
     monkeypatch.setattr(composition, "BULK_SENDS", bulk)
-    trace, platform, strategy = configure(**LLAMA, exact=exact)
-    assert strategy.blocking_sends
+    trace, platform, strategy = configure(**{**LLAMA, **SENDS[sends]}, exact=exact)
+    assert strategy.blocking_sends == (sends == "blocking")
     g = build_graph(trace, platform, strategy)
     s = schedule(g)
     assert any((a or {}).get("bucket") is not None for a in g.attrs)
@@ -71,10 +79,11 @@ def test_the_tied_embedding_all_reduce_starts_after_the_last_send() -> None:
     assert _early(g, s) == []
 
 
-def test_the_reduction_beside_the_last_send_is_caught(monkeypatch) -> None:
+@pytest.mark.parametrize("sends", list(SENDS))
+def test_the_reduction_beside_the_last_send_is_caught(monkeypatch, sends) -> None:
     """Planted: nothing recorded after the programs, so the reduction starts at the last
     backward task's end, beside the send (as before the fix)."""
     monkeypatch.setattr(composition.Composition, "_record_after_program", lambda self, ends, mid: None)
-    trace, platform, strategy = configure(**LLAMA, exact=True)
+    trace, platform, strategy = configure(**{**LLAMA, **SENDS[sends]}, exact=True)
     g = build_graph(trace, platform, strategy)
     assert _early(g, schedule(g))

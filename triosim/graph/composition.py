@@ -335,14 +335,17 @@ class Composition(CompositionState):
         return params_of
 
     def _program_ends(self, last) -> list[int]:
-        """The last task of each replica's program on a rank (only looked up with blocking sends)."""
-        return [k for rep in self.replicas for k in last[rep]] if self.blocks is not None else []
+        """The last task of each replica's program on a rank (a typed pipeline's: looked up by its sends)."""
+        typed_pipeline = self.blocks is not None or self.block_first is not None
+        return [k for rep in self.replicas for k in last[rep]] if typed_pipeline else []
 
     def _record_after_program(self, ends: list[int], mid: int) -> None:
-        """Blocking sends: what starts off each program end among the tasks added from ``mid`` on
-        (the tied embedding's all-reduce, the gradient reduction, the optimizer share). Megatron-Core
-        runs ``finalize_model_grads`` only once the schedule's last batched send has returned
-        (``_communicate`` waits on it), so these start after the rank's last send, not beside it."""
+        """What starts off each program end among the tasks added from ``mid`` on (the tied
+        embedding's all-reduce, the gradient reduction, the optimizer share). Megatron-Core runs
+        ``finalize_model_grads`` only once the schedule's last send has completed (a batched send
+        returns after it, ``_communicate(wait_on_reqs=True)``; with ``overlap_p2p_comm`` the
+        schedule waits on the last send's handle first), so these start after the rank's last
+        send, not beside it."""
         succ = self.graph.succ
         for k in ends:
             later = [x for x in succ[k] if x >= mid]
@@ -398,6 +401,11 @@ class Composition(CompositionState):
                                                  lambda a, d=d, t=t: ranks.rank(d, t, plan.rank_of(a)), rows)
                         if near is not None:
                             block_hops(self, near, (d, t), r, src, plan.phase[v.writer], read_in, arrive)
+                        elif first in self.after_program:  # overlapped: the program's last send is waited for
+                            for st in (src - 1, src + 1):
+                                if st in arrive:
+                                    for x in self.after_program[first]:
+                                        self.graph.add_edge(arrive[st], x)
                         for st in set(stages):
                             arrived.setdefault(st, {})[ranks.rank(d, t, plan.rank_of(st))] = arrive[st]
                     for st, at in arrived.items():

@@ -63,9 +63,9 @@ class CompositionState:
     # Blocking pipeline sends: (d, t, stage, phase, micro-batch) -> (first task, last task) of
     # that block on its GPU (None when sends do not block: nothing looks blocks up)
     blocks: dict[tuple[int, int, int, str, int], tuple[int, int]] | None = None
-    # Blocking pipeline sends: a rank program's last task -> the tasks after the program that
-    # start off it and are not its GPU's next compute task (the gradient reduction's first
-    # collectives): they too wait for the program's last send (pipeline.blocking.after_send)
+    # A typed pipeline: a rank program's last task -> the tasks after the program that start off
+    # it (the gradient reduction's first collectives, the optimizer): they wait for the program's
+    # last send (blocking sends: pipeline.blocking.after_send; overlapped: pipeline.crossings)
     after_program: dict[int, list[int]] = field(default_factory=dict)
     # Overlapped pipeline sends: (d, t, stage, phase, micro-batch) -> the first task of that block
     # on its GPU, which waits for what the block receives (None with blocking sends, or no pipeline)

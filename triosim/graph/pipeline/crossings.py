@@ -155,6 +155,8 @@ def send_version_in_bulk(b: CompositionState, near: StreamNeighbours | None, buf
                               for r, g in enumerate(got)])
         plans.append((firsts, blocking, reading, gates))
     groups = [[k for k, rep in enumerate(reps) if rep[0] == d] for d in ds]
+    # overlapped sends (blocking ones wait through their hops' edges, blocking.after_send)
+    waits_at_end = b.after_program if blocks is None else {}
     for r in mbs:
         at_mb = base + r * per_mb
         for group in groups:
@@ -163,9 +165,13 @@ def send_version_in_bulk(b: CompositionState, near: StreamNeighbours | None, buf
                 first = firsts[r]
                 tid = at_mb + k * per_rep
                 prev = first
+                later = waits_at_end.get(first, ())
                 for opens in starts:
                     if opens:
                         prev = first
+                        for x in later:  # the program's last send: what follows the program waits for it
+                            succ[tid].append(x)
+                            npred[x] += 1
                     succ[prev].append(tid)
                     prev = tid
                     tid += 1
