@@ -11,6 +11,7 @@ where both share a link."""
 from __future__ import annotations
 
 import tempfile
+from pathlib import Path
 
 import pytest
 
@@ -83,7 +84,22 @@ def test_the_tied_embedding_all_reduce_starts_after_the_last_send() -> None:
 def test_the_reduction_beside_the_last_send_is_caught(monkeypatch, sends) -> None:
     """Planted: nothing recorded after the programs, so the reduction starts at the last
     backward task's end, beside the send (as before the fix)."""
-    monkeypatch.setattr(composition.Composition, "_record_after_program", lambda self, ends, mid: None)
+    monkeypatch.setattr(composition.Composition, "_record_after_program", lambda self, *args: None)
     trace, platform, strategy = configure(**{**LLAMA, **SENDS[sends]}, exact=True)
     g = build_graph(trace, platform, strategy)
     assert _early(g, schedule(g))
+
+
+GPT = dict(trace_dir=str(Path(__file__).resolve().parents[2] / "sample_trace" / "gpt-cpu-bs8"), topology="nvlink-cluster",
+           gpus_per_node=4, dp=2, pp=2, micro_batch_size=2, exact=True)
+
+
+@pytest.mark.parametrize("sends", list(SENDS))
+def test_a_last_block_whose_send_leaves_before_its_end_is_waited_for(sends) -> None:
+    """The traced GPT's last backward block sends a gradient its LayerNorm backward writes,
+    before the block's last task (a weight gradient's GEMM) has run: finalize waits for that send
+    too, not only for one the block's last task posts."""
+    trace, platform, strategy = configure(**{**GPT, **SENDS[sends]})
+    g = build_graph(trace, platform, strategy)
+    assert _early(g, schedule(g)) == []
+

@@ -72,7 +72,7 @@ from .memory.plan import MemoryReport
 from .offload import carry_offload, host_link_rate, offload_on_plan
 from .pipeline.blocking import StreamNeighbours, block_hops, check_blocking, receiving_block
 from .pipeline.builder import choose_stages, micro_batch_sizes
-from .pipeline.crossings import send_version_in_bulk
+from .pipeline.crossings import send_version_in_bulk, sent_last
 from .pipeline.rank_program import add_rank_program
 from .pipeline.schedules import FORWARD
 from .pipeline.sends import send_hop_by_hop
@@ -318,8 +318,8 @@ class Composition(CompositionState):
             add_tied_allreduce(self, comm, self.tied, lasts)
             for p in range(self.ranks.pp):
                 gradient_sync.add_gradient_sync(self, comm, p, params_of[p], lasts[p])
-            for e in ends:
-                self._record_after_program(e, mid)
+            for p, e in enumerate(ends):
+                self._record_after_program(p, e, mid)
             return params_of
         for p in range(self.ranks.pp):
             first = len(self.graph)
@@ -327,30 +327,39 @@ class Composition(CompositionState):
             mid = len(self.graph)
             ends = self._program_ends(last)
             gradient_sync.add_gradient_sync(self, comm, p, params_of[p], last)
-            self._record_after_program(ends, mid)
+            self._record_after_program(p, ends, mid)
             if self.folded:  # how the exact build orders these compute tasks (report.compute_kinds):
                 # a program with collectives op by op, every GPU's task of an op in turn; without,
                 # and the optimizer, GPU after GPU
                 self.graph.meta[FOLD_RUNS_META] = [(first, mid, bool(colls)), (mid, len(self.graph), False)]
         return params_of
 
-    def _program_ends(self, last) -> list[int]:
-        """The last task of each replica's program on a rank (a typed pipeline's: looked up by its sends)."""
+    def _program_ends(self, last) -> list[tuple[tuple[int, int], int]]:
+        """(replica, task) for each last task of each replica's program on a rank (a typed
+        pipeline's: looked up by its sends)."""
         typed_pipeline = self.blocks is not None or self.block_first is not None
-        return [k for rep in self.replicas for k in last[rep]] if typed_pipeline else []
+        return [(rep, k) for rep in self.replicas for k in last[rep]] if typed_pipeline else []
 
-    def _record_after_program(self, ends: list[int], mid: int) -> None:
-        """What starts off each program end among the tasks added from ``mid`` on (the tied
-        embedding's all-reduce, the gradient reduction, the optimizer share). Megatron-Core runs
-        ``finalize_model_grads`` only once the schedule's last send has completed (a batched send
-        returns after it, ``_communicate(wait_on_reqs=True)``; with ``overlap_p2p_comm`` the
-        schedule waits on the last send's handle first), so these start after the rank's last
-        send, not beside it."""
+    def _record_after_program(self, p: int, ends: list[tuple[tuple[int, int], int]], mid: int) -> None:
+        """What starts off each program end of pipeline rank ``p`` among the tasks added from
+        ``mid`` on (the tied embedding's all-reduce, the gradient reduction, the optimizer share).
+        Megatron-Core runs ``finalize_model_grads`` only once the schedule's last send has
+        completed (a batched send returns after it, ``_communicate(wait_on_reqs=True)``; with
+        ``overlap_p2p_comm`` the schedule waits on the last send's handle first), so these start
+        after the rank's last send, not beside it. With overlapped sends, the last send is any
+        sent by a task of the rank's last block (``last_block``: its first and last task)."""
         succ = self.graph.succ
-        for k in ends:
+        firsts: dict[tuple[int, int], int] = {}
+        if self.blocks is None and self.block_first is not None:  # each replica's last block on rank p
+            for (d, t, st, _ph, _r), task in self.block_first.items():
+                if self.plan.rank_of(st) == p and task > firsts.get((d, t), -1):
+                    firsts[(d, t)] = task
+        for rep, k in ends:
             later = [x for x in succ[k] if x >= mid]
             if later:
                 self.after_program[k] = later
+                if rep in firsts:
+                    self.last_block[(*rep, p)] = (firsts[rep], k)
 
     def add_crossings(self, cover: dict[tuple[int, str], int], comm: GroupComm) -> None:
         """Every cross-stage buffer version, per micro-batch and replica, hop by hop (as case 4).
@@ -401,10 +410,10 @@ class Composition(CompositionState):
                                                  lambda a, d=d, t=t: ranks.rank(d, t, plan.rank_of(a)), rows)
                         if near is not None:
                             block_hops(self, near, (d, t), r, src, plan.phase[v.writer], read_in, arrive)
-                        elif first in self.after_program:  # overlapped: the program's last send is waited for
-                            for st in (src - 1, src + 1):
-                                if st in arrive:
-                                    for x in self.after_program[first]:
+                        else:  # overlapped: the program's last sends are waited for
+                            for x in sent_last(self, (d, t), src, first):
+                                for st in (src - 1, src + 1):
+                                    if st in arrive:
                                         self.graph.add_edge(arrive[st], x)
                         for st in set(stages):
                             arrived.setdefault(st, {})[ranks.rank(d, t, plan.rank_of(st))] = arrive[st]

@@ -67,6 +67,8 @@ class CompositionState:
     # it (the gradient reduction's first collectives, the optimizer): they wait for the program's
     # last send (blocking sends: pipeline.blocking.after_send; overlapped: pipeline.crossings)
     after_program: dict[int, list[int]] = field(default_factory=dict)
+    # Overlapped sends: (d, t, pipeline rank) -> (first, last task) of that rank's last block
+    last_block: dict[tuple[int, int, int], tuple[int, int]] = field(default_factory=dict)
     # Overlapped pipeline sends: (d, t, stage, phase, micro-batch) -> the first task of that block
     # on its GPU, which waits for what the block receives (None with blocking sends, or no pipeline)
     block_first: dict[tuple[int, int, int, str, int], int] | None = None

@@ -23,6 +23,17 @@ from .blocking import StreamNeighbours, after_send, receiving_block
 from .schedules import BACKWARD, FORWARD
 
 
+def sent_last(b: CompositionState, rep: tuple[int, int], src: int, writer_task: int) -> list[int]:
+    """With overlapped sends: what waits for a send of replica ``rep`` leaving stage ``src``
+    after ``writer_task``: when that task is in its pipeline rank's last block, what follows the
+    rank's program (Megatron-Core waits on the last send's handle before ``finalize_model_grads``);
+    else nothing."""
+    span = b.last_block.get((*rep, b.plan.rank_of(src)))
+    if span is None or not span[0] <= writer_task <= span[1]:
+        return []
+    return b.after_program[span[1]]
+
+
 def send_version_in_bulk(b: CompositionState, near: StreamNeighbours | None, buffer: str, writer: int, src: int,
                          readers: list[tuple[int, int]], writer_phase: str, read_in: dict[int, str],
                          c_op: int | None, rows: dict) -> None:
@@ -155,8 +166,6 @@ def send_version_in_bulk(b: CompositionState, near: StreamNeighbours | None, buf
                               for r, g in enumerate(got)])
         plans.append((firsts, blocking, reading, gates))
     groups = [[k for k, rep in enumerate(reps) if rep[0] == d] for d in ds]
-    # overlapped sends (blocking ones wait through their hops' edges, blocking.after_send)
-    waits_at_end = b.after_program if blocks is None else {}
     for r in mbs:
         at_mb = base + r * per_mb
         for group in groups:
@@ -165,7 +174,7 @@ def send_version_in_bulk(b: CompositionState, near: StreamNeighbours | None, buf
                 first = firsts[r]
                 tid = at_mb + k * per_rep
                 prev = first
-                later = waits_at_end.get(first, ())
+                later = sent_last(b, reps[k], src, first) if blocks is None else ()
                 for opens in starts:
                     if opens:
                         prev = first
