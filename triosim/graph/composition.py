@@ -49,7 +49,8 @@ the memory plans (:mod:`triosim.graph.memory.composition`); the JSON summary.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
+from itertools import islice
 
 from ..compute.op_parts import op_parts
 from ..errors import ConfigError
@@ -266,6 +267,10 @@ class Composition(CompositionState):
     experts: ExpertPlan | None = None  # expert parallelism's grouped GEMMs and exchanges (graph/expert)
     host_copies: dict | None = None  # activation offload: op -> its host copy (graph.offload)
     host_rate: float = 0.0  # the GPU's host link, B/s each way
+    # overlapped sends: (d, t, pipeline rank) -> the first task of its last block so far, and how
+    # many of block_first's entries that has read (_record_after_program)
+    last_block_first: dict[tuple[int, int, int], int] = field(default_factory=dict)
+    blocks_seen: int = 0
 
     def assemble(self) -> TaskGraph:
         """The steps in order; the graph's ``needs_memcpy`` says whether a memory plan needed a
@@ -349,17 +354,20 @@ class Composition(CompositionState):
         after the rank's last send, not beside it. With overlapped sends, the last send is any
         sent by a task of the rank's last block (``last_block``: its first and last task)."""
         succ = self.graph.succ
-        firsts: dict[tuple[int, int], int] = {}
-        if self.blocks is None and self.block_first is not None:  # each replica's last block on rank p
-            for (d, t, st, _ph, _r), task in self.block_first.items():
-                if self.plan.rank_of(st) == p and task > firsts.get((d, t), -1):
-                    firsts[(d, t)] = task
+        if self.blocks is None and self.block_first is not None:  # each replica's last block, per rank
+            # (the blocks added since the last call: each entry read once over the whole build)
+            for (d, t, st, _ph, _r), task in islice(self.block_first.items(), self.blocks_seen, None):
+                key = (d, t, self.plan.rank_of(st))
+                if task > self.last_block_first.get(key, -1):
+                    self.last_block_first[key] = task
+            self.blocks_seen = len(self.block_first)
         for rep, k in ends:
             later = [x for x in succ[k] if x >= mid]
             if later:
                 self.after_program[k] = later
-                if rep in firsts:
-                    self.last_block[(*rep, p)] = (firsts[rep], k)
+                first = self.last_block_first.get((*rep, p))
+                if first is not None:
+                    self.last_block[(*rep, p)] = (first, k)
 
     def add_crossings(self, cover: dict[tuple[int, str], int], comm: GroupComm) -> None:
         """Every cross-stage buffer version, per micro-batch and replica, hop by hop (as case 4).
