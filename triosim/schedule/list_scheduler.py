@@ -16,6 +16,10 @@ Compute streams stay exclusive resources, placed as above. The loop runs the com
 (a flow alone on links only its own kind of task holds, a compute task on a free stream) and
 takes an event it has just made at once when it is the next one anyway: the events, their order
 and every time are those of the general path (``AT_ONCE`` off; the tests compare the two).
+Before the loop, a graph in which no two tasks would ever meet (on a resource, a link or a GPU's
+SMs) is placed in one pass in dependency order with the loop's own arithmetic
+(:mod:`triosim.schedule.contention_free`, ``EARLIEST``); where anything would meet, the pass
+steps aside and the loop places the graph.
 """
 
 from __future__ import annotations
@@ -29,6 +33,7 @@ import numpy as np
 from ..errors import TriosimError
 from ..hardware.flow_network import ActiveFlows, Flow, alone_rate, maxmin_rates
 from ..trace.load import collector_paused
+from .contention_free import earliest_schedule
 from .flows import alike_links, flow_of
 from .network import BANDWIDTH_META, NETWORK_META
 from .private_links import private_tuples
@@ -58,6 +63,10 @@ class Schedule:
 # flow's start with no latency, joining the links. Off, the next turn does (the reference the
 # tests compare with).
 AT_ONCE = True
+
+# Whether the flow loop first tries the one-pass schedule of a DAG in which nothing meets
+# (schedule.contention_free): the same times when it applies. Off, the loop places every graph.
+EARLIEST = True
 
 # A schedule a builder found to check its graph (graph.builder.mirrors_hold), handed to the
 # next caller instead of placing the same tasks again.
@@ -168,6 +177,15 @@ def _schedule_flows(graph: TaskGraph, progress: Callable[[int], None] | None, re
     # How the loop places each task: 0 on its resources, 1 a flow, 2 on a shared compute stream
     # (a compute task on its one stream, set below when SMs are shared); per distinct tuple first.
     route = list(map({rs: 1 if rs in flow_tuples else 0 for rs in distinct}.__getitem__, res))
+    sms = task_sms(graph)  # SMs shared between compute and communication (schedule.sm_sharing)
+    if sms is not None:  # a compute task on its one stream: placed on the GPU's shared stream
+        route = [2 if not f and k == "compute" and len(rs) == 1 else f for k, rs, f in zip(graph.kind, res, route)]
+    if EARLIEST and not record:
+        times = earliest_schedule(graph, route, sms, bandwidth)
+        if times is not None:
+            if progress is not None:
+                progress(n)
+            return Schedule(start=times[0], end=times[1], makespan=max(times[1], default=0.0))
     # Flows on links no other tuple holds skip the per-link sets while alone (record=False only:
     # the rate log is kept the general way).
     private = set() if record else private_tuples(flow_tuples, link_ids)
@@ -199,10 +217,8 @@ def _schedule_flows(graph: TaskGraph, progress: Callable[[int], None] | None, re
                 log.append((logged_to, t, {k: f.rate for k, f in active.flows.items()}))
             logged_to = t
 
-    sms = task_sms(graph)  # SMs shared between compute and communication (schedule.sm_sharing)
     streams = SharedStreams(graph, sms, events, start) if sms is not None else None
     if streams is not None:
-        route = [2 if not f and k == "compute" and len(rs) == 1 else f for k, rs, f in zip(graph.kind, res, route)]
         running, due, queue, stream_rate = streams.running, streams.due, streams.queue, streams.rate
         left, since, speed, change = streams.left, streams.since, streams.speed, streams.change
         taken, sm_count = streams.taken, streams.sm_count
