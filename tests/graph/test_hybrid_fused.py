@@ -73,12 +73,12 @@ def test_fused_runs_equal_op_by_op(traces, name, kw, n, plat):
 def test_fusing_across_a_cut_is_caught(traces, monkeypatch):
     """Planted bug: runs fused across TP collectives (those of mid-run ops are lost, and nothing
     waits for the others)."""
-    real = rank_program._segment_cuts
+    real = rank_program.segment_cuts
 
     def without_tp_cuts(b, s, params, waits_here, colls, units):
         return real(b, s, params, {i: () for i in waits_here}, {}, units)
 
-    monkeypatch.setattr(rank_program, "_segment_cuts", without_tp_cuts)
+    monkeypatch.setattr(rank_program, "segment_cuts", without_tp_cuts)
     differ = 0
     for name, kw, n, plat in CONFIGS:
         _, sf = _build(traces[name], n, kw, plat)

@@ -10,7 +10,9 @@ left the same template, adds every later one by extending the graph's columns wi
 offset. Anything a template cannot express (a task that waits for one outside the block other
 than the one it starts after, a label without its micro-batch, a collective recorded for the
 first time) makes two builds differ, and the block stays built op by op: the graph, the
-lookups the later steps read and the counters are the same either way.
+lookups the later steps read and the counters are the same either way (a replayed block's task
+lookups are only those read once the program is built: a crossing buffer's writer and readers,
+a bucket's last gradient; the others serve its own build).
 """
 
 from __future__ import annotations
@@ -98,7 +100,7 @@ class BlockReplay:
     """Templates of one pipeline rank's blocks on its one built GPU (see the module docstring)."""
 
     def __init__(self, graph: TaskGraph, rows: dict, task_of: dict, tp_done: dict, seq: list, gpu: int,
-                 rep: tuple[int, int], stats: dict, state: tuple) -> None:
+                 rep: tuple[int, int], stats: dict, state: tuple, kept_ops: frozenset[int] | None = None) -> None:
         self.graph = graph
         self.rows = rows  # GroupComm's rows (id(charge) -> (charge, row)), counted per call
         self.task_of = task_of
@@ -108,6 +110,9 @@ class BlockReplay:
         self.rep = rep
         self.stats = stats
         self.state = state  # builder dicts that must not grow in a replayable block
+        # ops whose task is looked up after the program is built (None: every op recorded): a
+        # replayed block records only theirs (the 1T run's 1.3 M other keys were never read)
+        self.kept_ops = kept_ops
         self.templates: dict[tuple, Template] = {}
         self.candidates: dict[tuple, Template] = {}
         self.recorded: dict[tuple, int] = {}
@@ -233,7 +238,8 @@ class BlockReplay:
             k = self.task_of[key] - first
             if len(key) != 4 or key[3] != r or not 0 <= k < n:
                 return None
-            task_of.append((key[:3], k))
+            if self.kept_ops is None or key[2] in self.kept_ops:
+                task_of.append((key[:3], k))
         tp_done = []
         for key in reversed(list(islice(reversed(self.tp_done), len(self.tp_done) - rec.n_tp_done))):
             done = self.tp_done[key]

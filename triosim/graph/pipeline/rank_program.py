@@ -7,7 +7,7 @@ A ``-case`` preset keeps its case's task names and attributes: no micro-batch or
 0–3's tasks, case 3's collectives named after their op, and case 3's op time (t / N).
 
 A representative build runs each stretch of ops that nothing outside the GPU enters or leaves
-as one task (a *segment*, cut by :func:`_segment_cuts`): the same times with fewer tasks.
+as one task (a *segment*, cut by :func:`triosim.graph.pipeline.segments.segment_cuts`): the same times with fewer tasks.
 """
 
 from __future__ import annotations
@@ -31,6 +31,7 @@ from .block_replay import BlockReplay
 from .blocking import record_comm_points
 from .combined import CombinedPairs
 from .schedules import BACKWARD, FORWARD, block_order, interleaved_order, interleaved_warmup
+from .segments import segment_cuts, split_segments
 
 
 def add_rank_program(b: CompositionState, comm: GroupComm, p: int, waits, colls,
@@ -89,15 +90,17 @@ def add_rank_program(b: CompositionState, comm: GroupComm, p: int, waits, colls,
     segments: dict[tuple[int, str], list[list[int]]] = {}
     parts: dict[tuple[int, str], list] = {}  # per segment: its overlap piece (None: the whole segment)
     looked_up: set[int] = set()  # ops whose task a later step looks up (the cuts)
+    looked_up_later: set[int] = set()  # … once the program is built
     ovl = b.overlap
     for st in stages:
-        cut_before, cut_after = _segment_cuts(b, st, params, waits_here, colls, units_of.get(st))
+        cut_before, cut_after, later = segment_cuts(b, st, params, waits_here, colls, units_of.get(st))
+        looked_up_later |= later
         if ovl is not None:  # chunked and split ops are tasks of their own
             cut_before |= ovl.cut_ops
             cut_after |= ovl.cut_ops
         looked_up |= cut_before | cut_after
         for ph in (FORWARD, BACKWARD):
-            segs = _segments(ops[(st, ph)], cut_before, cut_after, b.fuse)
+            segs = split_segments(ops[(st, ph)], cut_before, cut_after, b.fuse)
             pieces = ovl.pieces(segs) if ovl is not None else [(seg, None) for seg in segs]
             segments[(st, ph)] = [seg for seg, _ in pieces]
             parts[(st, ph)] = [part for _, part in pieces]
@@ -215,7 +218,7 @@ def add_rank_program(b: CompositionState, comm: GroupComm, p: int, waits, colls,
     # A representative rank whose blocks nothing but TP collectives enter: the blocks that repeat
     # per micro-batch are added from a template (graph/pipeline/block_replay).
     replay = BlockReplay(g, comm.charged_rows, task_of, tp_done, seq[gpu0], gpu0, b.replicas[0], stats,
-                         (charged, comm.charges, seg_time, gathered, ring_in, rs_prev)) \
+                         (charged, comm.charges, seg_time, gathered, ring_in, rs_prev), frozenset(looked_up_later)) \
         if rep_only and tagged and ovl is None and not host and not attention and not exchanged and not units_of \
         and not pairs.pairs \
         else None
@@ -473,68 +476,6 @@ def _tp_charge(comm: GroupComm, charged: dict, c, nbytes: int, group: tuple[int,
         assert charge is not None  # representative, group of 2 or more (_charges_once)
         hit = charged[key] = (charge, wire_bytes_per_gpu(c.kind, len(group), nbytes))
     return hit
-
-
-def _segment_cuts(b: CompositionState, s: int, params: list[str], waits_here, colls, units) -> tuple[set[int], set[int]]:
-    """Ops of stage ``s`` that something outside its GPU's stream waits for (cut after them) or
-    that wait for something outside it (cut before them): TP collectives and what reads their
-    result, buffers crossing stages, DDP buckets, ZeRO-3 unit gathers. Between two cuts a GPU runs
-    its ops back to back, so one task of their summed time starts and ends when they would."""
-    before = {i for i, w in waits_here.items() if w}
-    after = {i for i in colls if b.plan.stage[i] == s}
-    for v in b.versions:
-        src = b.plan.stage[v.writer]
-        readers = [c for c in v.readers if b.plan.stage[c] != src]
-        if not readers:
-            continue
-        if src == s:
-            after.add(v.writer)
-        before.update(c for c in readers if b.plan.stage[c] == s)
-    if gradient_sync.overlapped(b):  # else every bucket waits for the rank's last task
-        after.update(bk.ready_op for bk in gradient_sync.sync_buckets(b, params, s))
-    if units is not None:
-        for phase_units in units.values():
-            before.update(u.first_op for u in phase_units)
-    # A run of re-runs (activation recomputation) is a task of its own, so that the time
-    # breakdown tells recomputation from the backward ops it precedes.
-    reruns = getattr(b, "reruns", frozenset())
-    before.update(i for i in reruns if i - 1 not in reruns)
-    before.update(i + 1 for i in reruns if i + 1 not in reruns)
-    context = getattr(b, "context", None)
-    if context is not None:  # an attention op runs with its exchange (graph/context/ring.py): a task of its own
-        before.update(context.ops)
-        after.update(context.ops)
-    experts = getattr(b, "experts", None)
-    if experts is not None:  # so is a grouped GEMM with its token exchange (graph/expert/dispatch.py)
-        before.update(experts.ops)
-        after.update(experts.ops)
-        after.update(e.source for e in experts.ops.values() if e.source is not None)  # a dispatch may start there
-    host = getattr(b, "host_copies", None)
-    if host:  # activation offload: each copy a task of its own, the ops it starts after or holds back cut
-        before.update(host)
-        after.update(host)
-        after.update(c.start_after for c in host.values() if c.start_after is not None)
-        before.update(c.waiter for c in host.values() if c.waiter is not None)
-    return before, after
-
-
-def _segments(block: list[int], cut_before: set[int], cut_after: set[int], fuse: bool) -> list[list[int]]:
-    """``block`` cut into runs of ops (one op each unless ``fuse``)."""
-    if not fuse:
-        return [[i] for i in block]
-    out: list[list[int]] = []
-    cur: list[int] = []
-    for i in block:
-        if cur and i in cut_before:
-            out.append(cur)
-            cur = []
-        cur.append(i)
-        if i in cut_after:
-            out.append(cur)
-            cur = []
-    if cur:
-        out.append(cur)
-    return out
 
 
 def _tp_groups(ranks: RankMap, s: int):
