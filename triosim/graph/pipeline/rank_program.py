@@ -33,6 +33,10 @@ from .combined import CombinedPairs
 from .schedules import BACKWARD, FORWARD, block_order, interleaved_order, interleaved_warmup
 from .segments import segment_cuts, split_segments
 
+# Whether a forward TP collective (Megatron style, not --tp-comm-overlap) holds back the op after
+# it in program order (see stream_waits in add_rank_program); off only in tests.
+FORWARD_TP_HOLDS_STREAM = True
+
 
 def add_rank_program(b: CompositionState, comm: GroupComm, p: int, waits, colls,
                      params: list[str]) -> dict[tuple[int, int], list[int]]:
@@ -92,6 +96,7 @@ def add_rank_program(b: CompositionState, comm: GroupComm, p: int, waits, colls,
     looked_up: set[int] = set()  # ops whose task a later step looks up (the cuts)
     looked_up_later: set[int] = set()  # … once the program is built
     ovl = b.overlap
+    megatron_tp = b.preset is None and getattr(b.tpp, "style", "per-op") == "megatron"
     for st in stages:
         cut_before, cut_after, later = segment_cuts(b, st, params, waits_here, colls, units_of.get(st))
         looked_up_later |= later
@@ -248,6 +253,13 @@ def add_rank_program(b: CompositionState, comm: GroupComm, p: int, waits, colls,
             else:
                 gradient_sync.gather_unit(b, comm, s, units[ph], 0, ph, r, last, gathered, ts)
         durs = seconds(s, ph, frac)
+        # A forward TP collective is synchronous in Megatron (torch.distributed's blocking call
+        # makes the compute stream wait for NCCL's): the op after it in program order waits for
+        # it even when it does not read its result (the position embedding after the word
+        # embedding's all-reduce). Backward ones are issued asynchronously beside the weight
+        # gradient's GEMM, and --tp-comm-overlap's are pipelined with their GEMMs. (The per-op
+        # style keeps the original's tensor parallelism, where an op waits only for what it reads.)
+        stream_waits = FORWARD_TP_HOLDS_STREAM and ph == FORWARD and megatron_tp and ovl is None
         mb_s = f" mb{r}" if tagged else ""
         firsts = {rep: None for rep in b.replicas} if b.blocks is not None or b.block_first is not None else None
         rec = tally_log = None
@@ -367,6 +379,11 @@ def add_rank_program(b: CompositionState, comm: GroupComm, p: int, waits, colls,
                         if d == 0:
                             b.count("tp", c.kind, group, nbytes)
                     tp_done[(i_last, r, d)] = done
+            if cs and stream_waits:
+                for rep, gpu in reps:
+                    done = tp_done.get((i_last, r, rep[0]))
+                    if done is not None:
+                        last[rep] = [done[gpu]]
         if rec is not None:
             replay.finish(rec, last, firsts)
         if firsts is not None:
