@@ -79,19 +79,20 @@ def _earliest_times(graph: TaskGraph, route: list[int], sms: list[int] | None, b
     # id of a links tuple -> its moving flows' joins and ends so far, in order (they never meet:
     # two that would end the pass at once)
     on_tuple: dict[int, tuple[list[float], list[float]]] = {}
-    # GPU -> the last compute task and the last SM-holding task placed there: (start, end) (a
-    # communication kernel beside the compute after the op it follows is found here at once)
+    # GPU -> the last compute task and the last SM-holding task placed there (a communication
+    # kernel beside the compute after the op it follows is found here at once)
     sm_on = sms is not None
     kind, devices = graph.kind, graph.devices
-    last_compute: dict[int, tuple[float, float]] = {}
-    last_comm: dict[int, tuple[float, float]] = {}
+    last_compute: dict[int, int] = {}
+    last_comm: dict[int, int] = {}
     stack = [i for i in range(n) if indeg[i] == 0]
     pop, push = stack.pop, stack.append
     placed = 0
     while stack:
         i = pop()
         t = ready[i]
-        if route[i] == 1:
+        how = route[i]
+        if how == 1:
             attrs = attrs_of[i]
             if attrs:
                 load = attrs.get("link_load")
@@ -128,21 +129,21 @@ def _earliest_times(graph: TaskGraph, route: list[int], sms: list[int] | None, b
                 e = t_in
         else:
             e = t + dur[i]
+        start[i] = t
+        end[i] = e
         if sm_on:  # a compute task and an SM-holding one of its GPU placed one after the other that overlap
-            if route[i] == 2:
+            if how == 2:
                 gpu = devices[i][0]
                 other = last_comm.get(gpu)
-                if other is not None and other[0] < e and t < other[1]:
+                if other is not None and start[other] < e and t < end[other]:
                     return None
-                last_compute[gpu] = (t, e)
+                last_compute[gpu] = i
             elif sms[i]:
                 for gpu in (devices[i] if kind[i] != "transfer" else devices[i][:1]):
                     other = last_compute.get(gpu)
-                    if other is not None and t < other[1] and other[0] < e:
+                    if other is not None and t < end[other] and start[other] < e:
                         return None
-                    last_comm[gpu] = (t, e)
-        start[i] = t
-        end[i] = e
+                    last_comm[gpu] = i
         for j in succ[i]:
             if e > ready[j]:
                 ready[j] = e
