@@ -43,6 +43,7 @@ class CompositionState:
     size_cache: dict[tuple[str, float], int] = field(default_factory=dict)
     prefixes: list[str] = field(default_factory=list)  # micro-batch r -> "mb{r}:" (memory keys)
     versions: list = field(default_factory=list)  # buffer_versions of the trace
+    crossing_ops: dict[int, tuple[list[int], list[int]]] | None = None  # pipeline.segments.crossing_ops
     fuse: bool = False  # one task per run of ops with nothing entering or leaving mid-run
     buffer_ids: dict[str, int] = field(default_factory=dict)  # trace tensor -> index (memory keys)
     optimizer_stages: dict[int, dict[int, float]] = field(default_factory=dict)  # optimizer op -> rank -> share

@@ -54,9 +54,10 @@ def earliest_schedule(graph: TaskGraph, route: list[int], sms: list[int] | None,
         moving[np.asarray(flows, dtype=np.int64)] = True
     if not _flows_apart(joins, ends, flows, rates, moving):
         return None
-    if not _resources_apart(graph, route, starts, ends, joins, moving, bandwidth):
+    groups = _groups(graph.resources)
+    if not _resources_apart(graph, route, starts, ends, joins, moving, bandwidth, groups):
         return None
-    if sms is not None and not _sms_apart(graph, route, sms, starts, ends):
+    if sms is not None and not _sms_apart(graph, route, sms, starts, ends, groups):
         return None
     return start, end
 
@@ -186,10 +187,11 @@ def _groups(res: list[tuple[int, ...]]) -> tuple[list[np.ndarray], list[tuple[in
 
 
 def _resources_apart(graph: TaskGraph, route: list[int], starts: np.ndarray, ends: np.ndarray,
-                     joins: np.ndarray, moving: np.ndarray, bandwidth: dict[int, float]) -> bool:
+                     joins: np.ndarray, moving: np.ndarray, bandwidth: dict[int, float],
+                     groups: tuple[list[np.ndarray], list[tuple[int, ...]]]) -> bool:
     """Whether no two tasks overlap on a resource the loop keeps exclusive (route 0 and 2: ready
     at the instant another starts counts) and no two moving flows overlap or touch on a link."""
-    parts, tuples = _groups(graph.resources)
+    parts, tuples = groups
     # resource -> the groups holding it, per kind of holder; one check per distinct set of groups
     holders: dict[tuple[int, int], list[int]] = {}
     for k, (rs, part) in enumerate(zip(tuples, parts)):
@@ -224,38 +226,55 @@ def _resources_apart(graph: TaskGraph, route: list[int], starts: np.ndarray, end
     return True
 
 
-def _sms_apart(graph: TaskGraph, route: list[int], sms: list[int], starts: np.ndarray, ends: np.ndarray) -> bool:
+def _sms_apart(graph: TaskGraph, route: list[int], sms: list[int], starts: np.ndarray, ends: np.ndarray,
+               groups: tuple[list[np.ndarray], list[tuple[int, ...]]]) -> bool:
     """Whether no task holding SMs runs while a compute task on a shared stream of its GPU does
     (touching is fine, except an off-link task starting as the compute ends: its SMs change first)."""
     kind, devices = graph.kind, graph.devices
-    comm: dict[int, list[int]] = {}
-    compute: dict[int, list[int]] = {}
-    for i, held in enumerate(sms):
-        if held:
-            for gpu in (devices[i] if kind[i] != "transfer" else devices[i][:1]):
-                comm.setdefault(gpu, []).append(i)
-    if not comm:
+    routes = np.asarray(route, dtype=np.int8)
+    holders = np.flatnonzero(np.asarray(sms, dtype=np.int64))
+    if not len(holders):
         return True
-    for i, how in enumerate(route):
-        if how == 2 and devices[i][0] in comm:
-            compute.setdefault(devices[i][0], []).append(i)
-    for gpu, tasks in comm.items():
-        mine = compute.get(gpu)
-        if not mine:
+    # a task's GPUs are those of its devices tuple (a transfer's sending GPU only): grouped by
+    # the tuple (the graph's own objects) and whether it is a transfer
+    sends = np.fromiter(map("transfer".__eq__, map(kind.__getitem__, holders.tolist())), dtype=bool,
+                        count=len(holders))
+    comm: dict[int, list[np.ndarray]] = {}
+    for ids in _split_by(holders, devices, sends):
+        i = int(ids[0])
+        for gpu in (devices[i] if kind[i] != "transfer" else devices[i][:1]):
+            comm.setdefault(gpu, []).append(ids)
+    compute: dict[int, np.ndarray] = {}
+    for ids in groups[0]:  # a shared stream's tasks are among those of its one-resource tuple
+        ids = ids[routes[ids] == 2]
+        if len(ids):
+            gpu = devices[int(ids[0])][0]
+            compute[gpu] = ids if gpu not in compute else np.concatenate([compute[gpu], ids])
+    for gpu, parts in comm.items():
+        c = compute.get(gpu)
+        if c is None:
             continue
-        c = np.asarray(mine, dtype=np.int64)
         order = np.argsort(starts[c], kind="stable")
         s, e = starts[c][order], ends[c][order]
-        m = np.asarray(tasks, dtype=np.int64)
+        m = parts[0] if len(parts) == 1 else np.concatenate(parts)
         a, b = starts[m], ends[m]
         at = np.searchsorted(s, b, side="left") - 1  # the last compute starting before b
-        hit = (at >= 0) & (e[np.maximum(at, 0)] > a)
-        if np.any(hit):
+        if np.any((at >= 0) & (e[np.maximum(at, 0)] > a)):
             return False
-        off_links = np.asarray([route[int(i)] == 0 for i in m], dtype=bool)
+        off_links = routes[m] == 0
         if off_links.any() and np.any(np.isin(a[off_links], e)):
             return False
     return True
+
+
+def _split_by(ids: np.ndarray, devices: list[tuple[int, ...]], flag: np.ndarray) -> list[np.ndarray]:
+    """``ids`` grouped by their devices tuple (by identity: the graph interns them) and ``flag``."""
+    keys = np.fromiter(map(id, map(devices.__getitem__, ids.tolist())), dtype=np.int64, count=len(ids))
+    keys = keys * 2 + flag  # ids of objects are even-aligned addresses: no two keys collide
+    order = np.argsort(keys, kind="stable")
+    sorted_keys = keys[order]
+    cuts = np.flatnonzero(sorted_keys[1:] != sorted_keys[:-1]) + 1
+    return np.split(ids[order], cuts)
 
 
 __all__ = ["FINISH_TOLERANCE", "earliest_schedule"]

@@ -20,18 +20,10 @@ def segment_cuts(b: CompositionState, s: int, params: list[str], waits_here, col
     writer and readers, a bucket's last gradient); the others only while their block is built."""
     before = {i for i, w in waits_here.items() if w}
     after = {i for i in colls if b.plan.stage[i] == s}
-    later: set[int] = set()
-    for v in b.versions:
-        src = b.plan.stage[v.writer]
-        readers = [c for c in v.readers if b.plan.stage[c] != src]
-        if not readers:
-            continue
-        if src == s:
-            after.add(v.writer)
-            later.add(v.writer)
-        here = [c for c in readers if b.plan.stage[c] == s]
-        before.update(here)
-        later.update(here)
+    writers, readers = crossing_ops(b).get(s, ((), ()))
+    after.update(writers)
+    before.update(readers)
+    later = {*writers, *readers}
     if gradient_sync.overlapped(b):  # else every bucket waits for the rank's last task
         ready = [bk.ready_op for bk in gradient_sync.sync_buckets(b, params, s)]
         after.update(ready)
@@ -62,6 +54,24 @@ def segment_cuts(b: CompositionState, s: int, params: list[str], waits_here, col
     return before, after, later
 
 
+def crossing_ops(b: CompositionState) -> dict[int, tuple[list[int], list[int]]]:
+    """Per stage, the ops writing a buffer read on another stage and the ops reading one written
+    on another stage (found once per build: every pipeline rank's cuts read them)."""
+    if b.crossing_ops is None:
+        stage = b.plan.stage
+        out: dict[int, tuple[list[int], list[int]]] = {}
+        for v in b.versions:
+            src = stage[v.writer]
+            readers = [c for c in v.readers if stage[c] != src]
+            if not readers:
+                continue
+            out.setdefault(src, ([], []))[0].append(v.writer)
+            for c in readers:
+                out.setdefault(stage[c], ([], []))[1].append(c)
+        b.crossing_ops = out
+    return b.crossing_ops
+
+
 def split_segments(block: list[int], cut_before: set[int], cut_after: set[int], fuse: bool) -> list[list[int]]:
     """``block`` cut into runs of ops (one op each unless ``fuse``)."""
     if not fuse:
@@ -81,4 +91,4 @@ def split_segments(block: list[int], cut_before: set[int], cut_after: set[int], 
     return out
 
 
-__all__ = ["segment_cuts", "split_segments"]
+__all__ = ["crossing_ops", "segment_cuts", "split_segments"]
