@@ -66,6 +66,9 @@ class Template:
         self.succ_short = [ks[0] if len(ks) == 1 else ks for ks in self.succ]
         self.task_keys = [dto for dto, _k in self.task_of]
         self.task_at = [k for _dto, k in self.task_of]
+        self.tally_calls = sum(calls for calls, _p, _w in self.tally)  # integers: any order
+        self.tally_payload = sum(payload for _c, payload, _w in self.tally)
+        self.tally_wire = [wire for _c, _p, wire in self.tally]
 
     def same(self, other: Template) -> bool:
         """Whether two recordings left the same template (attribute values that are objects
@@ -146,15 +149,14 @@ class BlockReplay:
         g.label.extend([head + mid + tail for head, tail in tmpl.labels])
         # a copy of each with the micro-batch's values in their places (both keys are there: a
         # copy keeps its key order)
-        g.attrs.extend([{**attrs, "microbatch": r} if coll is None else
-                        {**attrs, "microbatch": r, "collective": coll[0] + mid + coll[1]}
+        g.attrs.extend([dict(attrs, microbatch=r) if coll is None else
+                        dict(attrs, microbatch=r, collective=coll[0] + mid + coll[1])
                         for attrs, coll in tmpl.attrs])
         # (most tasks have one successor in the block: kept as an int, its list made without a loop)
         g.succ.extend([[ids[x]] if x.__class__ is int else [ids[k] for k in x] for x in tmpl.succ_short])
         g.succ[entry[0]].extend([ids[k] for k in tmpl.entry_succ])
         self.task_of.update(zip(map(add, tmpl.task_keys, repeat((r,))), map(ids.__getitem__, tmpl.task_at)))
-        for op, gpu, k in tmpl.tp_done:
-            self.tp_done[(op, r, 0)] = {gpu: ids[k]}
+        self.tp_done.update({(op, r, 0): {gpu: ids[k]} for op, gpu, k in tmpl.tp_done})
         self.seq.extend([(ids[k], ops, r) for k, ops in tmpl.seq])
         last[self.rep] = [ids[tmpl.last]]
         if firsts is not None and tmpl.first_compute is not None and firsts[self.rep] is None:
@@ -164,10 +166,12 @@ class BlockReplay:
             row["bytes"] += nb
         if tmpl.tally:
             tally = self.stats["tp"]
-            for calls, payload, wire in tmpl.tally:  # in the builder's order: the float sum is the same
-                tally["collectives"] += calls
-                tally["payload_bytes"] += payload
-                tally["wire_bytes_per_gpu"] += wire
+            tally["collectives"] += tmpl.tally_calls
+            tally["payload_bytes"] += tmpl.tally_payload
+            wire = tally["wire_bytes_per_gpu"]
+            for step in tmpl.tally_wire:  # in the builder's order: the float sum is the same
+                wire += step
+            tally["wire_bytes_per_gpu"] = wire
         self.replayed += 1
         return True
 
