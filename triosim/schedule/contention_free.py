@@ -37,12 +37,13 @@ from .tasks import TaskGraph
 FINISH_TOLERANCE = 1e-13
 
 
-def earliest_schedule(graph: TaskGraph, route: list[int], sms: list[int] | None,
-                      bandwidth: dict[int, float]) -> tuple[list[float], list[float]] | None:
+def earliest_schedule(graph: TaskGraph, route: list[int], sms: list[int] | None, bandwidth: dict[int, float],
+                      alike: frozenset[int] = frozenset()) -> tuple[list[float], list[float]] | None:
     """Start and end of every task when nothing meets (see the module docstring), else None.
     ``route``: per task 1 for a flow, 2 for a compute task on a shared stream, 0 otherwise (the
-    loop's own); ``sms``: the SMs each task holds (None: no SM sharing)."""
-    times = _earliest_times(graph, route, sms, bandwidth)
+    loop's own); ``sms``: the SMs each task holds (None: no SM sharing); ``alike``: links left
+    out of the flows' links (:func:`~triosim.schedule.flows.alike_links`: the same sizes and rates)."""
+    times = _earliest_times(graph, route, sms, bandwidth, alike)
     if times is None:
         return None
     start, end, flows, rates = times
@@ -62,7 +63,8 @@ def earliest_schedule(graph: TaskGraph, route: list[int], sms: list[int] | None,
     return start, end
 
 
-def _earliest_times(graph: TaskGraph, route: list[int], sms: list[int] | None, bandwidth: dict[int, float]):
+def _earliest_times(graph: TaskGraph, route: list[int], sms: list[int] | None, bandwidth: dict[int, float],
+                    alike: frozenset[int]):
     """Every task's start and end if each starts when its last predecessor ends (in
     dependency order), with the task ids and rates of the flows that move bytes; None
     as soon as two flows of one tuple of links overlap or touch, or a compute task and an
@@ -104,7 +106,7 @@ def _earliest_times(graph: TaskGraph, route: list[int], sms: list[int] | None, b
             key = (id(rs), uniform, dur[i] - latency[i], None if load is None else id(load))
             hit = params.get(key)
             if hit is None:
-                f = flow_of(graph, i, bandwidth, memo)
+                f = flow_of(graph, i, bandwidth, memo, alike)
                 hit = params[key] = (f.remaining, f.alone if f.alone > 0 else alone_rate(f),
                                      f.remaining > 0 and bool(f.coefs))
             size, rate, moves = hit

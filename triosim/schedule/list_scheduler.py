@@ -68,6 +68,9 @@ AT_ONCE = True
 # (schedule.contention_free): the same times when it applies. Off, the loop places every graph.
 EARLIEST = True
 
+# Flows holding more links than this have their alike links found before the one pass.
+ALIKE_BEFORE_PASS = 256
+
 # A schedule a builder found to check its graph (graph.builder.mirrors_hold), handed to the
 # next caller instead of placing the same tasks again.
 SCHEDULED_META = "scheduled"
@@ -180,8 +183,14 @@ def _schedule_flows(graph: TaskGraph, progress: Callable[[int], None] | None, re
     sms = task_sms(graph)  # SMs shared between compute and communication (schedule.sm_sharing)
     if sms is not None:  # a compute task on its one stream: placed on the GPU's shared stream
         route = [2 if not f and k == "compute" and len(rs) == 1 else f for k, rs, f in zip(graph.kind, res, route)]
+    # Links another stands for in every flow (record=False only: the rate log names every link),
+    # found first where a flow holds many links (a ring of 4,096 GPUs: 8,192), whose flows the one
+    # pass would otherwise build link by link.
+    alike = None
+    if not record and any(len(rs) > ALIKE_BEFORE_PASS for rs in flow_tuples):
+        alike = alike_links(graph, bandwidth, list(map((1).__eq__, route)))
     if EARLIEST and not record:
-        times = earliest_schedule(graph, route, sms, bandwidth)
+        times = earliest_schedule(graph, route, sms, bandwidth, alike or frozenset())
         if times is not None:
             if progress is not None:
                 progress(n)
@@ -202,8 +211,8 @@ def _schedule_flows(graph: TaskGraph, progress: Callable[[int], None] | None, re
     pop, push = heapq.heappop, heapq.heappush
     active = ActiveFlows()
     memo: dict = {}  # flows of identical link tasks (see flow_of)
-    # Links another stands for in every flow (record=False only: the rate log names every link).
-    alike = frozenset() if record else alike_links(graph, bandwidth, list(map((1).__eq__, route)))
+    if alike is None:
+        alike = frozenset() if record else alike_links(graph, bandwidth, list(map((1).__eq__, route)))
     placed = 0
     tick = max(1, n // 100)
     log: list[tuple[float, float, dict[int, float]]] | None = [] if record else None
