@@ -127,14 +127,23 @@ def test_planted_scenario_passes():
 
 
 def test_op_count_property_catches_a_duplicate(monkeypatch):
-    real = TaskGraph.add_compute_tagged  # what the builder adds an op's task with
+    real = TaskGraph.add_compute_tagged  # what the builder adds an op's task with, one GPU …
 
     def buggy(self, device, duration_s, label, attrs, after=()):
         if device == 0 and attrs.get("op") == 2:  # the op is issued twice on GPU 0
             real(self, device, duration_s, label, attrs, after)
         return real(self, device, duration_s, label, attrs, after)
 
+    real_each = TaskGraph.add_compute_each  # … and every GPU's task of a segment at once
+
+    def buggy_each(self, devices, duration_s, labels, attrs, afters):
+        if attrs.get("op") == 2 and 0 in devices:
+            at = list(devices).index(0)
+            real(self, 0, duration_s, labels[at], attrs, afters[at])
+        return real_each(self, devices, duration_s, labels, attrs, afters)
+
     monkeypatch.setattr(TaskGraph, "add_compute_tagged", buggy)
+    monkeypatch.setattr(TaskGraph, "add_compute_each", buggy_each)
     with pytest.raises(AssertionError, match="twice"):
         check_tensor_parallel_properties(*PLANTED)
 

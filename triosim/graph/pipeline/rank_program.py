@@ -12,6 +12,7 @@ as one task (a *segment*, cut by :func:`triosim.graph.pipeline.segments.segment_
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from functools import partial
 
 from ... import limits
@@ -76,6 +77,7 @@ def add_rank_program(b: CompositionState, comm: GroupComm, p: int, waits, colls,
     waits_here = {i: tuple(c for c in waits[i] if plan.stage[c] == plan.stage[i])
                   for block in ops.values() for i in block}
     reps = list(zip(b.replicas, gpus))
+    rep_gpus = [gpu for _, gpu in reps]
     tp_groups = {d: comm.ordered(ranks.tp_group(d, p)) for d in ds}
     members = {d: [(t, ranks.rank(d, t, p)) for t in ts] for d in ds}
     tp_parallel = partial(_tp_groups, ranks, p)
@@ -301,6 +303,7 @@ def add_rank_program(b: CompositionState, comm: GroupComm, p: int, waits, colls,
                     if firsts is not None and firsts[rep] is None:  # a block may start with it (a cut before it)
                         firsts[rep] = ends[rep][0]
                 continue
+            afters = []
             for rep, gpu in reps:
                 after = last[rep]
                 held = host_waits.pop((rep, i, r), None) if host_waits else None
@@ -317,7 +320,12 @@ def add_rank_program(b: CompositionState, comm: GroupComm, p: int, waits, colls,
                     if k is not None:
                         after.append(gathered[(*rep, "unit", k)])
                     after = list(dict.fromkeys(after))
-                task = add_compute(gpu, dur, f"{label} gpu{gpu}", tags, after)
+                afters.append(after)
+            if len(reps) == 1:
+                tasks: Sequence[int] = (add_compute(gpu0, dur, f"{label} gpu{gpu0}", tags, afters[0]),)
+            else:  # every built GPU's task as whole columns (a case-3 run: 4,096 GPUs a segment)
+                tasks = g.add_compute_each(rep_gpus, dur, [f"{label} gpu{gpu}" for gpu in rep_gpus], tags, afters)
+            for (rep, gpu), task in zip(reps, tasks):
                 # Only a run's ends are looked up (a crossing buffer's writer or reader, a bucket's
                 # last gradient, the op a TP collective follows): the cuts put them there, and only
                 # the cut ones are kept (a 1T mesh would otherwise hold 10^6 keys).
