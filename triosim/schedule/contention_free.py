@@ -30,7 +30,7 @@ from bisect import bisect_left
 import numpy as np
 
 from ..hardware.flow_network import alone_rate
-from .flows import flow_of
+from .flows import flow_key, flow_of
 from .tasks import TaskGraph
 
 # The flow loop ends together the flows that finish within this factor of the first (ActiveFlows.due).
@@ -70,7 +70,7 @@ def _earliest_times(graph: TaskGraph, route: list[int], sms: list[int] | None, b
     as soon as two flows of one tuple of links overlap or touch, or a compute task and an
     SM-holding task of one GPU placed one after the other overlap (they would meet)."""
     n = len(graph)
-    succ, dur, latency, res, attrs_of = graph.succ, graph.duration, graph.latency, graph.resources, graph.attrs
+    succ, dur, latency, res = graph.succ, graph.duration, graph.latency, graph.resources
     indeg = list(graph.npred)
     ready = [0.0] * n
     start = [0.0] * n
@@ -96,14 +96,8 @@ def _earliest_times(graph: TaskGraph, route: list[int], sms: list[int] | None, b
         t = ready[i]
         how = route[i]
         if how == 1:
-            attrs = attrs_of[i]
-            if attrs:
-                load = attrs.get("link_load")
-                uniform = attrs.get("link_bytes")
-            else:
-                load = uniform = None
             rs = res[i]
-            key = (id(rs), uniform, dur[i] - latency[i], None if load is None else id(load))
+            key = flow_key(graph, i)
             hit = params.get(key)
             if hit is None:
                 f = flow_of(graph, i, bandwidth, memo, alike)

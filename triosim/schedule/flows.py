@@ -79,6 +79,24 @@ def _refine(cls: np.ndarray, value: np.ndarray) -> np.ndarray:
     return out
 
 
+def link_charge(graph: TaskGraph, task: int) -> tuple[dict | None, int | None]:
+    """A link task's per-link load (a macro collective's bytes on each link) and its uniform bytes
+    per link, where its attributes give them."""
+    attrs = graph.attrs[task]
+    if not attrs:
+        return None, None
+    return attrs.get("link_load"), attrs.get("link_bytes")
+
+
+def flow_key(graph: TaskGraph, task: int) -> tuple:
+    """What makes two link tasks' flows the same but for the task (the list scheduler's memo of
+    lone flows, as :func:`flow_of`'s): the identity of its links tuple (the graph's own object),
+    its uniform bytes per link, its transfer time and the identity of its per-link load."""
+    load, uniform = link_charge(graph, task)
+    return (id(graph.resources[task]), uniform, graph.duration[task] - graph.latency[task],
+            None if load is None else id(load))
+
+
 def flow_of(graph: TaskGraph, task: int, bandwidth: dict[int, float],
             memo: dict[tuple, tuple] | None = None, alike: frozenset[int] = frozenset()) -> Flow:
     """The flow of link task ``task`` (see :mod:`triosim.hardware.flow_network`). ``memo`` remembers the flow of
@@ -86,12 +104,7 @@ def flow_of(graph: TaskGraph, task: int, bandwidth: dict[int, float],
     transfer time (a collective repeated per micro-batch): their flows differ only in the task.
     ``alike``: links left out of the flow's links (:func:`alike_links`)."""
     xfer = graph.duration[task] - graph.latency[task]
-    attrs = graph.attrs[task]
-    if attrs:
-        load = attrs.get("link_load")
-        uniform = attrs.get("link_bytes")
-    else:
-        load = uniform = None
+    load, uniform = link_charge(graph, task)
     key = None
     if memo is not None:
         # A per-link load is one dict per charge, shared by every task of that charge: its
