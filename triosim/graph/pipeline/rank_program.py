@@ -261,7 +261,11 @@ def add_rank_program(b: CompositionState, comm: GroupComm, p: int, waits, colls,
         # embedding's all-reduce). Backward ones are issued asynchronously beside the weight
         # gradient's GEMM, and --tp-comm-overlap's are pipelined with their GEMMs. (The per-op
         # style keeps the original's tensor parallelism, where an op waits only for what it reads.)
+        # A block still ends with its last compute task (what its sends follow: blocking sends
+        # look up the compute task after it), so a collective after the block's last op holds
+        # only what reads it.
         stream_waits = FORWARD_TP_HOLDS_STREAM and ph == FORWARD and megatron_tp and ovl is None
+        block_end = ops[(s, ph)][-1] if ops[(s, ph)] else None
         mb_s = f" mb{r}" if tagged else ""
         firsts = {rep: None for rep in b.replicas} if b.blocks is not None or b.block_first is not None else None
         rec = tally_log = None
@@ -387,7 +391,7 @@ def add_rank_program(b: CompositionState, comm: GroupComm, p: int, waits, colls,
                         if d == 0:
                             b.count("tp", c.kind, group, nbytes)
                     tp_done[(i_last, r, d)] = done
-            if cs and stream_waits:
+            if cs and stream_waits and i_last != block_end:
                 for rep, gpu in reps:
                     done = tp_done.get((i_last, r, rep[0]))
                     if done is not None:
