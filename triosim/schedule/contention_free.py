@@ -53,7 +53,7 @@ def earliest_schedule(graph: TaskGraph, route: list[int], sms: list[int] | None,
     moving = np.zeros(len(start), dtype=bool)
     if flows:
         moving[np.asarray(flows, dtype=np.int64)] = True
-    if not _flows_apart(joins, ends, flows, rates, moving):
+    if not _flows_apart(joins, ends, flows, rates):
         return None
     groups = _groups(graph.resources)
     if not _resources_apart(graph, route, starts, ends, joins, moving, bandwidth, groups):
@@ -153,16 +153,13 @@ def _earliest_times(graph: TaskGraph, route: list[int], sms: list[int] | None, b
     return start, end, flows, rates
 
 
-def _flows_apart(joins: np.ndarray, ends: np.ndarray, flows: list[int], rates: list[float],
-                 moving: np.ndarray) -> bool:
-    """Whether no two moving flows join at one instant with different rates, and none end
-    within the finishing tolerance of each other without ending at the same time."""
+def _flows_apart(joins: np.ndarray, ends: np.ndarray, flows: list[int], rates: list[float]) -> bool:
+    """Whether no two of ``flows`` (those that move bytes) join at one instant with different
+    rates, and none end within the finishing tolerance of each other without ending together."""
     if not flows:
         return True
     ids = np.asarray(flows, dtype=np.int64)
-    keep = moving[ids]
-    ids = ids[keep]
-    rate = np.asarray(rates, dtype=np.float64)[keep]
+    rate = np.asarray(rates, dtype=np.float64)
     t_in = joins[ids]
     order = np.lexsort((rate, t_in))
     t_sorted, r_sorted = t_in[order], rate[order]
