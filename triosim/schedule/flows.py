@@ -88,15 +88,6 @@ def link_charge(graph: TaskGraph, task: int) -> tuple[dict | None, int | None]:
     return attrs.get("link_load"), attrs.get("link_bytes")
 
 
-def flow_key(graph: TaskGraph, task: int) -> tuple:
-    """What makes two link tasks' flows the same but for the task (the list scheduler's memo of
-    lone flows, as :func:`flow_of`'s): the identity of its links tuple (the graph's own object),
-    its uniform bytes per link, its transfer time and the identity of its per-link load."""
-    load, uniform = link_charge(graph, task)
-    return (id(graph.resources[task]), uniform, graph.duration[task] - graph.latency[task],
-            None if load is None else id(load))
-
-
 def flow_of(graph: TaskGraph, task: int, bandwidth: dict[int, float],
             memo: dict[tuple, tuple] | None = None, alike: frozenset[int] = frozenset()) -> Flow:
     """The flow of link task ``task`` (see :mod:`triosim.hardware.flow_network`). ``memo`` remembers the flow of
