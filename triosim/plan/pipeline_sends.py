@@ -1,10 +1,10 @@
 """The interleaved schedule's pipeline sends beside the TP collectives, in the plan's estimate.
 
-With overlapped sends (``--pipeline-send overlapped``, the interleaved schedule's default) a block
-runs while the transfer posted after the block before it on its GPU moves. Where the transfer's
-route and the block's TP collectives share a link (inside one node: each GPU's NVLink port), both
-move at half speed while both run (the flow network's max-min fair shares), so the block's TP
-collectives take longer: :func:`beside_sends`.
+With overlapped sends (``--pipeline-send overlapped``, the interleaved schedule's default) the
+blocks after a send run while its transfer moves. Where the transfer's route and the TP
+collectives share a link (inside one node: each GPU's NVLink ports), both move at half speed
+while both run (the flow network's max-min fair shares), at the sending and at the receiving
+GPU: the collectives and the transfers take longer (:func:`beside_sends`).
 """
 
 from __future__ import annotations
@@ -38,45 +38,69 @@ def overlapped_sends(c: Candidate, settings: PlanSettings) -> bool:
 
 
 def beside_sends(c: Candidate, pt: PositionTimes, bounds: list[tuple[int, int]], F: np.ndarray, B: np.ndarray,
-                 cut_f: np.ndarray, cut_b: np.ndarray, profile: ModelProfile,
-                 timer: PipelineTimer) -> tuple[np.ndarray, np.ndarray]:
-    """F and B with the TP collectives slowed by the pipeline transfers beside them. With
-    overlapped sends a block runs while the transfer posted after the block before it moves (D
-    seconds alone); where the transfer's route and the block's TP collectives share a link (one
-    node's NVLink ports), both move at half speed while both run (max-min fair shares). A block
-    of T seconds with X of TP collectives then ends X · min(1, D / T) later: in the window the
-    transfer needs, per second of the block's work it moves 1 − X/T alone and X/T at half
-    speed."""
+                 cut_f: np.ndarray, cut_b: np.ndarray, profile: ModelProfile, timer: PipelineTimer,
+                 m: int) -> tuple[np.ndarray, np.ndarray, tuple[np.ndarray, np.ndarray] | None]:
+    """F and B with the TP collectives slowed by the pipeline transfers beside them, and the
+    seconds those transfers take beyond their time alone (forward and backward, per boundary j
+    ≥ 1 as the cut bytes); None for the latter when no transfer shares a link with them.
+
+    Where the transfers' route and the TP collectives share links (one node's NVLink ports), a
+    transfer and a collective moving at once get half a link each (max-min fair shares). A
+    transfer holds its sender's outgoing port and its receiver's incoming one, and both GPUs'
+    collectives move through both ports. Per micro-batch GPU g sends D_out and receives D_in
+    seconds of transfers (alone) while its V stages' blocks take T seconds, X of them in TP
+    collectives; over the pipeline without the slowdown it is busy a fraction u of the time
+    (m · T over its span). A transfer moves beside whatever the GPU runs after the block that
+    posted it: taking that work as uniform, a second of it runs beside an outgoing transfer with
+    probability u · D_out / T and beside an incoming one with u · D_in / T, and a collective
+    second beside either takes two. So every collective of the GPU's blocks takes 1 + s longer,
+    s = u · (1 − (1 − D_out/T)(1 − D_in/T)). A transfer in turn moves at half speed while a
+    collective runs at either end: D alone takes D · (1 + u · X / T) at the busier end."""
     shared = timer.memo(("sends beside tp", c.tp, c.stage_stride),
                         lambda: route_shares_tp(profile.platform, c.tp, c.stage_stride))
     if not shared:
-        return F, B
+        return F, B, None
     tp_f, tp_b = (np.array([float(x[a:b].sum()) for a, b in bounds]) for x in (pt.tp_fwd, pt.tp_bwd))
-    S = len(bounds)
-    out_f = np.array([cut_f[j + 1] if j + 1 < S else cut_b[j] for j in range(S)])  # the bytes a block sends
-    out_b = np.array([cut_b[j] if j > 0 else cut_f[min(1, S - 1)] for j in range(S)])
+    S, P = len(bounds), c.pp
     route = profile.platform.route(gpu_node(0), gpu_node(c.stage_stride))
     lat = profile.platform.route_time(route, 0.0) if route else 0.0
     bw = min(profile.platform.link(name)["bandwidth"] for name in route) if route else float("inf")
+    alone_f, alone_b = np.zeros(S), np.zeros(S)  # per boundary j ≥ 1: its transfers' seconds alone
+    alone_f[1:] = lat + cut_f[1:] / bw
+    alone_b[1:] = lat + cut_b[1:] / bw
+    gpu = np.arange(S) % P  # stage j runs on pipeline rank j mod pp
+    # stage j sends forward over boundary j + 1 and backward over boundary j, and receives the other way
+    sends = np.concatenate((alone_f[1:], np.zeros(1))) + alone_b
+    receives = alone_f + np.concatenate((alone_b[1:], np.zeros(1)))
+    T = np.maximum(np.bincount(gpu, weights=F + B, minlength=P), 1e-30)
+    X = np.bincount(gpu, weights=tp_f + tp_b, minlength=P)
+    span = timer.rank_ends(c.schedule, P, c.virtual, m, c.stage_stride, F, B, cut_f, cut_b)
+    busy = np.minimum(1.0, m * T / np.maximum(span, 1e-30))
+    slower = beside_transfers(np.bincount(gpu, weights=sends, minlength=P),
+                              np.bincount(gpu, weights=receives, minlength=P), T, busy)[gpu]
+    beside = busy * X / T  # the share of a GPU's time its collectives move
+    ends = np.maximum(beside[(np.arange(1, S) - 1) % P], beside[np.arange(1, S) % P])  # boundary j's busier end
+    sent_f, sent_b = np.zeros(S), np.zeros(S)
+    sent_f[1:] = alone_f[1:] * ends
+    sent_b[1:] = alone_b[1:] * ends
+    return F + tp_f * slower, B + tp_b * slower, (sent_f, sent_b)
 
-    def later(T: np.ndarray, X: np.ndarray, sent: np.ndarray) -> np.ndarray:
-        D = lat + sent / bw
-        return np.where(T > 0, X * np.minimum(1.0, D / np.maximum(T, 1e-30)), 0.0)
 
-    # a forward block overlaps the transfer posted after the block before it on its GPU (in the
-    # steady state a backward one, and the other way round): the other phase's bytes
-    return F + later(F, tp_f, out_b), B + later(B, tp_b, out_f)
+def beside_transfers(sends: np.ndarray, receives: np.ndarray, work: np.ndarray, busy: np.ndarray) -> np.ndarray:
+    """Per GPU, the share of its work that runs beside a transfer it sends or receives: ``sends``
+    and ``receives`` seconds (alone) beside ``work`` seconds, busy a ``busy`` share of the time."""
+    out, into = np.minimum(1.0, sends / work), np.minimum(1.0, receives / work)
+    return busy * (1.0 - (1.0 - out) * (1.0 - into))
 
 
 def with_sends(c: Candidate, settings: PlanSettings, pt: PositionTimes, bounds: list[tuple[int, int]],
                F: np.ndarray, B: np.ndarray, cut_f: np.ndarray, cut_b: np.ndarray, profile: ModelProfile,
-               timer: PipelineTimer) -> tuple[np.ndarray, np.ndarray, bool]:
-    """F and B as :func:`beside_sends` makes them where the sends overlap the compute, and
-    whether they changed."""
+               timer: PipelineTimer, m: int) -> tuple[np.ndarray, np.ndarray, tuple[np.ndarray, np.ndarray] | None]:
+    """F and B as :func:`beside_sends` makes them where the sends overlap the compute (``m``
+    micro-batches), and the transfers' seconds beyond their time alone (None: unchanged)."""
     if len(bounds) < 2 or not overlapped_sends(c, settings):
-        return F, B, False
-    F2, B2 = beside_sends(c, pt, bounds, F, B, cut_f, cut_b, profile, timer)
-    return F2, B2, F2 is not F
+        return F, B, None
+    return beside_sends(c, pt, bounds, F, B, cut_f, cut_b, profile, timer, m)
 
 
 def route_shares_tp(platform: Platform, tp: int, stride: int) -> bool:
@@ -91,4 +115,4 @@ def route_shares_tp(platform: Platform, tp: int, stride: int) -> bool:
     return any(name in links for name in route)
 
 
-__all__ = ["beside_sends", "boundary_bytes", "overlapped_sends", "route_shares_tp", "with_sends"]
+__all__ = ["beside_sends", "beside_transfers", "boundary_bytes", "overlapped_sends", "route_shares_tp", "with_sends"]

@@ -77,8 +77,8 @@ class PipelineTimer:
                   backward: np.ndarray, cut_fwd: np.ndarray, cut_bwd: np.ndarray,
                   from_free: tuple[np.ndarray, np.ndarray] | None = None,
                   held: tuple[np.ndarray, np.ndarray] | None = None,
-                  pairs: Callable[[tuple[str, int], tuple[str, int]], tuple[float, float]] | None = None
-                  ) -> np.ndarray:
+                  pairs: Callable[[tuple[str, int], tuple[str, int]], tuple[float, float]] | None = None,
+                  slowed: tuple[np.ndarray, np.ndarray] | None = None) -> np.ndarray:
         """Per pipeline rank, when its last block ends; ``forward``/``backward``: seconds of each of
         the pp · V stages per micro-batch; ``cut_fwd``/``cut_bwd``: bytes crossing boundary j
         (between stage j − 1 and j, j ≥ 1; index 0 unused) per micro-batch. ``from_free``: the
@@ -91,7 +91,10 @@ class PipelineTimer:
         combined 1F1B, :mod:`triosim.plan.combined_time`): the seconds a pair of blocks takes
         started together, (first block's (phase, stage), second's) -> (when each one's chain
         ends); one stage pairs each backward with the next forward, the
-        interleaved schedule each steady-state forward with the backward after it."""
+        interleaved schedule each steady-state forward with the backward after it. ``slowed``:
+        the forward and backward transfers' seconds beyond their time alone, per boundary as
+        ``cut_fwd``/``cut_bwd`` (sharing links with TP collectives:
+        :func:`~triosim.plan.pipeline_sends.beside_sends`)."""
         n = pp * virtual
         if n == 1:
             f, b = (forward, backward) if from_free is None else from_free
@@ -108,6 +111,8 @@ class PipelineTimer:
         transfers = np.zeros(2 * n + 1)  # rows (direction, boundary), then the zero row
         for d, cut in ((0, cut_fwd), (1, cut_bwd)):
             transfers[d * n + 1: d * n + n] = lat[d, 1:] + cut[1:] / bw[d, 1:]
+            if slowed is not None:
+                transfers[d * n + 1: d * n + n] += slowed[d][1:]
         if combined:
             together = np.array([pairs(*key) for key in prog.pairs]).reshape(len(prog.pairs), 2)
             return combined_ends(prog, durations, transfers, together)

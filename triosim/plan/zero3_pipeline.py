@@ -74,11 +74,11 @@ def zero3_pipeline(c: Candidate, pt: PositionTimes, profile: ModelProfile, setti
                 free, data = block_times(compute[ops], after, unit_of, gathers, speed, beside)
                 out[row, j], out[row + 2, j] = data, free
     cut_f, cut_b = boundary_bytes(pt, starts)
-    F, B, _ = with_sends(c, settings, pt, bounds, out[0], out[1], cut_f, cut_b, profile, timer)
+    F, B, slowed = with_sends(c, settings, pt, bounds, out[0], out[1], cut_f, cut_b, profile, timer, m)
     out[2:] += (F - out[0], B - out[1])  # the TP collectives beside the pipeline's transfers
     out[0], out[1] = F, B
     ends = timer.rank_ends(c.schedule, P, c.virtual, m, c.stage_stride, out[0], out[1], cut_f, cut_b,
-                           (out[2], out[3]))  # stage GPUs tp · cp apart
+                           (out[2], out[3]), slowed=slowed)  # stage GPUs tp · cp apart
     return out[0], out[1], ends
 
 
