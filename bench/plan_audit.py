@@ -52,6 +52,7 @@ def audit(name: str, count: int, seed: int) -> tuple[int, int]:
     print(f"{name}: {len(candidates)} candidates, {len(sample)} drawn (seed {seed})", flush=True)
     timer = PipelineTimer(inputs.profile.platform)
     timed = off = 0
+    errors: list[float] = []
     for c in sample:
         row = Row(c)
         t0 = time.process_time()
@@ -64,11 +65,14 @@ def audit(name: str, count: int, seed: int) -> tuple[int, int]:
         t_err = e.time_s / dag_s - 1
         m_err = e.peak_bytes / row.dag.max_peak_memory_bytes - 1
         beyond = abs(t_err) > BOUND or abs(m_err) > BOUND
+        errors.append(abs(t_err))
         timed += 1
         off += beyond
         print(f"  time {t_err:+7.2%}  memory {m_err:+7.2%}  {time.process_time() - t0:4.1f} s  {c.mesh} mb{c.micro_batch} "
               f"{c.schedule_label} ZeRO-{c.zero} {c.recompute_label} SP {'on' if c.sequence_parallel else 'off'}"
               f"{' (' + c.layout_label + ')' if c.split.given else ''}{'  <<<' if beyond else ''}", flush=True)
+    if errors:
+        print(f"{name}: time |estimate / DAG - 1| mean {sum(errors) / len(errors):.2%}, max {max(errors):.2%}")
     return timed, off
 
 
