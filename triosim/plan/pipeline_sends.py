@@ -79,11 +79,10 @@ def beside_sends(c: Candidate, pt: PositionTimes, bounds: list[tuple[int, int]],
     slower = beside_transfers(np.bincount(gpu, weights=sends, minlength=P),
                               np.bincount(gpu, weights=receives, minlength=P), T, busy)[gpu]
     beside = busy * X / T  # the share of a GPU's time its collectives move
-    ends = np.maximum(beside[(np.arange(1, S) - 1) % P], beside[np.arange(1, S) % P])  # boundary j's busier end
-    sent_f, sent_b = np.zeros(S), np.zeros(S)
-    sent_f[1:] = alone_f[1:] * ends
-    sent_b[1:] = alone_b[1:] * ends
-    return F + tp_f * slower, B + tp_b * slower, (sent_f, sent_b)
+    j = np.arange(1, S)
+    ends = np.zeros(S)  # per boundary j ≥ 1: the share at its busier end
+    ends[1:] = np.maximum(beside[(j - 1) % P], beside[j % P])
+    return F + tp_f * slower, B + tp_b * slower, (alone_f * ends, alone_b * ends)
 
 
 def beside_transfers(sends: np.ndarray, receives: np.ndarray, work: np.ndarray, busy: np.ndarray) -> np.ndarray:
