@@ -81,3 +81,32 @@ def test_a_block_that_differs_is_not_replayed(monkeypatch) -> None:
     monkeypatch.setattr(block_replay.BlockReplay, "_template", planted)
     _graph_, count = _graph(monkeypatch, block_replay.BlockReplay, CASES["plain"])
     assert count == 0
+
+
+def test_replayed_blocks_are_spelled_out_only_when_read(monkeypatch) -> None:
+    """A replayed block's labels and attributes are written out on the first read of
+    ``graph.label`` or ``graph.attrs``; until then the scheduler and the summaries read the
+    stored rows (each replayed task: its template's dict less its micro-batch and collective
+    name) and give the same figures as on a graph built op by op."""
+    from triosim.report.result import summarize
+
+    flags = CASES["selective+sp"]
+    built, _ = _graph(monkeypatch, _BuiltOpByOp, flags)
+    replayed, count = _graph(monkeypatch, block_replay.BlockReplay, flags)
+    _trace, platform, _strategy = configure(**{**BASE, **flags})
+    a, b = schedule(built), schedule(replayed)
+    assert (a.start, a.end) == (b.start, b.end)
+    assert summarize(built, a, platform) == summarize(replayed, b, platform)
+    assert replayed._templated, "scheduling or summarising spelled the blocks out"
+    unspelled = [None if label is None else 1 for label in replayed.label_rows]
+    rows = list(replayed.attr_rows)
+    spelled = replayed.attrs  # the first read: spelled out
+    assert not replayed._templated
+    assert unspelled.count(None) > count  # every replayed task was left unlabelled
+    for t, (row, full) in enumerate(zip(rows, spelled)):
+        if unspelled[t] is None:
+            assert row is None or not {"microbatch", "collective"} & row.keys()
+            assert (row or {}) == {k: v for k, v in full.items() if k not in ("microbatch", "collective")}
+        else:
+            assert row is full
+    assert replayed.label == built.label and spelled == built.attrs

@@ -77,7 +77,7 @@ def breakdown(result) -> list[Breakdown]:
     # GPU's spans of a purpose are those of the tuples naming it (a union sorts them), found
     # once for GPUs named by the same tuples.
     comm_of: dict[tuple[int, ...], dict[str, list[tuple[float, float]]]] = {}
-    kinds, attrs, devices, start, end = graph.kind, graph.attrs, graph.devices, sched.start, sched.end
+    kinds, attrs, devices, start, end = graph.kind, graph.attr_rows, graph.devices, sched.start, sched.end
     for i in [i for i, kind in enumerate(kinds) if kind in COMM_KINDS]:
         purpose = comm_purpose(kinds[i], attrs[i], default)
         comm_of.setdefault(devices[i], {}).setdefault(purpose, []).append((start[i], end[i]))
@@ -125,7 +125,7 @@ def _compute_parts(graph, sched) -> tuple[dict[int, dict[str, float]], dict[int,
     gpu = np.fromiter(chain.from_iterable(devs), dtype=np.int64, count=int(counts.sum()))
     phase_of: dict = {}  # op -> index in COMPUTE_PARTS
     codes = []
-    for a in map(graph.attrs.__getitem__, at_list):
+    for a in map(graph.attr_rows.__getitem__, at_list):
         op = a.get("op") if a else None
         code = phase_of.get(op)
         if code is None:

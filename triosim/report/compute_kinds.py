@@ -40,7 +40,7 @@ def compute_kinds(result) -> dict[str, float]:
     for i, kind in enumerate(graph.kind):
         if kind != "compute":
             continue
-        attrs = graph.attrs[i]
+        attrs = graph.attr_rows[i]
         key = id(attrs)
         share = cache.get(key)
         if share is None:

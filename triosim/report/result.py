@@ -189,7 +189,7 @@ def _summarize(graph: TaskGraph, sched: Schedule, platform: Platform) -> tuple[l
     some = list(map(bool, held))
     holding = list(compress(comm, some)) if not all(some) else comm
     held = list(compress(held, some)) if len(holding) != len(held) else held
-    attrs_of = list(map(graph.attrs.__getitem__, holding))
+    attrs_of = list(map(graph.attr_rows.__getitem__, holding))
     codes = [rids_code.setdefault(rids, len(rids_code)) for rids in held]
     # macro collectives whose links carry different bytes: one load dict per charge, shared by its
     # tasks, counted here and added once per link below

@@ -328,7 +328,7 @@ def _stage_times(result: Result) -> dict[int, tuple[float, float]] | None:
     for t, kind in enumerate(graph.kind):
         if kind != "compute":
             continue
-        attrs = graph.attrs[t] or {}
+        attrs = graph.attr_rows[t] or {}
         phase, stage = attrs.get("stage"), attrs.get("stage_index")
         if phase is None or stage is None:
             return None

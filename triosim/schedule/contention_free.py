@@ -70,7 +70,7 @@ def _earliest_times(graph: TaskGraph, route: list[int], sms: list[int] | None, b
     as soon as two flows of one tuple of links overlap or touch, or a compute task and an
     SM-holding task of one GPU placed one after the other overlap (they would meet)."""
     n = len(graph)
-    succ, dur, latency, res, attrs = graph.succ, graph.duration, graph.latency, graph.resources, graph.attrs
+    succ, dur, latency, res, attrs = graph.succ, graph.duration, graph.latency, graph.resources, graph.attr_rows
     indeg = list(graph.npred)
     ready = [0.0] * n
     start = [0.0] * n

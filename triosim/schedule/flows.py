@@ -23,7 +23,7 @@ def alike_links(graph: TaskGraph, bandwidth: dict[int, float], holds_links: list
     whether it holds a link (the others charge none: only those are read, when given)."""
     names = graph.resource_names
     charges: dict[tuple, tuple] = {}  # (links, id of the load dict, uniform bytes) -> (links, uniform, load)
-    tasks = zip(graph.resources, graph.attrs)
+    tasks = zip(graph.resources, graph.attr_rows)
     for rs, attrs in tasks if holds_links is None else compress(tasks, holds_links):
         if not rs or (len(rs) == 1 and rs[0] not in bandwidth):
             continue
@@ -82,7 +82,7 @@ def _refine(cls: np.ndarray, value: np.ndarray) -> np.ndarray:
 def link_charge(graph: TaskGraph, task: int) -> tuple[dict | None, int | None]:
     """A link task's per-link load (a macro collective's bytes on each link) and its uniform bytes
     per link, where its attributes give them."""
-    attrs = graph.attrs[task]
+    attrs = graph.attr_rows[task]
     if not attrs:
         return None, None
     return attrs.get("link_load"), attrs.get("link_bytes")

@@ -249,7 +249,7 @@ def _schedule_flows(graph: TaskGraph, progress: Callable[[int], None] | None, re
 
     flows = active.flows
     finish, alone, key_of, on_link = active.finish, active.alone, active.key_of, active.on_link
-    attrs_of = graph.attrs
+    attrs_of = graph.attr_rows  # link loads and bytes: no micro-batch read
     lone: dict[tuple, tuple] = {}  # (id of the links tuple, bytes, transfer time, id of the load) -> the memo's flow, private
     t_next = float("inf")  # the next flow's end: it changes only when flows start or end
     # The one event an event's handling made last, kept off the heap: the next event is the

@@ -36,7 +36,7 @@ def task_sms(graph: TaskGraph) -> list[int] | None:
     if not sm_count:
         return None
     default = int(graph.meta.get(COMM_SMS_META) or 0)
-    out = [_held(attrs, default) if kind in _COMM else 0 for kind, attrs in zip(graph.kind, graph.attrs)]
+    out = [_held(attrs, default) if kind in _COMM else 0 for kind, attrs in zip(graph.kind, graph.attr_rows)]
     return out if any(out) else None
 
 

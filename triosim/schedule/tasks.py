@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import weakref
 from collections.abc import Iterable, Sequence
+from itertools import repeat
 from typing import Any
 
 import networkx as nx
@@ -46,7 +47,10 @@ class TaskGraph:
 
     def __init__(self) -> None:
         self.kind: list[str] = []
-        self.label: list[str] = []
+        # Labels and attributes as stored (see the ``label`` and ``attrs`` properties): a block
+        # added from a template has no label of its own here yet, and its attributes are the
+        # template's dicts without the micro-batch (a 1T run's 1.8 M copies took 600 MiB).
+        self.label_rows: list[str | None] = []
         self.duration: list[float] = []
         self.resources: list[tuple[int, ...]] = []
         self.devices: list[tuple[int, ...]] = []
@@ -54,7 +58,10 @@ class TaskGraph:
         # The fixed-delay part of a link task's duration (link and collective latency): under the
         # flow network model only the rest is shared with other flows.
         self.latency: list[float] = []
-        self.attrs: list[dict[str, Any] | None] = []
+        self.attr_rows: list[dict[str, Any] | None] = []
+        # (first task, micro-batch, labels around " mb{r} ", (attributes, collective name around
+        # " mb{r} " or None)) of each block added from a template, in task order, not yet spelled out
+        self._templated: list[tuple[int, int, list[tuple[str, str]], list[tuple[dict, tuple[str, str] | None]]]] = []
         self.succ: list[list[int]] = []
         self.npred: list[int] = []
         self.resource_names: list[str] = []
@@ -68,6 +75,48 @@ class TaskGraph:
 
     def __len__(self) -> int:
         return len(self.kind)
+
+    @property
+    def label(self) -> list[str]:
+        """Each task's label (blocks added from a template spelled out on first read)."""
+        if self._templated:
+            self._spell_out()
+        return self.label_rows  # type: ignore[return-value]
+
+    @property
+    def attrs(self) -> list[dict[str, Any] | None]:
+        """Each task's attributes (blocks added from a template spelled out on first read).
+        Readers of keys other than ``microbatch`` and ``collective`` read :attr:`attr_rows`
+        instead, which leaves them unspelled."""
+        if self._templated:
+            self._spell_out()
+        return self.attr_rows
+
+    def extend_templated(self, r: int, labels: list[tuple[str, str]],
+                         attrs: list[tuple[dict, tuple[str, str] | None]], shared: list[dict | None]) -> None:
+        """The labels and attributes of a block of micro-batch ``r`` whose other columns were
+        just extended from a template: each label is ``head mb{r} tail``; each task's
+        attributes are a copy of the template's with ``microbatch`` set to ``r`` (and its
+        ``collective`` name spelled like a label). Until first read through :attr:`label` or
+        :attr:`attrs`, the rows hold no label and ``shared`` (the template's attributes without
+        those two keys, one dict for every block)."""
+        first = len(self.label_rows)
+        self.label_rows.extend(repeat(None, len(labels)))
+        self.attr_rows.extend(shared)
+        self._templated.append((first, r, labels, attrs))
+
+    def _spell_out(self) -> None:
+        """Every templated block's labels and attributes, as built task by task."""
+        blocks, self._templated = self._templated, []
+        labels, attr_rows = self.label_rows, self.attr_rows
+        for first, r, heads, attrs in blocks:
+            mid = f" mb{r} "
+            end = first + len(heads)
+            labels[first:end] = [head + mid + tail for head, tail in heads]
+            # a copy of each with the micro-batch's values in their places (both keys are
+            # there: a copy keeps its key order)
+            attr_rows[first:end] = [dict(a, microbatch=r) if coll is None else
+                                    dict(a, microbatch=r, collective=coll[0] + mid + coll[1]) for a, coll in attrs]
 
     @property
     def num_edges(self) -> int:
@@ -116,7 +165,7 @@ class TaskGraph:
             raise ValueError(f"task {label!r} has negative or NaN duration {duration_s}")
         tid = len(self.kind)
         self.kind.append(kind)
-        self.label.append(label)
+        self.label_rows.append(label)
         self.duration.append(float(duration_s))
         if isinstance(resources, tuple):
             # Builders reuse the same tuple of names for many tasks (a GPU's stream, a group's
@@ -131,7 +180,7 @@ class TaskGraph:
         self.devices.append(self._dtuples.setdefault(devices, devices))  # one tuple per device set
         self.nbytes.append(int(nbytes))
         self.latency.append(min(float(latency_s), float(duration_s)))
-        self.attrs.append(attrs)
+        self.attr_rows.append(attrs)
         self.succ.append([])
         self.npred.append(self._edges_to(tid, after))
         return tid
@@ -158,13 +207,13 @@ class TaskGraph:
         kind, duration, rids, devices = row
         tid = len(self.kind)
         self.kind.append(kind)
-        self.label.append(label)
+        self.label_rows.append(label)
         self.duration.append(duration)
         self.resources.append(rids)
         self.devices.append(devices)
         self.nbytes.append(nbytes)
         self.latency.append(duration if duration < latency_s else latency_s)  # min(latency, duration), as add_tagged
-        self.attrs.append(attrs)
+        self.attr_rows.append(attrs)
         self.succ.append([])
         self.npred.append(self._edges_to(tid, after))
         return tid
@@ -206,13 +255,13 @@ class TaskGraph:
             stream = self._stream(device)
         tid = len(self.kind)
         self.kind.append("compute")
-        self.label.append(label)
+        self.label_rows.append(label)
         self.duration.append(float(duration_s))
         self.resources.append(stream[0])
         self.devices.append(stream[1])
         self.nbytes.append(0)
         self.latency.append(0.0)  # min(0.0, duration) as add_task's
-        self.attrs.append(attrs)
+        self.attr_rows.append(attrs)
         self.succ.append([])
         self.npred.append(self._edges_to(tid, after))
         return tid
@@ -238,13 +287,13 @@ class TaskGraph:
         n, first = len(devices), len(self.kind)
         streams = [self._streams.get(d) or self._stream(d) for d in devices]
         self.kind.extend(["compute"] * n)
-        self.label.extend(labels)
+        self.label_rows.extend(labels)
         self.duration.extend([float(duration_s)] * n)
         self.resources.extend([stream[0] for stream in streams])
         self.devices.extend([stream[1] for stream in streams])
         self.nbytes.extend([0] * n)
         self.latency.extend([0.0] * n)
-        self.attrs.extend([attrs] * n)
+        self.attr_rows.extend([attrs] * n)
         succ = self.succ
         succ.extend([[] for _ in range(n)])
         for tid, after in zip(range(first, first + n), afters):
@@ -268,13 +317,13 @@ class TaskGraph:
         if rids is None:
             rids = self._rtuples[(compute_resource(device),)] = (self.resource_id(compute_resource(device)),)
         self.kind.extend(["compute"] * n)
-        self.label.extend(labels)
+        self.label_rows.extend(labels)
         self.duration.extend(seconds.tolist())
         self.resources.extend([rids] * n)
         self.devices.extend([(device,)] * n)
         self.nbytes.extend([0] * n)
         self.latency.extend([0.0] * n)
-        self.attrs.extend(a or None for a in attrs)
+        self.attr_rows.extend(a or None for a in attrs)
         tasks = list(range(first, first + n))
         self.succ.extend([t + 1] for t in tasks)
         self.succ[-1] = []
@@ -335,17 +384,18 @@ class TaskGraph:
     def to_networkx(self) -> nx.DiGraph:
         """Every task as a node with its attributes; every dependency as an edge."""
         g = nx.DiGraph()
+        labels, attrs = self.label, self.attrs
         for tid in range(len(self.kind)):
             data: dict[str, Any] = {
                 "kind": self.kind[tid],
-                "label": self.label[tid],
+                "label": labels[tid],
                 "duration_s": self.duration[tid],
                 "resources": self.task_resources(tid),
                 "devices": self.devices[tid],
                 "bytes": self.nbytes[tid],
             }
-            if self.attrs[tid]:
-                data.update(self.attrs[tid])
+            if attrs[tid]:
+                data.update(attrs[tid])
             if self.kind[tid] == "compute":
                 data["device"] = self.devices[tid][0]
             g.add_node(tid, **data)

@@ -7,7 +7,8 @@ run adds 65,536 blocks of ~28 tasks). :class:`BlockReplay` watches the op-by-op 
 (:func:`triosim.graph.pipeline.rank_program.add_rank_program`), keeps what it added with those
 three things taken out, and once two builds of a block (same stage, phase and micro-batch size)
 left the same template, adds every later one by extending the graph's columns with the ids
-offset. Anything a template cannot express (a task that waits for one outside the block other
+offset (its labels and attributes spelled out only when first read:
+:meth:`~triosim.schedule.tasks.TaskGraph.extend_templated`). Anything a template cannot express (a task that waits for one outside the block other
 than the one it starts after, a label without its micro-batch, a collective recorded for the
 first time) makes two builds differ, and the block stays built op by op: the graph, the
 lookups the later steps read and the counters are the same either way (a replayed block's task
@@ -69,6 +70,9 @@ class Template:
         self.tally_calls = sum(calls for calls, _p, _w in self.tally)  # integers: any order
         self.tally_payload = sum(payload for _c, payload, _w in self.tally)
         self.tally_wire = [wire for _c, _p, wire in self.tally]
+        # each task's attributes without its micro-batch's values, one dict for every replayed block
+        self.shared_attrs = [{k: v for k, v in a.items() if k != "microbatch" and k != "collective"} or None
+                             for a, _coll in self.attrs]
 
     def same(self, other: Template) -> bool:
         """Whether two recordings left the same template (attribute values that are objects
@@ -138,7 +142,6 @@ class BlockReplay:
         # task by task holds the one id each task got (a copy per reference took 200 MiB more).
         ids = list(range(base, base + len(tmpl.labels)))
         kind, duration, resources, devices, nbytes, latency, npred = tmpl.columns
-        mid = f" mb{r} "
         g.kind.extend(kind)
         g.duration.extend(duration)
         g.resources.extend(resources)
@@ -146,12 +149,7 @@ class BlockReplay:
         g.nbytes.extend(nbytes)
         g.latency.extend(latency)
         g.npred.extend(npred)
-        g.label.extend([head + mid + tail for head, tail in tmpl.labels])
-        # a copy of each with the micro-batch's values in their places (both keys are there: a
-        # copy keeps its key order)
-        g.attrs.extend([dict(attrs, microbatch=r) if coll is None else
-                        dict(attrs, microbatch=r, collective=coll[0] + mid + coll[1])
-                        for attrs, coll in tmpl.attrs])
+        g.extend_templated(r, tmpl.labels, tmpl.attrs, tmpl.shared_attrs)  # spelled out when first read
         # (most tasks have one successor in the block: kept as an int, its list made without a loop)
         g.succ.extend([[ids[x]] if x.__class__ is int else [ids[k] for k in x] for x in tmpl.succ_short])
         g.succ[entry[0]].extend([ids[k] for k in tmpl.entry_succ])
@@ -205,11 +203,11 @@ class BlockReplay:
         if n == 0 or len(last[self.rep]) != 1:
             return None
         mid = f" mb{r} "
-        labels = [_split(label, mid) for label in g.label[first:end]]
+        labels = [_split(label, mid) for label in g.label_rows[first:end]]  # built task by task: spelled out
         if None in labels:
             return None
         attrs: list[tuple[dict, tuple[str, str] | None]] = []
-        for a in g.attrs[first:end]:
+        for a in g.attr_rows[first:end]:
             if a is None or a.get("microbatch") != r:
                 return None
             coll = None

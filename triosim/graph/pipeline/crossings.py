@@ -103,11 +103,11 @@ def send_version_in_bulk(b: CompositionState, near: StreamNeighbours | None, buf
     graph.nbytes.extend(chain.from_iterable(per_mb_size[k] for k in mb_size))
     graph.latency.extend(chain.from_iterable(per_mb_latency[k] for k in mb_size))
     names = [(f"send {buffer} mb", f" gpu{gpu[(d, t, a)]}->gpu{gpu[(d, t, a + step)]}") for d, t in reps for a, step, _ in hops]
-    graph.label.extend([f"{head}{r}{tail}" for r in range(len(fractions)) for head, tail in names])
+    graph.label_rows.extend([f"{head}{r}{tail}" for r in range(len(fractions)) for head, tail in names])
     ends = [(hit[2], hit[3]) for hit in resolved[0]]  # the GPUs' nodes: the same for every size
     facts = [(s_node, d_node, a, direction, a + step)
              for (s_node, d_node), (a, step, direction) in zip(ends, hops * len(reps))]
-    graph.attrs.extend([{"src": s_node, "dst": d_node, "microbatch": r, "stage_index": a, "buffer": buffer,
+    graph.attr_rows.extend([{"src": s_node, "dst": d_node, "microbatch": r, "stage_index": a, "buffer": buffer,
                          "direction": direction, "dst_stage": dst}
                         for r in range(len(fractions)) for s_node, d_node, a, direction, dst in facts])
     succ, npred = graph.succ, graph.npred

@@ -30,7 +30,7 @@ def summary(trace: Trace, graph: TaskGraph, plan: PipelinePlan, strategy: Strate
     fwd = [0] * max(n - 1, 0)
     bwd = [0] * max(n - 1, 0)
     for t, kind in enumerate(graph.kind):
-        attrs = graph.attrs[t] or {}
+        attrs = graph.attr_rows[t] or {}
         if kind == "transfer" and "dst_stage" in attrs:
             a, b = attrs["stage_index"], attrs["dst_stage"]
             if b == a + 1:
