@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from triosim.schedule.tasks import TaskGraph, compute_resource
+from triosim.schedule.tasks import KINDS, TaskGraph, compute_resource
 
 FIELDS = ("kind", "label", "duration", "resources", "devices", "nbytes", "latency", "attrs", "succ", "npred",
           "resource_names")
@@ -40,3 +40,27 @@ def test_add_compute_appends_what_add_task_appends():
 def test_add_compute_refuses_a_negative_or_nan_duration(bad):
     with pytest.raises(ValueError, match="negative or NaN"):
         TaskGraph().add_compute(0, bad, "op")
+
+
+def test_kind_columns_follow_the_graph_as_it_grows() -> None:
+    """``kind_codes``, ``tasks_of_kind`` and ``compute_tasks`` read only the tasks added since the
+    last call, and give what a scan of the whole graph gives at every size."""
+    g = TaskGraph()
+
+    def scanned():
+        kinds = g.kind
+        compute = [i for i, k in enumerate(kinds) if k == "compute"]
+        return ([KINDS.index(k) for k in kinds], compute, [g.devices[i][0] for i in compute],
+                [i for i, k in enumerate(kinds) if k in ("transfer", "sync")])
+
+    def read():
+        at, gpu = g.compute_tasks()
+        return g.kind_codes().tolist(), at.tolist(), gpu.tolist(), g.tasks_of_kind("transfer", "sync").tolist()
+
+    assert read() == scanned()
+    _fill(g, _fast)
+    assert read() == scanned()
+    g.add_sync("s", after=[0])
+    g.add_compute_each([5, 6], 1e-3, ["e5", "e6"], None, [[0], [1]])
+    assert read() == scanned()
+    assert not g.kind_codes().flags.writeable and not g.compute_tasks()[0].flags.writeable

@@ -78,7 +78,7 @@ def breakdown(result) -> list[Breakdown]:
     # once for GPUs named by the same tuples.
     comm_of: dict[tuple[int, ...], dict[str, list[tuple[float, float]]]] = {}
     kinds, attrs, devices, start, end = graph.kind, graph.attr_rows, graph.devices, sched.start, sched.end
-    for i in [i for i, kind in enumerate(kinds) if kind in COMM_KINDS]:
+    for i in graph.tasks_of_kind(*sorted(COMM_KINDS)).tolist():
         purpose = comm_purpose(kinds[i], attrs[i], default)
         comm_of.setdefault(devices[i], {}).setdefault(purpose, []).append((start[i], end[i]))
     tuples = list(comm_of.values())
@@ -116,8 +116,7 @@ def _compute_parts(graph, sched) -> tuple[dict[int, dict[str, float]], dict[int,
     still the sum of its tasks' ``end - start`` in task order (the floats of a running sum)."""
     stages = graph.meta.get("op_stages", ())
     recomputed = graph.meta.get("recompute_ops", frozenset())
-    kinds = graph.kind
-    at = np.flatnonzero(np.fromiter(map("compute".__eq__, kinds), dtype=bool, count=len(kinds)))
+    at = graph.compute_tasks()[0]
     at_list = at.tolist()
     devs = list(map(graph.devices.__getitem__, at_list))
     counts = np.fromiter(map(len, devs), dtype=np.int64, count=len(devs))

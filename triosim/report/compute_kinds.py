@@ -66,7 +66,7 @@ def _unfolded(graph, took: np.ndarray, rows: np.ndarray, copies: int) -> tuple[n
     graph has them: the compute tasks of each span of ``graph.meta["fold_runs"]`` once per GPU,
     task by task or span by span as that build adds them, so the sums add the same numbers in
     the same order."""
-    ids = np.flatnonzero(np.fromiter(map("compute".__eq__, graph.kind), dtype=bool, count=len(graph.kind)))
+    ids = graph.compute_tasks()[0]
     out_took, out_rows = [], []
     k = 0
     for lo, hi, each in graph.meta[FOLD_RUNS_META]:

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import dataclass, field
 from itertools import chain, compress
-from operator import itemgetter, not_
+from operator import not_
 from typing import Any
 
 import numpy as np
@@ -155,14 +155,8 @@ def _summarize(graph: TaskGraph, sched: Schedule, platform: Platform) -> tuple[l
     names = graph.resource_names
     # Every union below is kept as columns (report.intervals.Columns): a large run has 10^6
     # compute and 10^5 communication spans per GPU or link.
-    kinds = graph.kind
-    is_compute = np.fromiter(map("compute".__eq__, kinds), dtype=bool, count=len(kinds))
-    at = np.flatnonzero(is_compute)
-    gpu_of = np.fromiter(map(itemgetter(0), map(graph.devices.__getitem__, at.tolist())), dtype=np.int64,
-                         count=len(at))
-    # fromiter: twice as fast as asarray on a list of 10^6 floats
-    starts = np.fromiter(sched.start, dtype=np.float64, count=len(sched.start))
-    ends = np.fromiter(sched.end, dtype=np.float64, count=len(sched.end))
+    at, gpu_of = graph.compute_tasks()
+    starts, ends = sched.times()
     compute_union: dict[int, Columns] = {d: _NONE for d in devices}
     for d, mine in _grouped(at, gpu_of):
         compute_union[d] = merged_columns(starts[mine], ends[mine])
@@ -173,7 +167,7 @@ def _summarize(graph: TaskGraph, sched: Schedule, platform: Platform) -> tuple[l
     # share their union. Tasks are grouped by the tuple of links they hold (a collective's
     # ring, a route): each link of a tuple gets the same spans, so spans and uniform bytes are
     # gathered once per tuple.
-    comm = [i for i in np.flatnonzero(~is_compute).tolist() if kinds[i] in COMM_KINDS]
+    comm = graph.tasks_of_kind(*sorted(COMM_KINDS)).tolist()
     comm_at = np.array(comm, dtype=np.int64)
     devs_code: dict[tuple[int, ...], int] = {}
     devs = np.array([devs_code.setdefault(d, len(devs_code)) for d in map(graph.devices.__getitem__, comm)],

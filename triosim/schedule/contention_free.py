@@ -38,8 +38,10 @@ FINISH_TOLERANCE = 1e-13
 
 
 def earliest_schedule(graph: TaskGraph, route: list[int], sms: list[int] | None, bandwidth: dict[int, float],
-                      alike: frozenset[int] = frozenset()) -> tuple[list[float], list[float]] | None:
-    """Start and end of every task when nothing meets (see the module docstring), else None.
+                      alike: frozenset[int] = frozenset()
+                      ) -> tuple[list[float], list[float], tuple[np.ndarray, np.ndarray]] | None:
+    """Start and end of every task when nothing meets (see the module docstring), else None;
+    third, both as read-only float64 arrays.
     ``route``: per task 1 for a flow, 2 for a compute task on a shared stream, 0 otherwise (the
     loop's own); ``sms``: the SMs each task holds (None: no SM sharing); ``alike``: links left
     out of the flows' links (:func:`~triosim.schedule.flows.alike_links`: the same sizes and rates)."""
@@ -60,7 +62,8 @@ def earliest_schedule(graph: TaskGraph, route: list[int], sms: list[int] | None,
         return None
     if sms is not None and not _sms_apart(graph, route, sms, starts, ends, groups):
         return None
-    return start, end
+    starts.flags.writeable = ends.flags.writeable = False
+    return start, end, (starts, ends)
 
 
 def _earliest_times(graph: TaskGraph, route: list[int], sms: list[int] | None, bandwidth: dict[int, float],

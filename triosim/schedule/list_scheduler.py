@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import heapq
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
@@ -38,7 +38,7 @@ from .flows import alike_links, flow_of
 from .network import BANDWIDTH_META, NETWORK_META
 from .private_links import private_tuples
 from .sm_sharing import SharedStreams, task_sms
-from .tasks import TaskGraph
+from .tasks import KINDS, TaskGraph
 
 
 @dataclass
@@ -53,9 +53,20 @@ class Schedule:
     end: list[float]
     makespan: float
     rates: list[tuple[float, float, dict[int, float]]] | None = None
+    # start and end as float64 arrays, once made (see times; not carried by dataclasses.replace)
+    _arrays: tuple[np.ndarray, np.ndarray] | None = field(default=None, init=False, compare=False, repr=False)
 
     def __len__(self) -> int:
         return len(self.start)
+
+    def times(self) -> tuple[np.ndarray, np.ndarray]:
+        """Start and end as float64 arrays (read-only; made once)."""
+        if self._arrays is None or len(self._arrays[0]) != len(self.start):
+            starts = np.fromiter(self.start, dtype=np.float64, count=len(self.start))  # twice asarray's speed
+            ends = np.fromiter(self.end, dtype=np.float64, count=len(self.end))
+            starts.flags.writeable = ends.flags.writeable = False
+            self._arrays = (starts, ends)
+        return self._arrays
 
 
 # Whether the flow loop takes an event it has just made at once when it is the next one (the
@@ -179,10 +190,15 @@ def _schedule_flows(graph: TaskGraph, progress: Callable[[int], None] | None, re
     flow_tuples = {rs for rs in distinct if not link_ids.isdisjoint(rs)}
     # How the loop places each task: 0 on its resources, 1 a flow, 2 on a shared compute stream
     # (a compute task on its one stream, set below when SMs are shared); per distinct tuple first.
-    route = list(map({rs: 1 if rs in flow_tuples else 0 for rs in distinct}.__getitem__, res))
     sms = task_sms(graph)  # SMs shared between compute and communication (schedule.sm_sharing)
-    if sms is not None:  # a compute task on its one stream: placed on the GPU's shared stream
-        route = [2 if not f and k == "compute" and len(rs) == 1 else f for k, rs, f in zip(graph.kind, res, route)]
+    if sms is None:
+        route = list(map({rs: 1 if rs in flow_tuples else 0 for rs in distinct}.__getitem__, res))
+    else:  # a compute task on its one stream: placed on the GPU's shared stream
+        # per tuple 1 (flows), 3 (one resource) or 0, then per task, with numpy over the kinds
+        by_tuple = np.fromiter(map({rs: 1 if rs in flow_tuples else 3 if len(rs) == 1 else 0
+                                    for rs in distinct}.__getitem__, res), dtype=np.int8, count=n)
+        on_stream = (by_tuple == 3) & (graph.kind_codes() == KINDS.index("compute"))
+        route = np.where(on_stream, 2, by_tuple == 1).astype(np.int8).tolist()
     # Links another stands for in every flow (record=False only: the rate log names every link),
     # found first where a flow holds many links (a ring of 4,096 GPUs: 8,192), whose flows the one
     # pass would otherwise build link by link.
@@ -194,7 +210,10 @@ def _schedule_flows(graph: TaskGraph, progress: Callable[[int], None] | None, re
         if times is not None:
             if progress is not None:
                 progress(n)
-            return Schedule(start=times[0], end=times[1], makespan=max(times[1], default=0.0))
+            start, end, arrays = times
+            sched = Schedule(start=start, end=end, makespan=max(end, default=0.0))
+            sched._arrays = arrays  # the pass's own arrays of these lists
+            return sched
     # Flows on links no other tuple holds skip the per-link sets while alone (record=False only:
     # the rate log is kept the general way).
     private = set() if record else private_tuples(flow_tuples, link_ids)

@@ -36,7 +36,10 @@ def task_sms(graph: TaskGraph) -> list[int] | None:
     if not sm_count:
         return None
     default = int(graph.meta.get(COMM_SMS_META) or 0)
-    out = [_held(attrs, default) if kind in _COMM else 0 for kind, attrs in zip(graph.kind, graph.attr_rows)]
+    out = [0] * len(graph)
+    attrs = graph.attr_rows
+    for i in graph.tasks_of_kind(*sorted(_COMM)).tolist():
+        out[i] = _held(attrs[i], default)
     return out if any(out) else None
 
 

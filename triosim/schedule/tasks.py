@@ -14,7 +14,8 @@ from __future__ import annotations
 
 import weakref
 from collections.abc import Iterable, Sequence
-from itertools import repeat
+from itertools import islice, repeat
+from operator import itemgetter
 from typing import Any
 
 import networkx as nx
@@ -24,6 +25,7 @@ from ..hardware.platform import Platform, gpu_node
 
 KINDS = ("compute", "memcpy", "transfer", "collective", "sync")
 COMM_KINDS = frozenset({"memcpy", "transfer", "collective"})
+_KIND_CODE = {kind: code for code, kind in enumerate(KINDS)}
 
 
 # The graph made last, for a progress display's "tasks built so far" while a builder fills it
@@ -71,10 +73,48 @@ class TaskGraph:
         self._streams: dict[int, tuple[tuple[int, ...], tuple[int, ...]]] = {}  # GPU -> (its stream's rids, (GPU,))
         # Facts builders know and reports need (peak memory per GPU, fetched bytes, ...).
         self.meta: dict[str, Any] = {}
+        # each task's kind as its index in KINDS, for the tasks seen so far (kind_codes): the
+        # build and the reports each looked at 10^6 kind strings several times
+        self._codes = np.zeros(0, dtype=np.int8)
+        self._compute: tuple[int, np.ndarray, np.ndarray] = (0, np.zeros(0, np.int64), np.zeros(0, np.int64))
         _newest[0] = weakref.ref(self)
 
     def __len__(self) -> int:
         return len(self.kind)
+
+    def kind_codes(self) -> np.ndarray:
+        """Each task's kind as its index in :data:`KINDS` (int8; read-only). A task's kind never
+        changes, so only the tasks added since the last call are read."""
+        codes = self._codes
+        n, seen = len(self.kind), len(codes)
+        if seen < n:
+            more = np.fromiter(map(_KIND_CODE.__getitem__, islice(self.kind, seen, None)), dtype=np.int8,
+                               count=n - seen)
+            codes = self._codes = np.concatenate((codes, more)) if seen else more
+            codes.flags.writeable = False
+        return codes
+
+    def tasks_of_kind(self, *kinds: str) -> np.ndarray:
+        """The ids of the tasks of ``kinds``, in id order."""
+        codes = self.kind_codes()
+        if len(kinds) == 1:
+            return np.flatnonzero(codes == _KIND_CODE[kinds[0]])
+        return np.flatnonzero(np.isin(codes, [_KIND_CODE[k] for k in kinds]))
+
+    def compute_tasks(self) -> tuple[np.ndarray, np.ndarray]:
+        """The compute tasks' ids in id order and each one's GPU (read-only; the tasks added
+        since the last call are the only ones read)."""
+        seen, at, gpu = self._compute
+        n = len(self.kind)
+        if seen < n:
+            codes = self.kind_codes()
+            new = np.flatnonzero(codes[seen:] == _KIND_CODE["compute"]) + seen
+            new_gpu = np.fromiter(map(itemgetter(0), map(self.devices.__getitem__, new.tolist())), dtype=np.int64,
+                                  count=len(new))
+            at, gpu = (np.concatenate((at, new)), np.concatenate((gpu, new_gpu))) if len(at) else (new, new_gpu)
+            at.flags.writeable = gpu.flags.writeable = False
+            self._compute = (n, at, gpu)
+        return at, gpu
 
     @property
     def label(self) -> list[str]:

@@ -21,7 +21,6 @@ blocks and the receiver waits only for the data (Megatron-Core's ``overlap_p2p_c
 from __future__ import annotations
 
 from bisect import bisect_left
-from operator import itemgetter
 
 import numpy as np
 
@@ -74,9 +73,7 @@ class StreamNeighbours:
         graph = b.graph
         # Grouped with numpy (one stable sort keeps each GPU's tasks in id order): a 1T build
         # has 10^6 compute tasks and looks up 10^5.
-        at = np.flatnonzero(np.fromiter(map("compute".__eq__, graph.kind), dtype=bool, count=len(graph.kind)))
-        gpu_of = np.fromiter(map(itemgetter(0), map(graph.devices.__getitem__, at.tolist())), dtype=np.int64,
-                             count=len(at))
+        at, gpu_of = graph.compute_tasks()
         order = np.argsort(gpu_of, kind="stable")
         gpus, firsts = np.unique(gpu_of[order], return_index=True)
         bounds = [*firsts.tolist(), len(order)]
