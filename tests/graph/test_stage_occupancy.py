@@ -82,11 +82,15 @@ def _same(a, b) -> bool:
     return a[1] == b[1] and np.array_equal(a[0], b[0])
 
 
+@pytest.mark.parametrize("keys", [True, False], ids=["keys in a table", "keys sorted"])
 @pytest.mark.parametrize("dense", [True, False], ids=["pairs in a table", "pairs sorted"])
 @pytest.mark.parametrize("seed", range(150))
-def test_vectorised_occupancy_equals_step_by_step(seed, dense, monkeypatch):
+def test_vectorised_occupancy_equals_step_by_step(seed, dense, keys, monkeypatch):
     if not dense:
         monkeypatch.setattr(stage, "DENSE_PAIRS", 0)
+    if not keys:
+        monkeypatch.setattr(stage, "DENSE_KEYS", 0)
+        monkeypatch.setattr(stage, "KEY_SLOTS_PER_ENTRY", 0)
     args = _program(random.Random(seed))
     assert _same(stage_occupancy(*args[:8], resident=args[8]), _reference(*args))
 

@@ -463,11 +463,12 @@ class Composition(CompositionState):
         peak = {r.device: r.peak_bytes for r in reports}
         at_peak = {r.device: int(r.step_bytes.argmax()) for r in reports if r.step_bytes is not None and len(r.step_bytes)}
         memory = []
+        owned: dict[int, list[str]] = {}  # pipeline rank -> the buffers its stages own (one pass, not one per rank)
+        for k, owner in self.plan.buffer_stage.items():
+            owned.setdefault(self.plan.rank_of(owner), []).append(k)
         for s in range(ranks.pp):
             w = gr = opt = 0
-            for k, owner in self.plan.buffer_stage.items():
-                if self.plan.rank_of(owner) != s:
-                    continue
+            for k in owned.get(s, ()):
                 role = self.roles.role(k)
                 nbytes = self.size(k, 1.0)
                 if role == "weights":

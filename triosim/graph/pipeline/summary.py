@@ -29,9 +29,10 @@ def summary(trace: Trace, graph: TaskGraph, plan: PipelinePlan, strategy: Strate
     n = plan.num_stages
     fwd = [0] * max(n - 1, 0)
     bwd = [0] * max(n - 1, 0)
-    for t, kind in enumerate(graph.kind):
-        attrs = graph.attr_rows[t] or {}
-        if kind == "transfer" and "dst_stage" in attrs:
+    rows = graph.attr_rows
+    for t in graph.tasks_of_kind("transfer").tolist():
+        attrs = rows[t] or {}
+        if "dst_stage" in attrs:
             a, b = attrs["stage_index"], attrs["dst_stage"]
             if b == a + 1:
                 fwd[a] += graph.nbytes[t]
