@@ -68,8 +68,24 @@ def _yaml_module(where: str):
     return yaml
 
 
+def _safe_loader(yaml):
+    """PyYAML's safe loader on libyaml's C parser where PyYAML was built with it (ten times the
+    pure-Python parser's speed: a run reads every device and model card file), else its own."""
+    return getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+
+
+def _own_words(yaml, text: str, exc: Exception) -> Exception:
+    """The error pure-Python PyYAML gives loading ``text`` (it names more: an undefined alias's
+    name), else ``exc``."""
+    try:
+        yaml.safe_load(text)
+    except yaml.YAMLError as own:
+        return own
+    return exc
+
+
 def check_yaml_events(text: str, where: str, *, max_depth: int = MAX_YAML_DEPTH,
-                      max_nodes: int = MAX_YAML_NODES) -> None:
+                      max_nodes: int = MAX_YAML_NODES, loader=None) -> None:
     """Refuse a document nested deeper than ``max_depth``, expanding (aliases included) to more
     than ``max_nodes`` values, or repeating a key within a mapping; walks PyYAML's events only."""
     yaml = _yaml_module(where)
@@ -104,12 +120,15 @@ def check_yaml_events(text: str, where: str, *, max_depth: int = MAX_YAML_DEPTH,
             top[4] = not top[4]
 
     try:
-        for event in yaml.parse(text, Loader=yaml.SafeLoader):
+        for event in yaml.parse(text, Loader=loader or _safe_loader(yaml)):
             if isinstance(event, ev.ScalarEvent):
                 value(event, 1, 0, event.value if event.tag in (None, "tag:yaml.org,2002:str") else None)
                 if event.anchor is not None:
                     sizes[event.anchor] = (1, 0)
             elif isinstance(event, ev.AliasEvent):
+                if any(frame[1] == event.anchor for frame in stack):  # a value containing itself
+                    raise ConfigError(f"{where} line {line_of(event)}: alias *{_one_line(event.anchor)} is "
+                                      "inside the value it names (a value cannot contain itself)")
                 count, depth = sizes.get(event.anchor, (1, 0))
                 value(event, count, depth)
             elif isinstance(event, (ev.MappingStartEvent, ev.SequenceStartEvent)):
@@ -120,6 +139,8 @@ def check_yaml_events(text: str, where: str, *, max_depth: int = MAX_YAML_DEPTH,
                 if frame[1] is not None:
                     sizes[frame[1]] = (total - frame[2] + 1, frame[3])
     except yaml.YAMLError as exc:
+        if (loader or _safe_loader(yaml)) is not yaml.SafeLoader:  # PyYAML's own words (they name more)
+            check_yaml_events(text, where, max_depth=max_depth, max_nodes=max_nodes, loader=yaml.SafeLoader)
         raise ConfigError(_yaml_error(exc, where)) from None
 
 
@@ -137,9 +158,9 @@ def parse_yaml_text(text: str, where: str) -> Any:
         raise ConfigError(f"{where}: larger than the limit of {MAX_YAML_BYTES:,} bytes for a settings file")
     check_yaml_events(text, where)
     try:
-        return yaml.safe_load(text)
+        return yaml.load(text, Loader=_safe_loader(yaml))  # noqa: S506 - a safe loader
     except yaml.YAMLError as exc:
-        raise ConfigError(_yaml_error(exc, where)) from None
+        raise ConfigError(_yaml_error(_own_words(yaml, text, exc), where)) from None
     except (ValueError, TypeError, OverflowError, RecursionError) as exc:
         # A constructor's own complaint (a date of month 13, an integer of 5,000 digits).
         raise ConfigError(f"{where}: not valid YAML ({_one_line(exc)})") from None
