@@ -203,6 +203,17 @@ def test_a_collective_beside_the_compute_placed_just_before_it_ends_the_pass_at_
     assert loop.end[2] == pytest.approx(1e-3 + 2e-3 + 5e-4 * 0.25, rel=1e-12)
 
 
+def test_beyond_the_passs_own_sm_checks_the_check_after_it_refuses(monkeypatch):
+    """Past its first SM_CHECKS_IN_PASS tasks the pass no longer looks for a collective beside a
+    compute task of its GPU: the same graph is then refused by _sms_apart alone."""
+    g = TaskGraph()
+    a = g.add_compute(0, 1e-3, "a")
+    g.add_task("collective", "x", 5e-4, LINKS["ring"], (0, 1), 1000, after=[a])
+    g.add_compute(0, 2e-3, "b", after=[a])
+    monkeypatch.setattr(contention_free, "SM_CHECKS_IN_PASS", 0)
+    _refused_only_by("_sms_apart", _flow_graph(g, comm_sms=25), monkeypatch)
+
+
 def test_flows_joining_together_at_different_rates_are_refused(monkeypatch):
     # Joined together, x and y are rated by one max-min filling, which gives y its rate alone
     # less one unit in the last place at this bandwidth.

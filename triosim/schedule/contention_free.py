@@ -35,6 +35,11 @@ from .tasks import TaskGraph
 
 # The flow loop ends together the flows that finish within this factor of the first (ActiveFlows.due).
 FINISH_TOLERANCE = 1e-13
+# The pass itself looks for a compute task and an SM-holding one of a GPU that overlap among the
+# first this many tasks it places, to give up at once on a graph whose every layer has them (it
+# would run the loop anyway); beyond, only _sms_apart's check after the pass finds them (the
+# bookkeeping took a sixth of a 1T pass).
+SM_CHECKS_IN_PASS = 1 << 16
 
 
 def earliest_schedule(graph: TaskGraph, route: list[int], sms: list[int] | None, bandwidth: dict[int, float],
@@ -138,7 +143,9 @@ def _earliest_times(graph: TaskGraph, route: list[int], sms: list[int] | None, b
         start[i] = t
         end[i] = e
         if sm_on:  # a compute task and an SM-holding one of its GPU placed one after the other that overlap
-            if how == 2:
+            if placed >= SM_CHECKS_IN_PASS:
+                sm_on = False  # from here on left to _sms_apart
+            elif how == 2:
                 gpu = devices[i][0]
                 other = last_comm.get(gpu)
                 if other is not None and start[other] < e and t < end[other]:
