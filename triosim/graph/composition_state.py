@@ -17,6 +17,7 @@ from .pipeline.stages import PipelinePlan
 from .rank_map import RankMap
 from .strategy import Preset, Strategy
 from .tensor.comm_overlap import TpOverlapPlan
+from .tp_done import TpDone
 
 
 @dataclass
@@ -35,7 +36,7 @@ class CompositionState:
     roles: BufferRoles
     graph: TaskGraph = field(default_factory=TaskGraph)
     task: dict[tuple[int, int, int, int], int] = field(default_factory=dict)  # (d, t, op, mb) -> task
-    tp_done: dict[tuple[int, int, int], dict[int, int]] = field(default_factory=dict)  # (op, mb, d) -> {gpu: t}
+    tp_done: TpDone = field(default_factory=TpDone)  # (op, mb, d) -> {gpu: t}
     seq: dict[int, list[tuple[int, tuple[int, ...], int | None]]] = field(default_factory=dict)  # gpu -> (task, ops, mb)
     stats: dict[str, dict[str, float]] = field(default_factory=dict)
     labels: list[str] = field(default_factory=list)

@@ -23,6 +23,7 @@ from itertools import islice, repeat
 from operator import add
 
 from ...schedule.tasks import TaskGraph
+from ..tp_done import TpDone
 
 # Templates recorded per block pattern before giving up on it (two equal ones are needed).
 MAX_RECORDINGS = 4
@@ -70,6 +71,7 @@ class Template:
         self.tally_calls = sum(calls for calls, _p, _w in self.tally)  # integers: any order
         self.tally_payload = sum(payload for _c, payload, _w in self.tally)
         self.tally_wire = [wire for _c, _p, wire in self.tally]
+        self.tp_done_number = -1  # its number among the TpDone's templates, once adopted
         # each task's attributes without its micro-batch's values, one dict for every replayed block
         self.shared_attrs = [{k: v for k, v in a.items() if k != "microbatch" and k != "collective"} or None
                              for a, _coll in self.attrs]
@@ -106,7 +108,7 @@ def _split(text: str, mark: str) -> tuple[str, str] | None:
 class BlockReplay:
     """Templates of one pipeline rank's blocks on its one built GPU (see the module docstring)."""
 
-    def __init__(self, graph: TaskGraph, rows: dict, task_of: dict, tp_done: dict, seq: list, gpu: int,
+    def __init__(self, graph: TaskGraph, rows: dict, task_of: dict, tp_done: TpDone, seq: list, gpu: int,
                  rep: tuple[int, int], stats: dict, state: tuple, kept_ops: frozenset[int] | None = None) -> None:
         self.graph = graph
         self.rows = rows  # GroupComm's rows (id(charge) -> (charge, row)), counted per call
@@ -154,7 +156,8 @@ class BlockReplay:
         g.succ.extend([[ids[x]] if x.__class__ is int else [ids[k] for k in x] for x in tmpl.succ_short])
         g.succ[entry[0]].extend([ids[k] for k in tmpl.entry_succ])
         self.task_of.update(zip(map(add, tmpl.task_keys, repeat((r,))), map(ids.__getitem__, tmpl.task_at)))
-        self.tp_done.update({(op, r, 0): {gpu: ids[k]} for op, gpu, k in tmpl.tp_done})
+        if tmpl.tp_done:
+            self.tp_done.add_block(tmpl.tp_done_number, r, base)  # looked up from the template when read
         self.seq.extend([(ids[k], ops, r) for k, ops in tmpl.seq])
         last[self.rep] = [ids[tmpl.last]]
         if firsts is not None and tmpl.first_compute is not None and firsts[self.rep] is None:
@@ -191,6 +194,7 @@ class BlockReplay:
             return
         prev = self.candidates.get(rec.key)
         if prev is not None and prev.same(tmpl):
+            tmpl.tp_done_number = self.tp_done.template(tmpl.tp_done) if tmpl.tp_done else -1
             self.templates[rec.key] = tmpl
             del self.candidates[rec.key]
         else:
