@@ -36,6 +36,21 @@ def test_add_compute_appends_what_add_task_appends():
     assert fast.to_networkx().nodes(data=True) == slow.to_networkx().nodes(data=True)
 
 
+def test_add_sync_each_appends_what_add_sync_tagged_appends():
+    one, each = TaskGraph(), TaskGraph()
+    for g in (one, each):
+        _fill(g, _fast)
+    tags = {"collective": "ar", "op": 3}
+    afters = [[0, 1], [2], [], [1, 1]]
+    for gpu, after in zip((3, 1, 7, 3), afters):
+        one.add_sync_tagged(f"ar done gpu{gpu}", after, (gpu,), tags)
+    assert each.add_sync_each([3, 1, 7, 3], [f"ar done gpu{g}" for g in (3, 1, 7, 3)], tags, afters) == range(5, 9)
+    for field in FIELDS:
+        assert getattr(each, field) == getattr(one, field), field
+    # the graph's interned device tuples: GPU 3's syncs share its compute task's
+    assert each.devices[5] is each.devices[8] is each.devices[0] and one.devices[5] is one.devices[0]
+
+
 @pytest.mark.parametrize("bad", [-1e-9, float("nan")])
 def test_add_compute_refuses_a_negative_or_nan_duration(bad):
     with pytest.raises(ValueError, match="negative or NaN"):

@@ -342,6 +342,32 @@ class TaskGraph:
         self.npred.extend(map(len, afters))
         return range(first, first + n)
 
+    def add_sync_each(self, devices: Sequence[int], labels: Sequence[str], attrs: dict[str, Any] | None,
+                      afters: Sequence[Sequence[int]]) -> range:
+        """One sync on each GPU of ``devices``, the k-th after ``afters[k]``, all with the one
+        ``attrs``: what :meth:`add_sync_tagged` adds GPU after GPU, as whole columns (an exact
+        case-3 run ends each of its collectives with 4,096 of them)."""
+        n, first = len(devices), len(self.kind)
+        none = self._rtuples.get(())
+        if none is None:
+            none = self._rtuples[()] = ()
+        dtuples = self._dtuples
+        self.kind.extend(["sync"] * n)
+        self.label_rows.extend(labels)
+        self.duration.extend([0.0] * n)
+        self.resources.extend([none] * n)
+        self.devices.extend([dtuples.setdefault((d,), (d,)) for d in devices])
+        self.nbytes.extend([0] * n)
+        self.latency.extend([0.0] * n)
+        self.attr_rows.extend([attrs] * n)
+        succ = self.succ
+        succ.extend([[] for _ in range(n)])
+        for tid, after in zip(range(first, first + n), afters):
+            for p in after:
+                succ[p].append(tid)
+        self.npred.extend(map(len, afters))
+        return range(first, first + n)
+
     def add_compute_chain(self, device: int, durations: Sequence[float], labels: Sequence[str],
                           attrs: Sequence[dict[str, Any]], after: Iterable[int] = ()) -> list[int]:
         """Compute tasks on ``device``, each after the previous one (and the first after

@@ -72,7 +72,9 @@ def done_syncs(graph: TaskGraph, label: str, attrs: dict[str, Any], deps: Mappin
                 out = dict.fromkeys(deps, next(iter(mine.values())))
                 out.update(mine)
                 return out
-    return {g: graph.add_sync_tagged(f"{label} done gpu{g}", after, (g,), tags) for g, after in deps.items()}
+    gpus = list(deps)
+    afters = [a if a.__class__ is list or a.__class__ is tuple else list(a) for a in deps.values()]
+    return dict(zip(gpus, graph.add_sync_each(gpus, [f"{label} done gpu{g}" for g in gpus], tags, afters)))
 
 
 def phase_macros(graph: TaskGraph, platform: Platform, group: tuple[int, ...], op: str, nbytes: int,
