@@ -78,6 +78,7 @@ def add_rank_program(b: CompositionState, comm: GroupComm, p: int, waits, colls,
                   for block in ops.values() for i in block}
     reps = list(zip(b.replicas, gpus))
     rep_gpus = [gpu for _, gpu in reps]
+    rep_keys = [rep for rep, _ in reps]
     tp_groups = {d: comm.ordered(ranks.tp_group(d, p)) for d in ds}
     members = {d: [(t, ranks.rank(d, t, p)) for t in ts] for d in ds}
     tp_parallel = partial(_tp_groups, ranks, p)
@@ -307,41 +308,48 @@ def add_rank_program(b: CompositionState, comm: GroupComm, p: int, waits, colls,
                     if firsts is not None and firsts[rep] is None:  # a block may start with it (a cut before it)
                         firsts[rep] = ends[rep][0]
                 continue
-            afters = []
-            for rep, gpu in reps:
-                after = last[rep]
-                held = host_waits.pop((rep, i, r), None) if host_waits else None
-                if held is not None:
-                    after = [*after, held]
-                if w or k is not None or step:
-                    after = list(after)
-                    if step:  # a chunk of a GEMM waits for the ring step bringing its shard
-                        after.append(ring_in[(part.ring, r, rep[0])][gpu][step - 1])
-                    for c_op in w:
-                        done = tp_done.get((c_op, r, rep[0]))
-                        if done is not None:
-                            after.append(done[gpu])
-                    if k is not None:
-                        after.append(gathered[(*rep, "unit", k)])
-                    after = list(dict.fromkeys(after))
-                afters.append(after)
+            if not (host_waits or w or k is not None or step):  # each GPU after its last task only
+                afters = list(map(last.__getitem__, rep_keys))  # (a case-3 run: 4,096 GPUs a segment)
+            else:
+                afters = []
+                for rep, gpu in reps:
+                    after = last[rep]
+                    held = host_waits.pop((rep, i, r), None) if host_waits else None
+                    if held is not None:
+                        after = [*after, held]
+                    if w or k is not None or step:
+                        after = list(after)
+                        if step:  # a chunk of a GEMM waits for the ring step bringing its shard
+                            after.append(ring_in[(part.ring, r, rep[0])][gpu][step - 1])
+                        for c_op in w:
+                            done = tp_done.get((c_op, r, rep[0]))
+                            if done is not None:
+                                after.append(done[gpu])
+                        if k is not None:
+                            after.append(gathered[(*rep, "unit", k)])
+                        after = list(dict.fromkeys(after))
+                    afters.append(after)
             if len(reps) == 1:
                 tasks: Sequence[int] = (add_compute(gpu0, dur, f"{label} gpu{gpu0}", tags, afters[0]),)
             else:  # every built GPU's task as whole columns (a case-3 run: 4,096 GPUs a segment)
                 tasks = g.add_compute_each(rep_gpus, dur, [f"{label} gpu{gpu}" for gpu in rep_gpus], tags, afters)
-            for (rep, gpu), task in zip(reps, tasks):
-                # Only a run's ends are looked up (a crossing buffer's writer or reader, a bucket's
-                # last gradient, the op a TP collective follows): the cuts put them there, and only
-                # the cut ones are kept (a 1T mesh would otherwise hold 10^6 keys).
-                if keep_i:
-                    task_of[(*rep, i, r)] = task
-                if keep_last:
-                    task_of[(*rep, i_last, r)] = task
-                if part is None or part.first:  # a piece after the first is no memory step of its own
-                    seq[gpu].append((task, seg_ops, r))
-                last[rep] = [task]
-                if firsts is not None and firsts[rep] is None:
-                    firsts[rep] = task
+            # Only a run's ends are looked up (a crossing buffer's writer or reader, a bucket's last
+            # gradient, the op a TP collective follows): the cuts put them there, and only the cut
+            # ones are kept (a 1T mesh would otherwise hold 10^6 keys).
+            if keep_i and keep_last:  # both keys of a replica before the next replica's
+                for rep, task in zip(rep_keys, tasks):
+                    task_of[(*rep, i, r)] = task_of[(*rep, i_last, r)] = task
+            elif keep_i or keep_last:
+                kept = i if keep_i else i_last
+                task_of.update(zip([(*rep, kept, r) for rep in rep_keys], tasks))
+            if part is None or part.first:  # a piece after the first is no memory step of its own
+                for steps, task in zip(map(seq.__getitem__, rep_gpus), tasks):
+                    steps.append((task, seg_ops, r))
+            last.update(zip(rep_keys, [[task] for task in tasks]))
+            if firsts is not None:
+                for rep, task in zip(rep_keys, tasks):
+                    if firsts[rep] is None:
+                        firsts[rep] = task
             if part is not None and part.rs is not None:  # pipelined: this chunk's share of the reduce-scatter
                 rs_chunk(part, r, frac, mb_s, s)
             for k_c, (c, c_name) in enumerate(zip(cs, c_names)):
