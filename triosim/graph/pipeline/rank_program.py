@@ -336,10 +336,10 @@ def add_rank_program(b: CompositionState, comm: GroupComm, p: int, waits, colls,
             # Only a run's ends are looked up (a crossing buffer's writer or reader, a bucket's last
             # gradient, the op a TP collective follows): the cuts put them there, and only the cut
             # ones are kept (a 1T mesh would otherwise hold 10^6 keys).
-            if keep_i and keep_last:  # both keys of a replica before the next replica's
+            if keep_i and keep_last and i != i_last:  # both keys of a replica before the next replica's
                 for rep, task in zip(rep_keys, tasks):
                     task_of[(*rep, i, r)] = task_of[(*rep, i_last, r)] = task
-            elif keep_i or keep_last:
+            elif keep_i or keep_last:  # one key (a one-op segment's first op is its last)
                 kept = i if keep_i else i_last
                 task_of.update(zip([(*rep, kept, r) for rep in rep_keys], tasks))
             if part is None or part.first:  # a piece after the first is no memory step of its own
