@@ -334,13 +334,7 @@ class TaskGraph:
         self.nbytes.extend([0] * n)
         self.latency.extend([0.0] * n)
         self.attr_rows.extend([attrs] * n)
-        succ = self.succ
-        succ.extend([[] for _ in range(n)])
-        for tid, after in zip(range(first, first + n), afters):
-            for p in after:
-                succ[p].append(tid)
-        self.npred.extend(map(len, afters))
-        return range(first, first + n)
+        return self._edges_each(first, afters)
 
     def add_sync_each(self, devices: Sequence[int], labels: Sequence[str], attrs: dict[str, Any] | None,
                       afters: Sequence[Sequence[int]]) -> range:
@@ -360,7 +354,12 @@ class TaskGraph:
         self.nbytes.extend([0] * n)
         self.latency.extend([0.0] * n)
         self.attr_rows.extend([attrs] * n)
-        succ = self.succ
+        return self._edges_each(first, afters)
+
+    def _edges_each(self, first: int, afters: Sequence[Sequence[int]]) -> range:
+        """The successor lists and predecessor counts of the tasks ``first`` … ``first + len(afters) - 1``
+        just added as whole columns, the k-th after ``afters[k]``; their ids."""
+        n, succ = len(afters), self.succ
         succ.extend([[] for _ in range(n)])
         for tid, after in zip(range(first, first + n), afters):
             for p in after:
