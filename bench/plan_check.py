@@ -15,13 +15,21 @@
 
     python bench/plan_check.py [--skip-1024] [--skip-64] [--jobs 2] [--top 20]
     python bench/plan_check.py --skip-1024 --skip-64 --cards 64,256 [--exhaustive | --within 0.06]
+
+An exhaustive card check takes hours of CPU. ``--journal DIR`` keeps each DAG outcome as it
+arrives (one JSON line per candidate, in a file per model, GPU count and batch), so a run that is
+stopped goes on where it left off. A line is reused only while the ``triosim/`` package is the
+same git tree as when it was written (``--reuse-other-code`` reuses lines of other trees too).
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
+import json
 import resource
 import statistics
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -34,6 +42,7 @@ from triosim.cli.plan import plan_inputs  # noqa: E402
 from triosim.plan.estimate import TIME_OVER_BOUND  # noqa: E402
 from triosim.plan.report import dag_seconds  # noqa: E402
 from triosim.plan.search import dag_check, dag_time, estimate_all, refine_and_time  # noqa: E402
+from triosim.sweep.execute import Outcome  # noqa: E402
 
 
 def _args(argv: list[str]) -> argparse.Namespace:
@@ -101,7 +110,61 @@ def _memory_rows(rows) -> None:
               f"estimate {r.estimate.peak_bytes / 1e9:.2f} GB")
 
 
-def check_card(model: str, gpus: int, global_batch: int, jobs: int, top: int, exhaustive: bool, within: float) -> None:
+def _code_tree() -> str:
+    """The git tree of the package: a journal line is valid while it is the same."""
+    try:
+        return subprocess.run(["git", "rev-parse", "HEAD:triosim"], cwd=ROOT, capture_output=True, text=True,
+                              check=True).stdout.strip() + ("+dirty" if _package_dirty() else "")
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown"
+
+
+def _package_dirty() -> bool:
+    out = subprocess.run(["git", "status", "--porcelain", "--", "triosim"], cwd=ROOT, capture_output=True, text=True)
+    return bool(out.stdout.strip())
+
+
+class Journal:
+    """DAG outcomes of one card check, one JSON line each, appended and flushed as they arrive."""
+
+    def __init__(self, path: Path, reuse_other_code: bool) -> None:
+        self.path, self.code = path, _code_tree()
+        self.known: dict[str, dict] = {}
+        other = 0
+        if path.exists():
+            for line in path.read_text().splitlines():
+                try:
+                    entry = json.loads(line)
+                except json.JSONDecodeError:
+                    continue  # a line cut short when a run was killed
+                if entry.get("code") == self.code or reuse_other_code:
+                    self.known[entry["candidate"]] = entry["outcome"]
+                else:
+                    other += 1
+        print(f"  journal {path}: {len(self.known):,} outcomes reused"
+              + (f", {other:,} of other package trees ignored" if other else ""))
+        path.parent.mkdir(parents=True, exist_ok=True)
+        self.out = path.open("a")
+
+    def restore(self, rows: list) -> list:
+        """Sets ``dag`` on the rows the journal has; returns the others."""
+        left = []
+        for r in rows:
+            entry = self.known.get(repr(r.candidate))
+            if entry is None:
+                left.append(r)
+            else:
+                r.dag = Outcome(**entry)
+        return left
+
+    def write(self, row) -> None:
+        self.out.write(json.dumps({"candidate": repr(row.candidate), "code": self.code,
+                                   "outcome": dataclasses.asdict(row.dag)}) + "\n")
+        self.out.flush()
+
+
+def check_card(model: str, gpus: int, global_batch: int, jobs: int, top: int, exhaustive: bool, within: float,
+               journal_dir: Path | None = None, reuse_other_code: bool = False) -> None:
     """The plan's best against the DAG's best over every candidate that fits (or those within
     ``within`` of the plan's best by estimate)."""
     argv = ["--model", model, "--gpu", "h100-sxm", "--topology-file", str(ROOT / "topologies" / "dgx-h100-superpod.yaml"),
@@ -120,7 +183,13 @@ def check_card(model: str, gpus: int, global_batch: int, jobs: int, top: int, ex
     done = {id(r) for r in best}
     bound = dag_seconds(plans) * (1 + within)
     rest = [r for r in rows if r.feasible and id(r) not in done and (exhaustive or r.estimate.time_s <= bound)]
-    dag_time(rest, inputs.base, global_batch, jobs)
+    if journal_dir is None:
+        dag_time(rest, inputs.base, global_batch, jobs)
+    else:
+        journal = Journal(journal_dir / f"{model}-{gpus}-gpus-batch-{global_batch}.jsonl", reuse_other_code)
+        left = journal.restore(rest)
+        print(f"  {len(rest) - len(left):,} of {len(rest):,} from the journal, {len(left):,} to DAG-time")
+        dag_time(left, inputs.base, global_batch, jobs, on_row=journal.write)
     w2, c2 = time.perf_counter(), _cpu()
     all_timed = [r for r in [*best, *rest] if dag_seconds(r) and r.reason is None]
     top_row = min(all_timed, key=dag_seconds)
@@ -183,6 +252,10 @@ def main() -> int:
     p.add_argument("--models", default="gpt3-175b,llama3-70b")
     p.add_argument("--exhaustive", action="store_true", help="DAG-time every candidate that fits")
     p.add_argument("--within", type=float, default=0.06)
+    p.add_argument("--journal", type=Path, default=None,
+                   help="a folder keeping each card check's DAG outcomes, so a stopped run goes on where it left off")
+    p.add_argument("--reuse-other-code", action="store_true",
+                   help="reuse journal lines written by another tree of the triosim package")
     a = p.parse_args()
     if not a.skip_1024:
         check_1024(a.jobs, a.top)
@@ -191,7 +264,8 @@ def main() -> int:
     batch = {64: 256, 256: 512, 1024: 1536}
     for gpus in [int(g) for g in a.cards.split(",") if g]:
         for model in a.models.split(","):
-            check_card(model, gpus, batch[gpus], a.jobs, a.top, a.exhaustive, a.within)
+            check_card(model, gpus, batch[gpus], a.jobs, a.top, a.exhaustive, a.within, a.journal,
+                       a.reuse_other_code)
     return 0
 
 

@@ -291,9 +291,11 @@ def candidate_config(base: dict, c: Candidate, global_batch: int) -> dict:
 
 
 def dag_time(rows: Sequence[Row], base: dict, global_batch: int, jobs: int = 1,
-             progress: Progress | None = None, dask: str | None = None) -> bool:
+             progress: Progress | None = None, dask: str | None = None,
+             on_row: Callable[[Row], None] | None = None) -> bool:
     """Simulate each row's configuration with the task DAG (sweep executor: in-process, a
-    local process pool with ``jobs`` > 1, or the Dask cluster at ``dask``); sets ``row.dag``.
+    local process pool with ``jobs`` > 1, or the Dask cluster at ``dask``); sets ``row.dag``
+    and hands each row to ``on_row`` as its outcome arrives (a journal of a long run).
     Returns True when interrupted."""
     points = []
     for k, row in enumerate(rows):
@@ -305,6 +307,8 @@ def dag_time(rows: Sequence[Row], base: dict, global_batch: int, jobs: int = 1,
 
     def on_outcome(o: Outcome) -> None:
         rows[o.index].dag = o
+        if on_row is not None:
+            on_row(rows[o.index])
         done[0] += 1
         if progress is not None:
             progress("DAG-timing", done[0], len(rows))
