@@ -15,7 +15,9 @@ from .collectives.group_comm import wire_bytes_per_gpu
 from .data.zero import BufferRoles, zero_divisor
 from .pipeline.stages import PipelinePlan
 from .rank_map import RankMap
+from .step_lists import StepLists
 from .strategy import Preset, Strategy
+from .task_of import TaskOf
 from .tensor.comm_overlap import TpOverlapPlan
 from .tp_done import TpDone
 
@@ -35,9 +37,9 @@ class CompositionState:
     replicas: list[tuple[int, int]]
     roles: BufferRoles
     graph: TaskGraph = field(default_factory=TaskGraph)
-    task: dict[tuple[int, int, int, int], int] = field(default_factory=dict)  # (d, t, op, mb) -> task
+    task: TaskOf = field(default_factory=TaskOf)  # (d, t, op, mb) -> task
     tp_done: TpDone = field(default_factory=TpDone)  # (op, mb, d) -> {gpu: t}
-    seq: dict[int, list[tuple[int, tuple[int, ...], int | None]]] = field(default_factory=dict)  # gpu -> (task, ops, mb)
+    seq: StepLists = field(default_factory=StepLists)  # gpu -> [(task, ops, mb)]
     stats: dict[str, dict[str, float]] = field(default_factory=dict)
     labels: list[str] = field(default_factory=list)
     key_flags: dict[int, tuple] = field(default_factory=dict)

@@ -215,7 +215,7 @@ def add_gradient_sync(b: CompositionState, comm: GroupComm, s: int, params: list
         else:
             task = b.graph.add_compute(gpu, dur, f"{op_label(trace, i)} gpu{gpu}",
                                        after=[*last[(d, t)], *done[(d, t)]], op=i, stage=trace.ops[i].stage)
-        b.seq[gpu].append((task, (i,), None))
+        b.seq.append(gpu, (task, (i,), None))
         last[(d, t)] = [task]
         done[(d, t)] = []
     if zero in (1, 2) and (ranks.data > 1 or edp > 1) and not (typed and strategy.overlap_param_gather):

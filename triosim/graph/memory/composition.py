@@ -163,8 +163,8 @@ def _stage_memory_fits(b: CompositionState, s: int, persistent: set[str], receiv
     # One counter value per task: the most its ops hold (a task of one op: that op's).
     starts = np.concatenate(([0], np.cumsum(ops_in)[:-1])).astype(np.int64)
     step_bytes = np.maximum.reduceat(occ, starts) if len(occ) else occ
-    return [MemoryReport(device=g, peak_bytes=peak, step_tasks=tuple(map(itemgetter(0), b.seq[g])), step_bytes=step_bytes)
-            for g in gpus]
+    # each GPU's step tasks written out only if the timeline reads them (graph.step_lists)
+    return [MemoryReport(device=g, peak_bytes=peak, step_tasks=b.seq.tasks(g), step_bytes=step_bytes) for g in gpus]
 
 
 def _exchange_bytes(b: CompositionState, i: int, r: int | None) -> int:

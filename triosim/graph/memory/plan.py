@@ -49,8 +49,8 @@ class MemoryReport:
     evictions: int = 0
     fetch_tasks: list[int] = field(default_factory=list)
     # Bytes resident while each step runs (``step_bytes[j]`` during task ``step_tasks[j]``): the
-    # timeline's memory counter.
-    step_tasks: tuple[int, ...] = ()
+    # timeline's memory counter (a sequence read on demand: graph.step_lists).
+    step_tasks: Sequence[int] = ()
     step_bytes: np.ndarray | None = None
 
 

@@ -52,8 +52,7 @@ def add_rank_program(b: CompositionState, comm: GroupComm, p: int, waits, colls,
     scale = b.tpp.time_scale
     last: dict[tuple[int, int], list[int]] = {rep: [] for rep in b.replicas}
     gpus = b.gpus(p)
-    for gpu in gpus:
-        b.seq[gpu] = []
+    b.seq.start(gpus)
     ds = sorted({d for d, _ in b.replicas})
     ts = sorted({t for _, t in b.replicas})
     full = lambda q: -(-gathered_parameter_bytes(trace, q) // b.tpp.shard_divisor.get(q, 1))  # noqa: E731
@@ -79,8 +78,12 @@ def add_rank_program(b: CompositionState, comm: GroupComm, p: int, waits, colls,
     reps = list(zip(b.replicas, gpus))
     rep_gpus = [gpu for _, gpu in reps]
     rep_keys = [rep for rep, _ in reps]
+    rep_position = {rep: k for k, rep in enumerate(rep_keys)}
     tp_groups = {d: comm.ordered(ranks.tp_group(d, p)) for d in ds}
     members = {d: [(t, ranks.rank(d, t, p)) for t in ts] for d in ds}
+    # each member's GPU and its replica's position in a column of the replicas' tasks
+    member_at = {d: [(gpu, rep_position[(d, t)]) for t, gpu in members[d]] for d in ds
+                 if all((d, t) in rep_position for t in ts)}
     tp_parallel = partial(_tp_groups, ranks, p)
     add_compute, task_of, tp_done, seq = g.add_compute_tagged, b.task, b.tp_done, b.seq
     r_count = len(b.fractions)
@@ -230,6 +233,9 @@ def add_rank_program(b: CompositionState, comm: GroupComm, p: int, waits, colls,
         if rep_only and tagged and ovl is None and not host and not attention and not exchanged and not units_of \
         and not pairs.pairs \
         else None
+    # every built replica's task of a segment is one column of consecutive tasks: b.task keeps it
+    # as one record (the replay reads b.task's entries in insertion order: not with it)
+    as_columns = len(reps) > 1 and replay is None and len(reps) == len(gpus)
     for pos, (ph, r, v) in enumerate(order):
         s = v * ranks.pp + p
         if len(g.kind) > limits.MAX_TASKS:  # the checks before building count operators, not collectives
@@ -269,6 +275,7 @@ def add_rank_program(b: CompositionState, comm: GroupComm, p: int, waits, colls,
         block_end = ops[(s, ph)][-1] if ops[(s, ph)] else None
         mb_s = f" mb{r}" if tagged else ""
         firsts = {rep: None for rep in b.replicas} if b.blocks is not None or b.block_first is not None else None
+        firsts_open = True  # some replica's first task of the block not yet known
         rec = tally_log = None
         replayed = False
         if replay is not None and not unit_at and not host_waits:
@@ -303,7 +310,7 @@ def add_rank_program(b: CompositionState, comm: GroupComm, p: int, waits, colls,
                     ends = add_expert_op(b, comm, experts, exchanged[i], r, s, p, base, tags, dur, reps, waits)
                 for rep, gpu in reps:
                     task_of[(*rep, i, r)] = ends[rep][1]
-                    seq[gpu].append((ends[rep][0], seg_ops, r))
+                    seq.append(gpu, (ends[rep][0], seg_ops, r))
                     last[rep] = [ends[rep][1]]
                     if firsts is not None and firsts[rep] is None:  # a block may start with it (a cut before it)
                         firsts[rep] = ends[rep][0]
@@ -336,20 +343,29 @@ def add_rank_program(b: CompositionState, comm: GroupComm, p: int, waits, colls,
             # Only a run's ends are looked up (a crossing buffer's writer or reader, a bucket's last
             # gradient, the op a TP collective follows): the cuts put them there, and only the cut
             # ones are kept (a 1T mesh would otherwise hold 10^6 keys).
-            if keep_i and keep_last and i != i_last:  # both keys of a replica before the next replica's
+            if as_columns:  # the replicas' tasks are one column: kept as one record (graph.task_of)
+                if keep_i:
+                    task_of.add_column(i, r, rep_position, tasks[0])
+                if keep_last and (i_last != i or not keep_i):
+                    task_of.add_column(i_last, r, rep_position, tasks[0])
+            elif keep_i and keep_last and i != i_last:  # both keys of a replica before the next replica's
                 for rep, task in zip(rep_keys, tasks):
                     task_of[(*rep, i, r)] = task_of[(*rep, i_last, r)] = task
             elif keep_i or keep_last:  # one key (a one-op segment's first op is its last)
                 kept = i if keep_i else i_last
                 task_of.update(zip([(*rep, kept, r) for rep in rep_keys], tasks))
             if part is None or part.first:  # a piece after the first is no memory step of its own
-                for steps, task in zip(map(seq.__getitem__, rep_gpus), tasks):
-                    steps.append((task, seg_ops, r))
+                if as_columns:
+                    seq.add_column(rep_gpus, tasks[0], seg_ops, r)
+                else:
+                    for gpu, task in zip(rep_gpus, tasks):
+                        seq.append(gpu, (task, seg_ops, r))
             last.update(zip(rep_keys, [[task] for task in tasks]))
-            if firsts is not None:
+            if firsts is not None and firsts_open:
                 for rep, task in zip(rep_keys, tasks):
                     if firsts[rep] is None:
                         firsts[rep] = task
+                firsts_open = len(rep_keys) < len(firsts)  # else every replica's first task is set
             if part is not None and part.rs is not None:  # pipelined: this chunk's share of the reduce-scatter
                 rs_chunk(part, r, frac, mb_s, s)
             for k_c, (c, c_name) in enumerate(zip(cs, c_names)):
@@ -383,7 +399,11 @@ def add_rank_program(b: CompositionState, comm: GroupComm, p: int, waits, colls,
                     continue
                 for d in ds:
                     group = tp_groups[d]
-                    if not chained:
+                    column = task_of.column(i_last, r) if not chained else None
+                    if column is not None and column[0] is rep_position and d in member_at:  # one column's tasks
+                        first = column[1]
+                        after = {gpu: [first + k] for gpu, k in member_at[d]}
+                    elif not chained:
                         after = {gpu: [task_of[(d, t, i_last, r)]] for t, gpu in members[d]}
                     else:  # a second collective on one op starts when the first is done
                         prev = tp_done[(i_last, r, d)]
