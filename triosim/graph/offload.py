@@ -23,11 +23,15 @@ triosim.
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING
 
 from ..compute.op_time import reindex_op_time
 from ..errors import ConfigError, TraceError
 from ..trace import Trace
 from ..trace.layers import find_layers
+
+if TYPE_CHECKING:  # the composition's state: only named here (it imports the graph's parts)
+    from .composition_state import CompositionState
 
 OFFLOAD, RELOAD = "d2h", "h2d"
 
@@ -277,5 +281,30 @@ def carry_offload(plan, off: Offloaded):
                    **({"share": tuple(share[o] for o in off.origin)} if share else {}))
 
 
-__all__ = ["OFFLOAD", "RELOAD", "HostCopy", "OffloadSpec", "Offloaded", "carry_offload", "check_layer_count",
-           "host_link_rate", "offload", "offload_on_plan"]
+def add_host_copy(b: CompositionState, copy: HostCopy, i: int, r: int, frac: float, label: str, tags: dict, reps,
+                  last, host_waits: dict) -> None:
+    """Op ``i``, a copy of activation offload, on every built GPU of a pipeline rank's program: a task on the GPU's host link in its direction (copy engines: no SMs), its buffers' bytes
+    at the micro-batch's share. An offload starts when its layer's forward ends and holds back
+    the compute after it; a reload starts with the compute before it and holds back the op that
+    first reads what it brings."""
+    nbytes = sum(b.size(k, frac) for k in copy.buffers)
+    dur = nbytes / b.host_rate
+    attrs = {**tags, "direction": copy.direction, "sms": 0}
+    host = b.graph.meta.setdefault("host_held", {})  # GPU -> [held on host now, most held], in program order
+    for rep, gpu in reps:
+        held = host.setdefault(gpu, [0, 0])
+        held[0] += nbytes if copy.waiter is None else -nbytes
+        held[1] = max(held)
+        start = [b.task[(*rep, copy.start_after, r)]] if copy.start_after is not None else list(last[rep])
+        task = b.graph.add_tagged("memcpy", f"{label} gpu{gpu}", dur, (f"host{gpu}:{copy.direction}",), (gpu,), attrs,
+                                  nbytes, start)
+        b.seq.append(gpu, (task, (i,), r))
+        b.task[(*rep, i, r)] = task  # a buffer it reads may arrive from another stage
+        if copy.waiter is None:
+            last[rep] = [*last[rep], task]
+        else:
+            host_waits[(rep, copy.waiter, r)] = task
+
+
+__all__ = ["OFFLOAD", "RELOAD", "HostCopy", "OffloadSpec", "Offloaded", "add_host_copy", "carry_offload",
+           "check_layer_count", "host_link_rate", "offload", "offload_on_plan"]

@@ -7,7 +7,7 @@ offloaded layer L, and a ``reload`` op (backward) right before that next layer's
 run no compute (their tensor-parallel time scale is 0). The memory follows from the rewritten
 trace as for any other (:mod:`triosim.plan.stage_memory`): L's saved activations are freed at
 the offload op and re-made by the reload. The copies run on the GPU's host link, beside the
-compute, as the DAG builds them (:func:`triosim.graph.pipeline.rank_program.add_host_copy`):
+compute, as the DAG builds them (:func:`triosim.graph.offload.add_host_copy`):
 
 - the copy to host starts when L's forward ends and the compute after the offload op waits for
   it: it costs ``max(0, bytes / rate − the next layer's forward)``, charged to the offload op's

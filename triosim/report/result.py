@@ -158,8 +158,16 @@ def _summarize(graph: TaskGraph, sched: Schedule, platform: Platform) -> tuple[l
     at, gpu_of = graph.compute_tasks()
     starts, ends = sched.times()
     compute_union: dict[int, Columns] = {d: _NONE for d in devices}
+    # GPUs whose compute spans are the same (a lockstep mesh's) share one union, so the figures
+    # below are computed once for them
+    same: dict[tuple[bytes, bytes], Columns] = {}
     for d, mine in _grouped(at, gpu_of):
-        compute_union[d] = merged_columns(starts[mine], ends[mine])
+        s, e = starts[mine], ends[mine]
+        spans = (s.tobytes(), e.tobytes())
+        union = same.get(spans)
+        if union is None:
+            union = same[spans] = merged_columns(s, e)
+        compute_union[d] = union
     for d, built in graph.meta.get(MIRRORS_META, {}).items():  # a folded build: GPU d runs as the built GPU
         compute_union[d] = compute_union[built]
     # Communication spans by the GPUs their task names (a collective names its whole group):

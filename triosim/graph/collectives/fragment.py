@@ -48,7 +48,8 @@ FOLD_BUILT_META = "fold_built"
 def preds(graph: TaskGraph, group: tuple[int, ...], after: After, label: str) -> dict[int, list[int]]:
     """Per-GPU predecessors; common predecessors are joined once so edges stay O(N)."""
     if isinstance(after, Mapping):
-        return {g: list(after.get(g, ())) for g in group}
+        # a list given is shared, not copied: the algorithms copy before they add to one
+        return {g: v if (v := after.get(g, ())).__class__ is list else list(v) for g in group}
     common = list(after)
     if len(common) > 1 and len(group) > 1:
         common = [graph.add_sync(f"{label} start", common, devices=group)]

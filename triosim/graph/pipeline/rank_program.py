@@ -25,6 +25,7 @@ from ..data import gradient_sync
 from ..data.data_parallel import MIB
 from ..data.zero import fsdp_units, gathered_copies
 from ..expert.dispatch import add_expert_op
+from ..offload import add_host_copy
 from ..rank_map import RankMap
 from ..tensor import per_op
 from ..tensor.comm_overlap import PIPELINE_SPLITS, USERBUFFER_SMS, Part, add_ring_steps
@@ -79,6 +80,7 @@ def add_rank_program(b: CompositionState, comm: GroupComm, p: int, waits, colls,
     rep_gpus = [gpu for _, gpu in reps]
     rep_keys = [rep for rep, _ in reps]
     rep_position = {rep: k for k, rep in enumerate(rep_keys)}
+    gpu_suffixes = [f" gpu{gpu}" for gpu in rep_gpus]  # each built GPU's task label ends so
     tp_groups = {d: comm.ordered(ranks.tp_group(d, p)) for d in ds}
     members = {d: [(t, ranks.rank(d, t, p)) for t in ts] for d in ds}
     # each member's GPU and its replica's position in a column of the replicas' tasks
@@ -317,6 +319,20 @@ def add_rank_program(b: CompositionState, comm: GroupComm, p: int, waits, colls,
                 continue
             if not (host_waits or w or k is not None or step):  # each GPU after its last task only
                 afters = list(map(last.__getitem__, rep_keys))  # (a case-3 run: 4,096 GPUs a segment)
+            elif not (host_waits or k is not None or step):  # … and the TP collectives of ``w``
+                # (the collectives completing on each replica row d found once per row)
+                dones_of = {d: [x for x in (tp_done.get((c_op, r, d)) for c_op in w) if x is not None] for d in ds}
+                afters = []
+                for rep, gpu in reps:
+                    dones = dones_of[rep[0]]
+                    after = [*last[rep], dones[0][gpu]] if len(dones) == 1 else \
+                        [*last[rep], *[done[gpu] for done in dones]]
+                    if len(after) == 2:  # the common pair: the GPU's last task and one collective's
+                        if after[0] == after[1]:
+                            del after[1]
+                    elif len(after) > 2:
+                        after = list(dict.fromkeys(after))
+                    afters.append(after)
             else:
                 afters = []
                 for rep, gpu in reps:
@@ -339,7 +355,7 @@ def add_rank_program(b: CompositionState, comm: GroupComm, p: int, waits, colls,
             if len(reps) == 1:
                 tasks: Sequence[int] = (add_compute(gpu0, dur, f"{label} gpu{gpu0}", tags, afters[0]),)
             else:  # every built GPU's task as whole columns (a case-3 run: 4,096 GPUs a segment)
-                tasks = g.add_compute_each(rep_gpus, dur, [f"{label} gpu{gpu}" for gpu in rep_gpus], tags, afters)
+                tasks = g.add_compute_each(rep_gpus, dur, list(map(label.__add__, gpu_suffixes)), tags, afters)
             # Only a run's ends are looked up (a crossing buffer's writer or reader, a bucket's last
             # gradient, the op a TP collective follows): the cuts put them there, and only the cut
             # ones are kept (a 1T mesh would otherwise hold 10^6 keys).
@@ -437,32 +453,6 @@ def add_rank_program(b: CompositionState, comm: GroupComm, p: int, waits, colls,
         warm = interleaved_warmup(ranks.pp, r_count, p, plan.virtual) if plan.virtual > 1 else None
         record_comm_points(b, ran, warm, len(order))
     return last
-
-
-def add_host_copy(b: CompositionState, copy, i: int, r: int, frac: float, label: str, tags: dict, reps, last,
-                  host_waits: dict) -> None:
-    """Op ``i``, a copy of activation offload (:mod:`triosim.graph.offload`), on every built
-    GPU: a task on the GPU's host link in its direction (copy engines: no SMs), its buffers' bytes
-    at the micro-batch's share. An offload starts when its layer's forward ends and holds back
-    the compute after it; a reload starts with the compute before it and holds back the op that
-    first reads what it brings."""
-    nbytes = sum(b.size(k, frac) for k in copy.buffers)
-    dur = nbytes / b.host_rate
-    attrs = {**tags, "direction": copy.direction, "sms": 0}
-    host = b.graph.meta.setdefault("host_held", {})  # GPU -> [held on host now, most held], in program order
-    for rep, gpu in reps:
-        held = host.setdefault(gpu, [0, 0])
-        held[0] += nbytes if copy.waiter is None else -nbytes
-        held[1] = max(held)
-        start = [b.task[(*rep, copy.start_after, r)]] if copy.start_after is not None else list(last[rep])
-        task = b.graph.add_tagged("memcpy", f"{label} gpu{gpu}", dur, (f"host{gpu}:{copy.direction}",), (gpu,), attrs,
-                                  nbytes, start)
-        b.seq[gpu].append((task, (i,), r))
-        b.task[(*rep, i, r)] = task  # a buffer it reads may arrive from another stage
-        if copy.waiter is None:
-            last[rep] = [*last[rep], task]
-        else:
-            host_waits[(rep, copy.waiter, r)] = task
 
 
 def piece_facts(part: Part, label: str, extra: dict, seg: list[int], waits_here, cs: tuple):
