@@ -65,7 +65,12 @@ class Template:
     sizes: tuple[int, ...]
 
     def __post_init__(self) -> None:
-        self.succ_short = [ks[0] if len(ks) == 1 else ks for ks in self.succ]
+        # each task's one successor (0 where it has none or several: those are listed apart), so
+        # a replay makes the lists in C (map, zip), not in a comprehension
+        self.succ_one = [ks[0] if len(ks) == 1 else 0 for ks in self.succ]
+        self.succ_other = [(k, ks) for k, ks in enumerate(self.succ) if len(ks) != 1]
+        self.seq_at = [k for k, _ops in self.seq]
+        self.seq_ops = [ops for _k, ops in self.seq]
         self.task_keys = [dto for dto, _k in self.task_of]
         self.task_at = [k for _dto, k in self.task_of]
         self.tally_calls = sum(calls for calls, _p, _w in self.tally)  # integers: any order
@@ -152,13 +157,16 @@ class BlockReplay:
         g.latency.extend(latency)
         g.npred.extend(npred)
         g.extend_templated(r, tmpl.labels, tmpl.attrs, tmpl.shared_attrs)  # spelled out when first read
-        # (most tasks have one successor in the block: kept as an int, its list made without a loop)
-        g.succ.extend([[ids[x]] if x.__class__ is int else [ids[k] for k in x] for x in tmpl.succ_short])
+        # (most tasks have one successor in the block: their lists made in C, the others after)
+        succ = list(map(list, zip(map(ids.__getitem__, tmpl.succ_one))))
+        for k, ks in tmpl.succ_other:
+            succ[k] = [ids[j] for j in ks]
+        g.succ.extend(succ)
         g.succ[entry[0]].extend([ids[k] for k in tmpl.entry_succ])
         self.task_of.update(zip(map(add, tmpl.task_keys, repeat((r,))), map(ids.__getitem__, tmpl.task_at)))
         if tmpl.tp_done:
             self.tp_done.add_block(tmpl.tp_done_number, r, base)  # looked up from the template when read
-        self.seq.extend([(ids[k], ops, r) for k, ops in tmpl.seq])
+        self.seq.extend(zip(map(ids.__getitem__, tmpl.seq_at), tmpl.seq_ops, repeat(r)))
         last[self.rep] = [ids[tmpl.last]]
         if firsts is not None and tmpl.first_compute is not None and firsts[self.rep] is None:
             firsts[self.rep] = ids[tmpl.first_compute]
