@@ -13,6 +13,8 @@ from triosim.graph import build_graph
 from triosim.graph.step_lists import StepLists
 from triosim.graph.task_of import TaskOf
 
+from .lookups import assert_reads_as
+
 REPLICAS = [(0, 0), (0, 1), (1, 0), (1, 1)]
 POSITION = {rep: k for k, rep in enumerate(REPLICAS)}
 
@@ -38,14 +40,7 @@ def _task_ofs(seed: int) -> tuple[TaskOf, dict]:
 @pytest.mark.parametrize("seed", range(6))
 def test_task_of_lookups_equal_the_dict_written_entry_by_entry(seed: int) -> None:
     lazy, plain = _task_ofs(seed)
-    for key in [(*rep, op, r) for rep in [*REPLICAS, (2, 0)] for op in range(7) for r in range(3)]:
-        assert lazy.get(key) == plain.get(key) and (key in lazy) == (key in plain)
-        assert lazy.get(key, "none") == plain.get(key, "none")
-        if key in plain:
-            assert lazy[key] == plain[key]
-        else:
-            with pytest.raises(KeyError):
-                lazy[key]
+    assert_reads_as(lazy, plain, [(*rep, op, r) for rep in [*REPLICAS, (2, 0)] for op in range(7) for r in range(3)])
 
 
 def _step_lists(seed: int) -> tuple[StepLists, dict[int, list]]:

@@ -3,9 +3,9 @@ blocks added from a template as if each block had been written in with dict.upda
 
 from __future__ import annotations
 
-import pytest
-
 from triosim.graph.tp_done import TpDone
+
+from .lookups import assert_reads_as
 
 
 def _both():
@@ -23,14 +23,6 @@ def _both():
 
 def test_lookups_equal_the_dict_written_block_by_block() -> None:
     lazy, plain = _both()
-    keys = [(op, r, d) for op in (3, 5, 8, 9) for r in (0, 1, 2) for d in (0, 1)]
-    for key in keys:
-        assert lazy.get(key) == plain.get(key) and (key in lazy) == (key in plain)
-        assert lazy.get(key, "none") == plain.get(key, "none")
-        if key in plain:
-            assert lazy[key] == plain[key]
-        else:
-            with pytest.raises(KeyError):
-                lazy[key]
+    assert_reads_as(lazy, plain, [(op, r, d) for op in (3, 5, 8, 9) for r in (0, 1, 2) for d in (0, 1)])
     assert lazy[(5, 1, 0)] == {0: 302}  # the later block's
     assert len(lazy) == 2 and list(lazy) == [(3, 2, 0), (3, 0, 1)]  # only what was set directly

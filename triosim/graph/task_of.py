@@ -10,10 +10,12 @@ looked up.
 
 from __future__ import annotations
 
+from .recorded_dict import RecordedDict
+
 Replica = tuple[int, int]
 
 
-class TaskOf(dict):
+class TaskOf(RecordedDict):
     """A dict ``(d, t, op, r) -> task`` that also holds columns (:meth:`add_column`): ``[]``,
     :meth:`get` and ``in`` see their entries; iteration and ``len`` see only the entries set
     directly. An op is added either as columns or entry by entry, never both, so no key is in a
@@ -33,7 +35,7 @@ class TaskOf(dict):
         """The column of ``op`` in micro-batch ``r`` (its positions and first task), if added as one."""
         return self._columns.get((op, r))
 
-    def _in_column(self, key) -> int | None:
+    def _recorded(self, key) -> int | None:
         if len(key) != 4 or not self._columns:
             return None
         hit = self._columns.get((key[2], key[3]))
@@ -41,21 +43,6 @@ class TaskOf(dict):
             return None
         k = hit[0].get((key[0], key[1]))
         return None if k is None else hit[1] + k
-
-    def __missing__(self, key) -> int:
-        task = self._in_column(key)
-        if task is None:
-            raise KeyError(key)
-        return task
-
-    def get(self, key, default=None):
-        task = dict.get(self, key)
-        if task is None:
-            task = self._in_column(key)
-        return default if task is None else task
-
-    def __contains__(self, key) -> bool:
-        return dict.__contains__(self, key) or self._in_column(key) is not None
 
 
 __all__ = ["TaskOf"]

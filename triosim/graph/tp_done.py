@@ -12,8 +12,10 @@ from __future__ import annotations
 
 from itertools import count
 
+from .recorded_dict import RecordedDict
 
-class TpDone(dict):
+
+class TpDone(RecordedDict):
     """A dict ``(op, r, d) -> {gpu: task}`` whose entries of replayed blocks (replica row 0) are
     found from their block's template: :meth:`get`, ``in`` and ``[]`` see them, iteration and
     ``len`` see only the entries set directly (what a block built op by op adds). An op belongs
@@ -36,7 +38,7 @@ class TpDone(dict):
         """Template ``template``'s block of micro-batch ``r`` was added from task ``first`` on."""
         self._first[(template, r)] = first
 
-    def _replayed(self, key: tuple[int, int, int]) -> dict[int, int] | None:
+    def _recorded(self, key: tuple[int, int, int]) -> dict[int, int] | None:
         op, r, d = key
         if d != 0:
             return None
@@ -46,21 +48,5 @@ class TpDone(dict):
             if base > first:  # the block added last wins, as dict.update would have it
                 found, first = (gpu, base + k), base
         return None if found is None else {found[0]: found[1]}
-
-    def __missing__(self, key: tuple[int, int, int]) -> dict[int, int]:
-        hit = self._replayed(key)
-        if hit is None:
-            raise KeyError(key)
-        return hit
-
-    def get(self, key, default=None):
-        hit = dict.get(self, key)
-        if hit is None:
-            hit = self._replayed(key)
-        return default if hit is None else hit
-
-    def __contains__(self, key) -> bool:
-        return dict.__contains__(self, key) or self._replayed(key) is not None
-
 
 __all__ = ["TpDone"]
