@@ -13,6 +13,7 @@ the ``networkx.DiGraph`` view for export, inspection and property tests. Kinds:
 from __future__ import annotations
 
 import weakref
+from collections import deque
 from collections.abc import Iterable, Sequence
 from itertools import islice, repeat
 from operator import itemgetter
@@ -361,10 +362,15 @@ class TaskGraph:
         just added as whole columns, the k-th after ``afters[k]``; their ids."""
         n, succ = len(afters), self.succ
         succ.extend([[] for _ in range(n)])
-        for tid, after in zip(range(first, first + n), afters):
-            for p in after:
-                succ[p].append(tid)
-        self.npred.extend(map(len, afters))
+        counts = list(map(len, afters))
+        if counts.count(1) == n:  # one predecessor each (a GPU's last task): the appends made in C
+            deque(map(list.append, map(succ.__getitem__, map(itemgetter(0), afters)), range(first, first + n)),
+                  maxlen=0)
+        else:
+            for tid, after in zip(range(first, first + n), afters):
+                for p in after:
+                    succ[p].append(tid)
+        self.npred.extend(counts)
         return range(first, first + n)
 
     def add_compute_chain(self, device: int, durations: Sequence[float], labels: Sequence[str],

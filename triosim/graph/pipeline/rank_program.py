@@ -319,7 +319,7 @@ def add_rank_program(b: CompositionState, comm: GroupComm, p: int, waits, colls,
                 continue
             if not (host_waits or w or k is not None or step):  # each GPU after its last task only
                 afters = list(map(last.__getitem__, rep_keys))  # (a case-3 run: 4,096 GPUs a segment)
-            elif not (host_waits or k is not None or step):  # … and the TP collectives of ``w``
+            elif len(reps) > 1 and not (host_waits or k is not None or step):  # … and the TP collectives of ``w``
                 # (the collectives completing on each replica row d found once per row)
                 dones_of = {d: [x for x in (tp_done.get((c_op, r, d)) for c_op in w) if x is not None] for d in ds}
                 afters = []
@@ -376,7 +376,7 @@ def add_rank_program(b: CompositionState, comm: GroupComm, p: int, waits, colls,
                 else:
                     for gpu, task in zip(rep_gpus, tasks):
                         seq.append(gpu, (task, seg_ops, r))
-            last.update(zip(rep_keys, [[task] for task in tasks]))
+            last.update(zip(rep_keys, map(list, zip(tasks))))  # [task] each, made in C
             if firsts is not None and firsts_open:
                 for rep, task in zip(rep_keys, tasks):
                     if firsts[rep] is None:
