@@ -54,11 +54,12 @@ class StepLists(dict):
         where = self._in.get(gpu)
         if where is not None and where[2] < len(where[0]):
             columns, k, done = where
-            pending = [(stamp, (first + k, ops, r)) for stamp, first, ops, r in columns[done:]]
             later = self._later.pop(gpu, None)
-            if later:
-                pending = sorted(pending + later)
-            steps.extend(step for _stamp, step in pending)
+            if later:  # steps appended between the columns: merged in the order they came
+                pending = [(stamp, (first + k, ops, r)) for stamp, first, ops, r in columns[done:]]
+                steps.extend(step for _stamp, step in sorted(pending + later))
+            else:
+                steps.extend([(first + k, ops, r) for _stamp, first, ops, r in columns[done:]])
             where[2] = len(columns)
         return steps
 
