@@ -73,10 +73,19 @@ class RankMap:
         """The tensor-parallel peers of data rank ``d`` on stage ``s``, in TP-rank order."""
         return tuple(self.rank(d, t, s) for t in range(self.tp))
 
+    @cached_property
+    def _dp_groups(self) -> dict[tuple[int, int], tuple[int, ...]]:
+        return {}
+
     def dp_group(self, t: int, s: int) -> tuple[int, ...]:
         """Every data rank of TP rank ``t`` on stage ``s`` (dp × cp GPUs): gradients meet here,
         and ZeRO shards over them."""
-        return tuple(self.rank(d, t, s) for d in range(self.data))
+        # Kept per (t, s): a ZeRO-3 build asks for the same group at every unit and micro-batch.
+        groups = self._dp_groups
+        group = groups.get((t, s))
+        if group is None:
+            group = groups[(t, s)] = tuple(self.rank(d, t, s) for d in range(self.data))
+        return group
 
     def cp_group(self, d: int, t: int, s: int) -> tuple[int, ...]:
         """The context-parallel peers of data rank ``d`` (same replica, TP rank and stage), in

@@ -82,36 +82,93 @@ def maxmin_rates(flows: list[Flow]) -> None:
         f = flows[0]
         f.rate = f.alone if f.alone > 0 else alone_rate(f)
         return
-    residual: dict[int, float] = {}
-    on_link: dict[int, list[Flow]] = {}
-    for f in flows:
-        f.rate = 0.0
-        for r, _c in f.coefs:
-            residual[r] = 1.0
-            on_link.setdefault(r, []).append(f)
-    unfrozen = {id(f): f for f in flows}
+    _fill(flows, link_classes(flows))
+
+
+def link_classes(flows: list[Flow]) -> tuple[tuple[tuple[int, ...], tuple[float, ...]], ...]:
+    """The links of ``flows`` as classes of links with the same users: each class's (flow
+    positions, coefficients), in the order a link's demand is summed (flow order, then
+    coefficient order). Links of one class have the same demand and the same residual at every
+    round of the filling, to the bit, so one stands for them all: a collective's flow loads many
+    links alike, and a component has a few classes for many links. With the solo rates they are
+    all the rates depend on (no link id): a component of the same shape gets the same rates."""
+    users: dict[int, list] = {}
+    for pos, f in enumerate(flows):
+        for r, c in f.coefs:
+            e = users.get(r)
+            if e is None:
+                users[r] = [pos, c]
+            else:
+                e += (pos, c)
+    return tuple((e[0::2], e[1::2]) for e in dict.fromkeys(map(tuple, users.values())))
+
+
+def _fill(flows: list[Flow], classes) -> None:
+    """Progressive filling over ``classes`` (:func:`link_classes`)."""
+    solo = [f.solo_rate for f in flows]
+    live = [True] * len(flows)
+    left = len(flows)
+    residual = [1.0] * len(classes)
     level = 0.0
-    while unfrozen:
-        demand: dict[int, float] = {}
-        for f in unfrozen.values():
-            for r, c in f.coefs:
-                demand[r] = demand.get(r, 0.0) + c
-        step = min((f.solo_rate - level for f in unfrozen.values()), default=0.0)
-        for r, d in demand.items():
+    while left:
+        demand = []
+        for on, coefs in classes:
+            d = 0.0
+            for p, c in zip(on, coefs):
+                if live[p]:
+                    d += c
+            demand.append(d)
+        step = min([solo[p] - level for p in range(len(solo)) if live[p]])
+        for r, d in enumerate(demand):
             if d > 0:
                 step = min(step, residual[r] / d)
         step = max(step, 0.0)
         level += step
-        for r, d in demand.items():
+        for r, d in enumerate(demand):
             residual[r] -= step * d
-        frozen = [k for k, f in unfrozen.items() if f.solo_rate - level <= 1e-12 * f.solo_rate]
-        for r, d in demand.items():
+        frozen = [p for p in range(len(solo)) if live[p] and solo[p] - level <= 1e-12 * solo[p]]
+        for r, d in enumerate(demand):
             if d > 0 and residual[r] <= 1e-12:
-                frozen.extend(id(f) for f in on_link[r] if id(f) in unfrozen)
+                frozen.extend(p for p in classes[r][0] if live[p])
         if not frozen:  # numerical safety: never loop forever
-            frozen = list(unfrozen)
-        for k in set(frozen):
-            unfrozen.pop(k).rate = level
+            frozen = [p for p in range(len(solo)) if live[p]]
+        for p in set(frozen):
+            live[p] = False
+            left -= 1
+            flows[p].rate = level
+
+
+SHAPES_KEPT = 100_000
+
+
+class SeenComponents:
+    """``rates`` (:func:`maxmin_rates` or another rule) remembered per component shape (solo rates
+    and :func:`link_classes`) for one schedule: the same gathers and exchanges meet again at every
+    layer and micro-batch, so most components are a shape already rated. A rule other than
+    ``maxmin_rates`` must depend on nothing but that shape."""
+
+    def __init__(self, rates: Callable[[list[Flow]], None]) -> None:
+        self.rates = rates
+        self.seen: dict[tuple, tuple[float, ...]] = {}
+
+    def __call__(self, flows: list[Flow]) -> None:
+        if len(flows) == 1:
+            self.rates(flows)
+            return
+        classes = link_classes(flows)
+        shape = (tuple([f.solo_rate for f in flows]), classes)
+        got = self.seen.get(shape)
+        if got is None:
+            if self.rates is maxmin_rates:
+                _fill(flows, classes)
+            else:
+                self.rates(flows)
+            if len(self.seen) >= SHAPES_KEPT:  # a bound on memory, not on correctness
+                self.seen.clear()
+            self.seen[shape] = tuple([f.rate for f in flows])
+            return
+        for f, rate in zip(flows, got):
+            f.rate = rate
 
 
 class ActiveFlows:
@@ -247,4 +304,5 @@ class ActiveFlows:
         return sorted(out)
 
 
-__all__ = ["ActiveFlows", "Flow", "alone_rate", "loaded_flow", "maxmin_rates", "transfer_flow"]
+__all__ = ["ActiveFlows", "Flow", "SeenComponents", "alone_rate", "link_classes", "loaded_flow", "maxmin_rates",
+           "transfer_flow"]

@@ -32,7 +32,7 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 
 from ..errors import TriosimError
-from ..hardware.flow_network import ActiveFlows, Flow, alone_rate, maxmin_rates
+from ..hardware.flow_network import ActiveFlows, Flow, SeenComponents, alone_rate, maxmin_rates
 from ..trace.load import collector_paused
 from .contention_free import earliest_schedule
 from .flows import alike_links, flow_of
@@ -238,7 +238,7 @@ def _schedule_flows(graph: TaskGraph, progress: Callable[[int], None] | None, re
     events = [(0.0, 0, i) for i in range(n) if indeg[i] == 0]
     heapq.heapify(events)
     pop, push = heapq.heappop, heapq.heappush
-    active = ActiveFlows()
+    active, rates = ActiveFlows(), SeenComponents(maxmin_rates)  # a component's shape rated once
     memo: dict = {}  # flows of identical link tasks (see flow_of)
     if alike is None:
         alike = frozenset() if record else alike_links(graph, bandwidth, list(map((1).__eq__, route)))
@@ -345,7 +345,7 @@ def _schedule_flows(graph: TaskGraph, progress: Callable[[int], None] | None, re
                 else:
                     t_next = inf
             else:
-                active.remove(done, t, maxmin_rates)
+                active.remove(done, t, rates)
                 t_next = active.next_finish()
             for i in done:  # release(i, t), inline
                 if streams is not None and sms[i]:  # SharedStreams.change(i, t, -1), inline
@@ -525,7 +525,7 @@ def _schedule_flows(graph: TaskGraph, progress: Callable[[int], None] | None, re
                 if active.alone:  # a flow alone on links a joining flow holds: enter them first
                     for f in joining:
                         active.link(res[f.task])
-                active.add(joining, t, maxmin_rates)
+                active.add(joining, t, rates)
                 t_next = active.next_finish()
             continue
         end[i] = e  # release(i, e), inline: most tasks are compute tasks (and a shared stream's ends)
