@@ -7,7 +7,7 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from triosim.hardware.flow_network import Flow, maxmin_rates
+from triosim.hardware.flow_network import Flow, SeenComponents, maxmin_rates
 
 
 def filling_link_by_link(flows: list[Flow]) -> None:
@@ -83,3 +83,29 @@ def test_a_collective_and_a_transfer_sharing_one_of_its_links() -> None:
     filling_link_by_link(want)
     assert [f.rate for f in got] == [f.rate for f in want]
     assert got[0].rate == got[1].rate == 50e9  # the shared link split evenly
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.lists(flow_sets(), min_size=1, max_size=6), st.lists(st.integers(0, 5), min_size=1, max_size=30),
+       st.integers(0, 40))
+def test_components_seen_before_get_the_rates_they_got(specs, order, shift) -> None:
+    """Components met again (the same coefficient lists, or the same shape on other links, or
+    the same links with other solo rates) get maxmin_rates' numbers."""
+    seen = SeenComponents(maxmin_rates)
+    lists = [[list(coefs) for _solo, coefs in spec] for spec in specs]  # shared, as the scheduler's memo shares them
+    for k in order:
+        spec = specs[k % len(specs)]
+        for variant in range(3):
+            if variant == 0:  # the same lists
+                flows = [Flow(task=j, remaining=1.0, solo_rate=solo, coefs=lists[k % len(specs)][j])
+                         for j, (solo, _c) in enumerate(spec)]
+            elif variant == 1:  # the same shape on other links
+                flows = [Flow(task=j, remaining=1.0, solo_rate=solo, coefs=[(r + shift, c) for r, c in coefs])
+                         for j, (solo, coefs) in enumerate(spec)]
+            else:  # the same lists, another solo rate for the first flow
+                flows = [Flow(task=j, remaining=1.0, solo_rate=solo * (2.0 if j == 0 else 1.0),
+                              coefs=lists[k % len(specs)][j]) for j, (solo, _c) in enumerate(spec)]
+            want = [Flow(task=f.task, remaining=1.0, solo_rate=f.solo_rate, coefs=list(f.coefs)) for f in flows]
+            seen(flows)
+            filling_link_by_link(want)
+            assert [f.rate for f in flows] == [f.rate for f in want]

@@ -18,6 +18,9 @@ connected components of the "shares a link" relation, so a flow starting or endi
 the flows reachable from its links; flows elsewhere keep their rates and their finish times (a
 heap with lazy invalidation). An event therefore costs O(component · links · filling rounds +
 log flows), independent of the number of tasks, and the schedule stays near-linear in tasks.
+Links with the same users are one class in the filling, and a component of a shape already
+rated in the schedule (the same gathers meeting again at every layer) takes the rates it got,
+which are the same numbers to the bit.
 """
 
 from __future__ import annotations
@@ -145,28 +148,42 @@ class SeenComponents:
     """``rates`` (:func:`maxmin_rates` or another rule) remembered per component shape (solo rates
     and :func:`link_classes`) for one schedule: the same gathers and exchanges meet again at every
     layer and micro-batch, so most components are a shape already rated. A rule other than
-    ``maxmin_rates`` must depend on nothing but that shape."""
+    ``maxmin_rates`` must depend on nothing but that shape.
+
+    The same flows' coefficient lists (one list per distinct flow of the scheduler's memo) met
+    again are looked up first, by the lists' identities and the solo rates: no link walked. The
+    lists are held beside the rates, so an identity is never another list's while it is kept."""
 
     def __init__(self, rates: Callable[[list[Flow]], None]) -> None:
         self.rates = rates
         self.seen: dict[tuple, tuple[float, ...]] = {}
+        self.by_lists: dict[tuple, tuple[tuple[float, ...], list]] = {}
 
     def __call__(self, flows: list[Flow]) -> None:
         if len(flows) == 1:
             self.rates(flows)
             return
-        classes = link_classes(flows)
-        shape = (tuple([f.solo_rate for f in flows]), classes)
-        got = self.seen.get(shape)
-        if got is None:
-            if self.rates is maxmin_rates:
-                _fill(flows, classes)
-            else:
-                self.rates(flows)
-            if len(self.seen) >= SHAPES_KEPT:  # a bound on memory, not on correctness
-                self.seen.clear()
-            self.seen[shape] = tuple([f.rate for f in flows])
-            return
+        lists = [f.coefs for f in flows]
+        same = (tuple(map(id, lists)), tuple([f.solo_rate for f in flows]))
+        hit = self.by_lists.get(same)
+        if hit is None:
+            classes = link_classes(flows)
+            shape = (same[1], classes)
+            got = self.seen.get(shape)
+            if got is None:
+                if self.rates is maxmin_rates:
+                    _fill(flows, classes)
+                else:
+                    self.rates(flows)
+                got = tuple([f.rate for f in flows])
+                if len(self.seen) >= SHAPES_KEPT:  # a bound on memory, not on correctness
+                    self.seen.clear()
+                self.seen[shape] = got
+            if len(self.by_lists) >= SHAPES_KEPT:
+                self.by_lists.clear()
+            self.by_lists[same] = (got, lists)
+        else:
+            got = hit[0]
         for f, rate in zip(flows, got):
             f.rate = rate
 
@@ -185,6 +202,7 @@ class ActiveFlows:
         self.finish: list[tuple[float, int, int]] = []  # (time, version, task)
         self.alone: dict[object, int] = {}  # key -> the flow added alone on its links
         self.key_of: dict[int, object] = {}  # that flow -> its key
+        self.link_sets: dict[int, tuple[frozenset[int], list]] = {}  # id of a coefficient list -> its links, it
 
     def __bool__(self) -> bool:
         return bool(self.flows)
@@ -260,15 +278,23 @@ class ActiveFlows:
         seen_links = set(links)
         stack = list(links)
         found: dict[int, Flow] = {}
+        on_link, flows, link_sets = self.on_link, self.flows, self.link_sets
         while stack:
-            r = stack.pop()
-            for task in self.on_link.get(r, ()):
+            users = on_link.get(stack.pop())
+            if users is None:
+                continue
+            for task in users:
                 if task not in found:
-                    f = found[task] = self.flows[task]
-                    for r2, _c in f.coefs:
-                        if r2 not in seen_links:
-                            seen_links.add(r2)
-                            stack.append(r2)
+                    f = found[task] = flows[task]
+                    # the flow's links as a set, once per coefficient list (flows of one memo
+                    # entry share theirs; the list is held with it, so its identity stays its own)
+                    got = link_sets.get(id(f.coefs))
+                    if got is None:
+                        got = link_sets[id(f.coefs)] = (frozenset([r for r, _c in f.coefs]), f.coefs)
+                    new = got[0] - seen_links
+                    if new:
+                        seen_links |= new
+                        stack += new
         return [found[k] for k in sorted(found)]
 
     def _rerate(self, links: list[int], t: float, rates: Callable[[list[Flow]], None]) -> None:
