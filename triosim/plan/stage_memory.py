@@ -76,6 +76,7 @@ class _Touches:
     lasting: np.ndarray  # per buffer id: alive to the end once touched (persistent, or the optimizer uses it)
     early: np.ndarray  # per buffer id: allocated before the program (preallocated)
     role: np.ndarray  # per buffer id: index into ROLES
+    grad_op: np.ndarray | None = None  # per buffer id: the backward op making its gradient (-1: none)
 
 
 def touches(trace, phase, pos, plan, roles, persistent: set[str]) -> _Touches:
@@ -115,6 +116,7 @@ def touches(trace, phase, pos, plan, roles, persistent: set[str]) -> _Touches:
         np.array([k in persistent or k in by_optimizer for k in names], dtype=bool),
         np.array([k in trace.preallocated for k in names], dtype=bool),
         np.array([role_index[roles.role(k)] for k in names], dtype=np.intp),
+        np.array([trace.grad_ready_op.get(k, -1) for k in names], dtype=np.intp),
     )
 
 
@@ -158,6 +160,26 @@ def _gathered_steps(stage: np.ndarray, step: np.ndarray, buf: np.ndarray, size_o
         occ[start] += nbytes
         occ[hi + 1] -= nbytes
     return np.cumsum(occ[:n])
+
+
+def _with_gradient_producers(t: _Touches, w_stage: np.ndarray, w_step: np.ndarray, w_buf: np.ndarray,
+                             stage: np.ndarray, op: np.ndarray, step: np.ndarray, backward: np.ndarray):
+    """The backward pass's weight uses with each weight's gradient producer as one more use on
+    the producer's stage (the weight read on that stage or not), in program order."""
+    weights = np.flatnonzero((t.role == 0) & ~t.keyed & (t.grad_op >= 0))
+    if not len(weights):
+        return w_stage, w_step, w_buf
+    b_op, first = np.unique(op[backward], return_index=True)
+    at = np.searchsorted(b_op, t.grad_op[weights])
+    ok = (at < len(b_op)) & (b_op[np.minimum(at, len(b_op) - 1)] == t.grad_op[weights])
+    if not ok.any():
+        return w_stage, w_step, w_buf
+    where = np.flatnonzero(backward)[first[at[ok]]]
+    all_stage = np.concatenate((w_stage, stage[where]))
+    all_step = np.concatenate((w_step, step[where]))
+    all_buf = np.concatenate((w_buf, weights[ok]))
+    order = np.argsort(all_step, kind="stable")  # a producer after the reads of its own op
+    return all_stage[order], all_step[order], all_buf[order]
 
 
 @dataclass(frozen=True)
@@ -235,8 +257,13 @@ def stage_layout(t: _Touches, starts: list[int], unit_bytes: float = float("inf"
         w_size = np.zeros(nb)
         w_size[used[k]] = size[k]
         is_w = (t.role[buf] == 0) & ~t.keyed[buf]
-        for pass_mask in (is_w & ~backward, is_w & backward):
-            gathered.append(_gathered_steps(stage[pass_mask], step[pass_mask], buf[pass_mask], w_size, n, unit_bytes))
+        m = is_w & ~backward
+        gathered.append(_gathered_steps(stage[m], step[m], buf[m], w_size, n, unit_bytes))
+        m = is_w & backward
+        w_stage, w_step, w_buf = stage[m], step[m], buf[m]
+        if t.grad_op is not None:  # a gradient's producer needs its weight whole too (as the DAG's units)
+            w_stage, w_step, w_buf = _with_gradient_producers(t, w_stage, w_step, w_buf, stage, op, step, backward)
+        gathered.append(_gathered_steps(w_stage, w_step, w_buf, w_size, n, unit_bytes))
     cells = np.zeros((S, len(ROLES), 3, 3))
     np.add.at(cells, (st[k], t.role[u], start, end), size[k])
     fresh_inv = start != START  # allocated by an op of the stage's first forward or backward block
