@@ -15,6 +15,7 @@ import numpy as np
 
 from ..graph.collectives.cost import collective_cost
 from ..hardware.platform import Platform, gpu_node
+from .zero3_time import send_speed
 
 if TYPE_CHECKING:  # the estimate imports this module
     from .candidates import Candidate
@@ -102,6 +103,47 @@ def with_sends(c: Candidate, settings: PlanSettings, pt: PositionTimes, bounds: 
     return beside_sends(c, pt, bounds, F, B, cut_f, cut_b, profile, timer, m)
 
 
+def gathers_beside_sends(c: Candidate, settings: PlanSettings, bounds: list[tuple[int, int]], F: np.ndarray,
+                         B: np.ndarray, G: np.ndarray, cut_f: np.ndarray, cut_b: np.ndarray, profile: ModelProfile,
+                         timer: PipelineTimer, m: int, group: tuple[int, ...]
+                         ) -> tuple[np.ndarray, tuple[np.ndarray, np.ndarray]] | None:
+    """ZeRO-3's gathers beside the pipeline's overlapped transfers, where the transfers' route
+    shares a link with the data group's gathers (stages and data ranks in other nodes: both
+    through the GPU's NIC): per stage the share its gathers take longer, and the transfers'
+    seconds beyond their time alone (forward and backward, per boundary j ≥ 1); None where they
+    share nothing. As :func:`beside_sends` has it for the TP collectives: a gather second beside
+    a transfer the GPU sends or receives takes two, with the probability the GPU's blocks leave
+    (``G``: each stage's gather seconds per micro-batch, ``F`` + ``B`` its blocks'), and a
+    transfer moves at half speed while its busier end gathers."""
+    if len(bounds) < 2 or len(group) < 2 or not overlapped_sends(c, settings):
+        return None
+    platform = profile.platform
+    route = platform.route(gpu_node(0), gpu_node(c.stage_stride))
+    shared = timer.memo(("sends beside gathers", c.stage_stride, group),
+                        lambda: bool(route) and send_speed(platform, route, group) < 1.0)
+    if not shared:
+        return None
+    S, P = len(bounds), c.pp
+    lat = platform.route_time(route, 0.0)
+    bw = min(platform.link(name)["bandwidth"] for name in route)
+    alone_f, alone_b = np.zeros(S), np.zeros(S)
+    alone_f[1:] = lat + cut_f[1:] / bw
+    alone_b[1:] = lat + cut_b[1:] / bw
+    gpu = np.arange(S) % P
+    sends = np.concatenate((alone_f[1:], np.zeros(1))) + alone_b
+    receives = alone_f + np.concatenate((alone_b[1:], np.zeros(1)))
+    T = np.maximum(np.bincount(gpu, weights=F + B, minlength=P), 1e-30)
+    span = timer.rank_ends(c.schedule, P, c.virtual, m, c.stage_stride, F, B, cut_f, cut_b)
+    busy = np.minimum(1.0, m * T / np.maximum(span, 1e-30))
+    slower = beside_transfers(np.bincount(gpu, weights=sends, minlength=P),
+                              np.bincount(gpu, weights=receives, minlength=P), T, busy)[gpu]
+    beside = busy * np.bincount(gpu, weights=G, minlength=P) / T  # the share of a GPU's time it gathers
+    j = np.arange(1, S)
+    ends = np.zeros(S)
+    ends[1:] = np.maximum(beside[(j - 1) % P], beside[j % P])
+    return slower, (alone_f * ends, alone_b * ends)
+
+
 def route_shares_tp(platform: Platform, tp: int, stride: int) -> bool:
     """Whether the pipeline route out of GPU 0 (to the next stage, ``stride`` GPUs on) uses a link
     GPU 0's TP collectives use (ranks tp innermost: GPUs 0 … tp − 1)."""
@@ -114,4 +156,5 @@ def route_shares_tp(platform: Platform, tp: int, stride: int) -> bool:
     return any(name in links for name in route)
 
 
-__all__ = ["beside_sends", "beside_transfers", "boundary_bytes", "overlapped_sends", "route_shares_tp", "with_sends"]
+__all__ = ["beside_sends", "beside_transfers", "boundary_bytes", "gathers_beside_sends", "overlapped_sends", "route_shares_tp",
+           "with_sends"]

@@ -12,7 +12,7 @@ import numpy as np
 from ..graph.pipeline.schedules import BACKWARD, FORWARD
 from .context_time import data_group, ring_beside_gathers
 from .micro_scale import scale_at
-from .pipeline_sends import boundary_bytes, with_sends
+from .pipeline_sends import boundary_bytes, gathers_beside_sends, with_sends
 from .zero3_time import (
     beside_speeds,
     block_times,
@@ -51,6 +51,8 @@ def zero3_pipeline(c: Candidate, pt: PositionTimes, profile: ModelProfile, setti
                       lambda: ring_beside_gathers(profile, batch, c.tp, c.sequence_parallel, c.micro_batch, cast_share, group))
     bounds = list(zip(starts, [*starts[1:], profile.positions]))
     out = np.zeros((4, S))  # forward from the input, backward from the input, both from the GPU free
+    gathered = np.zeros((2, S))  # per stage, its forward and backward block's gather seconds
+    walks = []  # each block's walk (row, stage, then block_times' arguments)
     for r in range(P):
         owned = np.zeros(profile.positions, dtype=bool)
         for x, y in bounds[r::P]:
@@ -71,10 +73,22 @@ def zero3_pipeline(c: Candidate, pt: PositionTimes, profile: ModelProfile, setti
                 # the block's first op waits for its input, whatever it reads (a backward block's
                 # re-runs too), as the pipeline waits for a receive before the step using it
                 after = tp_after[ops] if ring is None else tp_after[ops] + ring[ops] * gathering_share(gathers, pt.op_s[ops])
+                walks.append((row, j, compute[ops], after, unit_of, gathers))
                 free, data = block_times(compute[ops], after, unit_of, gathers, speed, beside)
                 out[row, j], out[row + 2, j] = data, free
+                gathered[row, j] = sum(gathers)
     cut_f, cut_b = boundary_bytes(pt, starts)
+    # the pipeline's transfers beside the gathers, where they share links (a NIC both cross)
+    late = gathers_beside_sends(c, settings, bounds, out[0], out[1], gathered[0] + gathered[1], cut_f, cut_b,
+                                profile, timer, m, group)
+    if late is not None:
+        slower, late = late
+        for row, j, *walk in walks:  # each stage's gathers longer by its GPU's share beside transfers
+            *rest, gathers = walk
+            out[row + 2, j], out[row, j] = block_times(*rest, [g * (1 + slower[j]) for g in gathers], speed, beside)
     F, B, slowed = with_sends(c, settings, pt, bounds, out[0], out[1], cut_f, cut_b, profile, timer, m)
+    if late is not None:
+        slowed = late if slowed is None else (slowed[0] + late[0], slowed[1] + late[1])
     out[2:] += (F - out[0], B - out[1])  # the TP collectives beside the pipeline's transfers
     out[0], out[1] = F, B
     ends = timer.rank_ends(c.schedule, P, c.virtual, m, c.stage_stride, out[0], out[1], cut_f, cut_b,
