@@ -52,7 +52,7 @@ def zero3_pipeline(c: Candidate, pt: PositionTimes, profile: ModelProfile, setti
     bounds = list(zip(starts, [*starts[1:], profile.positions]))
     out = np.zeros((4, S))  # forward from the input, backward from the input, both from the GPU free
     gathered = np.zeros((2, S))  # per stage, its forward and backward block's gather seconds
-    walks = []  # each block's walk (row, stage, then block_times' arguments)
+    walks = []  # each block's (row, stage) and its walk's inputs, for a second walk
     for r in range(P):
         owned = np.zeros(profile.positions, dtype=bool)
         for x, y in bounds[r::P]:
@@ -83,9 +83,9 @@ def zero3_pipeline(c: Candidate, pt: PositionTimes, profile: ModelProfile, setti
                                 profile, timer, m, group)
     if late is not None:
         slower, late = late
-        for row, j, *walk in walks:  # each stage's gathers longer by its GPU's share beside transfers
-            *rest, gathers = walk
-            out[row + 2, j], out[row, j] = block_times(*rest, [g * (1 + slower[j]) for g in gathers], speed, beside)
+        for row, j, ops_compute, after, unit_of, gathers in walks:  # each stage's gathers longer by its GPU's share
+            out[row + 2, j], out[row, j] = block_times(ops_compute, after, unit_of, [g * (1 + slower[j]) for g in gathers],
+                                                       speed, beside)
     F, B, slowed = with_sends(c, settings, pt, bounds, out[0], out[1], cut_f, cut_b, profile, timer, m)
     if late is not None:
         slowed = late if slowed is None else (slowed[0] + late[0], slowed[1] + late[1])
