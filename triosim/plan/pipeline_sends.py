@@ -62,10 +62,22 @@ def beside_sends(c: Candidate, pt: PositionTimes, bounds: list[tuple[int, int]],
     if not shared:
         return F, B, None
     tp_f, tp_b = (np.array([float(x[a:b].sum()) for a, b in bounds]) for x in (pt.tp_fwd, pt.tp_bwd))
-    S, P = len(bounds), c.pp
     route = profile.platform.route(gpu_node(0), gpu_node(c.stage_stride))
-    lat = profile.platform.route_time(route, 0.0) if route else 0.0
-    bw = min(profile.platform.link(name)["bandwidth"] for name in route) if route else float("inf")
+    slower, late = _work_beside_transfers(c, profile, timer, route, bounds, F, B, tp_f + tp_b, cut_f, cut_b, m)
+    return F + tp_f * slower, B + tp_b * slower, late
+
+
+def _work_beside_transfers(c: Candidate, profile: ModelProfile, timer: PipelineTimer, route: tuple[str, ...],
+                           bounds: list[tuple[int, int]], F: np.ndarray, B: np.ndarray, W: np.ndarray,
+                           cut_f: np.ndarray, cut_b: np.ndarray, m: int
+                           ) -> tuple[np.ndarray, tuple[np.ndarray, np.ndarray]]:
+    """Per stage, the share by which its work ``W`` (seconds per micro-batch on links the
+    transfers' ``route`` shares) takes longer beside the transfers, and the transfers' seconds
+    beyond their time alone (forward and backward, per boundary j ≥ 1), as :func:`beside_sends`
+    derives them."""
+    S, P = len(bounds), c.pp
+    lat = profile.platform.route_time(route, 0.0)
+    bw = min(profile.platform.link(name)["bandwidth"] for name in route)
     alone_f, alone_b = np.zeros(S), np.zeros(S)  # per boundary j ≥ 1: its transfers' seconds alone
     alone_f[1:] = lat + cut_f[1:] / bw
     alone_b[1:] = lat + cut_b[1:] / bw
@@ -74,16 +86,16 @@ def beside_sends(c: Candidate, pt: PositionTimes, bounds: list[tuple[int, int]],
     sends = np.concatenate((alone_f[1:], np.zeros(1))) + alone_b
     receives = alone_f + np.concatenate((alone_b[1:], np.zeros(1)))
     T = np.maximum(np.bincount(gpu, weights=F + B, minlength=P), 1e-30)
-    X = np.bincount(gpu, weights=tp_f + tp_b, minlength=P)
+    X = np.bincount(gpu, weights=W, minlength=P)
     span = timer.rank_ends(c.schedule, P, c.virtual, m, c.stage_stride, F, B, cut_f, cut_b)
     busy = np.minimum(1.0, m * T / np.maximum(span, 1e-30))
     slower = beside_transfers(np.bincount(gpu, weights=sends, minlength=P),
                               np.bincount(gpu, weights=receives, minlength=P), T, busy)[gpu]
-    beside = busy * X / T  # the share of a GPU's time its collectives move
+    beside = busy * X / T  # the share of a GPU's time its work W moves
     j = np.arange(1, S)
     ends = np.zeros(S)  # per boundary j ≥ 1: the share at its busier end
     ends[1:] = np.maximum(beside[(j - 1) % P], beside[j % P])
-    return F + tp_f * slower, B + tp_b * slower, (alone_f * ends, alone_b * ends)
+    return slower, (alone_f * ends, alone_b * ends)
 
 
 def beside_transfers(sends: np.ndarray, receives: np.ndarray, work: np.ndarray, busy: np.ndarray) -> np.ndarray:
@@ -123,25 +135,7 @@ def gathers_beside_sends(c: Candidate, settings: PlanSettings, bounds: list[tupl
                         lambda: bool(route) and send_speed(platform, route, group) < 1.0)
     if not shared:
         return None
-    S, P = len(bounds), c.pp
-    lat = platform.route_time(route, 0.0)
-    bw = min(platform.link(name)["bandwidth"] for name in route)
-    alone_f, alone_b = np.zeros(S), np.zeros(S)
-    alone_f[1:] = lat + cut_f[1:] / bw
-    alone_b[1:] = lat + cut_b[1:] / bw
-    gpu = np.arange(S) % P
-    sends = np.concatenate((alone_f[1:], np.zeros(1))) + alone_b
-    receives = alone_f + np.concatenate((alone_b[1:], np.zeros(1)))
-    T = np.maximum(np.bincount(gpu, weights=F + B, minlength=P), 1e-30)
-    span = timer.rank_ends(c.schedule, P, c.virtual, m, c.stage_stride, F, B, cut_f, cut_b)
-    busy = np.minimum(1.0, m * T / np.maximum(span, 1e-30))
-    slower = beside_transfers(np.bincount(gpu, weights=sends, minlength=P),
-                              np.bincount(gpu, weights=receives, minlength=P), T, busy)[gpu]
-    beside = busy * np.bincount(gpu, weights=G, minlength=P) / T  # the share of a GPU's time it gathers
-    j = np.arange(1, S)
-    ends = np.zeros(S)
-    ends[1:] = np.maximum(beside[(j - 1) % P], beside[j % P])
-    return slower, (alone_f * ends, alone_b * ends)
+    return _work_beside_transfers(c, profile, timer, route, bounds, F, B, G, cut_f, cut_b, m)
 
 
 def route_shares_tp(platform: Platform, tp: int, stride: int) -> bool:
