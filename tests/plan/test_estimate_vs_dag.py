@@ -311,14 +311,16 @@ def test_zero3s_gathers_slowing_the_tp_collectives_only_on_their_bottleneck_is_c
         (c, t, _m), = [e for e in fresh_errors(timed) if e[0] in ACROSS_NODES]
         return t
 
-    assert abs(across_nodes_error()) < 0.025
+    right = across_nodes_error()
+    assert abs(right) < 0.025
     monkeypatch.setattr(zero3_pipeline, "beside_speeds", bottleneck_only)
-    assert across_nodes_error() < -0.04
+    assert across_nodes_error() < right - 0.03
 
 
 def test_tp_collectives_beside_the_pipelines_sends_left_out_is_caught(timed, monkeypatch) -> None:
     # overlapped sends share each GPU's NVLink port with its TP all-reduces: −8.4 % without
-    monkeypatch.setattr(importlib.import_module("triosim.plan.pipeline_sends"), "route_shares_tp", lambda *args: False)
+    monkeypatch.setattr(importlib.import_module("triosim.plan.pipeline_sends"), "beside_sends",
+                        lambda c, pt, bounds, F, B, *args: (F, B, None))
     assert any("tp=4, pp=2" in line and "sequence_parallel=False" in line for line in errors(timed))
 
 

@@ -23,7 +23,8 @@ parameters unit by unit in every forward and backward block, as the DAG does
 the GPU is free, compute slowed by the SMs a gather holds, TP collectives sharing its links):
 its blocks are longer and the recurrence runs on them. With overlapped pipeline sends (the
 interleaved schedule's) a block's TP collectives share their links with the transfer beside it
-where the route is inside the node (:mod:`triosim.plan.pipeline_sends`). Collectives are charged their closed
+where the route is inside the node (:mod:`triosim.plan.pipeline_sends`); with blocking ones
+(1F1B's, Megatron's batched send/receive) a stage goes on once its transfer has arrived. Collectives are charged their closed
 form on the group's links; the iteration ends when the last rank has done so.
 
 Context parallelism (``c.cp`` > 1, ring attention): the profile is one context rank's
@@ -61,7 +62,7 @@ from .expert_time import (
 )
 from .micro_scale import scale_at
 from .offload_profile import for_offload
-from .pipeline_sends import boundary_bytes, with_sends
+from .pipeline_sends import boundary_bytes, overlapped_sends, with_sends
 from .pipeline_time import PipelineTimer
 from .profile import ModelProfile, PositionTimes
 from .stage_memory import (
@@ -206,7 +207,7 @@ def _pipeline(c: Candidate, pt, profile: ModelProfile, settings: PlanSettings, t
         F, B, slowed = with_sends(c, settings, pt, bounds, F, B, cut_f, cut_b, profile, timer, m)
         bounded = bounded and (slowed is None or (c.sequence_parallel and c.tp > 1))
     ends = timer.rank_ends(c.schedule, P, V, m, c.stage_stride, F, B, cut_f, cut_b, from_free,
-                           held, pairs, slowed)  # stage GPUs tp · cp apart
+                           held, pairs, slowed, blocking=not overlapped_sends(c, settings))  # stage GPUs tp · cp apart
     if held is not None:  # the GPU waits for the copy: busy, not the pipeline's bubble
         F = F + held[0]
     return starts, F, B, ends, bounded

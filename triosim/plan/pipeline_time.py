@@ -42,30 +42,34 @@ class PipelineTimer:
             hit = self._ends[key] = compute()
         return hit
 
-    def _boundaries(self, pp: int, virtual: int, tp: int) -> tuple:
-        """Which boundaries share a route, and each boundary's latency and bandwidth."""
-        key = (pp, virtual, tp)
+    def boundaries(self, pp: int, virtual: int, stride: int) -> tuple:
+        """Which boundaries share a route (the pattern the block program depends on), each
+        boundary's latency and bandwidth per direction (forward, backward; boundary j between
+        stages j − 1 and j, j ≥ 1) and its routes, stage GPUs ``stride`` apart."""
+        key = (pp, virtual, stride)
         hit = self._routes.get(key)
         if hit is not None:
             return hit
         n = pp * virtual
-        gpu_of = [(j % pp) * tp for j in range(n)]  # rank (dp 0, tp 0, stage j mod pp)
+        gpu_of = [(j % pp) * stride for j in range(n)]  # rank (dp 0, tp 0, stage j mod pp)
         lat, bw = np.zeros((2, n)), np.ones((2, n))
         ids: dict[tuple[str, ...], int] = {}
         pattern = [((), ())]  # which boundaries share a route: all the program depends on
+        routes: list[tuple[tuple[str, ...], tuple[str, ...]]] = [((), ())]
         for j in range(1, n):
             a, b = gpu_node(gpu_of[j - 1]), gpu_node(gpu_of[j])
             pair = (self.platform.route(a, b), self.platform.route(b, a))
+            routes.append(pair)
             pattern.append(tuple((f"route{ids.setdefault(r, len(ids))}",) if r else () for r in pair))
             for d, route in enumerate(pair):
                 if route:
                     lat[d, j] = self.platform.route_time(route, 0.0)
                     bw[d, j] = min(self.platform.link(name)["bandwidth"] for name in route)
-        hit = self._routes[key] = (tuple(pattern), lat, bw)
+        hit = self._routes[key] = (tuple(pattern), lat, bw, tuple(routes))
         return hit
 
     def _program(self, schedule: str, pp: int, virtual: int, micro: int, tp: int, combined: bool = False):
-        pattern, lat, bw = self._boundaries(pp, virtual, tp)
+        pattern, lat, bw, _ = self.boundaries(pp, virtual, tp)
         key = (schedule if virtual == 1 else "interleaved", pp, virtual, micro, pattern, combined)
         prog = self._programs.get(key)
         if prog is None:
@@ -78,7 +82,7 @@ class PipelineTimer:
                   from_free: tuple[np.ndarray, np.ndarray] | None = None,
                   held: tuple[np.ndarray, np.ndarray] | None = None,
                   pairs: Callable[[tuple[str, int], tuple[str, int]], tuple[float, float]] | None = None,
-                  slowed: tuple[np.ndarray, np.ndarray] | None = None) -> np.ndarray:
+                  slowed: tuple[np.ndarray, np.ndarray] | None = None, blocking: bool = False) -> np.ndarray:
         """Per pipeline rank, when its last block ends; ``forward``/``backward``: seconds of each of
         the pp · V stages per micro-batch; ``cut_fwd``/``cut_bwd``: bytes crossing boundary j
         (between stage j − 1 and j, j ≥ 1; index 0 unused) per micro-batch. ``from_free``: the
@@ -94,7 +98,10 @@ class PipelineTimer:
         interleaved schedule each steady-state forward with the backward after it. ``slowed``:
         the forward and backward transfers' seconds beyond their time alone, per boundary as
         ``cut_fwd``/``cut_bwd`` (sharing links with TP collectives:
-        :func:`~triosim.plan.pipeline_sends.beside_sends`)."""
+        :func:`~triosim.plan.pipeline_sends.beside_sends`). ``blocking`` (``--pipeline-send
+        blocking``, Megatron's batched send/receive): a block's GPU goes on only once the block's
+        transfer to another GPU has arrived; the wait for the receiver to post its receive is
+        left out, as the stages of a balanced pipeline post theirs in step."""
         n = pp * virtual
         if n == 1:
             f, b = (forward, backward) if from_free is None else from_free
@@ -124,9 +131,12 @@ class PipelineTimer:
         after = np.zeros(2 * nb + 1)  # per block row, the seconds its GPU stays held after it ends
         if held is not None:
             after[:nb] = np.concatenate(held)[prog.duration_row]
+        if blocking:  # the block's own transfer (the spare zero row where it sends over no route)
+            after[:nb] += sent
+        hold = held is not None or blocking
         for lv in prog.levels:
             a, b = lv.start, lv.end
-            free = times[lv.wait_gpu] if held is None else times[lv.wait_gpu] + after[lv.wait_gpu]
+            free = times[lv.wait_gpu] + after[lv.wait_gpu] if hold else times[lv.wait_gpu]
             if dur_free is None:
                 times[a:b] = np.maximum(free, times[lv.wait_data]) + dur[a:b]
             else:

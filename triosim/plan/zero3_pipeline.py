@@ -12,7 +12,7 @@ import numpy as np
 from ..graph.pipeline.schedules import BACKWARD, FORWARD
 from .context_time import data_group, ring_beside_gathers
 from .micro_scale import scale_at
-from .pipeline_sends import boundary_bytes, gathers_beside_sends, with_sends
+from .pipeline_sends import boundary_bytes, gathers_beside_sends, overlapped_sends, with_sends
 from .zero3_time import (
     beside_speeds,
     block_times,
@@ -92,7 +92,8 @@ def zero3_pipeline(c: Candidate, pt: PositionTimes, profile: ModelProfile, setti
     out[2:] += (F - out[0], B - out[1])  # the TP collectives beside the pipeline's transfers
     out[0], out[1] = F, B
     ends = timer.rank_ends(c.schedule, P, c.virtual, m, c.stage_stride, out[0], out[1], cut_f, cut_b,
-                           (out[2], out[3]), slowed=slowed)  # stage GPUs tp · cp apart
+                           (out[2], out[3]), slowed=slowed,
+                           blocking=not overlapped_sends(c, settings))  # stage GPUs tp · cp apart
     return out[0], out[1], ends
 
 
