@@ -26,6 +26,13 @@ CASES = {
     "interleaved, blocking sends, pp 4": dict(schedule="interleaved", virtual_stages=2, num_layers=8, pp=4),
     "dp 2, ZeRO-1, overlapped gradient reduce": dict(dp=2, zero=1, overlap_grad_reduce=True,
                                                      recompute="selective", sequence_parallel=True),
+    # ring attention: each attention op's partial attentions and key/value exchanges, and the
+    # context-parallel tallies, added from the template
+    "context parallel ring, cp 2": dict(model="llama3-8b", seq_len=4096, cp=2, sequence_parallel=True),
+    "context parallel ring, cp 4, interleaved": dict(model="llama3-8b", seq_len=4096, cp=4, dp=2, zero=1,
+                                                     schedule="interleaved", virtual_stages=2, num_layers=8,
+                                                     pipeline_send="overlapped", recompute="selective",
+                                                     sequence_parallel=True),
 }
 
 

@@ -98,12 +98,14 @@ def transient_bytes(b: CompositionState, plan: ContextPlan, a: AttentionOp, frac
 
 def add_attention(b: CompositionState, comm: GroupComm, plan: ContextPlan, a: AttentionOp, r: int, s: int, p: int,
                   label: str, tags: dict, dur: float, reps: list[tuple[Rep, int]],
-                  after: dict[Rep, list[int]]) -> dict[Rep, tuple[int, int]]:
+                  after: dict[Rep, list[int]], tally_log: list | None = None) -> dict[Rep, tuple[int, int]]:
     """Attention op ``a`` of micro-batch ``r`` on stage ``s`` (pipeline rank ``p``) of every
     built replica in ``reps`` (``after``: what each waits for first; ``dur``: the op's seconds on
-    one rank). Returns each replica's (first task, task after which the op is done)."""
+    one rank). Returns each replica's (first task, task after which the op is done).
+    ``tally_log``: where the ring's additions to the ``cp`` statistics are logged, in order (a
+    block replayed from a template adds them again: graph/pipeline/block_replay)."""
     if plan.comm_type == "p2p":
-        return _ring(b, plan, a, r, s, p, label, tags, dur, reps, after)
+        return _ring(b, plan, a, r, s, p, label, tags, dur, reps, after, tally_log)
     return _collective(b, comm, plan, a, r, s, p, label, tags, dur, reps, after)
 
 
@@ -126,7 +128,8 @@ def exchange_waits(phase: str, j: int, ready: list[int], moved: dict[int, int], 
 
 
 def _ring(b: CompositionState, plan: ContextPlan, a: AttentionOp, r: int, s: int, p: int, label: str, tags: dict,
-          dur: float, reps: list[tuple[Rep, int]], after: dict[Rep, list[int]]) -> dict[Rep, tuple[int, int]]:
+          dur: float, reps: list[tuple[Rep, int]], after: dict[Rep, list[int]],
+          tally_log: list | None) -> dict[Rep, tuple[int, int]]:
     g, ranks, cp = b.graph, b.ranks, plan.degree
     frac = b.fractions[r]
     sent = exchange_bytes(b, a, frac, cp)
@@ -163,6 +166,8 @@ def _ring(b: CompositionState, plan: ContextPlan, a: AttentionOp, r: int, s: int
                     stats["collectives"] += 1
                     stats["payload_bytes"] += sent[x]
                     stats["wire_bytes_per_gpu"] += float(sent[x])
+                    if tally_log is not None:
+                        tally_log.append(("cp", 1, sent[x], float(sent[x])))
         for rep, gpu in reps:
             if j == 0:
                 deps = list(after[rep])

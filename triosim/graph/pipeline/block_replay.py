@@ -1,8 +1,9 @@
 """Repeated pipeline blocks added from a template instead of op by op.
 
 A representative pipeline rank runs the same forward (or backward) block of a stage once per
-micro-batch: the same segments, TP collectives and dependencies, only the task ids, the
-micro-batch in the labels and attributes, and the task the block starts after differ (the 1T
+micro-batch: the same segments, TP collectives (and context parallelism's ring exchanges) and
+dependencies, only the task ids, the micro-batch in the labels and attributes, and the task the
+block starts after differ (the 1T
 run adds 65,536 blocks of ~28 tasks). :class:`BlockReplay` watches the op-by-op build of a block
 (:func:`triosim.graph.pipeline.rank_program.add_rank_program`), keeps what it added with those
 three things taken out, and once two builds of a block (same stage, phase and micro-batch size)
@@ -43,7 +44,8 @@ class Recording:
     n_seq: int
     rows: list[tuple[dict, int, int]]  # each collectives row and its (calls, bytes) before
     sizes: tuple[int, ...]  # graph and builder state that a block must not grow
-    tally: list[tuple[int, int, float]] = field(default_factory=list)  # TP tally steps, in order
+    # TP and context-parallel tally steps, in order: (stats key, calls, payload bytes, wire bytes)
+    tally: list[tuple[str, int, int, float]] = field(default_factory=list)
 
 
 @dataclass
@@ -61,7 +63,7 @@ class Template:
     last: int
     first_compute: int | None
     rows: list[tuple[dict, int, int]]  # collectives rows' calls and bytes added
-    tally: list[tuple[int, int, float]]
+    tally: list[tuple[str, int, int, float]]
     sizes: tuple[int, ...]
 
     def __post_init__(self) -> None:
@@ -73,9 +75,11 @@ class Template:
         self.seq_ops = [ops for _k, ops in self.seq]
         self.task_keys = [dto for dto, _k in self.task_of]
         self.task_at = [k for _dto, k in self.task_of]
-        self.tally_calls = sum(calls for calls, _p, _w in self.tally)  # integers: any order
-        self.tally_payload = sum(payload for _c, payload, _w in self.tally)
-        self.tally_wire = [wire for _c, _p, wire in self.tally]
+        # per stats key: calls and payload (integers: any order) and the wire steps in order
+        self.tallies = {kind: (sum(c for k, c, _p, _w in self.tally if k == kind),
+                               sum(p for k, _c, p, _w in self.tally if k == kind),
+                               [w for k, _c, _p, w in self.tally if k == kind])
+                        for kind in dict.fromkeys(k for k, _c, _p, _w in self.tally)}
         self.tp_done_number = -1  # its number among the TpDone's templates, once adopted
         # each task's attributes without its micro-batch's values, one dict for every replayed block
         self.shared_attrs = [{k: v for k, v in a.items() if k != "microbatch" and k != "collective"} or None
@@ -173,12 +177,12 @@ class BlockReplay:
         for row, calls, nb in tmpl.rows:
             row["calls"] += calls
             row["bytes"] += nb
-        if tmpl.tally:
-            tally = self.stats["tp"]
-            tally["collectives"] += tmpl.tally_calls
-            tally["payload_bytes"] += tmpl.tally_payload
+        for kind, (calls, payload, steps) in tmpl.tallies.items():
+            tally = self.stats[kind]
+            tally["collectives"] += calls
+            tally["payload_bytes"] += payload
             wire = tally["wire_bytes_per_gpu"]
-            for step in tmpl.tally_wire:  # in the builder's order: the float sum is the same
+            for step in steps:  # in the builder's order: the float sum is the same
                 wire += step
             tally["wire_bytes_per_gpu"] = wire
         self.replayed += 1

@@ -228,11 +228,13 @@ def add_rank_program(b: CompositionState, comm: GroupComm, p: int, waits, colls,
     early: dict[tuple, int] = {}  # (stage, unit, replica) -> its gather, dispatched ahead
     forwards = 0
     pairs = CombinedPairs(b, order, p)  # --moe-a2a-overlap: forward and backward blocks as two chains
-    # A representative rank whose blocks nothing but TP collectives enter: the blocks that repeat
-    # per micro-batch are added from a template (graph/pipeline/block_replay).
+    # A representative rank whose blocks nothing but TP collectives and ring attention's key/value
+    # exchanges enter: the blocks that repeat per micro-batch are added from a template
+    # (graph/pipeline/block_replay).
     replay = BlockReplay(g, comm.charged_rows, task_of, tp_done, seq[gpu0], gpu0, b.replicas[0], stats,
                          (charged, comm.charges, seg_time, gathered, ring_in, rs_prev), frozenset(looked_up_later)) \
-        if rep_only and tagged and ovl is None and not host and not attention and not exchanged and not units_of \
+        if rep_only and tagged and ovl is None and not host and not exchanged and not units_of \
+        and (not attention or context.comm_type == "p2p") \
         and not pairs.pairs \
         else None
     # every built replica's task of a segment is one column of consecutive tasks: b.task keeps it
@@ -307,7 +309,8 @@ def add_rank_program(b: CompositionState, comm: GroupComm, p: int, waits, colls,
                 waits = {rep: [*last[rep], *(tp_done[(c_op, r, rep[0])][gpu] for c_op in w
                                              if (c_op, r, rep[0]) in tp_done)] for rep, gpu in reps}
                 if i in attention:
-                    ends = ring.add_attention(b, comm, context, attention[i], r, s, p, base, tags, dur, reps, waits)
+                    ends = ring.add_attention(b, comm, context, attention[i], r, s, p, base, tags, dur, reps, waits,
+                                              tally_log)
                 else:
                     ends = add_expert_op(b, comm, experts, exchanged[i], r, s, p, base, tags, dur, reps, waits)
                 for rep, gpu in reps:
@@ -411,7 +414,7 @@ def add_rank_program(b: CompositionState, comm: GroupComm, p: int, waits, colls,
                     tally["payload_bytes"] += nbytes * c.calls
                     tally["wire_bytes_per_gpu"] += wire * c.calls
                     if tally_log is not None:
-                        tally_log.append((c.calls, nbytes * c.calls, wire * c.calls))
+                        tally_log.append(("tp", c.calls, nbytes * c.calls, wire * c.calls))
                     continue
                 for d in ds:
                     group = tp_groups[d]
