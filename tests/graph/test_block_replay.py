@@ -33,6 +33,12 @@ CASES = {
                                                      schedule="interleaved", virtual_stages=2, num_layers=8,
                                                      pipeline_send="overlapped", recompute="selective",
                                                      sequence_parallel=True),
+    # ZeRO-3: each block's unit gathers (the first after the GPU's previous gather) and dp tallies
+    "dp 2, ZeRO-3": dict(dp=2, zero=3, recompute="selective", sequence_parallel=True),
+    "dp 2, ZeRO-3, full recompute, interleaved": dict(dp=2, zero=3, recompute="full", schedule="interleaved",
+                                                      virtual_stages=2, num_layers=8, pipeline_send="overlapped"),
+    "context parallel ring and ZeRO-3": dict(model="llama3-8b", seq_len=4096, cp=2, dp=2, zero=3,
+                                             sequence_parallel=True),
 }
 
 

@@ -95,12 +95,15 @@ class CompositionState:
     def gpus(self, s: int) -> list[int]:
         return [self.ranks.rank(d, t, s) for d, t in self.replicas]
 
-    def count(self, kind: str, op: str, group: Sequence[int], nbytes: int) -> None:
-        """Tally a collective of replica (0, 0)'s groups for the summary."""
+    def count(self, kind: str, op: str, group: Sequence[int], nbytes: int) -> float:
+        """Tally a collective of replica (0, 0)'s groups for the summary; returns the wire bytes
+        per GPU it added."""
         st = self.stats.setdefault(kind, {"collectives": 0, "payload_bytes": 0, "wire_bytes_per_gpu": 0.0})
         st["collectives"] += 1
         st["payload_bytes"] += int(nbytes)
-        st["wire_bytes_per_gpu"] += wire_bytes_per_gpu(op, len(group), nbytes)
+        wire = wire_bytes_per_gpu(op, len(group), nbytes)
+        st["wire_bytes_per_gpu"] += wire
+        return wire
 
     def size(self, buffer: str, fraction: float) -> int:
         """Bytes of ``buffer`` on one GPU for a micro-batch of ``fraction`` of the batch."""

@@ -119,10 +119,12 @@ def _buckets(b: CompositionState, params: Sequence[str], s: int) -> list[Bucket]
                         lambda p: -(-reduced_gradient_bytes(trace, p) // divisor.get(p, 1)))
 
 
-def gather_unit(b: CompositionState, comm: GroupComm, s: int, units, k: int, ph: str, r: int, last, gathered, ts) -> None:
+def gather_unit(b: CompositionState, comm: GroupComm, s: int, units, k: int, ph: str, r: int, last, gathered, ts,
+                tally_log: list | None = None) -> None:
     """ZeRO-3 (and ZeRO 1/2 with ``--overlap-param-gather``): all-gather unit ``k``'s parameters on
     each DP group, after the previous gather and once the op before the current unit has run (one
-    unit of prefetch)."""
+    unit of prefetch). ``tally_log``: where the ``dp`` statistics' additions are logged, in order
+    (a block replayed from a template adds them again: graph/pipeline/block_replay)."""
     ranks = b.ranks
     u = units[k]
     p = b.plan.rank_of(s)  # stage s runs on pipeline rank p
@@ -142,7 +144,9 @@ def gather_unit(b: CompositionState, comm: GroupComm, s: int, units, k: int, ph:
                 gathered[(d, t)] = done[ranks.rank(d, t, p)]
                 gathered[(d, t, "unit", k)] = done[ranks.rank(d, t, p)]
         if t == 0:
-            b.count("dp", "all_gather", group, u.nbytes)
+            wire = b.count("dp", "all_gather", group, u.nbytes)
+            if tally_log is not None:
+                tally_log.append(("dp", 1, int(u.nbytes), wire))
 
 
 def _dp_groups(ranks: RankMap, s: int):

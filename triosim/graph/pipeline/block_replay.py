@@ -1,9 +1,10 @@
 """Repeated pipeline blocks added from a template instead of op by op.
 
 A representative pipeline rank runs the same forward (or backward) block of a stage once per
-micro-batch: the same segments, TP collectives (and context parallelism's ring exchanges) and
-dependencies, only the task ids, the micro-batch in the labels and attributes, and the task the
-block starts after differ (the 1T
+micro-batch: the same segments, TP collectives (and context parallelism's ring exchanges,
+ZeRO-3's unit gathers) and dependencies, only the task ids, the micro-batch in the labels and
+attributes, and the task the block starts after differ (under ZeRO-3 also the GPU's previous
+gather, which the block's first one follows) (the 1T
 run adds 65,536 blocks of ~28 tasks). :class:`BlockReplay` watches the op-by-op build of a block
 (:func:`triosim.graph.pipeline.rank_program.add_rank_program`), keeps what it added with those
 three things taken out, and once two builds of a block (same stage, phase and micro-batch size)
@@ -44,6 +45,8 @@ class Recording:
     n_seq: int
     rows: list[tuple[dict, int, int]]  # each collectives row and its (calls, bytes) before
     sizes: tuple[int, ...]  # graph and builder state that a block must not grow
+    second: int = -1  # ZeRO-3: the GPU's last parameter gather before the block (-1: none)
+    gathered: dict = field(default_factory=dict)  # the gathers' lookup before the block
     # TP and context-parallel tally steps, in order: (stats key, calls, payload bytes, wire bytes)
     tally: list[tuple[str, int, int, float]] = field(default_factory=list)
 
@@ -65,6 +68,11 @@ class Template:
     rows: list[tuple[dict, int, int]]  # collectives rows' calls and bytes added
     tally: list[tuple[str, int, int, float]]
     sizes: tuple[int, ...]
+    # ZeRO-3: whether the block's first gather follows the GPU's previous one (the second task it
+    # starts after), the tasks that start after that one, and the gathers' lookup it sets
+    has_second: bool = False
+    second_succ: list[int] = field(default_factory=list)
+    gathered_out: list[tuple[tuple, int]] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         # each task's one successor (0 where it has none or several: those are listed apart), so
@@ -94,6 +102,8 @@ class Template:
                 and self.last == other.last and self.first_compute == other.first_compute
                 and [(id(r), c, b) for r, c, b in self.rows] == [(id(r), c, b) for r, c, b in other.rows]
                 and self.tally == other.tally and self.sizes == other.sizes
+                and (self.has_second, self.second_succ, self.gathered_out)
+                == (other.has_second, other.second_succ, other.gathered_out)
                 and list(map(_attrs_key, self.attrs)) == list(map(_attrs_key, other.attrs)))
 
 
@@ -118,7 +128,8 @@ class BlockReplay:
     """Templates of one pipeline rank's blocks on its one built GPU (see the module docstring)."""
 
     def __init__(self, graph: TaskGraph, rows: dict, task_of: dict, tp_done: TpDone, seq: list, gpu: int,
-                 rep: tuple[int, int], stats: dict, state: tuple, kept_ops: frozenset[int] | None = None) -> None:
+                 rep: tuple[int, int], stats: dict, state: tuple, kept_ops: frozenset[int] | None = None,
+                 gathered: dict | None = None) -> None:
         self.graph = graph
         self.rows = rows  # GroupComm's rows (id(charge) -> (charge, row)), counted per call
         self.task_of = task_of
@@ -131,6 +142,8 @@ class BlockReplay:
         # ops whose task is looked up after the program is built (None: every op recorded): a
         # replayed block records only theirs (the 1T run's 1.3 M other keys were never read)
         self.kept_ops = kept_ops
+        # ZeRO-3's gathers: rep -> the GPU's latest, (*rep, "unit", k) -> unit k's (read and set)
+        self.gathered = gathered if gathered is not None else {}
         self.templates: dict[tuple, Template] = {}
         self.candidates: dict[tuple, Template] = {}
         self.recorded: dict[tuple, int] = {}
@@ -146,6 +159,9 @@ class BlockReplay:
         tmpl = self.templates.get(key)
         entry = last[self.rep]
         if tmpl is None or len(entry) != 1:
+            return False
+        second = self.gathered.get(self.rep)
+        if (second is not None) != tmpl.has_second:
             return False
         g = self.graph
         base = len(g.kind)
@@ -167,6 +183,10 @@ class BlockReplay:
             succ[k] = [ids[j] for j in ks]
         g.succ.extend(succ)
         g.succ[entry[0]].extend([ids[k] for k in tmpl.entry_succ])
+        if second is not None:
+            g.succ[second].extend([ids[k] for k in tmpl.second_succ])
+        for name, k in tmpl.gathered_out:
+            self.gathered[name] = ids[k]
         self.task_of.update(zip(map(add, tmpl.task_keys, repeat((r,))), map(ids.__getitem__, tmpl.task_at)))
         if tmpl.tp_done:
             self.tp_done.add_block(tmpl.tp_done_number, r, base)  # looked up from the template when read
@@ -195,8 +215,9 @@ class BlockReplay:
             return None
         self.recorded[key] = self.recorded.get(key, 0) + 1
         rows = list({id(row): (row, row["calls"], row["bytes"]) for _charge, row in self.rows.values()}.values())
+        second = self.gathered.get(self.rep)
         return Recording(key, r, entry[0], len(self.graph.kind), len(self.task_of), len(self.tp_done), len(self.seq),
-                         rows, self._sizes())
+                         rows, self._sizes(), -1 if second is None else second, dict(self.gathered))
 
     def finish(self, rec: Recording, last: dict, firsts: dict | None) -> None:
         """The block ``rec`` watched is built: keep its template; two equal in a row are used."""
@@ -248,9 +269,26 @@ class BlockReplay:
         entry_succ = [k - first for k in tail[cut:]]
         for k in entry_succ:
             count[k] += 1
+        second_succ: list[int] = []
+        if rec.second >= 0:
+            if rec.second == rec.entry:
+                return None
+            tail = g.succ[rec.second]
+            cut = len(tail)
+            while cut and tail[cut - 1] >= first:
+                cut -= 1
+            second_succ = [k - first for k in tail[cut:]]
+            for k in second_succ:
+                count[k] += 1
         npred = g.npred[first:end]
-        if count != npred:  # a task waits for one outside the block other than the entry
+        if count != npred:  # a task waits for one outside the block other than the entry (and the gather)
             return None
+        gathered_out = []
+        for name, task in self.gathered.items():
+            if rec.gathered.get(name) != task:  # set in the block: to one of its tasks
+                if not 0 <= task - first < n:
+                    return None
+                gathered_out.append((name, task - first))
         task_of = []
         for key in reversed(list(islice(reversed(self.task_of), len(self.task_of) - rec.n_task_of))):
             k = self.task_of[key] - first
@@ -288,7 +326,7 @@ class BlockReplay:
         columns = (g.kind[first:end], g.duration[first:end], g.resources[first:end], g.devices[first:end],
                    g.nbytes[first:end], g.latency[first:end], npred)
         return Template(columns, labels, attrs, succ, entry_succ, task_of, tp_done, seq, last_task, first_compute,
-                        rows, list(rec.tally), rec.sizes + self._sizes())
+                        rows, list(rec.tally), rec.sizes + self._sizes(), rec.second >= 0, second_succ, gathered_out)
 
 
 __all__ = ["BlockReplay", "Recording", "Template"]

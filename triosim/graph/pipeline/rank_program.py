@@ -228,12 +228,14 @@ def add_rank_program(b: CompositionState, comm: GroupComm, p: int, waits, colls,
     early: dict[tuple, int] = {}  # (stage, unit, replica) -> its gather, dispatched ahead
     forwards = 0
     pairs = CombinedPairs(b, order, p)  # --moe-a2a-overlap: forward and backward blocks as two chains
-    # A representative rank whose blocks nothing but TP collectives and ring attention's key/value
-    # exchanges enter: the blocks that repeat per micro-batch are added from a template
-    # (graph/pipeline/block_replay).
+    # A representative rank whose blocks nothing but TP collectives, ring attention's key/value
+    # exchanges and ZeRO-3's unit gathers enter: the blocks that repeat per micro-batch are added
+    # from a template (graph/pipeline/block_replay).
     replay = BlockReplay(g, comm.charged_rows, task_of, tp_done, seq[gpu0], gpu0, b.replicas[0], stats,
-                         (charged, comm.charges, seg_time, gathered, ring_in, rs_prev), frozenset(looked_up_later)) \
-        if rep_only and tagged and ovl is None and not host and not exchanged and not units_of \
+                         (charged, comm.charges, seg_time, gathered, ring_in, rs_prev), frozenset(looked_up_later),
+                         gathered) \
+        if rep_only and tagged and ovl is None and not host and not exchanged \
+        and (not units_of or (strategy.zero == 3 and not param_gather)) \
         and (not attention or context.comm_type == "p2p") \
         and not pairs.pairs \
         else None
@@ -263,8 +265,6 @@ def add_rank_program(b: CompositionState, comm: GroupComm, p: int, waits, colls,
             if aligned:  # dispatched ahead: the block's ops wait for them
                 gathered.update(((*rep, "unit", kk), early[(s, kk, rep)]) for kk in range(len(units[ph]))
                                 for rep in b.replicas)
-            else:
-                gradient_sync.gather_unit(b, comm, s, units[ph], 0, ph, r, last, gathered, ts)
         durs = seconds(s, ph, frac)
         # A forward TP collective is synchronous in Megatron (torch.distributed's blocking call
         # makes the compute stream wait for NCCL's): the op after it in program order waits for
@@ -282,10 +282,12 @@ def add_rank_program(b: CompositionState, comm: GroupComm, p: int, waits, colls,
         firsts_open = True  # some replica's first task of the block not yet known
         rec = tally_log = None
         replayed = False
-        if replay is not None and not unit_at and not host_waits:
+        if replay is not None and not host_waits:
             replayed = replay.replay((s, ph, frac), r, last, firsts)
             rec = None if replayed else replay.start((s, ph, frac), r, last)
             tally_log = rec.tally if rec is not None else None
+        if unit_at and not aligned and not replayed:  # ZeRO-3: the block's first unit, one unit ahead
+            gradient_sync.gather_unit(b, comm, s, units[ph], 0, ph, r, last, gathered, ts, tally_log)
         for (i, i_last, base, extra, seg_ops, w, phase, cs, c_names, keep_i, keep_last, part), dur in \
                 zip(seg_facts[(s, ph)] if not replayed else (), durs):
             step = part.step if part is not None and part.ring is not None else 0
@@ -294,10 +296,11 @@ def add_rank_program(b: CompositionState, comm: GroupComm, p: int, waits, colls,
                 ks = [unit_at[j] for j in seg_ops if j in unit_at] if part.first else []
                 for kk in ks[:-1]:
                     if kk + 1 < len(units[ph]) and not aligned:
-                        gradient_sync.gather_unit(b, comm, s, units[ph], kk + 1, ph, r, last, gathered, ts)
+                        gradient_sync.gather_unit(b, comm, s, units[ph], kk + 1, ph, r, last, gathered, ts,
+                                                  tally_log)
                 k = ks[-1] if ks else None
             if k is not None and k + 1 < len(units[ph]) and not aligned:
-                gradient_sync.gather_unit(b, comm, s, units[ph], k + 1, ph, r, last, gathered, ts)
+                gradient_sync.gather_unit(b, comm, s, units[ph], k + 1, ph, r, last, gathered, ts, tally_log)
             label = base + mb_s
             # one attribute dict for the segment's task on every GPU (in add_compute's key order)
             tags = {"op": i, "stage": phase, "microbatch": r, "stage_index": s, **extra} if tagged \
