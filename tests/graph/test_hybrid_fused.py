@@ -87,17 +87,28 @@ def test_fusing_across_a_cut_is_caught(traces, monkeypatch):
     assert differ >= 2
 
 
-@pytest.mark.parametrize("name,kw,n,plat", CONFIGS)
-def test_vectorised_stage_memory_equals_step_by_step(traces, name, kw, n, plat, monkeypatch):
+# op by op every config; fused, ZeRO-3 (the third), whose vectorised plan gives one counter value
+# per op step as the step-by-step plan does (the others one per task: the most its ops hold)
+@pytest.mark.parametrize("name,kw,n,plat,fuse", [(*c, False) for c in CONFIGS] + [(*CONFIGS[2], True)])
+def test_vectorised_stage_memory_equals_step_by_step(traces, name, kw, n, plat, fuse, monkeypatch):
     trace = traces[name]
-    fast, _ = _build(trace, n, kw, plat, fuse=False)
+    fast, _ = _build(trace, n, kw, plat, fuse=fuse)
     monkeypatch.setattr(composed_memory, "_stage_memory_fits", lambda *a, **k: None)
-    slow, _ = _build(trace, n, kw, plat, fuse=False)
+    slow, _ = _build(trace, n, kw, plat, fuse=fuse)
     assert _peaks(fast) == _peaks(slow)
     for d, m in slow.meta["memory"].items():
         tasks, occ = m["occupancy"]
         ftasks, focc = fast.meta["memory"][d]["occupancy"]
         assert tuple(tasks) == tuple(ftasks) and np.array_equal(np.asarray(occ), np.asarray(focc))
+    assert repr(fast.meta["hybrid"]["memory"]) == repr(slow.meta["hybrid"]["memory"])  # the gathered copies at the peak
+
+
+def test_vectorised_zero3_memory_without_the_gathered_copies_is_caught(traces, monkeypatch):
+    name, kw, n, plat = CONFIGS[2]  # ZeRO-3
+    good = _peaks(_build(traces[name], n, kw, plat)[0])
+    monkeypatch.setattr(composed_memory, "_gathered_alive", lambda b, s, runs: [0] * sum(len(ops) for _, ops, _ in runs))
+    bad = _peaks(_build(traces[name], n, kw, plat)[0])
+    assert bad != good
 
 
 def test_vectorised_stage_memory_catches_a_planted_bug(traces, monkeypatch):

@@ -5,7 +5,8 @@ where they live, the buffers a context-parallel attention's exchange holds while
 (:func:`triosim.graph.context.ring.transient_bytes`), and at the optimizer's steps the fp32 copy
 of 16-bit gradients the step makes. GPUs of one stage run the same program, so
 one plan serves them all when it needs no memcpy; when every buffer a stage touches fits at
-once, the plan is the buffers' lifetimes, computed vectorised."""
+once (beside the most the exchanges, the gradient copy and ZeRO-3's gathered copies hold at one
+step), the plan is the buffers' lifetimes, computed vectorised."""
 
 from __future__ import annotations
 
@@ -107,8 +108,6 @@ def _stage_memory_fits(b: CompositionState, s: int, persistent: set[str], receiv
     """Stage ``s``'s memory reports when every buffer it touches fits at once (the plan is then
     each buffer's lifetime, computed vectorised); ``None`` otherwise."""
     trace = b.trace
-    if any(key[0] == s for key in b.gathered):  # ZeRO-3's gathered copies: planned step by step
-        return None
     ids = b.buffer_ids
     if not ids:
         ids.update((name, k) for k, name in enumerate(trace.tensors))
@@ -142,16 +141,18 @@ def _stage_memory_fits(b: CompositionState, s: int, persistent: set[str], receiv
     copy = _gradient_copy_bytes(b, s)
     exchanges = getattr(b, "experts", None) is not None or getattr(b, "context", None) is not None
     ops_in = np.fromiter(map(len, map(itemgetter(1), runs)), dtype=np.int64, count=len(runs))  # ops per task
-    if not exchanges and not copy:
-        top = 0  # no exchange holds buffers beside an op (the step-by-step count below is all zeros)
-    elif not exchanges:  # only the optimizer steps' gradient copy: per run, not per op (millions at 1T)
-        per_run = np.fromiter((copy if r is None else 0 for _, _, r in runs), dtype=np.int64, count=len(runs))
-        held = np.repeat(per_run, ops_in)
-        top = int(held.max()) if len(held) else 0
-    else:
+    held = None  # per op step, bytes held beside the buffers (None: nothing)
+    if exchanges:
         held = np.fromiter((_exchange_bytes(b, i, r) if r is not None else copy for _, ops, r in runs for i in ops),
                            dtype=np.int64)
-        top = int(held.max()) if len(held) else 0
+    elif copy:  # only the optimizer steps' gradient copy: per run, not per op (millions at 1T)
+        per_run = np.fromiter((copy if r is None else 0 for _, _, r in runs), dtype=np.int64, count=len(runs))
+        held = np.repeat(per_run, ops_in)
+    if b.gathered_sizes:  # ZeRO-3's gathered copies, each whole from its gather to its last use
+        alive = b.gathered_at[s] = _gathered_alive(b, s, runs)
+        gathered = np.array(alive, dtype=np.int64)
+        held = gathered if held is None else held + gathered
+    top = int(held.max()) if held is not None and len(held) else 0
     got = stage_occupancy(runs, template, size_of, b.fractions, nb, delivered, b.persistent_ids,
                           b.platform.capacity_bytes - top, resident={ids[k] for k in trace.preallocated if k in ids})
     if got is None:
@@ -160,11 +161,22 @@ def _stage_memory_fits(b: CompositionState, s: int, persistent: set[str], receiv
     if top:  # context parallelism: the exchange's buffers while its attention op runs
         occ = occ + held
     peak = int(occ.max()) if len(occ) else 0
+    if b.gathered_sizes:  # one counter value per op step, as the step-by-step plan of ZeRO-3 gives them
+        return [MemoryReport(device=g, peak_bytes=peak, step_tasks=tuple(task for task, ops, _ in b.seq[g] for _ in ops),
+                             step_bytes=occ) for g in gpus]
     # One counter value per task: the most its ops hold (a task of one op: that op's).
     starts = np.concatenate(([0], np.cumsum(ops_in)[:-1])).astype(np.int64)
     step_bytes = np.maximum.reduceat(occ, starts) if len(occ) else occ
     # each GPU's step tasks written out only if the timeline reads them (graph.step_lists)
     return [MemoryReport(device=g, peak_bytes=peak, step_tasks=b.seq.tasks(g), step_bytes=step_bytes) for g in gpus]
+
+
+def _gathered_alive(b: CompositionState, s: int, runs) -> list[int]:
+    """Bytes of ZeRO-3's gathered copies alive at each op step of stage ``s``'s program
+    (``runs``: its (task, ops, micro-batch) in order), as the step-by-step plan counts them."""
+    get, none = b.gathered.get, ((), ())
+    program = [get((s, i, r), none) if r is not None else none for _, ops, r in runs for i in ops]
+    return bytes_per_step(program, b.gathered_sizes)
 
 
 def _exchange_bytes(b: CompositionState, i: int, r: int | None) -> int:
