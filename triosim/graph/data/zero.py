@@ -11,6 +11,8 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
+import numpy as np
+
 from ...trace import Trace
 from ..pipeline.stages import BACKWARD, FORWARD, OPTIMIZER, PipelinePlan
 
@@ -167,12 +169,16 @@ def bytes_per_step(program: Sequence[tuple[Sequence[str], Sequence[str]]], sizes
         for k in (*reads, *writes):
             if k in sizes:
                 span.setdefault(k, [j, j])[1] = j
-    alive = [0] * (len(program) + 1)
-    for k, (a, z) in span.items():
-        alive[a] += sizes[k]
-        alive[z + 1] -= sizes[k]
-    out, run = [], 0
-    for d in alive[:-1]:
-        run += d
-        out.append(run)
-    return out
+    return alive_bytes(span, sizes, len(program))
+
+
+def alive_bytes(span: dict[str, list[int]], sizes: dict[str, int], steps: int) -> list[int]:
+    """Bytes alive at each of ``steps`` steps, key k (``sizes[k]`` bytes) from step ``span[k][0]``
+    to step ``span[k][1]``."""
+    alive = np.zeros(steps + 1, dtype=np.int64)
+    for k, (first, last) in span.items():
+        alive[first] += sizes[k]
+        alive[last + 1] -= sizes[k]
+    return np.cumsum(alive[:-1]).tolist()
+
+

@@ -17,7 +17,7 @@ import numpy as np
 from ...trace import Trace
 from ..composition_state import CompositionState
 from ..context.ring import transient_bytes
-from ..data.zero import bytes_per_step
+from ..data.zero import alive_bytes
 from ..expert.dispatch import exchange_buffer_bytes
 from ..pipeline.stages import optimizer_buffers
 from ..single import persistent_buffers
@@ -84,7 +84,7 @@ def _plan_memory(b: CompositionState) -> list[MemoryReport]:
                 label = labels[i] = f"{trace.op_label(op)}{where}"
             program.append((reads, writes, label))
         if b.gathered_sizes:
-            b.gathered_at[s] = bytes_per_step([(rd, wr) for rd, wr, _ in program], b.gathered_sizes)
+            b.gathered_at[s] = _gathered_alive(b, s, b.seq[gpus[0]])
         delivered = _delivered(b, received.get(s, []))
         # Read first, or allocated before the iteration (a training precision's gradient buffer).
         external = [k for k, is_read in touched.items() if (is_read or k in pre) and k not in delivered]
@@ -174,9 +174,21 @@ def _stage_memory_fits(b: CompositionState, s: int, persistent: set[str], receiv
 def _gathered_alive(b: CompositionState, s: int, runs) -> list[int]:
     """Bytes of ZeRO-3's gathered copies alive at each op step of stage ``s``'s program
     (``runs``: its (task, ops, micro-batch) in order), as the step-by-step plan counts them."""
-    get, none = b.gathered.get, ((), ())
-    program = [get((s, i, r), none) if r is not None else none for _, ops, r in runs for i in ops]
-    return bytes_per_step(program, b.gathered_sizes)
+    get, sizes = b.gathered.get, b.gathered_sizes
+    span: dict[str, list[int]] = {}  # key -> its first and last step (as zero.bytes_per_step's)
+    j = 0
+    for _, ops, r in runs:
+        if r is not None:
+            for i in ops:
+                extra = get((s, i, r))
+                if extra is not None:
+                    for k in (*extra[0], *extra[1]):
+                        if k in sizes:
+                            span.setdefault(k, [j, j])[1] = j
+                j += 1
+        else:
+            j += len(ops)
+    return alive_bytes(span, sizes, j)
 
 
 def _exchange_bytes(b: CompositionState, i: int, r: int | None) -> int:
