@@ -117,6 +117,15 @@ def _attrs_key(entry: tuple[dict, tuple[str, str] | None]) -> tuple:
                   if k != "microbatch" and k != "collective"), tuple(attrs), coll)
 
 
+def _into_block(succ: list[int], first: int) -> list[int]:
+    """The successors an outside task got from the block starting at task ``first`` (the tail of
+    its list), relative to ``first``."""
+    cut = len(succ)
+    while cut and succ[cut - 1] >= first:
+        cut -= 1
+    return [k - first for k in succ[cut:]]
+
+
 def _split(text: str, mark: str) -> tuple[str, str] | None:
     head, sep, tail = text.partition(mark)
     if not sep or mark in tail:
@@ -262,24 +271,12 @@ class BlockReplay:
             for k in rel:
                 count[k] += 1
             succ.append(rel)
-        tail = g.succ[rec.entry]
-        cut = len(tail)
-        while cut and tail[cut - 1] >= first:
-            cut -= 1
-        entry_succ = [k - first for k in tail[cut:]]
-        for k in entry_succ:
+        if rec.second == rec.entry:
+            return None
+        entry_succ = _into_block(g.succ[rec.entry], first)
+        second_succ = _into_block(g.succ[rec.second], first) if rec.second >= 0 else []
+        for k in (*entry_succ, *second_succ):
             count[k] += 1
-        second_succ: list[int] = []
-        if rec.second >= 0:
-            if rec.second == rec.entry:
-                return None
-            tail = g.succ[rec.second]
-            cut = len(tail)
-            while cut and tail[cut - 1] >= first:
-                cut -= 1
-            second_succ = [k - first for k in tail[cut:]]
-            for k in second_succ:
-                count[k] += 1
         npred = g.npred[first:end]
         if count != npred:  # a task waits for one outside the block other than the entry (and the gather)
             return None
