@@ -50,6 +50,15 @@ def zero3_pipeline(c: Candidate, pt: PositionTimes, profile: ModelProfile, setti
                        cast_share, group),
                       lambda: ring_beside_gathers(profile, batch, c.tp, c.sequence_parallel, c.micro_batch, cast_share, group))
     bounds = list(zip(starts, [*starts[1:], profile.positions]))
+    walked: dict[tuple, tuple[float, float]] = {}  # the stages alike (a model's repeated layers) walked once
+
+    def walk(ops_compute: np.ndarray, after: np.ndarray, unit_of: np.ndarray, gathers: list[float]):
+        key = (ops_compute.tobytes(), after.tobytes(), unit_of.tobytes(), tuple(gathers))
+        hit = walked.get(key)
+        if hit is None:
+            hit = walked[key] = block_times(ops_compute, after, unit_of, gathers, speed, beside)
+        return hit
+
     out = np.zeros((4, S))  # forward from the input, backward from the input, both from the GPU free
     gathered = np.zeros((2, S))  # per stage, its forward and backward block's gather seconds
     walks = []  # each block's (row, stage) and its walk's inputs, for a second walk
@@ -74,7 +83,7 @@ def zero3_pipeline(c: Candidate, pt: PositionTimes, profile: ModelProfile, setti
                 # re-runs too), as the pipeline waits for a receive before the step using it
                 after = tp_after[ops] if ring is None else tp_after[ops] + ring[ops] * gathering_share(gathers, pt.op_s[ops])
                 walks.append((row, j, compute[ops], after, unit_of, gathers))
-                free, data = block_times(compute[ops], after, unit_of, gathers, speed, beside)
+                free, data = walk(compute[ops], after, unit_of, gathers)
                 out[row, j], out[row + 2, j] = data, free
                 gathered[row, j] = sum(gathers)
     cut_f, cut_b = boundary_bytes(pt, starts)
@@ -84,8 +93,7 @@ def zero3_pipeline(c: Candidate, pt: PositionTimes, profile: ModelProfile, setti
     if late is not None:
         slower, late = late
         for row, j, ops_compute, after, unit_of, gathers in walks:  # each stage's gathers longer by its GPU's share
-            out[row + 2, j], out[row, j] = block_times(ops_compute, after, unit_of, [g * (1 + slower[j]) for g in gathers],
-                                                       speed, beside)
+            out[row + 2, j], out[row, j] = walk(ops_compute, after, unit_of, [g * (1 + slower[j]) for g in gathers])
     F, B, slowed = with_sends(c, settings, pt, bounds, out[0], out[1], cut_f, cut_b, profile, timer, m)
     if late is not None:
         slowed = late if slowed is None else (slowed[0] + late[0], slowed[1] + late[1])
