@@ -74,6 +74,12 @@ class OpCost:
     def on_matrix_units(self) -> bool:
         return self.op_class in MATRIX_CLASSES
 
+    def with_work(self, flops: float, bytes_read: float, bytes_written: float) -> OpCost:
+        """This cost with other FLOPs and bytes: ``dataclasses.replace`` without its walk over the
+        fields (``plan`` re-scales some 10^5 costs)."""
+        return OpCost(flops, bytes_read, bytes_written, self.kind, self.op_class, self.dtype, self.known, self.gemm,
+                      self.blocks, self.attention)
+
 
 def _numel(shape: Sequence[int] | None) -> int:
     return math.prod(shape) if shape is not None else 0

@@ -201,9 +201,8 @@ class ShapeCosts:
         hit = self._at.get(batch)
         if hit is None:
             r = batch / self.batch
-            hit = [c if fixed else replace(c, flops=c.flops * r,
-                                           bytes_read=c.bytes_read * (1 + (r - 1) * rs),
-                                           bytes_written=c.bytes_written * (1 + (r - 1) * ws))
+            hit = [c if fixed else c.with_work(c.flops * r, c.bytes_read * (1 + (r - 1) * rs),
+                                               c.bytes_written * (1 + (r - 1) * ws))
                    for c, fixed, rs, ws in zip(self.costs, self.fixed, self.read_share, self.write_share)]
             self._at[batch] = hit
         return hit

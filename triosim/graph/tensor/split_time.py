@@ -23,8 +23,6 @@ times are the trace's, not a model of the device.
 
 from __future__ import annotations
 
-from dataclasses import replace
-
 from ...compute.op_cost import OpCost
 from ...compute.roofline import roofline_seconds
 from ...trace import Trace
@@ -47,8 +45,7 @@ def share_cost(trace: Trace, index: int, cost: OpCost, share: float, divisor: di
     ``whole``: buffers a matrix-unit op reads or writes whole although ranks keep shards of them;
     ``batch``: the batch ``cost`` was taken at, when the trace's tensors are at another."""
     if not cost.on_matrix_units:
-        return replace(cost, flops=cost.flops * share, bytes_read=cost.bytes_read * share,
-                       bytes_written=cost.bytes_written * share)
+        return cost.with_work(cost.flops * share, cost.bytes_read * share, cost.bytes_written * share)
 
     ratio = 1.0 if batch is None else batch / trace.batch_size
     invariant = trace.batch_invariant
@@ -62,8 +59,8 @@ def share_cost(trace: Trace, index: int, cost: OpCost, share: float, divisor: di
             return share
         return sum(size(k) / (1 if k in whole else divisor.get(k, 1)) for k in keys) / total
 
-    return replace(cost, flops=cost.flops * share, bytes_read=cost.bytes_read * kept(trace.reads[index]),
-                   bytes_written=cost.bytes_written * kept(trace.writes[index]))
+    return cost.with_work(cost.flops * share, cost.bytes_read * kept(trace.reads[index]),
+                          cost.bytes_written * kept(trace.writes[index]))
 
 
 def block_edges(blocks) -> frozenset[str]:
