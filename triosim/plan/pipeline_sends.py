@@ -64,8 +64,9 @@ def beside_sends(c: Candidate, pt: PositionTimes, bounds: list[tuple[int, int]],
     collective runs at either end: D alone takes D · (1 + u · X / T) at the busiest GPU it
     crosses."""
     platform = profile.platform
-    touched = timer.memo(("sends beside tp", c.tp, c.cp, c.pp, c.virtual), lambda: _touches(
-        c, timer, lambda g: _link_names(platform, c.ranks.tp_group(c.ranks.coords(g)[0], c.ranks.coords(g)[2]))))
+    # the GPUs' layout: the degrees and the stride (rank orders other than dp outermost move stages)
+    touched = timer.memo(("sends beside tp", c.tp, c.cp, c.dp, c.pp, c.virtual, c.stage_stride), lambda: _touches(
+        c, timer, lambda g: _link_names(platform, c.ranks.tp_group(*c.ranks.coords(g)[::2]))))
     if touched is None:
         return F, B, None
     tp_f, tp_b = (np.array([float(x[a:b].sum()) for a, b in bounds]) for x in (pt.tp_fwd, pt.tp_bwd))
@@ -76,7 +77,7 @@ def beside_sends(c: Candidate, pt: PositionTimes, bounds: list[tuple[int, int]],
 def _link_names(platform: Platform, group: tuple[int, ...]) -> frozenset[str]:
     """The links that hold back an all-gather over ``group`` (those as loaded, for their
     bandwidth, as its busiest): a transfer sharing one of them slows it, one sharing a link
-    with spare bandwidth does not. None for a group of one."""
+    with spare bandwidth does not; none for a group of one."""
     if len(group) < 2:
         return frozenset()
     load = {name: b / platform.link(name)["bandwidth"]
@@ -170,7 +171,7 @@ def gathers_beside_sends(c: Candidate, settings: PlanSettings, bounds: list[tupl
     transfer moves at half speed while the busiest GPU it crosses gathers."""
     if len(bounds) < 2 or len(group) < 2 or not overlapped_sends(c, settings):
         return None
-    touched = timer.memo(("sends beside gathers", c.tp, c.cp, c.pp, c.virtual, group), lambda: _touches(
+    touched = timer.memo(("sends beside gathers", c.tp, c.cp, c.dp, c.pp, c.virtual, c.stage_stride, group), lambda: _touches(
         c, timer, lambda g: _link_names(profile.platform, c.ranks.dp_group(*c.ranks.coords(g)[1:]))))
     if touched is None:
         return None
