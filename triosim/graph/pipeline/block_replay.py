@@ -3,9 +3,9 @@
 A representative pipeline rank runs the same forward (or backward) block of a stage once per
 micro-batch: the same segments, TP collectives (and context parallelism's ring exchanges,
 ZeRO-3's unit gathers) and dependencies, only the task ids, the micro-batch in the labels and
-attributes, and the task the block starts after differ (under ZeRO-3 also the GPU's previous
-gather, which the block's first one follows) (the 1T
-run adds 65,536 blocks of ~28 tasks). :class:`BlockReplay` watches the op-by-op build of a block
+attributes, and the task the block starts after differ (the 1T run adds 65,536 blocks of ~28
+tasks); under ZeRO-3 also the GPU's previous gather, which the block's first one follows.
+:class:`BlockReplay` watches the op-by-op build of a block
 (:func:`triosim.graph.pipeline.rank_program.add_rank_program`), keeps what it added with those
 three things taken out, and once two builds of a block (same stage, phase and micro-batch size)
 left the same template, adds every later one by extending the graph's columns with the ids
