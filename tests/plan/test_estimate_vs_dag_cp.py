@@ -19,6 +19,8 @@ import pytest
 from cli_capture import run
 
 from triosim.plan import Candidate, ModelProfile, PipelineTimer, estimate
+from triosim.plan.estimate import ROUGH_OVER_BOUND
+from triosim.plan.report import dag_seconds
 from triosim.plan.search import Row
 
 from .test_estimate_vs_dag import fresh_errors, time_groups
@@ -76,13 +78,17 @@ def test_estimate_equals_the_dag_with_context_parallelism(timed) -> None:
     assert errors(timed) == []
 
 
-def test_cp_estimates_are_not_bounded(timed) -> None:
+def test_cp_estimates_are_only_roughly_bounded(timed) -> None:
     """A ring beside pipeline transfers can put the estimate above the DAG's (+2.3 % seen with cp 4,
-    pp 2, full recomputation, 20 µs links): the plan must DAG-time such candidates, not skip them
-    by the bound of search.dag_band."""
+    pp 2, full recomputation, 20 µs links): the plan must DAG-time such candidates unless their
+    estimate is ROUGH_OVER_BOUND past the best (search.dag_band), not by the tight bound; and no
+    estimate of the sample is further above the DAG than that."""
     for inputs, rows in timed:
         timer = PipelineTimer(inputs.profile.platform)
-        assert not any(estimate(r.candidate, inputs.profile, inputs.settings, timer).bounded for r in rows)
+        for r in rows:
+            e = estimate(r.candidate, inputs.profile, inputs.settings, timer)
+            assert not e.bounded and e.over_bound == ROUGH_OVER_BOUND, r.candidate
+            assert e.time_s / dag_seconds(r) - 1 <= e.over_bound, r.candidate
 
 
 def test_the_sample_has_every_kind() -> None:

@@ -22,6 +22,7 @@ triosim.
 
 from __future__ import annotations
 
+from bisect import bisect_right
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING
 
@@ -131,6 +132,12 @@ def _chunks(layout, cuts: frozenset[int]) -> list[list[int]]:
     return [groups[c] for c in sorted(groups)]
 
 
+def _first_after(ordered: list[int], n: int) -> int | None:
+    """The first of ``ordered`` (ascending) above ``n``, or None."""
+    j = bisect_right(ordered, n)
+    return ordered[j] if j < len(ordered) else None
+
+
 def offload(trace: Trace, spec: OffloadSpec, cuts: frozenset[int] = frozenset()) -> Offloaded:
     """``trace`` with the offload and reload ops of ``spec`` inserted; ``cuts``: the first forward
     op of each pipeline stage (model chunk)."""
@@ -203,11 +210,19 @@ def offload(trace: Trace, spec: OffloadSpec, cuts: frozenset[int] = frozenset())
         for k in after.get(i, ()):
             insert(OFFLOAD, k)
     new_index = {o: n for n, o in enumerate(origin) if n not in inserted_at.values()}
+    # the ops reading each reloaded copy, in order (one pass, not one per reload)
+    renamed = set(names.values())
+    readers: dict[str, list[int]] = {}
+    for n2, rd in enumerate(reads):
+        for b in rd:
+            if b in renamed:
+                readers.setdefault(b, []).append(n2)
     for (kind, k), n in inserted_at.items():
         if kind == OFFLOAD:
             copies[n] = HostCopy(OFFLOAD, k, moved[k], start_after=new_index[max(layout.forward[k])])
         else:
-            waiter = min(n2 for n2, rd in enumerate(reads) if n2 > n and any(names[b] in rd for b in moved[k]))
+            # the first op after the reload that reads one of its copies
+            waiter = min(filter(None, (_first_after(readers.get(names[b], []), n) for b in moved[k])))
             copies[n] = HostCopy(RELOAD, k, tuple(names[b] for b in moved[k]), waiter=waiter)
     partner = [new_index[p] if p is not None else None for p in partner]
     producer = {b: new_index[j] for b, j in trace.producer.items()}

@@ -9,6 +9,7 @@ estimates and DAG times done so far (``interrupted`` True), for the report to ke
 from __future__ import annotations
 
 import argparse
+import math
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
@@ -331,11 +332,10 @@ def dag_time(rows: Sequence[Row], base: dict, global_batch: int, jobs: int = 1,
 
 def dag_band(rows: Sequence[Row], best_s: float) -> list[Row]:
     """The rows that could still beat a DAG time of ``best_s``: those whose estimate is within
-    :data:`~triosim.plan.estimate.TIME_OVER_BOUND` of it, and every row whose estimate is not
-    bounded (its stages cut otherwise than the DAG's: no bound on how far above the DAG it is).
-    A bounded row estimated above that has a DAG time above ``best_s``."""
-    limit = best_s * (1 + TIME_OVER_BOUND)
-    return [r for r in rows if not r.estimate.bounded or r.estimate.time_s <= limit]
+    its :attr:`~triosim.plan.estimate.Estimate.over_bound` of it (TIME_OVER_BOUND where bounded,
+    ROUGH_OVER_BOUND where only roughly, every row where nothing bounds how far above the DAG
+    the estimate may be). A row estimated above that has a DAG time above ``best_s``."""
+    return [r for r in rows if r.estimate.time_s <= best_s * (1 + r.estimate.over_bound)]
 
 
 def _best_dag_s(rows: Sequence[Row]) -> float:
@@ -352,7 +352,7 @@ def dag_check(rows: Sequence[Row], settings: PlanSettings, base: dict, top: int,
     best.sort(key=lambda r: r.estimate.time_s)  # stable: the fastest first, as estimated
     if not best:
         return False
-    if all(not r.estimate.bounded for r in best):
+    if all(math.isinf(r.estimate.over_bound) for r in best):
         return dag_time(best, base, settings.global_batch, jobs, progress, dask)
     first = best[:1]  # one, whatever --jobs: the rows timed must not depend on it
     if dag_time(first, base, settings.global_batch, jobs, progress, dask):
