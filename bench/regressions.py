@@ -1,4 +1,5 @@
-"""Speed regressions: a fixed list of `triosim run` processes timed against a committed baseline.
+"""Speed regressions: a fixed list of `triosim run` (and `triosim plan`) processes timed against a
+committed baseline.
 
     python bench/regressions.py                      # compare with bench/data/regressions-baseline.json
     python bench/regressions.py --record --note "…"  # write the baseline (from this checkout)
@@ -72,16 +73,23 @@ RUNS: dict[str, list[str]] = {
         "--model", "llama3-405b", "--gpu", "h100-sxm", "--topology-file",
         str(REPO / "topologies" / "dgx-h100-superpod.yaml"), "--dp", "1024", "--tp", "8", "--pp", "16",
         "--global-batch", "8192", "-micro-batch-size", "1", "--seq-len", "8192", "--dtype", "bf16"],
+    # An entry that starts with "plan" runs `triosim plan` (its workers' CPU counted: the process
+    # reaps them); what it prints with -q is the best configuration's command line.
+    "plan gpt3-175b, 1,024 H100s, global batch 1,536": [
+        "plan", "--model", "gpt3-175b", "--gpu", "h100-sxm", "--topology-file",
+        "topologies/dgx-h100-superpod.yaml", "--gpus", "1024", "--global-batch", "1536"],  # the checkout's
 }
 
 
 def run_once(argv: list[str], code: Path) -> tuple[float, str, float, float]:
-    """CPU seconds of one `triosim run -q` process with ``code`` first on the path, what it
-    printed, its wall seconds and its peak RSS (MiB, the process's own: ``os.wait4``)."""
+    """CPU seconds of one `triosim run -q` (or `plan -q`) process with ``code`` first on the path
+    (with the workers it reaped), what it printed, its wall seconds and its peak RSS (MiB, the
+    process's own: ``os.wait4``)."""
     env = dict(os.environ, PYTHONPATH=str(code))
     with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
         t0 = time.perf_counter()
-        proc = subprocess.Popen([sys.executable, "-c", CLI, "run", *argv, "-q"], stdout=out, stderr=err, cwd=code,
+        command = argv if argv[:1] == ["plan"] else ["run", *argv]
+        proc = subprocess.Popen([sys.executable, "-c", CLI, *command, "-q"], stdout=out, stderr=err, cwd=code,
                                 env=env)
         _pid, status, usage = os.wait4(proc.pid, 0)
         wall = time.perf_counter() - t0
@@ -124,7 +132,8 @@ def measure(code: Path, repeat: int, only: list[str], compiled: bool = True) -> 
                         "load_average": round(os.getloadavg()[0], 2)}
         out[name] = best
         print(f"  {name}: {best['cpu_s']:.2f} s CPU = {best['loops']:.2f} loops, {best['wall_s']:.2f} s wall, "
-              f"{best['peak_rss_mib']} MiB, load {best['load_average']:.2f} ({best['iteration_ms']} ms)",
+              f"{best['peak_rss_mib']} MiB, load {best['load_average']:.2f} ({best['iteration_ms']}"
+              f"{'' if argv[:1] == ['plan'] else ' ms'})",
               file=sys.stderr, flush=True)
     return out
 
