@@ -101,3 +101,22 @@ def test_bounded_only_on_a_model_card_below_zero_3() -> None:
             e = estimate(c, i.profile, i.settings, timer)
             want = (TIME_OVER_BOUND if tight else ROUGH_OVER_BOUND) if card else math.inf
             assert (e.bounded, e.over_bound) == (card and tight, want), (argv[1], c)
+
+
+def test_the_data_parallel_overlaps_are_only_roughly_bounded() -> None:
+    """With --overlap-grad-reduce (and --overlap-param-gather) the estimate follows the buckets
+    beside the compute only approximately (+3.1 % above the DAG seen on GPT-3 175B): a candidate
+    with data ranks is roughly bounded, one without them keeps the tight bound."""
+    from triosim.cli.console import build_parser
+    from triosim.cli.plan import plan_inputs
+    from triosim.plan import PipelineTimer, estimate
+
+    argv = ["plan", "--model", "llama3-8b", "--num-layers", "4", "--seq-len", "512", "--gpu", "h100-sxm",
+            "--topology", "nvlink-cluster", "--gpus", "8", "--global-batch", "16"]
+    for flags, want in (([], TIME_OVER_BOUND), (["--overlap-grad-reduce"], ROUGH_OVER_BOUND),
+                        (["--overlap-grad-reduce", "--overlap-param-gather"], ROUGH_OVER_BOUND)):
+        i = plan_inputs(build_parser().parse_args([*argv, *flags]))
+        timer = PipelineTimer(i.profile.platform)
+        assert estimate(Candidate(1, 1, 8, 1, zero=1), i.profile, i.settings, timer).over_bound == want, flags
+        alone = Candidate(8, 1, 1, 1, recompute="none", sequence_parallel=True)  # no data ranks: nothing to overlap
+        assert estimate(alone, i.profile, i.settings, timer).over_bound == TIME_OVER_BOUND, flags
