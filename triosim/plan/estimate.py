@@ -201,8 +201,9 @@ def _starts(c: Candidate, pt, profile: ModelProfile, settings: PlanSettings) -> 
 def _pipeline(c: Candidate, pt, profile: ModelProfile, settings: PlanSettings, timer: PipelineTimer, m: int,
               chosen: tuple[list[int], bool] | None = None, share: float | None = None):
     """Stage starts (``chosen``: already chosen, else :func:`_starts`), per-stage forward and
-    backward seconds, each rank's end (module docstring) and how far above the DAG's the time
-    may be (:attr:`Estimate.over_bound`); ``share``: the FP8 casts' (the profile's times key)."""
+    backward seconds, each rank's end (module docstring), how far above the DAG's the time may
+    be (:attr:`Estimate.over_bound`) and per stage when its last backward block ends (None where
+    the recurrence does not say); ``share``: the FP8 casts' (the profile's times key)."""
     key = (settings.global_batch // c.dp, c.tp, c.sequence_parallel and c.tp > 1, c.micro_batch, share)
     P, V = c.pp, c.virtual
     fw = pt.fwd + pt.tp_fwd
@@ -227,11 +228,12 @@ def _pipeline(c: Candidate, pt, profile: ModelProfile, settings: PlanSettings, t
             # of the DAG at most on the stratified sample, +0.7 % on the card checks' 280 such
             # candidates, up to +3.5 % on 4-layer Llama 3 pipelines on 16 H100s): roughly bounded
             over = max(over, ROUGH_OVER_BOUND)
-    ends = timer.rank_ends(c.schedule, P, V, m, c.stage_stride, F, B, cut_f, cut_b, from_free,
-                           held, pairs, slowed, blocking=not overlapped_sends(c, settings))  # stage GPUs tp · cp apart
+    ends, stage_ends = timer.rank_ends(c.schedule, P, V, m, c.stage_stride, F, B, cut_f, cut_b, from_free, held,
+                                       pairs, slowed, blocking=not overlapped_sends(c, settings),
+                                       stage_ends=True)  # stage GPUs tp · cp apart
     if held is not None:  # the GPU waits for the copy: busy, not the pipeline's bubble
         F = F + held[0]
-    return starts, F, B, ends, over
+    return starts, F, B, ends, over, stage_ends
 
 
 def _combined(c: Candidate, profile: ModelProfile, settings: PlanSettings, timer: PipelineTimer,
@@ -275,21 +277,23 @@ def _rank_sums(values: np.ndarray, bounds: list[tuple[int, int]], ranks: int) ->
 
 
 def _dp_synced(c: Candidate, key: tuple, starts: list[int], B: np.ndarray, ends: np.ndarray, after: np.ndarray,
-               pt: PositionTimes, profile: ModelProfile, settings: PlanSettings, timer: PipelineTimer) -> np.ndarray:
+               pt: PositionTimes, profile: ModelProfile, settings: PlanSettings, timer: PipelineTimer,
+               stage_ends: np.ndarray | None = None) -> np.ndarray:
     """Per pipeline rank, when its last DDP bucket is reduced on its DP group (its last block,
     the backward of its first chunk, ends at ``ends[r]``): each bucket once the op completing its
     last gradient has run in the last micro-batch's backward, one after another; without
     ``--overlap-grad-reduce`` all after ``after[r]`` (the rank's end, or the tied embedding's
-    all-reduce). Worked out once
+    all-reduce). ``stage_ends``: per stage when its last backward block ends (the interleaved
+    schedule's other model chunks complete their gradients then). Worked out once
     per pipeline (``key``: ZeRO-3's has its gathers), DP degree and reduce op: ZeRO-1 and 2 share it."""
     op = "all_reduce" if c.zero == 0 else "reduce_scatter"
     return timer.memo(("synced", key, c.data, op, settings.bucket_bytes, settings.overlap_grad_reduce),
-                      lambda: _dp_synced_all(c, op, starts, B, ends, after, pt, profile, settings, timer))
+                      lambda: _dp_synced_all(c, op, starts, B, ends, after, pt, profile, settings, timer, stage_ends))
 
 
 def _dp_synced_all(c: Candidate, op: str, starts: list[int], B: np.ndarray, ends: np.ndarray, after: np.ndarray,
                    pt: PositionTimes, profile: ModelProfile, settings: PlanSettings,
-                   timer: PipelineTimer) -> np.ndarray:
+                   timer: PipelineTimer, stage_ends: np.ndarray | None = None) -> np.ndarray:
     batch = settings.global_batch // c.dp
     bounds = list(zip(starts, [*starts[1:], profile.positions]))
 
@@ -337,16 +341,41 @@ def _dp_synced_all(c: Candidate, op: str, starts: list[int], B: np.ndarray, ends
         if not overlap:  # every bucket after the rank's last backward, one after another
             synced[r] = float(after[r]) + float(cost.sum())
             continue
-        a, b = bounds[r]  # the rank's last block: the backward of its first chunk
-        ops = pt.b_ops[(pt.b_pos >= a) & (pt.b_pos < b)]
-        left = np.concatenate((np.cumsum(pt.op_s[ops][::-1])[::-1][1:], [0.0]))  # block time after each op
-        k = np.minimum(np.searchsorted(ops, ready_ops), max(0, len(ops) - 1))
-        found = (ops[k] == ready_ops) if len(ops) else np.zeros(len(ready_ops), dtype=bool)
-        # a gradient completed in an earlier chunk (interleaved) is ready when the last block starts
-        ready = float(ends[r]) - np.where(found, left[k] if len(ops) else 0.0, float(B[r]))
-        # t <- max(t, ready_i) + cost_i over the buckets in order ends at max_i(ready_i + costs from i on)
+        # the rank's last block: the backward of its first chunk
+        ready, found = _ready_in_block(pt, bounds[r], ready_ops, float(ends[r]))
+        if stage_ends is not None:  # the interleaved schedule's other chunks: in their last backward block
+            for j in range(r + c.pp, len(bounds), c.pp):
+                there, inside = _ready_in_block(pt, bounds[j], ready_ops, float(stage_ends[j]))
+                ready = np.where(~found & inside, there, ready)
+                found |= inside
+        # a gradient completed elsewhere (an earlier chunk where the recurrence gives no block
+        # ends) is ready when the last block starts
+        ready = np.where(found, ready, float(ends[r]) - float(B[r]))
+        ready, cost = _in_ready_order(ready, cost)
+        # t <- max(t, ready_i) + cost_i over them ends at max_i(ready_i + costs from i on)
         synced[r] = float((ready + np.cumsum(cost[::-1])[::-1]).max())
     return synced
+
+
+def _in_ready_order(ready: np.ndarray, cost: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The buckets in the order they become ready, the order they are reduced in (the interleaved
+    schedule's model chunks each complete theirs in their own last backward block, the last
+    layers' chunk first)."""
+    order = np.argsort(ready, kind="stable")
+    return ready[order], cost[order]
+
+
+def _ready_in_block(pt: PositionTimes, bound: tuple[int, int], ready_ops: np.ndarray,
+                    end: float) -> tuple[np.ndarray, np.ndarray]:
+    """When each of ``ready_ops`` has run in the backward block of the positions ``bound`` that
+    ends at ``end`` (the block's ops one after another), and whether it is in that block."""
+    a, b = bound
+    ops = pt.b_ops[(pt.b_pos >= a) & (pt.b_pos < b)]
+    if not len(ops):
+        return np.full(len(ready_ops), end), np.zeros(len(ready_ops), dtype=bool)
+    left = np.concatenate((np.cumsum(pt.op_s[ops][::-1])[::-1][1:], [0.0]))  # block time after each op
+    k = np.minimum(np.searchsorted(ops, ready_ops), len(ops) - 1)
+    return end - left[k], ops[k] == ready_ops
 
 
 def _rank_peaks(c: Candidate, m: int, bounds: list[tuple[int, int]], params: np.ndarray, opt_state: np.ndarray,
@@ -446,12 +475,14 @@ def estimate(c: Candidate, profile: ModelProfile, settings: PlanSettings, timer:
     pt = _times(c, profile, batch, share, timer)
     key = (batch, c.tp, c.sequence_parallel, c.micro_batch, profile.recompute, c.schedule, P, c.virtual,
            settings.partition, share, variant, c.split)
-    starts, F, B, ends, over = timer.memo(key, lambda: _pipeline(c, pt, profile, settings, timer, m, chosen, share))
+    starts, F, B, ends, over, stage_ends = timer.memo(key, lambda: _pipeline(c, pt, profile, settings, timer, m,
+                                                                             chosen, share))
     bounds = list(zip(starts, [*starts[1:], profile.positions]))
     zero3 = c.zero == 3 and c.data > 1  # ZeRO-3 shards over the dp × cp data ranks
     if zero3:  # its gathers run inside every block: the pipeline's blocks are longer
         key = (*key, "zero3", c.data, settings.bucket_bytes)
         F, B, ends = timer.memo(key, lambda: zero3_pipeline(c, pt, profile, settings, timer, m, starts, share))
+        stage_ends = None  # not followed with the gathers in the blocks
     pipeline = float(ends.max())
     params = _rank_sums(pt.params, bounds, P)
     opt_state = _rank_sums(pt.opt_state, bounds, P)
@@ -467,8 +498,8 @@ def estimate(c: Candidate, profile: ModelProfile, settings: PlanSettings, timer:
         after[0] = after[P - 1] = max(float(ends[0]), float(ends[P - 1])) + tied
     # an MoE model's expert gradients meet over edp GPUs (tp · cp · dp / (ep · etp)), data ranks or not
     edp = c.tp * c.data // (c.ep * c.etp) if expert_params(profile, batch, c.tp, c.sequence_parallel) else 1
-    synced = _dp_synced(c, key, starts, B, ends, after, pt, profile, settings, timer) if c.data > 1 or edp > 1 \
-        else None
+    synced = _dp_synced(c, key, starts, B, ends, after, pt, profile, settings, timer, stage_ends) \
+        if c.data > 1 or edp > 1 else None
     # the experts' updated values: gathered over their own group, not the data ranks' (none at edp 1)
     expert_bytes = _rank_sums(expert_param_bytes(profile, batch, c.tp, c.sequence_parallel), bounds, P)
     for r in range(P):
@@ -502,8 +533,10 @@ def estimate(c: Candidate, profile: ModelProfile, settings: PlanSettings, timer:
     # and on nine GPT-3 175B / 1,024-GPU pipelines (−0.6 … −0.1 %): bounded where the rest is.
     grouped = spec.granularity == "full" and spec.method == "uniform" and spec.num_layers > 1
     # Megatron-Core's data-parallel overlaps: the buckets' reductions and gathers beside the
-    # compute are followed only approximately (GPT-3 175B on 1,024 H100s, both overlaps on: the 9
-    # DAG-timed best +0.1 … +3.1 % above the DAG; a 4-layer Llama 3 8B on dp 8: −16.8 … −12.0 %)
+    # compute are followed only approximately (GPT-3 175B on 1,024 H100s, both overlaps on: the 23
+    # DAG-timed best −4.7 … −1.3 % of the DAG, +0.1 … +3.1 % before the interleaved schedule's
+    # chunks reduced their own buckets; a 4-layer Llama 3 8B on dp 8: −16.8 … −12.0 %, the
+    # parameter gathers counted as hidden behind the next iteration)
     overlapped_dp = c.data > 1 and (settings.overlap_grad_reduce or settings.overlap_param_gather)
     if zero3 or c.cp > 1 or grouped or overlapped_dp:
         over = max(over, ROUGH_OVER_BOUND)

@@ -82,7 +82,8 @@ class PipelineTimer:
                   from_free: tuple[np.ndarray, np.ndarray] | None = None,
                   held: tuple[np.ndarray, np.ndarray] | None = None,
                   pairs: Callable[[tuple[str, int], tuple[str, int]], tuple[float, float]] | None = None,
-                  slowed: tuple[np.ndarray, np.ndarray] | None = None, blocking: bool = False) -> np.ndarray:
+                  slowed: tuple[np.ndarray, np.ndarray] | None = None, blocking: bool = False,
+                  stage_ends: bool = False):
         """Per pipeline rank, when its last block ends; ``forward``/``backward``: seconds of each of
         the pp · V stages per micro-batch; ``cut_fwd``/``cut_bwd``: bytes crossing boundary j
         (between stage j − 1 and j, j ≥ 1; index 0 unused) per micro-batch. ``from_free``: the
@@ -101,19 +102,24 @@ class PipelineTimer:
         :func:`~triosim.plan.pipeline_sends.beside_sends`). ``blocking`` (``--pipeline-send
         blocking``, Megatron's batched send/receive): a block's GPU goes on only once the block's
         transfer to another GPU has arrived; the wait for the receiver to post its receive is
-        left out, as the stages of a balanced pipeline post theirs in step."""
+        left out, as the stages of a balanced pipeline post theirs in step. ``stage_ends``: return
+        (the ranks' ends, per stage when its last backward block ends) instead, the latter None
+        for one stage and for the combined schedule (where its gradients are complete: the
+        interleaved schedule's model chunks finish their backward at different times)."""
         n = pp * virtual
         if n == 1:
             f, b = (forward, backward) if from_free is None else from_free
             hf, hb = (0.0, 0.0) if held is None else (float(held[0][0]), float(held[1][0]))
             if pairs is not None and micro > 1:  # F0, then (B_i, F_i+1) pairs, then the last B
                 both = max(pairs((BACKWARD, 0), (FORWARD, 0)))
-                return np.array([float(f[0]) + (micro - 1) * both + float(b[0])])
-            return np.array([micro * (float(f[0]) + float(b[0]) + hf + hb)])
+                out = np.array([float(f[0]) + (micro - 1) * both + float(b[0])])
+            else:
+                out = np.array([micro * (float(f[0]) + float(b[0]) + hf + hb)])
+            return (out, None) if stage_ends else out
         combined = pairs is not None and virtual > 1
         prog, lat, bw = self._program(schedule, pp, virtual, micro, tp, combined)
         if not prog.runnable:
-            return np.full(pp, np.inf)
+            return (np.full(pp, np.inf), None) if stage_ends else np.full(pp, np.inf)
         durations = np.concatenate((forward, backward))  # rows (phase, stage), forward first
         transfers = np.zeros(2 * n + 1)  # rows (direction, boundary), then the zero row
         for d, cut in ((0, cut_fwd), (1, cut_bwd)):
@@ -122,7 +128,8 @@ class PipelineTimer:
                 transfers[d * n + 1: d * n + n] += slowed[d][1:]
         if combined:
             together = np.array([pairs(*key) for key in prog.pairs]).reshape(len(prog.pairs), 2)
-            return combined_ends(prog, durations, transfers, together)
+            out = combined_ends(prog, durations, transfers, together)
+            return (out, None) if stage_ends else out
         nb = prog.num_blocks
         dur = durations[prog.duration_row]
         dur_free = None if from_free is None else np.concatenate(from_free)[prog.duration_row]
@@ -144,7 +151,8 @@ class PipelineTimer:
             if lv.sends:
                 e = a + lv.sends
                 times[nb + a: nb + e] = np.maximum(times[lv.wait_route], times[a:e]) + sent[a:e]
-        return times[prog.last] + after[prog.last]
+        out = times[prog.last] + after[prog.last]
+        return (out, times[prog.last_backward]) if stage_ends else out
 
 
 __all__ = ["PipelineTimer"]

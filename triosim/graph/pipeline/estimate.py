@@ -57,7 +57,8 @@ class BlockProgram:
     over a route; a block whose neighbour is on the same GPU is waited for at row b), row 2·B is
     zero. ``duration_row``/``transfer_row``: each block's row in the duration and transfer tables
     (the transfer table's spare last row, zero, for blocks that send nothing over a route);
-    ``last``: the row of each GPU's last block.
+    ``last``: the row of each GPU's last block; ``last_backward``: per stage, the row of its last
+    backward block (the last micro-batch's: where its gradients are complete).
     """
 
     ranks: int
@@ -68,6 +69,7 @@ class BlockProgram:
     transfer_row: np.ndarray
     last: np.ndarray
     runnable: bool
+    last_backward: np.ndarray | None = None
 
 
 def _duration_row(phase: str, size_index: int, stage: int, num_stages: int) -> int:
@@ -98,8 +100,11 @@ def compile_program(schedule: str, ranks: int, virtual: int, size_index: Sequenc
     level: list[int] = []
     prev_on_gpu: list[int] = []
     last_on_gpu = [-1] * ranks
+    last_backward = [-1] * n
     for w in walked:
         b, p = len(blocks), w.gpu
+        if w.phase != FORWARD:
+            last_backward[w.stage] = b  # a stage's blocks are met in its GPU's order
         blocks.append((p, w.need, _duration_row(w.phase, size_index[w.micro], w.stage, n), w.route, w.transfer_row))
         lv = 0
         if last_on_gpu[p] >= 0:
@@ -124,6 +129,7 @@ def compile_program(schedule: str, ranks: int, virtual: int, size_index: Sequenc
         transfer_row=np.array([blocks[b][4] if blocks[b][3] >= 0 else spare_transfer for b in order], dtype=np.intp),
         last=np.array([done_row(new, b) for b in last_on_gpu], dtype=np.intp),
         runnable=runnable,
+        last_backward=np.array([done_row(new, b) for b in last_backward], dtype=np.intp),
     )
 
 
