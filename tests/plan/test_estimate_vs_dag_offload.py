@@ -96,12 +96,12 @@ def test_the_copy_at_a_chunks_end_charged_to_the_next_backward_is_caught(timed, 
     original = PipelineTimer.rank_ends
 
     def planted(self, schedule, pp, virtual, micro, tp, forward, backward, cut_fwd, cut_bwd, from_free=None,
-                held=None, pairs=None, slowed=None, blocking=False, stage_ends=False):
+                held=None, pairs=None, slowed=None, blocking=False, stage_ends=False, first=None):
         if held is not None:
             backward = backward + held[0]
             from_free = (from_free[0], np.maximum(from_free[1] + held[0], backward))
         return original(self, schedule, pp, virtual, micro, tp, forward, backward, cut_fwd, cut_bwd, from_free,
-                        pairs=pairs, slowed=slowed, blocking=blocking, stage_ends=stage_ends)
+                        pairs=pairs, slowed=slowed, blocking=blocking, stage_ends=stage_ends, first=first)
 
     monkeypatch.setattr(PipelineTimer, "rank_ends", planted)
     assert any("pp8 interleaved" in line for line in errors(timed))

@@ -62,6 +62,7 @@ from .expert_time import (
 )
 from .micro_scale import scale_at
 from .offload_profile import for_offload
+from .param_gather_time import first_forward, gathers_in_first_forward
 from .pipeline_sends import boundary_bytes, overlapped_sends, with_sends
 from .pipeline_time import PipelineTimer
 from .profile import ModelProfile, PositionTimes
@@ -228,9 +229,12 @@ def _pipeline(c: Candidate, pt, profile: ModelProfile, settings: PlanSettings, t
             # of the DAG at most on the stratified sample, +0.7 % on the card checks' 280 such
             # candidates, up to +3.5 % on 4-layer Llama 3 pipelines on 16 H100s): roughly bounded
             over = max(over, ROUGH_OVER_BOUND)
+    # --overlap-param-gather: ZeRO-1/2's gathers in the first micro-batch's forward blocks
+    first = first_forward(c, pt, profile, settings, timer, starts, F, share) \
+        if gathers_in_first_forward(c, settings) and pairs is None else None
     ends, stage_ends = timer.rank_ends(c.schedule, P, V, m, c.stage_stride, F, B, cut_f, cut_b, from_free, held,
                                        pairs, slowed, blocking=not overlapped_sends(c, settings),
-                                       stage_ends=True)  # stage GPUs tp · cp apart
+                                       stage_ends=True, first=first)  # stage GPUs tp · cp apart
     if held is not None:  # the GPU waits for the copy: busy, not the pipeline's bubble
         F = F + held[0]
     return starts, F, B, ends, over, stage_ends
@@ -475,6 +479,8 @@ def estimate(c: Candidate, profile: ModelProfile, settings: PlanSettings, timer:
     pt = _times(c, profile, batch, share, timer)
     key = (batch, c.tp, c.sequence_parallel, c.micro_batch, profile.recompute, c.schedule, P, c.virtual,
            settings.partition, share, variant, c.split)
+    if gathers_in_first_forward(c, settings):  # their group: the data ranks
+        key = (*key, "param gather", c.data, settings.bucket_bytes)
     starts, F, B, ends, over, stage_ends = timer.memo(key, lambda: _pipeline(c, pt, profile, settings, timer, m,
                                                                              chosen, share))
     bounds = list(zip(starts, [*starts[1:], profile.positions]))
@@ -510,7 +516,7 @@ def estimate(c: Candidate, profile: ModelProfile, settings: PlanSettings, timer:
         opt_max = max(opt_max, opt)
         t += opt
         if sharded and c.zero < 3 and settings.overlap_param_gather:
-            pass  # ZeRO-1/2 gathering before the forward ops that use them: hidden behind the next iteration
+            pass  # ZeRO-1/2 gathering before the forward ops that use them: in the first forward blocks (_pipeline)
         elif sharded and c.zero < 3:  # ZeRO-1/2: every rank gathers the updated parameters
             # (an MoE model's experts on their own group, after the dense ones)
             t += profile.collective_s("all_gather", dp_group, int(params[r] - expert_bytes[r]))
@@ -533,10 +539,10 @@ def estimate(c: Candidate, profile: ModelProfile, settings: PlanSettings, timer:
     # and on nine GPT-3 175B / 1,024-GPU pipelines (−0.6 … −0.1 %): bounded where the rest is.
     grouped = spec.granularity == "full" and spec.method == "uniform" and spec.num_layers > 1
     # Megatron-Core's data-parallel overlaps: the buckets' reductions and gathers beside the
-    # compute are followed only approximately (GPT-3 175B on 1,024 H100s, both overlaps on: the 23
-    # DAG-timed best −4.7 … −1.3 % of the DAG, +0.1 … +3.1 % before the interleaved schedule's
-    # chunks reduced their own buckets; a 4-layer Llama 3 8B on dp 8: −16.8 … −12.0 %, the
-    # parameter gathers counted as hidden behind the next iteration)
+    # compute are followed without the link sharing and SM sharing beside them (within 1 % of the
+    # DAG on tests/plan/test_estimate_overlap_grad_reduce.py, down to −4 % on 8-layer Llama 3
+    # pipelines on 16 GPUs; +3.1 % above it on GPT-3 175B / 1,024 before the interleaved chunks'
+    # own buckets were followed): roughly bounded until a check over every candidate shows more
     overlapped_dp = c.data > 1 and (settings.overlap_grad_reduce or settings.overlap_param_gather)
     if zero3 or c.cp > 1 or grouped or overlapped_dp:
         over = max(over, ROUGH_OVER_BOUND)

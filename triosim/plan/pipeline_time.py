@@ -68,13 +68,17 @@ class PipelineTimer:
         hit = self._routes[key] = (tuple(pattern), lat, bw, tuple(routes))
         return hit
 
-    def _program(self, schedule: str, pp: int, virtual: int, micro: int, tp: int, combined: bool = False):
+    def _program(self, schedule: str, pp: int, virtual: int, micro: int, tp: int, combined: bool = False,
+                 first_apart: bool = False):
+        """The compiled recurrence; ``first_apart``: the first micro-batch's blocks with their own
+        duration rows (the second size of :func:`~triosim.graph.pipeline.estimate.compile_program`)."""
         pattern, lat, bw, _ = self.boundaries(pp, virtual, tp)
-        key = (schedule if virtual == 1 else "interleaved", pp, virtual, micro, pattern, combined)
+        key = (schedule if virtual == 1 else "interleaved", pp, virtual, micro, pattern, combined, first_apart)
         prog = self._programs.get(key)
         if prog is None:
+            sizes = [1] + [0] * (micro - 1) if first_apart else [0] * micro
             prog = self._programs[key] = compile_combined(pp, virtual, micro, list(pattern)) if combined else \
-                compile_program(key[0], pp, virtual, [0] * micro, list(pattern))
+                compile_program(key[0], pp, virtual, sizes, list(pattern))
         return prog, lat, bw
 
     def rank_ends(self, schedule: str, pp: int, virtual: int, micro: int, tp: int, forward: np.ndarray,
@@ -83,7 +87,7 @@ class PipelineTimer:
                   held: tuple[np.ndarray, np.ndarray] | None = None,
                   pairs: Callable[[tuple[str, int], tuple[str, int]], tuple[float, float]] | None = None,
                   slowed: tuple[np.ndarray, np.ndarray] | None = None, blocking: bool = False,
-                  stage_ends: bool = False):
+                  stage_ends: bool = False, first: tuple[np.ndarray, np.ndarray] | None = None):
         """Per pipeline rank, when its last block ends; ``forward``/``backward``: seconds of each of
         the pp · V stages per micro-batch; ``cut_fwd``/``cut_bwd``: bytes crossing boundary j
         (between stage j − 1 and j, j ≥ 1; index 0 unused) per micro-batch. ``from_free``: the
@@ -105,7 +109,10 @@ class PipelineTimer:
         left out, as the stages of a balanced pipeline post theirs in step. ``stage_ends``: return
         (the ranks' ends, per stage when its last backward block ends) instead, the latter None
         for one stage and for the combined schedule (where its gradients are complete: the
-        interleaved schedule's model chunks finish their backward at different times)."""
+        interleaved schedule's model chunks finish their backward at different times). ``first``:
+        the first micro-batch's forward seconds per stage, from the input's arrival and from the
+        GPU free (``--overlap-param-gather``'s gathers: :mod:`triosim.plan.param_gather_time`);
+        not with ``pairs``."""
         n = pp * virtual
         if n == 1:
             f, b = (forward, backward) if from_free is None else from_free
@@ -115,9 +122,12 @@ class PipelineTimer:
                 out = np.array([float(f[0]) + (micro - 1) * both + float(b[0])])
             else:
                 out = np.array([micro * (float(f[0]) + float(b[0]) + hf + hb)])
+                if first is not None:  # the first forward block, from the start (the GPU free and the input)
+                    out += max(float(first[0][0]), float(first[1][0])) - float(f[0])
             return (out, None) if stage_ends else out
         combined = pairs is not None and virtual > 1
-        prog, lat, bw = self._program(schedule, pp, virtual, micro, tp, combined)
+        apart = first is not None and not combined and micro > 1
+        prog, lat, bw = self._program(schedule, pp, virtual, micro, tp, combined, apart)
         if not prog.runnable:
             return (np.full(pp, np.inf), None) if stage_ends else np.full(pp, np.inf)
         durations = np.concatenate((forward, backward))  # rows (phase, stage), forward first
@@ -131,13 +141,27 @@ class PipelineTimer:
             out = combined_ends(prog, durations, transfers, together)
             return (out, None) if stage_ends else out
         nb = prog.num_blocks
+        free_rows = None if from_free is None else np.concatenate(from_free)
+        held_rows = None if held is None else np.concatenate(held)
+        if first is not None:
+            # the first micro-batch's rows (size 1): its forward blocks' own, the backward's as the rest
+            if not apart:  # one micro-batch: every block is the first's
+                durations[:n] = first[0]
+                free_rows = np.concatenate((first[1], backward if from_free is None else from_free[1]))
+            else:
+                free_rows = durations if free_rows is None else free_rows
+                durations = np.concatenate((durations, first[0], backward))
+                free_rows = np.concatenate((free_rows, first[1], free_rows[n:]))
+                transfers = np.concatenate((transfers[:-1], transfers[:-1], [0.0]))
+                if held_rows is not None:
+                    held_rows = np.concatenate((held_rows, held_rows))
         dur = durations[prog.duration_row]
-        dur_free = None if from_free is None else np.concatenate(from_free)[prog.duration_row]
+        dur_free = None if free_rows is None else free_rows[prog.duration_row]
         sent = transfers[prog.transfer_row]
         times = np.zeros(2 * nb + 1)
         after = np.zeros(2 * nb + 1)  # per block row, the seconds its GPU stays held after it ends
-        if held is not None:
-            after[:nb] = np.concatenate(held)[prog.duration_row]
+        if held_rows is not None:
+            after[:nb] = held_rows[prog.duration_row]
         if blocking:  # the block's own transfer (the spare zero row where it sends over no route)
             after[:nb] += sent
         hold = held is not None or blocking

@@ -1,0 +1,91 @@
+"""ZeRO-1/2's parameter gathers under ``--overlap-param-gather`` in the plan's estimate.
+
+Megatron-Core then gathers the updated parameters during the next iteration's forward pass
+rather than after the optimizer: a forward pre-hook waits for a bucket's all-gather and dispatches
+the next one. The task DAG (:mod:`triosim.graph.pipeline.rank_program`) builds one iteration so:
+each stage's forward units (:func:`triosim.graph.data.zero.fsdp_units`, as ZeRO-3's) are gathered
+in that stage's first micro-batch only, unit 0 once the GPU is free, unit k + 1 when unit k's
+first op is reached, each first op waiting for its unit. The other blocks gather nothing.
+
+Here the first micro-batch's forward block of each rank's first model chunk is walked with those
+gathers (:func:`triosim.plan.zero3_time.block_times`), giving its seconds from the input's arrival
+and from the GPU free; the other blocks keep their times. Under the interleaved schedule
+Megatron-LM aligns the gathers (chunks 0 and 1 dispatched at the start, chunk c at forward block
+(c − 1)·P − p of rank p): the first chunk's units are gathered one after another from the start,
+each op waiting for its unit (SM sharing beside them left out), and the other chunks' taken as
+gathered by their first block.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from ..graph.pipeline.schedules import FORWARD
+from .context_time import data_group
+from .micro_scale import scale_at
+from .zero3_time import beside_speeds, block_times, param_reads, read_shape, sm_speed, stage_units
+
+if TYPE_CHECKING:  # the estimate imports this module
+    from .candidates import Candidate
+    from .estimate import PlanSettings
+    from .pipeline_time import PipelineTimer
+    from .profile import ModelProfile, PositionTimes
+
+
+def gathers_in_first_forward(c: Candidate, settings: PlanSettings) -> bool:
+    """Whether the candidate's updated parameters are gathered in its first forward blocks."""
+    return settings.overlap_param_gather and c.zero in (1, 2) and c.data > 1
+
+
+def first_forward(c: Candidate, pt: PositionTimes, profile: ModelProfile, settings: PlanSettings,
+                  timer: PipelineTimer, starts: list[int], F: np.ndarray,
+                  cast_share: float | None) -> tuple[np.ndarray, np.ndarray]:
+    """Per stage, the first micro-batch's forward block seconds from its input's arrival and from
+    the GPU free, ``F`` (each stage's forward block) where it gathers nothing."""
+    P = c.pp
+    batch = settings.global_batch // c.dp
+    sp = c.sequence_parallel and c.tp > 1
+    # the same memo keys as ZeRO-3's (plan.zero3_pipeline): the same units and gathers
+    shape = timer.memo(("zero3 shape", profile.recompute, profile.variant), lambda: read_shape(profile))
+    reads = timer.memo(("zero3 reads", profile.recompute, profile.variant, batch, c.tp, sp),
+                       lambda: param_reads(profile, batch, c.tp, sp, shape))
+    compute = profile.op_times(batch, c.micro_batch, cast_share) * scale_at(profile, batch, c.tp, sp, c.micro_batch)
+    tp_after = pt.op_s - compute
+    speed, group = sm_speed(profile), data_group(c)
+    beside = timer.memo(("zero3 beside", c.tp, group, sp), lambda: beside_speeds(profile.platform, tuple(range(c.tp)),
+                                                                                 group, sp))
+    bounds = list(zip(starts, [*starts[1:], profile.positions]))
+    data, free = F.astype(float), F.astype(float)
+    all_ops, all_pos = shape.ops[FORWARD]
+    for r in range(P):
+        owned = np.zeros(profile.positions, dtype=bool)
+        for x, y in bounds[r::P]:
+            owned[x:y] = True
+        lo, hi = bounds[r]  # the rank's first chunk: stage r
+        ops = all_ops[(all_pos >= lo) & (all_pos < hi)]
+        ukey = ("zero3 units", profile.recompute, profile.variant, batch, c.tp, sp, lo, hi, tuple(bounds[r::P]), FORWARD,
+                settings.bucket_bytes)
+        firsts, sizes = timer.memo(ukey, lambda lo=lo, hi=hi, owned=owned: stage_units(
+            reads, lo, hi, owned, FORWARD, settings.bucket_bytes))
+        if not len(firsts):
+            continue
+        unit_of = np.full(len(ops), -1, dtype=np.intp)
+        unit_of[np.searchsorted(ops, firsts)] = np.arange(len(firsts))
+        gathers = timer.memo((ukey, group), lambda sizes=sizes: profile.collective_many(
+            "all_gather", group, np.array(sizes, dtype=np.int64)).tolist())
+        plain = float(pt.op_s[ops].sum())
+        if c.virtual > 1:
+            # aligned: every unit dispatched at the start, one after another; an op waits for its
+            # unit (the ops' seconds from each unit's first op to the block's end after it)
+            after_first = np.cumsum(pt.op_s[ops][::-1])[::-1][np.searchsorted(ops, firsts)]
+            free[r] += max(plain, float((np.cumsum(gathers) + after_first).max())) - plain
+            continue
+        from_free, from_data = block_times(compute[ops], tp_after[ops], unit_of, gathers, speed, beside)
+        data[r] += from_data - plain
+        free[r] += from_free - plain
+    return data, free
+
+
+__all__ = ["first_forward", "gathers_in_first_forward"]
