@@ -141,11 +141,10 @@ class Estimate:
 # time: the others cannot be faster.
 TIME_OVER_BOUND = 0.01
 # The same for ZeRO-3 over several data ranks, context parallelism, recomputation of groups of
-# layers and whole tensors sent beside TP collectives on a model card's equal stages, whose link
-# sharing (gathers, ring exchanges and transfers beside pipeline transfers or TP collectives) or
-# re-runs the estimate follows only approximately: at most +4.8 % over the 7,653 such candidates
-# of those checks, +1.3 % on tests/plan/test_estimate_vs_dag_partial.py, +3.5 % on 80 4-layer
-# Llama 3 pipelines without sequence parallelism on 16 H100s.
+# layers, whole tensors sent beside TP collectives and the data-parallel overlaps on a model
+# card's equal stages, whose link sharing or re-runs the estimate follows only approximately: at
+# most +4.8 % over the 7,653 such candidates of those checks, +1.3 % on
+# tests/plan/test_estimate_vs_dag_partial.py, +3.5 % on 80 4-layer Llama 3 pipelines without SP.
 ROUGH_OVER_BOUND = 0.10
 
 
@@ -538,11 +537,9 @@ def estimate(c: Candidate, profile: ModelProfile, settings: PlanSettings, timer:
     # bounded. Offload (not under ZeRO-3) is at most +0.0 % on tests/plan/test_estimate_vs_dag_offload.py
     # and on nine GPT-3 175B / 1,024-GPU pipelines (−0.6 … −0.1 %): bounded where the rest is.
     grouped = spec.granularity == "full" and spec.method == "uniform" and spec.num_layers > 1
-    # Megatron-Core's data-parallel overlaps: the buckets' reductions and gathers beside the
-    # compute are followed without the link sharing and SM sharing beside them (within 1 % of the
-    # DAG on tests/plan/test_estimate_overlap_grad_reduce.py, down to −4 % on 8-layer Llama 3
-    # pipelines on 16 GPUs; +3.1 % above it on GPT-3 175B / 1,024 before the interleaved chunks'
-    # own buckets were followed): roughly bounded until a check over every candidate shows more
+    # the data-parallel overlaps, followed without the link and SM sharing beside them (within 1 %
+    # on tests/plan/test_estimate_overlap_grad_reduce.py, −4 % on 8-layer Llama 3 pipelines on
+    # 16 GPUs): roughly bounded until a check over every candidate shows more
     overlapped_dp = c.data > 1 and (settings.overlap_grad_reduce or settings.overlap_param_gather)
     if zero3 or c.cp > 1 or grouped or overlapped_dp:
         over = max(over, ROUGH_OVER_BOUND)
