@@ -23,9 +23,8 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from ..graph.pipeline.schedules import FORWARD
-from .context_time import data_group
-from .micro_scale import scale_at
-from .zero3_time import beside_speeds, block_times, param_reads, read_shape, sm_speed, stage_units
+from .zero3_pipeline import walk_inputs
+from .zero3_time import block_times, stage_units
 
 if TYPE_CHECKING:  # the estimate imports this module
     from .candidates import Candidate
@@ -47,18 +46,11 @@ def first_forward(c: Candidate, pt: PositionTimes, profile: ModelProfile, settin
     P = c.pp
     batch = settings.global_batch // c.dp
     sp = c.sequence_parallel and c.tp > 1
-    # the same memo keys as ZeRO-3's (plan.zero3_pipeline): the same units and gathers
-    shape = timer.memo(("zero3 shape", profile.recompute, profile.variant), lambda: read_shape(profile))
-    reads = timer.memo(("zero3 reads", profile.recompute, profile.variant, batch, c.tp, sp),
-                       lambda: param_reads(profile, batch, c.tp, sp, shape))
-    compute = profile.op_times(batch, c.micro_batch, cast_share) * scale_at(profile, batch, c.tp, sp, c.micro_batch)
-    tp_after = pt.op_s - compute
-    speed, group = sm_speed(profile), data_group(c)
-    beside = timer.memo(("zero3 beside", c.tp, group, sp), lambda: beside_speeds(profile.platform, tuple(range(c.tp)),
-                                                                                 group, sp))
+    w = walk_inputs(c, pt, profile, settings, timer, cast_share)  # ZeRO-3's, memoized alike
+    reads, group = w.reads, w.group
     bounds = list(zip(starts, [*starts[1:], profile.positions]))
     data, free = F.astype(float), F.astype(float)
-    all_ops, all_pos = shape.ops[FORWARD]
+    all_ops, all_pos = w.shape.ops[FORWARD]
     for r in range(P):
         owned = np.zeros(profile.positions, dtype=bool)
         for x, y in bounds[r::P]:
@@ -82,7 +74,7 @@ def first_forward(c: Candidate, pt: PositionTimes, profile: ModelProfile, settin
             after_first = np.cumsum(pt.op_s[ops][::-1])[::-1][np.searchsorted(ops, firsts)]
             free[r] += max(plain, float((np.cumsum(gathers) + after_first).max())) - plain
             continue
-        from_free, from_data = block_times(compute[ops], tp_after[ops], unit_of, gathers, speed, beside)
+        from_free, from_data = block_times(w.compute[ops], w.tp_after[ops], unit_of, gathers, w.speed, w.beside)
         data[r] += from_data - plain
         free[r] += from_free - plain
     return data, free

@@ -5,6 +5,7 @@ pipeline's sends beside them and the schedule's recurrence over the blocks."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -14,6 +15,7 @@ from .context_time import data_group, ring_beside_gathers
 from .micro_scale import scale_at
 from .pipeline_sends import boundary_bytes, gathers_beside_sends, overlapped_sends, with_sends
 from .zero3_time import (
+    ParamReads,
     beside_speeds,
     block_times,
     gathering_share,
@@ -30,11 +32,23 @@ if TYPE_CHECKING:  # the estimate imports this module
     from .profile import ModelProfile, PositionTimes
 
 
-def zero3_pipeline(c: Candidate, pt: PositionTimes, profile: ModelProfile, settings: PlanSettings,
-                   timer: PipelineTimer, m: int, starts: list[int], cast_share: float | None):
-    """Per stage the forward and backward block seconds with ZeRO-3's unit gathers (:mod:`triosim.plan.zero3_time`:
-    from the input's arrival; the ones from the GPU free go to the recurrence) and each rank's end."""
-    S, P = c.pp * c.virtual, c.pp
+@dataclass(frozen=True)
+class WalkInputs:
+    """What walking a candidate's blocks with parameter-unit gathers needs (:func:`walk_inputs`)."""
+
+    shape: ParamReads  # every (op, parameter) read, per pass
+    reads: ParamReads  # the same with the parameters' gathered bytes at the key
+    compute: np.ndarray  # each op's compute seconds
+    tp_after: np.ndarray  # the TP collectives' seconds after each op
+    speed: float  # of the compute beside a gather (SM sharing)
+    group: tuple[int, ...]  # the data ranks the parameters are gathered over
+    beside: tuple[float, float]  # the speeds of a TP collective and a gather while both run
+
+
+def walk_inputs(c: Candidate, pt: PositionTimes, profile: ModelProfile, settings: PlanSettings,
+                timer: PipelineTimer, cast_share: float | None) -> WalkInputs:
+    """The :class:`WalkInputs` of ``c`` (memoized per key: ZeRO-3's blocks and ZeRO-1/2's first
+    forward blocks under ``--overlap-param-gather`` share them)."""
     batch = settings.global_batch // c.dp
     sp = c.sequence_parallel and c.tp > 1
     # the memo keys name cp: a context rank's profile (profile.for_context) differs from cp 1's
@@ -42,10 +56,22 @@ def zero3_pipeline(c: Candidate, pt: PositionTimes, profile: ModelProfile, setti
     reads = timer.memo(("zero3 reads", profile.recompute, profile.variant, batch, c.tp, sp),
                        lambda: param_reads(profile, batch, c.tp, sp, shape))
     compute = profile.op_times(batch, c.micro_batch, cast_share) * scale_at(profile, batch, c.tp, sp, c.micro_batch)
-    tp_after = pt.op_s - compute
-    speed, group = sm_speed(profile), data_group(c)  # ZeRO-3 shards over the dp × cp data ranks
-    # what the gathers slow beside them: the TP collectives, the context ring's exchanges
+    group = data_group(c)  # ZeRO shards over the dp × cp data ranks
+    # what the gathers slow beside them: the TP collectives (and the context ring's exchanges)
     beside = timer.memo(("zero3 beside", c.tp, group, sp), lambda: beside_speeds(profile.platform, tuple(range(c.tp)), group, sp))
+    return WalkInputs(shape, reads, compute, pt.op_s - compute, sm_speed(profile), group, beside)
+
+
+def zero3_pipeline(c: Candidate, pt: PositionTimes, profile: ModelProfile, settings: PlanSettings,
+                   timer: PipelineTimer, m: int, starts: list[int], cast_share: float | None):
+    """Per stage the forward and backward block seconds with ZeRO-3's unit gathers (:mod:`triosim.plan.zero3_time`:
+    from the input's arrival; the ones from the GPU free go to the recurrence) and each rank's end."""
+    S, P = c.pp * c.virtual, c.pp
+    batch = settings.global_batch // c.dp
+    sp = c.sequence_parallel and c.tp > 1
+    w = walk_inputs(c, pt, profile, settings, timer, cast_share)
+    shape, reads, compute, tp_after, speed, group, beside = (w.shape, w.reads, w.compute, w.tp_after, w.speed,
+                                                             w.group, w.beside)
     ring = timer.memo(("zero3 ring", profile.variant, profile.recompute, batch, c.tp, c.sequence_parallel, c.micro_batch,
                        cast_share, group),
                       lambda: ring_beside_gathers(profile, batch, c.tp, c.sequence_parallel, c.micro_batch, cast_share, group))
@@ -105,4 +131,4 @@ def zero3_pipeline(c: Candidate, pt: PositionTimes, profile: ModelProfile, setti
     return out[0], out[1], ends
 
 
-__all__ = ["zero3_pipeline"]
+__all__ = ["WalkInputs", "walk_inputs", "zero3_pipeline"]
