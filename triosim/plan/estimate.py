@@ -48,6 +48,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from ..graph.pipeline.schedules import BACKWARD, FORWARD
+from .bucket_ready import in_ready_order, ready_in_block
 from .candidates import Candidate
 from .combined_time import run_alone, run_chains, stage_chains
 from .context_time import data_group, with_ring
@@ -281,7 +282,7 @@ def _rank_sums(values: np.ndarray, bounds: list[tuple[int, int]], ranks: int) ->
 
 def _dp_synced(c: Candidate, key: tuple, starts: list[int], B: np.ndarray, ends: np.ndarray, after: np.ndarray,
                pt: PositionTimes, profile: ModelProfile, settings: PlanSettings, timer: PipelineTimer,
-               stage_ends: np.ndarray | None = None) -> np.ndarray:
+               stage_ends: np.ndarray | None = None, gathers: np.ndarray | None = None) -> np.ndarray:
     """Per pipeline rank, when its last DDP bucket is reduced on its DP group (its last block,
     the backward of its first chunk, ends at ``ends[r]``): each bucket once the op completing its
     last gradient has run in the last micro-batch's backward, one after another; without
@@ -291,12 +292,14 @@ def _dp_synced(c: Candidate, key: tuple, starts: list[int], B: np.ndarray, ends:
     per pipeline (``key``: ZeRO-3's has its gathers), DP degree and reduce op: ZeRO-1 and 2 share it."""
     op = "all_reduce" if c.zero == 0 else "reduce_scatter"
     return timer.memo(("synced", key, c.data, op, settings.bucket_bytes, settings.overlap_grad_reduce),
-                      lambda: _dp_synced_all(c, op, starts, B, ends, after, pt, profile, settings, timer, stage_ends))
+                      lambda: _dp_synced_all(c, op, starts, B, ends, after, pt, profile, settings, timer, stage_ends,
+                                             gathers))
 
 
 def _dp_synced_all(c: Candidate, op: str, starts: list[int], B: np.ndarray, ends: np.ndarray, after: np.ndarray,
                    pt: PositionTimes, profile: ModelProfile, settings: PlanSettings,
-                   timer: PipelineTimer, stage_ends: np.ndarray | None = None) -> np.ndarray:
+                   timer: PipelineTimer, stage_ends: np.ndarray | None = None,
+                   gathers: np.ndarray | None = None) -> np.ndarray:
     batch = settings.global_batch // c.dp
     bounds = list(zip(starts, [*starts[1:], profile.positions]))
 
@@ -345,40 +348,21 @@ def _dp_synced_all(c: Candidate, op: str, starts: list[int], B: np.ndarray, ends
             synced[r] = float(after[r]) + float(cost.sum())
             continue
         # the rank's last block: the backward of its first chunk
-        ready, found = _ready_in_block(pt, bounds[r], ready_ops, float(ends[r]))
+        ready, found = ready_in_block(pt, bounds[r], ready_ops, float(ends[r]))
         if stage_ends is not None:  # the interleaved schedule's other chunks: in their last backward block
             for j in range(r + c.pp, len(bounds), c.pp):
-                there, inside = _ready_in_block(pt, bounds[j], ready_ops, float(stage_ends[j]))
+                there, inside = ready_in_block(pt, bounds[j], ready_ops, float(stage_ends[j]))
                 ready = np.where(~found & inside, there, ready)
                 found |= inside
         # a gradient completed elsewhere (an earlier chunk where the recurrence gives no block
         # ends) is ready when the last block starts
         ready = np.where(found, ready, float(ends[r]) - float(B[r]))
-        ready, cost = _in_ready_order(ready, cost)
+        ready, cost = in_ready_order(ready, cost)
         # t <- max(t, ready_i) + cost_i over them ends at max_i(ready_i + costs from i on)
         synced[r] = float((ready + np.cumsum(cost[::-1])[::-1]).max())
+        if gathers is not None:  # ZeRO-3: the last block's gathers and the reductions on the same links
+            synced[r] = max(synced[r], float(ends[r]) - float(B[r]) + float(gathers[r]) + float(cost.sum()))
     return synced
-
-
-def _in_ready_order(ready: np.ndarray, cost: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """The buckets in the order they become ready, the order they are reduced in (the interleaved
-    schedule's model chunks each complete theirs in their own last backward block, the last
-    layers' chunk first)."""
-    order = np.argsort(ready, kind="stable")
-    return ready[order], cost[order]
-
-
-def _ready_in_block(pt: PositionTimes, bound: tuple[int, int], ready_ops: np.ndarray,
-                    end: float) -> tuple[np.ndarray, np.ndarray]:
-    """When each of ``ready_ops`` has run in the backward block of the positions ``bound`` that
-    ends at ``end`` (the block's ops one after another), and whether it is in that block."""
-    a, b = bound
-    ops = pt.b_ops[(pt.b_pos >= a) & (pt.b_pos < b)]
-    if not len(ops):
-        return np.full(len(ready_ops), end), np.zeros(len(ready_ops), dtype=bool)
-    left = np.concatenate((np.cumsum(pt.op_s[ops][::-1])[::-1][1:], [0.0]))  # block time after each op
-    k = np.minimum(np.searchsorted(ops, ready_ops), len(ops) - 1)
-    return end - left[k], ops[k] == ready_ops
 
 
 def _rank_peaks(c: Candidate, m: int, bounds: list[tuple[int, int]], params: np.ndarray, opt_state: np.ndarray,
@@ -486,7 +470,8 @@ def estimate(c: Candidate, profile: ModelProfile, settings: PlanSettings, timer:
     zero3 = c.zero == 3 and c.data > 1  # ZeRO-3 shards over the dp × cp data ranks
     if zero3:  # its gathers run inside every block: the pipeline's blocks are longer
         key = (*key, "zero3", c.data, settings.bucket_bytes)
-        F, B, ends = timer.memo(key, lambda: zero3_pipeline(c, pt, profile, settings, timer, m, starts, share))
+        F, B, ends, bwd_gathers = timer.memo(key, lambda: zero3_pipeline(c, pt, profile, settings, timer, m, starts,
+                                                                         share))
         stage_ends = None  # not followed with the gathers in the blocks
     pipeline = float(ends.max())
     params = _rank_sums(pt.params, bounds, P)
@@ -503,8 +488,8 @@ def estimate(c: Candidate, profile: ModelProfile, settings: PlanSettings, timer:
         after[0] = after[P - 1] = max(float(ends[0]), float(ends[P - 1])) + tied
     # an MoE model's expert gradients meet over edp GPUs (tp · cp · dp / (ep · etp)), data ranks or not
     edp = c.tp * c.data // (c.ep * c.etp) if expert_params(profile, batch, c.tp, c.sequence_parallel) else 1
-    synced = _dp_synced(c, key, starts, B, ends, after, pt, profile, settings, timer, stage_ends) \
-        if c.data > 1 or edp > 1 else None
+    synced = _dp_synced(c, key, starts, B, ends, after, pt, profile, settings, timer, stage_ends,
+                        bwd_gathers if zero3 else None) if c.data > 1 or edp > 1 else None
     # the experts' updated values: gathered over their own group, not the data ranks' (none at edp 1)
     expert_bytes = _rank_sums(expert_param_bytes(profile, batch, c.tp, c.sequence_parallel), bounds, P)
     for r in range(P):

@@ -128,7 +128,7 @@ def zero3_pipeline(c: Candidate, pt: PositionTimes, profile: ModelProfile, setti
     ends = timer.rank_ends(c.schedule, P, c.virtual, m, c.stage_stride, out[0], out[1], cut_f, cut_b,
                            (out[2], out[3]), slowed=slowed,
                            blocking=not overlapped_sends(c, settings))  # stage GPUs tp · cp apart
-    return out[0], out[1], ends
+    return out[0], out[1], ends, gathered[1]
 
 
 __all__ = ["WalkInputs", "walk_inputs", "zero3_pipeline"]
