@@ -23,8 +23,8 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from ..graph.pipeline.schedules import FORWARD
-from .zero3_pipeline import walk_inputs
-from .zero3_time import block_times, stage_units
+from .zero3_pipeline import block_units, walk_inputs
+from .zero3_time import block_times
 
 if TYPE_CHECKING:  # the estimate imports this module
     from .candidates import Candidate
@@ -44,34 +44,24 @@ def first_forward(c: Candidate, pt: PositionTimes, profile: ModelProfile, settin
     """Per stage, the first micro-batch's forward block seconds from its input's arrival and from
     the GPU free, ``F`` (each stage's forward block) where it gathers nothing."""
     P = c.pp
-    batch = settings.global_batch // c.dp
-    sp = c.sequence_parallel and c.tp > 1
     w = walk_inputs(c, pt, profile, settings, timer, cast_share)  # ZeRO-3's, memoized alike
-    reads, group = w.reads, w.group
     bounds = list(zip(starts, [*starts[1:], profile.positions]))
     data, free = F.astype(float), F.astype(float)
-    all_ops, all_pos = w.shape.ops[FORWARD]
     for r in range(P):
         owned = np.zeros(profile.positions, dtype=bool)
         for x, y in bounds[r::P]:
             owned[x:y] = True
-        lo, hi = bounds[r]  # the rank's first chunk: stage r
-        ops = all_ops[(all_pos >= lo) & (all_pos < hi)]
-        ukey = ("zero3 units", profile.recompute, profile.variant, batch, c.tp, sp, lo, hi, tuple(bounds[r::P]), FORWARD,
-                settings.bucket_bytes)
-        firsts, sizes = timer.memo(ukey, lambda lo=lo, hi=hi, owned=owned: stage_units(
-            reads, lo, hi, owned, FORWARD, settings.bucket_bytes))
-        if not len(firsts):
+        # the rank's first chunk: stage r
+        ops, unit_of, gathers = block_units(c, profile, settings, timer, w, bounds, r, r, FORWARD, owned)
+        if not gathers:
             continue
-        unit_of = np.full(len(ops), -1, dtype=np.intp)
-        unit_of[np.searchsorted(ops, firsts)] = np.arange(len(firsts))
-        gathers = timer.memo((ukey, group), lambda sizes=sizes: profile.collective_many(
-            "all_gather", group, np.array(sizes, dtype=np.int64)).tolist())
         plain = float(pt.op_s[ops].sum())
         if c.virtual > 1:
             # aligned: every unit dispatched at the start, one after another; an op waits for its
             # unit (the ops' seconds from each unit's first op to the block's end after it)
-            after_first = np.cumsum(pt.op_s[ops][::-1])[::-1][np.searchsorted(ops, firsts)]
+            starts_at = np.flatnonzero(unit_of >= 0)
+            starts_at = starts_at[np.argsort(unit_of[starts_at])]  # each unit's first op, unit by unit
+            after_first = np.cumsum(pt.op_s[ops][::-1])[::-1][starts_at]
             free[r] += max(plain, float((np.cumsum(gathers) + after_first).max())) - plain
             continue
         from_free, from_data = block_times(w.compute[ops], w.tp_after[ops], unit_of, gathers, w.speed, w.beside)

@@ -62,16 +62,34 @@ def walk_inputs(c: Candidate, pt: PositionTimes, profile: ModelProfile, settings
     return WalkInputs(shape, reads, compute, pt.op_s - compute, sm_speed(profile), group, beside)
 
 
+def block_units(c: Candidate, profile: ModelProfile, settings: PlanSettings, timer: PipelineTimer, w: WalkInputs,
+                bounds: list[tuple[int, int]], r: int, j: int, phase: str,
+                owned: np.ndarray) -> tuple[np.ndarray, np.ndarray, list[float]]:
+    """Stage ``j``'s block of ``phase`` on pipeline rank ``r`` (``owned``: the rank's positions):
+    its ops, the unit each op starts (-1: none) and each unit's gather seconds (memoized per key)."""
+    batch = settings.global_batch // c.dp
+    sp = c.sequence_parallel and c.tp > 1
+    lo, hi = bounds[j]
+    all_ops, all_pos = w.shape.ops[phase]
+    ops = all_ops[(all_pos >= lo) & (all_pos < hi)]
+    ukey = ("zero3 units", profile.recompute, profile.variant, batch, c.tp, sp, lo, hi, tuple(bounds[r::c.pp]), phase,
+            settings.bucket_bytes)
+    firsts, sizes = timer.memo(ukey, lambda: stage_units(w.reads, lo, hi, owned, phase, settings.bucket_bytes))
+    unit_of = np.full(len(ops), -1, dtype=np.intp)
+    unit_of[np.searchsorted(ops, firsts)] = np.arange(len(firsts))
+    gathers = timer.memo((ukey, w.group), lambda: profile.collective_many(
+        "all_gather", w.group, np.array(sizes, dtype=np.int64)).tolist())
+    return ops, unit_of, gathers
+
+
 def zero3_pipeline(c: Candidate, pt: PositionTimes, profile: ModelProfile, settings: PlanSettings,
                    timer: PipelineTimer, m: int, starts: list[int], cast_share: float | None):
     """Per stage the forward and backward block seconds with ZeRO-3's unit gathers (:mod:`triosim.plan.zero3_time`:
     from the input's arrival; the ones from the GPU free go to the recurrence) and each rank's end."""
     S, P = c.pp * c.virtual, c.pp
     batch = settings.global_batch // c.dp
-    sp = c.sequence_parallel and c.tp > 1
     w = walk_inputs(c, pt, profile, settings, timer, cast_share)
-    shape, reads, compute, tp_after, speed, group, beside = (w.shape, w.reads, w.compute, w.tp_after, w.speed,
-                                                             w.group, w.beside)
+    compute, tp_after, speed, group, beside = w.compute, w.tp_after, w.speed, w.group, w.beside
     ring = timer.memo(("zero3 ring", profile.variant, profile.recompute, batch, c.tp, c.sequence_parallel, c.micro_batch,
                        cast_share, group),
                       lambda: ring_beside_gathers(profile, batch, c.tp, c.sequence_parallel, c.micro_batch, cast_share, group))
@@ -93,18 +111,8 @@ def zero3_pipeline(c: Candidate, pt: PositionTimes, profile: ModelProfile, setti
         for x, y in bounds[r::P]:
             owned[x:y] = True
         for j in range(r, S, P):
-            lo, hi = bounds[j]
             for row, ph in ((0, FORWARD), (1, BACKWARD)):
-                all_ops, all_pos = shape.ops[ph]
-                ops = all_ops[(all_pos >= lo) & (all_pos < hi)]
-                ukey = ("zero3 units", profile.recompute, profile.variant, batch, c.tp, sp, lo, hi, tuple(bounds[r::P]), ph,
-                        settings.bucket_bytes)
-                firsts, sizes = timer.memo(ukey, lambda lo=lo, hi=hi, owned=owned, ph=ph: stage_units(
-                    reads, lo, hi, owned, ph, settings.bucket_bytes))
-                unit_of = np.full(len(ops), -1, dtype=np.intp)
-                unit_of[np.searchsorted(ops, firsts)] = np.arange(len(firsts))
-                gathers = timer.memo((ukey, group), lambda sizes=sizes: profile.collective_many(
-                    "all_gather", group, np.array(sizes, dtype=np.int64)).tolist())
+                ops, unit_of, gathers = block_units(c, profile, settings, timer, w, bounds, r, j, ph, owned)
                 # the block's first op waits for its input, whatever it reads (a backward block's
                 # re-runs too), as the pipeline waits for a receive before the step using it
                 after = tp_after[ops] if ring is None else tp_after[ops] + ring[ops] * gathering_share(gathers, pt.op_s[ops])
@@ -131,4 +139,4 @@ def zero3_pipeline(c: Candidate, pt: PositionTimes, profile: ModelProfile, setti
     return out[0], out[1], ends, gathered[1]
 
 
-__all__ = ["WalkInputs", "walk_inputs", "zero3_pipeline"]
+__all__ = ["WalkInputs", "block_units", "walk_inputs", "zero3_pipeline"]
