@@ -180,5 +180,3 @@ def alive_bytes(span: dict[str, list[int]], sizes: dict[str, int], steps: int) -
         alive[first] += sizes[k]
         alive[last + 1] -= sizes[k]
     return np.cumsum(alive[:-1]).tolist()
-
-
