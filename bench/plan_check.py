@@ -14,7 +14,13 @@
    (tests/plan/test_estimate_vs_dag.py), no candidate outside that band can beat it.
 
     python bench/plan_check.py [--skip-1024] [--skip-64] [--jobs 2] [--top 20]
-    python bench/plan_check.py --skip-1024 --skip-64 --cards 64,256 [--exhaustive | --within 0.06]
+    python bench/plan_check.py --skip-1024 --skip-64 --cards 64,256 [--exhaustive [--sample K] | --within 0.06]
+        [--overlaps]
+
+``--overlaps``: the plan's whole search, its overlap variants too, against every candidate with
+and without Megatron-Core's data-parallel overlaps (the variants of those with a tight bound:
+the overlaps' own bound is what it measures). ``--sample K`` with ``--exhaustive``: every
+candidate within ``--within`` of the plan's best and every K-th of the rest, the fastest first.
 
 An exhaustive card check takes hours of CPU. ``--journal DIR`` keeps each DAG outcome as it
 arrives (one JSON line per candidate, in a file per model, GPU count and batch), so a run that is
@@ -39,9 +45,10 @@ sys.path.insert(0, str(ROOT))
 
 from triosim.cli.console import build_parser  # noqa: E402
 from triosim.cli.plan import plan_inputs  # noqa: E402
-from triosim.plan.estimate import ROUGH_OVER_BOUND, TIME_OVER_BOUND  # noqa: E402
+from triosim.plan.estimate import ROUGH_OVER_BOUND, TIME_OVER_BOUND, estimate  # noqa: E402
+from triosim.plan.pipeline_time import PipelineTimer  # noqa: E402
 from triosim.plan.report import dag_seconds  # noqa: E402
-from triosim.plan.search import dag_check, dag_time, estimate_all, refine_and_time  # noqa: E402
+from triosim.plan.search import Row, dag_check, dag_time, estimate_all, refine_and_time  # noqa: E402
 from triosim.sweep.execute import Outcome  # noqa: E402
 
 
@@ -75,7 +82,7 @@ def check_1024(jobs: int, top: int) -> None:
     more, _, _, _ = refine_and_time(rows, inputs.profile, inputs.settings, inputs.base, top, jobs)
     rows += more
     w6, c6 = time.perf_counter(), _cpu()
-    print(f"  {len(more):,} refinements (partial recomputation, offload) estimated, {sum(r.dag is not None for r in more)}"
+    print(f"  {len(more):,} refinements and variants (partial recomputation, offload, the overlaps) estimated, {sum(r.dag is not None for r in more)}"
           f" DAG-timed: {w6 - w3:.1f} s wall, {c6 - c3:.1f} s CPU ({sum(r.feasible for r in more):,} fit)")
     best = [r for r in rows if r.dag is not None]
     errors = [r.estimate.time_s / dag_seconds(r) - 1 for r in best if dag_seconds(r)]
@@ -150,7 +157,7 @@ class Journal:
         """Sets ``dag`` on the rows the journal has; returns the others."""
         left = []
         for r in rows:
-            entry = self.known.get(repr(r.candidate))
+            entry = self.known.get(journal_key(r.candidate))
             if entry is None:
                 left.append(r)
             else:
@@ -158,15 +165,39 @@ class Journal:
         return left
 
     def write(self, row) -> None:
-        self.out.write(json.dumps({"candidate": repr(row.candidate), "code": self.code,
+        self.out.write(json.dumps({"candidate": journal_key(row.candidate), "code": self.code,
                                    "outcome": dataclasses.asdict(row.dag)}) + "\n")
         self.out.flush()
 
 
+def journal_key(c) -> str:
+    """A candidate's key in the journal: its repr, without the fields added after the journals
+    began where they have their defaults."""
+    return repr(c).replace(", fp8_recipe=None", "").replace(", overlaps=False", "")
+
+
+def overlap_rows(rows: list, inputs) -> list:
+    """Every feasible candidate with data ranks and a tight bound (TIME_OVER_BOUND: the overlaps'
+    own bound is what is measured; the others are roughly bounded with or without them) again
+    with Megatron-Core's data-parallel overlaps (``Candidate.overlaps``), estimated: the
+    exhaustive set of ``--overlaps``."""
+    timer = PipelineTimer(inputs.profile.platform)
+    out = []
+    for r in rows:
+        if r.feasible and r.candidate.data > 1 and not r.candidate.overlaps \
+                and r.estimate.over_bound == TIME_OVER_BOUND:
+            row = Row(dataclasses.replace(r.candidate, overlaps=True))
+            row.estimate = estimate(row.candidate, inputs.profile, inputs.settings, timer)
+            out.append(row)
+    return out
+
+
 def check_card(model: str, gpus: int, global_batch: int, jobs: int, top: int, exhaustive: bool, within: float,
-               journal_dir: Path | None = None, reuse_other_code: bool = False) -> None:
+               journal_dir: Path | None = None, reuse_other_code: bool = False, overlaps: bool = False,
+               sample: int = 1) -> None:
     """The plan's best against the DAG's best over every candidate that fits (or those within
-    ``within`` of the plan's best by estimate)."""
+    ``within`` of the plan's best by estimate; with ``sample`` K > 1, every K-th of the others); with ``overlaps``, the plan's whole search (its
+    overlap variants too) against every candidate with and without the data-parallel overlaps."""
     argv = ["--model", model, "--gpu", "h100-sxm", "--topology-file", str(ROOT / "topologies" / "dgx-h100-superpod.yaml"),
             "--gpus", str(gpus), "--global-batch", str(global_batch)]
     print(f"{model} on {gpus:,} GPUs, global batch {global_batch:,}:")
@@ -174,6 +205,9 @@ def check_card(model: str, gpus: int, global_batch: int, jobs: int, top: int, ex
     inputs = plan_inputs(_args(argv))
     rows, _ = estimate_all(inputs.candidates, inputs.profile, inputs.settings, jobs=jobs)
     dag_check(rows, inputs.settings, inputs.base, top, jobs, None, None)
+    if overlaps:
+        more, *_ = refine_and_time(rows, inputs.profile, inputs.settings, inputs.base, top, jobs)
+        rows = rows + more
     best = [r for r in rows if r.dag is not None]
     w1, c1 = time.perf_counter(), _cpu()
     timed = [r for r in best if dag_seconds(r) and r.reason is None]
@@ -182,7 +216,12 @@ def check_card(model: str, gpus: int, global_batch: int, jobs: int, top: int, ex
           f"{_label(plans)} {dag_seconds(plans) * 1e3:,.2f} ms ({w1 - w0:.0f} s wall, {c1 - c0:.0f} s CPU)")
     done = {id(r) for r in best}
     bound = dag_seconds(plans) * (1 + within)
-    rest = [r for r in rows if r.feasible and id(r) not in done and (exhaustive or r.estimate.time_s <= bound)]
+    known = {repr(r.candidate) for r in rows}
+    pool = rows + ([r for r in overlap_rows(rows, inputs) if repr(r.candidate) not in known] if overlaps else [])
+    rest = [r for r in pool if r.feasible and id(r) not in done and (exhaustive or r.estimate.time_s <= bound)]
+    if sample > 1:  # every one within the band, every sample-th of the others (enumeration order)
+        rest = [r for k, r in enumerate(rest) if r.estimate.time_s <= bound or k % sample == 0]
+    rest.sort(key=lambda r: r.estimate.time_s)  # the fastest first: a stopped run has checked those
     if journal_dir is None:
         dag_time(rest, inputs.base, global_batch, jobs)
     else:
@@ -194,12 +233,20 @@ def check_card(model: str, gpus: int, global_batch: int, jobs: int, top: int, ex
     all_timed = [r for r in [*best, *rest] if dag_seconds(r) and r.reason is None]
     top_row = min(all_timed, key=dag_seconds)
     scope = "every candidate that fits" if exhaustive else f"every one that fits estimated within {within:.0%} of it"
+    if sample > 1:
+        scope += f" (beyond {within:.0%} of it, every {sample}th)"
     gap = dag_seconds(plans) / dag_seconds(top_row) - 1
     print(f"  DAG over {scope}: {len(rest) + len(best):,} timed ({w2 - w1:.0f} s wall, {c2 - c1:.0f} s CPU); best "
           f"{_label(top_row)} {dag_seconds(top_row) * 1e3:,.2f} ms; the plan's best is {gap * 100:.2f} % slower")
     errors = [abs(r.estimate.time_s / dag_seconds(r) - 1) for r in all_timed]
     over, rough = (max((r.estimate.time_s / dag_seconds(r) - 1 for r in all_timed if r.estimate.over_bound == bound),
                        default=float("nan")) for bound in (TIME_OVER_BOUND, ROUGH_OVER_BOUND))
+    if overlaps:
+        for kind, rough_too in (("ZeRO 0-2 without cp", False), ("ZeRO-3 or cp", True)):
+            errs = [r.estimate.time_s / dag_seconds(r) - 1 for r in all_timed if r.candidate.overlaps
+                    and (r.candidate.zero == 3 or r.candidate.cp > 1) == rough_too]
+            print(f"  estimate / DAG - 1 of the {len(errs):,} with the overlaps, {kind}: "
+                  f"{min(errs, default=float('nan')) * 100:+.2f} … {max(errs, default=float('nan')) * 100:+.2f} %")
     mem = [abs(r.estimate.peak_bytes / r.dag.max_peak_memory_bytes - 1) for r in all_timed if r.dag.max_peak_memory_bytes]
     print(f"  |estimate / DAG - 1| over those: time max {max(errors) * 100:.1f} % (median "
           f"{statistics.median(errors) * 100:.1f} %), peak memory max {max(mem) * 100:.2f} %; "
@@ -255,6 +302,10 @@ def main() -> int:
     p.add_argument("--within", type=float, default=0.06)
     p.add_argument("--journal", type=Path, default=None,
                    help="a folder keeping each card check's DAG outcomes, so a stopped run goes on where it left off")
+    p.add_argument("--sample", type=int, default=1, metavar="K",
+                   help="with --exhaustive, every candidate within --within of the plan's best and every K-th of the rest")
+    p.add_argument("--overlaps", action="store_true",
+                   help="the card checks with the plan's overlap variants, and every candidate also with the overlaps")
     p.add_argument("--reuse-other-code", action="store_true",
                    help="reuse journal lines written by another tree of the triosim package")
     a = p.parse_args()
@@ -266,7 +317,7 @@ def main() -> int:
     for gpus in [int(g) for g in a.cards.split(",") if g]:
         for model in a.models.split(","):
             check_card(model, gpus, batch[gpus], a.jobs, a.top, a.exhaustive, a.within, a.journal,
-                       a.reuse_other_code)
+                       a.reuse_other_code, a.overlaps, a.sample)
     return 0
 
 

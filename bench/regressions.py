@@ -3,6 +3,7 @@ committed baseline.
 
     python bench/regressions.py                      # compare with bench/data/regressions-baseline.json
     python bench/regressions.py --record --note "…"  # write the baseline (from this checkout)
+    python bench/regressions.py --record --only plan --note "…"  # re-record some, keep the others
     python bench/regressions.py --code DIR --record  # … or from another checkout's triosim (e.g. main)
 
 Each run is a whole process of the ``triosim`` command (its entry point ``console_main``, imports
@@ -153,7 +154,12 @@ def main() -> int:
     print(f"load average {os.getloadavg()[0]:.2f}; code {args.code}", file=sys.stderr)
     now = measure(args.code.resolve(), args.repeat, args.only, compiled=not args.source)
     if args.record:
-        doc = {"note": args.note, "load_average": round(os.getloadavg()[0], 2), "runs": now}
+        runs = now
+        if args.only and args.baseline.exists():  # the other runs keep their baseline
+            old = json.loads(args.baseline.read_text())
+            runs = {**old["runs"], **now}
+            args.note = f"{old['note']}; re-recorded {', '.join(now)}: {args.note}"
+        doc = {"note": args.note, "load_average": round(os.getloadavg()[0], 2), "runs": runs}
         fd, tmp = tempfile.mkstemp(dir=args.baseline.parent, prefix=".regressions-", suffix=".json")
         with os.fdopen(fd, "w") as f:
             f.write(json.dumps(doc, indent=2) + "\n")

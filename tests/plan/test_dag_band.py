@@ -12,7 +12,13 @@ import math
 import pytest
 
 from triosim.plan import Candidate
-from triosim.plan.estimate import ROUGH_OVER_BOUND, TIME_OVER_BOUND, Estimate, PlanSettings
+from triosim.plan.estimate import (
+    OVERLAP_OVER_BOUND,
+    ROUGH_OVER_BOUND,
+    TIME_OVER_BOUND,
+    Estimate,
+    PlanSettings,
+)
 from triosim.plan.search import Row, dag_band, dag_check
 from triosim.sweep.execute import OK, Outcome
 
@@ -103,20 +109,23 @@ def test_bounded_only_on_a_model_card_below_zero_3() -> None:
             assert (e.bounded, e.over_bound) == (card and tight, want), (argv[1], c)
 
 
-def test_the_data_parallel_overlaps_are_only_roughly_bounded() -> None:
+def test_the_data_parallel_overlaps_have_their_own_bound() -> None:
     """With --overlap-grad-reduce (and --overlap-param-gather) the estimate follows the buckets
-    beside the compute only approximately (+3.1 % above the DAG seen on GPT-3 175B): a candidate
-    with data ranks is roughly bounded, one without them keeps the tight bound."""
+    beside the compute without its SM and link sharing: a candidate with data ranks has
+    OVERLAP_OVER_BOUND, one without them keeps the tight bound, ZeRO-3 the rough one."""
     from triosim.cli.console import build_parser
     from triosim.cli.plan import plan_inputs
     from triosim.plan import PipelineTimer, estimate
 
     argv = ["plan", "--model", "llama3-8b", "--num-layers", "4", "--seq-len", "512", "--gpu", "h100-sxm",
             "--topology", "nvlink-cluster", "--gpus", "8", "--global-batch", "16"]
-    for flags, want in (([], TIME_OVER_BOUND), (["--overlap-grad-reduce"], ROUGH_OVER_BOUND),
-                        (["--overlap-grad-reduce", "--overlap-param-gather"], ROUGH_OVER_BOUND)):
+    for flags, want in (([], TIME_OVER_BOUND), (["--overlap-grad-reduce"], OVERLAP_OVER_BOUND),
+                        (["--overlap-grad-reduce", "--overlap-param-gather"], OVERLAP_OVER_BOUND)):
         i = plan_inputs(build_parser().parse_args([*argv, *flags]))
         timer = PipelineTimer(i.profile.platform)
         assert estimate(Candidate(1, 1, 8, 1, zero=1), i.profile, i.settings, timer).over_bound == want, flags
+        assert estimate(Candidate(1, 1, 8, 1, zero=3), i.profile, i.settings, timer).over_bound == ROUGH_OVER_BOUND
+        assert estimate(Candidate(2, 4, 1, 1, sequence_parallel=True), i.profile, i.settings,
+                        timer).over_bound == TIME_OVER_BOUND  # no data ranks
         alone = Candidate(8, 1, 1, 1, recompute="none", sequence_parallel=True)  # no data ranks: nothing to overlap
         assert estimate(alone, i.profile, i.settings, timer).over_bound == TIME_OVER_BOUND, flags

@@ -92,7 +92,8 @@ def test_pool_ranks_as_in_process() -> None:
     assert not one.interrupted and not pool.interrupted
     assert [(r.candidate, r.dag) for r in one.ranked] == [(r.candidate, r.dag) for r in pool.ranked]
     timed = [r for r in pool.rows if r.dag is not None]
-    assert 1 <= len(timed) <= 4 and [r.candidate for r in timed] == [r.candidate for r in one.rows if r.dag is not None]
+    # at most the 4 best estimates, then at most 4 of the refinements and overlap variants
+    assert 1 <= len(timed) <= 8 and [r.candidate for r in timed] == [r.candidate for r in one.rows if r.dag is not None]
 
 
 def test_ctrl_c_in_the_pool_keeps_what_was_timed() -> None:

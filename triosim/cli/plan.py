@@ -84,6 +84,11 @@ def register(sub: Any, defaults: dict | None = None) -> None:
                         "DAG time, and rank them by the DAG (20; 0: estimates only)")
     g.add_argument("--max-tp", type=int, default=None, metavar="T",
                    help="largest tensor-parallel degree (default: the GPUs of a node, so a TP group stays on NVLink)")
+    g.add_argument("--overlaps", choices=("search", "off"), default="search",
+                   help="Megatron-Core's data-parallel overlaps: search (every candidate with data ranks that "
+                        "could be the fastest with them is also tried with --overlap-grad-reduce, and "
+                        "--overlap-param-gather under ZeRO 1/2) or off; --overlap-grad-reduce or "
+                        "--overlap-param-gather pins them on")
     g.add_argument("--out", metavar="FILE.csv", help="every candidate, infeasible ones with the reason (CSV)")
     g.add_argument("--plot", metavar="FILE.png", help="iteration time against peak memory, the Pareto set joined "
                                                       "(needs matplotlib: the plot extra)")
@@ -158,6 +163,9 @@ def _check_flags(args: argparse.Namespace) -> None:
         raise ConfigError(f"--jobs must be 1 or more, got {args.jobs}")
     if args.max_tp is not None and args.max_tp < 1:
         raise ConfigError(f"--max-tp must be 1 or more, got {args.max_tp}")
+    pinned = [f for f in ("overlap_grad_reduce", "overlap_param_gather") if getattr(args, f, False)]
+    if args.overlaps == "off" and pinned:
+        raise ConfigError(f"--overlaps off with --{pinned[0].replace('_', '-')}: give one or the other")
     if args.out:
         check_output_path(args.out, "--out")
         if Path(args.out).suffix.lower() != ".csv":
@@ -397,6 +405,7 @@ def plan_inputs(args: argparse.Namespace) -> PlanInputs:
     from ..plan.candidates import layer_facts
     from ..plan.combined_time import MoeOverlaps
     from ..plan.context_time import attention_sequence
+    from ..plan.fp8_recipes import other_recipes, with_recipes
     from ..plan.search_size import check_search_size
 
     _check_flags(args)
@@ -405,8 +414,10 @@ def plan_inputs(args: argparse.Namespace) -> PlanInputs:
     protect = input_files(args)
     refuse_outputs_over_inputs([("--out", args.out), ("--plot", args.plot)], args)
     # the platform of all N GPUs, and the trace at its recorded batch
+    # (--fp8-param-gather: the distributed optimizer's or FSDP's gathers, so ZeRO 1-3 only)
+    gathers = bool(getattr(args, "fp8_param_gather", False))
     ns = argparse.Namespace(**{**base, "dp": args.gpus, "tp": None, "pp": None, "cp": None, "gpus": None,
-                               "global_batch": None})
+                               "global_batch": None, **({"zero": "1"} if gathers else {})})
     check_model_flags(ns)
     platform = platform_from_args(ns)
     batches = resolve_batches(ns)  # a model card's trace is built here, at one sequence per op
@@ -431,14 +442,17 @@ def plan_inputs(args: argparse.Namespace) -> PlanInputs:
                         experts=experts, etp_allowed=getattr(args, "moe_token_dispatcher", "alltoall") == "alltoall",
                         combined=bool(getattr(args, "moe_a2a_overlap", False)), rank_order=_rank_order(args),
                         # Megatron-Core's precision-aware optimizer runs only in the distributed optimizer
-                        **({"zero_stages": (1, 2, 3)} if getattr(ns, "use_precision_aware_optimizer", False) else {}),
+                        **({"zero_stages": (1, 2, 3)} if gathers or getattr(ns, "use_precision_aware_optimizer", False)
+                           else {}),
                         **_layouts(args, raw, unit), **_card_layers(raw))
     if not mesh_shapes(space):
         raise ConfigError(explain_empty(space, unit))
-    candidates = list(enumerate_candidates(space))
+    precision = training_precision(ns)
+    recipe_pinned = (getattr(args, "fp8_recipe", "auto") or "auto") != "auto"
+    candidates = with_recipes(list(enumerate_candidates(space)),
+                              other_recipes(precision, GpuOptions.of(ns).device(), recipe_pinned))
     check_search_size(space, candidates)  # before anything is profiled
-    profile = ModelProfile(raw, platform, reference_compat=bool(ns.reference_compat),
-                           precision=training_precision(ns),
+    profile = ModelProfile(raw, platform, reference_compat=bool(ns.reference_compat), precision=precision,
                            moe=(str(getattr(args, "moe_token_dispatcher", "alltoall")),
                                 float(getattr(args, "moe_imbalance", 1.0))),
                            overlaps=MoeOverlaps(bool(getattr(args, "moe_shared_expert_overlap", False)),
@@ -449,6 +463,8 @@ def plan_inputs(args: argparse.Namespace) -> PlanInputs:
                             partition=args.partition if args.partition in ("count", "layers", "auto") else "time",
                             overlap_grad_reduce=bool(getattr(ns, "overlap_grad_reduce", False)),
                             overlap_param_gather=bool(getattr(ns, "overlap_param_gather", False)),
+                            overlap_variants=args.overlaps == "search" and not (
+                                getattr(ns, "overlap_grad_reduce", False) or getattr(ns, "overlap_param_gather", False)),
                             dispatchers=_other_dispatchers(args, experts),
                             pipeline_send=str(getattr(ns, "pipeline_send", "auto") or "auto"))
     flops = model_flops_per_sample(raw, raw.batch_size) * args.global_batch

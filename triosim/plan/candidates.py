@@ -82,6 +82,11 @@ class Candidate:
     dispatcher: str | None = None
     # --rank-order (the run's, a plan-wide setting): tp innermost, cp (if named) right after it
     rank_order: tuple[str, ...] = AXES
+    # Megatron-Core's data-parallel overlaps when the plan tries them beside a run without them:
+    # --overlap-grad-reduce, and --overlap-param-gather under ZeRO 1/2 (False: the run's own flags)
+    overlaps: bool = False
+    # FP8 training's scaling recipe when the plan tries another than the run's own (None: the run's)
+    fp8_recipe: str | None = None
 
     @property
     def recompute_spec(self) -> RecomputeSpec:
@@ -107,7 +112,9 @@ class Candidate:
         cp = f"×cp{self.cp}" if self.cp > 1 else ""
         ep = (f"×ep{self.ep}" if self.ep > 1 else "") + (f"×etp{self.etp}" if self.etp > 1 else "")
         dispatcher = f" {self.dispatcher}" if self.dispatcher else ""
-        return f"dp{self.dp}{cp}×tp{self.tp}×pp{self.pp}{ep}{dispatcher}"
+        overlaps = " +overlap" if self.overlaps else ""
+        recipe = f" fp8-{self.fp8_recipe}" if self.fp8_recipe else ""
+        return f"dp{self.dp}{cp}×tp{self.tp}×pp{self.pp}{ep}{dispatcher}{overlaps}{recipe}"
 
     @property
     def data(self) -> int:
@@ -156,7 +163,17 @@ class Candidate:
             flags += ["--offload-activations", self.offload]
         if self.dispatcher:
             flags += ["--moe-token-dispatcher", self.dispatcher]
+        if self.overlaps:
+            flags += ["--overlap-grad-reduce", *(["--overlap-param-gather"] if self.gathers_overlapped else [])]
+        if self.fp8_recipe:
+            flags += ["--fp8-recipe", self.fp8_recipe]
         return flags + split_flags(self.split)
+
+    @property
+    def gathers_overlapped(self) -> bool:
+        """Whether the plan's overlaps include ``--overlap-param-gather`` (ZeRO 1/2: the updated
+        parameters gathered during the next forward; Megatron-Core needs the distributed optimizer)."""
+        return self.overlaps and self.zero in (1, 2)
 
     @property
     def layout_label(self) -> str:

@@ -33,6 +33,7 @@ class PipelineTimer:
     _programs: dict[tuple, BlockProgram] = field(default_factory=dict, repr=False)
     _routes: dict[tuple[int, int, int], tuple] = field(default_factory=dict, repr=False)
     _ends: dict[tuple, tuple] = field(default_factory=dict, repr=False)
+    _apart: dict[tuple, PipelineTimer] = field(default_factory=dict, repr=False)
 
     def memo(self, key: tuple, compute):
         """``compute()`` once per ``key``: candidates that differ only in what the pipeline does
@@ -40,6 +41,14 @@ class PipelineTimer:
         hit = self._ends.get(key)
         if hit is None:
             hit = self._ends[key] = compute()
+        return hit
+
+    def apart(self, key: tuple) -> PipelineTimer:
+        """A timer with its own memo (another FP8 recipe's stage times: the memo keys do not name
+        the recipe), sharing this one's compiled programs and routes; one per ``key``."""
+        hit = self._apart.get(key)
+        if hit is None:
+            hit = self._apart[key] = PipelineTimer(self.platform, self._programs, self._routes)
         return hit
 
     def boundaries(self, pp: int, virtual: int, stride: int) -> tuple:

@@ -123,7 +123,7 @@ def print_pareto(console: Console, ranked: Sequence[Row], limit: int) -> None:
     console.print(table)
 
 
-CSV_COLUMNS = ("rank", "status", "reason", "dp", "tp", "pp", "cp", "ep", "etp", "dispatcher", "micro_batch", "micro_batches", "schedule",
+CSV_COLUMNS = ("rank", "status", "reason", "dp", "tp", "pp", "cp", "ep", "etp", "dispatcher", "overlaps", "fp8_recipe", "micro_batch", "micro_batches", "schedule",
                "virtual_stages", "layout", "zero", "recompute", "recompute_method", "recompute_num_layers", "recompute_modules",
                "offload", "sequence_parallel", "estimate_ms", "pipeline_ms", "bubble_ms",
                "dp_exposed_ms", "optimizer_ms", "estimate_peak_memory_bytes", "dag_ms", "dag_peak_memory_bytes",
@@ -136,6 +136,13 @@ def _recompute_detail(c) -> list:
     full, selective = c.recompute == "full", c.recompute == "selective"
     return [c.recompute_method if full else "", c.recompute_num_layers if full else "",
             "+".join(c.recompute_modules) if selective else "", c.offload or ""]
+
+
+def _overlaps(c) -> str:
+    """The CSV's overlaps cell: the data-parallel overlaps the plan tried (empty: the run's own)."""
+    if not c.overlaps:
+        return ""
+    return "grad-reduce+param-gather" if c.gathers_overlapped else "grad-reduce"
 
 
 def _status(row: Row) -> str:
@@ -168,7 +175,7 @@ def csv_text(rows: Sequence[Row], ranked: Sequence[Row], figures: Figures, base_
         t = dag if dag is not None else (e.time_s if e is not None and e.fits else None)
         w.writerow([
             position.get(id(row), ""), _status(row), row.reason or "", c.dp, c.tp, c.pp, c.cp, c.ep, c.etp,
-            c.dispatcher or "", c.micro_batch,
+            c.dispatcher or "", _overlaps(c), c.fp8_recipe or "", c.micro_batch,
             (figures.global_batch // c.dp) // c.micro_batch, c.schedule, c.virtual,
             c.layout_label if c.split.given else "", c.zero, c.recompute,
             *_recompute_detail(c), str(c.sequence_parallel).lower(),

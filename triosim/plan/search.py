@@ -11,7 +11,7 @@ from __future__ import annotations
 import argparse
 import math
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field, replace
 
 from ..errors import ConfigError
@@ -20,8 +20,9 @@ from ..graph.recompute_spec import DEFAULT_MODULES
 from ..sweep.execute import OK, Outcome, prepare, run_dask, run_inprocess, run_pool
 from ..sweep.grid import Point
 from .candidates import Candidate
-from .estimate import TIME_OVER_BOUND, Estimate, PlanSettings, estimate
+from .estimate import OVERLAP_OVER_BOUND, TIME_OVER_BOUND, Estimate, PlanSettings, estimate
 from .forked_estimate import Estimated, can_fork, estimate_forked
+from .fp8_recipes import recipe_of, refused_modules
 from .pipeline_time import PipelineTimer
 from .profile import ModelProfile
 from .variants import (
@@ -144,13 +145,8 @@ def refine(rows: list[Row], profile: ModelProfile, settings: PlanSettings, limit
     out: list[Row] = []
 
     def run(c: Candidate) -> Row:
-        row = Row(c)
-        try:
-            row.estimate = estimate(c, profile, settings, timer)
-        except ConfigError as exc:
-            row.error = str(exc).splitlines()[0]
-        out.append(row)
-        return row
+        out.extend(estimated([c], profile, settings, timer))
+        return out[-1]
 
     full = {r.candidate: r for r in rows if r.candidate.recompute == "full" and not r.candidate.detailed}
     host = has_host_link(profile)
@@ -167,7 +163,7 @@ def refine(rows: list[Row], profile: ModelProfile, settings: PlanSettings, limit
         else:
             sibling = full.get(replace(c, recompute="full"))
             if sibling is None or sibling.feasible:  # none fits where full recomputation (holding least) does not
-                module_variants(c, lambda v: run(v).feasible)
+                module_variants(c, lambda v: run(v).feasible, refused_modules(recipe_of(c, profile)))
         if progress is not None and k % 16 == 0:
             progress("refining", k + 1, len(parents))
     return out
@@ -188,18 +184,47 @@ def dispatcher_variants(rows: list[Row], profile: ModelProfile, settings: PlanSe
     parents = sorted((r for r in rows if r.error is None and r.estimate is not None and r.candidate.ep > 1
                       and r.candidate.etp == 1 and r.candidate.dispatcher is None and r.estimate.time_s < limit_s),
                      key=lambda r: r.estimate.time_s)[:MAX_PARENTS]
-    timer = PipelineTimer(profile.platform)
+    return estimated((replace(parent.candidate, dispatcher=d) for parent in parents for d in settings.dispatchers
+                      if not (d == "allgather" and (overlaps.a2a or overlaps.shared))), profile, settings)
+
+
+def overlaps_could_beat(parent: Estimate, best_s: float) -> bool:
+    """Whether the overlaps' variant of ``parent`` could enter :func:`dag_band` of ``best_s``: the
+    variant's estimate is at least the parent's pipeline time, and its bound the larger of the
+    parent's and :data:`~triosim.plan.estimate.OVERLAP_OVER_BOUND`."""
+    return parent.pipeline_s <= best_s * (1 + max(parent.over_bound, OVERLAP_OVER_BOUND))
+
+
+def overlap_variants(rows: list[Row], profile: ModelProfile, settings: PlanSettings, best_s: float) -> list[Row]:
+    """The rows of Megatron-Core's data-parallel overlaps (``--overlap-grad-reduce``, with
+    ``--overlap-param-gather`` under ZeRO 1/2) on every candidate with data ranks that fits and
+    could beat a DAG time of ``best_s`` with them, each estimated, where the run pins neither
+    (``settings.overlap_variants``). The overlaps hide how the gradients and the updated
+    parameters move, never the pipeline: a variant's estimate is at least its parent's
+    :attr:`~triosim.plan.estimate.Estimate.pipeline_s`, so a parent whose pipeline ends above
+    ``best_s`` plus the over-bound its variant will have cannot give one in :func:`dag_band`
+    (where nothing bounds it, the :data:`MAX_PARENTS` whose pipelines end first)."""
+    if not settings.overlap_variants:
+        return []
+    parents = sorted((r for r in rows if r.feasible and r.candidate.data > 1 and not r.candidate.overlaps
+                      and overlaps_could_beat(r.estimate, best_s)), key=lambda r: r.estimate.pipeline_s)
+    if best_s == float("inf") or any(math.isinf(r.estimate.over_bound) for r in parents):
+        parents = parents[:MAX_PARENTS]
+    return estimated((replace(parent.candidate, overlaps=True) for parent in parents), profile, settings)
+
+
+def estimated(candidates: Iterable[Candidate], profile: ModelProfile, settings: PlanSettings,
+              timer: PipelineTimer | None = None) -> list[Row]:
+    """A row of each of ``candidates``, estimated (a refusal kept as the row's error), in order."""
+    timer = timer or PipelineTimer(profile.platform)
     out = []
-    for parent in parents:
-        for d in settings.dispatchers:
-            if d == "allgather" and (overlaps.a2a or overlaps.shared):
-                continue
-            row = Row(replace(parent.candidate, dispatcher=d))
-            try:
-                row.estimate = estimate(row.candidate, profile, settings, timer)
-            except ConfigError as exc:
-                row.error = str(exc).splitlines()[0]
-            out.append(row)
+    for c in candidates:
+        row = Row(c)
+        try:
+            row.estimate = estimate(c, profile, settings, timer)
+        except ConfigError as exc:
+            row.error = str(exc).splitlines()[0]
+        out.append(row)
     return out
 
 
@@ -218,23 +243,42 @@ def refine_and_time(rows: list[Row], profile: ModelProfile, settings: PlanSettin
     """After the DAG timing of the candidates: :func:`refine` the parents whose estimate is
     below the best DAG time plus :data:`~triosim.plan.estimate.TIME_OVER_BOUND` (a refinement is
     slower than its parent: above that it cannot beat the best; the fastest estimate that fits
-    stands in for the best without a DAG time), then DAG-time the best ``top`` of the
-    refinements that could beat it (:func:`dag_band`). Returns (the new rows, interrupted,
-    seconds estimating, seconds DAG-timing)."""
+    stands in for the best without a DAG time), try the other token dispatchers and the
+    overlaps (:func:`dispatcher_variants`, :func:`overlap_variants`), then DAG-time the best
+    ``top`` of those that could beat it (:func:`dag_band`): the fastest :data:`FIRST_ROUND`
+    first, then those still in the band of the best after them. Returns (the new rows,
+    interrupted, seconds estimating, seconds DAG-timing)."""
     t0 = time.perf_counter()
     best = _best_dag_s(rows)
     if best == float("inf"):
         best = min((r.estimate.time_s for r in rows if r.feasible), default=float("inf"))
     more = refine(rows, profile, settings, best * (1 + TIME_OVER_BOUND), progress)
     more += dispatcher_variants(rows + more, profile, settings, best * (1 + TIME_OVER_BOUND))
+    more += overlap_variants(rows + more, profile, settings, best)
     t1 = time.perf_counter()
     interrupted = False
     if top > 0:
         timed = dag_band(best_estimated(more, top), best)
-        if timed:
-            interrupted = dag_time(timed, base, settings.global_batch, jobs, progress, dask)
+        # the fastest FIRST_ROUND first: a refinement or variant faster than the best (the
+        # overlaps' variants often are) narrows the band the others are timed against
+        first = timed[:FIRST_ROUND]
+        if first:
+            interrupted = dag_time(first, base, settings.global_batch, jobs, progress, dask)
+        if len(timed) > len(first) and not interrupted:
+            rest = dag_band(timed[len(first):], min(best, _best_dag_s(first)))
+            after_first = None
+            if progress is not None:  # counted on from the first round
+                def after_first(phase: str, done: int, total: int) -> None:
+                    progress(phase, len(first) + done, len(first) + total)
+            if rest:
+                interrupted = dag_time(rest, base, settings.global_batch, jobs, after_first, dask)
     return more, interrupted, t1 - t0, time.perf_counter() - t1
 
+
+# The refinements and variants DAG-timed before the band is narrowed by their best: a few, so
+# that one estimated too low (the overlaps' can be 3 % below the DAG) does not set it alone;
+# fixed, so the rows timed do not depend on --jobs.
+FIRST_ROUND = 3
 
 # A candidate whose estimated peak is at most this far over the capacity is DAG-checked rather
 # than dropped when it is among the fastest: the DAG's memory verdict decides.
@@ -282,6 +326,10 @@ def candidate_config(base: dict, c: Candidate, global_batch: int) -> dict:
         config["offload_activations"] = c.offload
     if c.dispatcher:
         config["moe_token_dispatcher"] = c.dispatcher
+    if c.overlaps:
+        config.update(overlap_grad_reduce=True, overlap_param_gather=c.gathers_overlapped)
+    if c.fp8_recipe:
+        config["fp8_recipe"] = c.fp8_recipe
     split = c.split
     config.update(account_for_embedding_in_pipeline_split=split.account_for_embedding,
                   account_for_loss_in_pipeline_split=split.account_for_loss,
@@ -405,4 +453,4 @@ def search(candidates: Sequence[Candidate], profile: ModelProfile, settings: Pla
 
 
 __all__ = ["NEAR_LIMIT", "PlanOutcome", "Row", "best_estimated", "candidate_config", "dag_band", "dag_check", "dag_time",
-           "estimate_all", "near_limit", "rank", "refine", "refine_and_time", "search"]
+           "estimate_all", "near_limit", "overlap_variants", "rank", "refine", "refine_and_time", "search"]

@@ -33,14 +33,16 @@ def pipeline_blocks(candidates: Iterable[Candidate], global_batch: int) -> int:
 def check_search_size(space: SearchSpace, candidates: Iterable[Candidate], limit: int = MAX_PLAN_BLOCKS) -> int:
     """Raise ConfigError when the search would time more than ``limit`` pipeline blocks; return
     the count."""
+    candidates = list(candidates)
     blocks = pipeline_blocks(candidates, space.global_batch)
     if blocks > limit:
+        recipe = ", --fp8-recipe" if any(c.fp8_recipe for c in candidates) else ""
         replica = max(space.global_batch // dp for _, _, dp, _ in mesh_shapes(space))
         raise ConfigError(
             f"--global-batch {space.global_batch:,} on {space.gpus:,} GPUs: the search would time "
             f"{blocks:,} pipeline blocks (a replica trains up to {replica:,} samples, as many micro-batches "
             f"at micro-batch 1), above plan's limit of {limit:,} (about 2 minutes and 3 GB): "
-            "give a smaller --global-batch, or pin a degree (--tp, --pp, --ep)"
+            f"give a smaller --global-batch, or pin a degree (--tp, --pp, --ep{recipe})"
         )
     return blocks
 

@@ -69,11 +69,15 @@ def may_offload(c: Candidate) -> bool:
     return c.recompute == "none" and c.zero < 3 and c.ep == 1 and c.etp == 1
 
 
-def module_variants(c: Candidate, fits: Callable[[Candidate], bool]) -> list[Candidate]:
+def module_variants(c: Candidate, fits: Callable[[Candidate], bool],
+                    refused: frozenset[str] = frozenset()) -> list[Candidate]:
     """The larger module sets of a selective candidate, in the order tried: the largest first,
-    and nothing more when it does not fit (a subset holds more)."""
+    and nothing more when it does not fit (a subset holds more); none with a ``refused`` module
+    (delayed FP8 scaling's)."""
     tried = []
     for m in MODULE_SETS[::-1]:
+        if refused & set(m):
+            continue
         tried.append(replace(c, recompute_modules=m))
         if not fits(tried[-1]):
             break
