@@ -165,7 +165,8 @@ def _check_flags(args: argparse.Namespace) -> None:
         raise ConfigError(f"--max-tp must be 1 or more, got {args.max_tp}")
     pinned = [f for f in ("overlap_grad_reduce", "overlap_param_gather") if getattr(args, f, False)]
     if args.overlaps == "off" and pinned:
-        raise ConfigError(f"--overlaps off with --{pinned[0].replace('_', '-')}: give one or the other")
+        where = f" (--config {args.config} sets it)" if pinned[0] in getattr(args, "config_dests", ()) else ""
+        raise ConfigError(f"--overlaps off with --{pinned[0].replace('_', '-')}{where}: give one or the other")
     if args.out:
         check_output_path(args.out, "--out")
         if Path(args.out).suffix.lower() != ".csv":

@@ -103,8 +103,8 @@ class PlanSettings:
     # --pipeline-send: auto (the interleaved schedule's sends overlap the compute, 1F1B's block),
     # blocking or overlapped
     pipeline_send: str = "auto"
-    # the fastest candidates tried again with both overlaps above (plan.search.overlap_variants):
-    # when the run pins neither
+    # candidates tried again with the overlaps above where they could be the fastest with them
+    # (plan.search.overlap_variants): when the run pins neither
     overlap_variants: bool = False
 
 

@@ -36,13 +36,13 @@ def check_search_size(space: SearchSpace, candidates: Iterable[Candidate], limit
     candidates = list(candidates)
     blocks = pipeline_blocks(candidates, space.global_batch)
     if blocks > limit:
-        recipe = ", --fp8-recipe" if any(c.fp8_recipe for c in candidates) else ""
+        recipe = " or the FP8 recipe (--fp8-recipe)" if any(c.fp8_recipe for c in candidates) else ""
         replica = max(space.global_batch // dp for _, _, dp, _ in mesh_shapes(space))
         raise ConfigError(
             f"--global-batch {space.global_batch:,} on {space.gpus:,} GPUs: the search would time "
             f"{blocks:,} pipeline blocks (a replica trains up to {replica:,} samples, as many micro-batches "
             f"at micro-batch 1), above plan's limit of {limit:,} (about 2 minutes and 3 GB): "
-            f"give a smaller --global-batch, or pin a degree (--tp, --pp, --ep{recipe})"
+            f"give a smaller --global-batch, or pin a degree (--tp, --pp, --ep){recipe}"
         )
     return blocks
 
