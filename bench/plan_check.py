@@ -20,7 +20,8 @@
 ``--overlaps``: the plan's whole search, its overlap variants too, against every candidate with
 and without Megatron-Core's data-parallel overlaps (the variants of those with a tight bound:
 the overlaps' own bound is what it measures). ``--sample K`` with ``--exhaustive``: every
-candidate within ``--within`` of the plan's best and every K-th of the rest, the fastest first.
+candidate within ``--within`` of the plan's best and one in K of the rest (by the CRC of its
+key: the same ones on every run), the fastest first.
 
 An exhaustive card check takes hours of CPU. ``--journal DIR`` keeps each DAG outcome as it
 arrives (one JSON line per candidate, in a file per model, GPU count and batch), so a run that is
@@ -38,6 +39,7 @@ import statistics
 import subprocess
 import sys
 import time
+import zlib
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -196,7 +198,7 @@ def check_card(model: str, gpus: int, global_batch: int, jobs: int, top: int, ex
                journal_dir: Path | None = None, reuse_other_code: bool = False, overlaps: bool = False,
                sample: int = 1) -> None:
     """The plan's best against the DAG's best over every candidate that fits (or those within
-    ``within`` of the plan's best by estimate; with ``sample`` K > 1, every K-th of the others); with ``overlaps``, the plan's whole search (its
+    ``within`` of the plan's best by estimate; with ``sample`` K > 1, one in K of the others); with ``overlaps``, the plan's whole search (its
     overlap variants too) against every candidate with and without the data-parallel overlaps."""
     argv = ["--model", model, "--gpu", "h100-sxm", "--topology-file", str(ROOT / "topologies" / "dgx-h100-superpod.yaml"),
             "--gpus", str(gpus), "--global-batch", str(global_batch)]
@@ -219,8 +221,10 @@ def check_card(model: str, gpus: int, global_batch: int, jobs: int, top: int, ex
     known = {repr(r.candidate) for r in rows}
     pool = rows + ([r for r in overlap_rows(rows, inputs) if repr(r.candidate) not in known] if overlaps else [])
     rest = [r for r in pool if r.feasible and id(r) not in done and (exhaustive or r.estimate.time_s <= bound)]
-    if sample > 1:  # every one within the band, every sample-th of the others (enumeration order)
-        rest = [r for k, r in enumerate(rest) if r.estimate.time_s <= bound or k % sample == 0]
+    if sample > 1:  # every one within the band, and one in ``sample`` of the others by their key's
+        # CRC (the same ones whatever else the pool holds, so a journal's picks are picked again)
+        rest = [r for r in rest if r.estimate.time_s <= bound
+                or zlib.crc32(journal_key(r.candidate).encode()) % sample == 0]
     rest.sort(key=lambda r: r.estimate.time_s)  # the fastest first: a stopped run has checked those
     if journal_dir is None:
         dag_time(rest, inputs.base, global_batch, jobs)
@@ -303,7 +307,7 @@ def main() -> int:
     p.add_argument("--journal", type=Path, default=None,
                    help="a folder keeping each card check's DAG outcomes, so a stopped run goes on where it left off")
     p.add_argument("--sample", type=int, default=1, metavar="K",
-                   help="with --exhaustive, every candidate within --within of the plan's best and every K-th of the rest")
+                   help="with --exhaustive, every candidate within --within of the plan's best and one in K of the rest (by the CRC of its key)")
     p.add_argument("--overlaps", action="store_true",
                    help="the card checks with the plan's overlap variants, and every candidate also with the overlaps")
     p.add_argument("--reuse-other-code", action="store_true",

@@ -203,13 +203,16 @@ def overlap_variants(rows: list[Row], profile: ModelProfile, settings: PlanSetti
     parameters move, never the pipeline: a variant's estimate is at least its parent's
     :attr:`~triosim.plan.estimate.Estimate.pipeline_s`, so a parent whose pipeline ends above
     ``best_s`` plus the over-bound its variant will have cannot give one in :func:`dag_band`
-    (where nothing bounds it, the :data:`MAX_PARENTS` whose pipelines end first)."""
+    (of those whose variant nothing bounds, the :data:`MAX_PARENTS` fastest)."""
     if not settings.overlap_variants:
         return []
-    parents = sorted((r for r in rows if r.feasible and r.candidate.data > 1 and not r.candidate.overlaps
-                      and overlaps_could_beat(r.estimate, best_s)), key=lambda r: r.estimate.pipeline_s)
-    if best_s == float("inf") or any(math.isinf(r.estimate.over_bound) for r in parents):
-        parents = parents[:MAX_PARENTS]
+    parents = [r for r in rows if r.feasible and r.candidate.data > 1 and not r.candidate.overlaps
+               and overlaps_could_beat(r.estimate, best_s)]
+    # those whose variant nothing bounds (every one without a best): the MAX_PARENTS fastest
+    loose = sorted((r for r in parents if best_s == float("inf") or math.isinf(r.estimate.over_bound)),
+                   key=lambda r: r.estimate.time_s)
+    dropped = {id(r) for r in loose[MAX_PARENTS:]}
+    parents = [r for r in parents if id(r) not in dropped]
     return estimated((replace(parent.candidate, overlaps=True) for parent in parents), profile, settings)
 
 
