@@ -27,7 +27,7 @@ from ..errors import ConfigError
 from ..graph.data.precision import with_training_precision
 from ..graph.strategy import parse_zero
 from ..trace import Trace
-from ..trace.fp8 import FP8_RECIPES, Fp8Training
+from ..trace.fp8 import DELAYED_REFUSED_MODULES, FP8_RECIPES, Fp8Training
 from ..trace.precision import (
     AUTO_GRAD_REDUCE_DTYPE,
     DEFAULT_GRAD_REDUCE_DTYPE,
@@ -116,9 +116,9 @@ def fp8_training(args: argparse.Namespace, batch: int | None = None) -> Fp8Train
     if recipe not in device.fp8_recipes:
         raise ConfigError(f"--fp8-recipe {recipe}: {device.display_name} ({device.name}) runs "
                           f"{', '.join(device.fp8_recipes)} (MXFP8 needs a Blackwell GPU, SM 10.0)")
-    if recipe == "delayed":  # Megatron-Core refuses these re-runs under delayed scaling (TransformerConfig)
+    if recipe == "delayed":
         modules = str(getattr(args, "recompute_modules", None) or "").replace(" ", ",").split(",")  # as parallel_flags
-        for module in ("layernorm", "moe_act"):
+        for module in DELAYED_REFUSED_MODULES:
             if module in modules:
                 raise ConfigError(f"--recompute-modules {module} with --fp8-recipe delayed: Megatron-Core's delayed "
                                   "scaling does not recompute norms or expert activations in FP8; use another recipe")

@@ -13,11 +13,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import replace
 
+from ..trace.fp8 import DELAYED_REFUSED_MODULES
 from .candidates import Candidate
 from .profile import ModelProfile
-
-# Megatron-Core refuses these re-runs under delayed scaling (its TransformerConfig)
-DELAYED_REFUSED_MODULES = frozenset({"layernorm", "moe_act"})
 
 
 def other_recipes(precision: object, device: object, pinned: bool) -> tuple[str, ...]:
@@ -42,7 +40,7 @@ def recipe_of(c: Candidate, profile: ModelProfile) -> str | None:
 
 def refused_modules(recipe: str | None) -> frozenset[str]:
     """The modules selective recomputation may not re-run under ``recipe``."""
-    return DELAYED_REFUSED_MODULES if recipe == "delayed" else frozenset()
+    return frozenset(DELAYED_REFUSED_MODULES) if recipe == "delayed" else frozenset()
 
 
 def with_recipes(candidates: Sequence[Candidate], recipes: Sequence[str]) -> list[Candidate]:
@@ -69,5 +67,5 @@ def recipe_profile(profile: ModelProfile, recipe: str) -> ModelProfile:
     return hit
 
 
-__all__ = ["DELAYED_REFUSED_MODULES", "other_recipes", "recipe_of", "recipe_profile", "refused_modules",
+__all__ = ["other_recipes", "recipe_of", "recipe_profile", "refused_modules",
            "run_recipe", "with_recipes"]

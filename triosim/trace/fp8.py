@@ -63,6 +63,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 FP8_RECIPES = ("delayed", "current", "blockwise", "mxfp8")
+# the modules Megatron-Core does not re-run under delayed scaling (its TransformerConfig refuses them)
+DELAYED_REFUSED_MODULES = ("layernorm", "moe_act")
 PER_TENSOR = frozenset({"delayed", "current"})
 HIGH_BYTES = 2  # the bf16 tensors an FP8 cast reads
 FP8_BYTES = 1
@@ -188,5 +190,5 @@ def gathered_bytes_per_element(fp8: Fp8Training, training_bytes: int) -> int:
     return FP8_BYTES if fp8.param_gather else training_bytes
 
 
-__all__ = ["FP8_RECIPES", "CastBytes", "Fp8Training", "amax_bytes", "copies", "gathered_bytes_per_element",
+__all__ = ["DELAYED_REFUSED_MODULES", "FP8_RECIPES", "CastBytes", "Fp8Training", "amax_bytes", "copies", "gathered_bytes_per_element",
            "quantize_bytes", "saved_input_bytes", "saved_input_elements", "scale_bytes", "weight_cast_kernels", "weight_copy_bytes"]
