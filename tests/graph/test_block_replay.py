@@ -39,6 +39,14 @@ CASES = {
                                                       virtual_stages=2, num_layers=8, pipeline_send="overlapped"),
     "context parallel ring and ZeRO-3": dict(model="llama3-8b", seq_len=4096, cp=2, dp=2, zero=3,
                                              sequence_parallel=True),
+    # --overlap-param-gather: the first micro-batch's forward blocks gather (built op by op), the
+    # rest repeat; interleaved, the gathers of later chunks go out between blocks (aligned)
+    "dp 2, ZeRO-1, overlapped parameter gather": dict(dp=2, zero=1, overlap_grad_reduce=True,
+                                                      overlap_param_gather=True, recompute="selective",
+                                                      sequence_parallel=True),
+    "dp 2, ZeRO-2, overlapped parameter gather, interleaved": dict(
+        dp=2, zero=2, overlap_grad_reduce=True, overlap_param_gather=True, schedule="interleaved",
+        virtual_stages=2, num_layers=8, pipeline_send="overlapped"),
 }
 
 
@@ -123,3 +131,14 @@ def test_replayed_blocks_are_spelled_out_only_when_read(monkeypatch) -> None:
         else:
             assert row is full
     assert replayed.label == built.label and spelled == built.attrs
+
+
+def test_blocks_after_the_parameter_gathers_are_replayed(monkeypatch) -> None:
+    """Only the first micro-batch's forward blocks gather the parameters: every later block comes
+    from a template as it does without the gathers (a gathering block, which no template
+    expresses, is never watched: that would stop the watch of its stage's forward blocks)."""
+    for order in (dict(), dict(schedule="interleaved", virtual_stages=2, num_layers=8, pipeline_send="overlapped")):
+        flags = dict(dp=2, zero=1, overlap_grad_reduce=True, global_batch=32, **order)
+        _, plain = _graph(monkeypatch, block_replay.BlockReplay, flags)
+        _, gathering = _graph(monkeypatch, block_replay.BlockReplay, {**flags, "overlap_param_gather": True})
+        assert gathering >= plain > 0, order

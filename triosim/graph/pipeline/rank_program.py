@@ -230,12 +230,12 @@ def add_rank_program(b: CompositionState, comm: GroupComm, p: int, waits, colls,
     pairs = CombinedPairs(b, order, p)  # --moe-a2a-overlap: forward and backward blocks as two chains
     # A representative rank whose blocks nothing but TP collectives, ring attention's key/value
     # exchanges and ZeRO-3's unit gathers enter: the blocks that repeat per micro-batch are added
-    # from a template (graph/pipeline/block_replay).
+    # from a template (graph/pipeline/block_replay). Under --overlap-param-gather only the first
+    # micro-batch's forward blocks gather: they are built op by op, the rest from templates.
     replay = BlockReplay(g, comm.charged_rows, task_of, tp_done, seq[gpu0], gpu0, b.replicas[0], stats,
                          (charged, comm.charges, seg_time, gathered, ring_in, rs_prev), frozenset(looked_up_later),
                          gathered) \
         if rep_only and tagged and ovl is None and not host and not exchanged \
-        and (not units_of or (strategy.zero == 3 and not param_gather)) \
         and (not attention or context.comm_type == "p2p") \
         and not pairs.pairs \
         else None
@@ -282,7 +282,7 @@ def add_rank_program(b: CompositionState, comm: GroupComm, p: int, waits, colls,
         firsts_open = True  # some replica's first task of the block not yet known
         rec = tally_log = None
         replayed = False
-        if replay is not None and not host_waits:
+        if replay is not None and not host_waits and not (param_gather and unit_at):
             replayed = replay.replay((s, ph, frac), r, last, firsts)
             rec = None if replayed else replay.start((s, ph, frac), r, last)
             tally_log = rec.tally if rec is not None else None
