@@ -47,8 +47,10 @@ class GraphBuilder:
     """Builds the DAG of ``strategy`` on ``platform`` from ``trace``: :meth:`check`, :meth:`compose`,
     then the run's ``parallel`` block and the platform's network recorded on the graph."""
 
-    def __init__(self, trace: Trace, platform: Platform, strategy: Strategy, fold: bool = False) -> None:
+    def __init__(self, trace: Trace, platform: Platform, strategy: Strategy, fold: bool = False,
+                 memory_twins: tuple[int, ...] = ()) -> None:
         self.trace = trace
+        self.memory_twins = memory_twins  # see composition.build
         self.platform = platform
         self.strategy = strategy
         self.requested = strategy  # as given (the JSON's ``parallel``); :meth:`check` may settle ``exact``
@@ -133,7 +135,8 @@ class GraphBuilder:
         if not strategy.hybrid and strategy.preset.axis is None:  # one GPU: from the trace's columns only
             return single.build(self.trace, self.platform, strategy)
         graph = self.replay() if strategy.reference_compat else None
-        return graph if graph is not None else composition.build(self.trace, self.platform, strategy, fold=self.fold)
+        return graph if graph is not None else composition.build(self.trace, self.platform, strategy, fold=self.fold,
+                                                                   memory_twins=self.memory_twins)
 
     def replay(self) -> TaskGraph | None:
         """The original's model of this preset where it is not the composition's (None: it is)."""
@@ -162,16 +165,19 @@ def mirrors_hold(graph: TaskGraph) -> bool:
     return True
 
 
-def build_graph(trace: Trace, platform: Platform, strategy: Strategy, fold: bool = False) -> TaskGraph:
+def build_graph(trace: Trace, platform: Platform, strategy: Strategy, fold: bool = False,
+                memory_twins: tuple[int, ...] = ()) -> TaskGraph:
     """The task DAG of one training iteration of ``trace`` under ``strategy`` on ``platform``.
     ``fold``: a data-parallel preset may be built as GPU 0 and its mirrors (the graph's
     ``mirrors``; only where nothing needs every GPU's tasks: the report mirrors them).
+    ``memory_twins``: ZeRO stages whose memory peaks are recorded too (see
+    :func:`triosim.graph.composition.build`).
 
     A large mesh makes millions of tasks' lists, tuples and dicts, all alive until the run ends
     and none of them cyclic garbage: the cyclic collector, which walked them again and again
     (a third of a 1T-parameter build), is paused meanwhile, as for loading a trace."""
     with collector_paused():
-        return GraphBuilder(trace, platform, strategy, fold).build()
+        return GraphBuilder(trace, platform, strategy, fold, memory_twins).build()
 
 
 __all__ = ["GraphBuilder", "build_graph"]

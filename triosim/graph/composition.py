@@ -135,12 +135,15 @@ def preset_strategy(strategy: Strategy, preset: Preset) -> Strategy:
 
 
 def build(trace: Trace, platform: Platform, strategy: Strategy, fuse_runs: bool = True,
-          fold: bool = False) -> TaskGraph:
+          fold: bool = False, memory_twins: tuple[int, ...] = ()) -> TaskGraph:
     """The composed DAG of ``strategy``'s degrees on ``platform`` (one representative per role
     unless ``strategy.exact``), or of its ``-case`` preset. A representative build runs each
     stretch of ops that nothing outside the GPU enters or leaves as one task (``fuse_runs``; same
     times, fewer tasks). ``fold``: a data-parallel preset builds GPU 0's program alone, its
-    collectives exactly over every GPU (:func:`folds`); the caller checks the schedule."""
+    collectives exactly over every GPU (:func:`folds`); the caller checks the schedule.
+    ``memory_twins``: ZeRO stages whose memory peaks are recorded beside the plan's own
+    (``graph.meta["memory_twins"]``: stage -> GPU -> bytes; absent where they could differ in
+    more than memory, :func:`~triosim.graph.memory.composition.peaks_under_zero`)."""
     preset = None if strategy.hybrid else strategy.preset
     fold = fold and folds(strategy, preset)
     if preset is not None:
@@ -231,7 +234,8 @@ def build(trace: Trace, platform: Platform, strategy: Strategy, fuse_runs: bool 
                         block_first={} if preset is None and pp > 1 and not blocking else None,
                         overlap=overlap, host_copies=off.copies if off is not None else None,
                         host_rate=rate if off is not None else 0.0,
-                        reruns=frozenset(rec.rerun_ops) if rec is not None else frozenset()).assemble()
+                        reruns=frozenset(rec.rerun_ops) if rec is not None else frozenset(),
+                        memory_twins=memory_twins).assemble()
         if not g.meta.pop("needs_memcpy") or not (fuse or fold):
             break
         if fold:  # a memcpy's remote links are every GPU's: build them all
@@ -271,6 +275,9 @@ class Composition(CompositionState):
     # many of block_first's entries that has read (_record_after_program)
     last_block_first: dict[tuple[int, int, int], int] = field(default_factory=dict)
     blocks_seen: int = 0
+    # ZeRO stages whose memory peaks are wanted beside the build's own (graph.meta["memory_twins"]):
+    # from ZeRO-1, ZeRO-2's, the same tasks (memory.composition.peaks_under_zero)
+    memory_twins: tuple[int, ...] = ()
 
     def assemble(self) -> TaskGraph:
         """The steps in order; the graph's ``needs_memcpy`` says whether a memory plan needed a
@@ -289,6 +296,9 @@ class Composition(CompositionState):
         reports = self.plan_memory()
         g = self.graph
         g.meta["needs_memcpy"] = any(r.fetch_tasks or r.evictions for r in reports)
+        if self.memory_twins and not g.meta["needs_memcpy"] and self.preset is None and self.experts is None:
+            # (an expert rank's shards depend on the stage: graph.expert.plan.expert_split)
+            g.meta["memory_twins"] = {z: composed_memory.peaks_under_zero(self, z) for z in self.memory_twins}
         g.meta["devices"] = sorted(gg for s in range(ranks.pp) for gg in self.gpus(s))
         if self.folded:  # every GPU is GPU 0's mirror: its program, memory and times (checked after scheduling)
             del g.meta[FOLD_BUILT_META]

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field, replace
 from ..errors import ConfigError
 from ..graph.offload import host_link_rate
 from ..graph.recompute_spec import DEFAULT_MODULES
-from ..sweep.execute import OK, Outcome, prepare, run_dask, run_inprocess, run_pool
+from ..sweep.execute import OK, Outcome, prepare, run_dask, run_inprocess, run_pool, with_zero_twins
 from ..sweep.grid import Point
 from .candidates import Candidate
 from .estimate import OVERLAP_OVER_BOUND, TIME_OVER_BOUND, Estimate, PlanSettings, estimate
@@ -264,11 +264,12 @@ def refine_and_time(rows: list[Row], profile: ModelProfile, settings: PlanSettin
         timed = dag_band(best_estimated(more, top), best)
         # the fastest FIRST_ROUND first: a refinement or variant faster than the best (the
         # overlaps' variants often are) narrows the band the others are timed against
-        first = timed[:FIRST_ROUND]
+        first = with_twins(timed[:FIRST_ROUND], timed)
         if first:
             interrupted = dag_time(first, base, settings.global_batch, jobs, progress, dask)
         if len(timed) > len(first) and not interrupted:
-            rest = dag_band(timed[len(first):], min(best, _best_dag_s(first)))
+            taken = {id(r) for r in first}
+            rest = dag_band([r for r in timed if id(r) not in taken], min(best, _best_dag_s(first)))
             after_first = None
             if progress is not None:  # counted on from the first round
                 def after_first(phase: str, done: int, total: int) -> None:
@@ -286,6 +287,18 @@ FIRST_ROUND = 3
 # A candidate whose estimated peak is at most this far over the capacity is DAG-checked rather
 # than dropped when it is among the fastest: the DAG's memory verdict decides.
 NEAR_LIMIT = 0.05
+
+
+def with_twins(first: list[Row], rows: Sequence[Row]) -> list[Row]:
+    """``first`` and the ZeRO 1/2 twins among ``rows`` of its rows (the other stage, every other
+    field the same), so that a round times them together: one simulation gives both
+    (:func:`~triosim.sweep.execute.with_zero_twins`)."""
+    def twin(c: Candidate) -> Candidate | None:
+        return replace(c, zero=3 - c.zero) if c.zero in (1, 2) else None
+
+    wanted = {twin(r.candidate) for r in first} - {None}
+    taken = {id(r) for r in first}
+    return first + [r for r in rows if r.candidate in wanted and id(r) not in taken]
 
 
 def best_estimated(rows: Sequence[Row], k: int) -> list[Row]:
@@ -369,13 +382,14 @@ def dag_time(rows: Sequence[Row], base: dict, global_batch: int, jobs: int = 1,
         progress("DAG-timing", 0, len(rows))
     for o in prepared.settled:
         on_outcome(o)
+    tasks = with_zero_twins(prepared.tasks)  # a ZeRO-2 row rides on its ZeRO-1 twin's simulation
     try:
         if dask is not None:
-            run_dask(dask, prepared.traces, prepared.tasks, on_outcome)
-        elif jobs > 1 and len(prepared.tasks) > 1:
-            run_pool(prepared.traces, prepared.tasks, jobs, on_outcome)
+            run_dask(dask, prepared.traces, tasks, on_outcome)
+        elif jobs > 1 and len(tasks) > 1:
+            run_pool(prepared.traces, tasks, jobs, on_outcome)
         else:
-            run_inprocess(prepared.traces, prepared.tasks, on_outcome)
+            run_inprocess(prepared.traces, tasks, on_outcome)
     except KeyboardInterrupt:
         return True
     return False
@@ -405,10 +419,11 @@ def dag_check(rows: Sequence[Row], settings: PlanSettings, base: dict, top: int,
         return False
     if all(math.isinf(r.estimate.over_bound) for r in best):
         return dag_time(best, base, settings.global_batch, jobs, progress, dask)
-    first = best[:1]  # one, whatever --jobs: the rows timed must not depend on it
+    first = with_twins(best[:1], best)  # one (and its twin), whatever --jobs: the rows timed must not depend on it
     if dag_time(first, base, settings.global_batch, jobs, progress, dask):
         return True
-    rest = dag_band(best[len(first):], _best_dag_s(first))
+    taken = {id(r) for r in first}
+    rest = dag_band([r for r in best if id(r) not in taken], _best_dag_s(first))
     if not rest:
         return False
     after_first = None

@@ -17,7 +17,7 @@ import os
 import signal
 import uuid
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -84,6 +84,9 @@ class Task:
     config: tuple[tuple[str, Any], ...]
     trace_key: TraceKey
     batch_size_sim: int
+    # (index, flags) of configurations that differ from this one only in --zero 2 where it has
+    # --zero 1: their DAG is this one's, their memory plan their own (with_zero_twins)
+    twins: tuple[tuple[int, tuple[tuple[str, Any], ...]], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -123,6 +126,51 @@ def _reason(exc: BaseException) -> str:
 
 def run_task(traces: TraceSet, task: Task) -> Outcome:
     """Simulate one configuration; every error becomes an Outcome, never an exception."""
+    return _simulated(traces, task)[0]
+
+
+def run_tasks(traces: TraceSet, task: Task) -> list[Outcome]:
+    """The outcome of ``task``, then its twins': each takes the task's simulation with its own
+    memory plan (``peaks_under_zero``), or where the build could not give that one, its own run."""
+    if not task.twins:
+        return [run_task(traces, task)]
+    zeros = tuple(int(dict(config)["zero"]) for _, config in task.twins)
+    main, peaks, capacity = _simulated(traces, task, zeros)
+    out = [main]
+    for (index, config), zero in zip(task.twins, zeros):
+        got = peaks.get(zero) if main.status == OK and peaks is not None else None
+        if got is None:
+            out.append(run_task(traces, replace(task, index=index, config=config, twins=())))
+        else:
+            out.append(replace(main, index=index, max_peak_memory_bytes=max(got.values(), default=0),
+                               fits=None if capacity is None else all(p <= capacity for p in got.values())))
+    return out
+
+
+def with_zero_twins(tasks: Sequence[Task]) -> list[Task]:
+    """``tasks`` with each ``--zero 2`` configuration whose ``--zero 1`` twin (every other flag the
+    same) is among them folded into the twin's task (:attr:`Task.twins`): ZeRO-2 shards the
+    gradient buffers too and changes no task, so one simulation times both."""
+    def flags_but_zero(t: Task) -> str:
+        return repr((t.trace_key, t.batch_size_sim, tuple(kv for kv in t.config if kv[0] != "zero")))
+
+    def zero(t: Task) -> str:
+        return str(dict(t.config).get("zero"))
+
+    ones = {flags_but_zero(t): t.index for t in tasks if zero(t) == "1"}
+    folded: dict[int, list[tuple[int, tuple]]] = {}
+    for t in tasks:
+        one = ones.get(flags_but_zero(t)) if zero(t) == "2" else None
+        if one is not None:
+            folded.setdefault(one, []).append((t.index, t.config))
+    twins = {index for pairs in folded.values() for index, _ in pairs}
+    return [replace(t, twins=tuple(folded.get(t.index, ()))) for t in tasks if t.index not in twins]
+
+
+def _simulated(traces: TraceSet, task: Task, memory_twins: tuple[int, ...] = ()
+               ) -> tuple[Outcome, dict[int, dict[int, int]] | None, int | None]:
+    """(the outcome of ``task``, the peaks per GPU of its ``memory_twins`` as the graph records
+    them, the capacity its memory verdict judged against)."""
     from argparse import Namespace
 
     from ..compute.op_time_source import gpu_timing
@@ -135,19 +183,19 @@ def run_task(traces: TraceSet, task: Task) -> Outcome:
         platform = platform_from_args(ns)
         trace = with_flag_precision(traces.scaled(task.trace_key, task.batch_size_sim, bool(ns.reference_compat)), ns)
         strategy = strategy_from_args(ns, trace.batch_size)
-        result = run_simulation(trace, platform, strategy)
+        result = run_simulation(trace, platform, strategy, memory_twins=memory_twins)
         timing = gpu_timing(trace)
         judged = verdict_capacity(ns)
         fits = memory_verdict(result.graph, trace, strategy, *judged).fits if judged is not None else None
         rates = throughput_of(trace, strategy, platform.num_gpus, result.makespan_s,
                               traces.flops_per_sample(task.trace_key), timing)
     except ConfigError as exc:
-        return Outcome(task.index, INVALID, _reason(exc))
+        return Outcome(task.index, INVALID, _reason(exc)), None, None
     except Exception as exc:  # a failed configuration is data, not the end of the sweep
-        return Outcome(task.index, FAILED, _reason(exc))
+        return Outcome(task.index, FAILED, _reason(exc)), None, None
     gpus = result.per_gpu
     n = max(1, len(gpus))
-    return Outcome(
+    outcome = Outcome(
         index=task.index,
         status=OK,
         makespan_ms=_r(result.makespan_ms),
@@ -166,6 +214,7 @@ def run_task(traces: TraceSet, task: Task) -> Outcome:
         op_time_source=timing.source if timing is not None else None,
         fits=fits,
     )
+    return outcome, result.graph.meta.get("memory_twins"), judged[0] if judged is not None else None
 
 
 def _rounded(x: float | None) -> float | None:
@@ -254,7 +303,8 @@ def run_inprocess(traces: TraceSet, tasks: Sequence[Task], on_outcome: OnOutcome
                   on_ready: OnReady = _noop) -> None:
     on_ready()
     for task in tasks:
-        on_outcome(run_task(traces, task))
+        for outcome in run_tasks(traces, task):
+            on_outcome(outcome)
 
 
 @dataclass
@@ -274,9 +324,14 @@ def _pool_init(traces: TraceSet) -> None:
     _WORKER.traces = traces
 
 
-def _pool_run(task: Task) -> Outcome:
+def _pool_run(task: Task) -> list[Outcome]:
     assert _WORKER.traces is not None, "pool worker used without its initializer"
-    return run_task(_WORKER.traces, task)
+    return run_tasks(_WORKER.traces, task)
+
+
+def _failed(task: Task, reason: str) -> list[Outcome]:
+    """``task``'s and its twins' outcomes when the task never came back."""
+    return [Outcome(index, FAILED, reason) for index in (task.index, *(i for i, _ in task.twins))]
 
 
 def default_jobs() -> int:
@@ -313,10 +368,9 @@ def run_pool(traces: TraceSet, tasks: Sequence[Task], jobs: int, on_outcome: OnO
         on_ready()
         for fut in as_completed(futures):
             exc = fut.exception()
-            if exc is None:
-                on_outcome(fut.result())
-            else:
-                on_outcome(Outcome(futures[fut].index, FAILED, f"worker process died ({_reason(exc)})"))
+            for outcome in (fut.result() if exc is None
+                            else _failed(futures[fut], f"worker process died ({_reason(exc)})")):
+                on_outcome(outcome)
     except BaseException:
         _terminate_workers(executor)  # before shutdown(), which forgets the process table
         executor.shutdown(wait=False, cancel_futures=True)
@@ -346,15 +400,14 @@ def run_dask(address: str, traces: TraceSet, tasks: Sequence[Task], on_outcome: 
         # Explicit keys: two configurations never share one even if their flags coincide, and
         # two sweeps on one cluster never share theirs.
         token = uuid.uuid4().hex[:12]
-        futures = [client.submit(run_task, shipped, t, pure=False, key=f"triosim-sweep-{token}-{t.index}")
+        futures = [client.submit(run_tasks, shipped, t, pure=False, key=f"triosim-sweep-{token}-{t.index}")
                    for t in tasks]
         by_key = {f.key: t for f, t in zip(futures, tasks)}
         on_ready()
         for fut in as_completed(futures, loop=client.loop):
-            if fut.status == "finished":
-                on_outcome(fut.result())
-            else:
-                on_outcome(Outcome(by_key[fut.key].index, FAILED, f"dask task {fut.status}{_dask_error(fut)}"))
+            for outcome in (fut.result() if fut.status == "finished"
+                            else _failed(by_key[fut.key], f"dask task {fut.status}{_dask_error(fut)}")):
+                on_outcome(outcome)
             fut.release()
     except BaseException:
         if futures:
