@@ -368,9 +368,10 @@ class ModelProfile(CollectiveCosts):
             uses = self._touches.get((batch, tp, sp))
             if uses is None:
                 trace = self.scaled(batch)
+                like = next(iter(self._touches.values()), None)  # the same uses at another key
                 uses = self._touches[(batch, tp, sp)] = touches(
                     trace, self.phase, self.pos, self.tensor_plan(batch, tp, sp), self.roles,
-                    persistent_buffers(trace))
+                    persistent_buffers(trace), like)
             # the cut's layout does not depend on the micro-batch size: shared by all of them
             lkey = (batch, tp, sp, tuple(starts), unit_bytes)
             layout = self._layouts.get(lkey)

@@ -26,7 +26,7 @@ rule), the optimizer state as the estimator spreads it over the stages' paramete
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -77,11 +77,20 @@ class _Touches:
     early: np.ndarray  # per buffer id: allocated before the program (preallocated)
     role: np.ndarray  # per buffer id: index into ROLES
     grad_op: np.ndarray | None = None  # per buffer id: the backward op making its gradient (-1: none)
+    names: tuple[str, ...] = ()  # the buffers by id; with the op count, what another key's reuse checks
+    ops: int = 0
 
 
-def touches(trace, phase, pos, plan, roles, persistent: set[str]) -> _Touches:
-    """The buffer uses the stage profiles are cut from (one pass over the trace)."""
+def touches(trace, phase, pos, plan, roles, persistent: set[str], like: _Touches | None = None) -> _Touches:
+    """The buffer uses the stage profiles are cut from (one pass over the trace); ``like``: those
+    of the same profile at another key (batch, tp, sp), whose uses are these when the trace has
+    the same buffers and ops (a copy scaled to another batch): only the bytes and the TP shards
+    are found again."""
     names = list(trace.tensors)
+    if like is not None and len(trace.ops) == like.ops and tuple(names) == like.names:
+        shard = plan.shard_divisor
+        return replace(like, full=np.array([float(trace.tensors[k].bytes) for k in names]),
+                       div=np.array([float(shard.get(k, 1)) for k in names]))
     ids = {k: n for n, k in enumerate(names)}
     op, buf, read = [], [], []
     by_optimizer: set[str] = set()
@@ -117,6 +126,7 @@ def touches(trace, phase, pos, plan, roles, persistent: set[str]) -> _Touches:
         np.array([k in trace.preallocated for k in names], dtype=bool),
         np.array([role_index[roles.role(k)] for k in names], dtype=np.intp),
         np.array([trace.grad_ready_op.get(k, -1) for k in names], dtype=np.intp),
+        tuple(names), len(trace.ops),
     )
 
 
