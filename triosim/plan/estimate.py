@@ -48,7 +48,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from ..graph.pipeline.schedules import BACKWARD, FORWARD
-from .bucket_ready import in_ready_order, ready_in_block
+from .bucket_ready import in_ready_order, rank_buckets, ready_in_block, slowed_by_reductions
 from .candidates import Candidate
 from .combined_time import run_alone, run_chains, stage_chains
 from .context_time import data_group, with_ring
@@ -152,9 +152,10 @@ TIME_OVER_BOUND = 0.01
 # tests/plan/test_estimate_vs_dag_partial.py, +3.5 % on 80 4-layer Llama 3 pipelines without SP.
 ROUGH_OVER_BOUND = 0.10
 # The same for Megatron-Core's data-parallel overlaps where the rest is tight: the buckets and the
-# first forward's gathers beside the compute, without its SM and link sharing, were at most +0.35 %
-# above the DAG over the 315 such candidates of the Llama 3 70B / 64-GPU check (all that fit),
-# +0.17 % over 408 of GPT-3 175B's on 256 GPUs (near the best, every 4th of the rest).
+# first forward's gathers beside the compute (the reductions' SMs taken from it, not the links they
+# share) were at most +0.52 % above the DAG over the 315 such candidates of the Llama 3 70B /
+# 64-GPU check (all that fit), +0.42 % over 408 of GPT-3 175B's on 256 GPUs (near the best, every
+# 4th of the rest), and at most 4.98 % below it.
 OVERLAP_OVER_BOUND = TIME_OVER_BOUND
 
 
@@ -291,14 +292,18 @@ def _rank_sums(values: np.ndarray, bounds: list[tuple[int, int]], ranks: int) ->
 
 def _dp_synced(c: Candidate, key: tuple, starts: list[int], B: np.ndarray, ends: np.ndarray, after: np.ndarray,
                pt: PositionTimes, profile: ModelProfile, settings: PlanSettings, timer: PipelineTimer,
-               stage_ends: np.ndarray | None = None, gathers: np.ndarray | None = None) -> np.ndarray:
+               stage_ends: np.ndarray | None = None, gathers: np.ndarray | None = None
+               ) -> tuple[np.ndarray, np.ndarray]:
     """Per pipeline rank, when its last DDP bucket is reduced on its DP group (its last block,
     the backward of its first chunk, ends at ``ends[r]``): each bucket once the op completing its
     last gradient has run in the last micro-batch's backward, one after another; without
     ``--overlap-grad-reduce`` all after ``after[r]`` (the rank's end, or the tied embedding's
     all-reduce). ``stage_ends``: per stage when its last backward block ends (the interleaved
-    schedule's other model chunks complete their gradients then). Worked out once
-    per pipeline (``key``: ZeRO-3's has its gathers), DP degree and reduce op: ZeRO-1 and 2 share it."""
+    schedule's other model chunks complete their gradients then). Second, per rank, how much
+    later its last block ends with the overlapped reductions' SMs taken from the backward
+    compute (:func:`~triosim.plan.bucket_ready.slowed_by_reductions`; 0 without the overlap).
+    Worked out once per pipeline (``key``: ZeRO-3's has its gathers), DP degree and reduce op:
+    ZeRO-1 and 2 share it."""
     op = "all_reduce" if c.zero == 0 else "reduce_scatter"
     return timer.memo(("synced", key, c.data, op, settings.bucket_bytes, settings.overlap_grad_reduce),
                       lambda: _dp_synced_all(c, op, starts, B, ends, after, pt, profile, settings, timer, stage_ends,
@@ -308,7 +313,7 @@ def _dp_synced(c: Candidate, key: tuple, starts: list[int], B: np.ndarray, ends:
 def _dp_synced_all(c: Candidate, op: str, starts: list[int], B: np.ndarray, ends: np.ndarray, after: np.ndarray,
                    pt: PositionTimes, profile: ModelProfile, settings: PlanSettings,
                    timer: PipelineTimer, stage_ends: np.ndarray | None = None,
-                   gathers: np.ndarray | None = None) -> np.ndarray:
+                   gathers: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
     batch = settings.global_batch // c.dp
     bounds = list(zip(starts, [*starts[1:], profile.positions]))
 
@@ -317,37 +322,18 @@ def _dp_synced_all(c: Candidate, op: str, starts: list[int], B: np.ndarray, ends
     # the dense buckets, then (an MoE model's expert rank) the experts', reduced on their own group
     parts = [(experts, False), (experts, True)] if experts else [None]
 
-    def buckets() -> list[list[tuple[np.ndarray, np.ndarray]]]:
-        out = []
-        for r in range(c.pp):
-            mine = []
-            for part in parts:
-                if not overlap:  # Megatron's default: one bucket per stage of the rank, in chunk order
-                    chunks = []
-                    for x, y in bounds[r::c.pp]:
-                        owned = np.zeros(profile.positions, dtype=bool)
-                        owned[x:y] = True
-                        chunks.append(profile.rank_buckets(batch, c.tp, c.sequence_parallel, owned, float("inf"),
-                                                           part)[0])
-                    sizes = np.concatenate(chunks) if chunks else np.zeros(0, dtype=np.int64)
-                    mine.append((sizes, np.full(len(sizes), -1, dtype=np.intp)))
-                    continue
-                owned = np.zeros(profile.positions, dtype=bool)
-                for x, y in bounds[r::c.pp]:
-                    owned[x:y] = True
-                mine.append(profile.rank_buckets(batch, c.tp, c.sequence_parallel, owned, settings.bucket_bytes, part))
-            out.append(mine)
-        return out
-
     bkey = ("buckets", profile.recompute, profile.variant, batch, c.tp, c.sequence_parallel, tuple(starts), c.pp,
             settings.bucket_bytes, overlap)
-    per_rank = timer.memo(bkey, buckets)
+    per_rank = timer.memo(bkey, lambda: rank_buckets(profile, batch, c.tp, c.sequence_parallel, c.pp, bounds, parts,
+                                                     settings.bucket_bytes if overlap else None))
     # dp × cp GPUs (rank order tp, (cp,) pp, dp); the experts' on their expert-data-parallel group
     groups = [data_group(c), edp_group_of(c)]
     costs = timer.memo(("bucket costs", bkey, op, c.data, c.ep, c.etp),
                        lambda: [np.concatenate([profile.collective_many(op, group, sizes)
                                                 for group, (sizes, _) in zip(groups, mine)]) for mine in per_rank])
-    synced = np.zeros(c.pp)
+    synced, late = np.zeros(c.pp), np.zeros(c.pp)
+    # the compute beside a reduction runs on the SMs it leaves (the DAG's SM sharing): this much slower
+    slow = 1.0 / sm_speed(profile) - 1.0 if overlap else 0.0
     joined = [(np.concatenate([sizes for sizes, _ in mine]), np.concatenate([ready for _, ready in mine]))
               for mine in per_rank]
     for r, ((sizes, ready_ops), cost) in enumerate(zip(joined, costs)):
@@ -367,11 +353,13 @@ def _dp_synced_all(c: Candidate, op: str, starts: list[int], B: np.ndarray, ends
         # ends) is ready when the last block starts
         ready = np.where(found, ready, float(ends[r]) - float(B[r]))
         ready, cost = in_ready_order(ready, cost)
+        if slow > 0:  # the gradients completed later beside the reductions before them
+            ready, late[r] = slowed_by_reductions(ready, cost, slow, float(ends[r]))
         # t <- max(t, ready_i) + cost_i over them ends at max_i(ready_i + costs from i on)
         synced[r] = float((ready + np.cumsum(cost[::-1])[::-1]).max())
         if gathers is not None:  # ZeRO-3: the last block's gathers and the reductions on the same links
             synced[r] = max(synced[r], float(ends[r]) - float(B[r]) + float(gathers[r]) + float(cost.sum()))
-    return synced
+    return synced, late
 
 
 def _rank_peaks(c: Candidate, m: int, bounds: list[tuple[int, int]], params: np.ndarray, opt_state: np.ndarray,
@@ -501,12 +489,12 @@ def estimate(c: Candidate, profile: ModelProfile, settings: PlanSettings, timer:
         after[0] = after[P - 1] = max(float(ends[0]), float(ends[P - 1])) + tied
     # an MoE model's expert gradients meet over edp GPUs (tp · cp · dp / (ep · etp)), data ranks or not
     edp = c.tp * c.data // (c.ep * c.etp) if expert_params(profile, batch, c.tp, c.sequence_parallel) else 1
-    synced = _dp_synced(c, key, starts, B, ends, after, pt, profile, settings, timer, stage_ends,
-                        bwd_gathers if zero3 else None) if c.data > 1 or edp > 1 else None
+    synced, late = _dp_synced(c, key, starts, B, ends, after, pt, profile, settings, timer, stage_ends,
+                              bwd_gathers if zero3 else None) if c.data > 1 or edp > 1 else (None, None)
     # the experts' updated values: gathered over their own group, not the data ranks' (none at edp 1)
     expert_bytes = _rank_sums(expert_param_bytes(profile, batch, c.tp, c.sequence_parallel), bounds, P)
     for r in range(P):
-        end = float(after[r])
+        end = float(after[r]) + (float(late[r]) if late is not None else 0.0)
         t = max(end, float(synced[r])) if synced is not None else end
         dp_exposed = max(dp_exposed, t - end)
         opt = pt.optimizer_s * float(share[r]) / (c.data if sharded else 1)
@@ -535,8 +523,8 @@ def estimate(c: Candidate, profile: ModelProfile, settings: PlanSettings, timer:
     # bounded. Offload (not under ZeRO-3) is at most +0.0 % on tests/plan/test_estimate_vs_dag_offload.py
     # and on nine GPT-3 175B / 1,024-GPU pipelines (−0.6 … −0.1 %): bounded where the rest is.
     grouped = spec.granularity == "full" and spec.method == "uniform" and spec.num_layers > 1
-    # the data-parallel overlaps, followed without the link and SM sharing beside them: their own
-    # bound (OVERLAP_OVER_BOUND, measured on the card checks)
+    # the data-parallel overlaps, followed without the link sharing beside them: their own bound
+    # (OVERLAP_OVER_BOUND, measured on the card checks)
     overlapped_dp = c.data > 1 and (settings.overlap_grad_reduce or settings.overlap_param_gather)
     if zero3 or c.cp > 1 or grouped:
         over = max(over, ROUGH_OVER_BOUND)

@@ -368,10 +368,9 @@ class ModelProfile(CollectiveCosts):
             uses = self._touches.get((batch, tp, sp))
             if uses is None:
                 trace = self.scaled(batch)
-                like = next(iter(self._touches.values()), None)  # the same uses at another key
-                uses = self._touches[(batch, tp, sp)] = touches(
+                uses = self._touches[(batch, tp, sp)] = touches(  # the uses found at another key, if any
                     trace, self.phase, self.pos, self.tensor_plan(batch, tp, sp), self.roles,
-                    persistent_buffers(trace), like)
+                    persistent_buffers(trace), next(iter(self._touches.values()), None))
             # the cut's layout does not depend on the micro-batch size: shared by all of them
             lkey = (batch, tp, sp, tuple(starts), unit_bytes)
             layout = self._layouts.get(lkey)
