@@ -24,8 +24,7 @@ composed_memory = importlib.import_module("triosim.graph.memory.composition")
 
 LLAMA = ["--model", "llama3-8b", "--num-layers", "4", "--seq-len", "1024", "--gpu", "h100-sxm",
          "--topology", "nvlink-cluster", "--gpus", "8", "--global-batch", "16"]
-MOE = ["--model", "qwen3-30b-a3b", "--num-layers", "2", "--seq-len", "1024", "--gpu", "h100-sxm",
-       "--topology", "nvlink-cluster", "--gpus", "8", "--global-batch", "16"]
+MOE = ["--model", "qwen3-30b-a3b", "--num-layers", "2", *LLAMA[4:]]  # the same machine and batch
 C = Candidate
 # (tp, pp, dp, micro-batch, schedule, V, ZeRO, recompute, sequence parallel); ZeRO-1 each
 SAMPLE = [
