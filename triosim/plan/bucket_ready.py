@@ -25,23 +25,23 @@ def rank_buckets(profile, batch: int, tp: int, sp: bool, pp: int, bounds: list[t
     completing them (:meth:`~triosim.plan.profile.ModelProfile.rank_buckets`); ``bucket_bytes``
     None (no ``--overlap-grad-reduce``): Megatron's default, one bucket per stage of the rank
     in chunk order, reduced after its last block (no op: -1)."""
+    def owned(spans: list[tuple[int, int]]) -> np.ndarray:
+        mask = np.zeros(profile.positions, dtype=bool)
+        for x, y in spans:
+            mask[x:y] = True
+        return mask
+
     out = []
     for r in range(pp):
         mine = []
         for part in parts:
             if bucket_bytes is None:
-                chunks = []
-                for x, y in bounds[r::pp]:
-                    owned = np.zeros(profile.positions, dtype=bool)
-                    owned[x:y] = True
-                    chunks.append(profile.rank_buckets(batch, tp, sp, owned, float("inf"), part)[0])
+                chunks = [profile.rank_buckets(batch, tp, sp, owned([span]), float("inf"), part)[0]
+                          for span in bounds[r::pp]]
                 sizes = np.concatenate(chunks) if chunks else np.zeros(0, dtype=np.int64)
                 mine.append((sizes, np.full(len(sizes), -1, dtype=np.intp)))
-                continue
-            owned = np.zeros(profile.positions, dtype=bool)
-            for x, y in bounds[r::pp]:
-                owned[x:y] = True
-            mine.append(profile.rank_buckets(batch, tp, sp, owned, bucket_bytes, part))
+            else:
+                mine.append(profile.rank_buckets(batch, tp, sp, owned(bounds[r::pp]), bucket_bytes, part))
         out.append(mine)
     return out
 
