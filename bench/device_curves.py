@@ -18,7 +18,11 @@ at least 10 calls after warm-up, with CUDA events:
   ``hot`` (the same buffers every call, small ones stay in L2) and ``cold`` (each call on buffers
   not touched lately);
 - the launch floor: a one-element add, median of single-kernel event pairs, back-to-back mean,
-  and (where the profiler works) the median kernel duration as CUPTI reports it.
+  and (where the profiler works) the median kernel duration as CUPTI reports it;
+- then (bench/device_host_power.py) the host's microseconds to launch a layer's eager ops and a
+  device-to-host read, and an 8192³ GEMM run back to back for ``--sustained-s`` seconds (bf16,
+  fp8, and bf16 alternating with an elementwise add), its rate and SM clock in the first window
+  and sustained: whether the short bursts above ran at a clock a training step keeps.
 
 Each record holds the FLOPs (or bytes), the mean seconds t and two fractions of the device's
 peak: ``frac`` = work / (peak · t), and ``frac_model`` = work / (peak · (t − offset)), the
@@ -472,6 +476,8 @@ def print_table(data: dict) -> None:
         fm = "" if r["frac_model"] is None else f"{r['frac_model']:.3f}"
         print(f"| {r['suite']} | {r['op']} | {r['dtype']} | {'x'.join(map(str, r['shape']))} | {extra} | {work} | "
               f"{r['t_s'] * 1e6:.1f} | {r['frac']:.3f} | {fm} |")
+    for line in _host_power_lines(data["meta"]):
+        print(line)
     for d in ("bf16", "fp16", "fp32", "tf32", "fp8"):
         pts = bins([r for r in recs if r["dtype"] == d and r["suite"].startswith("gemm")], "flops")
         if pts:
@@ -481,8 +487,19 @@ def print_table(data: dict) -> None:
         print("skipped:", line)
 
 
+def _host_power_lines(meta: dict) -> list[str]:
+    """The host and sustained-load lines (bench/device_host_power.py), when the run has them."""
+    if "host" not in meta and "sustained" not in meta:
+        return []
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    import device_host_power
+    return device_host_power.describe(meta)
+
+
 def measure(args) -> int:
     import torch
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    import device_host_power as host_power
     smoke = args.smoke
     device = "cuda" if torch.cuda.is_available() and not args.cpu else "cpu"
     if device == "cpu" and not smoke:
@@ -504,6 +521,8 @@ def measure(args) -> int:
         ("fp32", lambda: fp32_suite(run, sz["squares"][:-1] if not smoke else sz["squares"], sz["hiddens"][:4],
                                     sz["tokens"])),
         ("fp8", lambda: fp8_suite(run, sz["squares"], sz["hiddens"], sz["tokens"])),
+        ("host", lambda: host_power.host_suite(run, smoke=smoke)),
+        ("sustained", lambda: host_power.sustained_suite(run, seconds=args.sustained_s, smoke=smoke)),
     ]
     if device == "cuda":   # bring the clocks up before the first timed call
         a = run.tensor((8192, 8192), "bf16")
@@ -540,6 +559,7 @@ def main() -> int:
     ap.add_argument("--smoke", action="store_true", help="tiny sizes, to check the script (CPU is enough)")
     ap.add_argument("--cpu", action="store_true", help="run on the CPU even when a GPU is present (with --smoke)")
     ap.add_argument("--budget-s", type=float, default=0.0, help="stop starting new measurements after this long")
+    ap.add_argument("--sustained-s", type=float, default=12.0, help="seconds each sustained load runs (default 12)")
     ap.add_argument("--yaml", type=Path, metavar="JSON", help="print the efficiency block for a device file from a "
                     "results file, and exit")
     ap.add_argument("--table", type=Path, metavar="JSON", help="print the table of a results file, and exit")
