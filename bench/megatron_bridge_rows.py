@@ -20,6 +20,7 @@ The check reads the flags of ``triosim run``'s own parser, so a row runs as soon
 from __future__ import annotations
 
 import argparse
+import statistics
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -241,7 +242,26 @@ def main() -> int:
         print("|---|---|" + "---:|" * len(BREAKDOWN))
         for row, dtype, data in ran:
             print(f"| {row.key} | {dtype} | " + " | ".join(breakdown_cells(data)) + " |")
+        line = gemm_share_line([(row.published_s, data) for row, dtype, data in ran if dtype == "fp8"])
+        if line:
+            print("\n" + line)
     return 0
+
+
+def gemm_share_line(runs: list[tuple[float, dict]]) -> str | None:
+    """How the published rows' error follows the share of the mean GPU's iteration spent in GEMMs:
+    Pearson's r over the (share, signed error) of each (published seconds, result) pair."""
+    points = []
+    for published, data in runs:
+        sim = data["makespan_ms"]
+        gemm = ((data.get("breakdown") or {}).get("compute_by_kind") or {}).get("gemm_ms", 0.0)
+        points.append((gemm / sim * 100, (sim / 1e3 - published) / published * 100))
+    if len(points) < 3:
+        return None
+    shares, errors = zip(*points)
+    r = statistics.correlation(shares, errors)
+    return (f"GEMM share of the iteration and error: r = {r:.2f} over {len(points)} rows "
+            f"(share {min(shares):.0f}-{max(shares):.0f} %, error {max(errors):+.1f} to {min(errors):+.1f} %)")
 
 
 if __name__ == "__main__":

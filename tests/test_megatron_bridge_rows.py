@@ -60,3 +60,15 @@ def test_offload_takes_either_spelling(rows):
     assert rows.command(gb200_70b, "fp8", base)[1]
     cmd, needs = rows.command(gb200_70b, "fp8", base | {"--offload-activations"})
     assert not needs and cmd[-2:] == ["--offload-activations", "40"]
+
+
+def test_gemm_share_line_correlates_share_and_signed_error(rows):
+    """Three rows whose error falls as their GEMM share rises: r = -1 exactly; the share and the
+    error are the mean GPU's GEMM over the iteration and (simulated - published) / published."""
+    def result(sim_ms: float, gemm_ms: float) -> dict:
+        return {"makespan_ms": sim_ms, "breakdown": {"compute_by_kind": {"gemm_ms": gemm_ms}}}
+
+    runs = [(10.0, result(11_000.0, 4_400.0)), (10.0, result(10_000.0, 5_000.0)), (10.0, result(9_000.0, 5_400.0))]
+    assert rows.gemm_share_line(runs) == ("GEMM share of the iteration and error: r = -1.00 over 3 rows "
+                                          "(share 40-60 %, error +10.0 to -10.0 %)")
+    assert rows.gemm_share_line(runs[:2]) is None  # two points make no correlation
