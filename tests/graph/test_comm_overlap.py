@@ -154,3 +154,17 @@ def test_tp_comm_overlap_needs_sequence_parallelism():
 
     with pytest.raises(ConfigError, match="--tp-comm-overlap needs --sequence-parallel"):
         Strategy(tp=2, tp_comm_overlap=True).validate(2)
+
+
+@pytest.mark.parametrize("cp", [1, 2])
+def test_the_chunked_collectives_carry_the_bytes_of_the_unchunked_ones(cp):
+    """The overlap changes when TP bytes move, never how many: under context parallelism a rank's
+    collectives carry its 1/cp of the tokens, chunked or not (the pipelined reduce-scatter's
+    chunks once carried the whole sequence's)."""
+    platform = build_platform(TP * cp, ptp_bandwidth_gbps=100.0, topology="switch", link_latency_us=0.0)
+
+    def tp_bytes(overlap: bool) -> int:
+        g = build_graph(_trace(), platform, Strategy(tp=TP, cp=cp, sequence_parallel=True, tp_comm_overlap=overlap))
+        return g.meta["hybrid"]["collectives_dp0_tp0"]["tp"]["payload_bytes"]
+
+    assert tp_bytes(True) == tp_bytes(False)

@@ -191,7 +191,9 @@ def add_rank_program(b: CompositionState, comm: GroupComm, p: int, waits, colls,
         """--tp-comm-overlap: the reduce-scatter of one chunk of a row GEMM, after that chunk and
         after the previous chunk's (graph.tensor.comm_overlap)."""
         c = next(x for x in colls[part.rs] if x.kind == "reduce_scatter")
-        whole = int(round(c.nbytes * frac))  # the chunks carry it exactly once between them
+        # the micro-batch's share of the rank's 1/cp of the tokens, as an unchunked collective's;
+        # the chunks carry it exactly once between them
+        whole = c.nbytes if frac == 1.0 and ranks.cp == 1 else int(round(c.nbytes * frac / ranks.cp))
         nbytes = whole * (part.chunk + 1) // PIPELINE_SPLITS - whole * part.chunk // PIPELINE_SPLITS
         name = f"tp reducescatter {labels[part.rs]} chunk{part.chunk}{mb_s} stage{s} dp"
         for d in ds:
