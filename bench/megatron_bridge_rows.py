@@ -59,6 +59,7 @@ class Row:
     flags: tuple[str, ...] = ()  # the recipe's settings that are triosim flags today
     pending: tuple[Pending, ...] = ()  # the recipe's settings that wait for a triosim flag
     seq: int = 8192
+    userbuffers: str | None = None  # the recipe's TP overlap table: userbuffers/userbuffers_{dtype}_{this}.yaml
 
     @property
     def published_s(self) -> float:
@@ -93,7 +94,7 @@ ROWS = (
     Row("h100-8b", "DGX-H100", "Llama 3 8B", "llama3-8b", *H100, gpus=8, gbs=128, mbs=1, dp=8,
         tokens_per_s_gpu=14451, flags=FSDP, pending=(RECOMPUTE_5_BLOCK,)),
     Row("h100-70b", "DGX-H100", "Llama 3 70B", "llama3-70b", *H100, gpus=64, gbs=128, mbs=1, dp=2, tp=4, pp=8,
-        vp=5, tokens_per_s_gpu=1602, flags=(*TP_SP, *DIST_OPT)),
+        vp=5, tokens_per_s_gpu=1602, flags=(*TP_SP, *DIST_OPT), userbuffers="h100_h8192_tp4_mbs1_seqlen8192"),
     Row("b200-8b", "DGX-B200", "Llama 3 8B", "llama3-8b", *B200, gpus=8, gbs=128, mbs=2, dp=8,
         tokens_per_s_gpu=30624, flags=DIST_OPT),
     Row("gb200-8b", "DGX-GB200", "Llama 3 8B", "llama3-8b", *GB200, gpus=8, gbs=128, mbs=2, dp=8,
@@ -101,9 +102,11 @@ ROWS = (
     Row("gb200-70b", "DGX-GB200", "Llama 3 70B", "llama3-70b", *GB200, gpus=64, gbs=256, mbs=2, dp=64,
         tokens_per_s_gpu=4312, flags=FSDP, pending=(OFFLOAD_40,)),
     Row("h100-405b", "DGX-H100", "Llama 3.1 405B", "llama3-405b", *H100, gpus=1024, gbs=512, mbs=1, dp=8, tp=8,
-        pp=8, cp=2, vp=8, tokens_per_s_gpu=292, flags=(*TP_SP, *DIST_OPT), pending=(ACCOUNT_FOR,)),
+        pp=8, cp=2, vp=8, tokens_per_s_gpu=292, flags=(*TP_SP, *DIST_OPT), pending=(ACCOUNT_FOR,),
+        userbuffers="h100_h16384_tp8_cp2_mbs1_seqlen8192"),
     Row("b200-405b", "DGX-B200", "Llama 3.1 405B", "llama3-405b", *B200, gpus=128, gbs=64, mbs=1, dp=2, tp=4,
-        pp=8, cp=2, vp=8, tokens_per_s_gpu=661, flags=(*TP_SP, *DIST_OPT), pending=(ACCOUNT_FOR,)),
+        pp=8, cp=2, vp=8, tokens_per_s_gpu=661, flags=(*TP_SP, *DIST_OPT), pending=(ACCOUNT_FOR,),
+        userbuffers="b200_h16384_tp4_cp2_mbs1_seqlen8192"),
 )
 
 # FP8 current scaling with FP8 parameter all-gather (bf16_with_fp8_current_scaling_mixed, every layer in
@@ -134,6 +137,12 @@ def command(row: Row, dtype: str, available: set[str]) -> tuple[list[str], list[
     cmd += ["--global-batch", str(row.gbs), "-micro-batch-size", str(row.mbs), "--seq-len", str(row.seq),
             *PRECISION[dtype], *row.flags]
     needs: list[str] = []
+    if row.userbuffers is not None:  # the recipe's per-GEMM TP overlap table (COMM_OVERLAP_CONFIG_MAP)
+        table = f"userbuffers/userbuffers_{dtype}_{row.userbuffers}.yaml"
+        if "--tp-comm-overlap-cfg" in available:
+            cmd += ["--tp-comm-overlap-cfg", table]
+        else:
+            needs.append(f"--tp-comm-overlap-cfg {table}")
     for pending in row.pending:
         usable = [args for flags, args in pending.options if all(f in available for f in flags)]
         if usable:

@@ -31,7 +31,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 # Source directory -> where it lands in the wheel (pyproject.toml's package-dir).
 PACKAGE_ROOTS = {"triosim": "triosim", "tracer": "triosim/tracer", "sample_trace": "triosim/sample_trace",
-                 "topologies": "triosim/topologies"}
+                 "topologies": "triosim/topologies", "userbuffers": "triosim/userbuffers"}
 # Python directories at the top of the repository that are not part of the package.
 NOT_SHIPPED = frozenset({"tests", "bench", "docs"})
 # Without git: what a clone does not hold (the .gitignore's entries).

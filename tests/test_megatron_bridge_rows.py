@@ -72,3 +72,25 @@ def test_gemm_share_line_correlates_share_and_signed_error(rows):
     assert rows.gemm_share_line(runs) == ("GEMM share of the iteration and error: r = -1.00 over 3 rows "
                                           "(share 40-60 %, error +10.0 to -10.0 %)")
     assert rows.gemm_share_line(runs[:2]) is None  # two points make no correlation
+
+
+def test_the_tp_overlap_rows_run_their_recipes_userbuffer_tables(rows):
+    """The rows with TP overlap pass the table their recipe names for the GPU and precision
+    (Megatron-Bridge's COMM_OVERLAP_CONFIG_MAP), a file of this repository that reads cleanly."""
+    from triosim.graph.tensor.userbuffers import userbuffer_table
+    from triosim.safe_yaml import load_yaml_file
+
+    available = rows.run_flags()
+    repo = SCRIPT.parents[1]
+    for r in rows.ROWS:
+        for dtype in rows.PRECISION:
+            cmd, needs = rows.command(r, dtype, available)
+            assert not any("--tp-comm-overlap-cfg" in n for n in needs), r.key
+            if "--tp-comm-overlap" not in r.flags:
+                assert r.userbuffers is None and "--tp-comm-overlap-cfg" not in cmd, r.key
+                continue
+            path = cmd[cmd.index("--tp-comm-overlap-cfg") + 1]
+            assert path == f"userbuffers/userbuffers_{dtype}_{r.userbuffers}.yaml", r.key
+            table = userbuffer_table(load_yaml_file(repo / path), path)
+            # FP8: the reduce-scatter GEMMs by ring exchange on 1 SM; BF16: pipelined
+            assert table["proj_fprop"].method == ("ring_exchange" if dtype == "fp8" else "pipeline"), (r.key, dtype)

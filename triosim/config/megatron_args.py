@@ -38,8 +38,8 @@ run (and the bytes) of its native flag:
   fp16``; under ``--bf16`` it reduces in fp32 anyway: :mod:`triosim.config.megatron_grads`);
 * activation offload: Megatron-Core's ``--cpu-offloading --cpu-offloading-num-layers N`` →
   ``--offload-activations N``;
-* overlaps (docs/overlap.md): ``--tp-comm-overlap``, ``--overlap-grad-reduce`` and
-  ``--overlap-param-gather`` are native; ``--overlap-p2p-comm`` (Megatron-Core's config name) and
+* overlaps (docs/overlap.md): ``--tp-comm-overlap`` (with ``--tp-comm-overlap-cfg FILE``),
+  ``--overlap-grad-reduce`` and ``--overlap-param-gather`` are native; ``--overlap-p2p-comm`` (Megatron-Core's config name) and
   ``--overlap-p2p-communication`` (Megatron-LM's flag before October 2023) → ``--pipeline-send
   overlapped`` under the interleaved schedule (outside it Megatron turns them off: noted), ``--no-overlap-p2p-communication`` (Megatron-LM's flag since) → ``--pipeline-send
   blocking``; ``--no-scatter-gather-tensors-in-pipeline`` is triosim's default (the 2021–22
@@ -78,6 +78,7 @@ _RENAMED = {
     "--mtp-num-layers": "--mtp-layers",
     "--moe-token-dispatcher-type": "--moe-token-dispatcher",
     "--cp-comm-type": "--cp-comm-type",
+    "--tp-comm-overlap-cfg": "--tp-comm-overlap-cfg",  # TE's userbuffer table (graph.tensor.userbuffers)
     "--global-batch-size": "--global-batch",
     "--seq-length": "--seq-len",
     "--micro-batch-size": "--micro-batch-size",

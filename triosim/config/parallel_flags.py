@@ -6,7 +6,9 @@ in a Strategy."""
 from __future__ import annotations
 
 import argparse
+import importlib.resources
 import math
+from pathlib import Path
 
 from ..errors import ConfigError
 from ..graph.recompute_spec import METHODS
@@ -18,6 +20,8 @@ from ..graph.strategy import (
     parse_rank_order,
     parse_zero,
 )
+from ..graph.tensor.userbuffers import UserbufferTable, userbuffer_table
+from ..safe_yaml import load_yaml_file
 from .typed_flags import StoreTyped
 
 DEFAULT_GPUS = 8
@@ -108,6 +112,11 @@ def add_overlap_flags(g: argparse._ArgumentGroup) -> None:
     g.add_argument("--tp-comm-overlap", action="store_true",
                    help="with --sequence-parallel: each all-gather and reduce-scatter in chunks beside its GEMM "
                         "(Transformer Engine userbuffers); off: the GEMM waits for the whole collective")
+    g.add_argument("--tp-comm-overlap-cfg", metavar="FILE.yaml",
+                   help="with --tp-comm-overlap: Transformer Engine's userbuffer settings per GEMM (qkv_fprop, "
+                        "proj_fprop, ... -> method, num_sm, num_splits, set_sm_margin), as Megatron-LM's flag of "
+                        "that name reads them; the GEMMs it leaves out keep TE's defaults; a bare name finds a "
+                        "shipped table (userbuffers_fp8_h100_h16384_tp8_cp2_mbs1_seqlen8192, ...)")
     g.add_argument("--overlap-grad-reduce", action="store_true",
                    help="reduce each --bucket-mb gradient bucket as soon as backward fills it; off (Megatron's "
                         "default): every gradient after the stage's last backward op")
@@ -249,11 +258,28 @@ def overlap_options(args: argparse.Namespace) -> dict:
     """Strategy keyword arguments of the overlap switches."""
     return {
         "tp_comm_overlap": bool(getattr(args, "tp_comm_overlap", False)),
+        "tp_comm_overlap_cfg": _userbuffer_table(getattr(args, "tp_comm_overlap_cfg", None)),
         "overlap_grad_reduce": bool(getattr(args, "overlap_grad_reduce", False)),
         "overlap_param_gather": bool(getattr(args, "overlap_param_gather", False)),
         "pipeline_send": str(getattr(args, "pipeline_send", "auto")),
         "pipeline_scatter_gather": bool(getattr(args, "pipeline_scatter_gather", False)),
     }
+
+
+def _userbuffer_table(path) -> UserbufferTable | None:
+    """The table of ``--tp-comm-overlap-cfg`` (None without it): the file as given, or for a bare
+    name a table shipped with triosim (``userbuffers_fp8_h100_h16384_tp8_cp2_mbs1_seqlen8192``)."""
+    if path is None:
+        return None
+    p = Path(path)
+    if not p.is_file() and str(path) == p.name:
+        shipped = Path(str(importlib.resources.files("triosim.userbuffers")))
+        found = next((c for c in (shipped / p.name, shipped / f"{p.name}.yaml") if c.is_file()), None)
+        if found is None:
+            names = ", ".join(sorted(x.stem for x in shipped.glob("*.yaml")))
+            raise ConfigError(f"--tp-comm-overlap-cfg {path}: file not found (shipped tables: {names})")
+        p = found
+    return userbuffer_table(load_yaml_file(p, "--tp-comm-overlap-cfg file"), source=str(path))
 
 
 def _exact(args: argparse.Namespace) -> bool | None:

@@ -88,6 +88,7 @@ from .single import op_label, record_memory
 from .strategy import Preset, Strategy
 from .tensor.comm_overlap import plan_overlap
 from .tensor.plans import tensor_plan, tp_waits
+from .tensor.userbuffers import DEFAULT_TABLE
 
 # A folded build's mirrored GPUs ({GPU: the built GPU it copies}) and its collectives' members'
 # completion tasks ([(members' tasks, GPU 0's task)]) for the check after scheduling.
@@ -223,7 +224,8 @@ def build(trace: Trace, platform: Platform, strategy: Strategy, fuse_runs: bool 
     overlap = None
     if preset is None and strategy.tp_comm_overlap and tp > 1 and getattr(tpp, "sequence_parallel", False):
         overlap = plan_overlap(trace, tpp, plan.stage, rec.new_index if rec is not None else
-                               off.new_index if off is not None else None)
+                               off.new_index if off is not None else None,
+                               strategy.tp_comm_overlap_cfg or DEFAULT_TABLE)
     blocking = preset is None and pp > 1 and strategy.blocking_sends
     if blocking:
         check_blocking(pp, virtual)

@@ -18,12 +18,13 @@ preset (tests compare the two), but case 0, whose one GPU is built from the trac
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 
 from ..checks import positive
 from ..errors import ConfigError
 from .pipeline.layer_layout import LayerSplit
 from .recompute_spec import DEFAULT_MODULES, RecomputeSpec
+from .tensor.userbuffers import UserbufferTable
 
 CASE_NAMES = {
     0: "single-GPU training",
@@ -158,6 +159,7 @@ class Strategy:
     recompute_modules: tuple[str, ...] = DEFAULT_MODULES
     offload_activations: str | None = None  # N layers or a fraction of each chunk's (graph.offload)
     tp_comm_overlap: bool = False
+    tp_comm_overlap_cfg: UserbufferTable | None = None  # per-GEMM userbuffer settings (None: TE's defaults)
     overlap_grad_reduce: bool = False
     overlap_param_gather: bool = False
     pipeline_send: str = "auto"
@@ -322,6 +324,8 @@ class Strategy:
                                        ("--pipeline-scatter-gather", self.pipeline_scatter_gather)) if on]
         if named and not self.hybrid:
             raise ConfigError(f"{named[0]} needs the degrees of a hybrid run: give --dp/--tp/--pp (not -case)")
+        if self.tp_comm_overlap_cfg is not None and not self.tp_comm_overlap:
+            raise ConfigError("--tp-comm-overlap-cfg needs --tp-comm-overlap (the table sets how its overlaps run)")
         if self.tp_comm_overlap and not self.sequence_parallel:
             # Megatron-LM asserts it: the overlapped collectives are sequence parallelism's
             raise ConfigError("--tp-comm-overlap needs --sequence-parallel (it overlaps sequence parallelism's "
@@ -402,6 +406,9 @@ class Strategy:
                if self.recompute == "selective" and tuple(self.recompute_modules) != DEFAULT_MODULES else {}),
             **({"offload_activations": self.offload_activations} if self.offload_activations is not None else {}),
             "tp_comm_overlap": self.tp_comm_overlap,
+            **({"tp_comm_overlap_cfg": {"source": self.tp_comm_overlap_cfg.source, "changed": {
+                n: asdict(u) for n, u in self.tp_comm_overlap_cfg.changed().items()}}}
+               if self.tp_comm_overlap_cfg is not None else {}),
             "overlap_grad_reduce": self.overlap_grad_reduce,
             "overlap_param_gather": self.overlap_param_gather,
             "pipeline_send": ("blocking" if self.blocking_sends else "overlapped") if pp > 1 else None,

@@ -83,8 +83,11 @@ def overlaps_line(strategy, num_gpus: int) -> str | None:
             parts.append("parameter all-gather " + ("during the next forward" if strategy.overlap_param_gather
                                                     else "after the optimizer (--overlap-param-gather off)"))
     if tp > 1 and strategy.sequence_parallel:
+        table = getattr(strategy, "tp_comm_overlap_cfg", None)
         parts.append("TP communication " + ("chunked beside its GEMMs" if strategy.tp_comm_overlap
-                                            else "exposed (--tp-comm-overlap off)"))
+                                            else "exposed (--tp-comm-overlap off)")
+                     + (f" as {table.source} sets it" if strategy.tp_comm_overlap and table is not None
+                        and table.source else ""))
     if pp > 1:
         parts.append(f"pipeline sends {'blocking' if strategy.blocking_sends else 'overlapped'}"
                      + (" (--pipeline-send auto)" if strategy.pipeline_send == "auto" else ""))

@@ -28,10 +28,12 @@ from ..expert.dispatch import add_expert_op
 from ..offload import add_host_copy
 from ..rank_map import RankMap
 from ..tensor import per_op
-from ..tensor.comm_overlap import PIPELINE_SPLITS, USERBUFFER_SMS, Part, add_ring_steps
+from ..tensor.comm_overlap import Part, add_chunk_sends, add_ring_steps, chunk_senders
+from ..tensor.userbuffers import gemm_slowdown, partial_sum_seconds
 from .block_replay import BlockReplay
 from .blocking import record_comm_points
 from .combined import CombinedPairs
+from .preset_chains import add_preset_chains
 from .schedules import BACKWARD, FORWARD, block_order, interleaved_order, interleaved_warmup
 from .segments import segment_cuts, split_segments
 
@@ -48,6 +50,7 @@ def add_rank_program(b: CompositionState, comm: GroupComm, p: int, waits, colls,
     gradient sync and optimizer follow: :func:`triosim.graph.data.gradient_sync.add_gradient_sync`)."""
     trace, plan, strategy, ranks = b.trace, b.plan, b.strategy, b.ranks
     g = b.graph
+    device, slow = gemm_slowdown(trace, strategy)  # a GEMM piece keeping an SM margin runs slower
     stages = list(range(p, plan.num_stages, ranks.pp))
     ops = {(st, ph): plan.ops_on(st, ph) for st in stages for ph in (FORWARD, BACKWARD)}
     scale = b.tpp.time_scale
@@ -152,7 +155,7 @@ def add_rank_program(b: CompositionState, comm: GroupComm, p: int, waits, colls,
                 dur = 0.0
                 for j in seg:
                     dur += per_op.op_time(trace, j, ranks.tp) if case3_time else op_seconds(trace, j, mb) * scale[j]
-                durs.append(dur if part is None else dur * part.frac)
+                durs.append(dur if part is None else dur * part.frac * slow(part.margin))
         return durs
 
     if plan.virtual > 1:
@@ -160,7 +163,7 @@ def add_rank_program(b: CompositionState, comm: GroupComm, p: int, waits, colls,
     else:
         order = [(ph, r, 0) for ph, r in block_order(strategy.schedule, ranks.pp, r_count, p)]
     if b.preset is not None and not colls and not units_of:
-        _add_chains(b, p, order, ops, seconds, last, looked_up)
+        add_preset_chains(b, p, order, ops, seconds, last, looked_up)
         return last
     context = getattr(b, "context", None)  # context parallelism: its attention ops (graph/context)
     attention = context.ops if context is not None else {}
@@ -179,7 +182,7 @@ def add_rank_program(b: CompositionState, comm: GroupComm, p: int, waits, colls,
             built = [(t, gpu) for t, gpu in members[d]]
             after = {gpu: [tp_done[(c.op, r, d)][gpu]] if chained else [task_of[(d, t, c.op, r)]] for t, gpu in built}
             arriving = add_ring_steps(g, b.platform, tp_groups[d], built, -(-nbytes // n), after, name + str(d),
-                                      op_index=c.op, microbatch=r, group_kind="tp")
+                                      sms=ovl.sms(c.op, c.kind, False), op_index=c.op, microbatch=r, group_kind="tp")
             ring_in[(c.op, r, d)] = arriving
             tp_done[(c.op, r, d)] = {gpu: steps[-1] for gpu, steps in arriving.items()}
             if d == 0:
@@ -194,7 +197,8 @@ def add_rank_program(b: CompositionState, comm: GroupComm, p: int, waits, colls,
         # the micro-batch's share of the rank's 1/cp of the tokens, as an unchunked collective's;
         # the chunks carry it exactly once between them
         whole = c.nbytes if frac == 1.0 and ranks.cp == 1 else int(round(c.nbytes * frac / ranks.cp))
-        nbytes = whole * (part.chunk + 1) // PIPELINE_SPLITS - whole * part.chunk // PIPELINE_SPLITS
+        nbytes = whole * (part.chunk + 1) // part.splits - whole * part.chunk // part.splits
+        held = ovl.sms(part.rs, c.kind, False)
         name = f"tp reducescatter {labels[part.rs]} chunk{part.chunk}{mb_s} stage{s} dp"
         for d in ds:
             after = {}
@@ -206,16 +210,48 @@ def add_rank_program(b: CompositionState, comm: GroupComm, p: int, waits, colls,
             if rep_only:
                 charge, _ = _tp_charge(comm, charged, c, nbytes, tp_groups[0], tp_parallel)
                 task = comm.add_charged(charge, name + "0", after[gpu0], built0, op_index=part.rs, microbatch=r,
-                                        group_kind="tp", sms=USERBUFFER_SMS)
+                                        group_kind="tp", sms=held)
                 done = {gpu0: task}
             else:
                 done = comm.run(c.kind, tp_groups[d], nbytes, name + str(d), after, parallel=tp_parallel,
-                                op_index=part.rs, microbatch=r, group_kind="tp", sms=USERBUFFER_SMS)
+                                op_index=part.rs, microbatch=r, group_kind="tp", sms=held)
             rs_prev[(part.rs, r, d)] = done
             if d == 0:
                 b.count("tp", c.kind, tp_groups[d], nbytes)
             if part.last:
                 tp_done[(part.rs, r, d)] = done
+
+    ring_sent: dict[tuple[int, int, int], dict[int, list[int]]] = {}  # (row op, mb, d) -> gpu -> its sends
+
+    def rs_ring_chunk(part: Part, r: int, frac: float, mb_s: str, s: int, reps) -> None:
+        """--tp-comm-overlap, ring-exchange reduce-scatter (graph.tensor.comm_overlap): after a
+        chunk of the row GEMM, its send to the rank that owns it; after the last (the rank's own),
+        the sum of the partial chunks once every send to and from the rank is done."""
+        c = next(x for x in colls[part.rsring] if x.kind == "reduce_scatter")
+        whole = c.nbytes if frac == 1.0 and ranks.cp == 1 else int(round(c.nbytes * frac / ranks.cp))
+        nbytes = -(-whole // part.splits)
+        name = f"tp reducescatter {labels[part.rsring]}{mb_s} stage{s} dp"
+        for d in ds:
+            sent = ring_sent.setdefault((part.rsring, r, d), {gpu: [] for _, gpu in members[d]})
+            chunk_of = {gpu: task_of[(d, t, part.rsring, r)] for t, gpu in members[d]}
+            if part.chunk < part.splits - 1:
+                after = {gpu: [chunk_of[gpu], *sent[gpu][-1:]] for gpu in sent}
+                for gpu, task in add_chunk_sends(g, b.platform, tp_groups[d], members[d], nbytes, part.chunk, after,
+                                                 name + str(d), ovl.sms(part.rsring, c.kind, False),
+                                                 op_index=part.rsring, microbatch=r, group_kind="tp").items():
+                    sent[gpu].append(task)
+                continue
+            waits = chunk_senders(tp_groups[d], members[d], sent)
+            dur = partial_sum_seconds(nbytes, part.splits, device)
+            tp_done[(part.rsring, r, d)] = {
+                gpu: g.add_compute(gpu, dur, f"{name}{d} sum gpu{gpu}", after=[chunk_of[gpu], *waits[gpu]],
+                                   microbatch=r, stage_index=s, tp_sum=part.rsring) for gpu in sent}
+            if d == 0:
+                b.count("tp", c.kind, tp_groups[d], whole)
+        for rep, gpu in reps:  # the sum runs on the GPU's stream, after the GEMM's last chunk
+            done = tp_done.get((part.rsring, r, rep[0])) if part.last else None
+            if done is not None:
+                last[rep] = [done[gpu]]
 
     # --overlap-param-gather under the interleaved schedule: Megatron-LM aligns the gathers
     # (align_param_gather, its default there): every bucket of model chunks 0 and 1 is gathered
@@ -392,18 +428,20 @@ def add_rank_program(b: CompositionState, comm: GroupComm, p: int, waits, colls,
                 firsts_open = len(rep_keys) < len(firsts)  # else every replica's first task is set
             if part is not None and part.rs is not None:  # pipelined: this chunk's share of the reduce-scatter
                 rs_chunk(part, r, frac, mb_s, s)
+            elif part is not None and part.rsring is not None:  # ring exchange: this chunk's send, or the sum
+                rs_ring_chunk(part, r, frac, mb_s, s, reps)
             for k_c, (c, c_name) in enumerate(zip(cs, c_names)):
                 # a second collective on the op (sequence parallel, blocks back to back) gathers
                 # what the first reduced: it starts when the first is done
                 # the micro-batch's share of the payload, of the rank's 1/cp of the tokens
                 nbytes = c.nbytes if frac == 1.0 and ranks.cp == 1 else int(round(c.nbytes * frac / ranks.cp))
                 name = f"{c_name}{mb_s} stage{s} dp"
-                chained = k_c > 0 or (part is not None and part.rs is not None)
+                chained = k_c > 0 or (part is not None and (part.rs is not None or part.rsring is not None))
                 if ovl is not None and c.op in ovl.ring and c.kind == "all_gather" and not c.redo:
                     ring_exchange(c, nbytes, name, r, chained)
                     continue
-                sms = {"sms": ovl.sms(c.op, c.kind, c.redo)} if ovl is not None and ovl.sms(c.op, c.kind, c.redo) \
-                    else {}
+                held = ovl.sms(c.op, c.kind, c.redo) if ovl is not None else None
+                sms = {"sms": held} if held is not None else {}
                 if rep_only:  # one built GPU per group: the task its charge, found once, describes
                     charge, wire = _tp_charge(comm, charged, c, nbytes, tp_groups[0], tp_parallel)
                     before = [task_of[(0, 0, i_last, r)]] if not chained else [tp_done[(i_last, r, 0)][gpu0]]
@@ -469,7 +507,7 @@ def piece_facts(part: Part, label: str, extra: dict, seg: list[int], waits_here,
     reduce-scatter its chunks already ran)."""
     if part.ring is not None:
         label, extra = f"{label} chunk{part.step}", {**extra, "chunk": part.step}
-    elif part.rs is not None:
+    elif part.rs is not None or part.rsring is not None:
         label, extra = f"{label} chunk{part.chunk}", {**extra, "chunk": part.chunk}
     else:
         half = "wgrad" if part.first is False else "dgrad"
@@ -477,40 +515,9 @@ def piece_facts(part: Part, label: str, extra: dict, seg: list[int], waits_here,
     w = tuple(dict.fromkeys(c for j in seg for c in waits_here[j] if c != part.skip))
     if not part.last:
         cs = ()
-    elif part.rs is not None:
+    elif part.rs is not None or part.rsring is not None:
         cs = tuple(c for c in cs if c.kind != "reduce_scatter")
     return label, extra, w, cs
-
-
-def _add_chains(b: CompositionState, p: int, order, ops: dict[tuple[int, str], list[int]], seconds,
-                last: dict[tuple[int, int], list[int]], looked_up: set[int]) -> None:
-    """A preset's program on pipeline rank ``p`` when nothing outside a GPU enters its blocks (no
-    tensor-parallel collectives): each block one chain of tasks, GPU after GPU, as its case added
-    them (the tasks and edges of the op-by-op loop, in one call per block). Only the tasks of the
-    ``looked_up`` ops are kept in ``b.task`` (a bucket's last gradient, a crossing buffer's writer
-    or reader): 1,024 replicas of a large trace would otherwise hold a key per task."""
-    labels, graph, task_of = b.labels, b.graph, b.task
-    stage_of = [op.stage for op in b.trace.ops]
-    singles = {key: [(i,) for i in block] for key, block in ops.items()}  # b.seq's op tuples, shared
-    kept = {key: [(k, i) for k, i in enumerate(block) if i in looked_up] for key, block in ops.items()}
-    for (d, t), gpu in zip(b.replicas, b.gpus(p)):
-        rep = (d, t)
-        for ph, r, v in order:
-            s = v * b.ranks.pp + p
-            block = ops[(s, ph)]
-            if not block:
-                continue
-            if b.tagged:
-                tail = f" mb{r} gpu{gpu}"
-                attrs = [{"op": i, "stage": stage_of[i], "microbatch": r, "stage_index": s} for i in block]
-            else:
-                tail = f" gpu{gpu}"
-                attrs = [{"op": i, "stage": stage_of[i]} for i in block]
-            tasks = graph.add_compute_chain(gpu, seconds(s, ph, b.fractions[r]), [labels[i] + tail for i in block],
-                                            attrs, after=last[rep])
-            task_of.update(((d, t, i, r), tasks[k]) for k, i in kept[(s, ph)])
-            b.seq[gpu].extend(zip(tasks, singles[(s, ph)], [r] * len(tasks)))
-            last[rep] = [tasks[-1]]
 
 
 def _charges_once(b: CompositionState, comm: GroupComm, tp_group: tuple[int, ...]) -> bool:

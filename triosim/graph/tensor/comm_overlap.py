@@ -25,6 +25,14 @@ after each row-parallel one. With the overlap on, each becomes tasks beside the 
   halves are reordered so (all dgrads, then the gradient sums, then all wgrads), as TE's fused
   QKV and FC1 GEMMs run them.
 
+Each GEMM's method and SMs are Transformer Engine's defaults unless a userbuffer table
+(``--tp-comm-overlap-cfg``, :mod:`triosim.graph.tensor.userbuffers`) says otherwise; a table may
+also reduce-scatter a row GEMM by **ring exchange**: the GEMM in ``tp`` chunks, each chunk's partial
+output sent to the rank that owns it while the next chunk runs (the last chunk is the rank's own),
+then one memory-bound kernel sums the ``tp`` partial chunks. A GEMM whose setting keeps an SM
+margin runs on the GPU's SMs less the communication's for its whole run (its pieces take
+``N / (N - num_sm)`` of their time) and its collective takes no SMs beside it.
+
 Without the overlap every such collective runs alone and the GEMM waits for all of it.
 """
 
@@ -38,13 +46,14 @@ from ...hardware.platform import Platform
 from ...schedule.tasks import TaskGraph
 from ...trace import Trace
 from ..collectives.star_routes import prime_routes
+from .userbuffers import DEFAULT_TABLE, UserbufferSetting, UserbufferTable
 
 # Transformer Engine's defaults (transformer_engine/pytorch/module/base.py, ``initialize_ub``):
 # the pipelined reduce-scatter splits its GEMM in 4; ring exchange and pipeline/bulk kernels use
 # 1 and 16 SMs (ring exchange copies with the copy engines).
-PIPELINE_SPLITS = 4
-RING_SMS = 1
-USERBUFFER_SMS = 16
+PIPELINE_SPLITS = DEFAULT_TABLE["proj_fprop"].num_splits
+RING_SMS = DEFAULT_TABLE["qkv_fprop"].num_sm
+USERBUFFER_SMS = DEFAULT_TABLE["proj_fprop"].num_sm
 
 
 @dataclass(frozen=True)
@@ -56,25 +65,38 @@ class Part:
     step: int = 0  # that step (0: the rank's own shard, no wait)
     skip: int | None = None  # a collective (by its op) this piece does not wait for
     rs: int | None = None  # pipelined reduce-scatter: the op whose chunk follows this piece
+    rsring: int | None = None  # ring-exchange reduce-scatter: the op whose chunk this piece computes
     chunk: int = 0
+    splits: int = 1  # the chunks of its GEMM (rs, rsring)
     first: bool = True  # its ops' first piece (their memory step)
     last: bool = True  # their last piece (what later steps look up)
+    margin: int = 0  # SMs the GEMM leaves to its communication for its whole run
 
 
 @dataclass(frozen=True)
 class TpOverlapPlan:
-    """Which TP collectives run beside which GEMMs. Collectives are named by the op they follow."""
+    """Which TP collectives run beside which GEMMs, and each one's userbuffer setting.
+    Collectives are named by the op they follow."""
 
     splits: int  # ring-exchange chunks (the TP degree)
     ring: dict[int, tuple[int, ...]]  # all-gather -> the run of ops chunked against it
     pipelined: frozenset[int]  # row linears whose reduce-scatter is pipelined
     bulk: dict[int, tuple[int, tuple[int, ...], int]]  # re-gather -> (its block's last backward op,
     # the column linears' backward ops split in dgrad and wgrad halves, the input-gradient reduce-scatter op)
+    ring_rs: frozenset[int] = frozenset()  # row linears whose reduce-scatter runs by ring exchange
+    # each overlap's setting, by ("ag", its all-gather's op), ("rs", its row linear), ("regather", the
+    # bulk re-gather's op) or ("wgrad", the bulk reduce-scatter's op); None: TE's defaults
+    setting: dict[tuple[str, int], UserbufferSetting] | None = None
+
+    def setting_of(self, role: str, op: int, name: str) -> UserbufferSetting:
+        """The setting of overlap (``role``, ``op``); TE's default for GEMM ``name`` if none."""
+        got = self.setting.get((role, op)) if self.setting else None
+        return got if got is not None else DEFAULT_TABLE[name]
 
     @property
     def cut_ops(self) -> set[int]:
         """Ops that must be tasks of their own (never fused with neighbours)."""
-        out = set(self.pipelined)
+        out = set(self.pipelined) | set(self.ring_rs)
         for run in self.ring.values():
             out.update(run)
         for last, split, _ in self.bulk.values():
@@ -83,12 +105,15 @@ class TpOverlapPlan:
         return out
 
     def sms(self, c_op: int, kind: str, redo: bool) -> int | None:
-        """The SMs a TP collective's kernels take (TE's), or None for NCCL's."""
+        """The SMs a TP collective's kernels take beside a GEMM (TE's), or None for NCCL's."""
         if c_op in self.ring and kind == "all_gather" and not redo:
-            return RING_SMS
-        if (kind == "reduce_scatter" and c_op in self.pipelined) or (redo and c_op in self.bulk) or \
-                (kind == "reduce_scatter" and any(rs == c_op for _, _, rs in self.bulk.values())):
-            return USERBUFFER_SMS
+            return self.setting_of("ag", c_op, "qkv_fprop").comm_sms()
+        if kind == "reduce_scatter" and (c_op in self.pipelined or c_op in self.ring_rs):
+            return self.setting_of("rs", c_op, "proj_fprop").comm_sms()
+        if redo and c_op in self.bulk:
+            return self.setting_of("regather", c_op, "qkv_dgrad").comm_sms()
+        if kind == "reduce_scatter" and any(rs == c_op for _, _, rs in self.bulk.values()):
+            return self.setting_of("wgrad", c_op, "qkv_wgrad").comm_sms()
         return None
 
     def pieces(self, segments: list[list[int]]) -> list[tuple[list[int], Part | None]]:
@@ -96,7 +121,7 @@ class TpOverlapPlan:
         GEMM runs, pipelined row GEMMs and reordered dgrad/wgrad halves (see the module
         docstring); other segments unchanged (part None)."""
         by_first = {run[0]: (c_op, run) for c_op, run in self.ring.items()}
-        wgrad_after = {last: (c_op, split) for c_op, (last, split, _) in self.bulk.items()}
+        wgrad_after = {last: (c_op, split, rs) for c_op, (last, split, rs) in self.bulk.items()}
         dgrad_of = {j: c_op for c_op, (_, split, _) in self.bulk.items() for j in split}
         out: list[tuple[list[int], Part | None]] = []
         k = 0
@@ -108,51 +133,70 @@ class TpOverlapPlan:
                 c_op, run = hit
                 n = len(run)
                 if [s[0] for s in segments[k:k + n]] == list(run) and all(len(s) == 1 for s in segments[k:k + n]):
+                    margin = self.setting_of("ag", c_op, "qkv_fprop").margin()
                     for step in range(self.splits):
                         out.append((list(run), Part(1.0 / self.splits, ring=c_op, step=step, skip=c_op,
-                                                    first=step == 0, last=step == self.splits - 1)))
+                                                    first=step == 0, last=step == self.splits - 1, margin=margin)))
                     k += n
                     continue
-            if len(seg) == 1 and i in self.pipelined:
-                for j in range(PIPELINE_SPLITS):
-                    out.append((seg, Part(1.0 / PIPELINE_SPLITS, rs=i, chunk=j, first=j == 0,
-                                          last=j == PIPELINE_SPLITS - 1)))
+            if len(seg) == 1 and (i in self.pipelined or i in self.ring_rs):
+                ub = self.setting_of("rs", i, "proj_fprop")
+                ring = i in self.ring_rs
+                n = self.splits if ring else ub.num_splits
+                for j in range(n):
+                    out.append((seg, Part(1.0 / n, rs=None if ring else i, rsring=i if ring else None, chunk=j,
+                                          splits=n, first=j == 0, last=j == n - 1, margin=ub.margin())))
                 k += 1
                 continue
             if len(seg) == 1 and i in dgrad_of:
-                out.append((seg, Part(0.5, skip=dgrad_of[i], last=False)))
+                margin = self.setting_of("regather", dgrad_of[i], "qkv_dgrad").margin()
+                out.append((seg, Part(0.5, skip=dgrad_of[i], last=False, margin=margin)))
             else:
                 out.append((seg, None))
             if seg[-1] in wgrad_after:
-                for j in wgrad_after[seg[-1]][1]:
-                    out.append(([j], Part(0.5, first=False)))
+                _, split, rs = wgrad_after[seg[-1]]
+                margin = self.setting_of("wgrad", rs, "qkv_wgrad").margin()
+                for j in split:
+                    out.append(([j], Part(0.5, first=False, margin=margin)))
             k += 1
         return out
 
 
-def plan_overlap(trace: Trace, tpp, stage_of: Sequence[int], index: Sequence[int] | None = None) -> TpOverlapPlan:
+def plan_overlap(trace: Trace, tpp, stage_of: Sequence[int], index: Sequence[int] | None = None,
+                 table: UserbufferTable = DEFAULT_TABLE) -> TpOverlapPlan:
     """The overlaps of a sequence-parallel Megatron plan ``tpp`` on ``trace`` (see the module
     docstring); ``stage_of``: each op's pipeline stage (a collective and its GEMMs must share
     one); ``index``: the op of ``trace`` each op of the plan's blocks became (activation
-    recomputation rewrites the trace; its re-run forward ops keep their plain collectives)."""
+    recomputation rewrites the trace; its re-run forward ops keep their plain collectives);
+    ``table``: each GEMM's userbuffer setting (an attention block's linears are TE's ``qkv`` and
+    ``proj``, an MLP block's ``fc1`` and ``fc2``)."""
     at = (lambda o: o) if index is None else (lambda o: index[o])  # noqa: E731
-    columns: set[int] = set()
-    rows: set[int] = set()
-    row_backward: set[int] = set()
+    column_of: dict[int, str] = {}  # a column linear -> its block's kind
+    row_of: dict[int, str] = {}  # a row linear -> its block's kind
+    row_backward_of: dict[int, str] = {}  # a row linear's first backward op -> its block's kind
     for blk in tpp.blocks:
-        columns.update(at(o) for o in blk.column)
-        rows.add(at(blk.row))
+        column_of.update((at(o), blk.kind) for o in blk.column)
+        row_of[at(blk.row)] = blk.kind
         if blk.backward:
-            row_backward.add(at(blk.backward[0]))
+            row_backward_of[at(blk.backward[0])] = blk.kind
+    setting: dict[tuple[str, int], UserbufferSetting] = {}
     ring: dict[int, tuple[int, ...]] = {}
     pipelined: set[int] = set()
+    ring_rs: set[int] = set()
     for c in tpp.collectives:
         if c.kind == "all_gather" and not c.redo and c.buffers:
             first = min((j for j in trace.consumers.get(c.buffers[0], ()) if j > c.op), default=None)
-            if first is not None and (first in columns or first in row_backward) and stage_of[first] == stage_of[c.op]:
+            if first is not None and (first in column_of or first in row_backward_of) \
+                    and stage_of[first] == stage_of[c.op]:
                 ring[c.op] = _reading_run(trace, first, c.buffers[0], stage_of)
-        elif c.kind == "reduce_scatter" and c.op in rows:
-            pipelined.add(c.op)
+                attention = column_of.get(first, row_backward_of.get(first)) == "attention"
+                name = ("qkv_fprop" if attention else "fc1_fprop") if first in column_of else \
+                    ("proj_dgrad" if attention else "fc2_dgrad")
+                setting[("ag", c.op)] = table[name]
+        elif c.kind == "reduce_scatter" and c.op in row_of:
+            ub = table["proj_fprop" if row_of[c.op] == "attention" else "fc2_fprop"]
+            (ring_rs if ub.method == "ring_exchange" else pipelined).add(c.op)
+            setting[("rs", c.op)] = ub
     bulk: dict[int, tuple[int, tuple[int, ...], int]] = {}
     for blk in tpp.blocks:
         if not blk.backward:
@@ -167,11 +211,15 @@ def plan_overlap(trace: Trace, tpp, stage_of: Sequence[int], index: Sequence[int
         split = tuple(i for i in run if regather.buffers[0] in trace.reads[i] and regather.op < i < last)
         if split:
             bulk[regather.op] = (last, split, rs.op)
-    return TpOverlapPlan(tpp.degree, ring, frozenset(pipelined), bulk)
+            prefix = "qkv" if blk.kind == "attention" else "fc1"
+            setting[("regather", regather.op)] = table[f"{prefix}_dgrad"]
+            setting[("wgrad", rs.op)] = table[f"{prefix}_wgrad"]
+    return TpOverlapPlan(tpp.degree, ring, frozenset(pipelined), bulk, frozenset(ring_rs), setting)
 
 
 def add_ring_steps(graph: TaskGraph, platform: Platform, group: Sequence[int], built: Sequence[tuple[int, int]],
-                   nbytes: int, after: dict[int, list[int]], label: str, **attrs: Any) -> dict[int, list[int]]:
+                   nbytes: int, after: dict[int, list[int]], label: str, sms: int = RING_SMS,
+                   **attrs: Any) -> dict[int, list[int]]:
     """The ``len(group) − 1`` steps of a ring exchange on ``group`` (GPUs in ring order), each a
     send of one ``nbytes`` shard from every rank to the next; ``built``: the (position in the
     group, GPU) of the members built, ``after`` each one's predecessors. Step k + 1 of a rank
@@ -191,10 +239,40 @@ def add_ring_steps(graph: TaskGraph, platform: Platform, group: Sequence[int], b
                     deps.append(sent[(t - 1) % n][step - 2])
             nxt = group[(t + 1) % n]
             sent[t].append(graph.add_transfer(platform, gpu, nxt, nbytes, f"{label} step{step} gpu{gpu}->gpu{nxt}",
-                                              after=deps, sms=RING_SMS, **attrs))
+                                              after=deps, sms=sms, **attrs))
     if every:
         return {gpu: sent[(t - 1) % n] for t, gpu in built}
     return {gpu: sent[t] for t, gpu in built}
+
+
+def add_chunk_sends(graph: TaskGraph, platform: Platform, group: Sequence[int], built: Sequence[tuple[int, int]],
+                    nbytes: int, chunk: int, after: dict[int, list[int]], label: str, sms: int,
+                    **attrs: Any) -> dict[int, int]:
+    """Ring-exchange reduce-scatter: each built rank's send of its partial chunk ``chunk`` (of
+    ``len(group) − 1`` sent; the last chunk is the rank's own) to the rank that owns it, the
+    ``chunk + 1``-th after it in ``group``; ``built``: the (position in the group, GPU) of the
+    members built, ``after`` each one's predecessors (its chunk's GEMM, its previous send).
+    Returns each built GPU's send."""
+    n = len(group)
+    prime_routes(platform, ((group[t], group[(t + chunk + 1) % n]) for t, _ in built))
+    out = {}
+    for t, gpu in built:
+        dest = group[(t + chunk + 1) % n]
+        out[gpu] = graph.add_transfer(platform, gpu, dest, nbytes, f"{label} send{chunk} gpu{gpu}->gpu{dest}",
+                                      after=after[gpu], sms=sms, **attrs)
+    return out
+
+
+def chunk_senders(group: Sequence[int], built: Sequence[tuple[int, int]], sent: dict[int, list[int]]
+                  ) -> dict[int, list[int]]:
+    """The sends each built rank's sum waits for: every chunk sent to it when the whole group is
+    built (chunk k comes from the rank k + 1 before it), else its own sends (a representative's,
+    which end when the symmetric arriving ones do)."""
+    n = len(group)
+    if len(built) < n:
+        return {gpu: list(sent[gpu]) for _, gpu in built}
+    gpu_at = dict(built)
+    return {gpu: [*sent[gpu], *(sent[gpu_at[(t - k - 1) % n]][k] for k in range(n - 1))] for t, gpu in built}
 
 
 def _reading_run(trace: Trace, start: int, buffer: str, stage_of: Sequence[int]) -> tuple[int, ...]:
@@ -207,5 +285,5 @@ def _reading_run(trace: Trace, start: int, buffer: str, stage_of: Sequence[int])
     return tuple(run)
 
 
-__all__ = ["PIPELINE_SPLITS", "Part", "RING_SMS", "TpOverlapPlan", "USERBUFFER_SMS", "add_ring_steps",
-           "plan_overlap"]
+__all__ = ["PIPELINE_SPLITS", "Part", "RING_SMS", "TpOverlapPlan", "USERBUFFER_SMS", "add_chunk_sends",
+           "add_ring_steps", "chunk_senders", "plan_overlap"]
