@@ -120,12 +120,15 @@ def _card_gemm(op: int, overlap: bool, **extra) -> list[float]:
             and (g.attr_rows[t] or {}).get("op") == op and g.attr_rows[t].get("microbatch") == 0]
 
 
-def test_a_pipelined_gemm_with_te_default_margin_runs_132_over_116_of_its_time():
+def test_a_pipelined_gemm_with_te_default_margin_runs_132_over_116_of_its_time(tmp_path):
     # linear#9 (op 8) is the attention block's row GEMM (proj_fprop), 4 chunks; op 24 a column
     # linear's backward, split in a dgrad and a wgrad half (qkv_dgrad, qkv_wgrad)
-    (whole,) = _card_gemm(8, overlap=False)
+    no_margin = tmp_path / "no-margin.yaml"
+    no_margin.write_text("proj_fprop: {set_sm_margin: false}\n")
     chunks = _card_gemm(8, overlap=True)
-    assert len(chunks) == 4 and all(c == pytest.approx(whole / 4 * 132 / 116, rel=1e-12) for c in chunks)
+    plain = _card_gemm(8, overlap=True, **{"tp-comm-overlap-cfg": str(no_margin)})
+    assert len(chunks) == len(plain) == 4
+    assert all(c == pytest.approx(q * 132 / 116, rel=1e-12) for c, q in zip(chunks, plain))
     (whole,) = _card_gemm(24, overlap=False)
     halves = _card_gemm(24, overlap=True)
     assert len(halves) == 2 and all(h == pytest.approx(whole / 2 * 132 / 116, rel=1e-12) for h in halves)
@@ -133,9 +136,9 @@ def test_a_pipelined_gemm_with_te_default_margin_runs_132_over_116_of_its_time()
 
 def test_the_margin_catches_a_planted_bug(monkeypatch):
     """Bug: the margin is forgotten (the GEMM keeps every SM)."""
+    (whole,) = _card_gemm(24, overlap=False)
     monkeypatch.setattr(rank_program, "gemm_slowdown", lambda trace, strategy: (None, lambda m: 1.0))
-    (whole,) = _card_gemm(8, overlap=False)
-    assert _card_gemm(8, overlap=True)[0] != pytest.approx(whole / 4 * 132 / 116, rel=1e-12)
+    assert _card_gemm(24, overlap=True)[0] != pytest.approx(whole / 2 * 132 / 116, rel=1e-12)
 
 
 # ----------------------------------------------------------------------------- ring-exchange reduce-scatter

@@ -18,7 +18,7 @@ from functools import partial
 from ... import limits
 from ...compute.op_time import op_seconds
 from ...trace.precision import gathered_parameter_bytes
-from ..collectives.group_comm import Charge, GroupComm, wire_bytes_per_gpu
+from ..collectives.group_comm import Charge, GroupComm
 from ..composition_state import CompositionState
 from ..context import ring
 from ..data import gradient_sync
@@ -26,7 +26,6 @@ from ..data.data_parallel import MIB
 from ..data.zero import fsdp_units, gathered_copies
 from ..expert.dispatch import add_expert_op
 from ..offload import add_host_copy
-from ..rank_map import RankMap
 from ..tensor import per_op
 from ..tensor.comm_overlap import Part, add_chunk_sends, add_ring_steps, chunk_senders
 from ..tensor.userbuffers import gemm_slowdown, partial_sum_seconds
@@ -36,6 +35,7 @@ from .combined import CombinedPairs
 from .preset_chains import add_preset_chains
 from .schedules import BACKWARD, FORWARD, block_order, interleaved_order, interleaved_warmup
 from .segments import segment_cuts, split_segments
+from .tp_charges import charges_once, tp_charge, tp_groups_of
 
 # Whether a forward TP collective (Megatron style, not --tp-comm-overlap) holds back the op after
 # it in program order (see stream_waits in add_rank_program); off only in tests.
@@ -89,14 +89,14 @@ def add_rank_program(b: CompositionState, comm: GroupComm, p: int, waits, colls,
     # each member's GPU and its replica's position in a column of the replicas' tasks
     member_at = {d: [(gpu, rep_position[(d, t)]) for t, gpu in members[d]] for d in ds
                  if all((d, t) in rep_position for t in ts)}
-    tp_parallel = partial(_tp_groups, ranks, p)
+    tp_parallel = partial(tp_groups_of, ranks, p)
     add_compute, task_of, tp_done, seq = g.add_compute_tagged, b.task, b.tp_done, b.seq
     r_count = len(b.fractions)
     # A representative build (replica (0, 0) only, each TP collective a closed-form task) charges
     # each distinct (op, kind, bytes) once: the same collective recurs in every micro-batch.
     gpu0 = gpus[0]
     built0 = (gpu0,)
-    rep_only = _charges_once(b, comm, tp_groups[0])
+    rep_only = charges_once(b, comm, tp_groups[0])
     charged: dict[tuple[int, str, int], tuple[Charge, float]] = {}
     tagged = b.tagged
     # The tensor-parallel preset times an op as case 3 did, t / N (t × 1/N is another float when
@@ -208,7 +208,7 @@ def add_rank_program(b: CompositionState, comm: GroupComm, p: int, waits, colls,
                     deps.append(rs_prev[(part.rs, r, d)][gpu])
                 after[gpu] = deps
             if rep_only:
-                charge, _ = _tp_charge(comm, charged, c, nbytes, tp_groups[0], tp_parallel)
+                charge, _ = tp_charge(comm, charged, c, nbytes, tp_groups[0], tp_parallel)
                 task = comm.add_charged(charge, name + "0", after[gpu0], built0, op_index=part.rs, microbatch=r,
                                         group_kind="tp", sms=held)
                 done = {gpu0: task}
@@ -443,7 +443,7 @@ def add_rank_program(b: CompositionState, comm: GroupComm, p: int, waits, colls,
                 held = ovl.sms(c.op, c.kind, c.redo) if ovl is not None else None
                 sms = {"sms": held} if held is not None else {}
                 if rep_only:  # one built GPU per group: the task its charge, found once, describes
-                    charge, wire = _tp_charge(comm, charged, c, nbytes, tp_groups[0], tp_parallel)
+                    charge, wire = tp_charge(comm, charged, c, nbytes, tp_groups[0], tp_parallel)
                     before = [task_of[(0, 0, i_last, r)]] if not chained else [tp_done[(i_last, r, 0)][gpu0]]
                     for call in range(c.calls):  # back-to-back calls, each waiting for the previous
                         task = comm.add_charged(charge, f"{name}0" + (f" call{call}" if call else ""), before,
@@ -518,30 +518,6 @@ def piece_facts(part: Part, label: str, extra: dict, seg: list[int], waits_here,
     elif part.rs is not None or part.rsring is not None:
         cs = tuple(c for c in cs if c.kind != "reduce_scatter")
     return label, extra, w, cs
-
-
-def _charges_once(b: CompositionState, comm: GroupComm, tp_group: tuple[int, ...]) -> bool:
-    """Whether a stage's TP collectives are added from a charge found once per (op, bytes): in a
-    representative build (replica (0, 0) alone, collectives in closed form) on TP groups of 2 or more."""
-    return b.replicas == [(0, 0)] and not comm.exact and len(tp_group) > 1
-
-
-def _tp_charge(comm: GroupComm, charged: dict, c, nbytes: int, group: tuple[int, ...],
-               parallel) -> tuple[Charge, float]:
-    """The charge of TP collective ``c`` with ``nbytes`` on ``group`` and the bytes each GPU
-    sends, found once per (op, kind, bytes) (``charged`` keeps them): micro-batches of one size
-    repeat the same collective; one op may carry a reduce-scatter and an all-gather."""
-    key = (c.op, c.kind, nbytes)
-    hit = charged.get(key)
-    if hit is None:
-        charge = comm.charge(c.kind, group, nbytes, parallel)
-        assert charge is not None  # representative, group of 2 or more (_charges_once)
-        hit = charged[key] = (charge, wire_bytes_per_gpu(c.kind, len(group), nbytes))
-    return hit
-
-
-def _tp_groups(ranks: RankMap, s: int):
-    return (ranks.tp_group(d, s) for d in range(ranks.data))
 
 
 __all__ = ["add_rank_program"]
