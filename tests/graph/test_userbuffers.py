@@ -108,6 +108,7 @@ def test_the_margin_slows_by_n_over_n_minus_num_sm_where_sms_are_shared():
     assert slow(16) == 132 / 116 and slow(1) == 132 / 131 and slow(0) == 1.0
     assert userbuffers.gemm_slowdown(trace_on("l40s"), Strategy())[1](16) == 1.0  # no SM sharing there
     assert userbuffers.gemm_slowdown(SimpleNamespace(op_time=None), Strategy())[1](16) == 1.0  # no --gpu
+    assert userbuffers.gemm_slowdown(trace_on("h100-sxm"), Strategy(), "exclusive")[1](16) == 1.0  # no SM sharing
 
 
 def _card_gemm(op: int, overlap: bool, **extra) -> list[float]:
@@ -137,7 +138,7 @@ def test_a_pipelined_gemm_with_te_default_margin_runs_132_over_116_of_its_time(t
 def test_the_margin_catches_a_planted_bug(monkeypatch):
     """Bug: the margin is forgotten (the GEMM keeps every SM)."""
     (whole,) = _card_gemm(24, overlap=False)
-    monkeypatch.setattr(rank_program, "gemm_slowdown", lambda trace, strategy: (None, lambda m: 1.0))
+    monkeypatch.setattr(rank_program, "gemm_slowdown", lambda trace, strategy, network: (None, lambda m: 1.0))
     assert _card_gemm(24, overlap=True)[0] != pytest.approx(whole / 2 * 132 / 116, rel=1e-12)
 
 

@@ -50,7 +50,7 @@ def add_rank_program(b: CompositionState, comm: GroupComm, p: int, waits, colls,
     gradient sync and optimizer follow: :func:`triosim.graph.data.gradient_sync.add_gradient_sync`)."""
     trace, plan, strategy, ranks = b.trace, b.plan, b.strategy, b.ranks
     g = b.graph
-    device, slow = gemm_slowdown(trace, strategy)  # a GEMM piece keeping an SM margin runs slower
+    device, slow = gemm_slowdown(trace, strategy, b.platform.network)  # a GEMM keeping an SM margin runs slower
     stages = list(range(p, plan.num_stages, ranks.pp))
     ops = {(st, ph): plan.ops_on(st, ph) for st in stages for ph in (FORWARD, BACKWARD)}
     scale = b.tpp.time_scale

@@ -48,12 +48,10 @@ from ...trace import Trace
 from ..collectives.star_routes import prime_routes
 from .userbuffers import DEFAULT_TABLE, UserbufferSetting, UserbufferTable
 
-# Transformer Engine's defaults (transformer_engine/pytorch/module/base.py, ``initialize_ub``):
-# the pipelined reduce-scatter splits its GEMM in 4; ring exchange and pipeline/bulk kernels use
-# 1 and 16 SMs (ring exchange copies with the copy engines).
+# Transformer Engine's defaults (graph.tensor.userbuffers): the pipelined reduce-scatter splits
+# its GEMM in 4; a ring-exchange step takes 1 SM (the copy engines move the data).
 PIPELINE_SPLITS = DEFAULT_TABLE["proj_fprop"].num_splits
 RING_SMS = DEFAULT_TABLE["qkv_fprop"].num_sm
-USERBUFFER_SMS = DEFAULT_TABLE["proj_fprop"].num_sm
 
 
 @dataclass(frozen=True)
@@ -285,5 +283,5 @@ def _reading_run(trace: Trace, start: int, buffer: str, stage_of: Sequence[int])
     return tuple(run)
 
 
-__all__ = ["PIPELINE_SPLITS", "Part", "RING_SMS", "TpOverlapPlan", "USERBUFFER_SMS", "add_chunk_sends",
+__all__ = ["PIPELINE_SPLITS", "Part", "RING_SMS", "TpOverlapPlan", "add_chunk_sends",
            "add_ring_steps", "chunk_senders", "plan_overlap"]

@@ -137,14 +137,14 @@ def _setting(name: str, keys: Any, where: str) -> UserbufferSetting:
     return UserbufferSetting(method, num_sm, margin, splits)
 
 
-def gemm_slowdown(trace, strategy) -> tuple[Device | None, Callable[[int], float]]:
+def gemm_slowdown(trace, strategy, network: str = "flow") -> tuple[Device | None, Callable[[int], float]]:
     """The run's device (None without ``--gpu``) and the factor by which a GEMM left ``m`` SMs
-    short runs longer: ``N / (N - m)`` on a device whose file gives its SM count and the SMs a
-    collective takes (where SMs are shared at all), else 1."""
+    short runs longer: ``N / (N - m)`` where SMs are shared at all (a device file giving its SM
+    count and the SMs a collective takes, the flow network, not ``--reference-compat``), else 1."""
     timing = gpu_timing(trace)
     device = timing.device if timing is not None else None
     n = device.sm_count if device is not None and device.sm_count and device.collective_sms \
-        and not getattr(strategy, "reference_compat", False) else 0
+        and network == "flow" and not getattr(strategy, "reference_compat", False) else 0
 
     def slow(m: int) -> float:
         return n / (n - min(m, n - 1)) if n and m else 1.0
