@@ -11,7 +11,7 @@ import pytest
 from triosim.graph import composition
 from triosim.graph.memory import composition as composed_memory
 from triosim.graph.memory import stage as stage_memory
-from triosim.graph.pipeline import rank_program
+from triosim.graph.pipeline import rank_program, tp_charges
 from triosim.graph.strategy import Strategy
 from triosim.hardware.flow_network import Flow, maxmin_rates
 from triosim.hardware.presets import build_platform
@@ -183,7 +183,7 @@ def _graph_facts(g):
 def _charge_once_vs_long_way(trace, n, kw, plat, monkeypatch):
     fast, sf = _build(trace, n, kw, plat)
     with monkeypatch.context() as m:
-        m.setattr(rank_program, "_charges_once", lambda *a: False)
+        m.setattr(rank_program, "charges_once", lambda *a: False)
         slow, ss = _build(trace, n, kw, plat)
     return fast, sf, slow, ss
 
@@ -204,10 +204,10 @@ def test_tp_charge_reused_across_payload_sizes_is_caught(traces, monkeypatch):
         hit = charged.get(c.op)
         if hit is None:
             hit = charged[c.op] = (comm.charge(c.kind, group, nbytes, parallel),
-                                   rank_program.wire_bytes_per_gpu(c.kind, len(group), nbytes))
+                                   tp_charges.wire_bytes_per_gpu(c.kind, len(group), nbytes))
         return hit
 
-    monkeypatch.setattr(rank_program, "_tp_charge", per_op_only)
+    monkeypatch.setattr(rank_program, "tp_charge", per_op_only)
     name, kw, n, plat = CHARGE_CONFIGS[0]
     fast, _, slow, _ = _charge_once_vs_long_way(traces[name], n, kw, plat, monkeypatch)
     assert _graph_facts(fast) != _graph_facts(slow)
