@@ -102,6 +102,15 @@ def test_overlap_flags_are_simulated_not_only_noted() -> None:
     assert json_bytes([*common, "--sequence-parallel"]) != json_bytes([*common, *line.split()[:-1]])
 
 
+def test_a_pasted_tp_comm_overlap_cfg_runs_as_the_native_flag() -> None:
+    line = ("--tp-comm-overlap --sequence-parallel --tp-comm-overlap-cfg "
+            "userbuffers_fp8_h100_h8192_tp4_mbs1_seqlen8192")
+    result = translate_argv(["run", "--megatron-args", line])
+    assert result.argv[result.argv.index("--tp-comm-overlap-cfg") + 1] == "userbuffers_fp8_h100_h8192_tp4_mbs1_seqlen8192"
+    common = [*CARD, "--tp", "2", "--dp", "2"]
+    assert json_bytes([*common, "--megatron-args", line]) == json_bytes([*common, *line.split()])
+
+
 def test_a_pasted_megatron_line_runs_the_published_model() -> None:
     code, out, err = run(["run", "--gpu", "a100-80gb", "--num-layers", "2", "-GPUnumber", "8",
                           "--megatron-args", PASTED_22B.replace("--num-layers 48", "--num-layers 2"), "-q"])
