@@ -89,7 +89,20 @@ def test_a_shipped_table_is_found_by_its_bare_name():
     by_path = run_cli([*argv, str(REPO / "userbuffers" / "userbuffers_fp8_h100_h8192_tp4_mbs1_seqlen8192.yaml"), "-q"])
     assert by_name[0] == 0 and by_name[1] == by_path[1]
     code, _, err = run_cli([*argv, "userbuffers_fp8_a100", "-q"])
-    assert code == 2 and "file not found (shipped tables: userbuffers_bf16_b200_h16384" in err
+    assert code == 2 and "file not found (shipped tables: userbuffers_bf16_" in err
+    assert "userbuffers_fp8_h100_h8192_tp4_mbs1_seqlen8192" in err
+
+
+def test_every_shipped_table_reads_cleanly_and_changes_only_what_te_defaults_differ_in():
+    from triosim.safe_yaml import load_yaml_file
+
+    shipped = sorted((REPO / "userbuffers").glob("*.yaml"))
+    assert len(shipped) == 10
+    for path in shipped:
+        table = userbuffer_table(load_yaml_file(path), path.name)
+        # Megatron-Bridge's tables: all-gathers by ring exchange as TE, bulk overlaps without a margin
+        assert all(table[n].method == "ring_exchange" for n in userbuffers.ALL_GATHER_GEMMS), path.name
+        assert all(not table[n].set_sm_margin for n in userbuffers.BULK_GEMMS), path.name
 
 
 def test_the_table_needs_the_overlap():
