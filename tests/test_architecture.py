@@ -14,7 +14,7 @@ PACKAGE = Path(__file__).resolve().parent.parent / "triosim"
 
 # In the order data flows; a module may import its own layer (no circle) and the layers above it.
 LAYERS = (
-    ("base", ("errors", "checks", "limits", "output", "safe_yaml", "version")),
+    ("base", ("errors", "checks", "limits", "output", "safe_yaml", "shipped_files", "version")),
     ("trace", ("trace",)),
     ("hardware", ("hardware",)),
     ("compute", ("compute",)),

@@ -6,9 +6,7 @@ in a Strategy."""
 from __future__ import annotations
 
 import argparse
-import importlib.resources
 import math
-from pathlib import Path
 
 from ..errors import ConfigError
 from ..graph.recompute_spec import METHODS
@@ -22,6 +20,7 @@ from ..graph.strategy import (
 )
 from ..graph.tensor.userbuffers import UserbufferTable, userbuffer_table
 from ..safe_yaml import load_yaml_file
+from ..shipped_files import resolve_shipped
 from .typed_flags import StoreTyped
 
 DEFAULT_GPUS = 8
@@ -271,15 +270,8 @@ def _userbuffer_table(path) -> UserbufferTable | None:
     name a table shipped with triosim (``userbuffers_fp8_h100_h16384_tp8_cp2_mbs1_seqlen8192``)."""
     if path is None:
         return None
-    p = Path(path)
-    if not p.is_file() and str(path) == p.name:
-        shipped = Path(str(importlib.resources.files("triosim.userbuffers")))
-        found = next((c for c in (shipped / p.name, shipped / f"{p.name}.yaml") if c.is_file()), None)
-        if found is None:
-            names = ", ".join(sorted(x.stem for x in shipped.glob("*.yaml")))
-            raise ConfigError(f"--tp-comm-overlap-cfg {path}: file not found (shipped tables: {names})")
-        p = found
-    return userbuffer_table(load_yaml_file(p, "--tp-comm-overlap-cfg file"), source=str(path))
+    found = resolve_shipped(path, "triosim.userbuffers", "--tp-comm-overlap-cfg", "tables")
+    return userbuffer_table(load_yaml_file(found, "--tp-comm-overlap-cfg file"), source=str(path))
 
 
 def _exact(args: argparse.Namespace) -> bool | None:

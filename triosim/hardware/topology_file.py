@@ -32,7 +32,6 @@ closest known key; every number must be finite and inside the range of :data:`RA
 from __future__ import annotations
 
 import difflib
-import importlib.resources
 import math
 from dataclasses import dataclass
 from pathlib import Path
@@ -41,6 +40,7 @@ from typing import Any
 from ..errors import ConfigError
 from ..limits import MAX_GPUS
 from ..safe_yaml import load_yaml_file
+from ..shipped_files import package_dir, resolve_shipped
 from .link_efficiency import DEFAULT_CLUSTER_EFFICIENCY
 
 KINDS = ("preset", "cluster")
@@ -109,22 +109,14 @@ class ClusterSpec:
 
 def packaged_dir() -> Path:
     """Where the shipped topology files live (the ``triosim.topologies`` package's folder)."""
-    return Path(str(importlib.resources.files("triosim.topologies")))
+    return package_dir("triosim.topologies")
 
 
 def resolve(path: str | Path) -> Path:
     """``path`` as given if it exists, else, for a bare name only (``ring``, ``ring.yaml``: no
     directory in it), a shipped file of that name (with or without ``.yaml``). A path naming a
     directory (``/nonexistent/ring.yaml``) never falls back to the shipped file of its name."""
-    p = Path(path)
-    if p.is_file():
-        return p
-    bare = str(path) == p.name and p.name not in ("", ".", "..")
-    for cand in (packaged_dir() / p.name, packaged_dir() / f"{p.name}.yaml") if bare else ():
-        if cand.is_file():
-            return cand
-    shipped = sorted(x.stem for x in packaged_dir().glob("*.yaml"))
-    raise ConfigError(f"--topology-file {path}: file not found (shipped topologies: {', '.join(shipped) or 'none'})")
+    return resolve_shipped(path, "triosim.topologies", "--topology-file", "topologies")
 
 
 def read(path: str | Path) -> tuple[Path, dict[str, Any]]:
